@@ -1,0 +1,171 @@
+"""The project's exceptions: one root, each leaf also the builtin a caller would catch.
+
+    QossError
+    ├── InvalidInput (ValueError)                 -> 422
+    │   ├── UnknownAlgorithm (KeyError)
+    │   ├── InvalidRatingTable
+    │   └── InvalidPolicy
+    ├── NotFound (LookupError)                    -> 404
+    ├── Conflict                                  -> 409
+    │   ├── AlreadyExists
+    │   └── StaleRevision
+    ├── NegotiationError
+    │   ├── NoFeasibleSuite (ValueError)          -> 409
+    │   └── UnsupportedProtection (ValueError)    -> 409
+    └── GatewayError
+        ├── GatewayUnreachable (ConnectionError)  -> 503
+        ├── GatewayRejected (RuntimeError)        -> 502
+        └── TunnelVerificationFailed (RuntimeError) -> 502
+
+The HTTP status of each is decided in one place, ``app.api.errors``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "AlreadyExists",
+    "Conflict",
+    "GatewayError",
+    "GatewayRejected",
+    "GatewayUnreachable",
+    "InvalidInput",
+    "InvalidPolicy",
+    "InvalidRatingTable",
+    "NegotiationError",
+    "NoFeasibleSuite",
+    "NotFound",
+    "QossError",
+    "StaleRevision",
+    "TunnelVerificationFailed",
+    "UnknownAlgorithm",
+    "UnmetRequirement",
+    "UnsupportedProtection",
+]
+
+
+class QossError(Exception):
+    """Root of every error qoss raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def detail(self) -> Any:
+        """What an API client is told: JSON-serialisable, never a secret."""
+        return self.message
+
+
+class InvalidInput(QossError, ValueError):
+    """Input that cannot be accepted as it stands."""
+
+
+class UnknownAlgorithm(InvalidInput, KeyError):
+    """A keyword that is not in the algorithm catalogue."""
+
+    def __init__(self, keyword: str, close_matches: list[str]) -> None:
+        hint = f"; did you mean {', '.join(close_matches)}?" if close_matches else ""
+        super().__init__(f"unknown algorithm {keyword!r}{hint}")
+        self.keyword = keyword
+        self.close_matches = close_matches
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return self.message
+
+    def detail(self) -> Any:
+        return {"message": self.message, "keyword": self.keyword, "close_matches": self.close_matches}
+
+
+class InvalidRatingTable(InvalidInput):
+    """A rating table whose content is not valid."""
+
+
+class InvalidPolicy(InvalidInput):
+    """A policy whose content is not valid."""
+
+
+class NotFound(QossError, LookupError):
+    """A named object that does not exist."""
+
+
+class Conflict(QossError):
+    """A request that conflicts with the current state."""
+
+
+class AlreadyExists(Conflict):
+    """An object of that name exists already."""
+
+
+class StaleRevision(Conflict):
+    """A write based on a revision that is no longer the current one (If-Match failed)."""
+
+    def __init__(self, name: str, expected: int, current: int) -> None:
+        super().__init__(f"{name}: revision {expected} is stale, the current revision is {current}")
+        self.current = current
+
+
+class NegotiationError(QossError):
+    """Negotiation could not produce a suite."""
+
+
+@dataclass(frozen=True)
+class UnmetRequirement:
+    """One requirement no candidate met: which peer asked, for what, and the best on offer."""
+
+    peer: str
+    requirement: str
+    level: int
+    best_available: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "peer": self.peer,
+            "requirement": self.requirement,
+            "level": self.level,
+            "best_available": self.best_available,
+        }
+
+
+class NoFeasibleSuite(NegotiationError, ValueError):
+    """No suite meets every peer's minimums with the algorithms all peers support."""
+
+    def __init__(self, unmet: list[UnmetRequirement], notes: list[str] | None = None) -> None:
+        parts = [
+            f"{u.requirement} {u.level} for {u.peer} (best available: {u.best_available})" for u in unmet
+        ]
+        super().__init__("no feasible suite: " + ("; ".join(parts) or "no candidate algorithms"))
+        self.unmet = unmet
+        self.notes = notes or []
+
+    def detail(self) -> Any:
+        return {
+            "message": self.message,
+            "unmet": [u.as_dict() for u in self.unmet],
+            "notes": self.notes,
+        }
+
+
+class UnsupportedProtection(NegotiationError, ValueError):
+    """The objectives ask for protection the back end cannot give and the policy is strict."""
+
+
+class GatewayError(QossError):
+    """A strongSwan gateway could not do what was asked."""
+
+
+class GatewayUnreachable(GatewayError, ConnectionError):
+    """The gateway's VICI socket cannot be reached."""
+
+    def __init__(self, socket_path: str, reason: str) -> None:
+        super().__init__(f"strongSwan unreachable at {socket_path}: {reason}")
+        self.socket_path = socket_path
+
+
+class GatewayRejected(GatewayError, RuntimeError):
+    """strongSwan refused a command; the message is strongSwan's own."""
+
+
+class TunnelVerificationFailed(GatewayError, RuntimeError):
+    """strongSwan negotiated something other than what qoss chose."""
