@@ -173,6 +173,7 @@ class Policy:
     description: str = ""
     min_levels: Levels = field(default_factory=Levels)
     objectives: frozenset[str] = frozenset()
+    objective_id: int | None = None
     allow: frozenset[str] | None = None
     deny: frozenset[str] = frozenset()
     traffic: TrafficProfile | None = None
@@ -185,7 +186,13 @@ class Policy:
 
     @property
     def option(self) -> IpsecOption:
+        """The IPsec option this policy's objectives ask for (Native when none)."""
         return ipsec_option(self.objectives)
+
+    @property
+    def wants_native(self) -> bool:
+        """Objective-ID 1: explicitly no IPsec."""
+        return self.objective_id == 1
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -193,6 +200,7 @@ class Policy:
             "description": self.description,
             "min_levels": self.min_levels.as_dict(),
             "objectives": sorted(self.objectives),
+            "objective_id": self.objective_id,
             "allow": sorted(self.allow) if self.allow is not None else None,
             "deny": sorted(self.deny),
             "traffic": self.traffic.as_dict() if self.traffic else None,
@@ -243,6 +251,7 @@ class Policy:
             description=description,
             min_levels=Levels.from_dict(data.get("min_levels")),
             objectives=objectives,
+            objective_id=data.get("objective_id"),
             allow=keyword_set(allow_raw, "allow") if allow_raw is not None else None,
             deny=keyword_set(data.get("deny"), "deny"),
             traffic=TrafficProfile.from_dict(data["traffic"]) if data.get("traffic") is not None else None,

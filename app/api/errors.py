@@ -1,0 +1,83 @@
+"""One error shape, one status table: ``{"error": <name>, "detail": <what>}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.domain import errors as e
+
+__all__ = ["STATUS", "install_error_handlers", "status_for"]
+
+log = logging.getLogger("qoss.api")
+
+#: Most specific first: the first class an error is an instance of decides its status.
+STATUS: tuple[tuple[type[e.QossError], int], ...] = (
+    (e.NoFeasibleSuite, 409),
+    (e.UnsupportedProtection, 409),
+    (e.StaleRevision, 409),
+    (e.AlreadyExists, 409),
+    (e.Conflict, 409),
+    (e.NotFound, 404),
+    (e.InvalidInput, 422),
+    (e.GatewayUnreachable, 503),
+    (e.GatewayRejected, 502),
+    (e.TunnelVerificationFailed, 502),
+    (e.GatewayError, 502),
+)
+
+
+def status_for(exc: e.QossError) -> int:
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status
+    return 500
+
+
+def error_body(error: str, detail: Any) -> dict[str, Any]:
+    return {"error": error, "detail": detail}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers: domain errors, validation, HTTP errors, the database, the rest."""
+
+    @app.exception_handler(e.QossError)
+    async def _qoss(_: Request, exc: e.QossError) -> JSONResponse:
+        status = status_for(exc)
+        headers = {}
+        if isinstance(exc, e.StaleRevision):
+            headers["ETag"] = f'"{exc.current}"'
+        return JSONResponse(error_body(type(exc).__name__, exc.detail()), status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        detail = [
+            {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
+            for err in exc.errors()
+        ]
+        return JSONResponse(error_body("ValidationError", detail), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        name = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge", 428: "PreconditionRequired"}
+        return JSONResponse(
+            error_body(name.get(exc.status_code, "HTTPError"), exc.detail),
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(OperationalError)
+    async def _database(_: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database unavailable: %s", type(exc.orig).__name__ if exc.orig else "OperationalError")
+        return JSONResponse(error_body("DatabaseUnavailable", "the database is unavailable"), status_code=503)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error", exc_info=exc)
+        return JSONResponse(error_body("InternalError", "internal error"), status_code=500)

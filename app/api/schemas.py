@@ -1,0 +1,149 @@
+"""HTTP request and response bodies (separate from the ORM and the domain)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.services.negotiation import NegotiationIn
+
+__all__ = [
+    "AlgorithmOut",
+    "ErrorOut",
+    "MeasurementIn",
+    "NegotiationIn",
+    "NegotiationOut",
+    "PolicyIn",
+    "PolicyOut",
+    "RatingIn",
+    "RatingPatch",
+    "RatingTableIn",
+    "RatingTableOut",
+    "RevisionOut",
+]
+
+Level = Annotated[int, Field(ge=0, le=10)]
+Text = Annotated[str, Field(max_length=2000)]
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorOut(BaseModel):
+    error: str
+    detail: Any
+
+
+class AlgorithmOut(BaseModel):
+    keyword: str
+    kind: str
+    key_size: int
+    block_size: int | None
+    icv_length: int | None
+    protocols: list[str]
+    sa_name: str
+    prf: str | None
+    aliases: list[str]
+    description: str
+
+
+class MeasurementIn(_Strict):
+    throughput_mbps: Annotated[float, Field(ge=0)] | None = None
+    a_ns_per_byte: Annotated[float, Field(ge=0)] | None = None
+    b_ns: float | None = None
+    machine: Annotated[str, Field(max_length=200)] | None = None
+    backend: Annotated[str, Field(max_length=200)] | None = None
+    date: Annotated[str, Field(max_length=200)] | None = None
+    samples: Annotated[int, Field(ge=0)] | None = None
+    method: Annotated[str, Field(max_length=200)] | None = None
+    spread: Annotated[float, Field(ge=0)] | None = None
+
+
+class RatingIn(_Strict):
+    algorithm: Annotated[str, Field(min_length=1, max_length=64)]
+    confidentiality: Level | None = None
+    integrity: Level | None = None
+    key_exchange: Level | None = None
+    performance: Annotated[float, Field(ge=0, le=10)] = 0
+    source: Annotated[str, Field(max_length=500)] = ""
+    reason: Text = ""
+    requirement: Annotated[str, Field(max_length=40)] | None = None
+    measurement: MeasurementIn | None = None
+
+
+class RatingPatch(_Strict):
+    """Fields of one row to change; absent fields keep their value."""
+
+    confidentiality: Level | None = None
+    integrity: Level | None = None
+    key_exchange: Level | None = None
+    performance: Annotated[float, Field(ge=0, le=10)] | None = None
+    source: Annotated[str, Field(max_length=500)] | None = None
+    reason: Text | None = None
+    requirement: Annotated[str, Field(max_length=40)] | None = None
+    measurement: MeasurementIn | None = None
+
+
+class RatingTableIn(_Strict):
+    name: Name
+    description: Text = ""
+    source: Text = ""
+    ratings: Annotated[list[RatingIn], Field(min_length=1, max_length=500)]
+
+
+class RatingTableOut(BaseModel):
+    name: str
+    revision: int
+    description: str
+    source: str
+    ratings: list[dict[str, Any]]
+
+
+class RevisionOut(BaseModel):
+    revision: int
+    author: str
+    created_at: Any
+    message: str
+    changes: list[dict[str, Any]] | None = None
+
+
+class PolicyIn(_Strict):
+    name: Name
+    description: Text = ""
+    min_levels: dict[str, Level] | None = None
+    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
+    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
+    allow: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=200)] | None = None
+    deny: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=200)] | None = None
+    traffic: dict[str, float | int] | None = None
+    mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] = "tunnel"
+    pfs: bool = True
+    strict: bool = False
+    rating_table: Name | None = None
+    ike_lifetime: Annotated[int, Field(ge=60, le=604800)] = 14400
+    child_lifetime: Annotated[int, Field(ge=60, le=604800)] = 3600
+
+
+class PolicyOut(BaseModel):
+    name: str
+    revision: int
+    policy: dict[str, Any]
+
+
+class NegotiationOut(BaseModel):
+    suite: dict[str, Any]
+    proposals: dict[str, str | None]
+    levels: dict[str, int]
+    cost: float
+    cost_unit: str
+    mode: str
+    lifetimes: dict[str, int]
+    ike: dict[str, str | None]
+    alternatives: list[dict[str, Any]]
+    rejected: list[dict[str, Any]]
+    notes: list[str]
+    requirement: dict[str, dict[str, int]]
+    tables: dict[str, str]

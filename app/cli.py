@@ -1,0 +1,197 @@
+"""The ``qoss`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.domain.errors import QossError
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="qoss: Quality-of-Security-Service negotiation for IPsec.", no_args_is_help=True)
+ratings_app = typer.Typer(help="Rating tables.", no_args_is_help=True)
+policies_app = typer.Typer(help="Policies.", no_args_is_help=True)
+db_app = typer.Typer(help="The database.", no_args_is_help=True)
+app.add_typer(ratings_app, name="ratings")
+app.add_typer(policies_app, name="policies")
+app.add_typer(db_app, name="db")
+
+DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
+
+
+def _settings(database_url: str | None) -> Any:
+    from app.settings import Settings
+
+    return Settings(database_url=database_url) if database_url else Settings()
+
+
+def _fail(exc: QossError, code: int = 2) -> None:
+    typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
+    raise typer.Exit(code)
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read(1_048_577)
+    return Path(path).read_text(encoding="utf-8")
+
+
+@app.command()
+def serve(
+    database_url: DbUrl = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
+) -> None:
+    """Migrate the database, load the shipped tables, and serve the API."""
+    import uvicorn
+
+    from app.api.main import create_app
+    from app.services.bootstrap import prepare_database
+
+    settings = _settings(database_url)
+    if host:
+        settings.host = host
+    if port:
+        settings.port = port
+    prepared = prepare_database(settings)
+    if prepared.tables_added or prepared.policies_added:
+        typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DbUrl = None) -> None:
+    """Run the migrations and load shipped data the database lacks."""
+    from app.services.bootstrap import prepare_database
+
+    prepared = prepare_database(_settings(database_url))
+    typer.echo(json.dumps({"tables_added": prepared.tables_added, "policies_added": prepared.policies_added}))
+
+
+@app.command()
+def negotiate(
+    request: Annotated[str, typer.Argument(help="negotiation request JSON file, or - for stdin")] = "-",
+    database_url: DbUrl = None,
+) -> None:
+    """Negotiate exactly as POST /v1/negotiations does; the answer is JSON on stdout."""
+    from pydantic import ValidationError
+
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.services.bootstrap import prepare_database
+    from app.services.negotiation import NegotiationIn, run_negotiation
+    from app.services.ratings import TableCache
+
+    settings = _settings(database_url)
+    try:
+        body = NegotiationIn.model_validate_json(_read(request))
+    except ValidationError as exc:
+        typer.echo(json.dumps({"error": "ValidationError", "detail": json.loads(exc.json())}, indent=2), err=True)
+        raise typer.Exit(2) from exc
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            result = run_negotiation(session=session, cache=TableCache(), request=body,
+                                     default_table=settings.default_table)
+    except QossError as exc:
+        _fail(exc)
+    finally:
+        engine.dispose()
+    typer.echo(json.dumps(result.as_dict(), indent=2))
+
+
+@ratings_app.command("list")
+def ratings_list(database_url: DbUrl = None) -> None:
+    """List the rating tables in the database."""
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.services.bootstrap import prepare_database
+    from app.services.ratings import list_tables
+
+    settings = _settings(database_url)
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            typer.echo(json.dumps(list_tables(session=session), indent=2, default=str))
+    finally:
+        engine.dispose()
+
+
+@ratings_app.command("export")
+def ratings_export(
+    name: str,
+    fmt: Annotated[str, typer.Option("--format", help="yaml or csv")] = "yaml",
+    database_url: DbUrl = None,
+) -> None:
+    """Print a table as YAML or CSV."""
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.services.bootstrap import prepare_database
+    from app.services.ratings import export_table
+
+    settings = _settings(database_url)
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            typer.echo(export_table(session=session, name=name, fmt=fmt), nl=False)
+    except QossError as exc:
+        _fail(exc)
+    finally:
+        engine.dispose()
+
+
+@ratings_app.command("import")
+def ratings_import(
+    path: Annotated[str, typer.Argument(help="YAML or CSV file, or - for stdin")],
+    fmt: Annotated[str | None, typer.Option("--format", help="yaml or csv (default: from the file name)")] = None,
+    name: Annotated[str | None, typer.Option(help="table name (required for CSV)")] = None,
+    revision: Annotated[int | None, typer.Option(help="replace this current revision of an existing table")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    database_url: DbUrl = None,
+) -> None:
+    """Import a table (new, or a new revision with --revision)."""
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.services.bootstrap import prepare_database
+    from app.services.ratings import import_table
+
+    settings = _settings(database_url)
+    prepare_database(settings)
+    kind = fmt or ("csv" if path.endswith(".csv") else "yaml")
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            table = import_table(session=session, text=_read(path), fmt=kind, author=author, name=name,
+                                 expected_revision=revision)
+    except QossError as exc:
+        _fail(exc)
+    finally:
+        engine.dispose()
+    typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
+
+
+@policies_app.command("check")
+def policies_check(paths: Annotated[list[Path], typer.Argument(help="policy YAML files")]) -> None:
+    """Validate policy files; exit 1 if any is invalid."""
+    from app.adapters.files import load_policy
+
+    bad = 0
+    for path in paths:
+        try:
+            policy = load_policy(path)
+        except (QossError, OSError) as exc:
+            bad += 1
+            typer.echo(f"{path}: INVALID: {exc}")
+            continue
+        typer.echo(f"{path}: ok ({policy.name}, {policy.option.value}, min {policy.min_levels.as_dict()})")
+    if bad:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point of the ``qoss`` script."""
+    app()

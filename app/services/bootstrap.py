@@ -1,0 +1,43 @@
+"""Bring a database to a usable state: migrate, then load the shipped tables and policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.migrate import upgrade
+from app.services.policies import load_shipped_policies
+from app.services.ratings import load_shipped_tables
+from app.settings import Settings
+
+__all__ = ["Prepared", "prepare_database"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    tables_added: list[str]
+    policies_added: list[str]
+
+
+def prepare_database(settings: Settings) -> Prepared:
+    """Run the migrations; with ``load_shipped``, insert shipped data the database lacks."""
+    if settings.database_url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        path = settings.database_url.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    upgrade(settings.database_url)
+    if not settings.load_shipped:
+        return Prepared([], [])
+    tables = files.load_rating_tables(settings.ratings_dir)
+    policies = files.load_policies(settings.policies_dir)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            added_t = load_shipped_tables(session=session, tables=tables)
+            added_p = load_shipped_policies(session=session, policies=policies)
+    finally:
+        engine.dispose()
+    return Prepared(added_t, added_p)

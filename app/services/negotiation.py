@@ -1,0 +1,155 @@
+"""The negotiation use case: resolve policies and tables, run the pure engine.
+
+The input model is shared by the HTTP API and the CLI (``qoss negotiate``), so both
+accept exactly the same documents.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from app.adapters.db.repositories import PolicyRepository
+from app.domain.negotiation import Backend, NegotiationRequest, NegotiationResult, Peer, negotiate
+from app.domain.policies import Levels, Policy, TrafficProfile, keyword_set, parse_objectives
+from app.domain.ratings import RatingTable
+from app.services.ratings import TableCache
+
+__all__ = [
+    "BackendIn",
+    "MinLevelsIn",
+    "NegotiationIn",
+    "PeerIn",
+    "TrafficIn",
+    "run_negotiation",
+]
+
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Keyword = Annotated[str, Field(min_length=1, max_length=64)]
+Level = Annotated[int, Field(ge=0, le=10)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MinLevelsIn(_Strict):
+    """Minimum security levels (0-10); an absent level is 0."""
+
+    confidentiality: Level = 0
+    integrity: Level = 0
+    key_exchange: Level = 0
+
+
+class TrafficIn(_Strict):
+    """The traffic profile: typical packet size, needed throughput."""
+
+    packet_size: Annotated[int, Field(ge=20, le=65535)] = 1400
+    min_throughput_mbps: Annotated[float, Field(ge=0, le=1e6)] | None = None
+
+
+class BackendIn(_Strict):
+    """What the data plane can do; the default is strongSwan with kernel-netlink."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)] = "strongswan"
+    ah: bool = True
+    ah_esp_bundle: bool = False
+    transport: bool = True
+
+
+class PeerIn(_Strict):
+    """One party. Inline fields combine with a named stored policy: levels take the
+    maximum, objectives and forbidden algorithms the union; inline flags override."""
+
+    name: Name
+    policy: Name | None = None
+    min_levels: MinLevelsIn | None = None
+    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
+    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
+    supports: Annotated[list[Keyword], Field(max_length=200)] | None = None
+    forbids: Annotated[list[Keyword], Field(max_length=200)] = []
+    rating_table: Name | None = None
+    strict: bool | None = None
+    pfs: bool | None = None
+    mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] | None = None
+
+
+class NegotiationIn(_Strict):
+    """A negotiation request (POST /v1/negotiations, ``qoss negotiate``)."""
+
+    rating_table: Name | None = None
+    peers: Annotated[list[PeerIn], Field(min_length=1, max_length=16)]
+    traffic: TrafficIn | None = None
+    backend: BackendIn | None = None
+    alternatives: Annotated[int, Field(ge=0, le=20)] = 5
+
+
+def _peer_policy(peer: PeerIn, stored: Policy | None) -> Policy:
+    base = stored or Policy(name="inline")
+    inline_levels = peer.min_levels or MinLevelsIn()
+    levels = Levels(
+        max(base.min_levels.confidentiality, inline_levels.confidentiality),
+        max(base.min_levels.integrity, inline_levels.integrity),
+        max(base.min_levels.key_exchange, inline_levels.key_exchange),
+    )
+    objectives = base.objectives | parse_objectives(peer.objectives, peer.objective_id)
+    return Policy(
+        name=base.name,
+        description=base.description,
+        min_levels=levels,
+        objectives=objectives,
+        objective_id=peer.objective_id if peer.objective_id is not None else base.objective_id,
+        allow=base.allow,
+        deny=base.deny,
+        traffic=base.traffic,
+        mode=base.mode if peer.mode is None else type(base.mode)(peer.mode),
+        pfs=base.pfs if peer.pfs is None else peer.pfs,
+        strict=base.strict if peer.strict is None else peer.strict,
+        rating_table=peer.rating_table or base.rating_table,
+        ike_lifetime=base.ike_lifetime,
+        child_lifetime=base.child_lifetime,
+    )
+
+
+def run_negotiation(
+    *, session: Session, cache: TableCache, request: NegotiationIn, default_table: str
+) -> NegotiationResult:
+    """Resolve the request's policies and tables, then negotiate.
+
+    Raises:
+        NotFound: a named policy or rating table does not exist.
+        InvalidPolicy: an unknown objective or algorithm keyword.
+        NoFeasibleSuite: nothing meets the minimums (409).
+    """
+    default = cache.get(session, default_table)
+    table = cache.get(session, request.rating_table) if request.rating_table else default
+    policies = PolicyRepository(session)
+    peers: list[Peer] = []
+    for p in request.peers:
+        stored = policies.get(p.policy)[0] if p.policy else None
+        policy = _peer_policy(p, stored)
+        peer_table: RatingTable = cache.get(session, policy.rating_table) if policy.rating_table else table
+        peers.append(
+            Peer(
+                name=p.name,
+                policy=policy,
+                table=peer_table,
+                supports=keyword_set(p.supports, f"peers[{p.name}].supports") if p.supports is not None else None,
+                forbids=keyword_set(p.forbids, f"peers[{p.name}].forbids"),
+            )
+        )
+    traffic = TrafficProfile(request.traffic.packet_size, request.traffic.min_throughput_mbps) if request.traffic else None
+    backend = Backend(**request.backend.model_dump()) if request.backend else Backend()
+    return negotiate(
+        NegotiationRequest(
+            peers=peers, table=table, default_table=default, traffic=traffic, backend=backend,
+            alternatives=request.alternatives,
+        )
+    )
+
+
+def result_document(result: NegotiationResult) -> dict[str, Any]:
+    """The JSON answer of a negotiation."""
+    return result.as_dict()

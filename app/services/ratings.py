@@ -1,0 +1,169 @@
+"""Use cases for rating tables: list, read, edit with revisions, import and export.
+
+Services never commit: the caller's unit of work (the request-scoped session) does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.adapters import files
+from app.adapters.db.repositories import RatingTableRepository
+from app.domain.algorithms import resolve
+from app.domain.errors import Conflict, InvalidRatingTable, NotFound, StaleRevision
+from app.domain.ratings import Rating, RatingTable
+
+__all__ = [
+    "TableCache",
+    "create_table",
+    "delete_table",
+    "export_table",
+    "get_table",
+    "import_table",
+    "list_tables",
+    "load_shipped_tables",
+    "replace_table",
+    "table_revision",
+    "table_revisions",
+    "update_rating",
+]
+
+
+class TableCache:
+    """Parsed rating tables by (name, revision): a negotiation reads one revision number per table."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tables: dict[str, RatingTable] = {}
+
+    def get(self, session: Session, name: str) -> RatingTable:
+        repo = RatingTableRepository(session)
+        revision = repo.current_revision(name)
+        with self._lock:
+            cached = self._tables.get(name)
+        if cached is not None and cached.revision == revision:
+            return cached
+        table = repo.get(name)
+        with self._lock:
+            self._tables[name] = table
+        return table
+
+
+def list_tables(*, session: Session) -> list[dict[str, Any]]:
+    """Summaries of every table."""
+    return RatingTableRepository(session).list()
+
+
+def get_table(*, session: Session, name: str) -> RatingTable:
+    """The current revision of one table."""
+    return RatingTableRepository(session).get(name)
+
+
+def table_revision(*, session: Session, name: str, revision: int) -> RatingTable:
+    """One past revision of a table."""
+    return RatingTableRepository(session).get_revision(name, revision)
+
+
+def table_revisions(*, session: Session, name: str) -> list[dict[str, Any]]:
+    """The history of a table: who changed what, when."""
+    return RatingTableRepository(session).revisions(name)
+
+
+def create_table(*, session: Session, document: Mapping[str, Any], author: str) -> RatingTable:
+    """Create a table from its document form."""
+    table = RatingTable.from_dict(document)
+    revision = RatingTableRepository(session).create(table, author=author, message="created")
+    return RatingTable.from_dict(table.as_dict(), revision=revision)
+
+
+def replace_table(
+    *, session: Session, name: str, document: Mapping[str, Any], expected_revision: int, author: str,
+    message: str = "replaced",
+) -> RatingTable:
+    """Replace a whole table; ``expected_revision`` must be the current one."""
+    body_name = document.get("name") if isinstance(document, Mapping) else None
+    if body_name is not None and body_name != name:
+        raise InvalidRatingTable(f"the body names table {str(body_name)[:64]!r} but the path names {name!r}")
+    table = RatingTable.from_dict(document, name=name)
+    revision = RatingTableRepository(session).update(
+        table, expected_revision=expected_revision, author=author, message=message
+    )
+    return RatingTable.from_dict(table.as_dict(), revision=revision)
+
+
+def update_rating(
+    *, session: Session, name: str, algorithm: str, changes: Mapping[str, Any], expected_revision: int,
+    author: str,
+) -> RatingTable:
+    """Edit (or add) one algorithm's row; fields not given keep their value."""
+    repo = RatingTableRepository(session)
+    table = repo.get(name)
+    if table.revision != expected_revision:
+        raise StaleRevision(name, expected_revision, table.revision)
+    keyword = resolve(algorithm)
+    if "algorithm" in changes and resolve(str(changes["algorithm"])) != keyword:
+        raise InvalidRatingTable("the body's algorithm differs from the path's")
+    current = table.get(keyword)
+    base = current.as_dict() if current is not None else {}
+    merged = {k: v for k, v in {**base, **changes, "algorithm": keyword}.items() if v is not None}
+    rating = Rating.from_dict(merged, f"ratings[{keyword}]")
+    updated = table.with_rating(rating)
+    revision = repo.update(updated, expected_revision=expected_revision, author=author,
+                           message=f"edited {keyword}")
+    return RatingTable.from_dict(updated.as_dict(), revision=revision)
+
+
+def delete_table(*, session: Session, name: str, default_table: str) -> None:
+    """Delete a table; the service's default table cannot be deleted."""
+    if name == default_table:
+        raise Conflict(f"{name} is the service's default rating table and cannot be deleted")
+    RatingTableRepository(session).delete(name)
+
+
+def import_table(
+    *, session: Session, text: str, fmt: str, author: str, name: str | None = None,
+    expected_revision: int | None = None, description: str = "", source: str = "",
+) -> RatingTable:
+    """Import a table from YAML or CSV: a new table, or a new revision with ``expected_revision``."""
+    if fmt == "yaml":
+        table = files.parse_rating_table_yaml(text, name=name)
+    elif fmt == "csv":
+        if not name:
+            raise InvalidRatingTable("a CSV import needs the table's name")
+        table = files.parse_rating_table_csv(text, name=name, description=description, source=source)
+    else:
+        raise InvalidRatingTable("format must be 'yaml' or 'csv'")
+    repo = RatingTableRepository(session)
+    if expected_revision is None:
+        revision = repo.create(table, author=author, message=f"imported ({fmt})")
+    else:
+        revision = repo.update(table, expected_revision=expected_revision, author=author,
+                               message=f"imported ({fmt})")
+    return RatingTable.from_dict(table.as_dict(), revision=revision)
+
+
+def export_table(*, session: Session, name: str, fmt: str) -> str:
+    """A table as YAML or CSV text."""
+    table = RatingTableRepository(session).get(name)
+    if fmt == "yaml":
+        return files.dump_rating_table_yaml(table)
+    if fmt == "csv":
+        return files.dump_rating_table_csv(table)
+    raise InvalidRatingTable("format must be 'yaml' or 'csv'")
+
+
+def load_shipped_tables(*, session: Session, tables: list[RatingTable], author: str = "shipped") -> list[str]:
+    """Insert the shipped tables the database does not have yet (edits are never overwritten)."""
+    repo = RatingTableRepository(session)
+    added = []
+    for table in tables:
+        try:
+            repo.current_revision(table.name)
+        except NotFound:
+            repo.create(table, author=author, message="loaded from ratings/")
+            added.append(table.name)
+    return added

@@ -1,0 +1,29 @@
+"""Service settings, read from the environment (prefix ``QOSS_``) or a ``.env`` file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["REPO_ROOT", "Settings"]
+
+#: Where the shipped data (ratings/, policies/) lives: the checkout this package is in.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    """Everything configurable. Built once at start-up, never at import."""
+
+    model_config = SettingsConfigDict(env_prefix="QOSS_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(default="sqlite:///./var/qoss.db", description="SQLAlchemy URL")
+    default_table: str = Field(default="standards-2026", description="rating table used when none is named")
+    ratings_dir: Path = Field(default=REPO_ROOT / "ratings")
+    policies_dir: Path = Field(default=REPO_ROOT / "policies")
+    load_shipped: bool = Field(default=True, description="load ratings/ and policies/ into an empty database")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+    max_body_bytes: int = Field(default=1_048_576, description="request bodies larger than this get 413")
