@@ -195,3 +195,7 @@ def policies_check(paths: Annotated[list[Path], typer.Argument(help="policy YAML
 def main() -> None:
     """Entry point of the ``qoss`` script."""
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -140,7 +140,11 @@ def run_negotiation(
                 forbids=keyword_set(p.forbids, f"peers[{p.name}].forbids"),
             )
         )
-    traffic = TrafficProfile(request.traffic.packet_size, request.traffic.min_throughput_mbps) if request.traffic else None
+    traffic = (
+        TrafficProfile(request.traffic.packet_size, request.traffic.min_throughput_mbps)
+        if request.traffic
+        else None
+    )
     backend = Backend(**request.backend.model_dump()) if request.backend else Backend()
     return negotiate(
         NegotiationRequest(

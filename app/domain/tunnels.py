@@ -1,0 +1,268 @@
+"""Tunnels: the state machine, the strongSwan configuration of a negotiated suite, and the check.
+
+Pure: builds the VICI ``load-conn`` and ``load-shared`` messages as plain dicts (the
+adapter sends them), and compares what ``list-sas`` reports with what was chosen. The
+same input always gives the same payload (no clocks, no randomness in here: the PSK
+and the tunnel id are made by the caller).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from app.domain.algorithms import CATALOGUE, Kind, lookup
+from app.domain.errors import InvalidInput
+
+__all__ = [
+    "TRANSITIONS",
+    "ExpectedSa",
+    "ObservedSa",
+    "TunnelEnd",
+    "TunnelState",
+    "check_transition",
+    "conn_name",
+    "conn_payload",
+    "expected_sa",
+    "keywords_from_charon",
+    "mismatches",
+    "parse_traffic_selectors",
+    "shared_payload",
+]
+
+
+class TunnelState(StrEnum):
+    """requested -> negotiated -> configuring -> up -> down, or failed from any step."""
+
+    REQUESTED = "requested"
+    NEGOTIATED = "negotiated"
+    CONFIGURING = "configuring"
+    UP = "up"
+    DOWN = "down"
+    FAILED = "failed"
+
+
+TRANSITIONS: dict[TunnelState, frozenset[TunnelState]] = {
+    TunnelState.REQUESTED: frozenset({TunnelState.NEGOTIATED, TunnelState.FAILED}),
+    TunnelState.NEGOTIATED: frozenset({TunnelState.CONFIGURING, TunnelState.FAILED}),
+    TunnelState.CONFIGURING: frozenset({TunnelState.UP, TunnelState.FAILED}),
+    TunnelState.UP: frozenset({TunnelState.DOWN, TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING}),
+    TunnelState.DOWN: frozenset({TunnelState.CONFIGURING, TunnelState.UP}),
+    TunnelState.FAILED: frozenset({TunnelState.CONFIGURING}),
+}
+
+
+def check_transition(current: TunnelState, new: TunnelState) -> TunnelState:
+    """``new`` if the move is allowed.
+
+    Raises:
+        InvalidInput: the move is not in :data:`TRANSITIONS`.
+    """
+    if new not in TRANSITIONS[current]:
+        raise InvalidInput(f"a tunnel cannot go from {current.value} to {new.value}")
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelEnd:
+    """One end of a tunnel as strongSwan sees it: IKE address, identity, protected networks."""
+
+    ike_address: str
+    identity: str
+    traffic_selectors: tuple[str, ...]
+
+
+def conn_name(tunnel_id: str) -> str:
+    """The strongSwan connection (and CHILD_SA and secret) name of a tunnel."""
+    if not tunnel_id or len(tunnel_id) > 40 or not all(c.isascii() and (c.isalnum() or c == "-") for c in tunnel_id):
+        raise InvalidInput("a tunnel id is 1-40 ASCII letters, digits or '-'")
+    return f"qoss-{tunnel_id}"
+
+
+def parse_traffic_selectors(values: Sequence[str], where: str) -> tuple[str, ...]:
+    """Validated CIDR traffic selectors (IPv4 or IPv6), normalised; at most 16."""
+    if isinstance(values, str) or not values or len(values) > 16:
+        raise InvalidInput(f"{where}: one to 16 networks in CIDR notation")
+    out = []
+    for value in values:
+        try:
+            out.append(str(ipaddress.ip_network(str(value), strict=False)))
+        except ValueError as exc:
+            raise InvalidInput(f"{where}: {str(value)[:64]!r} is not a network in CIDR notation") from exc
+    return tuple(out)
+
+
+def conn_payload(
+    *,
+    name: str,
+    local: TunnelEnd,
+    remote: TunnelEnd,
+    ike_proposal: str,
+    esp_proposal: str | None,
+    ah_proposal: str | None,
+    mode: str,
+    ike_lifetime: int,
+    child_lifetime: int,
+) -> dict[str, Any]:
+    """The VICI ``load-conn`` message for one end (IKEv2, PSK, exactly one proposal each).
+
+    The responder gets the same single proposals as the initiator, so strongSwan can only
+    agree on what qoss chose (never ``default``).
+    """
+    child: dict[str, Any] = {
+        "local_ts": list(local.traffic_selectors),
+        "remote_ts": list(remote.traffic_selectors),
+        "mode": mode,
+        "start_action": "none",
+        "close_action": "none",
+        "dpd_action": "clear",
+        "rekey_time": f"{child_lifetime}s",
+        "life_time": f"{child_lifetime + child_lifetime // 10}s",
+    }
+    if esp_proposal is not None:
+        child["esp_proposals"] = [esp_proposal]
+    if ah_proposal is not None:
+        child["ah_proposals"] = [ah_proposal]
+    conn: dict[str, Any] = {
+        "version": "2",
+        "local_addrs": [local.ike_address],
+        "remote_addrs": [remote.ike_address],
+        "proposals": [ike_proposal],
+        "rekey_time": f"{ike_lifetime}s",
+        "unique": "replace",
+        "mobike": "no",
+        "local": {"auth": "psk", "id": local.identity},
+        "remote": {"auth": "psk", "id": remote.identity},
+        "children": {name: child},
+    }
+    return {name: conn}
+
+
+def shared_payload(*, name: str, secret: bytes, owners: Sequence[str]) -> dict[str, Any]:
+    """The VICI ``load-shared`` message for the tunnel's PSK (the secret stays bytes)."""
+    return {"id": name, "type": "IKE", "data": secret, "owners": list(owners)}
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedSa:
+    """What ``list-sas`` must report for a negotiated suite, in strongSwan's names."""
+
+    ike_encr: str
+    ike_encr_keysize: int | None
+    ike_integ: str | None
+    ike_prf: str
+    ike_dh: str
+    child_protocol: str
+    child_encr: str | None
+    child_encr_keysize: int | None
+    child_integ: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedSa:
+    """What ``list-sas`` reported for one IKE_SA and its CHILD_SA (already decoded)."""
+
+    ike_state: str
+    ike_encr: str | None
+    ike_encr_keysize: int | None
+    ike_integ: str | None
+    ike_prf: str | None
+    ike_dh: str | None
+    child_state: str | None
+    child_protocol: str | None
+    child_encr: str | None
+    child_encr_keysize: int | None
+    child_integ: str | None
+
+
+_VARIABLE_KEY = ("AES_", "CAMELLIA_", "BLOWFISH_", "NULL_AES_GMAC")
+
+
+def _keysize(keyword: str) -> int | None:
+    alg = CATALOGUE[keyword]
+    return alg.key_size if alg.sa_name.startswith(_VARIABLE_KEY) else None
+
+
+def expected_sa(*, ike: Mapping[str, str | None], protocol: str, encryption: str | None,
+                integrity: str | None) -> ExpectedSa:
+    """The names ``list-sas`` reports for a negotiated IKE proposal and ESP/AH suite."""
+    ike_encr = ike["encryption"]
+    ike_prf = ike["prf"]
+    ike_dh = ike["key_exchange"]
+    if ike_encr is None or ike_prf is None or ike_dh is None:
+        raise InvalidInput("the IKE proposal is incomplete")
+    ike_integ = ike.get("integrity")
+    return ExpectedSa(
+        ike_encr=CATALOGUE[ike_encr].sa_name,
+        ike_encr_keysize=_keysize(ike_encr),
+        ike_integ=CATALOGUE[ike_integ].sa_name if ike_integ else None,
+        ike_prf=CATALOGUE[ike_prf].sa_name,
+        ike_dh=CATALOGUE[ike_dh].sa_name,
+        child_protocol="AH" if protocol == "ah" else "ESP",
+        child_encr=CATALOGUE[encryption].sa_name if encryption else None,
+        child_encr_keysize=_keysize(encryption) if encryption else None,
+        child_integ=CATALOGUE[integrity].sa_name if integrity else None,
+    )
+
+
+def mismatches(expected: ExpectedSa, observed: ObservedSa) -> list[str]:
+    """Every difference between what was chosen and what strongSwan negotiated (empty: equal)."""
+    out = []
+    if observed.ike_state != "ESTABLISHED":
+        out.append(f"IKE_SA state {observed.ike_state}, expected ESTABLISHED")
+    if observed.child_state != "INSTALLED":
+        out.append(f"CHILD_SA state {observed.child_state}, expected INSTALLED")
+    pairs: list[tuple[str, object, object]] = [
+        ("IKE encryption", expected.ike_encr, observed.ike_encr),
+        ("IKE PRF", expected.ike_prf, observed.ike_prf),
+        ("IKE key exchange", expected.ike_dh, observed.ike_dh),
+        ("IKE integrity", expected.ike_integ, observed.ike_integ),
+        ("CHILD_SA protocol", expected.child_protocol, observed.child_protocol),
+        ("CHILD_SA encryption", expected.child_encr, observed.child_encr),
+        ("CHILD_SA integrity", expected.child_integ, observed.child_integ),
+    ]
+    if expected.ike_encr_keysize is not None:
+        pairs.append(("IKE key size", expected.ike_encr_keysize, observed.ike_encr_keysize))
+    if expected.child_encr_keysize is not None:
+        pairs.append(("CHILD_SA key size", expected.child_encr_keysize, observed.child_encr_keysize))
+    for what, want, got in pairs:
+        if want != got:
+            out.append(f"{what}: negotiated {got}, chosen {want}")
+    return out
+
+
+def keywords_from_charon(sections: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
+    """Catalogue keywords a charon can use, from VICI ``get-algorithms`` sections.
+
+    ``get-algorithms`` names algorithms without key sizes (``AES_CBC``), so every key
+    size of a listed algorithm counts; the 5.9 ``dh`` and 6.0 ``ke`` sections are both
+    read. Names qoss does not know are ignored.
+    """
+    by_section = {
+        "encryption": (Kind.ENCRYPTION, Kind.AEAD),
+        "aead": (Kind.AEAD,),
+        "integrity": (Kind.INTEGRITY,),
+        "prf": (Kind.PRF,),
+        "dh": (Kind.KEY_EXCHANGE,),
+        "ke": (Kind.KEY_EXCHANGE,),
+    }
+    found: set[str] = set()
+    for section, kinds in by_section.items():
+        names = set(sections.get(section, {}))
+        for alg in CATALOGUE.values():
+            if alg.kind in kinds and _charon_name_matches(alg.sa_name, names):
+                found.add(alg.keyword)
+    if "NULL" in set(sections.get("encryption", {})):
+        found.add(lookup("null").keyword)
+    return frozenset(found)
+
+
+def _charon_name_matches(sa_name: str, names: set[str]) -> bool:
+    if sa_name in names:
+        return True
+    # get-algorithms lists the GCM/CCM family once per ICV length, and HMAC names
+    # without the truncation suffix in some versions: compare on the common prefix.
+    return any(n.startswith(sa_name) or sa_name.startswith(n + "_") for n in names)

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set everything up and run the service on its embedded default (SQLite in ./var),
+# migrated and with the shipped rating tables and policies loaded, at 127.0.0.1:8000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/qoss serve "$@"

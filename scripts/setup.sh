@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Set up everything qoss needs on a fresh Debian 12 machine (run as root):
+# Debian packages (strongSwan charon + kernel-libipsec, iperf3, iproute2, PostgreSQL)
+# and a Python virtualenv in .venv with qoss and its dev tools. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
+  iperf3 iproute2 iputils-ping postgresql python3-venv
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "setup: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The Debian packages start services we do not want: qoss starts its own charons
+  # and its own PostgreSQL for tests.
+  systemctl disable --now strongswan-starter postgresql >/dev/null 2>&1 || true
+fi
+
+PY=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.qoss-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e ".[dev]"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,41 @@
+"""An app per test over a freshly migrated database with the shipped data loaded."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from app.adapters.db.engine import make_engine, make_session_factory
+
+from app.adapters import files
+from app.api.main import create_app
+from app.services.policies import load_shipped_policies
+from app.services.ratings import load_shipped_tables
+from app.settings import REPO_ROOT, Settings
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
+            load_shipped_policies(session=session, policies=files.load_policies(REPO_ROOT / "policies"))
+    finally:
+        engine.dispose()
+    return Settings(database_url=database_url, max_body_bytes=65536)
+
+
+@pytest.fixture
+async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test") as c:
+            yield c

@@ -1,0 +1,55 @@
+"""Policies through the API."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+VOIP = {"name": "my-voip", "min_levels": {"confidentiality": 6, "integrity": 5}, "objective_id": 3,
+        "traffic": {"packet_size": 160}}
+
+
+async def test_shipped_policies_are_listed(client: httpx.AsyncClient) -> None:
+    names = {p["name"] for p in (await client.get("/v1/policies")).json()}
+    assert {"voip", "bulk-backup", "mobile-default"} <= names
+
+
+async def test_policy_crud_with_revisions(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/policies", json=VOIP, headers={"X-Qoss-Actor": "carol"})
+    assert r.status_code == 201, r.text
+    assert r.headers["etag"] == '"1"'
+    assert r.json()["policy"]["objectives"] == sorted(
+        ["O.Comm_Trusted_Channel", "O.Data_Exchange_Conf", "O.Crypto_Comm_Channel"])
+    r = await client.put("/v1/policies/my-voip", json={**VOIP, "pfs": False}, headers={"If-Match": '"1"'})
+    assert r.status_code == 200
+    assert r.json()["revision"] == 2
+    r = await client.put("/v1/policies/my-voip", json=VOIP, headers={"If-Match": '"1"'})
+    assert r.status_code == 409
+    assert (await client.get("/v1/policies/my-voip")).json()["policy"]["pfs"] is False
+    assert (await client.delete("/v1/policies/my-voip")).status_code == 204
+    assert (await client.get("/v1/policies/my-voip")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**VOIP, "deny": ["rot13"]},
+        {**VOIP, "objectives": ["O.Teleport"]},
+        {**VOIP, "min_levels": {"integrity": -1}},
+        {**VOIP, "mode": "sideways"},
+        {**VOIP, "extra": True},
+    ],
+)
+async def test_invalid_policy_is_422_and_not_stored(client: httpx.AsyncClient, bad: dict[str, object]) -> None:
+    r = await client.post("/v1/policies", json=bad)
+    assert r.status_code == 422
+    assert (await client.get("/v1/policies/my-voip")).status_code == 404
+
+
+async def test_negotiation_with_stored_policy(client: httpx.AsyncClient) -> None:
+    await client.post("/v1/policies", json=VOIP)
+    r = await client.post("/v1/negotiations", json={"peers": [{"name": "phone", "policy": "my-voip"}]})
+    assert r.status_code == 200, r.text
+    assert r.json()["levels"]["confidentiality"] >= 6

@@ -1,0 +1,133 @@
+"""Rating tables through the API: revisions, If-Match, history, import/export."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+SMALL = {
+    "name": "lab-small",
+    "description": "a test table",
+    "source": "tests",
+    "ratings": [
+        {"algorithm": "aes128", "confidentiality": 8, "performance": 8},
+        {"algorithm": "sha1", "integrity": 5, "performance": 6},
+    ],
+}
+
+
+async def test_shipped_tables_are_listed(client: httpx.AsyncClient) -> None:
+    names = {t["name"] for t in (await client.get("/v1/rating-tables")).json()}
+    assert {"esaf-2006", "standards-2026"} <= names
+
+
+async def test_get_table_has_etag_of_its_revision(client: httpx.AsyncClient) -> None:
+    r = await client.get("/v1/rating-tables/esaf-2006")
+    assert r.status_code == 200
+    assert r.headers["etag"] == f'"{r.json()["revision"]}"'
+    rows = {row["algorithm"]: row for row in r.json()["ratings"]}
+    assert rows["3des"]["confidentiality"] == 8
+    assert rows["3des"]["performance"] == 2
+
+
+async def test_create_then_duplicate_is_409_and_writes_nothing(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/rating-tables", json=SMALL, headers={"X-Qoss-Actor": "alice"})
+    assert r.status_code == 201, r.text
+    assert r.json()["revision"] == 1
+    r = await client.post("/v1/rating-tables", json={**SMALL, "description": "other"})
+    assert r.status_code == 409
+    assert r.json()["error"] == "AlreadyExists"
+    assert (await client.get("/v1/rating-tables/lab-small")).json()["description"] == "a test table"
+
+
+async def test_write_without_if_match_is_428(client: httpx.AsyncClient) -> None:
+    r = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 3})
+    assert r.status_code == 428
+
+
+async def test_stale_if_match_is_409_and_changes_nothing(client: httpx.AsyncClient) -> None:
+    first = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 3},
+                               headers={"If-Match": '"1"'})
+    assert first.status_code == 200
+    stale = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 1},
+                               headers={"If-Match": '"1"'})
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "StaleRevision"
+    assert stale.headers["etag"] == '"2"'
+    rows = {x["algorithm"]: x for x in (await client.get("/v1/rating-tables/esaf-2006")).json()["ratings"]}
+    assert rows["md5"]["integrity"] == 3
+
+
+async def test_history_records_who_and_what(client: httpx.AsyncClient) -> None:
+    await client.patch("/v1/rating-tables/esaf-2006/ratings/sha1", json={"performance": 7},
+                       headers={"If-Match": '"1"', "X-Qoss-Actor": "bob"})
+    history = (await client.get("/v1/rating-tables/esaf-2006/revisions")).json()
+    assert [h["revision"] for h in history] == [1, 2]
+    assert history[1]["author"] == "bob"
+    assert {"algorithm": "sha1", "field": "performance", "old": 6.0, "new": 7.0} in history[1]["changes"]
+    old = (await client.get("/v1/rating-tables/esaf-2006/revisions/1")).json()
+    assert {x["algorithm"]: x for x in old["ratings"]}["sha1"]["performance"] == 6
+
+
+async def test_invalid_rating_edit_is_422_and_keeps_revision(client: httpx.AsyncClient) -> None:
+    r = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"confidentiality": 3},
+                           headers={"If-Match": '"1"'})
+    assert r.status_code == 422
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+async def test_twenty_concurrent_edits_one_wins(client: httpx.AsyncClient) -> None:
+    async def edit(i: int) -> int:
+        r = await client.patch("/v1/rating-tables/esaf-2006/ratings/aes128", json={"performance": 1 + i / 10},
+                               headers={"If-Match": '"1"'})
+        return r.status_code
+
+    codes = await asyncio.gather(*(edit(i) for i in range(20)))
+    assert sorted(codes) == [200] + [409] * 19
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 2
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "csv"])
+async def test_export_then_import_round_trips(client: httpx.AsyncClient, fmt: str) -> None:
+    exported = await client.get("/v1/rating-tables/standards-2026/export", params={"format": fmt})
+    assert exported.status_code == 200
+    text = exported.text
+    if fmt == "yaml":
+        text = text.replace("name: standards-2026", "name: copy-of-standards", 1)
+    r = await client.post("/v1/rating-tables/import", params={"format": fmt, "name": "copy-of-standards"},
+                          content=text, headers={"content-type": "text/plain"})
+    assert r.status_code == 201, r.text
+    original = (await client.get("/v1/rating-tables/standards-2026")).json()["ratings"]
+    copy = (await client.get("/v1/rating-tables/copy-of-standards")).json()["ratings"]
+    assert copy == original
+
+
+async def test_import_garbage_is_422(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/rating-tables/import", params={"format": "yaml"}, content="ratings: [",
+                          headers={"content-type": "text/plain"})
+    assert r.status_code == 422
+
+
+async def test_default_table_cannot_be_deleted(client: httpx.AsyncClient) -> None:
+    assert (await client.delete("/v1/rating-tables/standards-2026")).status_code == 409
+    await client.post("/v1/rating-tables", json=SMALL)
+    assert (await client.delete("/v1/rating-tables/lab-small")).status_code == 204
+    assert (await client.get("/v1/rating-tables/lab-small")).status_code == 404
+
+
+async def test_algorithms_catalogue(client: httpx.AsyncClient) -> None:
+    listed = (await client.get("/v1/algorithms", params={"kind": "key_exchange"})).json()
+    assert "modp2048" in {a["keyword"] for a in listed}
+    assert (await client.get("/v1/algorithms/aes128gcm128")).json()["keyword"] == "aes128gcm16"
+    missing = await client.get("/v1/algorithms/aes129")
+    assert missing.status_code == 404
+    assert "aes128" in missing.text
+
+
+async def test_healthz(client: httpx.AsyncClient) -> None:
+    r = await client.get("/healthz")
+    assert r.json()["status"] == "ok"
