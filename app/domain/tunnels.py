@@ -20,6 +20,8 @@ from app.domain.errors import InvalidInput
 __all__ = [
     "TRANSITIONS",
     "ExpectedSa",
+    "Gateway",
+    "TunnelRecord",
     "ObservedSa",
     "TunnelEnd",
     "TunnelState",
@@ -73,6 +75,73 @@ class TunnelEnd:
     ike_address: str
     identity: str
     traffic_selectors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """A strongSwan instance qoss drives: where its VICI socket is and what it can do.
+
+    ``backend`` and ``algorithms`` are read from the charon itself (VICI ``stats`` and
+    ``get-algorithms``) when the gateway is registered or refreshed.
+    """
+
+    name: str
+    vici_socket: str
+    ike_address: str
+    identity: str
+    inside_networks: tuple[str, ...]
+    backend: str | None = None
+    version: str | None = None
+    algorithms: frozenset[str] = frozenset()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "vici_socket": self.vici_socket,
+            "ike_address": self.ike_address,
+            "identity": self.identity,
+            "inside_networks": list(self.inside_networks),
+            "backend": self.backend,
+            "version": self.version,
+            "algorithms": sorted(self.algorithms, key=lambda k: list(CATALOGUE).index(k)),
+        }
+
+
+@dataclass(frozen=True)
+class TunnelRecord:
+    """What qoss knows of one tunnel. The PSK is never part of it."""
+
+    id: str
+    initiator: str
+    responder: str
+    local_ts: tuple[str, ...]
+    remote_ts: tuple[str, ...]
+    state: TunnelState
+    negotiation: Mapping[str, Any]
+    detail: str = ""
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    @property
+    def conn(self) -> str:
+        return conn_name(self.id)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "conn": self.conn,
+            "initiator": self.initiator,
+            "responder": self.responder,
+            "local_ts": list(self.local_ts),
+            "remote_ts": list(self.remote_ts),
+            "state": self.state.value,
+            "detail": self.detail,
+            "suite": self.negotiation.get("suite"),
+            "proposals": self.negotiation.get("proposals"),
+            "levels": self.negotiation.get("levels"),
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
 
 
 def conn_name(tunnel_id: str) -> str:

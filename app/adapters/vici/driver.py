@@ -1,0 +1,487 @@
+"""The VICI driver: one strongSwan charon driven through its UNIX socket.
+
+:class:`ViciGateway` wraps the ``vici`` package (strongSwan's own client). Every
+operation opens its own connection, so only one command is ever in flight on a
+connection and a gateway object may be shared between threads. Streamed replies
+(``initiate``, ``terminate``, ``list-sas``, ``list-conns``) are always consumed to the
+end. Replies are decoded once into the dataclasses of :mod:`app.adapters.vici.models`.
+
+Every failure leaves as a project exception, chained to its cause:
+
+- socket missing, refused, closed or silent -> :class:`~app.domain.errors.GatewayUnreachable`
+  naming the socket;
+- charon answered ``success = no`` (or does not know the command) ->
+  :class:`~app.domain.errors.GatewayRejected` with charon's ``errmsg`` and, for
+  ``initiate``/``terminate``, the log lines that say why (``NO_PROPOSAL_CHOSEN`` ...).
+
+A pre-shared key handed to :meth:`ViciGateway.load_shared` is never logged, stored, or
+put into an exception message.
+
+Minimum strongSwan versions are noted per method; the lab and the project run 5.9.8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, NoReturn, Protocol
+
+import vici
+import vici.exception
+
+from app.adapters.vici.models import (
+    Algorithms,
+    IkeSa,
+    Pool,
+    Stats,
+    VersionInfo,
+    decode,
+    parse_algorithms,
+    parse_ike_sa,
+    parse_pools,
+    parse_stats,
+    parse_version,
+)
+from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
+
+__all__ = [
+    "AsyncViciGateway",
+    "Connect",
+    "ViciGateway",
+    "ViciSession",
+    "unix_connect",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Log lines of an ``initiate``/``terminate`` that explain a failure.
+_REASON = re.compile(
+    r"\b(?:[A-Z0-9]+_)*(?:CHOSEN|FAILED|UNACCEPTABLE|REQUIRED|INVALID[A-Z_]*)\b|notify|fail|unable|giving up|"
+    r"retransmit|timed? ?out|not (?:found|established)|no (?:matching|acceptable|trusted|shared|config)",
+    re.IGNORECASE,
+)
+#: Message traces, which name every payload and would drown the reason.
+_TRACE = re.compile(r"^(?:generating|parsed|sending packet|received packet) ")
+_MAX_REASONS = 8
+_CMD_UNKNOWN = 2  # vici Packet.CMD_UNKNOWN
+
+
+class ViciSession(Protocol):
+    """What the driver needs of a VICI session (``vici.Session`` has it)."""
+
+    def request(self, command: str, message: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+        """Send one command, return its (raw) reply."""
+        ...
+
+    def streamed_request(
+        self, command: str, event_stream_type: str, message: Mapping[str, Any] | None = None
+    ) -> Iterator[Mapping[str, Any]]:
+        """Send one command, yield the events it streams, raise if it failed."""
+        ...
+
+
+#: Opens a session to ``socket_path`` whose reads time out after ``timeout`` seconds,
+#: and closes it when the context ends.
+Connect = Callable[[str, float], AbstractContextManager[ViciSession]]
+
+
+@contextmanager
+def unix_connect(socket_path: str, timeout: float) -> Iterator[ViciSession]:
+    """The production :data:`Connect`: a UNIX stream socket wrapped in ``vici.Session``.
+
+    VICI over TCP has no authentication, so only UNIX sockets are supported.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(socket_path)
+        session: ViciSession = vici.Session(sock=sock)
+        yield session
+    finally:
+        sock.close()
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "<secret>")
+    return text
+
+
+def _reasons(log: Sequence[str]) -> list[str]:
+    picked = [line for line in log if _REASON.search(line) and not _TRACE.match(line)] or list(log[-3:])
+    out: list[str] = []
+    for line in picked:
+        if line not in out:
+            out.append(line)
+    return out[-_MAX_REASONS:]
+
+
+def _unreachable_reason(exc: OSError, timeout: float) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return "no such socket (is charon running?)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (charon is not listening)"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, PermissionError):
+        return "permission denied"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+class ViciGateway:
+    """A charon reached through its VICI UNIX socket (synchronous, thread-safe).
+
+    Args:
+        socket_path: the VICI socket, e.g. ``/run/charon.vici``.
+        timeout: seconds to wait for connecting and for each reply (``initiate`` and
+            ``terminate`` wait their own ``timeout_ms`` on top).
+        connect: the I/O seam; opens one session per operation. Defaults to
+            :func:`unix_connect`.
+    """
+
+    def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._connect = connect
+
+    def __repr__(self) -> str:
+        return f"ViciGateway(socket_path={self.socket_path!r}, timeout={self.timeout!r})"
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _fail(
+        self,
+        exc: Exception,
+        command: str,
+        timeout: float,
+        *,
+        log: Sequence[str] = (),
+        secrets: Sequence[str] = (),
+    ) -> NoReturn:
+        """Raise the project exception for ``exc``, chained unless the cause names a secret."""
+        if isinstance(exc, GatewayError):
+            raise exc
+        error: GatewayError
+        if isinstance(exc, vici.exception.CommandException):
+            message = str(exc).removeprefix("Command failed: ").strip() or "command failed"
+            reasons = _reasons(log)
+            text = f"{command}: {message}"
+            if reasons:
+                text += " [charon log: " + " | ".join(reasons) + "]"
+            error = GatewayRejected(_scrub(text, secrets))
+        elif isinstance(exc, vici.exception.EventUnknownException):
+            error = GatewayRejected(f"{command}: charon does not know the event stream it needs ({exc})")
+        elif isinstance(exc, vici.exception.SessionException) and f"type {_CMD_UNKNOWN}," in str(exc):
+            error = GatewayRejected(f"{command}: charon does not know this VICI command (too old a strongSwan?)")
+        elif isinstance(exc, vici.exception.SessionException | vici.exception.DeserializationException):
+            error = GatewayUnreachable(self.socket_path, _scrub(f"VICI protocol error in {command}: {exc}", secrets))
+        elif isinstance(exc, OSError):
+            error = GatewayUnreachable(self.socket_path, _unreachable_reason(exc, timeout))
+        else:
+            error = GatewayUnreachable(
+                self.socket_path, _scrub(f"unexpected {type(exc).__name__} in {command}: {exc}", secrets)
+            )
+        _log.debug("vici %s on %s failed: %s", command, self.socket_path, error.message)
+        if any(s and s in str(exc) for s in secrets):
+            raise error from None
+        raise error from exc
+
+    def _request(
+        self,
+        command: str,
+        message: Mapping[str, Any] | None = None,
+        *,
+        secrets: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        _log.debug("vici %s on %s", command, self.socket_path)
+        try:
+            with self._connect(self.socket_path, self.timeout) as session:
+                reply = session.request(command, message)
+        except Exception as exc:
+            self._fail(exc, command, self.timeout, secrets=secrets)
+        decoded: dict[str, Any] = decode(reply)
+        return decoded
+
+    def _streamed(
+        self,
+        command: str,
+        event: str,
+        message: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a streamed command, consuming every event; returns the decoded events."""
+        wait = self.timeout if timeout is None else timeout
+        _log.debug("vici %s on %s", command, self.socket_path)
+        events: list[dict[str, Any]] = []
+        try:
+            with self._connect(self.socket_path, wait) as session:
+                for raw in session.streamed_request(command, event, message):
+                    events.append(decode(raw))
+        except Exception as exc:
+            log = [str(e.get("msg", "")) for e in events if e.get("msg")] if event == "control-log" else []
+            self._fail(exc, command, wait, log=log)
+        return events
+
+    def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
+        wait = self.timeout + max(timeout_ms, 0) / 1000.0
+        events = self._streamed(command, "control-log", message, timeout=wait)
+        return [str(e.get("msg", "")) for e in events if e.get("msg")]
+
+    # -- information ----------------------------------------------------------
+
+    def version(self) -> VersionInfo:
+        """Daemon and system version (VICI ``version``, strongSwan >= 5.2.0)."""
+        return parse_version(self._request("version"))
+
+    def stats(self) -> Stats:
+        """Load, plugins and IPsec back end (VICI ``stats``, strongSwan >= 5.2.0)."""
+        return parse_stats(self._request("stats"))
+
+    def get_algorithms(self) -> Algorithms:
+        """Algorithms the loaded plugins provide (VICI ``get-algorithms``, strongSwan >= 5.4.0).
+
+        The key-exchange section (``dh`` in 5.9, ``ke`` in 6.0) is returned as ``ke``.
+        """
+        return parse_algorithms(self._request("get-algorithms"))
+
+    def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[IkeSa]:
+        """The IKE_SAs and their CHILD_SAs (VICI ``list-sas``, streamed, strongSwan >= 5.2.0).
+
+        Args:
+            ike: only IKE_SAs of this connection.
+            ike_id: only the IKE_SA with this unique id.
+        """
+        # Not ``noblock``: an IKE_SA a worker holds would be read half-updated (a CHILD_SA
+        # just reported established may be missing); charon waits for it instead.
+        message: dict[str, Any] = {}
+        if ike is not None:
+            message["ike"] = ike
+        if ike_id is not None:
+            message["ike-id"] = ike_id
+        sas: list[IkeSa] = []
+        for event in self._streamed("list-sas", "list-sa", message):
+            sas.extend(parse_ike_sa(name, body) for name, body in event.items() if isinstance(body, Mapping))
+        return sas
+
+    def list_conns(self) -> list[str]:
+        """Names of the loaded connections (VICI ``list-conns``, streamed, strongSwan >= 5.2.0)."""
+        names: list[str] = []
+        for event in self._streamed("list-conns", "list-conn"):
+            names.extend(name for name, body in event.items() if isinstance(body, Mapping))
+        return names
+
+    def get_shared(self) -> list[str]:
+        """Ids of the shared secrets loaded with an id (VICI ``get-shared``, strongSwan >= 5.5.2)."""
+        reply = self._request("get-shared")
+        keys = reply.get("keys", [])
+        return [str(k) for k in keys] if isinstance(keys, list) else []
+
+    def get_pools(self, leases: bool = True, name: str | None = None) -> list[Pool]:
+        """Virtual IP pools (VICI ``get-pools``, strongSwan >= 5.2.0; ``leases`` >= 5.4.0, ``name`` >= 5.6.3)."""
+        message: dict[str, Any] = {"leases": "yes" if leases else "no"}
+        if name is not None:
+            message["name"] = name
+        return parse_pools(self._request("get-pools", message))
+
+    # -- configuration ---------------------------------------------------------
+
+    def load_conn(self, name: str, conn: Mapping[str, Any]) -> None:
+        """Load or replace connection ``name`` (VICI ``load-conn``, strongSwan >= 5.2.0).
+
+        Args:
+            name: the connection name.
+            conn: its settings as in swanctl.conf (``local_addrs``, ``proposals``,
+                ``local``, ``remote``, ``children`` ...).
+        """
+        self._request("load-conn", {name: dict(conn)})
+
+    def unload_conn(self, name: str) -> None:
+        """Unload connection ``name`` (VICI ``unload-conn``, strongSwan >= 5.2.0)."""
+        self._request("unload-conn", {"name": name})
+
+    def load_shared(self, id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> None:
+        """Load a shared secret under a unique id (VICI ``load-shared`` with ``id``, strongSwan >= 5.5.2).
+
+        The secret is neither logged nor kept, and never appears in an exception.
+
+        Args:
+            id: unique id of the secret, for :meth:`unload_shared` and :meth:`get_shared`.
+            secret: the secret itself.
+            owners: the identities that share it.
+            type: ``IKE``, ``EAP``, ``XAUTH``, ``NTLM`` or ``PPK``.
+        """
+        data = secret if isinstance(secret, bytes) else secret.encode("utf-8")
+        hidden = [data.decode("utf-8", errors="replace")]
+        if isinstance(secret, str):
+            hidden.append(secret)
+        message = {"id": id, "type": type, "data": data, "owners": list(owners)}
+        self._request("load-shared", message, secrets=hidden)
+
+    def unload_shared(self, id: str) -> None:
+        """Unload the shared secret with this id (VICI ``unload-shared``, strongSwan >= 5.5.2)."""
+        self._request("unload-shared", {"id": id})
+
+    def load_pool(self, name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Load or replace a virtual IP pool (VICI ``load-pool``, strongSwan >= 5.2.0).
+
+        Args:
+            name: the pool name.
+            addrs: a subnet (``10.3.0.0/28``) or a range (``10.3.0.1-10.3.0.9``).
+            attributes: extra attributes such as ``dns``.
+        """
+        pool: dict[str, Any] = {"addrs": addrs}
+        for key, values in (attributes or {}).items():
+            pool[key] = list(values)
+        self._request("load-pool", {name: pool})
+
+    def unload_pool(self, name: str) -> None:
+        """Unload a virtual IP pool (VICI ``unload-pool``, strongSwan >= 5.2.0)."""
+        self._request("unload-pool", {"name": name})
+
+    # -- control ----------------------------------------------------------------
+
+    def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                 loglevel: int = 1) -> list[str]:
+        """Bring up a CHILD_SA (and its IKE_SA) and wait (VICI ``initiate``, streamed, strongSwan >= 5.2.0).
+
+        Args:
+            child: the CHILD_SA config to initiate.
+            ike: the connection it belongs to (needed if the child name is ambiguous).
+            timeout_ms: how long charon waits for the result; 0 waits without limit.
+            loglevel: verbosity of the ``control-log`` lines collected.
+
+        Returns:
+            charon's log lines for the operation.
+
+        Raises:
+            GatewayRejected: charon failed; the message carries its reason from the log.
+            GatewayUnreachable: the socket cannot be reached.
+        """
+        message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel, "init-limits": "no"}
+        if child is not None:
+            message["child"] = child
+        if ike is not None:
+            message["ike"] = ike
+        return self._control("initiate", message, timeout_ms)
+
+    def terminate(self, *, ike: str | None = None, child: str | None = None, ike_id: int | None = None,
+                  child_id: int | None = None, timeout_ms: int = 5_000, force: bool = False,
+                  loglevel: int = 1) -> list[str]:
+        """Close IKE_SAs or CHILD_SAs and wait (VICI ``terminate``, streamed, strongSwan >= 5.2.0).
+
+        ``force`` needs strongSwan >= 5.5.0. Name at least one of the selectors.
+
+        Returns:
+            charon's log lines for the operation.
+
+        Raises:
+            GatewayRejected: nothing matched, or charon failed.
+            GatewayUnreachable: the socket cannot be reached.
+        """
+        message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel}
+        for key, value in (("ike", ike), ("child", child), ("ike-id", ike_id), ("child-id", child_id)):
+            if value is not None:
+                message[key] = value
+        if len(message) == 2:
+            raise ValueError("terminate needs ike, child, ike_id or child_id")
+        if force:
+            message["force"] = "yes"
+        return self._control("terminate", message, timeout_ms)
+
+
+class AsyncViciGateway:
+    """The same operations as :class:`ViciGateway`, each run in a worker thread.
+
+    Args:
+        gateway: the synchronous gateway to run off the event loop.
+    """
+
+    def __init__(self, gateway: ViciGateway) -> None:
+        self.sync = gateway
+
+    @classmethod
+    def for_socket(cls, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect) -> AsyncViciGateway:
+        """An async gateway over a new :class:`ViciGateway`."""
+        return cls(ViciGateway(socket_path, timeout, connect))
+
+    @property
+    def socket_path(self) -> str:
+        """The VICI socket."""
+        return self.sync.socket_path
+
+    def __repr__(self) -> str:
+        return f"AsyncViciGateway({self.sync!r})"
+
+    async def version(self) -> VersionInfo:
+        """See :meth:`ViciGateway.version`."""
+        return await asyncio.to_thread(self.sync.version)
+
+    async def stats(self) -> Stats:
+        """See :meth:`ViciGateway.stats`."""
+        return await asyncio.to_thread(self.sync.stats)
+
+    async def get_algorithms(self) -> Algorithms:
+        """See :meth:`ViciGateway.get_algorithms`."""
+        return await asyncio.to_thread(self.sync.get_algorithms)
+
+    async def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[IkeSa]:
+        """See :meth:`ViciGateway.list_sas`."""
+        return await asyncio.to_thread(self.sync.list_sas, ike=ike, ike_id=ike_id)
+
+    async def list_conns(self) -> list[str]:
+        """See :meth:`ViciGateway.list_conns`."""
+        return await asyncio.to_thread(self.sync.list_conns)
+
+    async def get_shared(self) -> list[str]:
+        """See :meth:`ViciGateway.get_shared`."""
+        return await asyncio.to_thread(self.sync.get_shared)
+
+    async def get_pools(self, leases: bool = True, name: str | None = None) -> list[Pool]:
+        """See :meth:`ViciGateway.get_pools`."""
+        return await asyncio.to_thread(self.sync.get_pools, leases, name)
+
+    async def load_conn(self, name: str, conn: Mapping[str, Any]) -> None:
+        """See :meth:`ViciGateway.load_conn`."""
+        await asyncio.to_thread(self.sync.load_conn, name, conn)
+
+    async def unload_conn(self, name: str) -> None:
+        """See :meth:`ViciGateway.unload_conn`."""
+        await asyncio.to_thread(self.sync.unload_conn, name)
+
+    async def load_shared(self, id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> None:
+        """See :meth:`ViciGateway.load_shared`."""
+        await asyncio.to_thread(self.sync.load_shared, id, secret, owners, type)
+
+    async def unload_shared(self, id: str) -> None:
+        """See :meth:`ViciGateway.unload_shared`."""
+        await asyncio.to_thread(self.sync.unload_shared, id)
+
+    async def load_pool(self, name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> None:
+        """See :meth:`ViciGateway.load_pool`."""
+        await asyncio.to_thread(self.sync.load_pool, name, addrs, attributes)
+
+    async def unload_pool(self, name: str) -> None:
+        """See :meth:`ViciGateway.unload_pool`."""
+        await asyncio.to_thread(self.sync.unload_pool, name)
+
+    async def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                       loglevel: int = 1) -> list[str]:
+        """See :meth:`ViciGateway.initiate`."""
+        return await asyncio.to_thread(self.sync.initiate, child, ike, timeout_ms, loglevel)
+
+    async def terminate(self, *, ike: str | None = None, child: str | None = None, ike_id: int | None = None,
+                        child_id: int | None = None, timeout_ms: int = 5_000, force: bool = False,
+                        loglevel: int = 1) -> list[str]:
+        """See :meth:`ViciGateway.terminate`."""
+        return await asyncio.to_thread(
+            lambda: self.sync.terminate(
+                ike=ike, child=child, ike_id=ike_id, child_id=child_id,
+                timeout_ms=timeout_ms, force=force, loglevel=loglevel,
+            )
+        )

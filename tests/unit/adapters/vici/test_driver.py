@@ -1,0 +1,344 @@
+"""ViciGateway against the fake charon: typed decoding, streamed replies, error mapping."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import vici
+
+from app.adapters.vici import AsyncViciGateway, ChildSa, IkeSa, ViciGateway
+from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
+from tests.fakes import FakeCharon, Reply, child_sa_message, ike_sa_message
+
+SECRET = "correct-horse-battery-staple-4242"
+
+
+def _no_bytes(value: Any) -> None:
+    assert not isinstance(value, bytes | bytearray), value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _no_bytes(k)
+            _no_bytes(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _no_bytes(v)
+    elif hasattr(value, "__dataclass_fields__"):
+        for name in value.__dataclass_fields__:
+            _no_bytes(getattr(value, name))
+
+
+def _chain_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+# -- decoding ------------------------------------------------------------------------------
+
+
+def test_version_is_decoded(gateway: ViciGateway) -> None:
+    info = gateway.version()
+    assert (info.daemon, info.version, info.machine) == ("charon", "5.9.8", "x86_64")
+    _no_bytes(info)
+
+
+def test_stats_derives_libipsec_backend(gateway: ViciGateway) -> None:
+    stats = gateway.stats()
+    assert stats.backend == "kernel-libipsec"
+    assert "vici" in stats.plugins
+    assert stats.workers_total == 16
+    _no_bytes(stats)
+
+
+def test_stats_netlink_backend_without_libipsec(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.plugins = ["charon", "openssl", "kernel-netlink", "vici"]
+    assert gateway.stats().backend == "kernel-netlink"
+
+
+def test_stats_no_backend(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.plugins = ["charon", "openssl", "vici"]
+    assert gateway.stats().backend is None
+
+
+def test_get_algorithms_normalises_dh_section(gateway: ViciGateway) -> None:
+    algs = gateway.get_algorithms()
+    assert algs.ke == {"MODP_2048": "openssl", "CURVE_25519": "openssl"}
+    assert algs.encryption["AES_CBC"] == "aesni"
+    assert "AES_GCM_16" in algs.aead
+    assert "hasher" in algs.other
+    assert "dh" not in algs.as_sections()
+    assert algs.as_sections()["ke"] == algs.ke
+
+
+def test_get_algorithms_reads_6_0_ke_section(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.algorithms = {"ke": {"ML_KEM_768": "ml"}, "encryption": {"AES_CBC": "aes"}}
+    assert gateway.get_algorithms().ke == {"ML_KEM_768": "ml"}
+
+
+def test_list_sas_decodes_ike_and_child(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.sas["qoss-t1"] = ike_sa_message(
+        uniqueid=7, encr_alg="AES_GCM_16", encr_keysize=128, integ_alg=None, dh_group="CURVE_25519",
+        children={"qoss-t1-3": child_sa_message(name="qoss-t1", uniqueid=3, encr_alg="CHACHA20_POLY1305",
+                                                 encr_keysize=None, integ_alg=None, bytes_in=1400, bytes_out=2800)},
+    )
+    fake.sas["other"] = ike_sa_message(uniqueid=8)
+    sas = gateway.list_sas()
+    assert [sa.name for sa in sas] == ["qoss-t1", "other"]
+    sa = sas[0]
+    assert isinstance(sa, IkeSa)
+    assert (sa.uniqueid, sa.state, sa.encr_alg, sa.encr_keysize, sa.integ_alg, sa.prf_alg, sa.dh_group) == (
+        7, "ESTABLISHED", "AES_GCM_16", 128, None, "PRF_HMAC_SHA2_256", "CURVE_25519")
+    assert (sa.local_host, sa.remote_host, sa.local_id, sa.remote_id, sa.initiator) == (
+        "10.99.0.1", "10.99.0.2", "left", "right", True)
+    (child,) = sa.children
+    assert isinstance(child, ChildSa)
+    assert (child.name, child.uniqueid, child.state, child.protocol, child.mode) == (
+        "qoss-t1", 3, "INSTALLED", "ESP", "TUNNEL")
+    assert (child.encr_alg, child.encr_keysize, child.integ_alg) == ("CHACHA20_POLY1305", None, None)
+    assert (child.bytes_in, child.bytes_out, child.packets_in, child.packets_out) == (1400, 2800, 14, 28)
+    assert (child.local_ts, child.remote_ts) == (("10.1.0.1/32",), ("10.2.0.1/32",))
+    _no_bytes(sas)
+
+
+def test_list_sas_filters_by_ike(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.sas["a"] = ike_sa_message(uniqueid=1)
+    fake.sas["b"] = ike_sa_message(uniqueid=2)
+    assert [sa.name for sa in gateway.list_sas(ike="b")] == ["b"]
+    assert fake.messages("list-sas")[-1]["ike"] == "b"
+
+
+def test_streamed_reply_is_consumed_so_the_next_command_works(fake: FakeCharon) -> None:
+    # One session for two commands: only works if the first stream was read to the end.
+    for i in range(5):
+        fake.sas[f"sa{i}"] = ike_sa_message(uniqueid=i)
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(fake.socket_path)
+    session = vici.Session(sock=sock)
+
+    @contextmanager
+    def shared(path: str, timeout: float) -> Iterator[Any]:
+        yield session
+
+    try:
+        gateway = ViciGateway(fake.socket_path, connect=shared)
+        assert len(gateway.list_sas()) == 5
+        assert gateway.version().daemon == "charon"
+        assert len(gateway.list_sas()) == 5
+    finally:
+        sock.close()
+
+
+def test_conn_secret_pool_round_trip(fake: FakeCharon, gateway: ViciGateway) -> None:
+    gateway.load_conn("qoss-t1", {"version": "2", "proposals": ["aes128-sha256-modp2048"],
+                                  "children": {"qoss-t1": {"esp_proposals": ["aes128-sha256"]}}})
+    gateway.load_shared("qoss-t1", SECRET.encode(), ["left", "right"])
+    gateway.load_pool("mobile", "10.3.0.0/28", {"dns": ["10.1.0.53"]})
+    assert gateway.list_conns() == ["qoss-t1"]
+    assert gateway.get_shared() == ["qoss-t1"]
+    (pool,) = gateway.get_pools()
+    assert (pool.name, pool.base, pool.size, pool.leases) == ("mobile", "10.3.0.0", 14, ())
+    assert fake.messages("load-conn")[0]["qoss-t1"]["children"]["qoss-t1"]["esp_proposals"] == ["aes128-sha256"]
+    assert fake.messages("load-shared")[0] == {
+        "id": "qoss-t1", "type": "IKE", "data": SECRET, "owners": ["left", "right"]}
+    assert fake.messages("load-pool")[0] == {"mobile": {"addrs": "10.3.0.0/28", "dns": ["10.1.0.53"]}}
+    gateway.unload_conn("qoss-t1")
+    gateway.unload_shared("qoss-t1")
+    gateway.unload_pool("mobile")
+    assert (gateway.list_conns(), gateway.get_shared(), gateway.get_pools()) == ([], [], [])
+
+
+def test_initiate_returns_charon_log(fake: FakeCharon, gateway: ViciGateway) -> None:
+    gateway.load_conn("c", {"children": {"c": {}}})
+    log = gateway.initiate(child="c", ike="c", timeout_ms=2000)
+    assert log[-1] == "CHILD_SA c{1} established"
+    assert fake.messages("initiate")[0] == {"timeout": "2000", "loglevel": "1", "init-limits": "no",
+                                            "child": "c", "ike": "c"}
+
+
+def test_terminate_needs_a_selector(gateway: ViciGateway) -> None:
+    with pytest.raises(ValueError, match="terminate needs"):
+        gateway.terminate()
+
+
+def test_terminate_sends_selectors(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.sas["x"] = ike_sa_message()
+    assert gateway.terminate(ike="x", force=True) == ["IKE_SA deleted"]
+    assert fake.messages("terminate")[0] == {"timeout": "5000", "loglevel": "1", "ike": "x", "force": "yes"}
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_socket_missing_is_unreachable_naming_the_path(socket_dir: Path) -> None:
+    path = str(socket_dir / "nothing.vici")
+    with pytest.raises(GatewayUnreachable) as info:
+        ViciGateway(path).version()
+    assert info.value.socket_path == path
+    assert path in str(info.value)
+    assert "no such socket" in str(info.value)
+    assert isinstance(info.value.__cause__, FileNotFoundError)
+    assert isinstance(info.value, ConnectionError)
+
+
+def test_refused_socket_is_unreachable(socket_dir: Path) -> None:
+    path = socket_dir / "dead.vici"
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens
+    with pytest.raises(GatewayUnreachable, match="refused") as info:
+        ViciGateway(str(path)).list_sas()
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)
+
+
+def test_silent_daemon_times_out(socket_dir: Path) -> None:
+    path = socket_dir / "mute.vici"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        with pytest.raises(GatewayUnreachable, match=r"no answer within 0\.2 s") as info:
+            ViciGateway(str(path), timeout=0.2).version()
+        assert isinstance(info.value.__cause__, TimeoutError)
+    finally:
+        server.close()
+
+
+def test_dropped_connection_is_unreachable(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.drop("stats")
+    with pytest.raises(GatewayUnreachable) as info:
+        gateway.stats()
+    assert info.value.__cause__ is not None
+
+
+def test_errmsg_is_rejected_with_charons_message(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.fail("load-conn", "invalid proposal 'aes128-foo'")
+    with pytest.raises(GatewayRejected) as info:
+        gateway.load_conn("c", {"proposals": ["aes128-foo"]})
+    assert "invalid proposal 'aes128-foo'" in str(info.value)
+    assert isinstance(info.value.__cause__, vici.exception.CommandException)
+    assert isinstance(info.value, RuntimeError)
+
+
+def test_initiate_failure_carries_the_reason_from_the_log(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.fail("initiate", "establishing CHILD_SA 'c' failed", log=[
+        "generating IKE_AUTH request 1 [ IDi AUTH SA TSi TSr ]",
+        "parsed IKE_AUTH response 1 [ IDr AUTH N(NO_PROP) ]",
+        "received NO_PROPOSAL_CHOSEN notify, no CHILD_SA built",
+        "failed to establish CHILD_SA, keeping IKE_SA",
+    ])
+    with pytest.raises(GatewayRejected) as info:
+        gateway.initiate(child="c", timeout_ms=1000)
+    text = str(info.value)
+    assert "establishing CHILD_SA 'c' failed" in text
+    assert "NO_PROPOSAL_CHOSEN" in text
+    assert "generating IKE_AUTH" not in text  # message traces are left out
+    assert fake.count("initiate") == 1
+    # the stream was read to the end: the same gateway still works
+    assert gateway.version().daemon == "charon"
+
+
+def test_unknown_command_is_rejected(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.unknown("get-shared")
+    with pytest.raises(GatewayRejected, match="does not know") as info:
+        gateway.get_shared()
+    assert isinstance(info.value.__cause__, vici.exception.SessionException)
+
+
+def test_unknown_errors_of_the_seam_are_mapped_and_chained() -> None:
+    @contextmanager
+    def broken(path: str, timeout: float) -> Iterator[Any]:
+        raise vici.exception.DeserializationException("Expected end of list at 7")
+        yield  # pragma: no cover
+
+    with pytest.raises(GatewayUnreachable, match="protocol error") as info:
+        ViciGateway("/x.vici", connect=broken).list_conns()
+    assert isinstance(info.value.__cause__, vici.exception.DeserializationException)
+
+
+def test_no_command_reaches_charon_when_unreachable(socket_dir: Path) -> None:
+    with pytest.raises(GatewayError):
+        ViciGateway(str(socket_dir / "gone.vici")).load_conn("c", {})
+
+
+# -- secrets ----------------------------------------------------------------------------------
+
+
+def test_secret_never_in_rejection(fake: FakeCharon, gateway: ViciGateway, caplog: pytest.LogCaptureFixture) -> None:
+    # A hostile (or buggy) daemon echoing the secret must not leak it upwards.
+    fake.script("load-shared", lambda msg: Reply({"success": "no", "errmsg": f"bad secret {msg['data']}"}))
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(GatewayRejected) as info:
+        gateway.load_shared("qoss-t1", SECRET, ["left", "right"])
+    assert SECRET not in str(info.value)
+    assert SECRET not in repr(info.value)
+    assert SECRET not in _chain_text(info.value)
+    assert SECRET not in caplog.text
+    assert "bad secret <secret>" in str(info.value)
+
+
+def test_secret_never_in_plain_failure(fake: FakeCharon, gateway: ViciGateway,
+                                       caplog: pytest.LogCaptureFixture) -> None:
+    fake.fail("load-shared", "loading shared secret failed")
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(GatewayRejected) as info:
+        gateway.load_shared("qoss-t1", SECRET.encode(), ["left"])
+    assert "loading shared secret failed" in str(info.value)
+    assert isinstance(info.value.__cause__, vici.exception.CommandException)
+    assert SECRET not in _chain_text(info.value)
+    assert SECRET not in caplog.text
+    assert SECRET not in repr(gateway)
+
+
+def test_secret_never_in_unreachable(socket_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    gateway = ViciGateway(str(socket_dir / "gone.vici"))
+    with pytest.raises(GatewayUnreachable) as info:
+        gateway.load_shared("qoss-t1", SECRET, ["left"])
+    assert SECRET not in _chain_text(info.value)
+    assert SECRET not in caplog.text
+
+
+# -- concurrency and async ----------------------------------------------------------------------
+
+
+def test_one_connection_per_operation_allows_threads(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.sas["a"] = ike_sa_message()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(10):
+                assert gateway.list_sas()[0].name == "a"
+                assert gateway.version().version == "5.9.8"
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert fake.count("version") == 40
+
+
+@pytest.mark.anyio
+async def test_async_facade(fake: FakeCharon) -> None:
+    gateway = AsyncViciGateway.for_socket(fake.socket_path, timeout=2.0)
+    assert (await gateway.version()).daemon == "charon"
+    await gateway.load_conn("c", {"children": {"c": {}}})
+    assert await gateway.list_conns() == ["c"]
+    await gateway.initiate("c", "c", timeout_ms=100)
+    with pytest.raises(GatewayRejected, match="no matching SAs"):
+        await gateway.terminate(ike="nope")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
