@@ -73,7 +73,7 @@ OBJECTIVE_IDS: dict[int, tuple[IpsecOption, frozenset[str]]] = {
 
 def objectives_for_id(objective_id: int) -> frozenset[str]:
     """The objectives of one Objective-ID (seed 001 Table 2-2)."""
-    if isinstance(objective_id, bool) or objective_id not in OBJECTIVE_IDS:
+    if isinstance(objective_id, bool) or not isinstance(objective_id, int) or objective_id not in OBJECTIVE_IDS:
         raise InvalidPolicy(f"objective_id must be one of {sorted(OBJECTIVE_IDS)}")
     return OBJECTIVE_IDS[objective_id][1]
 
@@ -114,7 +114,7 @@ class Levels:
             raise InvalidPolicy(f"{where} must be a mapping")
         unknown = set(data) - set(LEVEL_DIMENSIONS)
         if unknown:
-            raise InvalidPolicy(f"{where}: unknown levels {sorted(unknown)}; known: {list(LEVEL_DIMENSIONS)}")
+            raise InvalidPolicy(f"{where}: unknown levels {sorted(unknown, key=str)}; known: {list(LEVEL_DIMENSIONS)}")
         values: dict[str, int] = {}
         for dim, raw in data.items():
             if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 10:
@@ -144,7 +144,7 @@ class TrafficProfile:
             raise InvalidPolicy(f"{where} must be a mapping")
         unknown = set(data) - {"packet_size", "min_throughput_mbps"}
         if unknown:
-            raise InvalidPolicy(f"{where}: unknown fields {sorted(unknown)}")
+            raise InvalidPolicy(f"{where}: unknown fields {sorted(unknown, key=str)}")
         size = data.get("packet_size", 1400)
         if isinstance(size, bool) or not isinstance(size, int) or not 20 <= size <= 65535:
             raise InvalidPolicy(f"{where}.packet_size: an integer from 20 to 65535")
@@ -224,7 +224,7 @@ class Policy:
             raise InvalidPolicy("a policy must be a mapping")
         unknown = set(data) - _POLICY_FIELDS
         if unknown:
-            raise InvalidPolicy(f"unknown fields {sorted(unknown)}")
+            raise InvalidPolicy(f"unknown fields {sorted(unknown, key=str)}")
         policy_name = validate_name(name if name is not None else data.get("name", "inline"), InvalidPolicy)
         objectives = parse_objectives(data.get("objectives"), data.get("objective_id"))
         mode = data.get("mode", "tunnel")
@@ -273,7 +273,7 @@ def parse_objectives(objectives: Any, objective_id: Any) -> frozenset[str]:
         if isinstance(objectives, str) or not isinstance(objectives, Sequence) or len(objectives) > 16:
             raise InvalidPolicy("objectives must be a list of Common Criteria objective names")
         for o in objectives:
-            if o not in OBJECTIVE_THREATS:
+            if not isinstance(o, str) or o not in OBJECTIVE_THREATS:
                 raise InvalidPolicy(f"unknown objective {str(o)[:64]!r}; known: {sorted(OBJECTIVE_THREATS)}")
             found.add(o)
     return frozenset(found)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.domain.algorithms import Algorithm, Kind, lookup
+from app.domain.algorithms import Kind, lookup
 from app.domain.errors import InvalidRatingTable, UnknownAlgorithm
 
 __all__ = [
@@ -91,7 +91,7 @@ class Measurement:
             raise InvalidRatingTable(f"{where}: measurement must be a mapping")
         unknown = set(data) - set(_MEASUREMENT_FIELDS)
         if unknown:
-            raise InvalidRatingTable(f"{where}: unknown measurement fields {sorted(unknown)}")
+            raise InvalidRatingTable(f"{where}: unknown measurement fields {sorted(unknown, key=str)}")
         values: dict[str, Any] = {}
         for key in ("throughput_mbps", "a_ns_per_byte", "b_ns", "spread"):
             if data.get(key) is not None:
@@ -100,7 +100,10 @@ class Measurement:
             if data.get(key) is not None:
                 values[key] = _text(data[key], f"{where}.{key}", 200)
         if data.get("samples") is not None:
-            values["samples"] = int(_number(data["samples"], f"{where}.samples", low=0))
+            samples = data["samples"]
+            if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+                raise InvalidRatingTable(f"{where}.samples: must be a non-negative integer")
+            values["samples"] = samples
         if ("a_ns_per_byte" in values) != ("b_ns" in values):
             raise InvalidRatingTable(f"{where}: a_ns_per_byte and b_ns come together")
         return cls(**values)
@@ -164,7 +167,7 @@ class Rating:
         allowed = {"algorithm", *LEVEL_DIMENSIONS, "performance", "source", "reason", "requirement", "measurement"}
         unknown = set(data) - allowed
         if unknown:
-            raise InvalidRatingTable(f"{where}: unknown fields {sorted(unknown)}")
+            raise InvalidRatingTable(f"{where}: unknown fields {sorted(unknown, key=str)}")
         if "algorithm" not in data:
             raise InvalidRatingTable(f"{where}: 'algorithm' is required")
         try:
@@ -254,7 +257,7 @@ class RatingTable:
             raise InvalidRatingTable("a rating table must be a mapping")
         unknown = set(data) - {"name", "description", "source", "ratings"}
         if unknown:
-            raise InvalidRatingTable(f"unknown fields {sorted(unknown)}")
+            raise InvalidRatingTable(f"unknown fields {sorted(unknown, key=str)}")
         table_name = validate_name(name if name is not None else data.get("name"), InvalidRatingTable)
         rows = data.get("ratings")
         if not isinstance(rows, list) or not rows:

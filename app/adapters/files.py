@@ -1,0 +1,401 @@
+"""Rating tables and policies as files: YAML documents in ``ratings/`` and ``policies/``, CSV for tables.
+
+Pure I/O and format conversion around the domain's ``from_dict`` / ``as_dict``: the
+domain validates, this module reads, parses and writes. Every document is capped at
+:data:`MAX_DOCUMENT_BYTES` before it is parsed; every syntax error becomes the domain's
+:class:`~app.domain.errors.InvalidRatingTable` or :class:`~app.domain.errors.InvalidPolicy`,
+chained to the parser's exception and naming the line where the parser knows it.
+
+Round trips are exact: ``parse_rating_table_yaml(dump_rating_table_yaml(t))``,
+``parse_rating_table_csv(dump_rating_table_csv(t), name=t.name, ...)`` and
+``parse_policy_yaml(dump_policy_yaml(p))`` give back equal content.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from app.domain.errors import InvalidInput, InvalidPolicy, InvalidRatingTable
+from app.domain.policies import Policy
+from app.domain.ratings import LEVEL_DIMENSIONS, Rating, RatingTable
+
+__all__ = [
+    "CSV_COLUMNS",
+    "MAX_DOCUMENT_BYTES",
+    "dump_policy_yaml",
+    "dump_rating_table_csv",
+    "dump_rating_table_yaml",
+    "load_policies",
+    "load_policy",
+    "load_rating_table",
+    "load_rating_tables",
+    "parse_policy_yaml",
+    "parse_rating_table_csv",
+    "parse_rating_table_yaml",
+]
+
+#: Largest document (file or text) accepted, in bytes of UTF-8.
+MAX_DOCUMENT_BYTES = 1 << 20
+
+_MEASUREMENT_COLUMNS: tuple[str, ...] = (
+    "throughput_mbps", "a_ns_per_byte", "b_ns", "machine", "backend", "date", "samples", "method", "spread",
+)
+_INT_MEASUREMENTS = frozenset({"samples"})
+_TEXT_MEASUREMENTS = frozenset({"machine", "backend", "date", "method"})
+
+#: The columns of a rating table in CSV, in order. An empty cell means "absent".
+CSV_COLUMNS: tuple[str, ...] = (
+    "algorithm", *LEVEL_DIMENSIONS, "performance", "requirement", "source", "reason", *_MEASUREMENT_COLUMNS,
+)
+
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+_E = TypeVar("_E", bound=InvalidInput)
+_T = TypeVar("_T")
+_Path = str | os.PathLike[str]
+
+
+# --------------------------------------------------------------------------- rating tables
+
+
+def load_rating_table(path: _Path) -> RatingTable:
+    """Read and validate one rating table from a YAML file.
+
+    A document without a ``name`` takes the file's stem as its name.
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The table, at revision 1.
+
+    Raises:
+        InvalidRatingTable: the file is too large, not UTF-8, not YAML, or not a valid
+            table; the message starts with the file name.
+        OSError: the file cannot be read.
+    """
+    file = Path(path)
+    text = _read_capped(file, InvalidRatingTable)
+    try:
+        data = _load_yaml(text, InvalidRatingTable)
+        name = file.stem if isinstance(data, Mapping) and "name" not in data else None
+        return RatingTable.from_dict(data, name=name)
+    except InvalidRatingTable as exc:
+        raise InvalidRatingTable(f"{file.name}: {exc.message}") from exc
+
+
+def load_rating_tables(directory: _Path) -> list[RatingTable]:
+    """Read every ``*.yaml`` / ``*.yml`` rating table in a directory.
+
+    Args:
+        directory: the directory (not searched recursively).
+
+    Returns:
+        The tables, sorted by name.
+
+    Raises:
+        InvalidRatingTable: a file is not a valid table (the message names it), or two
+            files hold tables of the same name.
+        OSError: the directory or a file cannot be read.
+    """
+    return _load_all(Path(directory), load_rating_table, lambda t: t.name, InvalidRatingTable)
+
+
+def parse_rating_table_yaml(text: str, name: str | None = None) -> RatingTable:
+    """Parse and validate a rating table from YAML text.
+
+    Args:
+        text: the YAML document, at most :data:`MAX_DOCUMENT_BYTES` of UTF-8.
+        name: overrides the document's ``name`` when given.
+
+    Raises:
+        InvalidRatingTable: too large, not YAML (the message names the line), or not a
+            valid table.
+    """
+    _check_size(text, InvalidRatingTable)
+    return RatingTable.from_dict(_load_yaml(text, InvalidRatingTable), name=name)
+
+
+def dump_rating_table_yaml(table: RatingTable) -> str:
+    """A rating table as a YAML document that :func:`parse_rating_table_yaml` reads back exactly."""
+    return _dump_yaml(table.as_dict())
+
+
+def dump_rating_table_csv(table: RatingTable) -> str:
+    """A rating table's rows as CSV with the :data:`CSV_COLUMNS` header.
+
+    The table's name, description and source are not part of the CSV; give them to
+    :func:`parse_rating_table_csv` when reading it back.
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180; also makes a lone CR in a cell get quoted
+    writer.writerow(CSV_COLUMNS)
+    for rating in table.ratings.values():
+        row = rating.as_dict()
+        measurement: Mapping[str, Any] = row.pop("measurement", {})
+        cells = {**row, **measurement}
+        writer.writerow(_csv_cell(cells.get(column)) for column in CSV_COLUMNS)
+    return out.getvalue()
+
+
+def parse_rating_table_csv(text: str, *, name: str, description: str = "", source: str = "") -> RatingTable:
+    """Parse and validate a rating table from CSV text.
+
+    The first row is the header: ``algorithm`` is required, the other
+    :data:`CSV_COLUMNS` are optional and may come in any order; other columns are
+    refused. An empty cell means the value is absent. Blank lines are skipped.
+
+    Args:
+        text: the CSV document, at most :data:`MAX_DOCUMENT_BYTES` of UTF-8.
+        name: the table's name.
+        description: the table's description.
+        source: where the table's numbers come from.
+
+    Raises:
+        InvalidRatingTable: too large, not CSV, or not a valid table; the message names
+            the line.
+    """
+    _check_size(text, InvalidRatingTable)
+    reader = csv.reader(io.StringIO(text.removeprefix("\ufeff"), newline=""), strict=True)
+    try:
+        header = next((r for r in reader if r), None)
+        if header is None:
+            raise InvalidRatingTable("CSV: no header row")
+        columns = _csv_header(header, reader.line_num)
+        rows: list[dict[str, Any]] = []
+        seen: dict[str, int] = {}
+        for cells in reader:
+            if not any(c.strip() for c in cells):
+                continue
+            line = reader.line_num
+            if len(cells) > len(columns):
+                raise InvalidRatingTable(f"CSV line {line}: {len(cells)} cells but {len(columns)} columns")
+            row = _csv_row(dict(zip(columns, cells, strict=False)), line)
+            rating = Rating.from_dict(row, f"CSV line {line}")
+            if rating.algorithm in seen:
+                raise InvalidRatingTable(
+                    f"CSV line {line}: {rating.algorithm} is rated twice (first on line {seen[rating.algorithm]})"
+                )
+            seen[rating.algorithm] = line
+            rows.append(row)
+    except csv.Error as exc:
+        raise InvalidRatingTable(f"CSV line {reader.line_num}: {exc}") from exc
+    return RatingTable.from_dict({"description": description, "source": source, "ratings": rows}, name=name)
+
+
+# --------------------------------------------------------------------------- policies
+
+
+def load_policy(path: _Path) -> Policy:
+    """Read and validate one policy from a YAML file.
+
+    A document without a ``name`` takes the file's stem as its name.
+
+    Raises:
+        InvalidPolicy: the file is too large, not UTF-8, not YAML, or not a valid
+            policy; the message starts with the file name.
+        OSError: the file cannot be read.
+    """
+    file = Path(path)
+    text = _read_capped(file, InvalidPolicy)
+    try:
+        data = _load_yaml(text, InvalidPolicy)
+        name = file.stem if isinstance(data, Mapping) and "name" not in data else None
+        return Policy.from_dict(data, name=name)
+    except InvalidPolicy as exc:
+        raise InvalidPolicy(f"{file.name}: {exc.message}") from exc
+
+
+def load_policies(directory: _Path) -> list[Policy]:
+    """Read every ``*.yaml`` / ``*.yml`` policy in a directory.
+
+    Returns:
+        The policies, sorted by name.
+
+    Raises:
+        InvalidPolicy: a file is not a valid policy (the message names it), or two files
+            hold policies of the same name.
+        OSError: the directory or a file cannot be read.
+    """
+    return _load_all(Path(directory), load_policy, lambda p: p.name, InvalidPolicy)
+
+
+def parse_policy_yaml(text: str, name: str | None = None) -> Policy:
+    """Parse and validate a policy from YAML text.
+
+    Args:
+        text: the YAML document, at most :data:`MAX_DOCUMENT_BYTES` of UTF-8.
+        name: overrides the document's ``name`` when given.
+
+    Raises:
+        InvalidPolicy: too large, not YAML (the message names the line), or not a valid
+            policy.
+    """
+    _check_size(text, InvalidPolicy)
+    return Policy.from_dict(_load_yaml(text, InvalidPolicy), name=name)
+
+
+def dump_policy_yaml(policy: Policy) -> str:
+    """A policy as a YAML document that :func:`parse_policy_yaml` reads back exactly.
+
+    Fields that are unset (``None``) are left out.
+    """
+    return _dump_yaml({k: v for k, v in policy.as_dict().items() if v is not None})
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _load_all(
+    directory: Path, load: Callable[[Path], _T], name_of: Callable[[_T], str], error: type[_E]
+) -> list[_T]:
+    found: dict[str, tuple[_T, Path]] = {}
+    for file in sorted(p for p in directory.iterdir() if p.suffix in _YAML_SUFFIXES and p.is_file()):
+        item = load(file)
+        name = name_of(item)
+        if name in found:
+            raise error(f"{file.name}: {name!r} is defined in {found[name][1].name} already")
+        found[name] = (item, file)
+    return [found[name][0] for name in sorted(found)]
+
+
+def _read_capped(file: Path, error: type[_E]) -> str:
+    with file.open("rb") as fh:
+        data = fh.read(MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise error(f"{file.name}: larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{file.name}: not UTF-8 text (byte {exc.start})") from exc
+
+
+def _check_size(text: str, error: type[_E]) -> None:
+    if not isinstance(text, str):
+        raise error("the document must be text")
+    # Cheap bound first: a str of n code points is at least n bytes of UTF-8.
+    if len(text) > MAX_DOCUMENT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        raise error(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
+
+
+def _load_yaml(text: str, error: type[_E]) -> Any:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        raise error(f"not valid YAML{_yaml_where(exc)}") from exc
+    except yaml.YAMLError as exc:
+        raise error(f"not valid YAML: {exc}") from exc
+    except RecursionError as exc:
+        raise error("not valid YAML: nested too deeply") from exc
+    return _dates_to_text(data)
+
+
+def _yaml_where(exc: yaml.MarkedYAMLError) -> str:
+    """The parser's complaint with its line, and the construct it was in with that one's line."""
+    text = ""
+    if exc.problem_mark is not None:
+        text += f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}"
+    text += f": {exc.problem or 'syntax error'}"
+    if exc.context:
+        text += f" ({exc.context}"
+        if exc.context_mark is not None:
+            text += f" at line {exc.context_mark.line + 1}, column {exc.context_mark.column + 1}"
+        text += ")"
+    return text
+
+
+def _dates_to_text(value: Any) -> Any:
+    """YAML reads an unquoted ``2026-01-05`` as a date; the domain wants the text."""
+    if isinstance(value, dt.date):  # datetime is a date too
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _dates_to_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_dates_to_text(v) for v in value]
+    return value
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style, multi-line strings as literal blocks where YAML allows it exactly."""
+
+
+#: Characters YAML 1.1 reads as line breaks: outside double quotes they would be folded or normalised.
+_ODD_BREAKS = frozenset("\r\x85\u2028\u2029")
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _ODD_BREAKS.intersection(value):
+        style: str | None = '"'  # escaped as \r, \N, \L, \P: exact
+    elif "\n" in value:
+        style = "|"  # the emitter falls back to quotes where a literal block would not be exact
+    else:
+        style = None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _represent_str)
+
+
+def _dump_yaml(document: Mapping[str, Any]) -> str:
+    return yaml.dump(
+        dict(document), Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=100
+    )
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _csv_header(header: list[str], line: int) -> list[str]:
+    columns = [c.strip() for c in header]
+    unknown = [c for c in columns if c not in CSV_COLUMNS]
+    if unknown:
+        raise InvalidRatingTable(f"CSV line {line}: unknown columns {unknown}; known: {list(CSV_COLUMNS)}")
+    duplicated = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicated:
+        raise InvalidRatingTable(f"CSV line {line}: columns {duplicated} appear twice")
+    if "algorithm" not in columns:
+        raise InvalidRatingTable(f"CSV line {line}: the 'algorithm' column is required")
+    return columns
+
+
+def _csv_row(cells: Mapping[str, str], line: int) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    measurement: dict[str, Any] = {}
+    for column, cell in cells.items():
+        if cell == "":
+            continue
+        where = f"CSV line {line}, column {column!r}"
+        if column in LEVEL_DIMENSIONS or column in _INT_MEASUREMENTS:
+            value: Any = _parse_number(cell, int, where)
+        elif column in ("performance", *_MEASUREMENT_COLUMNS) and column not in _TEXT_MEASUREMENTS:
+            value = _parse_number(cell, float, where)
+        else:
+            value = cell
+        if column in _MEASUREMENT_COLUMNS:
+            measurement[column] = value
+        else:
+            row[column] = value
+    if measurement:
+        row["measurement"] = measurement
+    return row
+
+
+def _parse_number(cell: str, kind: Callable[[str], _T], where: str) -> _T:
+    try:
+        return kind(cell.strip())
+    except ValueError as exc:
+        expected = "an integer" if kind is int else "a number"
+        raise InvalidRatingTable(f"{where}: {cell[:40]!r} is not {expected}") from exc
