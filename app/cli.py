@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.domain.errors import QossError
+from app.domain.errors import NotFound, QossError
 
 __all__ = ["app", "main"]
 
@@ -20,6 +21,10 @@ db_app = typer.Typer(help="The database.", no_args_is_help=True)
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(policies_app, name="policies")
 app.add_typer(db_app, name="db")
+lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (root).", no_args_is_help=True)
+tunnel_app = typer.Typer(help="Tunnels between registered gateways.", no_args_is_help=True)
+app.add_typer(lab_app, name="lab")
+app.add_typer(tunnel_app, name="tunnel")
 
 DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
 
@@ -190,6 +195,164 @@ def policies_check(paths: Annotated[list[Path], typer.Argument(help="policy YAML
         typer.echo(f"{path}: ok ({policy.name}, {policy.option.value}, min {policy.min_levels.as_dict()})")
     if bad:
         raise typer.Exit(1)
+
+
+class _Unit:
+    """A migrated database and one unit of work, for CLI commands that act in-process."""
+
+    def __init__(self, database_url: str | None) -> None:
+        from app.services.bootstrap import prepare_database
+
+        self.settings = _settings(database_url)
+        prepare_database(self.settings)
+
+    def run(self, fn: Any, **kw: Any) -> Any:
+        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.adapters.vici.driver import ViciGateway
+        from app.services.ratings import TableCache
+
+        engine = make_engine(self.settings.database_url)
+        timeout = self.settings.vici_timeout
+        try:
+            with make_session_factory(engine)() as session, session.begin():
+                return fn(session=session, cache=TableCache(), vici=lambda p: ViciGateway(p, timeout),
+                          default_table=self.settings.default_table, **kw)
+        except QossError as exc:
+            _fail(exc)
+        finally:
+            engine.dispose()
+
+
+def _emit(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+@lab_app.command("up")
+def lab_up(
+    database_url: DbUrl = None,
+    hosts: Annotated[int, typer.Option(help="number of hosts (2: left, right)")] = 2,
+) -> None:
+    """Create the namespaces, start one charon each, and register them as gateways."""
+    from app.adapters.lab import Lab, LabError
+    from app.services import tunnels
+
+    unit = _Unit(database_url)
+    lab = Lab(unit.settings.lab_dir)
+    try:
+        made = lab.up(n_hosts=hosts)
+    except LabError as exc:
+        typer.echo(f"lab up failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+    def register(**kw: Any) -> list[dict[str, Any]]:
+        out = []
+        for h in made:
+            with contextlib.suppress(NotFound):
+                tunnels.delete_gateway(session=kw["session"], name=h.name)
+            body = tunnels.GatewayIn(name=h.name, vici_socket=h.vici_socket, ike_address=h.ike_address,
+                                     inside_networks=[f"{h.inside_address}/32"])
+            gw = tunnels.register_gateway(session=kw["session"], vici=kw["vici"], body=body,
+                                          allowed_socket_dirs=[unit.settings.lab_dir])
+            out.append({**gw.as_dict(), "netns": h.netns, "inside_address": h.inside_address,
+                        "log": h.log_path})
+        return out
+
+    _emit(unit.run(lambda **kw: register(**kw)))
+
+
+@lab_app.command("down")
+def lab_down(database_url: DbUrl = None) -> None:
+    """Stop the lab's charons, delete its namespaces, forget its tunnels and gateways."""
+    from app.adapters.lab import Lab
+    from app.services import tunnels
+
+    unit = _Unit(database_url)
+    lab = Lab(unit.settings.lab_dir)
+    names = [h.name for h in lab.hosts]
+
+    def forget(**kw: Any) -> None:
+        session = kw["session"]
+        for t in tunnels.list_tunnels(session=session):
+            if t.initiator in names or t.responder in names:
+                from app.adapters.db.repositories import TunnelRepository
+
+                TunnelRepository(session).delete(t.id)
+        for name in names:
+            with contextlib.suppress(NotFound):
+                tunnels.delete_gateway(session=session, name=name)
+
+    unit.run(lambda **kw: forget(**kw))
+    lab.down()
+    typer.echo("lab down")
+
+
+@lab_app.command("status")
+def lab_status(database_url: DbUrl = None) -> None:
+    """Namespaces, charons and sockets of the lab."""
+    from app.adapters.lab import Lab
+
+    status = Lab(_settings(database_url).lab_dir).status()
+    _emit({"healthy": status.healthy, "namespaces": status.namespaces, "charons": status.charons,
+           "sockets": status.sockets})
+    if not status.healthy:
+        raise typer.Exit(1)
+
+
+@app.command("gateways")
+def gateways_list(database_url: DbUrl = None) -> None:
+    """List the registered gateways."""
+    from app.services import tunnels
+
+    _emit(_Unit(database_url).run(lambda **kw: [g.as_dict() for g in tunnels.list_gateways(session=kw["session"])]))
+
+
+@tunnel_app.command("up")
+def tunnel_up(
+    initiator: Annotated[str, typer.Argument(help="initiating gateway")],
+    responder: Annotated[str, typer.Argument(help="responding gateway")],
+    policy: Annotated[str | None, typer.Option(help="stored policy name")] = None,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    rating_table: Annotated[str | None, typer.Option(help="negotiating rating table")] = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Negotiate and bring up a tunnel (as POST /v1/tunnels)."""
+    from app.services import tunnels
+    from app.services.negotiation import MinLevelsIn
+
+    body = tunnels.TunnelIn(initiator=initiator, responder=responder, policy=policy, rating_table=rating_table,
+                            min_levels=MinLevelsIn(confidentiality=confidentiality, integrity=integrity,
+                                                   key_exchange=key_exchange))
+    record = _Unit(database_url).run(tunnels.create_tunnel, request=body)
+    _emit(record.as_dict())
+
+
+@tunnel_app.command("list")
+def tunnel_list(database_url: DbUrl = None) -> None:
+    """List tunnels."""
+    from app.services import tunnels
+
+    _emit(_Unit(database_url).run(lambda **kw: [t.as_dict() for t in tunnels.list_tunnels(session=kw["session"])]))
+
+
+@tunnel_app.command("show")
+def tunnel_show(tunnel_id: str, database_url: DbUrl = None) -> None:
+    """One tunnel with its live state from charon."""
+    from app.services import tunnels
+
+    _emit(_Unit(database_url).run(
+        lambda **kw: tunnels.tunnel_status(session=kw["session"], vici=kw["vici"], tunnel_id=tunnel_id)))
+
+
+@tunnel_app.command("down")
+def tunnel_down(tunnel_id: str, database_url: DbUrl = None) -> None:
+    """Terminate a tunnel and unload it from both charons."""
+    from app.services import tunnels
+
+    _Unit(database_url).run(lambda **kw: tunnels.delete_tunnel(session=kw["session"], vici=kw["vici"],
+                                                               tunnel_id=tunnel_id))
+    typer.echo(f"tunnel {tunnel_id} down")
 
 
 def main() -> None:

@@ -27,3 +27,10 @@ class Settings(BaseSettings):
     port: int = 8000
     log_level: str = "info"
     max_body_bytes: int = Field(default=1_048_576, description="request bodies larger than this get 413")
+    vici_timeout: float = Field(default=15.0, description="seconds to wait for a charon's answer")
+    vici_socket_dirs: list[Path] = Field(
+        default=[REPO_ROOT / "var", Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
+        description="gateways' VICI sockets must live under one of these directories",
+    )
+    lab_dir: Path = Field(default=REPO_ROOT / "var" / "lab", description="state of `qoss lab`")
+    reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")

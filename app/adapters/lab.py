@@ -389,6 +389,22 @@ class Lab:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
 
+    def start_charon(self, name: str) -> None:
+        """(Re)start one host's charon, e.g. after :meth:`stop_charon` (restart tests), and wait for it.
+
+        Raises:
+            KeyError: no such host in this lab.
+            LabError: charon did not come up.
+        """
+        host = self.host(name)
+        state = self._load()
+        pid = state.pids.get(name)
+        if pid is not None and self._alive(name, pid) and _is_our_charon(pid, self._conf_path(host)):
+            return
+        state.pids[name] = self._start_charon(host)
+        self._save(state)
+        self._wait_ready(host)
+
     def down(self, grace: float = 3.0) -> None:
         """Stop the charons (SIGTERM, then SIGKILL after ``grace`` s) and delete the namespaces.
 

@@ -9,9 +9,10 @@ from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.services.ratings import TableCache
+from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
-__all__ = ["ActorDep", "CacheDep", "IfMatchDep", "SessionDep", "SettingsDep", "get_session"]
+__all__ = ["ActorDep", "CacheDep", "IfMatchDep", "SessionDep", "SettingsDep", "ViciDep", "get_session"]
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -36,6 +37,11 @@ def get_settings(request: Request) -> Settings:
 def get_cache(request: Request) -> TableCache:
     cache: TableCache = request.app.state.table_cache
     return cache
+
+
+def get_vici(request: Request) -> ViciFactory:
+    factory: ViciFactory = request.app.state.vici_factory
+    return factory
 
 
 def get_actor(
@@ -63,3 +69,4 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]
 IfMatchDep = Annotated[int, Depends(get_if_match)]
+ViciDep = Annotated[ViciFactory, Depends(get_vici)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -10,16 +12,35 @@ from fastapi.responses import JSONResponse
 
 from app import __version__
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.vici.driver import ViciGateway
 from app.api.errors import error_body, install_error_handlers
-from app.api.routes import algorithms, health, negotiations, policies, ratings
+from app.api.routes import algorithms, gateways, health, negotiations, policies, ratings, tunnels
 from app.services.ratings import TableCache
+from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("qoss.api")
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the application. The database must already be migrated (``qoss db upgrade``)."""
+
+def _reconcile_at_start(app: FastAPI) -> None:
+    from app.services.tunnels import reconcile
+
+    with app.state.session_factory() as session, session.begin():
+        report = reconcile(session=session, cache=app.state.table_cache, vici=app.state.vici_factory,
+                           default_table=app.state.settings.default_table)
+    if any(report.as_dict().values()):
+        log.info("reconcile at start: %s", report.as_dict())
+
+
+def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
+    """Build the application. The database must already be migrated (``qoss db upgrade``).
+
+    Args:
+        settings: defaults to the environment's.
+        vici_factory: socket path -> VICI gateway; the seam for tests (production: a real socket).
+    """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -29,6 +50,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
         app.state.table_cache = TableCache()
+        timeout = resolved.vici_timeout
+        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
+        if resolved.reconcile_on_start:
+            await asyncio.to_thread(_reconcile_at_start, app)
         try:
             yield
         finally:
@@ -53,6 +78,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return await call_next(request)
 
     app.include_router(health.router)
-    for module in (algorithms, ratings, policies, negotiations):
+    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels):
         app.include_router(module.router, prefix="/v1")
     return app

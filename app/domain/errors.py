@@ -135,7 +135,8 @@ class NoFeasibleSuite(NegotiationError, ValueError):
         parts = [
             f"{u.requirement} {u.level} for {u.peer} (best available: {u.best_available})" for u in unmet
         ]
-        super().__init__("no feasible suite: " + ("; ".join(parts) or "no candidate algorithms"))
+        reason = "; ".join(parts) or (notes[-1] if notes else "no candidate algorithms")
+        super().__init__("no feasible suite: " + reason)
         self.unmet = unmet
         self.notes = notes or []
 

@@ -385,9 +385,9 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
         dims = ["confidentiality", "integrity"] if protocol != "ah" else ["integrity"]
         kinds = (Kind.ENCRYPTION, Kind.AEAD, Kind.INTEGRITY)
         unmet = ctx.unmet(kinds, Protocol.AH if protocol == "ah" else Protocol.ESP, dims)
+        ctx.borrowed_note()
         if not unmet:
             ctx.notes.append("each minimum can be met alone, but no combination meets them together")
-        ctx.borrowed_note()
         raise NoFeasibleSuite(unmet, ctx.notes)
     ike, ike_levels = _negotiate_ike(ctx)
     ke = ike["key_exchange"] if pfs else None
@@ -708,8 +708,15 @@ def _negotiate_ike(ctx: _Context) -> tuple[dict[str, str | None], int]:
     if best is None:
         unmet = ctx.unmet((Kind.ENCRYPTION, Kind.AEAD, Kind.INTEGRITY), Protocol.IKE,
                           ["confidentiality", "integrity"])
-        ctx.notes.append("no IKE encryption/integrity combination meets the minimums")
         ctx.borrowed_note()
+        if not enc_candidates and not aead_candidates:
+            ctx.notes.append("IKE: no encryption or AEAD algorithm usable in IKE meets the minimums")
+        else:
+            prf_names = ", ".join(sorted(prfs))
+            ctx.notes.append(
+                "IKE: no integrity algorithm whose PRF is usable (usable PRFs: "
+                f"{prf_names}) and no AEAD; integrity algorithms imply their PRF"
+            )
         raise NoFeasibleSuite(unmet, ctx.notes)
 
     _, ike, prf_level = best

@@ -176,7 +176,7 @@ def conn_payload(
     ike_lifetime: int,
     child_lifetime: int,
 ) -> dict[str, Any]:
-    """The VICI ``load-conn`` message for one end (IKEv2, PSK, exactly one proposal each).
+    """The VICI ``load-conn`` settings of connection ``name`` for one end (IKEv2, PSK, one proposal each).
 
     The responder gets the same single proposals as the initiator, so strongSwan can only
     agree on what qoss chose (never ``default``).
@@ -207,7 +207,7 @@ def conn_payload(
         "remote": {"auth": "psk", "id": remote.identity},
         "children": {name: child},
     }
-    return {name: conn}
+    return conn
 
 
 def shared_payload(*, name: str, secret: bytes, owners: Sequence[str]) -> dict[str, Any]:

@@ -1,0 +1,1 @@
+"""The database adapter: SQLAlchemy 2.0 models, engine, repositories, Alembic migrations."""

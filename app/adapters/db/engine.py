@@ -1,0 +1,43 @@
+"""Engines and sessions for SQLite (embedded default) and PostgreSQL (production)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["make_engine", "make_session_factory"]
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url``.
+
+    SQLite: foreign keys on, WAL, a busy timeout, and every transaction opened with
+    ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a stale read
+    snapshot (optimistic concurrency then answers 409, never "database is locked").
+    """
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection: Any, _: Any) -> None:
+            dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            if ":memory:" not in url:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20, **kwargs)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """Sessions that never expire on commit (values stay readable after the edge commits)."""
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,378 @@
+"""Repositories: domain objects in and out of the database. They flush, never commit.
+
+Optimistic concurrency is decided by the database itself: a write moves the current
+revision with ``UPDATE ... WHERE current_revision = :expected``; zero rows means someone
+else wrote first (StaleRevision). The unique (object, revision) constraint is the backstop.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, cast
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.adapters.db.models import (
+    GatewayRow,
+    PolicyRevisionRow,
+    PolicyRow,
+    RatingTableRevisionRow,
+    RatingTableRow,
+    TunnelRow,
+    utcnow,
+)
+from app.domain.errors import AlreadyExists, NotFound, StaleRevision
+from app.domain.policies import Policy
+from app.domain.ratings import LEVEL_DIMENSIONS, RatingTable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+
+__all__ = ["GatewayRepository", "PolicyRepository", "RatingTableRepository", "TunnelRepository", "diff_tables"]
+
+_ROW_FIELDS = (*LEVEL_DIMENSIONS, "performance", "source", "reason", "requirement", "measurement")
+
+
+def diff_tables(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-algorithm, per-field changes between two table documents."""
+    before = {r["algorithm"]: r for r in (old or {}).get("ratings", [])}
+    after = {r["algorithm"]: r for r in new.get("ratings", [])}
+    changes: list[dict[str, Any]] = []
+    for alg in [*after, *[a for a in before if a not in after]]:
+        b, a = before.get(alg, {}), after.get(alg, {})
+        if not b:
+            changes.append({"algorithm": alg, "field": "*", "old": None, "new": "added"})
+            continue
+        if not a:
+            changes.append({"algorithm": alg, "field": "*", "old": "present", "new": "removed"})
+            continue
+        for field in _ROW_FIELDS:
+            if b.get(field) != a.get(field):
+                changes.append({"algorithm": alg, "field": field, "old": b.get(field), "new": a.get(field)})
+    for field in ("description", "source"):
+        if old is not None and old.get(field) != new.get(field):
+            changes.append({"algorithm": None, "field": field, "old": old.get(field), "new": new.get(field)})
+    return changes
+
+
+class RatingTableRepository:
+    """Rating tables with full revision history."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _row(self, name: str) -> RatingTableRow:
+        row = self.session.scalar(select(RatingTableRow).where(RatingTableRow.name == name))
+        if row is None:
+            raise NotFound(f"rating table {name!r} does not exist")
+        return row
+
+    def _content(self, table_id: int, revision: int) -> dict[str, Any]:
+        content = self.session.scalar(
+            select(RatingTableRevisionRow.content).where(
+                RatingTableRevisionRow.table_id == table_id, RatingTableRevisionRow.revision == revision
+            )
+        )
+        if content is None:
+            raise NotFound(f"revision {revision} does not exist")
+        return cast(dict[str, Any], content)
+
+    def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
+        """Store a new table at revision 1.
+
+        Raises:
+            AlreadyExists: a table of that name exists (nothing is written).
+        """
+        if self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name)) is not None:
+            raise AlreadyExists(f"rating table {table.name!r} exists already")
+        row = RatingTableRow(name=table.name, current_revision=1)
+        try:
+            with self.session.begin_nested():
+                self.session.add(row)
+                self.session.flush()
+                content = table.as_dict()
+                self.session.add(RatingTableRevisionRow(
+                    table_id=row.id, revision=1, author=author, message=message, content=content,
+                    changes=diff_tables(None, content),
+                ))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"rating table {table.name!r} exists already") from exc
+        return 1
+
+    def get(self, name: str) -> RatingTable:
+        """The current revision."""
+        row = self._row(name)
+        return RatingTable.from_dict(self._content(row.id, row.current_revision), revision=row.current_revision)
+
+    def get_revision(self, name: str, revision: int) -> RatingTable:
+        """A past (or the current) revision."""
+        row = self._row(name)
+        try:
+            content = self._content(row.id, revision)
+        except NotFound as exc:
+            raise NotFound(f"rating table {name!r} has no revision {revision}") from exc
+        return RatingTable.from_dict(content, revision=revision)
+
+    def current_revision(self, name: str) -> int:
+        """The current revision number (one cheap query)."""
+        revision = self.session.scalar(select(RatingTableRow.current_revision).where(RatingTableRow.name == name))
+        if revision is None:
+            raise NotFound(f"rating table {name!r} does not exist")
+        return revision
+
+    def list(self) -> list[dict[str, Any]]:
+        """Name, revision, description and size of every table."""
+        rows = self.session.execute(
+            select(RatingTableRow, RatingTableRevisionRow.content)
+            .join(RatingTableRevisionRow, (RatingTableRevisionRow.table_id == RatingTableRow.id)
+                  & (RatingTableRevisionRow.revision == RatingTableRow.current_revision))
+            .order_by(RatingTableRow.name)
+        ).all()
+        return [
+            {"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
+             "ratings": len(c.get("ratings", [])), "updated_at": r.updated_at.isoformat()}
+            for r, c in rows
+        ]
+
+    def update(self, table: RatingTable, *, expected_revision: int, author: str, message: str = "") -> int:
+        """Store ``table`` as the next revision if ``expected_revision`` is still current.
+
+        Raises:
+            NotFound: no such table.
+            StaleRevision: another write came first (nothing is written).
+        """
+        row_id = self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name))
+        if row_id is None:
+            raise NotFound(f"rating table {table.name!r} does not exist")
+        new = expected_revision + 1
+        result = self.session.execute(
+            update(RatingTableRow)
+            .where(RatingTableRow.id == row_id, RatingTableRow.current_revision == expected_revision)
+            .values(current_revision=new, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise StaleRevision(table.name, expected_revision, self.current_revision(table.name))
+        old = self._content(row_id, expected_revision)
+        content = table.as_dict()
+        try:
+            with self.session.begin_nested():
+                self.session.add(RatingTableRevisionRow(
+                    table_id=row_id, revision=new, author=author, message=message, content=content,
+                    changes=diff_tables(old, content),
+                ))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise StaleRevision(table.name, expected_revision, new) from exc
+        return new
+
+    def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """History, oldest first."""
+        row = self._row(name)
+        revs = self.session.scalars(
+            select(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id)
+            .order_by(RatingTableRevisionRow.revision)
+        ).all()
+        return [
+            {"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
+             "message": r.message, "changes": r.changes}
+            for r in revs
+        ]
+
+    def delete(self, name: str) -> None:
+        """Delete a table and its history."""
+        row = self._row(name)
+        self.session.execute(delete(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id))
+        self.session.delete(row)
+        self.session.flush()
+
+
+class PolicyRepository:
+    """Policies with revision history."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _row(self, name: str) -> PolicyRow:
+        row = self.session.scalar(select(PolicyRow).where(PolicyRow.name == name))
+        if row is None:
+            raise NotFound(f"policy {name!r} does not exist")
+        return row
+
+    def create(self, policy: Policy, *, author: str, message: str = "created") -> int:
+        """Store a new policy at revision 1.
+
+        Raises:
+            AlreadyExists: a policy of that name exists (nothing is written).
+        """
+        if self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name)) is not None:
+            raise AlreadyExists(f"policy {policy.name!r} exists already")
+        try:
+            with self.session.begin_nested():
+                row = PolicyRow(name=policy.name, current_revision=1)
+                self.session.add(row)
+                self.session.flush()
+                self.session.add(PolicyRevisionRow(policy_id=row.id, revision=1, author=author, message=message,
+                                                   content=policy.as_dict()))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"policy {policy.name!r} exists already") from exc
+        return 1
+
+    def get(self, name: str) -> tuple[Policy, int]:
+        """The current policy and its revision."""
+        row = self._row(name)
+        content = self.session.scalar(
+            select(PolicyRevisionRow.content).where(PolicyRevisionRow.policy_id == row.id,
+                                                    PolicyRevisionRow.revision == row.current_revision)
+        )
+        assert content is not None
+        return Policy.from_dict(content), row.current_revision
+
+    def list(self) -> list[dict[str, Any]]:
+        rows = self.session.execute(
+            select(PolicyRow, PolicyRevisionRow.content)
+            .join(PolicyRevisionRow, (PolicyRevisionRow.policy_id == PolicyRow.id)
+                  & (PolicyRevisionRow.revision == PolicyRow.current_revision))
+            .order_by(PolicyRow.name)
+        ).all()
+        return [{"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
+                 "min_levels": c.get("min_levels"), "objectives": c.get("objectives")} for r, c in rows]
+
+    def update(self, policy: Policy, *, expected_revision: int, author: str, message: str = "replaced") -> int:
+        """Store the next revision if ``expected_revision`` is still current."""
+        row_id = self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name))
+        if row_id is None:
+            raise NotFound(f"policy {policy.name!r} does not exist")
+        new = expected_revision + 1
+        result = self.session.execute(
+            update(PolicyRow)
+            .where(PolicyRow.id == row_id, PolicyRow.current_revision == expected_revision)
+            .values(current_revision=new, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            current = self.session.scalar(select(PolicyRow.current_revision).where(PolicyRow.id == row_id))
+            raise StaleRevision(policy.name, expected_revision, current or 0)
+        try:
+            with self.session.begin_nested():
+                self.session.add(PolicyRevisionRow(policy_id=row_id, revision=new, author=author, message=message,
+                                                   content=policy.as_dict()))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise StaleRevision(policy.name, expected_revision, new) from exc
+        return new
+
+    def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
+        row = self._row(name)
+        revs = self.session.scalars(
+            select(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id).order_by(PolicyRevisionRow.revision)
+        ).all()
+        return [{"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
+                 "message": r.message, "changes": None} for r in revs]
+
+    def delete(self, name: str) -> None:
+        row = self._row(name)
+        self.session.execute(delete(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id))
+        self.session.delete(row)
+        self.session.flush()
+
+
+def _gateway(row: GatewayRow) -> Gateway:
+    return Gateway(
+        name=row.name, vici_socket=row.vici_socket, ike_address=row.ike_address, identity=row.identity,
+        inside_networks=tuple(row.inside_networks), backend=row.backend, version=row.version,
+        algorithms=frozenset(row.algorithms),
+    )
+
+
+class GatewayRepository:
+    """Registered strongSwan gateways."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _row(self, name: str) -> GatewayRow:
+        row = self.session.scalar(select(GatewayRow).where(GatewayRow.name == name))
+        if row is None:
+            raise NotFound(f"gateway {name!r} does not exist")
+        return row
+
+    def create(self, gateway: Gateway) -> None:
+        if self.session.scalar(select(GatewayRow.id).where(GatewayRow.name == gateway.name)) is not None:
+            raise AlreadyExists(f"gateway {gateway.name!r} exists already")
+        try:
+            with self.session.begin_nested():
+                self.session.add(GatewayRow(
+                    name=gateway.name, vici_socket=gateway.vici_socket, ike_address=gateway.ike_address,
+                    identity=gateway.identity, inside_networks=list(gateway.inside_networks),
+                    backend=gateway.backend, version=gateway.version, algorithms=sorted(gateway.algorithms),
+                ))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"gateway {gateway.name!r} exists already") from exc
+
+    def get(self, name: str) -> Gateway:
+        return _gateway(self._row(name))
+
+    def list(self) -> list[Gateway]:
+        return [_gateway(r) for r in self.session.scalars(select(GatewayRow).order_by(GatewayRow.name))]
+
+    def update(self, gateway: Gateway) -> None:
+        row = self._row(gateway.name)
+        row.backend, row.version = gateway.backend, gateway.version
+        row.algorithms = sorted(gateway.algorithms)
+        row.updated_at = utcnow()
+        self.session.flush()
+
+    def delete(self, name: str) -> None:
+        self.session.delete(self._row(name))
+        self.session.flush()
+
+
+def _tunnel(row: TunnelRow) -> TunnelRecord:
+    return TunnelRecord(
+        id=row.id, initiator=row.initiator, responder=row.responder, local_ts=tuple(row.local_ts),
+        remote_ts=tuple(row.remote_ts), state=TunnelState(row.state), negotiation=row.negotiation,
+        detail=row.detail, created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
+    )
+
+
+class TunnelRepository:
+    """Tunnel records (never the PSK)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _row(self, tunnel_id: str) -> TunnelRow:
+        row = self.session.get(TunnelRow, tunnel_id)
+        if row is None:
+            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+        return row
+
+    def add(self, record: TunnelRecord) -> TunnelRecord:
+        row = TunnelRow(
+            id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
+            remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
+            negotiation=dict(record.negotiation),
+        )
+        self.session.add(row)
+        self.session.flush()
+        return _tunnel(row)
+
+    def get(self, tunnel_id: str) -> TunnelRecord:
+        return _tunnel(self._row(tunnel_id))
+
+    def list(self) -> list[TunnelRecord]:
+        return [_tunnel(r) for r in self.session.scalars(select(TunnelRow).order_by(TunnelRow.created_at,
+                                                                                    TunnelRow.id))]
+
+    def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
+        row = self._row(tunnel_id)
+        row.state, row.detail, row.updated_at = state.value, detail, utcnow()
+        self.session.flush()
+
+    def delete(self, tunnel_id: str) -> None:
+        self.session.delete(self._row(tunnel_id))
+        self.session.flush()

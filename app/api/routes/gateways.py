@@ -1,0 +1,53 @@
+"""Gateways: the strongSwan instances qoss drives."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Response
+
+from app.api.deps import SessionDep, SettingsDep, ViciDep
+from app.api.schemas import ErrorOut
+from app.services import tunnels as svc
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["gateways"])
+
+GatewayName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut},
+}
+
+
+@router.get("/gateways")
+def list_gateways(session: SessionDep) -> list[dict[str, Any]]:
+    """Every registered gateway with its back end and algorithms."""
+    return [g.as_dict() for g in svc.list_gateways(session=session)]
+
+
+@router.post("/gateways", status_code=201, responses=_ERRORS)
+def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
+    """Register a charon; its back end and algorithms are read over VICI (503 if it does not answer)."""
+    gateway = svc.register_gateway(session=session, vici=vici, body=body,
+                                   allowed_socket_dirs=settings.vici_socket_dirs)
+    return gateway.as_dict()
+
+
+@router.get("/gateways/{name}", responses=_ERRORS)
+def get_gateway(name: GatewayName, session: SessionDep) -> dict[str, Any]:
+    """One gateway."""
+    return svc.get_gateway(session=session, name=name).as_dict()
+
+
+@router.post("/gateways/{name}/refresh", responses=_ERRORS)
+def refresh_gateway(name: GatewayName, session: SessionDep, vici: ViciDep) -> dict[str, Any]:
+    """Read the gateway's back end and algorithms again."""
+    return svc.refresh_gateway(session=session, vici=vici, name=name).as_dict()
+
+
+@router.delete("/gateways/{name}", status_code=204, responses=_ERRORS)
+def delete_gateway(name: GatewayName, session: SessionDep) -> Response:
+    """Forget a gateway (409 while tunnels use it)."""
+    svc.delete_gateway(session=session, name=name)
+    return Response(status_code=204)

@@ -1,0 +1,520 @@
+"""Gateways and tunnels: make a negotiated suite real in strongSwan, and undo it.
+
+Changing strongSwan follows stage -> verify -> commit or roll back: the responder's
+secret and conn are loaded, then the initiator's, the initiator initiates, and both
+ends' ``list-sas`` must show exactly the chosen algorithms. Any failure on the way
+unloads everything that was loaded, on both ends, before the error reaches the caller.
+The PSK is 32 fresh random bytes per tunnel, handed to charon and otherwise forgotten:
+never stored, logged or returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
+
+from app.adapters.db.repositories import GatewayRepository, TunnelRepository
+from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.models import IkeSa
+from app.domain.errors import (
+    GatewayError,
+    GatewayRejected,
+    InvalidInput,
+    TunnelVerificationFailed,
+    UnsupportedProtection,
+)
+from app.domain.negotiation import NegotiationResult
+from app.domain.tunnels import (
+    Gateway,
+    ObservedSa,
+    TunnelEnd,
+    TunnelRecord,
+    TunnelState,
+    conn_name,
+    conn_payload,
+    expected_sa,
+    keywords_from_charon,
+    mismatches,
+    parse_traffic_selectors,
+)
+from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, TrafficIn, run_negotiation
+from app.services.ratings import TableCache
+
+__all__ = [
+    "GatewayIn",
+    "ReconcileReport",
+    "TunnelIn",
+    "ViciFactory",
+    "create_tunnel",
+    "delete_gateway",
+    "delete_tunnel",
+    "get_gateway",
+    "list_gateways",
+    "list_tunnels",
+    "reconcile",
+    "refresh_gateway",
+    "register_gateway",
+    "tunnel_status",
+]
+
+log = logging.getLogger("qoss.tunnels")
+
+ViciFactory = Callable[[str], ViciGateway]
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Keyword = Annotated[str, Field(min_length=1, max_length=64)]
+Cidr = Annotated[str, Field(min_length=1, max_length=64)]
+_INITIATE_TIMEOUT_MS = 15_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GatewayIn(_Strict):
+    """A strongSwan instance to drive."""
+
+    name: Name
+    vici_socket: Annotated[str, Field(min_length=2, max_length=107, pattern=r"^/[A-Za-z0-9_./-]+$")]
+    ike_address: Annotated[str, Field(min_length=2, max_length=45)]
+    identity: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")] | None = None
+    inside_networks: Annotated[list[Cidr], Field(min_length=1, max_length=16)]
+
+
+class TunnelIn(_Strict):
+    """A tunnel between two registered gateways, with what it must protect and how well."""
+
+    initiator: Name
+    responder: Name
+    local_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
+    remote_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
+    policy: Name | None = None
+    min_levels: MinLevelsIn | None = None
+    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
+    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
+    forbids: Annotated[list[Keyword], Field(max_length=200)] = []
+    rating_table: Name | None = None
+    traffic: TrafficIn | None = None
+    strict: bool | None = None
+
+
+# --------------------------------------------------------------------------- gateways
+
+
+def _check_socket(path: str, allowed: Sequence[Path]) -> None:
+    resolved = Path(path)
+    if ".." in resolved.parts or not any(resolved.is_relative_to(d) for d in allowed):
+        raise InvalidInput(f"vici_socket must be under one of {[str(d) for d in allowed]}")
+
+
+def _read_capabilities(gateway: Gateway, vici: ViciFactory) -> Gateway:
+    v = vici(gateway.vici_socket)
+    version = v.version()
+    stats = v.stats()
+    algorithms = keywords_from_charon(v.get_algorithms().as_sections())
+    return Gateway(
+        name=gateway.name,
+        vici_socket=gateway.vici_socket,
+        ike_address=gateway.ike_address,
+        identity=gateway.identity,
+        inside_networks=gateway.inside_networks,
+        backend=stats.backend,
+        version=f"{version.daemon} {version.version}",
+        algorithms=algorithms,
+    )
+
+
+def register_gateway(
+    *, session: Session, vici: ViciFactory, body: GatewayIn, allowed_socket_dirs: Sequence[Path]
+) -> Gateway:
+    """Register a charon: its back end and algorithms are read from it over VICI.
+
+    Raises:
+        InvalidInput: a bad address, network or socket path.
+        GatewayUnreachable: charon does not answer on the socket (nothing is stored).
+        AlreadyExists: a gateway of that name exists.
+    """
+    _check_socket(body.vici_socket, allowed_socket_dirs)
+    try:
+        address = str(ipaddress.ip_address(body.ike_address))
+    except ValueError as exc:
+        raise InvalidInput(f"ike_address {body.ike_address[:45]!r} is not an IP address") from exc
+    gateway = Gateway(
+        name=body.name,
+        vici_socket=body.vici_socket,
+        ike_address=address,
+        identity=body.identity or f"{body.name}.qoss",
+        inside_networks=parse_traffic_selectors(body.inside_networks, "inside_networks"),
+    )
+    gateway = _read_capabilities(gateway, vici)
+    GatewayRepository(session).create(gateway)
+    return gateway
+
+
+def refresh_gateway(*, session: Session, vici: ViciFactory, name: str) -> Gateway:
+    """Read a gateway's back end and algorithms again."""
+    repo = GatewayRepository(session)
+    gateway = _read_capabilities(repo.get(name), vici)
+    repo.update(gateway)
+    return gateway
+
+
+def list_gateways(*, session: Session) -> list[Gateway]:
+    return GatewayRepository(session).list()
+
+
+def get_gateway(*, session: Session, name: str) -> Gateway:
+    return GatewayRepository(session).get(name)
+
+
+def delete_gateway(*, session: Session, name: str) -> None:
+    """Forget a gateway; refused while tunnels use it."""
+    in_use = [t.id for t in TunnelRepository(session).list() if name in (t.initiator, t.responder)]
+    if in_use:
+        from app.domain.errors import Conflict
+
+        raise Conflict(f"gateway {name} carries tunnels {in_use[:10]}: delete them first")
+    GatewayRepository(session).delete(name)
+
+
+# --------------------------------------------------------------------------- tunnels
+
+
+def _backend(gateways: Sequence[Gateway]) -> BackendIn:
+    if any(g.backend == "kernel-libipsec" for g in gateways):
+        return BackendIn(name="kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)
+    return BackendIn(name=gateways[0].backend or "strongswan", ah=True, ah_esp_bundle=False, transport=True)
+
+
+def _negotiate_for(
+    *, session: Session, cache: TableCache, request: TunnelIn, initiator: Gateway, responder: Gateway,
+    default_table: str,
+) -> NegotiationResult:
+    peers = [
+        PeerIn(name=f"gw-{initiator.name}"[:64], supports=sorted(initiator.algorithms)),
+        PeerIn(name=f"gw-{responder.name}"[:64], supports=sorted(responder.algorithms)),
+        PeerIn(
+            name="request",
+            policy=request.policy,
+            min_levels=request.min_levels,
+            objective_id=request.objective_id,
+            objectives=request.objectives,
+            forbids=request.forbids,
+            strict=request.strict,
+        ),
+    ]
+    body = NegotiationIn(rating_table=request.rating_table, peers=peers, traffic=request.traffic,
+                         backend=_backend([initiator, responder]))
+    result = run_negotiation(session=session, cache=cache, request=body, default_table=default_table)
+    if result.suite.protocol == "none":
+        raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")
+    return result
+
+
+def _ends(tunnel_id: str, initiator: Gateway, responder: Gateway, local_ts: tuple[str, ...],
+          remote_ts: tuple[str, ...]) -> tuple[TunnelEnd, TunnelEnd]:
+    # Identities are per tunnel, so each tunnel's PSK is the only one matching its pair.
+    left = TunnelEnd(initiator.ike_address, f"{tunnel_id}.{initiator.identity}", local_ts)
+    right = TunnelEnd(responder.ike_address, f"{tunnel_id}.{responder.identity}", remote_ts)
+    return left, right
+
+
+def _observed(sas: Sequence[IkeSa], name: str) -> ObservedSa | None:
+    for sa in sas:
+        if sa.name != name:
+            continue
+        child = next((c for c in sa.children if c.name == name), None)
+        return ObservedSa(
+            ike_state=sa.state,
+            ike_encr=sa.encr_alg,
+            ike_encr_keysize=sa.encr_keysize,
+            ike_integ=sa.integ_alg,
+            ike_prf=sa.prf_alg,
+            ike_dh=sa.dh_group,
+            child_state=child.state if child else None,
+            child_protocol=child.protocol if child else None,
+            child_encr=child.encr_alg if child else None,
+            child_encr_keysize=child.encr_keysize if child else None,
+            child_integ=child.integ_alg if child else None,
+        )
+    return None
+
+
+def _rollback(name: str, initiator: ViciGateway, responder: ViciGateway, loaded: list[tuple[str, ViciGateway]]) -> None:
+    """Undo a partial set-up: terminate, then unload every conn and secret that was loaded."""
+    with contextlib.suppress(GatewayError, ValueError):
+        initiator.terminate(ike=name, timeout_ms=3000, force=True)
+    with contextlib.suppress(GatewayError, ValueError):
+        responder.terminate(ike=name, timeout_ms=3000, force=True)
+    for what, v in reversed(loaded):
+        try:
+            if what == "conn":
+                v.unload_conn(name)
+            else:
+                v.unload_shared(name)
+        except GatewayError as exc:
+            log.warning("rollback of %s %s on %s failed: %s", what, name, v.socket_path, exc.message)
+
+
+def _bring_up(
+    *, tunnel_id: str, initiator: Gateway, responder: Gateway, local_ts: tuple[str, ...],
+    remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory,
+) -> None:
+    name = conn_name(tunnel_id)
+    v_init, v_resp = vici(initiator.vici_socket), vici(responder.vici_socket)
+    left, right = _ends(tunnel_id, initiator, responder, local_ts, remote_ts)
+    ike_proposal = result.proposals["ike"]
+    assert ike_proposal is not None
+    psk = secrets.token_bytes(32)
+    loaded: list[tuple[str, ViciGateway]] = []
+    try:
+        for v, local, remote in ((v_resp, right, left), (v_init, left, right)):
+            v.load_shared(name, psk, owners=[local.identity, remote.identity])
+            loaded.append(("shared", v))
+            v.load_conn(name, conn_payload(
+                name=name, local=local, remote=remote, ike_proposal=ike_proposal,
+                esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
+                ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+            ))
+            loaded.append(("conn", v))
+        v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
+                               encryption=result.suite.encryption, integrity=result.suite.integrity)
+        for v, side in ((v_init, initiator.name), (v_resp, responder.name)):
+            observed = _observed(v.list_sas(ike=name), name)
+            if observed is None:
+                raise TunnelVerificationFailed(f"{side}: no IKE_SA {name} after initiate")
+            wrong = mismatches(expected, observed)
+            if wrong:
+                raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
+    except BaseException:
+        _rollback(name, v_init, v_resp, loaded)
+        raise
+    finally:
+        del psk
+
+
+def create_tunnel(
+    *, session: Session, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+) -> TunnelRecord:
+    """Negotiate, load both ends, bring the tunnel up and verify it.
+
+    Raises:
+        NoFeasibleSuite: nothing meets the minimums; nothing was loaded.
+        GatewayUnreachable: a charon does not answer (503); everything loaded was unloaded.
+        GatewayRejected: strongSwan refused, e.g. NO_PROPOSAL_CHOSEN (502); likewise.
+        TunnelVerificationFailed: strongSwan negotiated something else (502); likewise.
+    """
+    if request.initiator == request.responder:
+        raise InvalidInput("initiator and responder must be different gateways")
+    gateways = GatewayRepository(session)
+    initiator, responder = gateways.get(request.initiator), gateways.get(request.responder)
+    local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
+    remote_ts = parse_traffic_selectors(request.remote_ts or list(responder.inside_networks), "remote_ts")
+    result = _negotiate_for(session=session, cache=cache, request=request, initiator=initiator,
+                            responder=responder, default_table=default_table)
+    tunnel_id = secrets.token_hex(6)
+    _bring_up(tunnel_id=tunnel_id, initiator=initiator, responder=responder, local_ts=local_ts,
+              remote_ts=remote_ts, result=result, vici=vici)
+    record = TunnelRecord(
+        id=tunnel_id, initiator=initiator.name, responder=responder.name, local_ts=local_ts,
+        remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(),
+    )
+    try:
+        return TunnelRepository(session).add(record)
+    except BaseException:
+        # The record could not be written: take the tunnel down again, leave nothing behind.
+        _teardown(record, initiator, responder, vici, strict=False)
+        raise
+
+
+def list_tunnels(*, session: Session) -> list[TunnelRecord]:
+    return TunnelRepository(session).list()
+
+
+def tunnel_status(*, session: Session, vici: ViciFactory, tunnel_id: str) -> dict[str, Any]:
+    """The record plus what the initiator's charon says now (state, bytes, algorithms)."""
+    record = TunnelRepository(session).get(tunnel_id)
+    out = record.as_dict()
+    initiator = GatewayRepository(session).get(record.initiator)
+    try:
+        sas = vici(initiator.vici_socket).list_sas(ike=record.conn)
+    except GatewayError as exc:
+        out["live"] = {"reachable": False, "error": exc.message}
+        return out
+    live: dict[str, Any] = {"reachable": True, "ike_state": None, "child_state": None}
+    for sa in sas:
+        if sa.name != record.conn:
+            continue
+        live.update(ike_state=sa.state, encr_alg=sa.encr_alg, integ_alg=sa.integ_alg, prf_alg=sa.prf_alg,
+                    dh_group=sa.dh_group)
+        for child in sa.children:
+            if child.name == record.conn:
+                live.update(child_state=child.state, esp_encr_alg=child.encr_alg,
+                            esp_encr_keysize=child.encr_keysize, esp_integ_alg=child.integ_alg,
+                            bytes_in=child.bytes_in, bytes_out=child.bytes_out,
+                            packets_in=child.packets_in, packets_out=child.packets_out)
+    out["live"] = live
+    return out
+
+
+def _teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway, vici: ViciFactory,
+              *, strict: bool) -> None:
+    """Terminate and unload conn and secret on both ends; ``strict`` re-raises unreachable charons."""
+    name = record.conn
+    errors: list[GatewayError] = []
+    for gw in (initiator, responder):
+        v = vici(gw.vici_socket)
+        try:
+            conns = v.list_conns()
+        except GatewayError as exc:
+            errors.append(exc)
+            continue
+        with contextlib.suppress(GatewayRejected, ValueError):
+            v.terminate(ike=name, timeout_ms=3000, force=True)
+        try:
+            if name in conns:
+                v.unload_conn(name)
+            if name in v.get_shared():
+                v.unload_shared(name)
+        except GatewayError as exc:
+            errors.append(exc)
+    if errors and strict:
+        raise errors[0]
+
+
+def delete_tunnel(*, session: Session, vici: ViciFactory, tunnel_id: str) -> None:
+    """Terminate the tunnel and unload conn and secret on both ends, then forget it.
+
+    Raises:
+        GatewayUnreachable: a charon does not answer; the record stays, so the delete can be retried.
+    """
+    tunnels = TunnelRepository(session)
+    record = tunnels.get(tunnel_id)
+    gateways = GatewayRepository(session)
+    _teardown(record, gateways.get(record.initiator), gateways.get(record.responder), vici, strict=True)
+    tunnels.delete(tunnel_id)
+
+
+# --------------------------------------------------------------------------- reconcile
+
+
+@dataclass
+class ReconcileReport:
+    """What reconciliation found and did."""
+
+    healthy: list[str]
+    restored: list[str]
+    failed: dict[str, str]
+    orphans_removed: list[str]
+    unreachable: dict[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "restored": self.restored,
+            "failed": self.failed,
+            "orphans_removed": self.orphans_removed,
+            "unreachable": self.unreachable,
+        }
+
+
+def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default_table: str) -> ReconcileReport:
+    """Make charon and the records agree (documented in the README).
+
+    - A tunnel whose conn is loaded and whose SA is ESTABLISHED on both ends: healthy.
+    - A tunnel missing from either charon (e.g. charon restarted): restored with a fresh
+      PSK and the suite recorded at creation, re-verified; if that fails it is marked
+      ``failed`` with the reason (its partial configuration is removed).
+    - A ``qoss-*`` conn or secret on a charon with no record: an orphan of a crash
+      part-way, unloaded.
+    - A gateway that does not answer: its tunnels are left as they are and reported.
+    """
+    report = ReconcileReport([], [], {}, [], {})
+    gateways = {g.name: g for g in GatewayRepository(session).list()}
+    tunnels = TunnelRepository(session)
+    records = tunnels.list()
+    known = {r.conn for r in records}
+    conns: dict[str, set[str]] = {}
+    for name, gw in gateways.items():
+        v = vici(gw.vici_socket)
+        try:
+            conns[name] = set(v.list_conns())
+            shared = set(v.get_shared())
+        except GatewayError as exc:
+            report.unreachable[name] = exc.message
+            continue
+        for orphan in sorted({c for c in conns[name] | shared if c.startswith("qoss-")} - known):
+            with contextlib.suppress(GatewayRejected, ValueError):
+                v.terminate(ike=orphan, timeout_ms=3000, force=True)
+            with contextlib.suppress(GatewayRejected):
+                if orphan in conns[name]:
+                    v.unload_conn(orphan)
+            with contextlib.suppress(GatewayRejected):
+                if orphan in shared:
+                    v.unload_shared(orphan)
+            report.orphans_removed.append(f"{name}:{orphan}")
+    for record in records:
+        initiator, responder = gateways.get(record.initiator), gateways.get(record.responder)
+        if initiator is None or responder is None or record.initiator in report.unreachable \
+                or record.responder in report.unreachable:
+            continue
+        present = all(record.conn in conns.get(side, set()) for side in (record.initiator, record.responder))
+        if present and _established(vici, initiator, record.conn):
+            report.healthy.append(record.id)
+            if record.state is not TunnelState.UP:
+                tunnels.set_state(record.id, TunnelState.UP, "")
+            continue
+        _teardown(record, initiator, responder, vici, strict=False)
+        result = _result_from(record)
+        try:
+            _bring_up(tunnel_id=record.id, initiator=initiator, responder=responder, local_ts=record.local_ts,
+                      remote_ts=record.remote_ts, result=result, vici=vici)
+        except GatewayError as exc:
+            report.failed[record.id] = exc.message
+            tunnels.set_state(record.id, TunnelState.FAILED, f"reconcile: {exc.message}"[:500])
+            continue
+        report.restored.append(record.id)
+        tunnels.set_state(record.id, TunnelState.UP, "restored by reconcile")
+    return report
+
+
+def _established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:
+    try:
+        observed = _observed(vici(gateway.vici_socket).list_sas(ike=name), name)
+    except GatewayError:
+        return False
+    return observed is not None and observed.ike_state == "ESTABLISHED" and observed.child_state == "INSTALLED"
+
+
+def _result_from(record: TunnelRecord) -> NegotiationResult:
+    """The negotiation recorded at creation, as the engine's result type."""
+    from app.domain.negotiation import Suite
+    from app.domain.policies import Levels
+
+    n = record.negotiation
+    suite = n["suite"]
+    return NegotiationResult(
+        suite=Suite(suite["protocol"], suite["encryption"], suite["integrity"], suite["key_exchange"],
+                    suite.get("aead", False)),
+        proposals=dict(n["proposals"]),
+        levels=Levels(**n["levels"]),
+        cost=n["cost"],
+        cost_unit=n["cost_unit"],
+        mode=n["mode"],
+        lifetimes=dict(n["lifetimes"]),
+        ike=dict(n["ike"]),
+        alternatives=[],
+        rejected=[],
+        notes=list(n.get("notes", [])),
+        requirement=dict(n.get("requirement", {})),
+        tables=dict(n.get("tables", {})),
+    )

@@ -1,0 +1,3 @@
+"""Shared fixtures for the whole suite."""
+
+pytest_plugins = ["tests.fixtures.db"]

@@ -1,0 +1,103 @@
+"""A real lab, a migrated SQLite database and the app, with a VICI spy that counts loads."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.migrate import upgrade
+from app.adapters.lab import Lab
+from app.adapters.vici.driver import ViciGateway
+from app.api.main import create_app
+from app.services.policies import load_shipped_policies
+from app.services.ratings import load_shipped_tables
+from app.settings import REPO_ROOT, Settings
+from tests.integration.charon.conftest import temporary_lab
+
+
+@dataclass
+class Calls:
+    """Every VICI command the service sent, by command name."""
+
+    log: list[tuple[str, str]] = field(default_factory=list)
+
+    def count(self, command: str) -> int:
+        return sum(1 for c, _ in self.log if c == command)
+
+
+class SpyGateway(ViciGateway):
+    """The real driver, recording each command (mock only what you own)."""
+
+    def __init__(self, path: str, calls: Calls) -> None:
+        super().__init__(path, timeout=10.0)
+        self._calls = calls
+
+    def load_conn(self, name: str, conn: Any) -> None:
+        self._calls.log.append(("load_conn", self.socket_path))
+        super().load_conn(name, conn)
+
+    def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
+        self._calls.log.append(("load_shared", self.socket_path))
+        super().load_shared(id, secret, owners, type)
+
+    def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                 loglevel: int = 1) -> list[str]:
+        self._calls.log.append(("initiate", self.socket_path))
+        return super().initiate(child=child, ike=ike, timeout_ms=timeout_ms, loglevel=loglevel)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    with temporary_lab("qa") as lab:
+        yield lab
+
+
+@pytest.fixture
+def calls() -> Calls:
+    return Calls()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, lab: Lab) -> Settings:
+    url = f"sqlite:///{tmp_path}/qoss.db"
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
+            load_shipped_policies(session=session, policies=files.load_policies(REPO_ROOT / "policies"))
+    finally:
+        engine.dispose()
+    return Settings(database_url=url, vici_socket_dirs=[lab.state_dir], reconcile_on_start=False)
+
+
+@pytest.fixture
+async def client(settings: Settings, calls: Calls, lab: Lab) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(settings, vici_factory=lambda path: SpyGateway(path, calls))
+    transport = httpx.ASGITransport(app=app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://qoss.test", timeout=30) as c,
+    ):
+            for host in lab.hosts:
+                r = await c.post("/v1/gateways", json={
+                    "name": host.name, "vici_socket": host.vici_socket, "ike_address": host.ike_address,
+                    "inside_networks": [f"{host.inside_address}/32"],
+                })
+                assert r.status_code == 201, r.text
+            yield c
+            # Whatever a test left, take it down so the next test starts clean.
+            for t in (await c.get("/v1/tunnels")).json():
+                await c.delete(f"/v1/tunnels/{t['id']}")
