@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.adapters.files import load_rating_table  # noqa: E402
-
 from app.domain.negotiation import NegotiationRequest, Peer, negotiate  # noqa: E402
 from app.domain.policies import Policy  # noqa: E402
 

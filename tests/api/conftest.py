@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from app.adapters.db.engine import make_engine, make_session_factory
 
 from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
 from app.api.main import create_app
 from app.services.policies import load_shipped_policies
 from app.services.ratings import load_shipped_tables

@@ -1,0 +1,201 @@
+"""The tunnel use case against two fake charons speaking VICI: stage, verify, roll back."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.migrate import upgrade
+from app.adapters.vici.driver import ViciGateway
+from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
+from app.services import tunnels
+from app.services.negotiation import MinLevelsIn
+from app.services.ratings import TableCache, load_shipped_tables
+from app.settings import REPO_ROOT
+from tests.fakes.fake_charon import FakeCharon, child_sa_message, ike_sa_message
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("db") / "template.db"
+    url = f"sqlite:///{path}"
+    upgrade(url)
+    engine = make_engine(url)
+    with make_session_factory(engine)() as session, session.begin():
+        load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
+    engine.dispose()
+    return str(path)
+
+
+@pytest.fixture
+def session(migrated: str, tmp_path: Path) -> Iterator[Session]:
+    copy = tmp_path / "qoss.db"
+    copy.write_bytes(Path(migrated).read_bytes())
+    engine = make_engine(f"sqlite:///{copy}")
+    with make_session_factory(engine)() as s:
+        yield s
+    engine.dispose()
+
+
+@pytest.fixture
+def fakes(tmp_path: Path) -> Iterator[tuple[FakeCharon, FakeCharon]]:
+    with FakeCharon(tmp_path / "left.vici") as left, FakeCharon(tmp_path / "right.vici") as right:
+        yield left, right
+
+
+def vici(path: str) -> ViciGateway:
+    return ViciGateway(path, timeout=2.0)
+
+
+@pytest.fixture
+def registered(session: Session, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path) -> None:
+    for fake, name, addr, net in ((fakes[0], "left", "10.99.0.1", "10.1.0.1/32"),
+                                  (fakes[1], "right", "10.99.0.2", "10.2.0.1/32")):
+        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+            name=name, vici_socket=fake.socket_path, ike_address=addr, inside_networks=[net]))
+
+
+def request(**kw: object) -> tunnels.TunnelIn:
+    return tunnels.TunnelIn(initiator="left", responder="right",
+                            min_levels=MinLevelsIn(confidentiality=8, integrity=8), **kw)  # type: ignore[arg-type]
+
+
+def create(session: Session) -> tunnels.TunnelRecord:  # type: ignore[name-defined]
+    return tunnels.create_tunnel(session=session, cache=TableCache(), vici=vici, request=request(),
+                                 default_table="standards-2026")
+
+
+def established(fake: FakeCharon, name: str, *, encr: str | None = None, integ: str | None = None) -> None:
+    """Make the fake report an SA for conn ``name`` as its loaded proposals say (or ``encr`` for ESP)."""
+    from app.domain.algorithms import CATALOGUE, Protocol
+    from app.domain.proposals import parse
+
+    conn = fake.conns[name]
+    ike = parse(conn["proposals"][0], Protocol.IKE)
+    esp = parse(conn["children"][name]["esp_proposals"][0], Protocol.ESP)
+    ike_encr = CATALOGUE[ike.aead or ike.encryption or ""]
+    esp_encr = CATALOGUE[esp.aead or esp.encryption or ""]
+    prf = ike.prf or CATALOGUE[ike.integrity or ""].prf
+    fake.sas[name] = ike_sa_message(
+        uniqueid=1, encr_alg=ike_encr.sa_name, encr_keysize=ike_encr.key_size,
+        integ_alg=CATALOGUE[ike.integrity].sa_name if ike.integrity else None,
+        prf_alg=CATALOGUE[prf or ""].sa_name, dh_group=CATALOGUE[ike.key_exchange or ""].sa_name,
+        children={name: child_sa_message(
+            name=name, encr_alg=encr or esp_encr.sa_name, encr_keysize=esp_encr.key_size,
+            integ_alg=integ if encr else (CATALOGUE[esp.integrity].sa_name if esp.integrity else None))},
+    )
+
+
+def test_registration_reads_backend_and_algorithms(session: Session, registered: None) -> None:
+    gw = tunnels.get_gateway(session=session, name="left")
+    assert gw.backend == "kernel-libipsec"
+    assert {"aes128", "aes256", "aes128gcm16", "sha256", "modp2048", "x25519"} <= gw.algorithms
+    assert "camellia128" not in gw.algorithms
+
+
+def test_unreachable_gateway_is_not_registered(session: Session, tmp_path: Path) -> None:
+    with pytest.raises(GatewayUnreachable, match=str(tmp_path / "none.vici")):
+        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+            name="ghost", vici_socket=str(tmp_path / "none.vici"), ike_address="10.99.0.9",
+            inside_networks=["10.9.0.0/24"]))
+    assert tunnels.list_gateways(session=session) == []
+
+
+def test_socket_outside_allowed_dirs_is_refused(session: Session, tmp_path: Path) -> None:
+    from app.domain.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="vici_socket"):
+        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path / "only"],
+                                 body=tunnels.GatewayIn(name="x", vici_socket="/etc/x.vici", ike_address="10.0.0.1",
+                                                        inside_networks=["10.0.0.0/24"]))
+
+
+def test_infeasible_request_sends_no_load_command(session: Session, registered: None,
+                                                  fakes: tuple[FakeCharon, FakeCharon]) -> None:
+    with pytest.raises(NoFeasibleSuite):
+        tunnels.create_tunnel(session=session, cache=TableCache(), vici=vici, default_table="standards-2026",
+                              request=tunnels.TunnelIn(initiator="left", responder="right",
+                                                       min_levels=MinLevelsIn(integrity=10, confidentiality=10),
+                                                       forbids=["sha512"]))
+    for fake in fakes:
+        assert fake.count("load-conn") == 0
+        assert fake.count("load-shared") == 0
+
+
+def test_initiator_load_failure_unloads_the_responder(session: Session, registered: None,
+                                                      fakes: tuple[FakeCharon, FakeCharon]) -> None:
+    left, right = fakes
+    left.fail("load-conn", "invalid configuration")
+    with pytest.raises(GatewayRejected, match="invalid configuration"):
+        create(session)
+    assert right.conns == {}
+    assert right.shared == {}
+    assert left.shared == {}
+    assert tunnels.list_tunnels(session=session) == []
+
+
+def test_initiate_failure_rolls_back_both_ends(session: Session, registered: None,
+                                               fakes: tuple[FakeCharon, FakeCharon]) -> None:
+    left, _ = fakes
+    left.fail("initiate", "establishing CHILD_SA failed", log=["received NO_PROPOSAL_CHOSEN notify"])
+    with pytest.raises(GatewayRejected, match="NO_PROPOSAL_CHOSEN"):
+        create(session)
+    for fake in fakes:
+        assert fake.conns == {}
+        assert fake.shared == {}
+
+
+def test_negotiated_algorithms_differing_from_the_choice_fail_and_roll_back(
+    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+) -> None:
+    left, _ = fakes
+
+    def up_with_wrong_suite(message: dict[str, object]) -> object:
+        from tests.fakes.fake_charon import Reply
+
+        name = str(message["ike"])
+        for fake in fakes:
+            established(fake, name, encr="3DES_CBC", integ="HMAC_SHA1_96")
+        return Reply({"success": "yes"})
+
+    left.script("initiate", up_with_wrong_suite)  # type: ignore[arg-type]
+    with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):
+        create(session)
+    for fake in fakes:
+        assert fake.conns == {}
+        assert fake.shared == {}
+
+
+def test_success_records_the_tunnel_and_never_logs_the_psk(
+    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon], caplog: pytest.LogCaptureFixture
+) -> None:
+    left, right = fakes
+
+    def up(message: dict[str, object]) -> object:
+        from tests.fakes.fake_charon import Reply
+
+        name = str(message["ike"])
+        for fake in fakes:
+            established(fake, name)
+        return Reply({"success": "yes"})
+
+    left.script("initiate", up)  # type: ignore[arg-type]
+    caplog.set_level(logging.DEBUG)
+    record = create(session)
+    assert record.negotiation["proposals"]["esp"].startswith("aes128gcm16")
+    (shared,) = right.messages("load-shared")
+    assert set(shared["owners"]) == {f"{record.id}.left.qoss", f"{record.id}.right.qoss"}
+    psk = shared["data"]
+    assert len(psk.encode("utf-8", "surrogateescape")) == 32
+    assert psk not in caplog.text
+    assert psk not in repr(record)
+    assert psk not in str(record.as_dict())
+    # Responder first: its secret and conn exist before the initiator's.
+    order = [(c.command, f) for f in (left, right) for c in f.calls if c.command in ("load-conn", "load-shared")]
+    assert len(order) == 4
