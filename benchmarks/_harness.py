@@ -1,0 +1,97 @@
+"""Shared by the tunnel benchmarks: a lab (two charons in netns) and a real qoss under uvicorn.
+
+Everything is torn down on exit, also on failure: the server, the charons, the namespaces.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.adapters.lab import Lab  # noqa: E402
+
+
+@dataclass
+class Service:
+    base_url: str
+    pid: int
+    lab: Lab
+    db_url: str
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def lab_and_service() -> Iterator[Service]:
+    state = Path(tempfile.mkdtemp(prefix="qoss-bench-", dir="/tmp"))
+    lab = Lab(state / "lab", prefix=f"qb{os.getpid() % 10000}-{uuid.uuid4().hex[:3]}")
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        lab.up()
+        port = _free_port()
+        db_url = f"sqlite:///{state}/qoss.db"
+        env = {
+            **os.environ,
+            "QOSS_DATABASE_URL": db_url,
+            "QOSS_LOG_LEVEL": "warning",
+            "QOSS_RECONCILE_ON_START": "false",
+            "QOSS_VICI_SOCKET_DIRS": f'["{state}"]',
+        }
+        with open(state / "server.log", "wb") as log:
+            server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT,
+                                      env=env, stdout=subprocess.DEVNULL, stderr=log)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{base}/livez", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"qoss did not start; see {state}/server.log")
+        for host in lab.hosts:
+            r = httpx.post(f"{base}/v1/gateways", json={
+                "name": host.name, "vici_socket": host.vici_socket, "ike_address": host.ike_address,
+                "inside_networks": [f"{host.inside_address}/32"],
+            }, timeout=10)
+            r.raise_for_status()
+        yield Service(base, server.pid, lab, db_url)
+    finally:
+        if server is not None:
+            server.terminate()
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        lab.down()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]

@@ -1,0 +1,67 @@
+"""1,000 tunnels on one gateway pair through the API: set-up p50/p99 and the service's memory.
+
+    .venv/bin/python benchmarks/tunnel_scale.py [--tunnels 1000] [--budget 600]
+
+Each tunnel protects a distinct /32 on the left (10.10.x.y) to the right's inside
+address. Prints set-up p50/p99, the service's RSS before, with all tunnels up, and
+after tearing them all down. Goals: p99 <= 50 ms; memory flat after teardown.
+Bounded by count and by the time budget (seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import httpx
+
+from benchmarks._harness import lab_and_service, percentile
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tunnels", type=int, default=1000)
+    parser.add_argument("--budget", type=float, default=600.0)
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.budget
+    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=60) as client:
+        right = svc.lab.host("right")
+        # Warm up the service (imports, caches) before the baseline reading.
+        for _ in range(5):
+            r = client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+            r.raise_for_status()
+            client.delete(f"/v1/tunnels/{r.json()['id']}").raise_for_status()
+        rss_before = svc.rss_kib()
+        times: list[float] = []
+        ids: list[str] = []
+        for i in range(args.tunnels):
+            if time.monotonic() > deadline:
+                print(f"time budget reached after {i} tunnels")
+                break
+            body = {"initiator": "left", "responder": "right",
+                    "local_ts": [f"10.10.{i // 250}.{i % 250 + 1}/32"],
+                    "remote_ts": [f"{right.inside_address}/32"]}
+            t0 = time.perf_counter()
+            r = client.post("/v1/tunnels", json=body)
+            times.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != 201:
+                raise SystemExit(f"tunnel {i}: {r.status_code} {r.text}")
+            ids.append(r.json()["id"])
+        rss_up = svc.rss_kib()
+        listed = len(client.get("/v1/tunnels").json())
+        t0 = time.perf_counter()
+        for tunnel_id in ids:
+            client.delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()
+        teardown = time.perf_counter() - t0
+        rss_after = svc.rss_kib()
+        print(f"tunnels up: {len(ids)} (listed {listed}); set-up p50 {statistics.median(times):.1f} ms, "
+              f"p99 {percentile(times, 99):.1f} ms, max {max(times):.1f} ms (goal p99 <= 50 ms)")
+        print(f"teardown of all: {teardown:.1f} s")
+        print(f"service RSS: before {rss_before / 1024:.1f} MiB, all up {rss_up / 1024:.1f} MiB, "
+              f"after teardown {rss_after / 1024:.1f} MiB "
+              f"(delta after/before {(rss_after - rss_before) / 1024:+.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
