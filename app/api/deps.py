@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
@@ -12,7 +12,17 @@ from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
-__all__ = ["ActorDep", "CacheDep", "IfMatchDep", "SessionDep", "SettingsDep", "ViciDep", "get_session"]
+__all__ = [
+    "ActorDep",
+    "CacheDep",
+    "IfMatchDep",
+    "ReadSessionDep",
+    "SessionDep",
+    "SettingsDep",
+    "ViciDep",
+    "get_read_session",
+    "get_session",
+]
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -29,29 +39,43 @@ def get_session(request: Request) -> Iterator[Session]:
         session.close()
 
 
-def get_settings(request: Request) -> Settings:
+async def get_read_session(request: Request) -> AsyncIterator[Session]:
+    """A read-only unit of work: never commits (SQLite: deferred BEGIN, readers never queue).
+
+    Made on the event loop (no thread hop); nothing is queried until the route uses it.
+    """
+    factory: sessionmaker[Session] = request.app.state.read_session_factory
+    session = factory()
+    try:
+        yield session
+    finally:
+        session.rollback()
+        session.close()
+
+
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_cache(request: Request) -> TableCache:
+async def get_cache(request: Request) -> TableCache:
     cache: TableCache = request.app.state.table_cache
     return cache
 
 
-def get_vici(request: Request) -> ViciFactory:
+async def get_vici(request: Request) -> ViciFactory:
     factory: ViciFactory = request.app.state.vici_factory
     return factory
 
 
-def get_actor(
+async def get_actor(
     x_qoss_actor: Annotated[str | None, Header(max_length=64, pattern=r"^[A-Za-z0-9@._:-]+$")] = None,
 ) -> str:
     """Who makes a change (recorded in revisions); tokens replace this header later."""
     return x_qoss_actor or "anonymous"
 
 
-def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
+async def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
     """The revision a write is based on, from ``If-Match: "<revision>"`` (428 without it)."""
     if if_match is None:
         raise HTTPException(428, "If-Match with the revision's ETag is required for this write")
@@ -65,6 +89,7 @@ def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]

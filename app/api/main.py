@@ -46,9 +46,13 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or Settings()
         engine = make_engine(resolved.database_url)
+        read_engine = (
+            make_engine(resolved.database_url, writes=False) if resolved.database_url.startswith("sqlite") else engine
+        )
         app.state.settings = resolved
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
+        app.state.read_session_factory = make_session_factory(read_engine)
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
@@ -58,6 +62,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             yield
         finally:
             engine.dispose()
+            read_engine.dispose()
 
     app = FastAPI(
         title="qoss",

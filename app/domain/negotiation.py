@@ -25,7 +25,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.domain.algorithms import CATALOGUE, Algorithm, Kind, Protocol, catalogue_order
 from app.domain.errors import InvalidInput, NoFeasibleSuite, UnmetRequirement, UnsupportedProtection
@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 _ALTERNATIVES = 5
+_DIM = {"confidentiality": 0, "integrity": 1, "key_exchange": 2}
 _DEFAULT_PACKET_SIZE = 1400
 
 
@@ -205,20 +206,36 @@ class _Context:
             self.need_ah |= bool(objectives & AH_OBJECTIVES)
         self._borrowed: set[str] = set()
         self._memo: dict[tuple[str, tuple[str, ...]], Rating | None] = {}
+        self._cost_tables: dict[Kind, RatingTable] = {}
+        self._peer_tables: dict[tuple[str, Kind], RatingTable] = {}
+        self._forbidden = [(p, p.forbids | p.policy.deny) for p in req.peers]
+        self._needs = [
+            (p, (self.mins[p.name].confidentiality, self.mins[p.name].integrity, self.mins[p.name].key_exchange))
+            for p in req.peers
+        ]
 
     # Tables ---------------------------------------------------------------
 
     def cost_table(self, kind: Kind) -> RatingTable:
         """The table that prices (and reports levels for) this kind."""
+        found = self._cost_tables.get(kind)
+        if found is not None:
+            return found
         table = self.req.table
-        if table.covers(kind):
-            return table
-        if table.name != self.req.default_table.name and kind.value not in self._borrowed:
-            self._borrowed.add(kind.value)
-        return self.req.default_table
+        if not table.covers(kind):
+            if table.name != self.req.default_table.name:
+                self._borrowed.add(kind.value)
+            table = self.req.default_table
+        self._cost_tables[kind] = table
+        return table
 
     def peer_table(self, peer: Peer, kind: Kind) -> RatingTable:
-        return peer.table if peer.table.covers(kind) else self.req.default_table
+        key = (peer.name, kind)
+        found = self._peer_tables.get(key)
+        if found is None:
+            found = peer.table if peer.table.covers(kind) else self.req.default_table
+            self._peer_tables[key] = found
+        return found
 
     def borrowed_note(self) -> None:
         if self._borrowed:
@@ -242,36 +259,38 @@ class _Context:
         return result
 
     def _admissible(self, alg: Algorithm, dims: tuple[str, ...]) -> Rating | None:
-        for peer in self.req.peers:
-            if not _supported(peer, alg):
+        kw = alg.keyword
+        for peer, forbidden in self._forbidden:
+            if peer.supports is not None and kw not in peer.supports and not _supported(peer, alg):
                 self.reject(alg, f"not supported by {peer.name}", peer.name)
                 return None
-            if alg.keyword in peer.forbids or alg.keyword in peer.policy.deny:
+            if kw in forbidden:
                 self.reject(alg, f"forbidden by {peer.name}", peer.name)
                 return None
-            if peer.policy.allow is not None and alg.keyword not in peer.policy.allow:
+            if peer.policy.allow is not None and kw not in peer.policy.allow:
                 self.reject(alg, f"not in {peer.name}'s allow list", peer.name)
                 return None
         table = self.cost_table(alg.kind)
-        rating = table.get(alg.keyword)
+        rating = table.ratings.get(kw)
         if rating is None:
             self.reject(alg, f"not rated in {table.name}", None)
             return None
         if rating.performance <= 0:
             self.reject(alg, f"no performance rating in {table.name}", None)
             return None
-        for peer in self.req.peers:
-            mins = self.mins[peer.name]
+        for peer, needs in self._needs:
+            ptable: RatingTable | None = None
             for dim in dims:
-                need = mins.get(dim)
+                d = _DIM[dim]
+                need = needs[d]
                 if need <= 0:
                     continue
-                ptable = self.peer_table(peer, alg.kind)
-                prating = ptable.get(alg.keyword)
-                if prating is None:
+                ptable = ptable or self.peer_table(peer, alg.kind)
+                entry = ptable.index.get(kw)
+                if entry is None:
                     self.reject(alg, f"not rated in {ptable.name}, by which {peer.name} judges", peer.name)
                     return None
-                level = prating.level(dim)
+                level = entry[d]
                 if level is None or level < need:
                     self.reject(alg, f"{dim} {level} < {need} required by {peer.name}", peer.name)
                     return None
@@ -380,8 +399,8 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
         )
 
     protocol = _effective_protocol(ctx, option, backend)
-    options, cost_unit = _data_plane_options(ctx, protocol, packet_size)
-    if not options:
+    ranked, cost_unit = _data_plane_options(ctx, protocol, packet_size, request.alternatives + 1)
+    if not ranked:
         dims = ["confidentiality", "integrity"] if protocol != "ah" else ["integrity"]
         kinds = (Kind.ENCRYPTION, Kind.AEAD, Kind.INTEGRITY)
         unmet = ctx.unmet(kinds, Protocol.AH if protocol == "ah" else Protocol.ESP, dims)
@@ -391,7 +410,6 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
         raise NoFeasibleSuite(unmet, ctx.notes)
     ike, ike_levels = _negotiate_ike(ctx)
     ke = ike["key_exchange"] if pfs else None
-    ranked = heapq.nsmallest(request.alternatives + 1, options, key=SuiteOption.key)
     best = ranked[0]
 
     suite, proposals = _suite_and_proposals(protocol, best, ke, ike)
@@ -515,91 +533,107 @@ def _min_throughput(request: NegotiationRequest) -> float | None:
     return max(present) if present else None
 
 
-def _data_plane_options(ctx: _Context, protocol: str, packet_size: int) -> tuple[list[SuiteOption], str]:
-    """Every feasible ESP/AH combination, costed."""
+class _Cand(NamedTuple):
+    """A candidate transform, flattened for the hot loops."""
+
+    keyword: str
+    cost: float
+    conf: int
+    integ: int
+    order: int
+    mbps: float | None
+
+
+def _cand(alg: Algorithm, rating: Rating, cost: float) -> _Cand:
+    mbps = rating.measurement.throughput_mbps if rating.measurement is not None else None
+    return _Cand(alg.keyword, cost, rating.confidentiality or 0, rating.integrity or 0,
+                 catalogue_order(alg.keyword), mbps)
+
+
+def _data_plane_options(
+    ctx: _Context, protocol: str, packet_size: int, keep: int
+) -> tuple[list[SuiteOption], str]:
+    """The ``keep`` cheapest feasible ESP/AH combinations, ranked (cost, higher levels, order)."""
     wire = Protocol.AH if protocol == "ah" else Protocol.ESP
-    ciphers: list[tuple[Algorithm, Rating]] = []
-    aeads: list[tuple[Algorithm, Rating]] = []
-    integs: list[tuple[Algorithm, Rating]] = []
+    found: list[tuple[Algorithm, Rating, str]] = []
     for alg in CATALOGUE.values():
         if not alg.usable_in(wire):
             continue
         if alg.kind is Kind.INTEGRITY:
             rating = ctx.admissible(alg, ("integrity",))
-            if rating is not None:
-                integs.append((alg, rating))
+            role = "integ"
         elif protocol != "ah" and alg.kind is Kind.ENCRYPTION:
             rating = ctx.admissible(alg, ("confidentiality",))
-            if rating is not None:
-                ciphers.append((alg, rating))
+            role = "cipher"
         elif protocol in ("esp", "esp-null") and alg.kind is Kind.AEAD:
             rating = ctx.admissible(alg, ("confidentiality", "integrity"))
-            if rating is not None:
-                aeads.append((alg, rating))
+            role = "aead"
+        else:
+            continue
+        if rating is not None:
+            found.append((alg, rating, role))
 
-    everything = ciphers + aeads + integs
-    measured = bool(everything) and all(r.measured_cost(packet_size) is not None for _, r in everything)
+    measured = bool(found) and all(r.measured_cost(packet_size) is not None for _, r, _ in found)
     if measured:
         unit = f"ns/byte at {packet_size} B (measured)"
-
-        def cost(r: Rating) -> float:
-            value = r.measured_cost(packet_size)
-            return value if value is not None else math.inf
+        costs = [r.measured_cost(packet_size) or math.inf for _, r, _ in found]
     else:
         unit = "1/performance"
-        if any(r.measurement is not None for _, r in everything):
+        if any(r.measurement is not None for _, r, _ in found):
             ctx.notes.append("not every candidate is measured: costs from performance scores (1/performance)")
-
-        def cost(r: Rating) -> float:
-            return r.cost(packet_size)
+        costs = [r.cost(packet_size) for _, r, _ in found]
+    ciphers: list[_Cand] = []
+    aeads: list[_Cand] = []
+    integs: list[_Cand] = []
+    by_role = {"cipher": ciphers, "aead": aeads, "integ": integs}
+    for (alg, rating, role), cost in zip(found, costs, strict=True):
+        if role == "integ" and protocol == "ah+esp" and not alg.usable_in(Protocol.AH):
+            continue
+        by_role[role].append(_cand(alg, rating, cost))
 
     need_mbps = _min_throughput(ctx.req)
-    options: list[SuiteOption] = []
-
-    def add(cipher: tuple[Algorithm, Rating] | None, integ: tuple[Algorithm, Rating] | None) -> None:
-        parts = [x for x in (cipher, integ) if x is not None]
-        if need_mbps is not None and all(r.measurement and r.measurement.throughput_mbps for _, r in parts):
-            est = 1.0 / sum(1.0 / r.measurement.throughput_mbps for _, r in parts if r.measurement
-                            and r.measurement.throughput_mbps)
-            if est < need_mbps:
-                return
-        options.append(
-            SuiteOption(
-                cipher=cipher[0].keyword if cipher else None,
-                integrity=integ[0].keyword if integ else None,
-                cost=sum(cost(r) for _, r in parts),
-                confidentiality=_level(cipher[1], "confidentiality") if cipher else 0,
-                integrity_level=_level(integ[1] if integ else cipher[1], "integrity") if parts else 0,  # type: ignore[index]
-                order=(
-                    catalogue_order(cipher[0].keyword) if cipher else -1,
-                    catalogue_order(integ[0].keyword) if integ else -1,
-                ),
-            )
-        )
-
-    if protocol == "ah":
-        for integ in integs:
-            add(None, integ)
-    elif protocol == "ah+esp":
-        for cipher in ciphers:
-            for integ in integs:
-                if integ[0].usable_in(Protocol.AH):
-                    add(cipher, integ)
-    else:
-        for cipher in ciphers:
-            for integ in integs:
-                add(cipher, integ)
-        for aead in aeads:
-            add(aead, None)
-        if protocol == "esp-null":
-            integrity_only = [o for o in options if o.confidentiality == 0]
-            if integrity_only:
-                options = integrity_only
-            elif options:
-                ctx.notes.append("no integrity-only ESP suite is rated: ESP with encryption instead")
     if need_mbps is not None and not measured:
         ctx.notes.append(f"throughput need of {need_mbps} Mbit/s not checked: candidates are not measured")
+    check_mbps = need_mbps is not None and measured
+
+    Key = tuple[float, int, int, int, int]
+    keyed: list[tuple[Key, _Cand | None, _Cand | None]] = []
+    if protocol == "ah":
+        keyed = [((i.cost, 0, -i.integ, -1, i.order), None, i) for i in integs]
+    else:
+        keyed = [((c.cost + i.cost, -c.conf, -i.integ, c.order, i.order), c, i) for c in ciphers for i in integs]
+        if protocol != "ah+esp":
+            keyed += [((a.cost, -a.conf, -a.integ, a.order, -1), a, None) for a in aeads]
+    if check_mbps:
+        assert need_mbps is not None
+        keyed = [k for k in keyed if _throughput(k[1], k[2]) >= need_mbps]
+    if protocol == "esp-null":
+        integrity_only = [k for k in keyed if k[0][1] == 0]
+        if integrity_only:
+            keyed = integrity_only
+        elif keyed:
+            ctx.notes.append("no integrity-only ESP suite is rated: ESP with encryption instead")
+    ranked = heapq.nsmallest(keep, keyed, key=lambda k: k[0])
+    options = [
+        SuiteOption(
+            cipher=c.keyword if c else None,
+            integrity=i.keyword if i else None,
+            cost=key[0],
+            confidentiality=c.conf if c else 0,
+            integrity_level=i.integ if i else (c.integ if c else 0),
+            order=(key[3], key[4]),
+        )
+        for key, c, i in ranked
+    ]
     return options, unit
+
+
+def _throughput(*parts: _Cand | None) -> float:
+    """Combined throughput of transforms applied in series (inf where one is unmeasured)."""
+    rates = [p.mbps for p in parts if p is not None]
+    if any(r is None or r <= 0 for r in rates):
+        return math.inf
+    return 1.0 / sum(1.0 / r for r in rates if r)
 
 
 def _suite_and_proposals(
@@ -681,30 +715,23 @@ def _negotiate_ike(ctx: _Context) -> tuple[dict[str, str | None], int]:
             if r is not None:
                 integ_candidates.append((alg, r, prfs[alg.prf]))
 
-    for enc, er in enc_candidates:
-        for integ, ir, pr in integ_candidates:
-            key = (
-                er.cost(None) + ir.cost(None),
-                -_level(er, "confidentiality"),
-                -min(_level(ir, "integrity"), _level(pr, "key_exchange")),
-                (catalogue_order(enc.keyword), catalogue_order(integ.keyword)),
-            )
+    encs = [(er.cost(None), _level(er, "confidentiality"), catalogue_order(e.keyword), e.keyword)
+            for e, er in enc_candidates]
+    integs = [(ir.cost(None), min(_level(ir, "integrity"), _level(pr, "key_exchange")), catalogue_order(i.keyword),
+               i.keyword, i.prf, _level(pr, "key_exchange")) for i, ir, pr in integ_candidates]
+    prf_list = [(pr.cost(None), _level(pr, "key_exchange"), catalogue_order(name), name) for name, pr in prfs.items()]
+    for e_cost, e_conf, e_order, e_kw in encs:
+        for i_cost, i_level, i_order, i_kw, i_prf, p_level in integs:
+            key = (e_cost + i_cost, -e_conf, -i_level, (e_order, i_order))
             if best is None or key < best[0]:
-                chosen: dict[str, str | None] = {
-                    "encryption": enc.keyword, "integrity": integ.keyword, "prf": integ.prf,
-                }
-                best = (key, chosen, _level(pr, "key_exchange"))
+                best = (key, {"encryption": e_kw, "integrity": i_kw, "prf": i_prf}, p_level)
     for aead, ar in aead_candidates:
-        for prf_name, pr in prfs.items():
-            key = (
-                ar.cost(None) + pr.cost(None),
-                -_level(ar, "confidentiality"),
-                -min(_level(ar, "integrity"), _level(pr, "key_exchange")),
-                (catalogue_order(aead.keyword), catalogue_order(prf_name)),
-            )
+        a_cost, a_conf, a_integ, a_order = (ar.cost(None), _level(ar, "confidentiality"), _level(ar, "integrity"),
+                                            catalogue_order(aead.keyword))
+        for p_cost, p_level, p_order, p_name in prf_list:
+            key = (a_cost + p_cost, -a_conf, -min(a_integ, p_level), (a_order, p_order))
             if best is None or key < best[0]:
-                best = (key, {"encryption": aead.keyword, "integrity": None, "prf": prf_name},
-                        _level(pr, "key_exchange"))
+                best = (key, {"encryption": aead.keyword, "integrity": None, "prf": p_name}, p_level)
     if best is None:
         unmet = ctx.unmet((Kind.ENCRYPTION, Kind.AEAD, Kind.INTEGRITY), Protocol.IKE,
                           ["confidentiality", "integrity"])

@@ -216,12 +216,20 @@ class RatingTable:
     description: str = ""
     source: str = ""
     revision: int = 1
-    families: frozenset[str] = field(init=False)
+    families: frozenset[str] = field(init=False, compare=False)
+    #: keyword -> (confidentiality, integrity, key_exchange, 1/performance): built once per
+    #: table revision so that a negotiation reads plain tuples on its hot path.
+    index: Mapping[str, tuple[int | None, int | None, int | None, float]] = field(
+        init=False, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "families", frozenset(kind_family(lookup(k).kind) for k in self.ratings)
         )
+        object.__setattr__(self, "index", {
+            k: (r.confidentiality, r.integrity, r.key_exchange, r.cost(None)) for k, r in self.ratings.items()
+        })
 
     def covers(self, kind: Kind) -> bool:
         """Whether this table rates algorithms of this kind's family at all."""

@@ -6,7 +6,8 @@ Services never commit: the caller's unit of work (the request-scoped session) do
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -34,23 +35,37 @@ __all__ = [
 
 
 class TableCache:
-    """Parsed rating tables by (name, revision): a negotiation reads one revision number per table."""
+    """Parsed rating tables by (name, revision).
 
-    def __init__(self) -> None:
+    A table's current revision is read from the database at most once per ``ttl``
+    seconds per table, so a negotiation normally costs no query at all. Edits through
+    this process invalidate the entry at once; an edit made by another replica is seen
+    within ``ttl`` (bounded staleness, documented in the README).
+    """
+
+    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._tables: dict[str, RatingTable] = {}
+        self._tables: dict[str, tuple[RatingTable, float]] = {}
+        self._ttl = ttl
+        self._clock = clock
 
     def get(self, session: Session, name: str) -> RatingTable:
-        repo = RatingTableRepository(session)
-        revision = repo.current_revision(name)
+        now = self._clock()
         with self._lock:
             cached = self._tables.get(name)
-        if cached is not None and cached.revision == revision:
-            return cached
-        table = repo.get(name)
+        if cached is not None and now - cached[1] < self._ttl:
+            return cached[0]
+        repo = RatingTableRepository(session)
+        revision = repo.current_revision(name)
+        table = cached[0] if cached is not None and cached[0].revision == revision else repo.get(name)
         with self._lock:
-            self._tables[name] = table
+            self._tables[name] = (table, now)
         return table
+
+    def invalidate(self, name: str) -> None:
+        """Forget one table (after this process changed it)."""
+        with self._lock:
+            self._tables.pop(name, None)
 
 
 def list_tables(*, session: Session) -> list[dict[str, Any]]:

@@ -10,12 +10,14 @@ from sqlalchemy.orm import Session, sessionmaker
 __all__ = ["make_engine", "make_session_factory"]
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
     """An engine for ``url``.
 
-    SQLite: foreign keys on, WAL, a busy timeout, and every transaction opened with
-    ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a stale read
-    snapshot (optimistic concurrency then answers 409, never "database is locked").
+    SQLite: foreign keys on, WAL, a busy timeout; with ``writes`` every transaction is
+    opened with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a
+    stale read snapshot (optimistic concurrency then answers 409, never "database is
+    locked"). A read-only engine (``writes=False``) keeps SQLite's deferred BEGIN, so
+    readers never wait for each other or for writers (WAL).
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
@@ -32,7 +34,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20, **kwargs)

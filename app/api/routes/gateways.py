@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import SessionDep, SettingsDep, ViciDep
+from app.api.deps import ReadSessionDep, SessionDep, SettingsDep, ViciDep
 from app.api.schemas import ErrorOut
 from app.services import tunnels as svc
 
@@ -21,7 +21,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/gateways")
-def list_gateways(session: SessionDep) -> list[dict[str, Any]]:
+def list_gateways(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every registered gateway with its back end and algorithms."""
     return [g.as_dict() for g in svc.list_gateways(session=session)]
 
@@ -35,7 +35,7 @@ def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, se
 
 
 @router.get("/gateways/{name}", responses=_ERRORS)
-def get_gateway(name: GatewayName, session: SessionDep) -> dict[str, Any]:
+def get_gateway(name: GatewayName, session: ReadSessionDep) -> dict[str, Any]:
     """One gateway."""
     return svc.get_gateway(session=session, name=name).as_dict()
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from app import __version__
-from app.api.deps import SessionDep
+from app.api.deps import ReadSessionDep
 
 __all__ = ["router"]
 
@@ -16,7 +16,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz(session: SessionDep) -> dict[str, Any]:
+def healthz(session: ReadSessionDep) -> dict[str, Any]:
     """Up, and the database answers."""
     session.execute(text("SELECT 1"))
     return {"status": "ok", "version": __version__}

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, SessionDep, SettingsDep
+from app.api.deps import CacheDep, ReadSessionDep, SettingsDep
 from app.api.schemas import ErrorOut, NegotiationIn, NegotiationOut
 from app.services.negotiation import run_negotiation
 
@@ -17,11 +16,19 @@ router = APIRouter(tags=["negotiations"])
 
 @router.post(
     "/negotiations",
-    response_model=NegotiationOut,
-    responses={409: {"model": ErrorOut}, 404: {"model": ErrorOut}, 422: {"model": ErrorOut}},
+    response_class=JSONResponse,
+    responses={200: {"model": NegotiationOut}, 409: {"model": ErrorOut}, 404: {"model": ErrorOut},
+               422: {"model": ErrorOut}},
 )
-def create_negotiation(body: NegotiationIn, session: SessionDep, cache: CacheDep,
-                       settings: SettingsDep) -> dict[str, Any]:
-    """Negotiate a suite. 409 ``NoFeasibleSuite`` names every unmet requirement."""
+async def create_negotiation(body: NegotiationIn, session: ReadSessionDep, cache: CacheDep,
+                             settings: SettingsDep) -> JSONResponse:
+    """Negotiate a suite. 409 ``NoFeasibleSuite`` names every unmet requirement.
+
+    The answer is the engine's own JSON-ready document (documented by ``NegotiationOut``),
+    serialised once, without a second validation pass over a document built by our code.
+    Runs on the event loop: the work is CPU-bound (a worker thread would only add a hop
+    under the GIL), and rating tables come from the in-process cache, so a request
+    normally makes no database query; a stored policy costs one indexed read.
+    """
     result = run_negotiation(session=session, cache=cache, request=body, default_table=settings.default_table)
-    return result.as_dict()
+    return JSONResponse(result.as_dict())

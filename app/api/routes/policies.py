@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import ActorDep, IfMatchDep, SessionDep
+from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevisionOut
 from app.domain.policies import Policy
 from app.services import policies as svc
@@ -27,7 +27,7 @@ def _out(policy: Policy, revision: int, response: Response) -> dict[str, Any]:
 
 
 @router.get("/policies")
-def list_policies(session: SessionDep) -> list[dict[str, Any]]:
+def list_policies(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every stored policy."""
     return svc.list_policies(session=session)
 
@@ -40,7 +40,7 @@ def create_policy(body: PolicyIn, session: SessionDep, actor: ActorDep, response
 
 
 @router.get("/policies/{name}", response_model=PolicyOut, responses=_ERRORS)
-def get_policy(name: PolicyName, session: SessionDep, response: Response) -> dict[str, Any]:
+def get_policy(name: PolicyName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
     """One policy; its ETag is the revision."""
     policy, revision = svc.get_policy(session=session, name=name)
     return _out(policy, revision, response)
@@ -63,6 +63,6 @@ def delete_policy(name: PolicyName, session: SessionDep) -> Response:
 
 
 @router.get("/policies/{name}/revisions", response_model=list[RevisionOut], responses=_ERRORS)
-def policy_revisions(name: PolicyName, session: SessionDep) -> list[dict[str, Any]]:
+def policy_revisions(name: PolicyName, session: ReadSessionDep) -> list[dict[str, Any]]:
     """A policy's history."""
     return svc.policy_revisions(session=session, name=name)

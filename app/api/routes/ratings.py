@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from app.api.deps import ActorDep, IfMatchDep, SessionDep, SettingsDep
+from app.api.deps import ActorDep, CacheDep, IfMatchDep, ReadSessionDep, SessionDep, SettingsDep
 from app.api.schemas import ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
@@ -29,15 +29,18 @@ def _out(table: RatingTable, response: Response) -> dict[str, Any]:
 
 
 @router.get("/rating-tables")
-def list_tables(session: SessionDep) -> list[dict[str, Any]]:
+def list_tables(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every table with its current revision."""
     return svc.list_tables(session=session)
 
 
 @router.post("/rating-tables", status_code=201, response_model=RatingTableOut, responses=_ERRORS)
-def create_table(body: RatingTableIn, session: SessionDep, actor: ActorDep, response: Response) -> dict[str, Any]:
+def create_table(
+    body: RatingTableIn, session: SessionDep, actor: ActorDep, response: Response, cache: CacheDep
+) -> dict[str, Any]:
     """Create a table (revision 1)."""
     table = svc.create_table(session=session, document=body.model_dump(exclude_none=True), author=actor)
+    cache.invalidate(table.name)
     return _out(table, response)
 
 
@@ -46,6 +49,7 @@ def import_table(
     session: SessionDep,
     actor: ActorDep,
     response: Response,
+    cache: CacheDep,
     text: Annotated[str, Body(media_type="text/plain", max_length=1_048_576)],
     format: Format = "yaml",
     name: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")] = None,
@@ -54,11 +58,12 @@ def import_table(
     """Import YAML or CSV: a new table, or with ``revision`` a new revision of an existing one."""
     table = svc.import_table(session=session, text=text, fmt=format, author=actor, name=name,
                              expected_revision=revision)
+    cache.invalidate(table.name)
     return _out(table, response)
 
 
 @router.get("/rating-tables/{name}", response_model=RatingTableOut, responses=_ERRORS)
-def get_table(name: TableName, session: SessionDep, response: Response) -> dict[str, Any]:
+def get_table(name: TableName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
     """The current revision; its ETag is the revision number."""
     return _out(svc.get_table(session=session, name=name), response)
 
@@ -66,48 +71,49 @@ def get_table(name: TableName, session: SessionDep, response: Response) -> dict[
 @router.put("/rating-tables/{name}", response_model=RatingTableOut, responses=_ERRORS)
 def replace_table(
     name: TableName, body: RatingTableIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
-    response: Response,
-) -> dict[str, Any]:
+    response: Response, cache: CacheDep) -> dict[str, Any]:
     """Replace the whole table. ``If-Match`` must name the current revision (409 if stale)."""
     table = svc.replace_table(session=session, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
+    cache.invalidate(table.name)
     return _out(table, response)
 
 
 @router.patch("/rating-tables/{name}/ratings/{algorithm}", response_model=RatingTableOut, responses=_ERRORS)
 def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
-    session: SessionDep, actor: ActorDep, expected: IfMatchDep, response: Response,
-) -> dict[str, Any]:
+    session: SessionDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep) -> dict[str, Any]:
     """Edit (or add) one algorithm's rating: a new revision of the table."""
     table = svc.update_rating(session=session, name=name, algorithm=algorithm,
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
+    cache.invalidate(table.name)
     return _out(table, response)
 
 
 @router.delete("/rating-tables/{name}", status_code=204, responses=_ERRORS)
-def delete_table(name: TableName, session: SessionDep, settings: SettingsDep) -> Response:
+def delete_table(name: TableName, session: SessionDep, settings: SettingsDep, cache: CacheDep) -> Response:
     """Delete a table and its history (never the default table)."""
     svc.delete_table(session=session, name=name, default_table=settings.default_table)
+    cache.invalidate(name)
     return Response(status_code=204)
 
 
 @router.get("/rating-tables/{name}/revisions", response_model=list[RevisionOut], responses=_ERRORS)
-def list_revisions(name: TableName, session: SessionDep) -> list[dict[str, Any]]:
+def list_revisions(name: TableName, session: ReadSessionDep) -> list[dict[str, Any]]:
     """The table's history, oldest first: who, when, what changed."""
     return svc.table_revisions(session=session, name=name)
 
 
 @router.get("/rating-tables/{name}/revisions/{revision}", response_model=RatingTableOut, responses=_ERRORS)
-def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)], session: SessionDep,
+def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)], session: ReadSessionDep,
                  response: Response) -> dict[str, Any]:
     """One past revision."""
     return _out(svc.table_revision(session=session, name=name, revision=revision), response)
 
 
 @router.get("/rating-tables/{name}/export", response_class=PlainTextResponse, responses=_ERRORS)
-def export_table(name: TableName, session: SessionDep, format: Format = "yaml") -> PlainTextResponse:
+def export_table(name: TableName, session: ReadSessionDep, format: Format = "yaml") -> PlainTextResponse:
     """The table as YAML or CSV."""
     text = svc.export_table(session=session, name=name, fmt=format)
     media = "text/csv" if format == "csv" else "application/yaml"

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
-from app.api.deps import CacheDep, SessionDep, SettingsDep, ViciDep
+from app.api.deps import CacheDep, ReadSessionDep, SessionDep, SettingsDep, ViciDep
 from app.api.schemas import ErrorOut
 from app.services import tunnels as svc
 
@@ -38,13 +38,13 @@ def create_tunnel(body: svc.TunnelIn, session: SessionDep, cache: CacheDep, vici
 
 
 @router.get("/tunnels")
-def list_tunnels(session: SessionDep) -> list[dict[str, Any]]:
+def list_tunnels(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every tunnel qoss made."""
     return [t.as_dict() for t in svc.list_tunnels(session=session)]
 
 
 @router.get("/tunnels/{tunnel_id}", responses=_ERRORS)
-def get_tunnel(tunnel_id: TunnelId, session: SessionDep, vici: ViciDep) -> dict[str, Any]:
+def get_tunnel(tunnel_id: TunnelId, session: ReadSessionDep, vici: ViciDep) -> dict[str, Any]:
     """The tunnel and what charon says of it now (state, algorithms, bytes in/out)."""
     return svc.tunnel_status(session=session, vici=vici, tunnel_id=tunnel_id)
 
