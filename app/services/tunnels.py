@@ -15,7 +15,9 @@ import ipaddress
 import logging
 import secrets
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,6 +75,9 @@ Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z
 Keyword = Annotated[str, Field(min_length=1, max_length=64)]
 Cidr = Annotated[str, Field(min_length=1, max_length=64)]
 _INITIATE_TIMEOUT_MS = 15_000
+#: Runs a tunnel's independent VICI calls (the two loads of one side, the two list-sas)
+#: concurrently: each is a separate UNIX-socket connection to a charon.
+_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qoss-vici")
 
 
 class _Strict(BaseModel):
@@ -276,30 +281,49 @@ def _bring_up(
     psk = secrets.token_bytes(32)
     loaded: list[tuple[str, ViciGateway]] = []
     try:
+        # Responder first, then initiator; each side's secret and conn go concurrently.
         for v, local, remote in ((v_resp, right, left), (v_init, left, right)):
-            v.load_shared(name, psk, owners=[local.identity, remote.identity])
-            loaded.append(("shared", v))
-            v.load_conn(name, conn_payload(
+            conn = conn_payload(
                 name=name, local=local, remote=remote, ike_proposal=ike_proposal,
                 esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
                 ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
-            ))
-            loaded.append(("conn", v))
+            )
+            owners = [local.identity, remote.identity]
+            _together(loaded, [
+                ("shared", v, partial(v.load_shared, name, psk, owners=owners)),
+                ("conn", v, partial(v.load_conn, name, conn)),
+            ])
         v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
         expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
                                encryption=result.suite.encryption, integrity=result.suite.integrity)
-        for v, side in ((v_init, initiator.name), (v_resp, responder.name)):
-            observed = _observed(v.list_sas(ike=name), name)
+        sides = ((v_init, initiator.name), (v_resp, responder.name))
+        observed_sas = list(_POOL.map(lambda side: side[0].list_sas(ike=name), sides))
+        for (_, side_name), sas in zip(sides, observed_sas, strict=True):
+            observed = _observed(sas, name)
             if observed is None:
-                raise TunnelVerificationFailed(f"{side}: no IKE_SA {name} after initiate")
+                raise TunnelVerificationFailed(f"{side_name}: no IKE_SA {name} after initiate")
             wrong = mismatches(expected, observed)
             if wrong:
-                raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
+                raise TunnelVerificationFailed(f"{side_name}: " + "; ".join(wrong))
     except BaseException:
         _rollback(name, v_init, v_resp, loaded)
         raise
-    finally:
-        del psk
+
+
+def _together(loaded: list[tuple[str, ViciGateway]],
+              steps: Sequence[tuple[str, ViciGateway, Callable[[], None]]]) -> None:
+    """Run independent VICI loads concurrently; record each that succeeded; re-raise the first failure."""
+    futures = [(what, v, _POOL.submit(fn)) for what, v, fn in steps]
+    first: BaseException | None = None
+    for what, v, future in futures:
+        try:
+            future.result()
+        except BaseException as exc:
+            first = first or exc
+        else:
+            loaded.append((what, v))
+    if first is not None:
+        raise first
 
 
 def create_tunnel(

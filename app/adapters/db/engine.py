@@ -30,6 +30,9 @@ def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
             cursor.execute("PRAGMA busy_timeout=30000")
             if ":memory:" not in url:
                 cursor.execute("PRAGMA journal_mode=WAL")
+                # WAL + NORMAL: commits are atomic and the file never corrupts; a power
+                # loss may drop the last commits (SQLite's recommended setting for WAL).
+                cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
