@@ -573,13 +573,21 @@ def _data_plane_options(
         if rating is not None:
             found.append((alg, rating, role))
 
-    measured = bool(found) and all(r.measured_cost(packet_size) is not None for _, r, _ in found)
+    # Only transforms that can take part in a suite decide whether costs are measured
+    # (an integrity algorithm with no cipher to pair with is irrelevant).
+    roles = {role for _, _, role in found}
+    pairs = "cipher" in roles and "integ" in roles
+    relevant = [
+        (alg, r, role) for alg, r, role in found
+        if protocol == "ah" or role == "aead" or pairs
+    ]
+    measured = bool(relevant) and all(r.measured_cost(packet_size) is not None for _, r, _ in relevant)
     if measured:
         unit = f"ns/byte at {packet_size} B (measured)"
         costs = [r.measured_cost(packet_size) or math.inf for _, r, _ in found]
     else:
         unit = "1/performance"
-        if any(r.measurement is not None for _, r, _ in found):
+        if any(r.measurement is not None for _, r, _ in relevant):
             ctx.notes.append("not every candidate is measured: costs from performance scores (1/performance)")
         costs = [r.cost(packet_size) for _, r, _ in found]
     ciphers: list[_Cand] = []
