@@ -1,0 +1,93 @@
+"""The `qoss` command line, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.settings import REPO_ROOT
+
+
+def qoss(*args: str, db: Path, stdin: str | None = None, env: dict[str, str] | None = None,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, input=stdin, capture_output=True, text=True,
+        timeout=timeout, check=False,
+        env={**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{db}", **(env or {})},
+    )
+
+
+def test_negotiate_reads_the_api_document_and_prints_the_answer(tmp_path: Path) -> None:
+    body = {"rating_table": "esaf-2006", "peers": [{"name": "app", "min_levels": {"integrity": 4}}]}
+    out = qoss("negotiate", "-", db=tmp_path / "q.db", stdin=json.dumps(body))
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["suite"]["integrity"] == "sha1"
+
+
+def test_negotiate_infeasible_exits_2_with_the_error_document(tmp_path: Path) -> None:
+    body = {"rating_table": "esaf-2006", "peers": [{"name": "app", "min_levels": {"integrity": 9}}]}
+    out = qoss("negotiate", "-", db=tmp_path / "q.db", stdin=json.dumps(body))
+    assert out.returncode == 2
+    assert json.loads(out.stderr)["error"] == "NoFeasibleSuite"
+
+
+def test_negotiate_invalid_document_exits_2(tmp_path: Path) -> None:
+    out = qoss("negotiate", "-", db=tmp_path / "q.db", stdin='{"peers": [{"name": "a", "min_levels": {"x": 1}}]}')
+    assert out.returncode == 2
+    assert "ValidationError" in out.stderr
+
+
+def test_policies_check_flags_invalid_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmin_levels: {integrity: 11}\n")
+    out = qoss("policies", "check", str(REPO_ROOT / "policies" / "voip.yaml"), str(bad), db=tmp_path / "q.db")
+    assert out.returncode == 1
+    assert "voip.yaml: ok" in out.stdout
+    assert "bad.yaml: INVALID" in out.stdout
+
+
+def test_ratings_export_import_round_trip(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    exported = qoss("ratings", "export", "esaf-2006", "--format", "csv", db=db)
+    assert exported.returncode == 0, exported.stderr
+    csv_file = tmp_path / "copy.csv"
+    csv_file.write_text(exported.stdout)
+    imported = qoss("ratings", "import", str(csv_file), "--name", "esaf-copy", db=db)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout) == {"name": "esaf-copy", "revision": 1, "ratings": 9}
+    listed = json.loads(qoss("ratings", "list", db=db).stdout)
+    assert {"esaf-2006", "esaf-copy", "standards-2026"} <= {t["name"] for t in listed}
+
+
+@pytest.mark.charon
+def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    lab_dir = Path("/tmp") / f"qoss-cli-lab-{uuid.uuid4().hex[:6]}"
+    env = {"QOSS_LAB_DIR": str(lab_dir)}
+    try:
+        up = qoss("lab", "up", db=db, env=env)
+        assert up.returncode == 0, up.stderr
+        hosts = {h["name"]: h for h in json.loads(up.stdout)}
+        assert set(hosts) == {"left", "right"}
+        assert qoss("lab", "status", db=db, env=env).returncode == 0
+        tunnel = qoss("tunnel", "up", "left", "right", "--confidentiality", "8", "--integrity", "8", db=db, env=env)
+        assert tunnel.returncode == 0, tunnel.stderr
+        tid = json.loads(tunnel.stdout)["id"]
+        ping = subprocess.run(["ip", "netns", "exec", hosts["left"]["netns"], "ping", "-c", "2", "-W", "2", "-I",
+                               hosts["left"]["inside_address"], hosts["right"]["inside_address"]],
+                              capture_output=True, text=True, timeout=20, check=False)
+        assert ping.returncode == 0, ping.stdout
+        shown = json.loads(qoss("tunnel", "show", tid, db=db, env=env).stdout)
+        assert shown["live"]["child_state"] == "INSTALLED"
+        assert qoss("tunnel", "down", tid, db=db, env=env).returncode == 0
+        assert json.loads(qoss("tunnel", "list", db=db, env=env).stdout) == []
+    finally:
+        down = qoss("lab", "down", db=db, env=env)
+        assert down.returncode == 0, down.stderr
+        assert qoss("lab", "status", db=db, env=env).returncode == 1
