@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-import uuid
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,7 +68,8 @@ def test_ratings_export_import_round_trip(tmp_path: Path) -> None:
 @pytest.mark.charon
 def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
-    lab_dir = Path("/tmp") / f"qoss-cli-lab-{uuid.uuid4().hex[:6]}"
+    # Short path under /tmp: UNIX socket paths are limited to 107 bytes.
+    lab_dir = Path(tempfile.mkdtemp(prefix="qoss-cli-lab-", dir="/tmp"))  # noqa: S108
     env = {"QOSS_LAB_DIR": str(lab_dir)}
     try:
         up = qoss("lab", "up", db=db, env=env)
