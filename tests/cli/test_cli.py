@@ -69,7 +69,7 @@ def test_ratings_export_import_round_trip(tmp_path: Path) -> None:
 def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     # Short path under /tmp: UNIX socket paths are limited to 107 bytes.
-    lab_dir = Path(tempfile.mkdtemp(prefix="qoss-cli-lab-", dir="/tmp"))  # noqa: S108
+    lab_dir = Path(tempfile.mkdtemp(prefix="qoss-cli-lab-", dir="/tmp"))
     env = {"QOSS_LAB_DIR": str(lab_dir)}
     try:
         up = qoss("lab", "up", db=db, env=env)
