@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -92,3 +93,4 @@ def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
         down = qoss("lab", "down", db=db, env=env)
         assert down.returncode == 0, down.stderr
         assert qoss("lab", "status", db=db, env=env).returncode == 1
+        shutil.rmtree(lab_dir, ignore_errors=True)
