@@ -177,3 +177,20 @@ async def test_unknown_gateway_is_404_and_bad_selector_422(client: httpx.AsyncCl
     r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right",
                                                "local_ts": ["10.1.0.300/32"]})
     assert r.status_code == 422
+
+
+async def test_service_start_reconciles_after_a_charon_restart(client: httpx.AsyncClient, lab: Lab,
+                                                               settings: Any) -> None:
+    from app.api.main import create_app
+
+    r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+    assert r.status_code == 201, r.text
+    tunnel = r.json()
+    lab.stop_charon("left")
+    lab.start_charon("left")
+    assert tunnel["conn"] not in ViciGateway(lab.host("left").vici_socket, 5).list_conns()
+    restarted = create_app(settings.model_copy(update={"reconcile_on_start": True}))
+    async with restarted.router.lifespan_context(restarted):
+        pass
+    assert tunnel["conn"] in ViciGateway(lab.host("left").vici_socket, 5).list_conns()
+    assert ping(lab).returncode == 0
