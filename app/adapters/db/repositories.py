@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import CursorResult, Update, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -28,13 +28,29 @@ from app.domain.policies import Policy
 from app.domain.ratings import LEVEL_DIMENSIONS, RatingTable
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 
-__all__ = ["GatewayRepository", "PolicyRepository", "RatingTableRepository", "TunnelRepository", "diff_tables"]
+__all__ = [
+    "GatewayRepository",
+    "PolicyRepository",
+    "RatingTableRepository",
+    "TunnelRepository",
+    "diff_policies",
+    "diff_tables",
+]
 
 _ROW_FIELDS = (*LEVEL_DIMENSIONS, "performance", "source", "reason", "requirement", "measurement")
 
 
 def diff_tables(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per-algorithm, per-field changes between two table documents."""
+    """Per-algorithm, per-field changes between two table documents.
+
+    Args:
+        old: The previous revision's ``RatingTable.as_dict()``, None for a new table.
+        new: The new revision's ``RatingTable.as_dict()``.
+
+    Returns:
+        ``{"algorithm", "field", "old", "new"}`` entries: a whole row added or removed is
+        field ``"*"``; a table-level field (description, source) has algorithm None.
+    """
     before = {r["algorithm"]: r for r in (old or {}).get("ratings", [])}
     after = {r["algorithm"]: r for r in new.get("ratings", [])}
     changes: list[dict[str, Any]] = []
@@ -55,10 +71,46 @@ def diff_tables(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[st
     return changes
 
 
+def diff_policies(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per-field changes between two policy documents (``Policy.as_dict()``).
+
+    Args:
+        old: The previous revision's document, None for the first revision.
+        new: This revision's document.
+
+    Returns:
+        ``{"field", "old", "new"}`` entries, in the document's field order; empty for the
+        first revision.
+    """
+    if old is None:
+        return []
+    return [
+        {"field": key, "old": old.get(key), "new": new.get(key)}
+        for key in [*new, *[k for k in old if k not in new]]
+        if old.get(key) != new.get(key)
+    ]
+
+
+def _rowcount(session: Session, statement: Update) -> int:
+    """Execute a bulk UPDATE and return how many rows it matched."""
+    result = cast(CursorResult[Any], session.execute(statement.execution_options(synchronize_session=False)))
+    return result.rowcount
+
+
 class RatingTableRepository:
-    """Rating tables with full revision history."""
+    """Rating tables with full revision history.
+
+    Every revision stores the whole ``RatingTable.as_dict()`` document and its changes
+    against the previous revision. The repository flushes and never commits: the caller's
+    (request-scoped) session commits or rolls back.
+    """
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session``.
+
+        Args:
+            session: The unit of work; committed by the caller, never here.
+        """
         self.session = session
 
     def _row(self, name: str) -> RatingTableRow:
@@ -80,8 +132,17 @@ class RatingTableRepository:
     def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
         """Store a new table at revision 1.
 
+        Args:
+            table: The table; its ``revision`` is ignored.
+            author: Who made it.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, 1.
+
         Raises:
-            AlreadyExists: a table of that name exists (nothing is written).
+            AlreadyExists: A table of that name exists (nothing is written: the rows go in
+                under a savepoint that is rolled back on the unique-name violation).
         """
         if self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name)) is not None:
             raise AlreadyExists(f"rating table {table.name!r} exists already")
@@ -101,12 +162,30 @@ class RatingTableRepository:
         return 1
 
     def get(self, name: str) -> RatingTable:
-        """The current revision."""
+        """The current revision of a table.
+
+        Args:
+            name: The table's name.
+
+        Returns:
+            The table, its ``revision`` set to the current one.
+
+        Raises:
+            NotFound: No such table.
+        """
         row = self._row(name)
         return RatingTable.from_dict(self._content(row.id, row.current_revision), revision=row.current_revision)
 
     def get_revision(self, name: str, revision: int) -> RatingTable:
-        """A past (or the current) revision."""
+        """A past (or the current) revision of a table.
+
+        Args:
+            name: The table's name.
+            revision: The revision number, from 1.
+
+        Raises:
+            NotFound: No such table, or no such revision of it.
+        """
         row = self._row(name)
         try:
             content = self._content(row.id, revision)
@@ -115,14 +194,23 @@ class RatingTableRepository:
         return RatingTable.from_dict(content, revision=revision)
 
     def current_revision(self, name: str) -> int:
-        """The current revision number (one cheap query)."""
+        """The current revision number, in one cheap query (for cache validation).
+
+        Raises:
+            NotFound: No such table.
+        """
         revision = self.session.scalar(select(RatingTableRow.current_revision).where(RatingTableRow.name == name))
         if revision is None:
             raise NotFound(f"rating table {name!r} does not exist")
         return revision
 
     def list(self) -> list[dict[str, Any]]:
-        """Name, revision, description and size of every table."""
+        """A summary of every table, by name.
+
+        Returns:
+            ``{"name", "revision", "description", "ratings" (count), "updated_at" (ISO 8601)}``
+            per table.
+        """
         rows = self.session.execute(
             select(RatingTableRow, RatingTableRevisionRow.content)
             .join(RatingTableRevisionRow, (RatingTableRevisionRow.table_id == RatingTableRow.id)
@@ -138,37 +226,58 @@ class RatingTableRepository:
     def update(self, table: RatingTable, *, expected_revision: int, author: str, message: str = "") -> int:
         """Store ``table`` as the next revision if ``expected_revision`` is still current.
 
+        The check is one atomic ``UPDATE ... WHERE current_revision = :expected`` in the
+        database, so of concurrent writers based on the same revision exactly one wins.
+        The unique (table, revision) constraint is the backstop.
+
+        Args:
+            table: The new content; ``table.name`` names the table to update.
+            expected_revision: The revision the caller based its edit on (If-Match).
+            author: Who made the edit.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, ``expected_revision + 1``.
+
         Raises:
-            NotFound: no such table.
-            StaleRevision: another write came first (nothing is written).
+            NotFound: No such table.
+            StaleRevision: Another write came first (nothing is written).
         """
         row_id = self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name))
         if row_id is None:
             raise NotFound(f"rating table {table.name!r} does not exist")
         new = expected_revision + 1
-        result = self.session.execute(
-            update(RatingTableRow)
-            .where(RatingTableRow.id == row_id, RatingTableRow.current_revision == expected_revision)
-            .values(current_revision=new, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            raise StaleRevision(table.name, expected_revision, self.current_revision(table.name))
-        old = self._content(row_id, expected_revision)
         content = table.as_dict()
         try:
             with self.session.begin_nested():
-                self.session.add(RatingTableRevisionRow(
-                    table_id=row_id, revision=new, author=author, message=message, content=content,
-                    changes=diff_tables(old, content),
+                moved = _rowcount(self.session, (
+                    update(RatingTableRow)
+                    .where(RatingTableRow.id == row_id, RatingTableRow.current_revision == expected_revision)
+                    .values(current_revision=new, updated_at=utcnow())
                 ))
-                self.session.flush()
+                if moved == 1:
+                    old = self._content(row_id, expected_revision)
+                    self.session.add(RatingTableRevisionRow(
+                        table_id=row_id, revision=new, author=author, message=message, content=content,
+                        changes=diff_tables(old, content),
+                    ))
+                    self.session.flush()
         except IntegrityError as exc:
             raise StaleRevision(table.name, expected_revision, new) from exc
+        if moved != 1:
+            raise StaleRevision(table.name, expected_revision, self.current_revision(table.name))
         return new
 
     def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
-        """History, oldest first."""
+        """A table's history, oldest first.
+
+        Returns:
+            ``{"revision", "author", "created_at" (ISO 8601, UTC), "message", "changes"}``
+            per revision, ``changes`` as made by :func:`diff_tables`.
+
+        Raises:
+            NotFound: No such table.
+        """
         row = self._row(name)
         revs = self.session.scalars(
             select(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id)
@@ -181,7 +290,11 @@ class RatingTableRepository:
         ]
 
     def delete(self, name: str) -> None:
-        """Delete a table and its history."""
+        """Delete a table and its whole history.
+
+        Raises:
+            NotFound: No such table.
+        """
         row = self._row(name)
         self.session.execute(delete(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id))
         self.session.delete(row)
@@ -189,9 +302,14 @@ class RatingTableRepository:
 
 
 class PolicyRepository:
-    """Policies with revision history."""
+    """Policies with full revision history, like :class:`RatingTableRepository`."""
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session``.
+
+        Args:
+            session: The unit of work; committed by the caller, never here.
+        """
         self.session = session
 
     def _row(self, name: str) -> PolicyRow:
@@ -203,8 +321,16 @@ class PolicyRepository:
     def create(self, policy: Policy, *, author: str, message: str = "created") -> int:
         """Store a new policy at revision 1.
 
+        Args:
+            policy: The policy; ``policy.name`` is its key.
+            author: Who made it.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, 1.
+
         Raises:
-            AlreadyExists: a policy of that name exists (nothing is written).
+            AlreadyExists: A policy of that name exists (nothing is written).
         """
         if self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name)) is not None:
             raise AlreadyExists(f"policy {policy.name!r} exists already")
@@ -221,16 +347,40 @@ class PolicyRepository:
         return 1
 
     def get(self, name: str) -> tuple[Policy, int]:
-        """The current policy and its revision."""
+        """The current revision of a policy.
+
+        Returns:
+            The policy and its current revision number.
+
+        Raises:
+            NotFound: No such policy.
+        """
         row = self._row(name)
         content = self.session.scalar(
             select(PolicyRevisionRow.content).where(PolicyRevisionRow.policy_id == row.id,
                                                     PolicyRevisionRow.revision == row.current_revision)
         )
-        assert content is not None
+        if content is None:
+            raise NotFound(f"policy {name!r} has no revision {row.current_revision}")
         return Policy.from_dict(content), row.current_revision
 
+    def current_revision(self, name: str) -> int:
+        """The current revision number, in one cheap query.
+
+        Raises:
+            NotFound: No such policy.
+        """
+        revision = self.session.scalar(select(PolicyRow.current_revision).where(PolicyRow.name == name))
+        if revision is None:
+            raise NotFound(f"policy {name!r} does not exist")
+        return revision
+
     def list(self) -> list[dict[str, Any]]:
+        """A summary of every policy, by name.
+
+        Returns:
+            ``{"name", "revision", "description", "min_levels", "objectives"}`` per policy.
+        """
         rows = self.session.execute(
             select(PolicyRow, PolicyRevisionRow.content)
             .join(PolicyRevisionRow, (PolicyRevisionRow.policy_id == PolicyRow.id)
@@ -241,38 +391,73 @@ class PolicyRepository:
                  "min_levels": c.get("min_levels"), "objectives": c.get("objectives")} for r, c in rows]
 
     def update(self, policy: Policy, *, expected_revision: int, author: str, message: str = "replaced") -> int:
-        """Store the next revision if ``expected_revision`` is still current."""
+        """Store ``policy`` as the next revision if ``expected_revision`` is still current.
+
+        Same atomic compare-and-set as :meth:`RatingTableRepository.update`.
+
+        Args:
+            policy: The new content; ``policy.name`` names the policy to update.
+            expected_revision: The revision the caller based its edit on (If-Match).
+            author: Who made the edit.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, ``expected_revision + 1``.
+
+        Raises:
+            NotFound: No such policy.
+            StaleRevision: Another write came first (nothing is written).
+        """
         row_id = self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name))
         if row_id is None:
             raise NotFound(f"policy {policy.name!r} does not exist")
         new = expected_revision + 1
-        result = self.session.execute(
-            update(PolicyRow)
-            .where(PolicyRow.id == row_id, PolicyRow.current_revision == expected_revision)
-            .values(current_revision=new, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
-            current = self.session.scalar(select(PolicyRow.current_revision).where(PolicyRow.id == row_id))
-            raise StaleRevision(policy.name, expected_revision, current or 0)
         try:
             with self.session.begin_nested():
-                self.session.add(PolicyRevisionRow(policy_id=row_id, revision=new, author=author, message=message,
-                                                   content=policy.as_dict()))
-                self.session.flush()
+                moved = _rowcount(self.session, (
+                    update(PolicyRow)
+                    .where(PolicyRow.id == row_id, PolicyRow.current_revision == expected_revision)
+                    .values(current_revision=new, updated_at=utcnow())
+                ))
+                if moved == 1:
+                    self.session.add(PolicyRevisionRow(policy_id=row_id, revision=new, author=author,
+                                                       message=message, content=policy.as_dict()))
+                    self.session.flush()
         except IntegrityError as exc:
             raise StaleRevision(policy.name, expected_revision, new) from exc
+        if moved != 1:
+            raise StaleRevision(policy.name, expected_revision, self.current_revision(policy.name))
         return new
 
     def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """A policy's history, oldest first.
+
+        Returns:
+            ``{"revision", "author", "created_at" (ISO 8601, UTC), "message", "changes"}``
+            per revision, ``changes`` as made by :func:`diff_policies` against the
+            revision before.
+
+        Raises:
+            NotFound: No such policy.
+        """
         row = self._row(name)
         revs = self.session.scalars(
             select(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id).order_by(PolicyRevisionRow.revision)
         ).all()
-        return [{"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
-                 "message": r.message, "changes": None} for r in revs]
+        history: builtins.list[dict[str, Any]] = []
+        previous: dict[str, Any] | None = None
+        for r in revs:
+            history.append({"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
+                            "message": r.message, "changes": diff_policies(previous, r.content)})
+            previous = r.content
+        return history
 
     def delete(self, name: str) -> None:
+        """Delete a policy and its whole history.
+
+        Raises:
+            NotFound: No such policy.
+        """
         row = self._row(name)
         self.session.execute(delete(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id))
         self.session.delete(row)
