@@ -36,6 +36,11 @@ def main() -> None:
         # left host the /32 each tunnel protects (one `ip -batch` call).
         batch = "".join(f"addr add {_local_ts(i)} dev lo\n" for i in range(args.tunnels))
         subprocess.run(["ip", "-n", left.netns, "-batch", "-"], input=batch, text=True, check=True, timeout=120)
+        # charon learns addresses from netlink events; a burst of 1,000 overflows its
+        # socket and some are lost ("no local address found in traffic selector").
+        # Restarting it makes it read the whole list.
+        svc.lab.stop_charon("left")
+        svc.lab.start_charon("left")
         # Warm up the service (imports, caches) before the baseline reading.
         for _ in range(5):
             r = client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})

@@ -13,11 +13,21 @@ __all__ = ["make_engine", "make_session_factory"]
 def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
     """An engine for ``url``.
 
-    SQLite: foreign keys on, WAL, a busy timeout; with ``writes`` every transaction is
-    opened with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing on a
-    stale read snapshot (optimistic concurrency then answers 409, never "database is
-    locked"). A read-only engine (``writes=False``) keeps SQLite's deferred BEGIN, so
-    readers never wait for each other or for writers (WAL).
+    SQLite: usable from any thread, foreign keys on, a 30 s busy timeout, WAL for file
+    databases; with ``writes`` every transaction is opened with ``BEGIN IMMEDIATE`` so
+    concurrent writers queue instead of failing on a stale read snapshot (optimistic
+    concurrency then answers 409, never "database is locked"). A read-only engine
+    (``writes=False``) keeps SQLite's deferred BEGIN, so readers never wait for each
+    other or for writers (WAL). PostgreSQL: ``pool_pre_ping`` and a pool of 20 + 20.
+
+    Args:
+        url: SQLAlchemy URL, e.g. ``sqlite:///./var/qoss.db`` or
+            ``postgresql+psycopg://user@host/db``.
+        writes: SQLite only: open transactions with ``BEGIN IMMEDIATE``.
+        **kwargs: Passed on to :func:`sqlalchemy.create_engine`.
+
+    Returns:
+        The engine; dispose of it when done.
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
@@ -44,5 +54,11 @@ def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    """Sessions that never expire on commit (values stay readable after the edge commits)."""
+    """A factory of sessions on ``engine``.
+
+    Sessions never expire on commit, so values stay readable after the edge commits.
+
+    Args:
+        engine: From :func:`make_engine`.
+    """
     return sessionmaker(engine, expire_on_commit=False)

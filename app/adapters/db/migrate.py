@@ -1,4 +1,8 @@
-"""Run the Alembic migrations programmatically (the only way the schema is made)."""
+"""Run the Alembic migrations programmatically: the only way the schema is made.
+
+The migrations live in the repository's top-level ``migrations/`` directory, found
+relative to this package; the database URL is passed in, never read from ``alembic.ini``.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,24 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, pool
 
-__all__ = ["MIGRATIONS", "alembic_config", "current", "upgrade"]
+__all__ = ["MIGRATIONS", "alembic_config", "current", "downgrade", "upgrade"]
 
+#: The repository's ``migrations/`` directory (``app/adapters/db`` is three levels down).
 MIGRATIONS = Path(__file__).resolve().parents[3] / "migrations"
 
 
 def alembic_config(url: str) -> Config:
-    """An Alembic config for ``url`` pointing at the repository's ``migrations/``."""
+    """An Alembic configuration for ``url``.
+
+    Args:
+        url: SQLAlchemy database URL; ``migrations/env.py`` reads it from
+            ``config.attributes["url"]``.
+
+    Returns:
+        A configuration whose ``script_location`` is :data:`MIGRATIONS`.
+    """
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["url"] = url
@@ -23,13 +36,35 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Migrate the database at ``url`` to ``revision``."""
+    """Migrate the database at ``url`` up to ``revision``.
+
+    Args:
+        url: SQLAlchemy database URL.
+        revision: Alembic revision to reach, ``"head"`` by default.
+    """
     command.upgrade(alembic_config(url), revision)
 
 
+def downgrade(url: str, revision: str) -> None:
+    """Migrate the database at ``url`` down to ``revision`` (``"base"``: empty).
+
+    Args:
+        url: SQLAlchemy database URL.
+        revision: Alembic revision to reach.
+    """
+    command.downgrade(alembic_config(url), revision)
+
+
 def current(url: str) -> str | None:
-    """The database's current migration revision."""
-    engine = create_engine(url)
+    """The database's current migration revision.
+
+    Args:
+        url: SQLAlchemy database URL.
+
+    Returns:
+        The revision id, None for a database that was never migrated.
+    """
+    engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()

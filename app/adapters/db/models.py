@@ -1,22 +1,41 @@
-"""ORM models. The schema is created only by the Alembic migrations in ``migrations/``."""
+"""ORM models. The schema is created only by the Alembic migrations in ``migrations/``.
+
+Constraint and index names follow :data:`NAMING_CONVENTION`, so migrations can name
+(and later drop or alter) every one of them on SQLite and PostgreSQL alike. Times are
+timezone-aware UTC. JSON columns are ``JSON`` on SQLite and ``JSONB`` on PostgreSQL.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "NAMING_CONVENTION",
     "Base",
     "GatewayRow",
+    "Json",
     "PolicyRevisionRow",
     "PolicyRow",
     "RatingTableRevisionRow",
     "RatingTableRow",
     "TunnelRow",
+    "UtcDateTime",
     "utcnow",
 ]
 
@@ -28,28 +47,62 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
+#: JSON on SQLite, JSONB on PostgreSQL.
 Json = JSON().with_variant(JSONB(), "postgresql")
 
 
 def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
 
 
+class UtcDateTime(TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always gives back timezone-aware UTC.
+
+    PostgreSQL stores ``timestamptz``; SQLite has no time zones, so the value is stored
+    as UTC and read back with ``tzinfo=UTC``. Naive datetimes are refused on the way in.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Convert to UTC; refuse a naive datetime (its zone would be a guess)."""
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ValueError(f"naive datetime {value!r}: give a timezone-aware one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        """Timezone-aware UTC, whatever the database gave back."""
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
+    """Declarative base whose metadata names every constraint and index."""
+
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
 class RatingTableRow(Base):
+    """A rating table: its name and which revision is current (the compare-and-set target)."""
+
     __tablename__ = "rating_tables"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     current_revision: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class RatingTableRevisionRow(Base):
+    """One revision: the whole ``RatingTable.as_dict()`` and its changes against the one before."""
+
     __tablename__ = "rating_table_revisions"
     __table_args__ = (UniqueConstraint("table_id", "revision", name="uq_rating_table_revisions_table_revision"),)
 
@@ -58,22 +111,26 @@ class RatingTableRevisionRow(Base):
     revision: Mapped[int] = mapped_column(Integer)
     author: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     content: Mapped[dict[str, Any]] = mapped_column(Json)
     changes: Mapped[list[dict[str, Any]]] = mapped_column(Json)
 
 
 class PolicyRow(Base):
+    """A policy: its name and which revision is current."""
+
     __tablename__ = "policies"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     current_revision: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class PolicyRevisionRow(Base):
+    """One revision of a policy: the whole ``Policy.as_dict()``."""
+
     __tablename__ = "policy_revisions"
     __table_args__ = (UniqueConstraint("policy_id", "revision", name="uq_policy_revisions_policy_revision"),)
 
@@ -82,11 +139,13 @@ class PolicyRevisionRow(Base):
     revision: Mapped[int] = mapped_column(Integer)
     author: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     content: Mapped[dict[str, Any]] = mapped_column(Json)
 
 
 class GatewayRow(Base):
+    """A strongSwan gateway qoss drives, with what was last read from it."""
+
     __tablename__ = "gateways"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -98,11 +157,13 @@ class GatewayRow(Base):
     backend: Mapped[str | None] = mapped_column(String(64), nullable=True)
     version: Mapped[str | None] = mapped_column(String(128), nullable=True)
     algorithms: Mapped[list[str]] = mapped_column(Json)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class TunnelRow(Base):
+    """A tunnel record (never the PSK)."""
+
     __tablename__ = "tunnels"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -113,5 +174,5 @@ class TunnelRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     detail: Mapped[str] = mapped_column(Text, default="")
     negotiation: Mapped[dict[str, Any]] = mapped_column(Json)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

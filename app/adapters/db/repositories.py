@@ -79,14 +79,14 @@ def diff_policies(old: dict[str, Any] | None, new: dict[str, Any]) -> list[dict[
         new: This revision's document.
 
     Returns:
-        ``{"field", "old", "new"}`` entries, in the document's field order; empty for the
-        first revision.
+        ``{"field", "old", "new"}`` entries sorted by field (PostgreSQL's JSONB keeps no key
+        order); empty for the first revision.
     """
     if old is None:
         return []
     return [
         {"field": key, "old": old.get(key), "new": new.get(key)}
-        for key in [*new, *[k for k in old if k not in new]]
+        for key in sorted({*old, *new})
         if old.get(key) != new.get(key)
     ]
 
@@ -476,6 +476,7 @@ class GatewayRepository:
     """Registered strongSwan gateways."""
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session`` (committed by the caller, never here)."""
         self.session = session
 
     def _row(self, name: str) -> GatewayRow:
@@ -485,6 +486,11 @@ class GatewayRepository:
         return row
 
     def create(self, gateway: Gateway) -> None:
+        """Register a gateway.
+
+        Raises:
+            AlreadyExists: A gateway of that name exists (nothing is written).
+        """
         if self.session.scalar(select(GatewayRow.id).where(GatewayRow.name == gateway.name)) is not None:
             raise AlreadyExists(f"gateway {gateway.name!r} exists already")
         try:
@@ -499,12 +505,23 @@ class GatewayRepository:
             raise AlreadyExists(f"gateway {gateway.name!r} exists already") from exc
 
     def get(self, name: str) -> Gateway:
+        """One gateway.
+
+        Raises:
+            NotFound: No such gateway.
+        """
         return _gateway(self._row(name))
 
     def list(self) -> list[Gateway]:
+        """Every gateway, by name."""
         return [_gateway(r) for r in self.session.scalars(select(GatewayRow).order_by(GatewayRow.name))]
 
     def update(self, gateway: Gateway) -> None:
+        """Store what was read from a gateway: back end, version, algorithms.
+
+        Raises:
+            NotFound: No such gateway.
+        """
         row = self._row(gateway.name)
         row.backend, row.version = gateway.backend, gateway.version
         row.algorithms = sorted(gateway.algorithms)
@@ -512,6 +529,11 @@ class GatewayRepository:
         self.session.flush()
 
     def delete(self, name: str) -> None:
+        """Forget a gateway.
+
+        Raises:
+            NotFound: No such gateway.
+        """
         self.session.delete(self._row(name))
         self.session.flush()
 
@@ -528,6 +550,7 @@ class TunnelRepository:
     """Tunnel records (never the PSK)."""
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session`` (committed by the caller, never here)."""
         self.session = session
 
     def _row(self, tunnel_id: str) -> TunnelRow:
@@ -537,6 +560,7 @@ class TunnelRepository:
         return row
 
     def add(self, record: TunnelRecord) -> TunnelRecord:
+        """Store a new tunnel record and return it with its timestamps."""
         row = TunnelRow(
             id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
             remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
@@ -547,17 +571,33 @@ class TunnelRepository:
         return _tunnel(row)
 
     def get(self, tunnel_id: str) -> TunnelRecord:
+        """One tunnel.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
         return _tunnel(self._row(tunnel_id))
 
     def list(self) -> list[TunnelRecord]:
+        """Every tunnel, oldest first."""
         return [_tunnel(r) for r in self.session.scalars(select(TunnelRow).order_by(TunnelRow.created_at,
                                                                                     TunnelRow.id))]
 
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
+        """Move a tunnel to ``state`` with a human-readable ``detail``.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
         row = self._row(tunnel_id)
         row.state, row.detail, row.updated_at = state.value, detail, utcnow()
         self.session.flush()
 
     def delete(self, tunnel_id: str) -> None:
+        """Forget a tunnel.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
         self.session.delete(self._row(tunnel_id))
         self.session.flush()
