@@ -25,6 +25,8 @@ lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (r
 tunnel_app = typer.Typer(help="Tunnels between registered gateways.", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 app.add_typer(tunnel_app, name="tunnel")
+token_app = typer.Typer(help="API tokens (the first admin token is made here).", no_args_is_help=True)
+app.add_typer(token_app, name="token")
 
 DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
 
@@ -353,6 +355,46 @@ def tunnel_down(tunnel_id: str, database_url: DbUrl = None) -> None:
     _Unit(database_url).run(lambda **kw: tunnels.delete_tunnel(session=kw["session"], vici=kw["vici"],
                                                                tunnel_id=tunnel_id))
     typer.echo(f"tunnel {tunnel_id} down")
+
+
+@token_app.command("create")
+def token_create(
+    name: Annotated[str, typer.Option(help="who or what the token is for")],
+    scopes: Annotated[str, typer.Option(help="comma-separated, e.g. admin or ratings:write,tunnels:read")],
+    expires_in: Annotated[int | None, typer.Option(help="seconds (default: one year)")] = None,
+    plain: Annotated[bool, typer.Option("--plain", help="print only the token")] = False,
+    database_url: DbUrl = None,
+) -> None:
+    """Create a token; it is printed once and never again."""
+    from app.services.auth import create_token
+
+    def make(**kw: Any) -> tuple[str, Any]:
+        return create_token(session=kw["session"], name=name, scopes=[s.strip() for s in scopes.split(",")],
+                            expires_in=expires_in, created_by="cli")
+
+    token, record = _Unit(database_url).run(make)
+    if plain:
+        typer.echo(token)
+    else:
+        _emit({"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
+               "expires_at": record.expires_at})
+
+
+@token_app.command("list")
+def token_list(database_url: DbUrl = None) -> None:
+    """List tokens (never their secrets)."""
+    from app.services.auth import list_tokens
+
+    _emit(_Unit(database_url).run(lambda **kw: list_tokens(session=kw["session"])))
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: str, database_url: DbUrl = None) -> None:
+    """Revoke a token at once."""
+    from app.services.auth import revoke_token
+
+    _Unit(database_url).run(lambda **kw: revoke_token(session=kw["session"], token_id=token_id))
+    typer.echo(f"token {token_id} revoked")
 
 
 def main() -> None:

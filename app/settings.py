@@ -33,4 +33,7 @@ class Settings(BaseSettings):
         description="gateways' VICI sockets must live under one of these directories",
     )
     lab_dir: Path = Field(default=REPO_ROOT / "var" / "lab", description="state of `qoss lab`")
+    reads_require_token: bool = Field(
+        default=False, description="catalogue, ratings, policies and negotiations need a token too"
+    )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")

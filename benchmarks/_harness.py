@@ -32,6 +32,7 @@ class Service:
     pid: int
     lab: Lab
     db_url: str
+    headers: dict[str, str]
 
     def rss_kib(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -55,6 +56,11 @@ def lab_and_service() -> Iterator[Service]:
         lab.up()
         port = _free_port()
         db_url = f"sqlite:///{state}/qoss.db"
+        token = subprocess.run(
+            [sys.executable, "-m", "app.cli", "token", "create", "--name", "bench", "--scopes", "admin", "--plain"],
+            cwd=ROOT, env={**os.environ, "QOSS_DATABASE_URL": db_url}, capture_output=True, text=True, check=True,
+            timeout=120,
+        ).stdout.strip()
         env = {
             **os.environ,
             "QOSS_DATABASE_URL": db_url,
@@ -66,6 +72,7 @@ def lab_and_service() -> Iterator[Service]:
             server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT,
                                       env=env, stdout=subprocess.DEVNULL, stderr=log)
         base = f"http://127.0.0.1:{port}"
+        headers = {"Authorization": f"Bearer {token}"}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.TransportError):
@@ -78,9 +85,9 @@ def lab_and_service() -> Iterator[Service]:
             r = httpx.post(f"{base}/v1/gateways", json={
                 "name": host.name, "vici_socket": host.vici_socket, "ike_address": host.ike_address,
                 "inside_networks": [f"{host.inside_address}/32"],
-            }, timeout=10)
+            }, headers=headers, timeout=10)
             r.raise_for_status()
-        yield Service(base, server.pid, lab, db_url)
+        yield Service(base, server.pid, lab, db_url, headers)
     finally:
         if server is not None:
             server.terminate()

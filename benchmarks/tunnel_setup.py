@@ -28,7 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30) as client:
+    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client:
         left, right = svc.lab.host("left"), svc.lab.host("right")
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []

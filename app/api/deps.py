@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.domain.auth import TokenRecord, check_scopes
+from app.services.auth import authenticate
 from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
 from app.settings import Settings
@@ -16,12 +19,16 @@ __all__ = [
     "ActorDep",
     "CacheDep",
     "IfMatchDep",
+    "Principal",
     "ReadSessionDep",
+    "ReaderDep",
     "SessionDep",
     "SettingsDep",
     "ViciDep",
     "get_read_session",
     "get_session",
+    "reader",
+    "require",
 ]
 
 
@@ -68,11 +75,10 @@ async def get_vici(request: Request) -> ViciFactory:
     return factory
 
 
-async def get_actor(
-    x_qoss_actor: Annotated[str | None, Header(max_length=64, pattern=r"^[A-Za-z0-9@._:-]+$")] = None,
-) -> str:
-    """Who makes a change (recorded in revisions); tokens replace this header later."""
-    return x_qoss_actor or "anonymous"
+async def get_actor(request: Request) -> str:
+    """Who makes a change (recorded in revisions): the token's name, never a header the client chooses."""
+    principal: Principal | None = getattr(request.state, "principal", None)
+    return principal.name if principal is not None and principal.name else "anonymous"
 
 
 async def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
@@ -88,10 +94,56 @@ async def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the token's id, name and scopes (None fields for anonymous reads)."""
+
+    token_id: str | None
+    name: str | None
+    scopes: frozenset[str]
+
+
+_ANONYMOUS = Principal(None, None, frozenset())
+
+
+def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
+    presented = None
+    if authorization is not None and authorization[:7].lower() == "bearer ":
+        presented = authorization[7:].strip()
+    factory: sessionmaker[Session] = request.app.state.read_session_factory
+    with factory() as session:
+        return authenticate(session=session, presented=presented)
+
+
+def require(scope: str) -> Callable[..., Principal]:
+    """A dependency: a valid token with ``scope`` (or ``admin``); 401 / 403 otherwise."""
+
+    def dependency(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+        record = _authenticate(request, authorization)
+        principal = Principal(record.id, record.name, record.scopes)
+        request.state.principal = principal
+        check_scopes(record, scope)
+        return principal
+
+    return dependency
+
+
+def reader(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    """Public reads: open unless ``reads_require_token``; a presented token is still checked."""
+    settings: Settings = request.app.state.settings
+    if authorization is None and not settings.reads_require_token:
+        return _ANONYMOUS
+    record = _authenticate(request, authorization)
+    principal = Principal(record.id, record.name, record.scopes)
+    request.state.principal = principal
+    return principal
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]
 IfMatchDep = Annotated[int, Depends(get_if_match)]
+ReaderDep = Annotated[Principal, Depends(reader)]
 ViciDep = Annotated[ViciFactory, Depends(get_vici)]

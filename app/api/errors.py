@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain import errors as e
+from app.domain.auth import Forbidden, Unauthenticated
 
 __all__ = ["STATUS", "install_error_handlers", "status_for"]
 
@@ -19,6 +20,8 @@ log = logging.getLogger("qoss.api")
 
 #: Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[e.QossError], int], ...] = (
+    (Unauthenticated, 401),
+    (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
     (e.UnsupportedProtection, 409),
     (e.StaleRevision, 409),
@@ -48,15 +51,19 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers: domain errors, validation, HTTP errors, the database, the rest."""
 
     @app.exception_handler(e.QossError)
-    async def _qoss(_: Request, exc: e.QossError) -> JSONResponse:
+    async def _qoss(request: Request, exc: e.QossError) -> JSONResponse:
         status = status_for(exc)
+        request.state.error_name = type(exc).__name__
         headers = {}
         if isinstance(exc, e.StaleRevision):
             headers["ETag"] = f'"{exc.current}"'
+        if isinstance(exc, Unauthenticated):
+            headers["WWW-Authenticate"] = "Bearer"
         return JSONResponse(error_body(type(exc).__name__, exc.detail()), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        request.state.error_name = "ValidationError"
         detail = [
             {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
             for err in exc.errors()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -14,7 +16,8 @@ from app import __version__
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.vici.driver import ViciGateway
 from app.api.errors import error_body, install_error_handlers
-from app.api.routes import algorithms, gateways, health, negotiations, policies, ratings, tunnels
+from app.api.routes import admin, algorithms, gateways, health, negotiations, policies, ratings, tunnels
+from app.services.audit import Auditor
 from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
 from app.settings import Settings
@@ -22,6 +25,8 @@ from app.settings import Settings
 __all__ = ["create_app"]
 
 log = logging.getLogger("qoss.api")
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 def _reconcile_at_start(app: FastAPI) -> None:
@@ -56,11 +61,13 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
+        app.state.auditor = Auditor(app.state.session_factory)
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)
         try:
             yield
         finally:
+            app.state.auditor.close()
             engine.dispose()
             read_engine.dispose()
 
@@ -74,15 +81,37 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     install_error_handlers(app)
 
     @app.middleware("http")
-    async def limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    async def guard_and_audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Body-size cap (413), a request id, and an audit record per change or refusal."""
+        supplied = request.headers.get("x-request-id", "")
+        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
         limit = (settings or request.app.state.settings).max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
-            return JSONResponse(error_body("PayloadTooLarge", f"request bodies are limited to {limit} bytes"),
-                                status_code=413)
-        return await call_next(request)
+            response: Response = JSONResponse(
+                error_body("PayloadTooLarge", f"request bodies are limited to {limit} bytes"), status_code=413
+            )
+        else:
+            response = await call_next(request)
+        response.headers["X-Request-ID"] = request_id
+        if request.method not in _SAFE or response.status_code in (401, 403, 413):
+            principal = getattr(request.state, "principal", None)
+            auditor: Auditor | None = getattr(request.app.state, "auditor", None)
+            if auditor is not None:
+                auditor.record(
+                    request_id=request_id,
+                    token_id=principal.token_id if principal else None,
+                    token_name=principal.name if principal else None,
+                    scopes=sorted(principal.scopes) if principal else [],
+                    source=(request.client.host if request.client else "")[:64],
+                    action=request.method[:16],
+                    object=request.url.path[:300],
+                    outcome=response.status_code,
+                    detail=str(getattr(request.state, "error_name", ""))[:200],
+                )
+        return response
 
     app.include_router(health.router)
-    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels):
+    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin):
         app.include_router(module.router, prefix="/v1")
     return app

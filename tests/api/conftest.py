@@ -10,6 +10,7 @@ import pytest
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.api.main import create_app
+from app.services.auth import create_token
 from app.services.policies import load_shipped_policies
 from app.services.ratings import load_shipped_tables
 from app.settings import REPO_ROOT, Settings
@@ -33,9 +34,27 @@ def settings(database_url: str) -> Settings:
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+def admin_token(settings: Settings) -> str:
+    return make_token(settings.database_url, "test-admin", ["admin"])
+
+
+def make_token(database_url: str, name: str, scopes: list[str], expires_in: int | None = None) -> str:
+    engine = make_engine(database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            token, _ = create_token(session=session, name=name, scopes=scopes, expires_in=expires_in,
+                                    created_by="tests")
+    finally:
+        engine.dispose()
+    return token
+
+
+@pytest.fixture
+async def client(settings: Settings, admin_token: str) -> AsyncIterator[httpx.AsyncClient]:
+    """A client whose requests carry an admin token (auth itself is tested in test_auth.py)."""
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test") as c:
+        headers = {"Authorization": f"Bearer {admin_token}"}
+        async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test", headers=headers) as c:
             yield c

@@ -7,6 +7,9 @@ import asyncio
 import httpx
 import pytest
 
+from app.settings import Settings
+from tests.api.conftest import make_token
+
 pytestmark = pytest.mark.anyio
 
 SMALL = {
@@ -62,12 +65,13 @@ async def test_stale_if_match_is_409_and_changes_nothing(client: httpx.AsyncClie
     assert rows["md5"]["integrity"] == 3
 
 
-async def test_history_records_who_and_what(client: httpx.AsyncClient) -> None:
+async def test_history_records_who_and_what(client: httpx.AsyncClient, settings: Settings) -> None:
+    bob = make_token(settings.database_url, "bob", ["ratings:write"])
     await client.patch("/v1/rating-tables/esaf-2006/ratings/sha1", json={"performance": 7},
-                       headers={"If-Match": '"1"', "X-Qoss-Actor": "bob"})
+                       headers={"If-Match": '"1"', "X-Qoss-Actor": "mallory", "Authorization": f"Bearer {bob}"})
     history = (await client.get("/v1/rating-tables/esaf-2006/revisions")).json()
     assert [h["revision"] for h in history] == [1, 2]
-    assert history[1]["author"] == "bob"
+    assert history[1]["author"] == "bob"  # the token's name; the X-Qoss-Actor header is not trusted
     assert {"algorithm": "sha1", "field": "performance", "old": 6.0, "new": 7.0} in history[1]["changes"]
     old = (await client.get("/v1/rating-tables/esaf-2006/revisions/1")).json()
     assert {x["algorithm"]: x for x in old["ratings"]}["sha1"]["performance"] == 6

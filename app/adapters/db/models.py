@@ -29,6 +29,7 @@ __all__ = [
     "NAMING_CONVENTION",
     "Base",
     "GatewayRow",
+    "IdempotencyRow",
     "Json",
     "PolicyRevisionRow",
     "PolicyRow",
@@ -176,3 +177,49 @@ class TunnelRow(Base):
     negotiation: Mapped[dict[str, Any]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ApiTokenRow(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    scopes: Mapped[list[str]] = mapped_column(Json)
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_by: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class AuditRow(Base):
+    """Append-only: one row per state change or security decision. Never key material."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    request_id: Mapped[str] = mapped_column(String(64))
+    token_id: Mapped[str | None] = mapped_column(String(12), nullable=True)
+    token_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    scopes: Mapped[list[str]] = mapped_column(Json)
+    source: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(16))
+    object: Mapped[str] = mapped_column(String(300))
+    outcome: Mapped[int] = mapped_column(Integer)
+    detail: Mapped[str] = mapped_column(String(200), default="")
+
+
+class IdempotencyRow(Base):
+    """A POST's answer by (token, Idempotency-Key), so a retry returns it instead of acting twice."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("token_id", "key", name="uq_idempotency_keys_token_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_id: Mapped[str] = mapped_column(String(12))
+    key: Mapped[str] = mapped_column(String(128))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

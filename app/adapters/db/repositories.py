@@ -15,7 +15,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import (
+    ApiTokenRow,
+    AuditRow,
     GatewayRow,
+    IdempotencyRow,
     PolicyRevisionRow,
     PolicyRow,
     RatingTableRevisionRow,
@@ -23,6 +26,7 @@ from app.adapters.db.models import (
     TunnelRow,
     utcnow,
 )
+from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import LEVEL_DIMENSIONS, RatingTable
@@ -601,3 +605,82 @@ class TunnelRepository:
         """
         self.session.delete(self._row(tunnel_id))
         self.session.flush()
+
+
+class TokenRepository:
+    """API tokens (hash only)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @staticmethod
+    def _record(row: ApiTokenRow) -> TokenRecord:
+        return TokenRecord(id=row.id, name=row.name, scopes=frozenset(row.scopes), secret_hash=row.secret_hash,
+                           created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at)
+
+    def add(self, record: TokenRecord, *, created_by: str) -> None:
+        self.session.add(ApiTokenRow(
+            id=record.id, name=record.name, scopes=sorted(record.scopes), secret_hash=record.secret_hash,
+            created_by=created_by, created_at=record.created_at, expires_at=record.expires_at,
+        ))
+        self.session.flush()
+
+    def find(self, token_id: str) -> TokenRecord | None:
+        row = self.session.get(ApiTokenRow, token_id)
+        return self._record(row) if row is not None else None
+
+    def list(self) -> list[TokenRecord]:
+        return [self._record(r) for r in self.session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at))]
+
+    def revoke(self, token_id: str) -> None:
+        row = self.session.get(ApiTokenRow, token_id)
+        if row is None:
+            raise NotFound(f"token {token_id!r} does not exist")
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        self.session.flush()
+
+
+class AuditRepository:
+    """The append-only audit log."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def append(self, **fields: Any) -> None:
+        self.session.add(AuditRow(**fields))
+        self.session.flush()
+
+    def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+        if before_id is not None:
+            query = query.where(AuditRow.id < before_id)
+        return [
+            {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id, "token_id": r.token_id,
+             "token_name": r.token_name, "scopes": r.scopes, "source": r.source, "action": r.action,
+             "object": r.object, "outcome": r.outcome, "detail": r.detail}
+            for r in self.session.scalars(query)
+        ]
+
+
+class IdempotencyRepository:
+    """Answers remembered by (token, Idempotency-Key)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def find(self, token_id: str, key: str) -> IdempotencyRow | None:
+        return self.session.scalar(
+            select(IdempotencyRow).where(IdempotencyRow.token_id == token_id, IdempotencyRow.key == key)
+        )
+
+    def remember(self, *, token_id: str, key: str, request_hash: str, status: int, body: dict[str, Any]) -> bool:
+        """Store the answer; False if another request with the same key won the race."""
+        try:
+            with self.session.begin_nested():
+                self.session.add(IdempotencyRow(token_id=token_id, key=key, request_hash=request_hash,
+                                                status=status, body=body))
+                self.session.flush()
+        except IntegrityError:
+            return False
+        return True

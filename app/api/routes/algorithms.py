@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
+from app.api.deps import reader
 from app.api.schemas import AlgorithmOut
 from app.domain.algorithms import CATALOGUE, Kind, Protocol, lookup
 from app.domain.errors import NotFound, UnknownAlgorithm
@@ -13,9 +14,10 @@ from app.domain.errors import NotFound, UnknownAlgorithm
 __all__ = ["router"]
 
 router = APIRouter(tags=["algorithms"])
+_READ = [Depends(reader)]
 
 
-@router.get("/algorithms", response_model=list[AlgorithmOut])
+@router.get("/algorithms", dependencies=_READ, response_model=list[AlgorithmOut])
 def list_algorithms(
     kind: Annotated[Kind | None, Query()] = None, protocol: Annotated[Protocol | None, Query()] = None
 ) -> list[dict[str, Any]]:
@@ -27,7 +29,7 @@ def list_algorithms(
     ]
 
 
-@router.get("/algorithms/{keyword}", response_model=AlgorithmOut, responses={404: {}})
+@router.get("/algorithms/{keyword}", dependencies=_READ, response_model=AlgorithmOut, responses={404: {}})
 def get_algorithm(keyword: Annotated[str, Path(max_length=64)]) -> dict[str, Any]:
     """One algorithm by keyword or alias; unknown keywords answer with close matches."""
     try:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 
-from app.api.deps import ReadSessionDep, SessionDep, SettingsDep, ViciDep
+from app.api.deps import ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
 from app.api.schemas import ErrorOut
 from app.services import tunnels as svc
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["gateways"])
+_GATEWAYS_WRITE = [Depends(require("gateways:write"))]
+_TUNNELS_READ = [Depends(require("tunnels:read"))]
 
 GatewayName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -20,13 +22,13 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.get("/gateways")
+@router.get("/gateways", dependencies=_TUNNELS_READ)
 def list_gateways(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every registered gateway with its back end and algorithms."""
     return [g.as_dict() for g in svc.list_gateways(session=session)]
 
 
-@router.post("/gateways", status_code=201, responses=_ERRORS)
+@router.post("/gateways", dependencies=_GATEWAYS_WRITE, status_code=201, responses=_ERRORS)
 def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
     """Register a charon; its back end and algorithms are read over VICI (503 if it does not answer)."""
     gateway = svc.register_gateway(session=session, vici=vici, body=body,
@@ -34,19 +36,19 @@ def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, se
     return gateway.as_dict()
 
 
-@router.get("/gateways/{name}", responses=_ERRORS)
+@router.get("/gateways/{name}", dependencies=_TUNNELS_READ, responses=_ERRORS)
 def get_gateway(name: GatewayName, session: ReadSessionDep) -> dict[str, Any]:
     """One gateway."""
     return svc.get_gateway(session=session, name=name).as_dict()
 
 
-@router.post("/gateways/{name}/refresh", responses=_ERRORS)
+@router.post("/gateways/{name}/refresh", dependencies=_GATEWAYS_WRITE, responses=_ERRORS)
 def refresh_gateway(name: GatewayName, session: SessionDep, vici: ViciDep) -> dict[str, Any]:
     """Read the gateway's back end and algorithms again."""
     return svc.refresh_gateway(session=session, vici=vici, name=name).as_dict()
 
 
-@router.delete("/gateways/{name}", status_code=204, responses=_ERRORS)
+@router.delete("/gateways/{name}", dependencies=_GATEWAYS_WRITE, status_code=204, responses=_ERRORS)
 def delete_gateway(name: GatewayName, session: SessionDep) -> Response:
     """Forget a gateway (409 while tunnels use it)."""
     svc.delete_gateway(session=session, name=name)

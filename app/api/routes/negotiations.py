@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, ReadSessionDep, SettingsDep
+from app.api.deps import CacheDep, ReadSessionDep, SettingsDep, reader
 from app.api.schemas import ErrorOut, NegotiationIn, NegotiationOut
 from app.services.negotiation import run_negotiation
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["negotiations"])
+_READ = [Depends(reader)]
 
 
 @router.post(
-    "/negotiations",
+    "/negotiations", dependencies=_READ,
     response_class=JSONResponse,
     responses={200: {"model": NegotiationOut}, 409: {"model": ErrorOut}, 404: {"model": ErrorOut},
                422: {"model": ErrorOut}},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 
-from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep
+from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep, reader, require
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevisionOut
 from app.domain.policies import Policy
 from app.services import policies as svc
@@ -14,6 +14,8 @@ from app.services import policies as svc
 __all__ = ["router"]
 
 router = APIRouter(tags=["policies"])
+_POLICIES_WRITE = [Depends(require("policies:write"))]
+_READ = [Depends(reader)]
 
 PolicyName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -26,27 +28,27 @@ def _out(policy: Policy, revision: int, response: Response) -> dict[str, Any]:
     return {"name": policy.name, "revision": revision, "policy": policy.as_dict()}
 
 
-@router.get("/policies")
+@router.get("/policies", dependencies=_READ)
 def list_policies(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every stored policy."""
     return svc.list_policies(session=session)
 
 
-@router.post("/policies", status_code=201, response_model=PolicyOut, responses=_ERRORS)
+@router.post("/policies", dependencies=_POLICIES_WRITE, status_code=201, response_model=PolicyOut, responses=_ERRORS)
 def create_policy(body: PolicyIn, session: SessionDep, actor: ActorDep, response: Response) -> dict[str, Any]:
     """Store a policy."""
     policy, revision = svc.create_policy(session=session, document=body.model_dump(exclude_none=True), author=actor)
     return _out(policy, revision, response)
 
 
-@router.get("/policies/{name}", response_model=PolicyOut, responses=_ERRORS)
+@router.get("/policies/{name}", dependencies=_READ, response_model=PolicyOut, responses=_ERRORS)
 def get_policy(name: PolicyName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
     """One policy; its ETag is the revision."""
     policy, revision = svc.get_policy(session=session, name=name)
     return _out(policy, revision, response)
 
 
-@router.put("/policies/{name}", response_model=PolicyOut, responses=_ERRORS)
+@router.put("/policies/{name}", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
 def replace_policy(name: PolicyName, body: PolicyIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
                    response: Response) -> dict[str, Any]:
     """Replace a policy; ``If-Match`` must name the current revision."""
@@ -55,14 +57,14 @@ def replace_policy(name: PolicyName, body: PolicyIn, session: SessionDep, actor:
     return _out(policy, revision, response)
 
 
-@router.delete("/policies/{name}", status_code=204, responses=_ERRORS)
+@router.delete("/policies/{name}", dependencies=_POLICIES_WRITE, status_code=204, responses=_ERRORS)
 def delete_policy(name: PolicyName, session: SessionDep) -> Response:
     """Delete a policy."""
     svc.delete_policy(session=session, name=name)
     return Response(status_code=204)
 
 
-@router.get("/policies/{name}/revisions", response_model=list[RevisionOut], responses=_ERRORS)
+@router.get("/policies/{name}/revisions", dependencies=_READ, response_model=list[RevisionOut], responses=_ERRORS)
 def policy_revisions(name: PolicyName, session: ReadSessionDep) -> list[dict[str, Any]]:
     """A policy's history."""
     return svc.policy_revisions(session=session, name=name)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from app.api.deps import ActorDep, CacheDep, IfMatchDep, ReadSessionDep, SessionDep, SettingsDep
+from app.api.deps import ActorDep, CacheDep, IfMatchDep, ReadSessionDep, SessionDep, SettingsDep, reader, require
 from app.api.schemas import ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
@@ -15,6 +15,8 @@ from app.services import ratings as svc
 __all__ = ["router"]
 
 router = APIRouter(tags=["rating tables"])
+_RATINGS_WRITE = [Depends(require("ratings:write"))]
+_READ = [Depends(reader)]
 
 TableName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 Format = Annotated[Literal["yaml", "csv"], Query()]
@@ -28,13 +30,19 @@ def _out(table: RatingTable, response: Response) -> dict[str, Any]:
     return {**table.as_dict(), "revision": table.revision}
 
 
-@router.get("/rating-tables")
+@router.get("/rating-tables", dependencies=_READ)
 def list_tables(session: ReadSessionDep) -> list[dict[str, Any]]:
     """Every table with its current revision."""
     return svc.list_tables(session=session)
 
 
-@router.post("/rating-tables", status_code=201, response_model=RatingTableOut, responses=_ERRORS)
+@router.post(
+    "/rating-tables",
+    dependencies=_RATINGS_WRITE,
+    status_code=201,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
 def create_table(
     body: RatingTableIn, session: SessionDep, actor: ActorDep, response: Response, cache: CacheDep
 ) -> dict[str, Any]:
@@ -44,7 +52,13 @@ def create_table(
     return _out(table, response)
 
 
-@router.post("/rating-tables/import", status_code=201, response_model=RatingTableOut, responses=_ERRORS)
+@router.post(
+    "/rating-tables/import",
+    dependencies=_RATINGS_WRITE,
+    status_code=201,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
 def import_table(
     session: SessionDep,
     actor: ActorDep,
@@ -62,13 +76,13 @@ def import_table(
     return _out(table, response)
 
 
-@router.get("/rating-tables/{name}", response_model=RatingTableOut, responses=_ERRORS)
+@router.get("/rating-tables/{name}", dependencies=_READ, response_model=RatingTableOut, responses=_ERRORS)
 def get_table(name: TableName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
     """The current revision; its ETag is the revision number."""
     return _out(svc.get_table(session=session, name=name), response)
 
 
-@router.put("/rating-tables/{name}", response_model=RatingTableOut, responses=_ERRORS)
+@router.put("/rating-tables/{name}", dependencies=_RATINGS_WRITE, response_model=RatingTableOut, responses=_ERRORS)
 def replace_table(
     name: TableName, body: RatingTableIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
     response: Response, cache: CacheDep) -> dict[str, Any]:
@@ -79,7 +93,12 @@ def replace_table(
     return _out(table, response)
 
 
-@router.patch("/rating-tables/{name}/ratings/{algorithm}", response_model=RatingTableOut, responses=_ERRORS)
+@router.patch(
+    "/rating-tables/{name}/ratings/{algorithm}",
+    dependencies=_RATINGS_WRITE,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
 def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
     session: SessionDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep) -> dict[str, Any]:
@@ -91,7 +110,7 @@ def update_rating(
     return _out(table, response)
 
 
-@router.delete("/rating-tables/{name}", status_code=204, responses=_ERRORS)
+@router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
 def delete_table(name: TableName, session: SessionDep, settings: SettingsDep, cache: CacheDep) -> Response:
     """Delete a table and its history (never the default table)."""
     svc.delete_table(session=session, name=name, default_table=settings.default_table)
@@ -99,20 +118,25 @@ def delete_table(name: TableName, session: SessionDep, settings: SettingsDep, ca
     return Response(status_code=204)
 
 
-@router.get("/rating-tables/{name}/revisions", response_model=list[RevisionOut], responses=_ERRORS)
+@router.get("/rating-tables/{name}/revisions", dependencies=_READ, response_model=list[RevisionOut], responses=_ERRORS)
 def list_revisions(name: TableName, session: ReadSessionDep) -> list[dict[str, Any]]:
     """The table's history, oldest first: who, when, what changed."""
     return svc.table_revisions(session=session, name=name)
 
 
-@router.get("/rating-tables/{name}/revisions/{revision}", response_model=RatingTableOut, responses=_ERRORS)
+@router.get(
+    "/rating-tables/{name}/revisions/{revision}",
+    dependencies=_READ,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
 def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)], session: ReadSessionDep,
                  response: Response) -> dict[str, Any]:
     """One past revision."""
     return _out(svc.table_revision(session=session, name=name, revision=revision), response)
 
 
-@router.get("/rating-tables/{name}/export", response_class=PlainTextResponse, responses=_ERRORS)
+@router.get("/rating-tables/{name}/export", dependencies=_READ, response_class=PlainTextResponse, responses=_ERRORS)
 def export_table(name: TableName, session: ReadSessionDep, format: Format = "yaml") -> PlainTextResponse:
     """The table as YAML or CSV."""
     text = svc.export_table(session=session, name=name, fmt=format)

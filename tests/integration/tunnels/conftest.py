@@ -85,11 +85,14 @@ def settings(tmp_path: Path, lab: Lab) -> Settings:
 
 @pytest.fixture
 async def client(settings: Settings, calls: Calls, lab: Lab) -> AsyncIterator[httpx.AsyncClient]:
+    from tests.api.conftest import make_token
+
     app = create_app(settings, vici_factory=lambda path: SpyGateway(path, calls))
     transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {make_token(settings.database_url, 'tunnel-tests', ['admin'])}"}
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=transport, base_url="http://qoss.test", timeout=30) as c,
+        httpx.AsyncClient(transport=transport, base_url="http://qoss.test", timeout=30, headers=headers) as c,
     ):
             for host in lab.hosts:
                 r = await c.post("/v1/gateways", json={

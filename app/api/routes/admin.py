@@ -1,0 +1,62 @@
+"""Administration: API tokens and the audit log."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import ActorDep, ReadSessionDep, SessionDep, require
+from app.api.schemas import ErrorOut
+from app.services import auth as svc
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["admin"])
+_ADMIN = [Depends(require("admin"))]
+_AUDIT = [Depends(require("audit:read"))]
+_ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},
+                                            404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")]
+    scopes: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)]
+    expires_in: Annotated[int, Field(ge=1, le=366 * 86400)] | None = None
+
+
+@router.post("/tokens", dependencies=_ADMIN, status_code=201, responses=_ERRORS)
+def create_token(body: TokenIn, session: SessionDep, actor: ActorDep) -> dict[str, Any]:
+    """A new token. ``token`` is shown in this answer only; qoss keeps its hash."""
+    token, record = svc.create_token(session=session, name=body.name, scopes=body.scopes,
+                                     expires_in=body.expires_in, created_by=actor)
+    return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
+            "expires_at": record.expires_at.isoformat() if record.expires_at else None}
+
+
+@router.get("/tokens", dependencies=_ADMIN, responses=_ERRORS)
+def list_tokens(session: ReadSessionDep) -> list[dict[str, Any]]:
+    """Every token, without secrets."""
+    return svc.list_tokens(session=session)
+
+
+@router.delete("/tokens/{token_id}", dependencies=_ADMIN, status_code=204, responses=_ERRORS)
+def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], session: SessionDep) -> Response:
+    """Revoke a token at once."""
+    svc.revoke_token(session=session, token_id=token_id)
+    return Response(status_code=204)
+
+
+@router.get("/audit", dependencies=_AUDIT, responses=_ERRORS)
+def list_audit(
+    request: Request,
+    session: ReadSessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=1, description="records older than this id")] = None,
+) -> list[dict[str, Any]]:
+    """Audit records, newest first (pending records are written first)."""
+    request.app.state.auditor.flush()
+    return svc.list_audit(session=session, limit=limit, before_id=before)

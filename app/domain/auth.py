@@ -1,0 +1,105 @@
+"""API tokens and scopes (pure): what a token may do, and how a presented token is checked.
+
+A token is ``qoss_<id>_<secret>``: ``id`` (12 hex) finds the record, ``secret`` (43
+url-safe base64 chars, 256 bits) is never stored — only its SHA-256, compared in
+constant time. High-entropy secrets need no slow hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from app.domain.errors import InvalidInput, QossError
+
+__all__ = [
+    "SCOPES",
+    "Forbidden",
+    "TokenRecord",
+    "Unauthenticated",
+    "check_scopes",
+    "hash_secret",
+    "parse_token",
+    "secret_matches",
+    "validate_scopes",
+]
+
+#: Every scope; ``admin`` implies all others.
+SCOPES: frozenset[str] = frozenset({
+    "ratings:write", "policies:write", "tunnels:write", "tunnels:read", "gateways:write", "agent:enroll",
+    "audit:read", "admin",
+})
+
+_TOKEN = re.compile(r"^qoss_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+
+
+class Unauthenticated(QossError, PermissionError):
+    """No valid token (missing, malformed, unknown, expired or revoked): 401, no detail given."""
+
+    def __init__(self) -> None:
+        super().__init__("a valid API token is required")
+
+
+class Forbidden(QossError, PermissionError):
+    """A valid token without the needed scope: 403."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"this token lacks the {scope} scope")
+
+
+@dataclass(frozen=True)
+class TokenRecord:
+    """What is stored of a token (never the secret)."""
+
+    id: str
+    name: str
+    scopes: frozenset[str]
+    secret_hash: str
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    def usable(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+def validate_scopes(scopes: Iterable[str]) -> frozenset[str]:
+    """Known scopes only."""
+    found = frozenset(scopes)
+    unknown = found - SCOPES
+    if unknown or not found:
+        raise InvalidInput(f"scopes must be a non-empty subset of {sorted(SCOPES)}")
+    return found
+
+
+def parse_token(presented: str | None) -> tuple[str, str]:
+    """(id, secret) of a presented bearer token.
+
+    Raises:
+        Unauthenticated: missing or not of the token format.
+    """
+    if not presented:
+        raise Unauthenticated()
+    match = _TOKEN.match(presented)
+    if match is None:
+        raise Unauthenticated()
+    return match.group(1), match.group(2)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+def secret_matches(secret: str, stored_hash: str) -> bool:
+    """Constant-time comparison of a presented secret with the stored hash."""
+    return hmac.compare_digest(hash_secret(secret), stored_hash)
+
+
+def check_scopes(record: TokenRecord, needed: str) -> None:
+    """Raises Forbidden unless the token has ``needed`` (or ``admin``)."""
+    if needed not in record.scopes and "admin" not in record.scopes:
+        raise Forbidden(needed)

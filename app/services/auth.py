@@ -1,0 +1,80 @@
+"""API tokens: create (the secret is shown once), authenticate, list, revoke; the audit log."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.adapters.db.repositories import AuditRepository, TokenRepository
+from app.domain.auth import TokenRecord, Unauthenticated, hash_secret, parse_token, secret_matches, validate_scopes
+from app.domain.errors import InvalidInput
+
+__all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_audit", "revoke_token"]
+
+_MAX_TTL = timedelta(days=366)
+
+
+def create_token(
+    *, session: Session, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str
+) -> tuple[str, TokenRecord]:
+    """A new token; the plaintext is returned here and nowhere else, ever.
+
+    Args:
+        expires_in: seconds until it expires (None: one year).
+    """
+    if not name or len(name) > 64:
+        raise InvalidInput("a token name is 1-64 characters")
+    ttl = timedelta(seconds=expires_in) if expires_in is not None else _MAX_TTL
+    if not timedelta(seconds=1) <= ttl <= _MAX_TTL:
+        raise InvalidInput("expires_in is 1 second to 366 days")
+    token_id = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    now = datetime.now(UTC)
+    record = TokenRecord(id=token_id, name=name, scopes=validate_scopes(scopes), secret_hash=hash_secret(secret),
+                         created_at=now, expires_at=now + ttl, revoked_at=None)
+    TokenRepository(session).add(record, created_by=created_by)
+    return f"qoss_{token_id}_{secret}", record
+
+
+def authenticate(*, session: Session, presented: str | None) -> TokenRecord:
+    """The token record behind a presented token.
+
+    Raises:
+        Unauthenticated: missing, malformed, unknown, wrong secret, expired or revoked —
+            all alike, so a caller learns nothing about which.
+    """
+    token_id, secret = parse_token(presented)
+    record = TokenRepository(session).find(token_id)
+    if record is None:
+        secret_matches(secret, "0" * 64)  # same work as a real comparison
+        raise Unauthenticated()
+    if not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
+        raise Unauthenticated()
+    return record
+
+
+def list_tokens(*, session: Session) -> list[dict[str, Any]]:
+    """Tokens without their secrets."""
+    return [
+        {"id": t.id, "name": t.name, "scopes": sorted(t.scopes), "created_at": t.created_at.isoformat(),
+         "expires_at": t.expires_at.isoformat() if t.expires_at else None,
+         "revoked": t.revoked_at is not None}
+        for t in TokenRepository(session).list()
+    ]
+
+
+def revoke_token(*, session: Session, token_id: str) -> None:
+    TokenRepository(session).revoke(token_id)
+
+
+def record_audit(*, session: Session, **fields: Any) -> None:
+    """Append one audit record (the caller commits)."""
+    AuditRepository(session).append(**fields)
+
+
+def list_audit(*, session: Session, limit: int, before_id: int | None) -> list[dict[str, Any]]:
+    return AuditRepository(session).list(limit=limit, before_id=before_id)
