@@ -36,4 +36,10 @@ class Settings(BaseSettings):
     reads_require_token: bool = Field(
         default=False, description="catalogue, ratings, policies and negotiations need a token too"
     )
+    tunnel_rate: float = Field(default=20.0, description="tunnel creations per second per token (average)")
+    tunnel_burst: int = Field(default=250, description="tunnel creations a token may make at once")
+    gateway_networks: list[str] = Field(
+        default=["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "127.0.0.0/8"],
+        description="a gateway's IKE address must be inside one of these networks",
+    )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")

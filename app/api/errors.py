@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.domain import errors as e
 from app.domain.auth import Forbidden, Unauthenticated
+from app.services.ratelimit import RateLimited
 
 __all__ = ["STATUS", "install_error_handlers", "status_for"]
 
@@ -21,6 +22,7 @@ log = logging.getLogger("qoss.api")
 #: Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (Unauthenticated, 401),
+    (RateLimited, 429),
     (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
     (e.UnsupportedProtection, 409),
@@ -59,6 +61,8 @@ def install_error_handlers(app: FastAPI) -> None:
             headers["ETag"] = f'"{exc.current}"'
         if isinstance(exc, Unauthenticated):
             headers["WWW-Authenticate"] = "Bearer"
+        if isinstance(exc, RateLimited):
+            headers["Retry-After"] = str(exc.retry_after)
         return JSONResponse(error_body(type(exc).__name__, exc.detail()), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)

@@ -18,6 +18,7 @@ from app.adapters.vici.driver import ViciGateway
 from app.api.errors import error_body, install_error_handlers
 from app.api.routes import admin, algorithms, gateways, health, negotiations, policies, ratings, tunnels
 from app.services.audit import Auditor
+from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
 from app.settings import Settings
@@ -62,6 +63,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
         app.state.auditor = Auditor(app.state.session_factory)
+        app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)
         try:

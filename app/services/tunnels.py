@@ -138,7 +138,8 @@ def _read_capabilities(gateway: Gateway, vici: ViciFactory) -> Gateway:
 
 
 def register_gateway(
-    *, session: Session, vici: ViciFactory, body: GatewayIn, allowed_socket_dirs: Sequence[Path]
+    *, session: Session, vici: ViciFactory, body: GatewayIn, allowed_socket_dirs: Sequence[Path],
+    allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"),
 ) -> Gateway:
     """Register a charon: its back end and algorithms are read from it over VICI.
 
@@ -152,6 +153,9 @@ def register_gateway(
         address = str(ipaddress.ip_address(body.ike_address))
     except ValueError as exc:
         raise InvalidInput(f"ike_address {body.ike_address[:45]!r} is not an IP address") from exc
+    ip = ipaddress.ip_address(address)
+    if not any(ip in ipaddress.ip_network(net) for net in allowed_networks):
+        raise InvalidInput(f"ike_address {address} is outside the allowed networks {list(allowed_networks)}")
     gateway = Gateway(
         name=body.name,
         vici_socket=body.vici_socket,

@@ -193,3 +193,25 @@ async def test_every_change_and_refusal_is_audited(client: httpx.AsyncClient, se
     assert refused["outcome"] == 401
     assert refused["detail"] == "Unauthenticated"
     assert refused["token_id"] is None
+
+
+async def test_tunnel_creation_is_rate_limited_per_token(settings: Settings, admin_token: str) -> None:
+    app = create_app(settings.model_copy(update={"tunnel_burst": 2, "tunnel_rate": 0.01}))
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://q.test", headers=headers
+    ) as c:
+        body = {"initiator": "nowhere", "responder": "elsewhere"}
+        assert [(await c.post("/v1/tunnels", json=body)).status_code for _ in range(2)] == [404, 404]
+        limited = await c.post("/v1/tunnels", json=body)
+        assert limited.status_code == 429
+        assert int(limited.headers["retry-after"]) >= 1
+        other = make_token(settings.database_url, "other", ["tunnels:write"])
+        assert (await c.post("/v1/tunnels", json=body, headers={"Authorization": f"Bearer {other}"})).status_code == 404
+
+
+async def test_gateway_outside_allowed_networks_is_422(client: httpx.AsyncClient, tmp_path: Any) -> None:
+    r = await client.post("/v1/gateways", json={"name": "far", "vici_socket": "/run/far.vici",
+                                                "ike_address": "8.8.8.8", "inside_networks": ["10.0.0.0/24"]})
+    assert r.status_code == 422
+    assert "allowed networks" in r.text

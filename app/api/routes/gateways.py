@@ -32,7 +32,8 @@ def list_gateways(session: ReadSessionDep) -> list[dict[str, Any]]:
 def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
     """Register a charon; its back end and algorithms are read over VICI (503 if it does not answer)."""
     gateway = svc.register_gateway(session=session, vici=vici, body=body,
-                                   allowed_socket_dirs=settings.vici_socket_dirs)
+                                   allowed_socket_dirs=settings.vici_socket_dirs,
+                                   allowed_networks=settings.gateway_networks)
     return gateway.as_dict()
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
+from app.api.deps import CacheDep, Principal, ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
 from app.api.schemas import ErrorOut
+from app.services import idempotency as idem
 from app.services import tunnels as svc
 
 __all__ = ["router"]
@@ -23,19 +25,46 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-@router.post("/tunnels", dependencies=_TUNNELS_WRITE, status_code=201, responses=_ERRORS)
-def create_tunnel(body: svc.TunnelIn, session: SessionDep, cache: CacheDep, vici: ViciDep,
-                  settings: SettingsDep) -> dict[str, Any]:
+@router.post("/tunnels", status_code=201, responses=_ERRORS)
+def create_tunnel(
+    body: svc.TunnelIn,
+    request: Request,
+    session: SessionDep,
+    cache: CacheDep,
+    vici: ViciDep,
+    settings: SettingsDep,
+    principal: Annotated[Principal, Depends(require("tunnels:write"))],
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] = None,
+) -> Any:
     """Negotiate, load both charons (fresh PSK, never returned), bring up, verify with list-sas.
 
-    409: nothing feasible (nothing loaded). 503: a charon is unreachable. 502: strongSwan
-    refused or negotiated something else. On any failure nothing stays loaded.
+    409: nothing feasible (nothing loaded), or the same ``Idempotency-Key`` is in flight.
+    503: a charon is unreachable. 502: strongSwan refused or negotiated something else.
+    On any failure nothing stays loaded. With ``Idempotency-Key`` a retry returns the first
+    answer instead of making a second tunnel.
     """
-    record = svc.create_tunnel(session=session, cache=cache, vici=vici, request=body,
-                               default_table=settings.default_table)
-    out = record.as_dict()
-    out["ike"] = record.negotiation.get("ike")
-    out["notes"] = record.negotiation.get("notes")
+    factory = request.app.state.session_factory
+    token_id = principal.token_id or ""
+    request.app.state.tunnel_limiter.take(token_id)
+    if idempotency_key is not None:
+        stored = idem.begin(factory, token_id=token_id, key=idempotency_key,
+                            digest=idem.request_hash(body.model_dump(mode="json")))
+        if stored is not None:
+            return JSONResponse(stored.body, status_code=stored.status, headers={"Idempotent-Replayed": "true"})
+    try:
+        record = svc.create_tunnel(session=session, cache=cache, vici=vici, request=body,
+                                   default_table=settings.default_table)
+        out = record.as_dict()
+        out["ike"] = record.negotiation.get("ike")
+        out["notes"] = record.negotiation.get("notes")
+        session.commit()
+    except BaseException:
+        session.rollback()  # release this request's write lock before releasing the key
+        if idempotency_key is not None:
+            idem.abandon(factory, token_id=token_id, key=idempotency_key)
+        raise
+    if idempotency_key is not None:
+        idem.complete(factory, token_id=token_id, key=idempotency_key, status=201, body=out)
     return out
 
 

@@ -194,3 +194,28 @@ async def test_service_start_reconciles_after_a_charon_restart(client: httpx.Asy
         pass
     assert tunnel["conn"] in ViciGateway(lab.host("left").vici_socket, 5).list_conns()
     assert ping(lab).returncode == 0
+
+
+async def test_idempotency_key_makes_one_tunnel_for_retries(client: httpx.AsyncClient, lab: Lab) -> None:
+    body = {"initiator": "left", "responder": "right", "min_levels": {"integrity": 5}}
+    headers = {"Idempotency-Key": "retry-me-1"}
+    first = await client.post("/v1/tunnels", json=body, headers=headers)
+    assert first.status_code == 201, first.text
+    again = await client.post("/v1/tunnels", json=body, headers=headers)
+    assert again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    other = await client.post("/v1/tunnels", json={**body, "min_levels": {"integrity": 8}}, headers=headers)
+    assert other.status_code == 422
+    conns = ViciGateway(lab.host("left").vici_socket, 5).list_conns()
+    assert [c for c in conns if c.startswith("qoss-")] == [first.json()["conn"]]
+    assert len((await client.get("/v1/tunnels")).json()) == 1
+
+
+async def test_failed_request_releases_its_idempotency_key(client: httpx.AsyncClient) -> None:
+    headers = {"Idempotency-Key": "retry-me-2"}
+    bad = {"initiator": "left", "responder": "right", "rating_table": "esaf-2006", "min_levels": {"integrity": 9}}
+    assert (await client.post("/v1/tunnels", json=bad, headers=headers)).status_code == 409
+    again = await client.post("/v1/tunnels", json=bad, headers=headers)
+    assert again.status_code == 409
+    assert again.json()["error"] == "NoFeasibleSuite"  # ran again; not "in progress"

@@ -1,0 +1,48 @@
+"""Per-token rate limits (token bucket, in process): 429 with Retry-After when exceeded.
+
+Each API replica keeps its own buckets, so with N replicas a token gets up to N times
+the rate; the limit protects each gateway-driving process from a runaway client.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from app.domain.errors import QossError
+
+__all__ = ["RateLimited", "RateLimiter"]
+
+
+class RateLimited(QossError):
+    """Too many requests for this token: retry after ``retry_after`` seconds (429)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("rate limit exceeded for this token")
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
+class RateLimiter:
+    """``rate`` requests per second on average, bursts of up to ``burst``, per key."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate, self._burst, self._clock = rate, burst, clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> None:
+        """Spend one request for ``key``.
+
+        Raises:
+            RateLimited: the bucket is empty.
+        """
+        now = self._clock()
+        with self._lock:
+            tokens, last = self._buckets.get(key, (float(self._burst), now))
+            tokens = min(float(self._burst), tokens + (now - last) * self._rate)
+            if tokens < 1:
+                self._buckets[key] = (tokens, now)
+                raise RateLimited((1 - tokens) / self._rate)
+            self._buckets[key] = (tokens - 1, now)
