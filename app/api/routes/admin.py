@@ -55,7 +55,7 @@ def list_audit(
     request: Request,
     session: ReadSessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before: Annotated[int | None, Query(ge=1, description="records older than this id")] = None,
+    before: Annotated[int | None, Query(ge=1, le=2**62, description="records older than this id")] = None,
 ) -> list[dict[str, Any]]:
     """Audit records, newest first (pending records are written first)."""
     request.app.state.auditor.flush()

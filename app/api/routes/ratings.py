@@ -20,6 +20,12 @@ _READ = [Depends(reader)]
 
 TableName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 Format = Annotated[Literal["yaml", "csv"], Query()]
+#: Errors of a text/plain route are still JSON: say so, or the schema would claim text.
+_JSON_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": "error",
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+    for code in (401, 404, 422)
+}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}, 428: {"model": ErrorOut},
 }
@@ -136,7 +142,9 @@ def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)]
     return _out(svc.table_revision(session=session, name=name, revision=revision), response)
 
 
-@router.get("/rating-tables/{name}/export", dependencies=_READ, response_class=PlainTextResponse, responses=_ERRORS)
+@router.get(
+    "/rating-tables/{name}/export", dependencies=_READ, response_class=PlainTextResponse, responses=_JSON_ERRORS
+)
 def export_table(name: TableName, session: ReadSessionDep, format: Format = "yaml") -> PlainTextResponse:
     """The table as YAML or CSV."""
     text = svc.export_table(session=session, name=name, fmt=format)
