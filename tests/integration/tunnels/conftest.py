@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,8 @@ class Calls:
     """Every VICI command the service sent, by command name."""
 
     log: list[tuple[str, str]] = field(default_factory=list)
+    secrets: list[bytes] = field(default_factory=list)
+    after_load: Callable[[str], None] | None = None
 
     def count(self, command: str) -> int:
         return sum(1 for c, _ in self.log if c == command)
@@ -45,7 +47,10 @@ class SpyGateway(ViciGateway):
 
     def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
         self._calls.log.append(("load_shared", self.socket_path))
+        self._calls.secrets.append(secret if isinstance(secret, bytes) else secret.encode())
         super().load_shared(id, secret, owners, type)
+        if self._calls.after_load is not None:
+            self._calls.after_load(self.socket_path)
 
     def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
                  loglevel: int = 1) -> list[str]:
