@@ -46,8 +46,9 @@ def protected_routes() -> list[tuple[str, str, str]]:
             continue
         scopes = [
             cell.cell_contents
-            for dep in route.dependencies
-            for cell in (getattr(dep.dependency, "__closure__", None) or ())
+            for dep in route.dependant.dependencies
+            if getattr(dep.call, "__qualname__", "").startswith("require.")
+            for cell in (getattr(dep.call, "__closure__", None) or ())
             if isinstance(cell.cell_contents, str)
         ]
         if not scopes:
