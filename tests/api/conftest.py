@@ -7,13 +7,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.api.main import create_app
 from app.services.auth import create_token
-from app.services.policies import load_shipped_policies
-from app.services.ratings import load_shipped_tables
-from app.settings import REPO_ROOT, Settings
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
 
 
 @pytest.fixture
@@ -23,14 +21,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    engine = make_engine(database_url)
-    try:
-        with make_session_factory(engine)() as session, session.begin():
-            load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
-            load_shipped_policies(session=session, policies=files.load_policies(REPO_ROOT / "policies"))
-    finally:
-        engine.dispose()
-    return Settings(database_url=database_url, max_body_bytes=65536)
+    settings = Settings(database_url=database_url, max_body_bytes=65536)
+    prepare_database(settings)  # the product's own bootstrap: migrations + shipped tables and policies
+    return settings
 
 
 @pytest.fixture

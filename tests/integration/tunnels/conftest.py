@@ -10,15 +10,11 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters import files
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.migrate import upgrade
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
-from app.services.policies import load_shipped_policies
-from app.services.ratings import load_shipped_tables
-from app.settings import REPO_ROOT, Settings
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
 from tests.integration.charon.conftest import temporary_lab
 
 
@@ -76,16 +72,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def settings(tmp_path: Path, lab: Lab) -> Settings:
-    url = f"sqlite:///{tmp_path}/qoss.db"
-    upgrade(url)
-    engine = make_engine(url)
-    try:
-        with make_session_factory(engine)() as session, session.begin():
-            load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
-            load_shipped_policies(session=session, policies=files.load_policies(REPO_ROOT / "policies"))
-    finally:
-        engine.dispose()
-    return Settings(database_url=url, vici_socket_dirs=[lab.state_dir], reconcile_on_start=False)
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/qoss.db", vici_socket_dirs=[lab.state_dir],
+                        reconcile_on_start=False)
+    prepare_database(settings)
+    return settings
 
 
 @pytest.fixture
