@@ -1,3 +1,3 @@
 """Shared fixtures for the whole suite."""
 
-pytest_plugins = ["tests.fixtures.db"]
+pytest_plugins = ["tests.fixtures.db", "tests.fixtures.secrets"]

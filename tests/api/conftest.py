@@ -12,6 +12,7 @@ from app.api.main import create_app
 from app.services.auth import create_token
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
+from tests.fixtures.secrets import register
 
 
 @pytest.fixture
@@ -39,6 +40,7 @@ def make_token(database_url: str, name: str, scopes: list[str], expires_in: int 
                                     created_by="tests")
     finally:
         engine.dispose()
+    register(token)
     return token
 
 

@@ -22,6 +22,7 @@ import pytest
 from app.adapters.lab import Lab, LabHost
 from app.adapters.vici import IkeSa, ViciGateway
 from app.domain.errors import GatewayError
+from tests.fixtures.secrets import keep_log
 
 PSK = "lab-psk-" + uuid.uuid4().hex
 
@@ -51,13 +52,17 @@ def temporary_lab(prefix_hint: str) -> Iterator[Lab]:
     """A two-host lab with a unique prefix, always torn down and its state removed."""
     state = Path(tempfile.mkdtemp(prefix="qoss-lab-", dir="/tmp"))  # short: UNIX socket paths
     lab = Lab(state, prefix=f"{prefix_hint}{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}")
+    hosts = []
     try:
         lab.up()
+        hosts = lab.hosts
         yield lab
     finally:
         try:
             lab.down()
         finally:
+            for host in hosts:  # kept for the suite-wide secret sweep
+                keep_log(host.log_path, f"charon-{host.name}.log")
             shutil.rmtree(state, ignore_errors=True)
 
 

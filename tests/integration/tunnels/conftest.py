@@ -15,6 +15,7 @@ from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
+from tests.fixtures.secrets import register
 from tests.integration.charon.conftest import temporary_lab
 
 
@@ -44,6 +45,7 @@ class SpyGateway(ViciGateway):
     def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
         self._calls.log.append(("load_shared", self.socket_path))
         self._calls.secrets.append(secret if isinstance(secret, bytes) else secret.encode())
+        register(secret)
         super().load_shared(id, secret, owners, type)
         if self._calls.after_load is not None:
             self._calls.after_load(self.socket_path)
