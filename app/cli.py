@@ -26,6 +26,8 @@ tunnel_app = typer.Typer(help="Tunnels between registered gateways.", no_args_is
 app.add_typer(lab_app, name="lab")
 app.add_typer(tunnel_app, name="tunnel")
 token_app = typer.Typer(help="API tokens (the first admin token is made here).", no_args_is_help=True)
+bench_app = typer.Typer(help="Measure this machine and turn it into ratings.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 app.add_typer(token_app, name="token")
 
 DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
@@ -355,6 +357,69 @@ def tunnel_down(tunnel_id: str, database_url: DbUrl = None) -> None:
     _Unit(database_url).run(lambda **kw: tunnels.delete_tunnel(session=kw["session"], vici=kw["vici"],
                                                                tunnel_id=tunnel_id))
     typer.echo(f"tunnel {tunnel_id} down")
+
+
+@bench_app.command("micro")
+def bench_micro(
+    budget: Annotated[float, typer.Option(help="seconds per algorithm at most")] = 1.0,
+    only: Annotated[str | None, typer.Option(help="comma-separated keywords (default: all measurable)")] = None,
+    write_table: Annotated[str | None, typer.Option(help="write and import a rating table of this name")] = None,
+    base: Annotated[str, typer.Option(help="table whose security levels the measured table keeps")] =
+        "standards-2026",
+    out: Annotated[Path | None, typer.Option(help="also write the raw results as JSON here")] = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Time every transform the crypto library offers (64-1400 B), fit ns = a*bytes + b, score 0-10."""
+    from datetime import UTC, datetime
+
+    from app.adapters.bench.micro import available, machine_id, run_micro
+    from app.adapters.files import dump_rating_table_yaml
+    from app.domain.scoring import measured_table
+
+    keywords = [k.strip() for k in only.split(",")] if only else available()
+    with typer.progressbar(length=len(keywords), label="measuring") as bar:
+        try:
+            results = run_micro(keywords, budget_per_algorithm=budget, progress=lambda _: bar.update(1))
+        except ValueError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from exc
+    rows = []
+    for r in results:
+        row: dict[str, Any] = {"algorithm": r.keyword, "method": r.method, "spread": round(r.spread, 4),
+                               "samples": r.samples}
+        if r.ops_per_s is not None:
+            row["ops_per_s"] = round(r.ops_per_s)
+        else:
+            fit = r.fit
+            row.update(a_ns_per_byte=round(fit.a, 4), b_ns=round(fit.b, 1), r2=round(fit.r2, 4),
+                       mb_per_s_1400=round(r.mb_per_s, 1), ns=dict(r.ns_by_size))
+        rows.append(row)
+    if out is not None:
+        out.write_text(json.dumps({"machine": machine_id(), "results": rows}, indent=2))
+    typer.echo(json.dumps({"machine": machine_id(), "algorithms": len(rows),
+                           "worst_spread": max(r["spread"] for r in rows)}))
+    if write_table is None:
+        return
+    unit = _Unit(database_url)
+
+    def write(**kw: Any) -> dict[str, Any]:
+        from app.services.ratings import get_table, import_table
+
+        table = measured_table(
+            name=write_table, base=get_table(session=kw["session"], name=base), results=results,
+            machine=machine_id(), backend="userspace crypto (cryptography/OpenSSL)",
+            date=datetime.now(UTC).date().isoformat(),
+            description=f"Measured by `qoss bench micro` on {machine_id()}; levels from {base}.",
+        )
+        text = dump_rating_table_yaml(table)
+        target = Path("var/bench")
+        target.mkdir(parents=True, exist_ok=True)
+        (target / f"{table.name}.yaml").write_text(text)
+        imported = import_table(session=kw["session"], text=text, fmt="yaml", author="qoss bench")
+        return {"table": imported.name, "revision": imported.revision, "ratings": len(imported.ratings),
+                "file": str(target / f"{table.name}.yaml")}
+
+    _emit(unit.run(write))
 
 
 @token_app.command("create")

@@ -94,3 +94,20 @@ def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
         assert down.returncode == 0, down.stderr
         assert qoss("lab", "status", db=db, env=env).returncode == 1
         shutil.rmtree(lab_dir, ignore_errors=True)
+
+
+def test_bench_micro_writes_and_imports_a_measured_table(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    out = qoss("bench", "micro", "--only", "aes128gcm16,chacha20poly1305,sha256,aes128,x25519", "--budget", "0.2",
+               "--write-table", "measured-test", "--out", str(tmp_path / "micro.json"), db=db)
+    assert out.returncode == 0, out.stderr
+    written = json.loads(out.stdout[out.stdout.index("{\n"):])
+    assert written["table"] == "measured-test"
+    assert written["ratings"] == 5
+    raw = json.loads((tmp_path / "micro.json").read_text())
+    assert {r["algorithm"] for r in raw["results"]} >= {"aes128gcm16", "x25519"}
+    body = {"rating_table": "measured-test", "peers": [{"name": "a", "min_levels": {"confidentiality": 8}}],
+            "traffic": {"packet_size": 1400}}
+    answer = json.loads(qoss("negotiate", "-", db=db, stdin=json.dumps(body)).stdout)
+    assert "measured" in answer["cost_unit"]
+    Path(written["file"]).unlink()

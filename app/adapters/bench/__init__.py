@@ -1,0 +1,1 @@
+"""Measurement adapters (`qoss bench`)."""
