@@ -19,5 +19,4 @@ def test_sweep_finds_raw_hex_and_base64_forms(tmp_path: Path) -> None:
     clean = tmp_path / "clean.db"
     clean.write_bytes(secrets.token_bytes(4096))
     leaks = find_leaks([secret], [*files, clean])
-    assert len(leaks) == 3
-    assert all("clean.db" not in leak for leak in leaks)
+    assert sorted(leak.split(":")[0] for leak in leaks) == sorted(str(f) for f in files)
