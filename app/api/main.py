@@ -13,11 +13,13 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from app import __version__
+from app.adapters.bench.micro import machine_id, run_micro
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.vici.driver import ViciGateway
 from app.api.errors import error_body, install_error_handlers
-from app.api.routes import admin, algorithms, gateways, health, negotiations, policies, ratings, tunnels
+from app.api.routes import admin, algorithms, benchmarks, gateways, health, negotiations, policies, ratings, tunnels
 from app.services.audit import Auditor
+from app.services.benchmarks import BenchmarkJobs
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
@@ -64,6 +66,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
+        app.state.benchmarks = BenchmarkJobs(
+            runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,
+                                                                progress=progress),
+            session_factory=app.state.session_factory, machine=machine_id(),
+        )
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)
         try:
@@ -114,6 +121,6 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         return response
 
     app.include_router(health.router)
-    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin):
+    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks):
         app.include_router(module.router, prefix="/v1")
     return app

@@ -27,7 +27,7 @@ from app.adapters.db.models import (
 )
 from app.adapters.db.repositories import TokenRepository
 from app.api.main import create_app
-from app.api.routes import admin, algorithms, gateways, negotiations, policies, ratings, tunnels
+from app.api.routes import admin, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels
 from app.domain.auth import TokenRecord, hash_secret
 from app.settings import Settings
 from tests.api.conftest import make_token
@@ -35,7 +35,7 @@ from tests.api.conftest import make_token
 pytestmark = pytest.mark.anyio
 
 
-ROUTE_MODULES = (admin, algorithms, gateways, negotiations, policies, ratings, tunnels)
+ROUTE_MODULES = (admin, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels)
 
 
 def protected_routes() -> list[tuple[str, str, str]]:

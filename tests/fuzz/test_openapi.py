@@ -21,6 +21,7 @@ import uvicorn
 from hypothesis import HealthCheck, given, settings
 
 from app.api.main import create_app
+from app.services.benchmarks import BenchmarkJobs
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
@@ -49,13 +50,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     prepare_database(cfg)
     token = make_token(cfg.database_url, "fuzzer", ["admin"])
     port = _free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(cfg), host="127.0.0.1", port=port, log_level="warning"))
+    app = create_app(cfg)
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started
+    # Generated POST /v1/benchmarks requests must not start real minute-long sweeps.
+    app.state.benchmarks = BenchmarkJobs(runner=lambda keywords, budget, progress: [],
+                                         session_factory=app.state.session_factory, machine="fuzz")
     yield f"http://127.0.0.1:{port}", token
     srv.should_exit = True
     thread.join(timeout=10)

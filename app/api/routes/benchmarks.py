@@ -1,0 +1,63 @@
+"""Micro benchmark jobs (tunnel benchmarks stay on the CLI)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import require
+from app.api.schemas import ErrorOut
+from app.services.benchmarks import BenchmarkJobs
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["benchmarks"])
+_WRITE = [Depends(require("ratings:write"))]
+_ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},
+                                            404: {"model": ErrorOut}, 409: {"model": ErrorOut},
+                                            422: {"model": ErrorOut}}
+Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+class BenchmarkIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    only: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=64)] | None = None
+    budget_per_algorithm: Annotated[float, Field(gt=0, le=2.0)] = 0.5
+    write_table: Name | None = None
+    base_table: Name = "standards-2026"
+
+
+def _jobs(request: Request) -> BenchmarkJobs:
+    jobs: BenchmarkJobs = request.app.state.benchmarks
+    return jobs
+
+
+@router.post("/benchmarks", dependencies=_WRITE, status_code=202, responses=_ERRORS)
+def start_benchmark(body: BenchmarkIn, request: Request) -> dict[str, Any]:
+    """Start a micro run in the background (409 while another runs); poll ``GET /v1/benchmarks/{id}``."""
+    from app.adapters.bench.micro import available
+
+    keywords = body.only or available()
+    unknown = sorted(set(keywords) - set(available()))
+    if unknown:
+        from app.domain.errors import InvalidInput
+
+        raise InvalidInput(f"cannot measure {unknown[:10]}; measurable: {available()}")
+    job = _jobs(request).start(keywords=keywords, budget=body.budget_per_algorithm, write_table=body.write_table,
+                               base_table=body.base_table)
+    return job.as_dict()
+
+
+@router.get("/benchmarks", dependencies=_WRITE, responses=_ERRORS)
+def list_benchmarks(request: Request) -> list[dict[str, Any]]:
+    """Every job of this process, with progress."""
+    return [j.as_dict() for j in _jobs(request).all()]
+
+
+@router.get("/benchmarks/{job_id}", dependencies=_WRITE, responses=_ERRORS)
+def get_benchmark(job_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], request: Request) -> dict[str, Any]:
+    """One job: state, progress, results, the table it wrote."""
+    return _jobs(request).get(job_id).as_dict()
