@@ -43,3 +43,8 @@ class Settings(BaseSettings):
         description="a gateway's IKE address must be inside one of these networks",
     )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
+    agent_config: Path | None = Field(
+        default=None, description="the tunnel agent's YAML config: enables the Host and/or Target roles"
+    )
+    agent_rate: float = Field(default=5.0, description="agent requests per second per source address and per user")
+    agent_burst: int = Field(default=20, description="agent requests a source or user may make at once")

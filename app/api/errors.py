@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.adapters.agent.transport import RemoteRefused
 from app.domain import errors as e
+from app.domain.agent import AgentRejected
 from app.domain.auth import Forbidden, Unauthenticated
 from app.services.ratelimit import RateLimited
 
@@ -22,6 +24,7 @@ log = logging.getLogger("qoss.api")
 #: Most specific first: the first class an error is an instance of decides its status.
 STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (Unauthenticated, 401),
+    (AgentRejected, 403),
     (RateLimited, 429),
     (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
@@ -39,6 +42,8 @@ STATUS: tuple[tuple[type[e.QossError], int], ...] = (
 
 
 def status_for(exc: e.QossError) -> int:
+    if isinstance(exc, RemoteRefused):  # relayed from the agent's other role
+        return exc.status if 400 <= exc.status <= 599 else 502
     for cls, status in STATUS:
         if isinstance(exc, cls):
             return status
@@ -56,6 +61,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _qoss(request: Request, exc: e.QossError) -> JSONResponse:
         status = status_for(exc)
         request.state.error_name = type(exc).__name__
+        if isinstance(exc, AgentRejected):
+            request.state.audit_detail = f"AgentRejected: {exc.reason}"
         headers = {}
         if isinstance(exc, e.StaleRevision):
             headers["ETag"] = f'"{exc.current}"'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import uuid
@@ -13,11 +14,26 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 
 from app import __version__
+from app.adapters.agent.crypto import load_keys
 from app.adapters.bench.micro import machine_id, run_micro
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.vici.driver import ViciGateway
 from app.api.errors import error_body, install_error_handlers
-from app.api.routes import admin, algorithms, benchmarks, gateways, health, negotiations, policies, ratings, tunnels
+from app.api.routes import (
+    admin,
+    agent,
+    algorithms,
+    benchmarks,
+    gateways,
+    health,
+    negotiations,
+    policies,
+    ratings,
+    tunnels,
+)
+from app.services.agent_config import load_server_config
+from app.services.agent_host import HostAgent
+from app.services.agent_target import TargetAgent
 from app.services.audit import Auditor
 from app.services.benchmarks import BenchmarkJobs
 from app.services.ratelimit import RateLimiter
@@ -40,6 +56,36 @@ def _reconcile_at_start(app: FastAPI) -> None:
                            default_table=app.state.settings.default_table)
     if any(report.as_dict().values()):
         log.info("reconcile at start: %s", report.as_dict())
+
+
+def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, TargetAgent | None]:
+    """The agent roles the config enables (none without ``agent_config``)."""
+    if settings.agent_config is None:
+        return None, None
+    config = load_server_config(settings.agent_config)
+    keys = load_keys(config.key_dir, config.id)
+    target = None
+    if config.target is not None:
+        target = TargetAgent(config=config, keys=keys, session_factory=app.state.session_factory,
+                             vici=app.state.vici_factory, cache=app.state.table_cache,
+                             default_table=settings.default_table)
+    host = None
+    if config.host is not None:
+        host = HostAgent(config=config, keys=keys, session_factory=app.state.session_factory, local_target=target)
+    log.info("agent roles: host=%s target=%s (id %s)", host is not None, target is not None, config.id)
+    return host, target
+
+
+async def _sweep(target: TargetAgent) -> None:
+    """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded."""
+    while True:
+        try:
+            ended = await asyncio.to_thread(target.sweep)
+            if ended:
+                log.info("agent sessions expired: %d", len(ended))
+        except Exception:
+            log.exception("agent sweep failed")
+        await asyncio.sleep(target.role.sweep_interval)
 
 
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
@@ -71,11 +117,18 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                                                                 progress=progress),
             session_factory=app.state.session_factory, machine=machine_id(),
         )
+        app.state.agent_limiter = RateLimiter(resolved.agent_rate, resolved.agent_burst)
+        app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)
+        sweeper = asyncio.create_task(_sweep(app.state.agent_target)) if app.state.agent_target else None
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             app.state.auditor.close()
             engine.dispose()
             read_engine.dispose()
@@ -116,11 +169,13 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                     action=request.method[:16],
                     object=request.url.path[:300],
                     outcome=response.status_code,
-                    detail=str(getattr(request.state, "error_name", ""))[:200],
+                    detail=str(getattr(request.state, "audit_detail", "") or getattr(request.state, "error_name", ""))[
+                        :200
+                    ],
                 )
         return response
 
     app.include_router(health.router)
-    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks):
+    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, agent):
         app.include_router(module.router, prefix="/v1")
     return app

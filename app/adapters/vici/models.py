@@ -184,6 +184,8 @@ class IkeSa:
     local_id: str | None = None
     remote_id: str | None = None
     initiator: bool = False
+    local_vips: tuple[str, ...] = ()
+    remote_vips: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +309,8 @@ def parse_ike_sa(name: str, msg: Mapping[str, Any]) -> IkeSa:
         local_id=_str(msg, "local-id"),
         remote_id=_str(msg, "remote-id"),
         initiator=_str(msg, "initiator") == "yes",
+        local_vips=_strs(msg, "local-vips"),
+        remote_vips=_strs(msg, "remote-vips"),
     )
 
 

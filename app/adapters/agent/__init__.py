@@ -1,0 +1,1 @@
+"""The tunnel agent's edges: key files and cryptography, and the HTTP transport between roles."""

@@ -1,0 +1,243 @@
+"""The tunnel agent's tables and repositories.
+
+Host keeps the enrolled users; Host and Target keep the replay cache (a unique row per
+(scope, sender, nonce): the atomic insert that makes a replay fail across workers and
+restarts); Target keeps the sessions it set up (tickets, single-use, with expiry) and
+the virtual-IP leases it handed out (a unique row per address). No key material is ever
+stored: only public keys.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Integer, String, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
+from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
+from app.domain.errors import AlreadyExists, NotFound
+
+__all__ = [
+    "AgentLeaseRow",
+    "AgentNonceRow",
+    "AgentSessionRow",
+    "AgentUserRow",
+    "LeaseRepository",
+    "NonceRepository",
+    "SessionRepository",
+    "UserRepository",
+]
+
+
+class AgentUserRow(Base):
+    """A user enrolled at Host: public keys and the Objective-IDs they may ask for."""
+
+    __tablename__ = "agent_users"
+
+    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    sign_public_key: Mapped[str] = mapped_column(String(43))
+    kem_public_key: Mapped[str] = mapped_column(String(43))
+    objectives: Mapped[list[int]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class AgentNonceRow(Base):
+    """Replay cache: one row per (scope, sender, nonce) until it expires."""
+
+    __tablename__ = "agent_nonces"
+
+    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
+    sender: Mapped[str] = mapped_column(String(63), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(32), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class AgentSessionRow(Base):
+    """A tunnel Target set up for a client (its ticket), until closed, expired or revoked."""
+
+    __tablename__ = "agent_sessions"
+
+    ticket: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(63), index=True)
+    host_id: Mapped[str] = mapped_column(String(63))
+    request_id: Mapped[str] = mapped_column(String(32))
+    objective_id: Mapped[int] = mapped_column(Integer)
+    protection: Mapped[str] = mapped_column(String(16))
+    conn: Mapped[str] = mapped_column(String(64))
+    pool: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    virtual_ip: Mapped[str | None] = mapped_column(String(45), nullable=True)
+    client_identity: Mapped[str] = mapped_column(String(128))
+    suite: Mapped[dict[str, Any]] = mapped_column(Json)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(200), default="")
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+
+
+class AgentLeaseRow(Base):
+    """A virtual IP handed to one session's client (unique: two sessions never share one)."""
+
+    __tablename__ = "agent_leases"
+
+    address: Mapped[str] = mapped_column(String(45), primary_key=True)
+    ticket: Mapped[str] = mapped_column(String(32), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+def _user(row: AgentUserRow) -> EnrolledUser:
+    return EnrolledUser(
+        user_id=row.user_id,
+        sign_public_key=b64d(row.sign_public_key, size=32),
+        kem_public_key=b64d(row.kem_public_key, size=32),
+        objectives=frozenset(row.objectives),
+        revoked=row.revoked_at is not None,
+    )
+
+
+class UserRepository:
+    """Enrolled users (Host)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def enroll(self, user: EnrolledUser) -> None:
+        """Enrol a new user, or re-enrol a revoked one with new keys.
+
+        Raises:
+            AlreadyExists: an active user of that id exists.
+        """
+        row = self.session.get(AgentUserRow, user.user_id)
+        if row is not None and row.revoked_at is None:
+            raise AlreadyExists(f"user {user.user_id} is enrolled already")
+        if row is None:
+            row = AgentUserRow(user_id=user.user_id)
+            self.session.add(row)
+        row.sign_public_key = b64e(user.sign_public_key)
+        row.kem_public_key = b64e(user.kem_public_key)
+        row.objectives = sorted(user.objectives)
+        row.revoked_at = None
+        row.created_at = utcnow()
+        try:
+            self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"user {user.user_id} is enrolled already") from exc
+
+    def find(self, user_id: str) -> EnrolledUser | None:
+        row = self.session.get(AgentUserRow, user_id)
+        return None if row is None else _user(row)
+
+    def all(self) -> list[tuple[EnrolledUser, datetime, datetime | None]]:
+        rows = self.session.scalars(select(AgentUserRow).order_by(AgentUserRow.user_id)).all()
+        return [(_user(r), r.created_at, r.revoked_at) for r in rows]
+
+    def revoke(self, user_id: str) -> bool:
+        """Mark revoked; False if it was already.
+
+        Raises:
+            NotFound: no such user.
+        """
+        row = self.session.get(AgentUserRow, user_id)
+        if row is None:
+            raise NotFound(f"no user {user_id}")
+        if row.revoked_at is not None:
+            return False
+        row.revoked_at = utcnow()
+        self.session.flush()
+        return True
+
+
+class NonceRepository:
+    """The replay cache (Host and Target, each in its own scope)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def claim(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+        """Insert (scope, sender, nonce); False if it is there already (a replay)."""
+        try:
+            with self.session.begin_nested():
+                self.session.add(AgentNonceRow(scope=scope, sender=sender, nonce=nonce.hex(), expires_at=expires_at))
+                self.session.flush()
+        except IntegrityError:
+            return False
+        return True
+
+    def purge(self, now: datetime) -> int:
+        """Forget nonces whose timestamps can no longer pass the freshness check."""
+        result = self.session.execute(delete(AgentNonceRow).where(AgentNonceRow.expires_at < now))
+        return int(getattr(result, "rowcount", 0) or 0)
+
+
+class SessionRepository:
+    """Target's sessions (tickets)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, row: AgentSessionRow) -> None:
+        """Insert a new session.
+
+        Raises:
+            AlreadyExists: the ticket exists (tickets are single-use).
+        """
+        try:
+            with self.session.begin_nested():
+                self.session.add(row)
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists("ticket exists") from exc
+
+    def get(self, ticket: str) -> AgentSessionRow | None:
+        return self.session.get(AgentSessionRow, ticket)
+
+    def select(self, *, state: AgentSessionState | None = None, user_id: str | None = None,
+             limit: int = 1000) -> list[AgentSessionRow]:
+        q = select(AgentSessionRow).order_by(AgentSessionRow.created_at.desc()).limit(limit)
+        if state is not None:
+            q = q.where(AgentSessionRow.state == state.value)
+        if user_id is not None:
+            q = q.where(AgentSessionRow.user_id == user_id)
+        return list(self.session.scalars(q).all())
+
+    def expired(self, now: datetime) -> list[AgentSessionRow]:
+        return list(self.session.scalars(
+            select(AgentSessionRow).where(AgentSessionRow.state == AgentSessionState.ACTIVE.value,
+                                          AgentSessionRow.expires_at <= now)
+        ).all())
+
+    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        """Move an active session to ``state``; False if it was not active (single use)."""
+        result = self.session.execute(
+            update(AgentSessionRow)
+            .where(AgentSessionRow.ticket == ticket, AgentSessionRow.state == AgentSessionState.ACTIVE.value)
+            .values(state=state.value, reason=reason[:200], updated_at=utcnow())
+        )
+        return int(getattr(result, "rowcount", 0) or 0) == 1
+
+
+class LeaseRepository:
+    """Virtual-IP leases (Target)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def taken(self) -> set[str]:
+        return set(self.session.scalars(select(AgentLeaseRow.address)).all())
+
+    def take(self, address: str, ticket: str) -> bool:
+        """Lease ``address`` to ``ticket``; False if someone else has it."""
+        try:
+            with self.session.begin_nested():
+                self.session.add(AgentLeaseRow(address=address, ticket=ticket))
+                self.session.flush()
+        except IntegrityError:
+            return False
+        return True
+
+    def release(self, ticket: str) -> None:
+        self.session.execute(delete(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket))

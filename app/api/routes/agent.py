@@ -1,0 +1,141 @@
+"""The tunnel agent over HTTP: Host (client requests, enrolment) and Target (endorsed requests).
+
+Which routes answer depends on the roles this process plays (``QOSS_AGENT_CONFIG``); the
+others answer 404. Client and Host-to-Target messages authenticate themselves (signed and
+sealed), so those routes take no bearer token; they are rate limited per source address.
+Every rejection is the same 403 with the same text; the audit log records the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.deps import require
+from app.api.schemas import ErrorOut
+from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
+from app.domain.errors import NotFound
+from app.services.agent_host import HostAgent
+from app.services.agent_target import Outcome, TargetAgent
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["agent"])
+
+UserId = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+_MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
+    429: {"model": ErrorOut}, 502: {"model": ErrorOut}, 503: {"model": ErrorOut},
+}
+
+
+class MessageIn(BaseModel):
+    """One sealed agent message (the canonical wire bytes as text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: Annotated[str, Field(min_length=1, max_length=MAX_WIRE_BYTES)]
+
+
+class MessageOut(BaseModel):
+    message: str
+
+
+class EnrollIn(BaseModel):
+    """A user's public keys (from ``qoss agent keygen``) and the Objective-IDs they may ask for."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+    sign_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
+    kem_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
+    objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
+
+
+def _host(request: Request) -> HostAgent:
+    host: HostAgent | None = getattr(request.app.state, "agent_host", None)
+    if host is None:
+        raise NotFound("this server does not play the agent's Host role")
+    return host
+
+
+def _target(request: Request) -> TargetAgent:
+    target: TargetAgent | None = getattr(request.app.state, "agent_target", None)
+    if target is None:
+        raise NotFound("this server does not play the agent's Target role")
+    return target
+
+
+def _limit(request: Request) -> None:
+    source = request.client.host if request.client else "unknown"
+    request.app.state.agent_limiter.take(f"agent:{source}")
+
+
+def _done(request: Request, outcome: Outcome) -> MessageOut:
+    request.state.audit_detail = outcome.audit
+    return MessageOut(message=outcome.answer.decode("ascii"))
+
+
+@router.post("/agent/requests", responses=_MESSAGE_ERRORS)
+async def client_request(body: MessageIn, request: Request) -> MessageOut:
+    """Host: a client's sealed request (connect or disconnect); the answer is Target's, sealed to the client.
+
+    403 for every failed check (the same text each time), 409 when nothing meets the
+    minimums, 429 when the source sends too fast, 502/503 when Target or its charon fails.
+    """
+    host = _host(request)
+    _limit(request)
+    outcome = await asyncio.to_thread(host.handle, body.message.encode("utf-8"))
+    return _done(request, outcome)
+
+
+@router.post("/agent/target/requests", responses=_MESSAGE_ERRORS)
+async def target_request(body: MessageIn, request: Request) -> MessageOut:
+    """Target: a Host's endorsement of a client request; the answer is sealed to the client."""
+    target = _target(request)
+    _limit(request)
+    outcome = await asyncio.to_thread(target.handle, body.message.encode("utf-8"))
+    return _done(request, outcome)
+
+
+@router.post("/agent/target/revocations", responses=_MESSAGE_ERRORS)
+async def target_revocation(body: MessageIn, request: Request) -> MessageOut:
+    """Target: a Host revoked a user; their tunnels come down. The answer is how many."""
+    target = _target(request)
+    _limit(request)
+    outcome = await asyncio.to_thread(target.revoke, body.message.encode("utf-8"))
+    return _done(request, outcome)
+
+
+@router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],
+            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+async def target_sessions(request: Request, state: AgentSessionState | None = None,
+                          limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+    """Target: the tunnels it set up for clients, newest first."""
+    target = _target(request)
+    return await asyncio.to_thread(target.sessions, state=state, limit=limit)
+
+
+@router.post("/agent/users", status_code=201, dependencies=[Depends(require("agent:enroll"))],
+             responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut},
+                        409: {"model": ErrorOut}, 422: {"model": ErrorOut}})
+async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
+    """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
+    host = _host(request)
+    return await asyncio.to_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
+                                   kem_public_key=body.kem_public_key, objectives=body.objectives)
+
+
+@router.get("/agent/users", dependencies=[Depends(require("agent:enroll"))],
+            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+async def list_users(request: Request) -> list[dict[str, Any]]:
+    """Host: the enrolled users (public keys only)."""
+    return await asyncio.to_thread(_host(request).users)
+
+
+@router.delete("/agent/users/{user_id}", dependencies=[Depends(require("agent:enroll"))],
+               responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
+    """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
+    return await asyncio.to_thread(_host(request).revoke, user_id)

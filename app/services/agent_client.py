@@ -1,0 +1,238 @@
+"""The agent's Client role (seed 001 §2.2 steps 1 and 6): ask, verify the answer, bring the tunnel up.
+
+``connect`` signs a request with the user's Ed25519 key and seals it to Host, then
+opens Target's answer with the user's X25519 key and checks it: Target's signature,
+that it answers *this* request (request id), is for this user via this host, and is
+fresh. Only then does it load the session key and the conn into the local charon,
+initiate, and check with ``list-sas`` that charon negotiated exactly the suite Target
+chose; the virtual IP comes from Target's pool. What the client remembers of a tunnel
+(ticket, conn, suite, virtual IP, expiry; never the key) is a file in ``state_dir``.
+Any failure after Target configured its side asks Target (through Host) to close it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
+from app.adapters.agent.transport import post_message
+from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.models import IkeSa
+from app.domain.agent import (
+    AgentRejected,
+    ClientRequest,
+    Kind,
+    RequestInfo,
+    Response,
+    check_fresh,
+    client_conn,
+)
+from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
+from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
+from app.services.agent_config import ClientConfig
+
+__all__ = ["AgentClient"]
+
+log = logging.getLogger("qoss.agent.client")
+
+Post = Callable[[str, bytes], bytes]
+
+
+def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
+    """What charon reports for conn ``name`` (IKE_SA and its CHILD_SA of the same name)."""
+    for sa in sas:
+        if sa.name != name:
+            continue
+        child = next((c for c in sa.children if c.name == name), None)
+        return ObservedSa(
+            ike_state=sa.state, ike_encr=sa.encr_alg, ike_encr_keysize=sa.encr_keysize, ike_integ=sa.integ_alg,
+            ike_prf=sa.prf_alg, ike_dh=sa.dh_group, child_state=child.state if child else None,
+            child_protocol=child.protocol if child else None, child_encr=child.encr_alg if child else None,
+            child_encr_keysize=child.encr_keysize if child else None, child_integ=child.integ_alg if child else None,
+        )
+    return None
+
+
+class AgentClient:
+    """The mobile user's side: one user, one Host, the targets it knows, its own charon."""
+
+    def __init__(self, *, config: ClientConfig, keys: KeyPair, vici: ViciGateway, post: Post = post_message,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.keys = keys
+        self.vici = vici
+        self.host = config.host_ref
+        self.host_keys: PublicKeys = self.host.keys(config.base_dir)
+        self.targets = {n: p.keys(config.base_dir) for n, p in config.targets.items()}
+        self._post = post
+        self._clock = clock
+
+    # -- messages -------------------------------------------------------------------------
+
+    def request(self, kind: Kind, info: RequestInfo, objective_id: int) -> tuple[ClientRequest, bytes]:
+        """A signed request sealed to Host: (request, wire)."""
+        if info.target not in self.targets:
+            raise InvalidInput(f"target {info.target} is not in the client config")
+        request = ClientRequest(kind=kind, request_id=secrets.token_bytes(16), user_id=self.config.user,
+                                objective_id=objective_id, request_info=info, host=self.host.id,
+                                timestamp=int(self._clock()))
+        wire = seal(kind=kind, to=self.host.id, body=request.body(), signer=self.keys,
+                    recipient=self.host_keys.kem)
+        return request, wire
+
+    def accept(self, answer: bytes, request: ClientRequest) -> Response:
+        """Open and check Target's answer to ``request``.
+
+        Raises:
+            AgentRejected: not sealed to this user, not signed by the target, not the answer to
+                this request (e.g. an old response replayed), or stale.
+        """
+        want = Kind.CLOSED if request.kind is Kind.DISCONNECT else Kind.RESPONSE
+        kind, body, tag = open_sealed(answer, kinds=[want], me=self.keys)
+        response = Response.parse(body, kind=kind)
+        target = request.request_info.target
+        verify(self.targets[target].sign, kind, body, tag)
+        if response.target != target or response.user_id != self.config.user or response.host != self.host.id:
+            raise AgentRejected("the response is for another party")
+        if not secrets.compare_digest(response.request_id, request.request_id):
+            raise AgentRejected("the response answers another request")
+        check_fresh(response.timestamp, self._clock())
+        return response
+
+    def _send(self, request: ClientRequest, wire: bytes) -> Response:
+        return self.accept(self._post(f"{self.host.url}/v1/agent/requests", wire), request)
+
+    # -- connect / disconnect ------------------------------------------------------------------
+
+    def capabilities(self) -> tuple[tuple[str, ...], bool]:
+        """(algorithm keywords of the local charon, whether it can do AH and transport mode)."""
+        algorithms = keywords_from_charon(self.vici.get_algorithms().as_sections())
+        native = self.vici.stats().backend != "kernel-libipsec"
+        return tuple(sorted(algorithms)), native
+
+    def connect(self, *, target: str, objective_id: int, min_levels: Mapping[str, int] | None = None,
+                lifetime: int = 600) -> dict[str, Any]:
+        """Ask for a tunnel to ``target`` and bring it up; the report (no key material).
+
+        Raises:
+            AgentRejected: Host or Target rejected the request, or the answer is not genuine.
+            RemoteRefused: e.g. 409 when nothing meets the minimums.
+            GatewayError: the local charon failed (Target's side is closed again).
+        """
+        supports, native = self.capabilities()
+        info = RequestInfo(target=target, min_levels=dict(min_levels or {}), supports=supports, ah=native,
+                           transport=native, lifetime=lifetime, ike_address=self.config.ike_address)
+        request, wire = self.request(Kind.CONNECT, info, objective_id)
+        response = self._send(request, wire)
+        tunnel = response.tunneling_info
+        assert tunnel is not None  # Response.parse guarantees it for a RESPONSE
+        report: dict[str, Any] = {
+            "ticket": tunnel.ticket, "target": target, "protection": tunnel.protection,
+            "suite": dict(tunnel.suite), "esp_proposal": tunnel.esp_proposal, "ike_proposal": tunnel.ike_proposal,
+            "notes": list(tunnel.notes), "expires": tunnel.expires, "remote_ts": list(tunnel.remote_ts),
+            "virtual_ip": None, "conn": None,
+        }
+        if tunnel.protection == "native":
+            return report
+        name = f"qoss-agent-{tunnel.ticket[:16]}"
+        report["conn"] = name
+        try:
+            report["virtual_ip"] = self._bring_up(name, response)
+        except BaseException:
+            self._teardown(name)
+            with contextlib.suppress(Exception):
+                self._disconnect_remote(target, tunnel.ticket, objective_id)
+            raise
+        self._remember(report, objective_id)
+        return report
+
+    def _bring_up(self, name: str, response: Response) -> str | None:
+        tunnel = response.tunneling_info
+        assert tunnel is not None
+        assert response.session_key is not None
+        self.vici.load_shared(name, response.session_key, owners=[tunnel.client_identity, tunnel.target_identity])
+        self.vici.load_conn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address))
+        self.vici.initiate(child=name, ike=name, timeout_ms=15_000)
+        suite = tunnel.suite
+        expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
+                               encryption=suite.get("encryption"), integrity=suite.get("integrity"))
+        sas = self.vici.list_sas(ike=name)
+        seen = observed(sas, name)
+        if seen is None:
+            raise TunnelVerificationFailed(f"no IKE_SA {name} after initiate")
+        wrong = mismatches(expected, seen)
+        if wrong:
+            raise TunnelVerificationFailed("; ".join(wrong))
+        vips = next((sa.local_vips for sa in sas if sa.name == name), ())
+        return vips[0] if vips else None
+
+    def _teardown(self, name: str) -> None:
+        with contextlib.suppress(GatewayError, ValueError):
+            if self.vici.list_sas(ike=name):
+                self.vici.terminate(ike=name, timeout_ms=3000, force=True)
+        for unload in (self.vici.unload_conn, self.vici.unload_shared):
+            with contextlib.suppress(GatewayError):
+                unload(name)
+
+    def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
+        info = RequestInfo(target=target, ticket=ticket)
+        request, wire = self.request(Kind.DISCONNECT, info, objective_id)
+        self._send(request, wire)
+
+    def disconnect(self, ticket: str | None = None) -> list[str]:
+        """Tear down one tunnel (or all this client has): locally, then at Target through Host.
+
+        Returns:
+            the tickets closed.
+
+        Raises:
+            InvalidInput: no such ticket here.
+        """
+        known = self.tunnels()
+        chosen = [t for t in known if ticket is None or t["ticket"] == ticket]
+        if ticket is not None and not chosen:
+            raise InvalidInput(f"no tunnel with ticket {ticket} in {self.config.state_dir}")
+        closed = []
+        for t in chosen:
+            self._teardown(t["conn"])
+            try:
+                self._disconnect_remote(t["target"], t["ticket"], int(t["objective_id"]))
+            except AgentRejected:
+                log.info("target no longer knew ticket %s (expired or revoked)", t["ticket"])
+            self._forget(t["ticket"])
+            closed.append(t["ticket"])
+        return closed
+
+    # -- local state --------------------------------------------------------------------
+
+    def _path(self, ticket: str) -> Path:
+        return self.config.state_dir / f"{ticket}.json"
+
+    def _remember(self, report: Mapping[str, Any], objective_id: int) -> None:
+        self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = self._path(str(report["ticket"]))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({**report, "objective_id": objective_id}, out, indent=2)
+
+    def _forget(self, ticket: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(ticket).unlink()
+
+    def tunnels(self) -> list[dict[str, Any]]:
+        """The tunnels this client brought up and has not torn down (from ``state_dir``)."""
+        if not self.config.state_dir.is_dir():
+            return []
+        out = []
+        for path in sorted(self.config.state_dir.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                out.append(json.loads(path.read_text()))
+        return out

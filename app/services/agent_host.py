@@ -1,0 +1,170 @@
+"""The agent's Host role (seed 001 §2.2 steps 1-3 and 5): enrolment, checks, endorsement, relay.
+
+Host holds the enrolled users' public keys and the Objective-IDs each may ask for. It
+opens a client's sealed request, checks recipient, enrolment, revocation, signature,
+freshness, the objective and non-replay (a unique row per (user, request id)), then
+sends the Target a new envelope, signed by Host and sealed to Target, that embeds the
+client's signed body unchanged. The Target's answer is sealed to the client: Host
+relays bytes it cannot open. This is where qoss departs from the seed, whose Client and
+Host share one key pair: here every user has their own keys and the session key is
+end-to-end between Target and the client.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
+from app.adapters.agent.transport import post_message
+from app.adapters.db.agent import NonceRepository, UserRepository
+from app.domain.agent import (
+    REPLAY_TTL,
+    AgentRejected,
+    ClientRequest,
+    Endorsement,
+    EnrolledUser,
+    Kind,
+    Revocation,
+    check_fresh,
+)
+from app.domain.errors import InvalidInput, QossError
+from app.services.agent_config import AgentConfig, HostRole
+from app.services.agent_target import Outcome, TargetAgent
+
+__all__ = ["HostAgent", "Post"]
+
+SessionFactory = Callable[[], Session]
+#: (url, wire) -> answer wire; raises AgentRejected / RemoteRefused / PeerUnreachable.
+Post = Callable[[str, bytes], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    url: str
+    keys: PublicKeys
+
+
+class HostAgent:
+    """Host: vouches for enrolled users to the targets it trusts."""
+
+    def __init__(
+        self, *, config: AgentConfig, keys: KeyPair, session_factory: SessionFactory,
+        local_target: TargetAgent | None = None, post: Post = post_message, clock: Callable[[], float] = time.time,
+    ) -> None:
+        if config.host is None:
+            raise ValueError("the config has no host role")
+        self.role: HostRole = config.host
+        self.keys = keys
+        self.targets = {n: _Target(n, p.url or "", p.keys(config.base_dir)) for n, p in self.role.targets.items()}
+        self._sessions = session_factory
+        self._local = local_target
+        self._post = post
+        self._clock = clock
+
+    # -- users -------------------------------------------------------------------------
+
+    def enroll(
+        self, *, user_id: str, sign_public_key: str, kem_public_key: str, objectives: list[int]
+    ) -> dict[str, Any]:
+        """Enrol a user (or re-enrol a revoked one with new keys).
+
+        Raises:
+            InvalidInput: bad keys or objectives. AlreadyExists: enrolled already.
+        """
+        keys = PublicKeys.from_text(sign_public_key, kem_public_key)
+        if not objectives or any(o not in (1, 2, 3, 4) for o in objectives):
+            raise InvalidInput("objectives are Objective-IDs 1-4 (seed 001 Table 2-2)")
+        user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
+                            objectives=frozenset(objectives))
+        with self._sessions() as session, session.begin():
+            UserRepository(session).enroll(user)
+        return user.as_dict()
+
+    def users(self) -> list[dict[str, Any]]:
+        with self._sessions() as session:
+            return [{**u.as_dict(), "created_at": created.isoformat(),
+                     "revoked_at": revoked.isoformat() if revoked else None}
+                    for u, created, revoked in UserRepository(session).all()]
+
+    def revoke(self, user_id: str) -> dict[str, Any]:
+        """Revoke a user and tell every target to take their tunnels down.
+
+        Calling it again for a revoked user tells the targets again (for one that was down).
+
+        Raises:
+            NotFound: no such user.
+        """
+        with self._sessions() as session, session.begin():
+            UserRepository(session).revoke(user_id)
+        results: dict[str, str] = {}
+        for target in self.targets.values():
+            revocation = Revocation(host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
+                                    timestamp=int(self._clock()), user_id=user_id)
+            wire = seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(), signer=self.keys,
+                        recipient=target.keys.kem)
+            try:
+                if target.url == "local" and self._local is not None:
+                    answer = self._local.revoke(wire).answer
+                else:
+                    answer = self._post(f"{target.url}/v1/agent/target/revocations", wire)
+                results[target.name] = f"confirmed: {int(answer.decode() or 0)} tunnels closed"
+            except (QossError, ValueError) as exc:
+                reason = exc.message if isinstance(exc, QossError) else "malformed answer"
+                results[target.name] = f"not confirmed: {reason}"[:200]
+        return {"user_id": user_id, "revoked": True, "targets": results}
+
+    # -- requests -------------------------------------------------------------------------
+
+    def handle(self, data: bytes) -> Outcome:
+        """Check a client's request, endorse it to its target and return the target's sealed answer.
+
+        Raises:
+            AgentRejected: any check failed here or at the target (one public text for all).
+            RemoteRefused: the target refused for another reason (e.g. 409: nothing feasible).
+            GatewayError: the target (or its charon) is unreachable or failed.
+        """
+        now = self._clock()
+        kind, body, tag = open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT], me=self.keys)
+        request = ClientRequest.parse(body, kind=kind)
+        if request.host != self.keys.name:
+            raise AgentRejected("signed for another host")
+        with self._sessions() as session:
+            user = UserRepository(session).find(request.user_id)
+        if user is None:
+            raise AgentRejected(f"unknown user {request.user_id}")
+        if user.revoked:
+            raise AgentRejected(f"revoked user {request.user_id}")
+        verify(user.sign_public_key, kind, body, tag)
+        check_fresh(request.timestamp, now)
+        if request.objective_id not in user.objectives:
+            raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
+        target = self.targets.get(request.request_info.target)
+        if target is None:
+            raise AgentRejected(f"unknown target {request.request_info.target}")
+        with self._sessions() as session, session.begin():
+            if not NonceRepository(session).claim("host", f"user:{user.user_id}", request.request_id,
+                                                  datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
+                raise AgentRejected("replayed request")
+        endorsement = Endorsement(
+            kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
+            timestamp=int(self._clock()), user=user, client_kind=kind, client_body=body, client_tag=tag,
+        )
+        wire = seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(), signer=self.keys,
+                    recipient=target.keys.kem)
+        what = f"{kind.value} user={user.user_id} objective={request.objective_id} target={target.name}"
+        try:
+            if target.url == "local" and self._local is not None:
+                outcome = self._local.handle(wire)
+                return Outcome(answer=outcome.answer, audit=f"relayed {outcome.audit}"[:200])
+            answer = self._post(f"{target.url}/v1/agent/target/requests", wire)
+        except AgentRejected as exc:
+            raise AgentRejected(f"target rejected: {exc.reason}") from exc
+        return Outcome(answer=answer, audit=f"relayed {what}"[:200])

@@ -1,0 +1,386 @@
+"""The agent's Target role (seed 001 §2.2 steps 3-5): authorise, negotiate, configure charon, answer.
+
+Target accepts only envelopes sealed to it and signed by a Host it trusts, which embed
+the client's own signed request unchanged. It checks both signatures, the recipients,
+both timestamps and both nonces (the replay cache is a unique row per nonce in the
+database: atomic across workers, kept across restarts), then negotiates the suite from
+the client's declared capabilities and minimums (its Objective-ID and Request Info),
+Target's own policy and its charon's algorithms, creates a fresh 32-byte session key
+(the IKE PSK for this client's identity only), and loads a one-address pool, the secret
+and the conn into its charon. The answer is signed by Target and sealed to the client:
+Host relays it and cannot read it.
+
+Sessions expire (a sweeper removes conn, secret and pool, and releases the lease), end
+when the client disconnects, and end when Host revokes the user. Every state change is
+committed to the database before charon is touched, and undone in charon if a later
+step fails, so a failure leaves nothing configured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
+from app.adapters.db.agent import (
+    AgentSessionRow,
+    LeaseRepository,
+    NonceRepository,
+    SessionRepository,
+)
+from app.adapters.vici.driver import ViciGateway
+from app.domain.agent import (
+    REPLAY_TTL,
+    AgentRejected,
+    AgentSessionState,
+    ClientRequest,
+    Endorsement,
+    Kind,
+    Response,
+    Revocation,
+    TunnelingInfo,
+    check_fresh,
+    target_conn,
+)
+from app.domain.errors import GatewayError, GatewayUnreachable
+from app.domain.negotiation import NegotiationResult
+from app.domain.tunnels import keywords_from_charon
+from app.services.agent_config import AgentConfig, TargetRole
+from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation
+from app.services.ratings import TableCache
+
+__all__ = ["Outcome", "TargetAgent"]
+
+log = logging.getLogger("qoss.agent.target")
+
+SessionFactory = Callable[[], Session]
+ViciFactory = Callable[[str], ViciGateway]
+_CAPS_TTL = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What Target did with a message: the sealed answer and what the audit log should say."""
+
+    answer: bytes
+    audit: str
+
+
+def _at(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class TargetAgent:
+    """Target: turns endorsed client requests into configured tunnels in its charon."""
+
+    def __init__(
+        self, *, config: AgentConfig, keys: KeyPair, session_factory: SessionFactory, vici: ViciFactory,
+        cache: TableCache, default_table: str, clock: Callable[[], float] = time.time,
+    ) -> None:
+        if config.target is None:
+            raise ValueError("the config has no target role")
+        self.role: TargetRole = config.target
+        self.identity = config.target_identity
+        self.keys = keys
+        self.hosts: dict[str, PublicKeys] = {n: p.keys(config.base_dir) for n, p in self.role.hosts.items()}
+        self._sessions = session_factory
+        self._vici = vici
+        self._cache = cache
+        self._default_table = default_table
+        self._clock = clock
+        self._caps: tuple[float, frozenset[str], str | None] | None = None
+        self._caps_lock = threading.Lock()
+        self._sweeps = 0
+
+    # -- capabilities -------------------------------------------------------------------
+
+    def _capabilities(self) -> tuple[frozenset[str], str | None]:
+        with self._caps_lock:
+            now = time.monotonic()
+            if self._caps is None or now - self._caps[0] > _CAPS_TTL:
+                v = self._vici(self.role.vici_socket)
+                self._caps = (now, keywords_from_charon(v.get_algorithms().as_sections()), v.stats().backend)
+            return self._caps[1], self._caps[2]
+
+    # -- messages -------------------------------------------------------------------------
+
+    def _open_endorsement(self, data: bytes, now: float) -> tuple[Endorsement, ClientRequest]:
+        _, body, tag = open_sealed(data, kinds=[Kind.ENDORSE], me=self.keys)
+        endorsement = Endorsement.parse(body)
+        host_keys = self.hosts.get(endorsement.host)
+        if host_keys is None:
+            raise AgentRejected(f"unknown host {endorsement.host}")
+        verify(host_keys.sign, Kind.ENDORSE, body, tag)
+        if endorsement.target != self.keys.name:
+            raise AgentRejected("endorsement for another target")
+        check_fresh(endorsement.timestamp, now)
+        user = endorsement.user
+        verify(user.sign_public_key, endorsement.client_kind, endorsement.client_body, endorsement.client_tag)
+        request = ClientRequest.parse(endorsement.client_body, kind=endorsement.client_kind)
+        if request.host != endorsement.host:
+            raise AgentRejected("the client addressed another host")
+        if request.user_id != user.user_id:
+            raise AgentRejected("the endorsed user is not the requesting user")
+        if request.request_info.target != self.keys.name:
+            raise AgentRejected("the client asked for another target")
+        check_fresh(request.timestamp, now)
+        if request.objective_id not in user.objectives:
+            raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
+        with self._sessions() as session, session.begin():
+            nonces = NonceRepository(session)
+            expires = _at(now + REPLAY_TTL)
+            if not nonces.claim("target", f"host:{endorsement.host}", endorsement.nonce, expires):
+                raise AgentRejected("replayed endorsement")
+            if not nonces.claim("target", f"user:{request.user_id}", request.request_id, expires):
+                raise AgentRejected("replayed request")
+        return endorsement, request
+
+    def handle(self, data: bytes) -> Outcome:
+        """Answer one endorsed request (connect or disconnect): the sealed response for the client.
+
+        Raises:
+            AgentRejected: any check failed (nothing was configured).
+            NoFeasibleSuite, UnsupportedProtection: nothing meets the minimums (nothing configured).
+            GatewayError: charon failed or is unreachable (nothing left configured).
+        """
+        now = self._clock()
+        endorsement, request = self._open_endorsement(data, now)
+        if request.kind is Kind.DISCONNECT:
+            ticket = request.request_info.ticket or ""
+            self._close(ticket, user_id=request.user_id, state=AgentSessionState.CLOSED,
+                        reason="disconnected by the client")
+            response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
+                                tunneling_info=None, target=self.keys.name, user_id=request.user_id,
+                                host=endorsement.host, timestamp=int(self._clock()))
+            audit = f"disconnect user={request.user_id} ticket={ticket}"
+        else:
+            session_key = secrets.token_bytes(32)
+            info = self._connect(endorsement, request, session_key, now)
+            response = Response(kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
+                                tunneling_info=info, target=self.keys.name, user_id=request.user_id,
+                                host=endorsement.host, timestamp=int(self._clock()))
+            audit = (f"connect user={request.user_id} objective={request.objective_id} ticket={info.ticket} "
+                     f"protection={info.protection} esp={info.esp_proposal}")
+        answer = seal(kind=response.kind, to=request.user_id, body=response.body(), signer=self.keys,
+                      recipient=endorsement.user.kem_public_key)
+        return Outcome(answer=answer, audit=audit[:200])
+
+    # -- connect ------------------------------------------------------------------------
+
+    def _negotiate(self, request: ClientRequest) -> NegotiationResult:
+        algorithms, backend = self._capabilities()
+        info = request.request_info
+        libipsec = backend == "kernel-libipsec"
+        peers = [
+            PeerIn(name="client", objective_id=request.objective_id,
+                   min_levels=MinLevelsIn(**dict(info.min_levels)),
+                   supports=list(info.supports) if info.supports else None),
+            PeerIn(name="target", policy=self.role.policy, supports=sorted(algorithms)),
+        ]
+        body = NegotiationIn(
+            rating_table=self.role.rating_table, peers=peers,
+            backend=BackendIn(name=backend or "strongswan", ah=info.ah and not libipsec, ah_esp_bundle=False,
+                              transport=info.transport and not libipsec),
+        )
+        with self._sessions() as session:
+            return run_negotiation(session=session, cache=self._cache, request=body,
+                                   default_table=self._default_table)
+
+    def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes,
+                 now: float) -> TunnelingInfo:
+        result = self._negotiate(request)
+        ticket = secrets.token_hex(16)
+        lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
+        expires = int(now) + lifetime
+        suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
+                 "proposals": dict(result.proposals)}
+        client_identity = f"{ticket[:12]}.{request.user_id}"
+        base: dict[str, Any] = {
+            "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
+            "client_identity": client_identity, "remote_ts": tuple(self.role.protected), "mode": result.mode,
+            "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]), "expires": expires,
+        }
+        if result.suite.protocol == "none":
+            # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
+            return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+        esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
+        if esp is None or ike is None:
+            raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen here
+        conn = f"qoss-agent-{ticket[:16]}"
+        vip = self._lease(ticket)
+        row = AgentSessionRow(
+            ticket=ticket, user_id=request.user_id, host_id=endorsement.host, request_id=request.request_id.hex(),
+            objective_id=request.objective_id, protection="esp", conn=conn, pool=conn, virtual_ip=vip,
+            client_identity=client_identity, suite=suite, state=AgentSessionState.ACTIVE.value,
+            expires_at=_at(expires),
+        )
+        try:
+            with self._sessions() as session, session.begin():
+                SessionRepository(session).add(row)
+        except BaseException:
+            self._release(ticket)
+            raise
+        try:
+            self._load(conn, vip, session_key, client_identity, request, ike, esp, result)
+        except BaseException as exc:
+            self._finish(ticket, AgentSessionState.FAILED, f"charon: {getattr(exc, 'message', type(exc).__name__)}")
+            raise
+        return TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
+
+    def _lease(self, ticket: str) -> str:
+        """A free virtual IP from the pool, leased to ``ticket`` (a unique row: never handed out twice)."""
+        network = ipaddress.ip_network(self.role.pool)
+        with self._sessions() as session, session.begin():
+            leases = LeaseRepository(session)
+            taken = leases.taken()
+            for address in network.hosts():
+                text = str(address)
+                if text not in taken and leases.take(text, ticket):
+                    return text
+        raise AgentRejected("the virtual IP pool is exhausted")
+
+    def _release(self, ticket: str) -> None:
+        with self._sessions() as session, session.begin():
+            LeaseRepository(session).release(ticket)
+
+    def _load(self, conn: str, vip: str, key: bytes, client_identity: str, request: ClientRequest, ike: str,
+              esp: str, result: NegotiationResult) -> None:
+        v = self._vici(self.role.vici_socket)
+        loaded: list[str] = []
+        try:
+            v.load_pool(conn, f"{vip}/{32 if ':' not in vip else 128}")
+            loaded.append("pool")
+            v.load_shared(conn, key, owners=[self.identity, client_identity])
+            loaded.append("shared")
+            v.load_conn(conn, target_conn(
+                name=conn, target_address=self.role.ike_address, target_identity=self.identity,
+                client_identity=client_identity, client_address=request.request_info.ike_address,
+                local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
+                ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+            ))
+            loaded.append("conn")
+        except BaseException:
+            self._unload(v, conn, loaded)
+            raise
+
+    @staticmethod
+    def _unload(v: ViciGateway, conn: str, loaded: Sequence[str]) -> None:
+        for what in reversed(loaded):
+            try:
+                {"pool": v.unload_pool, "shared": v.unload_shared, "conn": v.unload_conn}[what](conn)
+            except GatewayError as exc:
+                log.warning("could not unload %s %s: %s", what, conn, exc.message)
+
+    # -- teardown -------------------------------------------------------------------------
+
+    def _finish(self, ticket: str, state: AgentSessionState, reason: str) -> AgentSessionRow | None:
+        """Move the session out of ACTIVE (once), release its lease, take its config out of charon."""
+        with self._sessions() as session, session.begin():
+            sessions = SessionRepository(session)
+            if not sessions.finish(ticket, state, reason):
+                return None
+            row = sessions.get(ticket)
+            if row is not None:
+                session.expunge(row)
+        if row is not None and row.protection == "esp":
+            self._teardown(row.conn)
+        self._release(ticket)  # only once charon has let go of the address
+        return row
+
+    def _teardown(self, conn: str) -> None:
+        v = self._vici(self.role.vici_socket)
+        try:
+            with contextlib.suppress(GatewayError):
+                if v.list_sas(ike=conn):
+                    v.terminate(ike=conn, timeout_ms=3000, force=True)
+            self._unload(v, conn, ["pool", "shared", "conn"])
+        except GatewayUnreachable as exc:
+            # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
+            log.warning("teardown of %s: %s", conn, exc.message)
+
+    def _close(self, ticket: str, *, user_id: str, state: AgentSessionState, reason: str) -> None:
+        with self._sessions() as session:
+            row = SessionRepository(session).get(ticket)
+            owner = row.user_id if row is not None else None
+            active = row is not None and row.state == AgentSessionState.ACTIVE.value
+        if owner != user_id or not active:
+            raise AgentRejected("ticket unknown, not this user's, or not active")
+        if self._finish(ticket, state, reason) is None:
+            raise AgentRejected("ticket used already")
+
+    def revoke(self, data: bytes) -> Outcome:
+        """Host revoked a user: end that user's sessions (from that host). The answer is the count.
+
+        Raises:
+            AgentRejected: any check failed.
+        """
+        now = self._clock()
+        _, body, tag = open_sealed(data, kinds=[Kind.REVOKE], me=self.keys)
+        revocation = Revocation.parse(body)
+        host_keys = self.hosts.get(revocation.host)
+        if host_keys is None:
+            raise AgentRejected(f"unknown host {revocation.host}")
+        verify(host_keys.sign, Kind.REVOKE, body, tag)
+        if revocation.target != self.keys.name:
+            raise AgentRejected("revocation for another target")
+        check_fresh(revocation.timestamp, now)
+        with self._sessions() as session, session.begin():
+            if not NonceRepository(session).claim("target", f"host:{revocation.host}", revocation.nonce,
+                                                  _at(now + REPLAY_TTL)):
+                raise AgentRejected("replayed revocation")
+            tickets = [r.ticket for r in SessionRepository(session).select(
+                state=AgentSessionState.ACTIVE, user_id=revocation.user_id) if r.host_id == revocation.host]
+        closed = [t for t in tickets if self._finish(t, AgentSessionState.REVOKED, "user revoked at host")]
+        return Outcome(answer=str(len(closed)).encode(),
+                       audit=f"revoke user={revocation.user_id} closed={len(closed)}")
+
+    def sweep(self) -> list[str]:
+        """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) unload
+        agent conns charon holds that no active session owns. Returns the tickets ended."""
+        now = self._clock()
+        with self._sessions() as session, session.begin():
+            expired = [r.ticket for r in SessionRepository(session).expired(_at(now))]
+            NonceRepository(session).purge(_at(now))
+        ended = [t for t in expired if self._finish(t, AgentSessionState.EXPIRED, "expired")]
+        if self._sweeps % 10 == 0:
+            self.reconcile()
+        self._sweeps += 1
+        return ended
+
+    def reconcile(self) -> list[str]:
+        """Unload ``qoss-agent-*`` conns (and their secrets and pools) that no active session owns."""
+        v = self._vici(self.role.vici_socket)
+        try:
+            conns = [c for c in v.list_conns() if c.startswith("qoss-agent-")]
+        except GatewayError as exc:
+            log.warning("agent reconcile: %s", exc.message)
+            return []
+        if not conns:
+            return []
+        with self._sessions() as session:
+            active = {r.conn for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)}
+        orphans = [c for c in conns if c not in active]
+        for conn in orphans:
+            self._teardown(conn)
+        return orphans
+
+    def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Target's sessions, newest first (no key material: there is none stored)."""
+        with self._sessions() as session:
+            rows = SessionRepository(session).select(state=state, limit=limit)
+            return [{
+                "ticket": r.ticket, "user_id": r.user_id, "host": r.host_id, "objective_id": r.objective_id,
+                "protection": r.protection, "conn": r.conn, "virtual_ip": r.virtual_ip, "state": r.state,
+                "reason": r.reason, "suite": r.suite, "expires_at": r.expires_at.isoformat(),
+                "created_at": r.created_at.isoformat(),
+            } for r in rows]

@@ -1,0 +1,136 @@
+"""The tunnel agent against real charons: Host and Target in one real uvicorn on loopback.
+
+The lab's ``left`` charon is the client's, ``right`` is Target's. The client service
+talks HTTP to the server on 127.0.0.1 and VICI to its charon's socket; tunnels run
+between the namespaces. Everything is torn down after the module, also on failure.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+
+from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
+from app.adapters.lab import Lab
+from app.adapters.vici.driver import ViciGateway
+from app.api.main import create_app
+from app.services.agent_client import AgentClient
+from app.services.agent_config import load_client_config
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
+from tests.api.conftest import make_token
+from tests.integration.charon.conftest import temporary_lab
+
+POOL = "10.3.0.0/28"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class AgentEnv:
+    lab: Lab
+    dir: Path
+    url: str
+    admin: dict[str, str]
+    settings: Settings
+    server: uvicorn.Server
+
+    @property
+    def target_vici(self) -> ViciGateway:
+        return self.lab.host("right").gateway(timeout=5.0)
+
+    @property
+    def client_vici(self) -> ViciGateway:
+        return self.lab.host("left").gateway(timeout=5.0)
+
+    def keygen(self, name: str) -> KeyPair:
+        keys = KeyPair.generate(name)
+        write_keys(keys, self.dir / "keys", overwrite=True)
+        return keys
+
+    def enroll(self, user: str, objectives: list[int], keys: KeyPair | None = None) -> KeyPair:
+        keys = keys or self.keygen(user)
+        r = httpx.post(f"{self.url}/v1/agent/users", headers=self.admin, timeout=10, json={
+            "user_id": user, "objectives": objectives, **keys.public.as_dict()})
+        assert r.status_code == 201, r.text
+        return keys
+
+    def client(self, user: str) -> AgentClient:
+        left = self.lab.host("left")
+        path = self.dir / f"client-{user}.yaml"
+        path.write_text(yaml.safe_dump({
+            "user": user, "key_dir": str(self.dir / "keys"),
+            "host": {"id": "hq", "url": self.url, "public_key_file": str(self.dir / "keys" / "hq.pub.json")},
+            "targets": {"hq": {"public_key_file": str(self.dir / "keys" / "hq.pub.json")}},
+            "vici_socket": left.vici_socket, "state_dir": str(self.dir / f"state-{user}"),
+            "ike_address": left.ike_address,
+        }))
+        config = load_client_config(path)
+        return AgentClient(config=config, keys=load_keys(config.key_dir, user),
+                           vici=ViciGateway(config.vici_socket, timeout=20.0))
+
+    def audit(self) -> list[dict[str, Any]]:
+        r = httpx.get(f"{self.url}/v1/audit", headers=self.admin, params={"limit": 1000}, timeout=10)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        return list(body["items"] if isinstance(body, dict) else body)
+
+    def target_config_empty(self) -> bool:
+        v = self.target_vici
+        return (not [c for c in v.list_conns() if c.startswith("qoss-agent-")]
+                and not [s for s in v.get_shared() if s.startswith("qoss-agent-")]
+                and not [p for p in v.get_pools() if p.name.startswith("qoss-agent-")])
+
+
+def server_config(dir: Path, lab: Lab) -> Path:
+    right = lab.host("right")
+    pub = str(dir / "keys" / "hq.pub.json")
+    path = dir / "agent.yaml"
+    path.write_text(yaml.safe_dump({
+        "id": "hq", "key_dir": str(dir / "keys"),
+        "host": {"targets": {"hq": {"url": "local", "public_key_file": pub}}},
+        "target": {"hosts": {"hq": {"public_key_file": pub}}, "vici_socket": right.vici_socket,
+                   "ike_address": right.ike_address, "protected": [f"{right.inside_address}/32"],
+                   "pool": POOL, "sweep_interval": 0.2},
+    }))
+    return path
+
+
+@pytest.fixture(scope="module")
+def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
+    with temporary_lab("ag") as lab:
+        dir = tmp_path_factory.mktemp("agent")
+        write_keys(KeyPair.generate("hq"), dir / "keys")
+        settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab.state_dir],
+                            reconcile_on_start=False, agent_config=server_config(dir, lab),
+                            agent_rate=1000.0, agent_burst=1000)
+        prepare_database(settings)
+        admin = {"Authorization": f"Bearer {make_token(settings.database_url, 'agent-admin', ['admin'])}"}
+        port = free_port()
+        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+                                               log_level="warning"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        try:
+            yield AgentEnv(lab, dir, f"http://127.0.0.1:{port}", admin, settings, server)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
