@@ -42,6 +42,7 @@ from app.domain.proposals import build
 from app.domain.ratings import Rating, RatingTable, relevant_dimensions
 
 __all__ = [
+    "LIBIPSEC_NO_ESP",
     "Backend",
     "NegotiationRequest",
     "NegotiationResult",
@@ -55,6 +56,12 @@ __all__ = [
 _ALTERNATIVES = 5
 _DIM = {"confidentiality": 0, "integrity": 1, "key_exchange": 2}
 _DEFAULT_PACKET_SIZE = 1400
+
+
+#: ESP transforms charon 5.9 with kernel-libipsec offers in ``get-algorithms`` but cannot
+#: negotiate (the responder answers NO_PROPOSAL_CHOSEN), found by the catalogue sweep
+#: against real charon (tests/integration/charon/test_catalogue_names.py keeps it true).
+LIBIPSEC_NO_ESP: frozenset[str] = frozenset({"aes128gmac", "aes192gmac", "aes256gmac", "sha256_96"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -556,8 +563,12 @@ def _data_plane_options(
     """The ``keep`` cheapest feasible ESP/AH combinations, ranked (cost, higher levels, order)."""
     wire = Protocol.AH if protocol == "ah" else Protocol.ESP
     found: list[tuple[Algorithm, Rating, str]] = []
+    libipsec = ctx.req.backend.name == "kernel-libipsec"
     for alg in CATALOGUE.values():
         if not alg.usable_in(wire):
+            continue
+        if libipsec and wire is Protocol.ESP and alg.keyword in LIBIPSEC_NO_ESP:
+            ctx.reject(alg, "kernel-libipsec cannot negotiate it in ESP", None)
             continue
         if alg.kind is Kind.INTEGRITY:
             rating = ctx.admissible(alg, ("integrity",))

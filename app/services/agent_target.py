@@ -185,7 +185,9 @@ class TargetAgent:
             PeerIn(name="client", objective_id=request.objective_id,
                    min_levels=MinLevelsIn(**dict(info.min_levels)),
                    supports=list(info.supports) if info.supports else None),
-            PeerIn(name="target", policy=self.role.policy, supports=sorted(algorithms)),
+            # Target agrees to Native (Objective-ID 1) unless its own policy asks for protection.
+            PeerIn(name="target", policy=self.role.policy, supports=sorted(algorithms),
+                   objective_id=1 if request.objective_id == 1 else None),
         ]
         body = NegotiationIn(
             rating_table=self.role.rating_table, peers=peers,

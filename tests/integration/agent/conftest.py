@@ -19,6 +19,7 @@ import httpx
 import pytest
 import uvicorn
 import yaml
+from cryptography.hazmat.primitives import serialization
 
 from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
 from app.adapters.lab import Lab
@@ -29,9 +30,27 @@ from app.services.agent_config import load_client_config
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.secrets import register
 from tests.integration.charon.conftest import temporary_lab
 
 POOL = "10.3.0.0/28"
+
+
+class RegisteringVici(ViciGateway):
+    """The real driver; every secret loaded into a charon joins the suite-wide leak sweep."""
+
+    def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
+        register(secret)
+        super().load_shared(id, secret, owners, type)
+
+
+def register_keys(keys: KeyPair) -> None:
+    """The private keys join the leak sweep (raw bytes and PEM body)."""
+    for pem in keys.private_pem():
+        register(b"".join(pem.splitlines()[1:-1]))
+        key = serialization.load_pem_private_key(pem, password=None)
+        register(key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,  # type: ignore[union-attr]
+                                   serialization.NoEncryption()))
 
 
 def free_port() -> int:
@@ -59,6 +78,7 @@ class AgentEnv:
 
     def keygen(self, name: str) -> KeyPair:
         keys = KeyPair.generate(name)
+        register_keys(keys)
         write_keys(keys, self.dir / "keys", overwrite=True)
         return keys
 
@@ -81,7 +101,7 @@ class AgentEnv:
         }))
         config = load_client_config(path)
         return AgentClient(config=config, keys=load_keys(config.key_dir, user),
-                           vici=ViciGateway(config.vici_socket, timeout=20.0))
+                           vici=RegisteringVici(config.vici_socket, timeout=20.0))
 
     def audit(self) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.url}/v1/audit", headers=self.admin, params={"limit": 1000}, timeout=10)
@@ -114,14 +134,17 @@ def server_config(dir: Path, lab: Lab) -> Path:
 def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
     with temporary_lab("ag") as lab:
         dir = tmp_path_factory.mktemp("agent")
-        write_keys(KeyPair.generate("hq"), dir / "keys")
+        server_keys = KeyPair.generate("hq")
+        register_keys(server_keys)
+        write_keys(server_keys, dir / "keys")
         settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab.state_dir],
                             reconcile_on_start=False, agent_config=server_config(dir, lab),
                             agent_rate=1000.0, agent_burst=1000)
         prepare_database(settings)
         admin = {"Authorization": f"Bearer {make_token(settings.database_url, 'agent-admin', ['admin'])}"}
         port = free_port()
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port,
+        app = create_app(settings, vici_factory=lambda p: RegisteringVici(p, 15.0))
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                                log_level="warning"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()

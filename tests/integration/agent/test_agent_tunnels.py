@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+import time
+from datetime import timedelta
 
 import pytest
 
@@ -41,3 +43,73 @@ def test_connect_ping_disconnect(agent_env: AgentEnv) -> None:
     assert agent_env.target_config_empty()
     assert report["conn"] not in agent_env.client_vici.list_conns()
     assert client.tunnels() == []
+
+
+@pytest.mark.parametrize("objective", [1, 2, 3, 4])
+def test_objective_ids_give_table_2_2_protection(agent_env: AgentEnv, objective: int) -> None:
+    """Seed 001 Table 2-2 on a kernel-libipsec Target: 1 Native (no tunnel), 2 AH -> ESP-NULL with
+    integrity, 3 ESP, 4 AH+ESP -> ESP with integrity; each fallback is reported."""
+    user = f"obj{objective}"
+    agent_env.enroll(user, [objective])
+    client = agent_env.client(user)
+    report = client.connect(target="hq", objective_id=objective)
+    try:
+        suite = report["suite"]
+        notes = " ".join(report["notes"])
+        if objective == 1:
+            assert report["protection"] == "native"
+            assert suite["protocol"] == "none"
+            assert report["conn"] is None
+            assert agent_env.target_config_empty()
+            return
+        assert report["protection"] == "esp"
+        assert suite["protocol"] == "esp"
+        sas = agent_env.target_vici.list_sas(ike=report["conn"])
+        child = sas[0].children[0]
+        assert child.protocol == "ESP"
+        if objective == 2:
+            assert suite["encryption"] == "null"
+            assert child.encr_alg == "NULL"
+            assert child.integ_alg is not None
+            assert "AH" in notes
+        elif objective == 3:
+            assert suite["encryption"] not in (None, "null")
+            assert child.encr_alg not in (None, "NULL")
+        else:
+            assert suite["encryption"] not in (None, "null")
+            assert suite["integrity"] is not None or suite["aead"]
+            assert "AH" in notes
+        assert ping(agent_env, report["virtual_ip"]).returncode == 0
+    finally:
+        client.disconnect()
+    assert agent_env.target_config_empty()
+
+
+def test_expiry_removes_everything_on_target(agent_env: AgentEnv) -> None:
+    """A session past its expiry is ended by Target's sweeper: conn, key, pool and lease gone."""
+    from sqlalchemy import create_engine, update
+
+    from app.adapters.db.agent import AgentLeaseRow, AgentSessionRow
+    from app.adapters.db.models import utcnow
+
+    agent_env.enroll("carol", [3])
+    client = agent_env.client("carol")
+    report = client.connect(target="hq", objective_id=3, lifetime=600)
+    assert report["conn"] in agent_env.target_vici.list_conns()
+    engine = create_engine(agent_env.settings.database_url)
+    with engine.begin() as conn:  # fast-forward: the session expired a second ago
+        conn.execute(update(AgentSessionRow).where(AgentSessionRow.ticket == report["ticket"])
+                     .values(expires_at=utcnow() - timedelta(seconds=1)))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not agent_env.target_config_empty():
+        time.sleep(0.1)
+    assert agent_env.target_config_empty()
+    assert not agent_env.target_vici.list_sas(ike=report["conn"])
+    with engine.connect() as conn:
+        row = conn.execute(AgentSessionRow.__table__.select().where(
+            AgentSessionRow.ticket == report["ticket"])).mappings().one()
+        assert row["state"] == "expired"
+        assert conn.execute(AgentLeaseRow.__table__.select()).all() == []
+    engine.dispose()
+    client.disconnect()  # local clean-up; Target answers that the ticket is gone
+    assert report["conn"] not in agent_env.client_vici.list_conns()
