@@ -462,6 +462,11 @@ def token_revoke(token_id: str, database_url: DbUrl = None) -> None:
     typer.echo(f"token {token_id} revoked")
 
 
+from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so the order of --help stays
+
+app.add_typer(agent_app, name="agent")
+
+
 def main() -> None:
     """Entry point of the ``qoss`` script."""
     app()

@@ -1,0 +1,177 @@
+"""``qoss agent``: keys, enrolment and revocation (Host), connect and disconnect (Client)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.domain.errors import QossError
+
+__all__ = ["agent_app"]
+
+agent_app = typer.Typer(help="The tunnel agent: mobile users get tunnels on demand (Client / Host / Target).",
+                        no_args_is_help=True)
+
+DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
+ServerConfig = Annotated[Path | None, typer.Option("--config", envvar="QOSS_AGENT_CONFIG",
+                                                   help="the server's agent config (YAML)")]
+ClientConfigOpt = Annotated[Path, typer.Option("--config", envvar="QOSS_AGENT_CLIENT_CONFIG",
+                                               help="the client's agent config (YAML)")]
+
+
+def _emit(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+def _fail(exc: QossError, code: int = 2) -> None:
+    typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
+    raise typer.Exit(code)
+
+
+def _session_factory(database_url: str | None) -> Any:
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.settings import Settings
+
+    settings = Settings(database_url=database_url) if database_url else Settings()
+    return make_session_factory(make_engine(settings.database_url)), settings
+
+
+@agent_app.command("keygen")
+def keygen(
+    name: Annotated[str, typer.Argument(help="user or server id (a-z, 0-9, . _ -)")],
+    directory: Annotated[Path, typer.Option("--dir", help="where the key files go")] = Path("var/agent"),
+    force: Annotated[bool, typer.Option("--force", help="replace existing keys")] = False,
+) -> None:
+    """Make an Ed25519 (signing) and an X25519 (sealing) key: private files 0600, public ``<name>.pub.json``."""
+    from app.adapters.agent.crypto import KeyPair, write_keys
+
+    try:
+        keys = KeyPair.generate(name)
+        public_file = write_keys(keys, directory, overwrite=force)
+    except QossError as exc:
+        _fail(exc)
+        return
+    _emit({"id": name, **keys.public.as_dict(), "public_key_file": str(public_file)})
+
+
+@agent_app.command("enroll")
+def enroll(
+    public_key_file: Annotated[Path, typer.Argument(help="the user's <name>.pub.json")],
+    objective: Annotated[list[int], typer.Option("--objective", help="an Objective-ID 1-4 the user may ask for")],
+    database_url: DbUrl = None,
+) -> None:
+    """Host: enrol a user's public keys and allowed Objective-IDs (re-enrols a revoked user)."""
+    from app.adapters.agent.crypto import load_public
+    from app.adapters.db.agent import UserRepository
+    from app.domain.agent import EnrolledUser
+    from app.domain.errors import InvalidInput
+
+    try:
+        if not objective or any(o not in (1, 2, 3, 4) for o in objective):
+            raise InvalidInput("--objective takes Objective-IDs 1-4")
+        user_id, keys = load_public(public_key_file)
+        factory, _ = _session_factory(database_url)
+        user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
+                            objectives=frozenset(objective))
+        with factory() as session, session.begin():
+            UserRepository(session).enroll(user)
+    except QossError as exc:
+        _fail(exc)
+        return
+    _emit(user.as_dict())
+
+
+@agent_app.command("users")
+def users(database_url: DbUrl = None) -> None:
+    """Host: the enrolled users."""
+    from app.adapters.db.agent import UserRepository
+
+    factory, _ = _session_factory(database_url)
+    with factory() as session:
+        _emit([{**u.as_dict(), "created_at": c, "revoked_at": r} for u, c, r in UserRepository(session).all()])
+
+
+@agent_app.command("revoke")
+def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None) -> None:
+    """Host: revoke a user and tell every target to take the user's tunnels down."""
+    from app.adapters.agent.crypto import load_keys
+    from app.adapters.vici.driver import ViciGateway
+    from app.services.agent_config import load_server_config
+    from app.services.agent_host import HostAgent
+    from app.services.agent_target import TargetAgent
+    from app.services.ratings import TableCache
+
+    if config is None:
+        typer.echo("--config (or QOSS_AGENT_CONFIG) names the Host's agent config", err=True)
+        raise typer.Exit(2)
+    try:
+        factory, settings = _session_factory(database_url)
+        agent_config = load_server_config(config)
+        keys = load_keys(agent_config.key_dir, agent_config.id)
+        target = None
+        if agent_config.target is not None:
+            target = TargetAgent(config=agent_config, keys=keys, session_factory=factory,
+                                 vici=lambda path: ViciGateway(path, settings.vici_timeout), cache=TableCache(),
+                                 default_table=settings.default_table)
+        host = HostAgent(config=agent_config, keys=keys, session_factory=factory, local_target=target)
+        _emit(host.revoke(user_id))
+    except QossError as exc:
+        _fail(exc)
+
+
+def _client(config: Path) -> Any:
+    from app.adapters.agent.crypto import load_keys
+    from app.adapters.vici.driver import ViciGateway
+    from app.services.agent_client import AgentClient
+    from app.services.agent_config import load_client_config
+
+    cfg = load_client_config(config)
+    return AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+
+
+@agent_app.command("connect")
+def connect(
+    config: ClientConfigOpt,
+    target: Annotated[str, typer.Option(help="the target's id")],
+    objective: Annotated[int, typer.Option(min=1, max=4, help="Objective-ID (seed 001 Table 2-2)")] = 3,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    lifetime: Annotated[int, typer.Option(min=30, max=86_400, help="seconds")] = 600,
+) -> None:
+    """Client: ask Host for a tunnel to a target, verify the answer, bring the tunnel up, report it."""
+    try:
+        report = _client(config).connect(
+            target=target, objective_id=objective, lifetime=lifetime,
+            min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange},
+        )
+    except QossError as exc:
+        _fail(exc)
+        return
+    _emit(report)
+
+
+@agent_app.command("disconnect")
+def disconnect(
+    config: ClientConfigOpt,
+    ticket: Annotated[str | None, typer.Argument(help="one tunnel's ticket (default: all)")] = None,
+) -> None:
+    """Client: tear a tunnel down here and at its target."""
+    try:
+        _emit({"closed": _client(config).disconnect(ticket)})
+    except QossError as exc:
+        _fail(exc)
+
+
+@agent_app.command("status")
+def status(config: ClientConfigOpt) -> None:
+    """Client: the tunnels this client has up (and whether its charon still has them)."""
+    try:
+        client = _client(config)
+        conns = set(client.vici.list_conns())
+        _emit([{**t, "in_charon": t.get("conn") in conns} for t in client.tunnels()])
+    except QossError as exc:
+        _fail(exc)
