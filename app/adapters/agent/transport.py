@@ -8,6 +8,7 @@ failure :class:`GatewayUnreachable` naming the URL.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import httpx
@@ -38,6 +39,19 @@ class RemoteRefused(QossError):
         return self.remote_detail
 
 
+_SHARED: httpx.Client | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared() -> httpx.Client:
+    """One connection pool per process: building an httpx client (its TLS context) costs tens of ms."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            _SHARED = httpx.Client(timeout=20.0, limits=httpx.Limits(max_connections=64))
+        return _SHARED
+
+
 def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None) -> bytes:
     """POST one agent message; the answer's message bytes.
 
@@ -47,11 +61,7 @@ def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.
         PeerUnreachable: no answer.
     """
     try:
-        if client is None:
-            with httpx.Client(timeout=timeout) as own:
-                reply = own.post(url, json={"message": wire.decode("ascii")})
-        else:
-            reply = client.post(url, json={"message": wire.decode("ascii")}, timeout=timeout)
+        reply = (client or _shared()).post(url, json={"message": wire.decode("ascii")}, timeout=timeout)
     except httpx.HTTPError as exc:
         raise PeerUnreachable(url, type(exc).__name__) from exc
     if reply.status_code == 403:

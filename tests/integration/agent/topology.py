@@ -34,7 +34,8 @@ POOL = "10.8.0.0/28"
 class Topology:
     """Build with :meth:`open`; ``close`` stops the servers and removes the lab, whatever happened."""
 
-    def __init__(self) -> None:
+    def __init__(self, server_env: dict[str, str] | None = None) -> None:
+        self.server_env = server_env or {}
         self.dir = Path(tempfile.mkdtemp(prefix="qoss-agent-", dir="/tmp"))
         self.lab = Lab(self.dir / "lab", prefix=f"qe{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}")
         self.servers: list[subprocess.Popen[bytes]] = []
@@ -102,7 +103,7 @@ class Topology:
 
     def _serve(self, role: str, h: LabHost) -> None:
         env = {**os.environ, "QOSS_DATABASE_URL": self.db(role), "QOSS_AGENT_CONFIG": str(self.dir / f"{role}.yaml"),
-               "QOSS_RECONCILE_ON_START": "false", "QOSS_LOG_LEVEL": "warning"}
+               "QOSS_RECONCILE_ON_START": "false", "QOSS_LOG_LEVEL": "warning", **self.server_env}
         with open(self.dir / f"{role}.log", "ab") as log:  # the server keeps its own copy of the fd
             self.servers.append(subprocess.Popen(
                 ["ip", "netns", "exec", h.netns, QOSS, "serve", "--host", h.ike_address, "--port", str(PORT)],
