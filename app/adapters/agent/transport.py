@@ -8,6 +8,7 @@ failure :class:`GatewayUnreachable` naming the URL.
 
 from __future__ import annotations
 
+import atexit
 import threading
 from typing import Any
 
@@ -49,6 +50,7 @@ def _shared() -> httpx.Client:
     with _SHARED_LOCK:
         if _SHARED is None:
             _SHARED = httpx.Client(timeout=20.0, limits=httpx.Limits(max_connections=64))
+            atexit.register(_SHARED.close)
         return _SHARED
 
 

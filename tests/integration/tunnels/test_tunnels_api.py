@@ -108,8 +108,8 @@ async def test_unsatisfiable_minimums_are_409_with_zero_loads(client: httpx.Asyn
 
 async def test_peer_refusing_the_proposal_is_502_and_leaves_nothing(client: httpx.AsyncClient, lab: Lab,
                                                                     settings: Any) -> None:
-    # The gateways' recorded capabilities claim AES-GMAC, which kernel-libipsec cannot do:
-    # the responder answers NO_PROPOSAL_CHOSEN.
+    # The gateways' records claim a kernel-netlink back end with AES-GMAC; the real charons
+    # run kernel-libipsec, which cannot do GMAC: the responder answers NO_PROPOSAL_CHOSEN.
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.adapters.db.repositories import GatewayRepository
 
@@ -120,7 +120,7 @@ async def test_peer_refusing_the_proposal_is_502_and_leaves_nothing(client: http
             gw = repo.get(name)
             from dataclasses import replace
 
-            repo.update(replace(gw, algorithms=gw.algorithms | {"aes128gmac"}))
+            repo.update(replace(gw, algorithms=gw.algorithms | {"aes128gmac"}, backend="kernel-netlink"))
     engine.dispose()
     await make_table(client, "only-gmac", [{"algorithm": "aes128gmac", "confidentiality": 0, "integrity": 8,
                                             "performance": 9},
