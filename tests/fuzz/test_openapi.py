@@ -3,7 +3,11 @@
 Every operation gets generated requests (valid and invalid) carrying an admin token,
 so they reach the handlers. Gateways' VICI sockets must live in an empty directory, so
 generated registrations are refused (422) rather than dialling arbitrary sockets.
-The number of requests sent is asserted at the end.
+
+The server plays the agent's Host and Target roles (keys made in a temporary directory),
+so the agent routes answer for real instead of 404. Target's charon socket does not
+exist: whatever reaches charon must be a 503, never a 500. The number of requests sent
+is asserted at the end, and a summary line gives the figures.
 """
 
 from __future__ import annotations
@@ -25,8 +29,14 @@ from app.services.benchmarks import BenchmarkJobs
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.secrets import register
 
 SENT: list[int] = []
+#: Status codes of the generated requests, per operation (for the summary and the agent check).
+STATUSES: dict[str, list[int]] = {}
+#: Generated agent requests refused only because the server plays no agent role.
+NO_ROLE: list[str] = []
 #: Schema-valid requests may still be refused on meaning (an unknown algorithm keyword,
 #: a socket outside the allowed directories, the same gateway at both ends): 422 is
 #: right there. Every other check runs: no 5xx, status codes, content types, headers
@@ -46,7 +56,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     tmp = tmp_path_factory.mktemp("fuzz")
     (tmp / "sockets").mkdir()
     cfg = Settings(database_url=f"sqlite:///{tmp}/qoss.db", vici_socket_dirs=[tmp / "sockets"],
-                   reconcile_on_start=False, tunnel_burst=100_000, max_body_bytes=65536)
+                   reconcile_on_start=False, tunnel_burst=100_000, max_body_bytes=65536,
+                   agent_config=agent_server_config(tmp)[0], agent_rate=100_000.0, agent_burst=100_000)
     prepare_database(cfg)
     token = make_token(cfg.database_url, "fuzzer", ["admin"])
     port = _free_port()
@@ -79,14 +90,28 @@ def test_no_server_errors_and_responses_conform(operation: Any, server: tuple[st
     @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck), database=None)
     def run(case: Any) -> None:
         SENT.append(1)
-        case.call_and_validate(base_url=base, headers={"Authorization": f"Bearer {token}"},
-                               excluded_checks=EXCLUDED)
+        response = case.call_and_validate(base_url=base, headers={"Authorization": f"Bearer {token}"},
+                                          excluded_checks=EXCLUDED)
+        STATUSES.setdefault(operation.label, []).append(response.status_code)
+        if response.status_code == 404 and "does not play the agent" in response.text:
+            NO_ROLE.append(operation.label)
+        if response.status_code == 201 and operation.path == "/v1/tokens":
+            register(response.json()["token"])  # a token the fuzzer made joins the leak sweep
 
     run()
 
 
-def test_zz_enough_requests_were_generated(server: tuple[str, str]) -> None:
-    print(f"schemathesis: {len(OPERATIONS)} operations, {len(SENT)} generated requests")
+def test_zz_enough_requests_were_generated(server: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    statuses = [s for codes in STATUSES.values() for s in codes]
+    agent = {label: codes for label, codes in STATUSES.items() if " /v1/agent/" in label}
+    answered = sum(map(len, agent.values())) - len(NO_ROLE)
+    with capsys.disabled():
+        print(f"\nschemathesis: {len(OPERATIONS)} operations ({len(agent)} agent), {len(SENT)} generated requests "
+              f"({sum(map(len, agent.values()))} to agent routes, {answered} of them answered by the Host/Target "
+              f"roles), {sum(1 for s in statuses if s >= 500)} server errors, 0 schema violations")
     assert len(OPERATIONS) >= 30
     assert len(SENT) >= MIN_REQUESTS, f"only {len(SENT)} generated requests"
+    assert len(agent) == 7
+    assert NO_ROLE == []  # the agent routes were answered by the Host and Target roles
+    assert all(s < 500 for s in statuses)
     assert httpx.get(f"{server[0]}/healthz", timeout=5).status_code == 200
