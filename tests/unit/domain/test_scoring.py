@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,3 +74,64 @@ def test_measured_table_keeps_base_levels_and_fills_measurements() -> None:
     assert gcm.measurement.a_ns_per_byte == pytest.approx((800 - 500) / (1400 - 64), rel=0.1)
     assert gcm.measurement.throughput_mbps == pytest.approx(1400 / 800 * 1000 * 8, rel=0.01)
     assert table.ratings["x25519"].performance == kex_score(12000)
+
+
+#: Key exchanges per second recorded by `qoss bench micro --budget 0.5` runs on the build machine
+#: (AMD EPYC, 2 cores, cryptography 50 / OpenSSL 3.0.19, 2026-11-23).
+RECORDED_KEX = {"x25519": 15976.0, "ecp256": 15509.0, "modp1024s160": 5734.0, "x448": 2995.0, "ecp384": 1924.0,
+                "modp2048": 1827.0, "modp2048s256": 1260.0, "modp3072": 709.0, "ecp512bp": 480.0,
+                "modp4096": 339.0, "modp6144": 153.0, "modp8192": 75.0}
+
+
+def test_kex_score_steps_are_factors_of_root_ten() -> None:
+    assert [kex_score(10.0**k) for k in range(1, 6)] == [2.0, 4.0, 6.0, 8.0, 10.0]
+    assert kex_score(1e7) == 10  # clamped
+    assert kex_score(0.5) == 0
+
+
+def test_kex_scores_keep_the_recorded_order() -> None:
+    by_speed = sorted(RECORDED_KEX, key=RECORDED_KEX.__getitem__, reverse=True)
+    scores = [kex_score(RECORDED_KEX[k]) for k in by_speed]
+    assert scores == sorted(scores, reverse=True)
+    assert kex_score(RECORDED_KEX["modp2048"]) == pytest.approx(6.52, abs=0.01)
+    assert kex_score(RECORDED_KEX["modp8192"]) == pytest.approx(3.75, abs=0.01)
+    assert kex_score(RECORDED_KEX["x25519"]) == pytest.approx(8.41, abs=0.01)
+
+
+def test_measured_table_scores_modp_groups_and_records_the_rate() -> None:
+    base = load_rating_table(REPO_ROOT / "ratings" / "standards-2026.yaml")
+    results = [MicroResult(k, {}, 0.01, 40, "key generation + shared secret", ops_per_s=v)
+               for k, v in RECORDED_KEX.items()]
+    table = measured_table(name="m", base=base, results=results, machine="EPYC", backend="userspace",
+                           date="2026-11-23", description="d")
+    assert set(table.ratings) == set(RECORDED_KEX)
+    modp = table.ratings["modp8192"]
+    assert modp.performance == kex_score(75.0)
+    assert modp.key_exchange == base.ratings["modp8192"].key_exchange  # levels kept
+    m = modp.measurement
+    assert m is not None
+    assert (m.machine, m.backend, m.date, m.samples, m.spread) == ("EPYC", "userspace", "2026-11-23", 40, 0.01)
+    assert m.method == "key generation + shared secret: 75 ops/s"
+    assert m.throughput_mbps is None  # a key exchange has no data-plane figures
+    assert table.ratings["x25519"].performance > table.ratings["modp2048"].performance
+
+
+#: ns per packet recorded for three transforms by `run_micro(budget_per_algorithm=0.5)` on the same machine.
+RECORDED_NS = {
+    "aes128gcm16": {64: 595.0, 300: 655.0, 700: 725.0, 1400: 834.0},
+    "sha256": {64: 1611.0, 300: 1718.0, 700: 1974.0, 1400: 2362.0},
+    "3des": {64: 6493.0, 300: 14182.0, 700: 26954.0, 1400: 49648.0},
+}
+
+
+def test_throughput_scores_and_fits_on_recorded_packets() -> None:
+    results = {k: MicroResult(k, ns, 0.01, 1000, "m") for k, ns in RECORDED_NS.items()}
+    for r in results.values():
+        assert r.fit.r2 > 0.98  # seed 000 §5.5: linear is enough
+        assert r.fit.a > 0
+    scores = {k: throughput_score(r.mb_per_s) for k, r in results.items()}
+    assert scores["aes128gcm16"] > scores["sha256"] > scores["3des"]
+    assert results["3des"].fit.a == pytest.approx(32.27, abs=0.01)  # ns per byte: 3DES is cipher-bound
+    assert results["3des"].mb_per_s == pytest.approx(1400 / 49648 * 1000)
+    assert scores["3des"] == pytest.approx(10 * math.log10(1400 / 49.648) / math.log10(2000), abs=0.01)
+    assert scores["aes128gcm16"] == pytest.approx(9.77, abs=0.01)
