@@ -1,3 +1,3 @@
 """Shared fixtures for the whole suite."""
 
-pytest_plugins = ["tests.fixtures.db", "tests.fixtures.secrets"]
+pytest_plugins = ["pytester", "tests.fixtures.secrets", "tests.fixtures.db"]
