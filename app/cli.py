@@ -466,6 +466,10 @@ from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so
 
 app.add_typer(agent_app, name="agent")
 
+from app.cli_bench_tunnel import bench_tunnel  # noqa: E402
+
+bench_app.command("tunnel")(bench_tunnel)
+
 
 def main() -> None:
     """Entry point of the ``qoss`` script."""

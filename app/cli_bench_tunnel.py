@@ -1,0 +1,344 @@
+"""``qoss bench tunnel``: throughput, RTT and parallel flows through real lab tunnels.
+
+The command builds its own lab (two charons with kernel-libipsec in network namespaces
+under a unique prefix) and its own SQLite database in a temporary directory (or uses
+``--database-url``), registers the two charons as gateways through the gateway service,
+and brings each suite's tunnel up and down through the tunnel service
+(:func:`app.services.tunnels.create_tunnel` / ``delete_tunnel``), pinned to the suite by
+the request's ``forbids`` (see :mod:`app.domain.bench_tunnel`). Everything it started is
+stopped on exit, also on failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from app.domain.errors import QossError
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from app.adapters.bench.tunnel import OpenTunnel
+    from app.adapters.lab import Lab, LabHost
+    from app.adapters.vici.driver import ViciGateway
+    from app.domain.bench_tunnel import SuiteRun, SuiteSpec
+    from app.domain.tunnels import Gateway
+    from app.services.negotiation import MinLevelsIn
+    from app.services.tunnels import TunnelIn
+    from app.settings import Settings
+
+# Everything heavier than typer is imported where it is used, so that loading the
+# ``qoss`` command line (which registers this command) stays cheap.
+
+__all__ = ["BenchLab", "ServiceTunnels", "bench_lab", "bench_tunnel"]
+
+
+@dataclass
+class ServiceTunnels:
+    """Opens and closes pinned tunnels through the tunnel service, one transaction each.
+
+    Args:
+        sessions: the database's session factory.
+        settings: for the default table and the VICI timeout.
+        initiator: gateway name of the initiating side.
+        responder: gateway name of the responding side.
+        candidates: the ESP transforms a pin forbids all but the suite's of.
+        rating_table: the negotiating table (None: the default table).
+        min_levels: minimums the tunnel request states (pinning still applies).
+    """
+
+    sessions: sessionmaker[Session]
+    settings: Settings
+    initiator: str
+    responder: str
+    candidates: Sequence[str]
+    rating_table: str | None = None
+    min_levels: MinLevelsIn | None = None
+
+    def __post_init__(self) -> None:
+        from app.services.ratings import TableCache
+
+        self.cache = TableCache()
+
+    def _vici(self, path: str) -> ViciGateway:
+        from app.adapters.vici.driver import ViciGateway
+
+        return ViciGateway(path, self.settings.vici_timeout)
+
+    def create(self, request: TunnelIn) -> OpenTunnel:
+        """Create a tunnel through the service (one committed transaction)."""
+        from app.adapters.bench.tunnel import OpenTunnel
+        from app.domain.bench_tunnel import SuiteSpec
+        from app.services import tunnels
+
+        with self.sessions() as session, session.begin():
+            record = tunnels.create_tunnel(session=session, cache=self.cache, vici=self._vici, request=request,
+                                           default_table=self.settings.default_table)
+        suite = record.negotiation["suite"]
+        esp = SuiteSpec(suite["encryption"], None if suite.get("aead") else suite["integrity"]).name
+        return OpenTunnel(id=record.id, conn=record.conn, esp=esp, ike=str(record.negotiation["proposals"]["ike"]))
+
+    def request(self, *, forbids: Sequence[str] = (), objective_id: int | None = None) -> TunnelIn:
+        from app.services.tunnels import TunnelIn
+
+        return TunnelIn(initiator=self.initiator, responder=self.responder, forbids=list(forbids),
+                                objective_id=objective_id, rating_table=self.rating_table,
+                                min_levels=self.min_levels)
+
+    def choose(self) -> OpenTunnel:
+        """The tunnel the service brings up for the minimums alone (no pin)."""
+        return self.create(self.request())
+
+    def open(self, suite: SuiteSpec) -> OpenTunnel:
+        """Bring up a tunnel of exactly ``suite``, trying :func:`pin_attempts` in order.
+
+        Raises:
+            BenchError: no attempt made the service choose ``suite`` (the last reason is given).
+        """
+        from app.adapters.bench.tunnel import BenchError
+        from app.domain.bench_tunnel import pin_attempts
+        from app.domain.errors import NoFeasibleSuite, UnsupportedProtection
+
+        last = "no attempt"
+        for pin in pin_attempts(suite, self.candidates):
+            try:
+                tunnel = self.create(self.request(forbids=pin.forbids, objective_id=pin.objective_id))
+            except (NoFeasibleSuite, UnsupportedProtection) as exc:
+                last = exc.message
+                continue
+            if tunnel.esp == suite.name:
+                return tunnel
+            last = f"the service chose {tunnel.esp}"
+            self.close(tunnel)
+        raise BenchError(f"the tunnel service cannot be made to choose {suite.name}: {last}")
+
+    def feasible(self, suite: SuiteSpec) -> bool:
+        """Whether the service can bring up ``suite`` under the minimums (it is taken down again)."""
+        from app.adapters.bench.tunnel import BenchError
+
+        try:
+            tunnel = self.open(suite)
+        except BenchError:
+            return False
+        self.close(tunnel)
+        return True
+
+    def close(self, tunnel: OpenTunnel) -> None:
+        from app.services import tunnels
+
+        with self.sessions() as session, session.begin():
+            tunnels.delete_tunnel(session=session, vici=self._vici, tunnel_id=tunnel.id)
+
+
+@dataclass
+class BenchLab:
+    """A running bench lab: two hosts registered as gateways in a migrated database."""
+
+    lab: Lab
+    initiator: LabHost
+    responder: LabHost
+    gateways: tuple[Gateway, Gateway]
+    settings: Settings
+    sessions: sessionmaker[Session]
+
+    @property
+    def backend(self) -> str:
+        return self.gateways[0].backend or "unknown"
+
+    def candidates(self, rating_table: str | None = None) -> list[str]:
+        """ESP transforms both gateways support, the back end can use and the table rates."""
+        from app.domain.bench_tunnel import esp_candidates
+        from app.services.ratings import get_table
+
+        supported = set(self.gateways[0].algorithms) & set(self.gateways[1].algorithms)
+        with self.sessions() as session:
+            table = get_table(session=session, name=rating_table or self.settings.default_table)
+        rated = [k for k, r in table.ratings.items() if r.performance > 0]
+        return esp_candidates(supported, libipsec=self.backend == "kernel-libipsec", rated=rated)
+
+    def tunnels(self, candidates: Sequence[str], *, rating_table: str | None = None,
+                min_levels: MinLevelsIn | None = None) -> ServiceTunnels:
+        return ServiceTunnels(self.sessions, self.settings, self.gateways[0].name, self.gateways[1].name,
+                              candidates, rating_table, min_levels)
+
+
+@contextlib.contextmanager
+def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iterator[BenchLab]:
+    """A lab under a unique prefix and a database; everything is torn down on exit."""
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.lab import Lab
+    from app.adapters.vici.driver import ViciGateway
+    from app.services import tunnels
+    from app.services.bootstrap import prepare_database
+    from app.settings import Settings
+
+    state = Path(tempfile.mkdtemp(prefix="qoss-bt-", dir="/tmp"))  # short: UNIX socket paths
+    tag = uuid.uuid4().hex[:4]
+    lab = Lab(state / "lab", prefix=f"{prefix_hint}{os.getpid() % 10000}-{tag}")
+    settings = Settings(database_url=database_url or f"sqlite:///{state}/qoss.db", reconcile_on_start=False)
+    engine = None
+    names: list[str] = []
+    try:
+        prepare_database(settings)
+        engine = make_engine(settings.database_url)
+        sessions = make_session_factory(engine)
+        lab.up()
+        left, right = lab.host("left"), lab.host("right")
+        registered = []
+        for host in (left, right):
+            body = tunnels.GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
+                                     ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
+            with sessions() as session, session.begin():
+                registered.append(tunnels.register_gateway(
+                    session=session, vici=lambda p: ViciGateway(p, settings.vici_timeout), body=body,
+                    allowed_socket_dirs=[lab.state_dir]))
+            names.append(body.name)
+        yield BenchLab(lab, left, right, (registered[0], registered[1]), settings, sessions)
+    finally:
+        try:
+            if engine is not None and database_url:
+                _forget(make_session_factory(engine), names)
+        finally:
+            if engine is not None:
+                engine.dispose()
+            lab.down()
+            shutil.rmtree(state, ignore_errors=True)
+
+
+def _forget(sessions: sessionmaker[Session], names: Sequence[str]) -> None:
+    """Remove the bench's tunnel records and gateways from a database that outlives the run."""
+    from app.adapters.db.repositories import TunnelRepository
+    from app.services import tunnels
+
+    with sessions() as session, session.begin():
+        for t in tunnels.list_tunnels(session=session):
+            if t.initiator in names or t.responder in names:
+                TunnelRepository(session).delete(t.id)
+        for name in names:
+            with contextlib.suppress(QossError):
+                tunnels.delete_gateway(session=session, name=name)
+
+
+def _fmt(stat: dict[str, Any] | None, digits: int = 0) -> str:
+    if not stat:
+        return "-"
+    return f"{stat['median']:.{digits}f} ±{stat['spread'] * 100:.0f}%"
+
+
+def _summary(document: dict[str, Any]) -> str:
+    base = document["baseline"]
+    base_mbps = (base.get("throughput_mbps") or {}).get("median") or 0.0
+    lines = [f"{'suite':<24} {'Mbit/s':>13} {'x base':>6} {'2 flows':>13} {'4 flows':>13} "
+             f"{'RTT 64 B ms':>15} {'RTT 1400 B ms':>15}"]
+    for row in [{"esp": "(no IPsec)", **base}, *document["suites"]]:
+        mbps = row.get("throughput_mbps")
+        ratio = f"{mbps['median'] / base_mbps:.2f}" if mbps and base_mbps else "-"
+        rtt, par = row.get("rtt_ms", {}), row.get("parallel_mbps", {})
+        lines.append(f"{row['esp']:<24} {_fmt(mbps):>13} {ratio:>6} {_fmt(par.get('2')):>13} "
+                     f"{_fmt(par.get('4')):>13} {_fmt(rtt.get('64'), 3):>15} {_fmt(rtt.get('1400'), 3):>15}")
+    return "\n".join(lines)
+
+
+def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str, backend: str, date: str,
+                 database_url: str | None) -> dict[str, Any]:
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.files import dump_rating_table_yaml
+    from app.domain.bench_tunnel import tunnel_table
+    from app.services.bootstrap import prepare_database
+    from app.services.ratings import get_table, import_table
+    from app.settings import Settings
+
+    settings = Settings(database_url=database_url) if database_url else Settings()
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            table = tunnel_table(name=name, base=get_table(session=session, name=base), runs=runs,
+                                 machine=machine, backend=backend, date=date)
+            text = dump_rating_table_yaml(table)
+            target = Path("var/bench")
+            target.mkdir(parents=True, exist_ok=True)
+            (target / f"{table.name}.yaml").write_text(text)
+            existing = None
+            with contextlib.suppress(QossError):
+                existing = get_table(session=session, name=name).revision
+            imported = import_table(session=session, text=text, fmt="yaml", author="qoss bench",
+                                    expected_revision=existing)
+    finally:
+        engine.dispose()
+    return {"table": imported.name, "revision": imported.revision, "ratings": len(imported.ratings),
+            "file": str(target / f"{table.name}.yaml"), "database": settings.database_url.split("@")[-1]}
+
+
+def bench_tunnel(
+    suites: Annotated[str | None, typer.Option(help="comma-separated ESP suites, e.g. aes128gcm16,aes128-sha256 "
+                                               "(default: every transform both gateways can use, see docs)")] = None,
+    repetitions: Annotated[int, typer.Option(min=1, max=20, help="repetitions, interleaved over the suites")] = 3,
+    duration: Annotated[float, typer.Option(min=0.5, max=30.0, help="seconds per iperf3 run")] = 2.0,
+    ping_count: Annotated[int, typer.Option(min=1, max=200, help="echoes per RTT sample")] = 20,
+    out: Annotated[Path | None, typer.Option(help="write the JSON document here")] = None,
+    write_table: Annotated[str | None, typer.Option(help="write and import a rating table of this name")] = None,
+    base: Annotated[str, typer.Option(help="table whose security levels the measured table keeps")] =
+        "standards-2026",
+    database_url: Annotated[str | None, typer.Option("--database-url", help="run in this database (default: a "
+                                                     "throw-away SQLite); --write-table imports here too "
+                                                     "(default: QOSS_DATABASE_URL)")] = None,
+) -> None:
+    """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root)."""
+    from app.adapters.bench.micro import machine_id
+    from app.adapters.bench.tunnel import BenchError, run_bench
+    from app.domain.bench_tunnel import bench_document, default_suites, parse_suite
+
+    try:
+        specs = [parse_suite(s) for s in suites.split(",") if s.strip()] if suites else None
+    except QossError as exc:
+        typer.echo(exc.message, err=True)
+        raise typer.Exit(2) from exc
+    try:
+        with bench_lab(database_url) as bl:
+            candidates = bl.candidates()
+            specs = specs or default_suites(candidates)
+            unusable = {s.name: "not every transform is supported by both gateways, usable by the back end "
+                        "and rated" for s in specs if not set(s.transforms) <= set(candidates)}
+            specs = [s for s in specs if s.name not in unusable]
+            opener = bl.tunnels(candidates)
+            with typer.progressbar(length=repetitions * (len(specs) + 1), label="measuring",
+                                   file=sys.stderr) as bar:
+                baseline, runs, skipped = run_bench(
+                    initiator=bl.initiator, responder=bl.responder, opener=opener, suites=specs,
+                    repetitions=repetitions, duration=duration, ping_count=ping_count,
+                    progress=lambda _: bar.update(1))
+            skipped = {**unusable, **skipped}
+            backend = bl.backend
+    except (BenchError, QossError) as exc:
+        typer.echo(f"bench tunnel failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    machine, date = machine_id(), datetime.now(UTC).date().isoformat()
+    document = bench_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
+                              duration_s=duration, baseline=baseline, suites=runs)
+    typer.echo(_summary(document))
+    for name, reason in skipped.items():
+        typer.echo(f"skipped {name}: {reason}", err=True)
+    if out is not None:
+        out.write_text(json.dumps(document, indent=2) + "\n")
+    if write_table is not None:
+        try:
+            written = _write_table(runs=runs, name=write_table, base=base, machine=machine, backend=backend,
+                                   date=date, database_url=database_url)
+        except QossError as exc:
+            typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}), err=True)
+            raise typer.Exit(2) from exc
+        typer.echo(json.dumps(written))

@@ -1,0 +1,329 @@
+"""The tunnel benchmark's pure parts: suites, pinning, statistics, the JSON document, and
+measured suite throughputs turned into per-transform rating rows.
+
+- A *suite* is one ESP proposal: an AEAD alone (``aes128gcm16``) or a cipher with an
+  integrity algorithm (``aes128-sha256``, ``null-sha1``).
+- The default suite list covers every ESP transform both gateways can use with the fewest
+  tunnels (a "star"): every AEAD alone, every cipher with a reference integrity algorithm,
+  every integrity algorithm with a reference cipher. Under the additive cost model
+  (seed 000 Table 3: costs add) any other pair is predicted from these.
+- *Pinning*: the tunnel service picks the cheapest feasible suite, so a benchmark asks
+  for one suite by forbidding every other ESP candidate (the request's ``forbids``).
+  IKE must still find a proposal; where the suite alone cannot give one (``null``, an
+  ESP-only integrity algorithm without a PRF), further attempts leave one *helper*
+  algorithm allowed for IKE, and the caller keeps the first attempt whose negotiated ESP
+  suite is the one asked for. ``null`` suites ask for Objective-ID 2 (AH), which
+  kernel-libipsec turns into integrity-only ESP, so a helper AEAD is not taken for ESP.
+- Spread is ``(max - min) / median`` of the repetitions (with three repetitions an
+  interquartile range says nothing).
+- Per-transform figures from suite figures: time per byte ``t = 8000 / Mbit/s`` (ns/B)
+  is taken as additive, ``t(cipher, integ) = u(cipher) + v(integ)``; an AEAD carries its
+  whole suite time. ``u`` and ``v`` are fitted by least squares over the measured pairs
+  (exact for the star). The split between a cipher and an integrity algorithm is only
+  fixed up to a constant: the integrity algorithm of least marginal cost is charged
+  :data:`INTEGRITY_FLOOR` of the fastest pair's time and the cipher the rest. Any suite's
+  sum, and so every choice between suites, does not depend on that constant.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.domain.algorithms import CATALOGUE, Kind, Protocol, catalogue_order, lookup
+from app.domain.errors import InvalidInput, UnknownAlgorithm
+from app.domain.negotiation import LIBIPSEC_NO_ESP
+from app.domain.ratings import Measurement, Rating, RatingTable
+from app.domain.scoring import throughput_score
+
+__all__ = [
+    "AH_OBJECTIVE_ID",
+    "INTEGRITY_FLOOR",
+    "PARALLEL_FLOWS",
+    "PING_SIZES",
+    "REFERENCE_CIPHER",
+    "REFERENCE_INTEGRITY",
+    "Pin",
+    "Stat",
+    "SuiteRun",
+    "SuiteSpec",
+    "bench_document",
+    "default_suites",
+    "esp_candidates",
+    "parse_suite",
+    "pin_attempts",
+    "split_costs",
+    "summarize",
+    "tunnel_table",
+]
+
+#: ICMP payload sizes for RTT by packet size (seed 003 Table 3; seed 000 Table 4's sizes).
+PING_SIZES: tuple[int, ...] = (64, 300, 700, 1400)
+#: Parallel TCP flows (seed 003 Table 4).
+PARALLEL_FLOWS: tuple[int, ...] = (1, 2, 4)
+REFERENCE_CIPHER = "aes128"
+REFERENCE_INTEGRITY = "sha256"
+#: Share of the fastest pair's time charged to the cheapest integrity algorithm (see the module doc).
+INTEGRITY_FLOOR = 0.05
+#: Seed 001 Table 2-2, Objective-ID 2 (AH): on kernel-libipsec, integrity-only ESP.
+AH_OBJECTIVE_ID = 2
+_NS_PER_BYTE_AT_1_MBPS = 8000.0
+
+
+# --------------------------------------------------------------------------- suites
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteSpec:
+    """One ESP suite: an AEAD alone, or a cipher with an integrity algorithm."""
+
+    cipher: str
+    integrity: str | None = None
+
+    @property
+    def aead(self) -> bool:
+        return self.integrity is None
+
+    @property
+    def name(self) -> str:
+        """The ESP proposal as strongSwan writes it (``aes128gcm16``, ``aes128-sha256``)."""
+        return self.cipher if self.integrity is None else f"{self.cipher}-{self.integrity}"
+
+    @property
+    def transforms(self) -> tuple[str, ...]:
+        return (self.cipher,) if self.integrity is None else (self.cipher, self.integrity)
+
+
+def parse_suite(text: str) -> SuiteSpec:
+    """``aes128gcm16`` or ``aes128-sha256`` (aliases resolved) as a :class:`SuiteSpec`.
+
+    Raises:
+        InvalidInput: not one AEAD, nor one cipher and one integrity algorithm usable in ESP.
+    """
+    parts = [p for p in text.strip().lower().split("-") if p]
+    try:
+        algs = [lookup(p) for p in parts]
+    except UnknownAlgorithm as exc:
+        raise InvalidInput(f"suite {text[:64]!r}: {exc.message}") from exc
+    if not all(a.usable_in(Protocol.ESP) for a in algs):
+        raise InvalidInput(f"suite {text[:64]!r}: every transform must be usable in ESP")
+    kinds = [a.kind for a in algs]
+    if kinds == [Kind.AEAD]:
+        return SuiteSpec(algs[0].keyword)
+    if kinds == [Kind.ENCRYPTION, Kind.INTEGRITY]:
+        return SuiteSpec(algs[0].keyword, algs[1].keyword)
+    raise InvalidInput(f"suite {text[:64]!r}: an AEAD alone, or a cipher then an integrity algorithm")
+
+
+def esp_candidates(supported: Iterable[str], *, libipsec: bool, rated: Iterable[str] | None = None) -> list[str]:
+    """ESP transforms (ciphers, AEADs, integrity) in catalogue order that every gateway
+    supports, the back end can negotiate and (if given) the table rates."""
+    keep = set(supported)
+    if rated is not None:
+        keep &= set(rated)
+    out = []
+    for alg in CATALOGUE.values():
+        if alg.kind not in (Kind.ENCRYPTION, Kind.AEAD, Kind.INTEGRITY) or not alg.usable_in(Protocol.ESP):
+            continue
+        if libipsec and alg.keyword in LIBIPSEC_NO_ESP:
+            continue
+        if alg.keyword in keep:
+            out.append(alg.keyword)
+    return out
+
+
+def default_suites(candidates: Sequence[str]) -> list[SuiteSpec]:
+    """The star over ``candidates``: every AEAD; every cipher with the reference integrity
+    algorithm; every integrity algorithm with the reference cipher (references fall back
+    to the first candidate of their kind)."""
+    aeads = [k for k in candidates if CATALOGUE[k].kind is Kind.AEAD]
+    ciphers = [k for k in candidates if CATALOGUE[k].kind is Kind.ENCRYPTION]
+    integs = [k for k in candidates if CATALOGUE[k].kind is Kind.INTEGRITY]
+    out = [SuiteSpec(a) for a in aeads]
+    if ciphers and integs:
+        ref_c = REFERENCE_CIPHER if REFERENCE_CIPHER in ciphers else ciphers[0]
+        ref_i = REFERENCE_INTEGRITY if REFERENCE_INTEGRITY in integs else integs[0]
+        out += [SuiteSpec(c, ref_i) for c in ciphers]
+        out += [SuiteSpec(ref_c, i) for i in integs if i != ref_i]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """One way to ask the tunnel service for exactly one suite."""
+
+    forbids: tuple[str, ...]
+    objective_id: int | None = None
+    helper: str | None = None
+
+
+def pin_attempts(suite: SuiteSpec, candidates: Sequence[str]) -> list[Pin]:
+    """Requests that should make the service choose ``suite``, most direct first.
+
+    The first forbids every other ESP candidate. The next ones each leave one helper
+    usable in IKE (an integrity algorithm with a PRF, an AEAD, a cipher), in catalogue
+    order, for when IKE has nothing else; the caller checks which suite was negotiated.
+    """
+    keep = set(suite.transforms)
+    objective = AH_OBJECTIVE_ID if suite.cipher == "null" else None
+    others = [k for k in candidates if k not in keep]
+    attempts = [Pin(tuple(others), objective)]
+    helpers = sorted(
+        (k for k in others if CATALOGUE[k].usable_in(Protocol.IKE)
+         and (CATALOGUE[k].kind is not Kind.INTEGRITY or CATALOGUE[k].prf is not None)),
+        key=lambda k: ({Kind.INTEGRITY: 0, Kind.AEAD: 1, Kind.ENCRYPTION: 2}[CATALOGUE[k].kind], catalogue_order(k)),
+    )
+    attempts += [Pin(tuple(o for o in others if o != h), objective, h) for h in helpers]
+    return attempts
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """Median of repeated samples and their spread ``(max - min) / median``."""
+
+    median: float
+    spread: float
+    samples: tuple[float, ...]
+
+    def as_dict(self, digits: int = 3) -> dict[str, Any]:
+        return {"median": round(self.median, digits), "spread": round(self.spread, 4),
+                "samples": [round(s, digits) for s in self.samples]}
+
+
+def summarize(samples: Sequence[float]) -> Stat:
+    """Median and spread of the samples.
+
+    Raises:
+        InvalidInput: no samples, or one that is not a finite number.
+    """
+    if not samples:
+        raise InvalidInput("no samples to summarize")
+    if not all(math.isfinite(s) for s in samples):
+        raise InvalidInput("samples must be finite numbers")
+    median = statistics.median(samples)
+    spread = (max(samples) - min(samples)) / median if median > 0 else 0.0
+    return Stat(median, spread, tuple(samples))
+
+
+@dataclass
+class SuiteRun:
+    """What one suite (or the no-IPsec baseline, ``spec`` None) measured over the repetitions."""
+
+    spec: SuiteSpec | None
+    esp: str | None = None
+    ike: str | None = None
+    throughput_mbps: list[float] = field(default_factory=list)
+    rtt_ms: dict[int, list[float]] = field(default_factory=dict)
+    parallel_mbps: dict[int, list[float]] = field(default_factory=dict)
+    #: What charon reported for the CHILD_SA after traffic (list-sas): algorithms and bytes.
+    observed: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.spec is not None:
+            out["esp"] = self.esp or self.spec.name
+            out["ike"] = self.ike
+        out["throughput_mbps"] = summarize(self.throughput_mbps).as_dict(1) if self.throughput_mbps else None
+        out["rtt_ms"] = {str(size): summarize(v).as_dict(4) for size, v in sorted(self.rtt_ms.items()) if v}
+        out["parallel_mbps"] = {str(n): summarize(v).as_dict(1) for n, v in sorted(self.parallel_mbps.items()) if v}
+        return out
+
+
+def bench_document(
+    *, machine: str, backend: str, date: str, repetitions: int, duration_s: float, baseline: SuiteRun,
+    suites: Sequence[SuiteRun],
+) -> dict[str, Any]:
+    """The ``qoss-bench-tunnel`` JSON document (version 1)."""
+    return {
+        "kind": "qoss-bench-tunnel",
+        "version": 1,
+        "machine": machine,
+        "backend": backend,
+        "date": date,
+        "repetitions": repetitions,
+        "duration_s": duration_s,
+        "baseline": baseline.as_dict(),
+        "suites": [s.as_dict() for s in suites],
+    }
+
+
+# --------------------------------------------------------------------------- rating rows
+
+
+def split_costs(mbps: Mapping[SuiteSpec, float], iterations: int = 200) -> dict[str, float]:
+    """Per-transform ns/byte whose sums reproduce each suite's ``8000 / Mbit/s`` (least squares).
+
+    Raises:
+        InvalidInput: a throughput that is not positive.
+    """
+    if any(not (v > 0 and math.isfinite(v)) for v in mbps.values()):
+        raise InvalidInput("suite throughputs must be positive")
+    times = {s: _NS_PER_BYTE_AT_1_MBPS / v for s, v in mbps.items()}
+    out = {s.cipher: t for s, t in times.items() if s.aead}
+    pairs = [(s.cipher, s.integrity, t) for s, t in times.items() if s.integrity is not None]
+    if not pairs:
+        return out
+    u = {c: 0.0 for c, _, _ in pairs}
+    v = {i: 0.0 for _, i, _ in pairs}
+    for _ in range(iterations):  # block coordinate descent on a convex quadratic
+        u = {c: statistics.fmean(t - v[i] for cc, i, t in pairs if cc == c) for c in u}
+        v = {i: statistics.fmean(t - u[c] for c, ii, t in pairs if ii == i) for i in v}
+    floor = INTEGRITY_FLOOR * min(t for _, _, t in pairs)
+    shift = floor - min(v.values())
+    tiny = 1e-6
+    for c, value in u.items():
+        out.setdefault(c, max(value - shift, tiny))
+    for i, value in v.items():
+        out[i] = max(value + shift, tiny)
+    return out
+
+
+def tunnel_table(
+    *, name: str, base: RatingTable, runs: Sequence[SuiteRun], machine: str, backend: str, date: str,
+) -> RatingTable:
+    """A rating table from tunnel runs: levels from ``base``, ESP rows with measured throughput.
+
+    Each transform's row carries ``throughput_mbps = 8000 / t`` and ``a_ns_per_byte = t``
+    (``b_ns = 0``: one bulk TCP measurement has no per-packet term) for its share ``t`` of
+    the suite times (:func:`split_costs`), and a performance score from that throughput.
+    Transforms ``base`` does not rate are left out.
+
+    Raises:
+        InvalidInput: no measured suite, or none of its transforms rated in ``base``.
+    """
+    measured = {r.spec: statistics.median(r.throughput_mbps) for r in runs if r.spec and r.throughput_mbps}
+    if not measured:
+        raise InvalidInput("no suite was measured")
+    costs = split_costs(measured)
+    samples = {k: sum(len(r.throughput_mbps) for r in runs if r.spec and k in r.spec.transforms) for k in costs}
+    spreads = {k: max(summarize(r.throughput_mbps).spread for r in runs if r.spec and k in r.spec.transforms
+                      and r.throughput_mbps) for k in costs}
+    rows = []
+    for keyword in sorted(costs, key=catalogue_order):
+        rated = base.get(keyword)
+        if rated is None:
+            continue
+        t = costs[keyword]
+        mbit = _NS_PER_BYTE_AT_1_MBPS / t
+        rows.append(Rating(
+            algorithm=keyword, confidentiality=rated.confidentiality, integrity=rated.integrity,
+            key_exchange=rated.key_exchange, performance=throughput_score(mbit / 8), source="measurement",
+            reason=f"levels from {base.name}; performance from iperf3 through real {backend} tunnels",
+            requirement=rated.requirement,
+            measurement=Measurement(
+                throughput_mbps=round(mbit, 1), a_ns_per_byte=round(t, 4), b_ns=0.0, machine=machine,
+                backend=backend, date=date, samples=samples[keyword],
+                method="iperf3 TCP through the tunnel, suite time split per transform",
+                spread=round(spreads[keyword], 4),
+            ),
+        ))
+    if not rows:
+        raise InvalidInput("no measured transform is rated in the base table")
+    return RatingTable.of(name, rows, description=f"Measured by `qoss bench tunnel` on {machine}; levels from "
+                          f"{base.name}.", source=f"qoss bench tunnel on {machine}")
