@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
-# Debian packages (strongSwan charon + kernel-libipsec, iperf3, iproute2, PostgreSQL)
+# Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
+# groups, gcm for AES-GCM —, iperf3, iproute2, PostgreSQL)
 # and a Python virtualenv in .venv with qoss and its dev tools. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
-  strongswan-charon strongswan-swanctl libcharon-extra-plugins libstrongswan-extra-plugins
+  strongswan-charon strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins libstrongswan-extra-plugins
   iperf3 iproute2 iputils-ping postgresql python3-venv
 )
 
