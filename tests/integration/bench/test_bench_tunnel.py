@@ -1,0 +1,69 @@
+"""`qoss bench tunnel` for real: one suite, one repetition, about a second of iperf3.
+
+Each test builds its own lab (two charons with kernel-libipsec in network namespaces)
+and its own SQLite database, and tears both down.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from app.adapters.bench.tunnel import run_bench
+from app.cli import app
+from app.cli_bench_tunnel import bench_lab
+from app.domain.bench_tunnel import SuiteSpec, bench_document
+
+pytestmark = pytest.mark.charon
+
+
+def test_one_suite_runs_through_the_service_and_leaves_nothing_behind() -> None:
+    suite = SuiteSpec("aes128", "sha256")
+    with bench_lab(prefix_hint="qbi") as bl:
+        opener = bl.tunnels(bl.candidates())
+        baseline, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder, opener=opener,
+                                            suites=[suite], repetitions=1, duration=1.0, ping_count=5,
+                                            flows=(1,), sizes=(64, 1400))
+        gateways = [bl.initiator.gateway(timeout=5.0), bl.responder.gateway(timeout=5.0)]
+        left_over = [(g.list_sas(), g.list_conns(), g.get_shared()) for g in gateways]
+    assert skipped == {}
+    assert [r.spec for r in runs] == [suite]
+    (run,) = runs
+    assert run.esp == "aes128-sha256"
+    assert run.throughput_mbps[0] > 0
+    assert baseline.throughput_mbps[0] > 0
+    assert set(run.rtt_ms) == {64, 1400}
+    # The tunnel really carried the suite: charon's CHILD_SA, read after the traffic.
+    (observed,) = run.observed
+    assert observed["encr_alg"] == "AES_CBC"
+    assert observed["encr_keysize"] == 128
+    assert observed["integ_alg"] == "HMAC_SHA2_256_128"
+    assert observed["bytes_out"] > 1_000_000
+    assert left_over == [([], [], []), ([], [], [])]
+    doc = bench_document(machine="m", backend=bl.backend, date="2026-11-23", repetitions=1, duration_s=1.0,
+                         baseline=baseline, suites=runs)
+    assert doc["backend"] == "kernel-libipsec"
+    assert doc["suites"][0]["ike"] == run.ike
+
+
+def test_the_command_writes_the_document(tmp_path: Path) -> None:
+    out = tmp_path / "tunnel.json"
+    result = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128-sha1", "--repetitions", "1",
+                                      "--duration", "1", "--ping-count", "5", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "qoss-bench-tunnel"
+    assert [s["esp"] for s in doc["suites"]] == ["aes128-sha1"]
+    row = doc["suites"][0]
+    assert row["throughput_mbps"]["median"] > 0
+    assert set(row["parallel_mbps"]) == {"1", "2", "4"}
+    assert set(row["rtt_ms"]) == {"64", "300", "700", "1400"}
+    assert "aes128-sha1" in result.output
+
+
+def test_a_suite_the_gateways_cannot_use_is_refused_before_any_lab() -> None:
+    result = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128-prfsha1"])
+    assert result.exit_code == 2
