@@ -10,47 +10,51 @@ from __future__ import annotations
 import re
 import secrets
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.routing import APIRoute
-from sqlalchemy import func, select
+from sqlalchemy import MetaData, select
 
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.models import (
-    ApiTokenRow,
-    GatewayRow,
-    PolicyRevisionRow,
-    RatingTableRevisionRow,
-    TunnelRow,
-)
+from app.adapters.db.models import AuditRow
 from app.adapters.db.repositories import TokenRepository
 from app.api.main import create_app
-from app.api.routes import admin, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels
+from app.api.routes import admin, agent, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels
 from app.domain.auth import TokenRecord, hash_secret
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.secrets import register
 
 pytestmark = pytest.mark.anyio
 
 
-ROUTE_MODULES = (admin, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels)
+ROUTE_MODULES = (admin, agent, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels)
+
+
+def all_routes() -> list[APIRoute]:
+    return [r for module in ROUTE_MODULES for r in module.router.routes if isinstance(r, APIRoute)]
+
+
+def route_scopes(route: APIRoute) -> list[str]:
+    """The scopes a route's ``require(...)`` dependencies ask for."""
+    return [
+        cell.cell_contents
+        for dep in route.dependant.dependencies
+        if getattr(dep.call, "__qualname__", "").startswith("require.")
+        for cell in (getattr(dep.call, "__closure__", None) or ())
+        if isinstance(cell.cell_contents, str)
+    ]
 
 
 def protected_routes() -> list[tuple[str, str, str]]:
     """(method, path with dummy parameters, scope) of every route that needs a scope."""
     out = []
-    for route in (r for module in ROUTE_MODULES for r in module.router.routes):
-        if not isinstance(route, APIRoute):
-            continue
-        scopes = [
-            cell.cell_contents
-            for dep in route.dependant.dependencies
-            if getattr(dep.call, "__qualname__", "").startswith("require.")
-            for cell in (getattr(dep.call, "__closure__", None) or ())
-            if isinstance(cell.cell_contents, str)
-        ]
+    for route in all_routes():
+        scopes = route_scopes(route)
         if not scopes:
             continue
         path = re.sub(r"\{token_id\}", "0123456789ab", "/v1" + route.path)
@@ -70,23 +74,38 @@ def test_every_write_route_is_protected() -> None:
     assert ("POST", "/v1/tunnels") in methods
     assert ("DELETE", "/v1/tunnels/x") in methods
     assert ("POST", "/v1/tokens") in methods
+    assert {("POST", "/v1/agent/users"), ("GET", "/v1/agent/users"), ("DELETE", "/v1/agent/users/x"),
+            ("GET", "/v1/agent/sessions")} <= methods
     assert len(ROUTES) >= 20
 
 
-def snapshot(database_url: str) -> dict[str, int]:
+def test_every_route_is_either_protected_or_a_known_open_one() -> None:
+    """A new route cannot slip out of the matrix: it needs a scope or a place on this list."""
+    open_routes = {(method, "/v1" + route.path) for route in all_routes() if not route_scopes(route)
+                   for method in route.methods}
+    assert {m for m, _ in open_routes} <= {"GET", "POST"}
+    posts = sorted(p for m, p in open_routes if m == "POST")
+    # negotiations compute without changing state; the agent messages are signed and sealed.
+    assert posts == ["/v1/agent/requests", "/v1/agent/target/requests", "/v1/agent/target/revocations",
+                     "/v1/negotiations"]
+
+
+def snapshot(database_url: str) -> dict[str, list[str]]:
+    """Every row of every table but the audit log (which records the refusals)."""
     engine = make_engine(database_url)
+    meta = MetaData()
     try:
-        with make_session_factory(engine)() as s:
-            return {
-                row.__tablename__: s.scalar(select(func.count()).select_from(row)) or 0
-                for row in (RatingTableRevisionRow, PolicyRevisionRow, GatewayRow, TunnelRow, ApiTokenRow)
-            }
+        meta.reflect(engine)
+        with engine.connect() as conn:
+            return {table.name: sorted(repr(tuple(row)) for row in conn.execute(select(table)))
+                    for table in meta.sorted_tables if table.name != AuditRow.__tablename__}
     finally:
         engine.dispose()
 
 
 def insert_token(database_url: str, *, expired: bool = False, revoked: bool = False) -> str:
     token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    register(secret)
     now = datetime.now(UTC)
     record = TokenRecord(token_id, "old", frozenset({"admin"}), hash_secret(secret), now - timedelta(days=2),
                          now - timedelta(days=1) if expired else now + timedelta(days=1), None)
@@ -102,14 +121,16 @@ def insert_token(database_url: str, *, expired: bool = False, revoked: bool = Fa
 
 
 @pytest.fixture
-async def bare(settings: Settings) -> Any:
-    app = create_app(settings)
+async def bare(settings: Settings, tmp_path: Path) -> Any:
+    """No credentials; the app plays the agent's Host and Target roles, so agent routes are live."""
+    app = create_app(settings.model_copy(update={"agent_config": agent_server_config(tmp_path)[0]}))
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://q.test") as c:
         yield c
 
 
-async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_token: str) -> None:
+async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_token: str,
+                           capsys: pytest.CaptureFixture[str]) -> None:
     url = settings.database_url
     valid_id = admin_token.split("_")[1]
     wrong_scope = make_token(url, "reader-only", ["audit:read"])
@@ -139,12 +160,16 @@ async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_to
             checked += 1
     assert checked >= 150
     assert snapshot(url) == before
+    with capsys.disabled():
+        print(f"\nauth matrix: {len(ROUTES)} protected routes x {len(credentials)} bad credentials (401) "
+              f"+ wrong scope (403): {checked} requests, 0 state changes")
 
 
 async def test_secrets_never_appear_in_token_listing_or_audit(client: httpx.AsyncClient, admin_token: str) -> None:
     created = await client.post("/v1/tokens", json={"name": "ci", "scopes": ["tunnels:read"]})
     assert created.status_code == 201
     secret = created.json()["token"]
+    register(secret)
     listed = await client.get("/v1/tokens")
     audit = await client.get("/v1/audit", params={"limit": 1000})
     for text in (listed.text, audit.text):
@@ -155,6 +180,7 @@ async def test_secrets_never_appear_in_token_listing_or_audit(client: httpx.Asyn
 
 async def test_revoked_token_is_refused_at_once(client: httpx.AsyncClient) -> None:
     created = (await client.post("/v1/tokens", json={"name": "tmp", "scopes": ["ratings:write"]})).json()
+    register(created["token"])
     headers = {"Authorization": f"Bearer {created['token']}"}
     ok = await client.post("/v1/rating-tables", headers=headers, json={
         "name": "by-tmp", "ratings": [{"algorithm": "aes128", "confidentiality": 8, "performance": 8}]})

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.repositories import AuditRepository
 from app.settings import REPO_ROOT
-from tests.fixtures.secrets import dump_postgres, find_leaks
+from tests.fixtures.secrets import dump_postgres, expand, find_leaks
 
 ON_POSTGRES = pytest.mark.parametrize("db_backend", [pytest.param("postgresql", marks=pytest.mark.postgres)],
                                       indirect=True)
@@ -112,3 +112,12 @@ def test_a_secret_in_a_postgres_row_fails_the_run(pytester: pytest.Pytester, pla
     else:
         assert result.ret == pytest.ExitCode.OK
         result.stdout.fnmatch_lines(["*secret sweep: 1 secrets,*(1 PostgreSQL dumps), 0 leaks*"])
+
+
+def test_a_registered_token_is_searched_for_with_and_without_its_prefix(tmp_path: Path) -> None:
+    secret = secrets.token_urlsafe(32)
+    token = f"qoss_{secrets.token_hex(6)}_{secret}"
+    added = expand(token)
+    leaked = tmp_path / "app.log"
+    leaked.write_text(f"header {secret}\n")
+    assert find_leaks(added, [leaked])
