@@ -1,0 +1,215 @@
+"""Choice quality: does the negotiated suite run as fast as the best feasible one, through real tunnels?
+
+    .venv/bin/python benchmarks/choice_quality.py [--table NAME|FILE.yaml] [--repetitions 5] [--duration 1]
+
+One lab (two charons, kernel-libipsec, network namespaces), one throw-away database, one run:
+1. A measured table: unless ``--table`` is given, every suite of the default star
+   (``app.domain.bench_tunnel.default_suites``) is measured through real tunnels
+   (iperf3, ``--table-repetitions`` interleaved) and turned into a rating table exactly
+   as ``qoss bench tunnel --write-table`` does (levels from standards-2026).
+2. For each requirement vector (12, from C1/I1/K1 to C10/I10/K9) the tunnel service
+   negotiates with that table and brings the chosen suite up (``create_tunnel``, the API's
+   code); every suite of the star (plus the chosen one) is checked for feasibility under
+   the same minimums through the same negotiation (pinned with ``forbids``).
+3. Every suite that is chosen or feasible for some vector, and strongSwan's default ESP
+   proposal, is measured again through real tunnels: ``--repetitions`` interleaved
+   rounds of iperf3 (``--duration`` s, one TCP flow), median per suite.
+4. Per vector: chosen/best (best = the feasible suite of highest median) and, where the
+   default proposal meets the minimums, chosen/default. The worst chosen/best is the
+   figure of merit (goal >= 0.97; never below the default).
+
+strongSwan 5.9's default ESP proposal is AES-CBC 128/192/256 with HMAC-SHA2-256/384/512,
+HMAC-SHA1-96 and AES-XCBC-96, and no AEAD ("we currently don't include any AEAD proposal
+for ESP, as we don't know if our kernel backend actually supports it"):
+``proposal_create_default(PROTO_ESP)`` and ``proposal_create_default_aead(PROTO_ESP)`` in
+strongswan/strongswan ``src/libstrongswan/crypto/proposal/proposal.c``; ipsec.conf(5):
+"esp ... Defaults to aes128-sha256". This script also checks it on the lab: both ends
+load ``esp_proposals = default`` and the CHILD_SA charon negotiates is read back.
+Everything is bounded (subprocess timeouts, fixed repetitions) and torn down on exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import secrets
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.adapters.bench.micro import machine_id  # noqa: E402
+from app.adapters.bench.tunnel import BenchError, run_bench  # noqa: E402
+from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
+from app.cli_bench_tunnel import BenchLab, bench_lab  # noqa: E402
+from app.domain.bench_tunnel import SuiteSpec, default_suites, parse_suite, pin_attempts, tunnel_table  # noqa: E402
+from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
+from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
+from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation  # noqa: E402
+from app.services.ratings import TableCache, get_table, import_table  # noqa: E402
+
+#: Requirement vectors (confidentiality, integrity, key exchange), low to high.
+VECTORS: list[tuple[int, int, int]] = [
+    (1, 1, 1), (2, 2, 2), (3, 3, 3), (4, 4, 4), (5, 5, 5), (6, 6, 6), (7, 7, 7), (8, 5, 5), (8, 8, 8), (9, 8, 8),
+    (10, 8, 9), (10, 10, 9),
+]
+DEFAULT_FALLBACK = SuiteSpec("aes128", "sha256")
+BASE = "standards-2026"
+
+
+def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec]) -> str:
+    """The negotiating table's name in the bench database: given, or measured now."""
+    if args.table and not args.table.endswith((".yaml", ".yml")):
+        return str(args.table)
+    with bl.sessions() as session, session.begin():
+        if args.table:
+            table = parse_rating_table_yaml(Path(args.table).read_text())
+        else:
+            print(f"measuring the table: {len(suites)} suites x {args.table_repetitions} x "
+                  f"{args.table_duration:g} s", file=sys.stderr)
+            _, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder,
+                                         opener=bl.tunnels(bl.candidates()), suites=suites,
+                                         repetitions=args.table_repetitions, duration=args.table_duration,
+                                         flows=(1,), sizes=(), baseline=False)
+            for name, reason in skipped.items():
+                print(f"  table: skipped {name}: {reason}", file=sys.stderr)
+            table = tunnel_table(name="choice-measured", base=get_table(session=session, name=BASE), runs=runs,
+                                 machine=machine_id(), backend=bl.backend, date=time.strftime("%Y-%m-%d"))
+        imported = import_table(session=session, text=dump_rating_table_yaml(table), fmt="yaml", author="bench")
+    return imported.name
+
+
+def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: MinLevelsIn, candidates: list[str]) -> bool:
+    """Whether the tunnel negotiation (same peers as ``create_tunnel``) can be pinned to ``suite``."""
+    left, right = bl.gateways
+    cache = TableCache(ttl=3600)
+    with bl.sessions() as session:
+        for pin in pin_attempts(suite, candidates):
+            body = NegotiationIn(
+                rating_table=table, backend=BackendIn(name=bl.backend, ah=False, ah_esp_bundle=False, transport=False),
+                peers=[PeerIn(name=f"gw-{left.name}", supports=sorted(left.algorithms)),
+                       PeerIn(name=f"gw-{right.name}", supports=sorted(right.algorithms)),
+                       PeerIn(name="request", min_levels=levels, forbids=list(pin.forbids),
+                              objective_id=pin.objective_id)])
+            try:
+                result = run_negotiation(session=session, cache=cache, request=body,
+                                         default_table=bl.settings.default_table)
+            except NegotiationError:
+                continue
+            s = result.suite
+            if s.encryption is not None and SuiteSpec(s.encryption, None if s.aead else s.integrity) == suite:
+                return True
+    return False
+
+
+def _strongswan_default(bl: BenchLab) -> SuiteSpec:
+    """The ESP suite two charons agree on with ``esp_proposals = default`` on both ends."""
+    left, right = bl.initiator, bl.responder
+    name = "bench-default"
+    psk = secrets.token_bytes(32)
+    ends = (TunnelEnd(left.ike_address, f"{name}.left", (f"{left.inside_address}/32",)),
+            TunnelEnd(right.ike_address, f"{name}.right", (f"{right.inside_address}/32",)))
+    gws = (left.gateway(timeout=10.0), right.gateway(timeout=10.0))
+    try:
+        for gw, (local, remote) in ((gws[1], (ends[1], ends[0])), (gws[0], ends)):
+            gw.load_shared(name, psk, [local.identity, remote.identity])
+            gw.load_conn(name, conn_payload(name=name, local=local, remote=remote, ike_proposal="default",
+                                            esp_proposal="default", ah_proposal=None, mode="tunnel",
+                                            ike_lifetime=3600, child_lifetime=1200))
+        gws[0].initiate(child=name, ike=name, timeout_ms=10_000)
+        child = next(c for sa in gws[0].list_sas(ike=name) for c in sa.children if c.name == name)
+    finally:
+        for gw in gws:
+            with contextlib.suppress(GatewayError):  # "no matching SAs": nothing up
+                gw.terminate(ike=name, timeout_ms=3000, force=True)
+            with contextlib.suppress(GatewayError):
+                gw.unload_conn(name)
+            with contextlib.suppress(GatewayError):
+                gw.unload_shared(name)
+    by_sa = {("AES_CBC", 128, "HMAC_SHA2_256_128"): DEFAULT_FALLBACK}
+    found = by_sa.get((child.encr_alg or "", child.encr_keysize or 0, child.integ_alg or ""))
+    if found is None:
+        raise BenchError(f"default proposal gave {child.encr_alg}-{child.encr_keysize}/{child.integ_alg}")
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--table", help="negotiating table: a name in the shipped tables or a YAML file "
+                                        "(default: measure one through real tunnels now)")
+    parser.add_argument("--repetitions", type=int, default=5, help="interleaved rounds of the verification")
+    parser.add_argument("--duration", type=float, default=1.0, help="seconds per iperf3 run")
+    parser.add_argument("--table-repetitions", type=int, default=2)
+    parser.add_argument("--table-duration", type=float, default=1.0)
+    args = parser.parse_args()
+    if not (1 <= args.repetitions <= 20 and 1 <= args.table_repetitions <= 20
+            and 0.5 <= args.duration <= 10 and 0.5 <= args.table_duration <= 10):
+        parser.error("repetitions 1-20, durations 0.5-10 s")
+    started = time.monotonic()
+    with bench_lab(prefix_hint="qcq") as bl:
+        star = default_suites(bl.candidates())
+        table = _table(bl, args, star)
+        candidates = bl.candidates(table)
+        suites = [s for s in star if set(s.transforms) <= set(candidates)]
+        default = _strongswan_default(bl)
+        print(f"table {table}; {len(suites)} suites; strongSwan default ESP proposal negotiates {default.name}",
+              file=sys.stderr)
+
+        chosen: dict[tuple[int, int, int], SuiteSpec] = {}
+        feasible: dict[tuple[int, int, int], list[SuiteSpec]] = {}
+        for vector in VECTORS:
+            levels = MinLevelsIn(confidentiality=vector[0], integrity=vector[1], key_exchange=vector[2])
+            opener = bl.tunnels(candidates, rating_table=table, min_levels=levels)
+            try:
+                tunnel = opener.choose()  # the API's path: negotiate, load both ends, initiate, verify
+            except NegotiationError as exc:
+                print(f"C{vector[0]}/I{vector[1]}/K{vector[2]}: nothing feasible ({exc})", file=sys.stderr)
+                continue
+            opener.close(tunnel)
+            chosen[vector] = parse_suite(tunnel.esp)
+            feasible[vector] = [s for s in suites if _feasible(bl, table, s, levels, candidates)]
+        measure = list(dict.fromkeys([*chosen.values(), default, *(s for f in feasible.values() for s in f)]))
+        print(f"verifying: {len(measure)} suites x {args.repetitions} x {args.duration:g} s", file=sys.stderr)
+        _, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder,
+                                     opener=bl.tunnels(bl.candidates()), suites=measure,
+                                     repetitions=args.repetitions, duration=args.duration, flows=(1,), sizes=(),
+                                     baseline=False)
+    mbps = {r.spec: statistics.median(r.throughput_mbps) for r in runs if r.spec is not None}
+    spread = {r.spec: (max(r.throughput_mbps) - min(r.throughput_mbps)) / mbps[r.spec]
+              for r in runs if r.spec is not None}
+    for name, reason in skipped.items():
+        print(f"skipped {name}: {reason}", file=sys.stderr)
+    print(f"{'minimums':<12} {'chosen':<22} {'Mbit/s':>7} {'best feasible':<22} {'Mbit/s':>7} {'ratio':>6} "
+          f"{'n':>3} {'default/chosen':>14}")
+    ratios, vs_default = [], []
+    for vector, pick in chosen.items():
+        pool = [s for s in [*feasible[vector], pick] if s in mbps]
+        if pick not in mbps or not pool:
+            print(f"C{vector[0]}/I{vector[1]}/K{vector[2]}: {pick.name} not measured")
+            continue
+        best = max(pool, key=lambda s: mbps[s])
+        ratio = mbps[pick] / mbps[best]
+        ratios.append(ratio)
+        d = "-"
+        if default in feasible[vector] and default in mbps:
+            vs_default.append(mbps[pick] / mbps[default])
+            d = f"{mbps[default] / mbps[pick]:.2f}"
+        label = f"C{vector[0]}/I{vector[1]}/K{vector[2]}"
+        print(f"{label:<12} {pick.name:<22} {mbps[pick]:>7.0f} {best.name:<22} {mbps[best]:>7.0f} {ratio:>6.3f} "
+              f"{len(set(pool)):>3} {d:>14}")
+    if ratios:
+        print(f"worst chosen/best: {min(ratios):.3f} (goal >= 0.97); median {statistics.median(ratios):.3f}")
+    if vs_default:
+        print(f"chosen/default where the default meets the minimums: worst {min(vs_default):.3f}, "
+              f"median {statistics.median(vs_default):.3f} (goal: never below 1)")
+    noisy = sorted(spread.items(), key=lambda kv: -kv[1])[:3]
+    print("largest run-to-run spreads (max-min)/median: " + ", ".join(f"{s.name} {v:.2f}" for s, v in noisy))
+    print(f"{args.repetitions} interleaved rounds x {args.duration:g} s iperf3 per suite; machine {machine_id()}; "
+          f"{time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
