@@ -225,7 +225,8 @@ def run_bench(
     """Measure the baseline and every suite, ``repetitions`` times, interleaved.
 
     A suite the opener cannot bring up is skipped (name -> reason in the third value) and
-    not tried again. ``progress`` is called once per baseline or suite measurement.
+    not tried again; a repetition whose measurement fails is logged and left out (a suite
+    with none left is skipped). ``progress`` is called once per baseline or suite measurement.
 
     Returns:
         The baseline (empty if ``baseline`` is false), one run per measured suite, the skipped suites.
@@ -238,8 +239,11 @@ def run_bench(
     src, dst = initiator.inside_address, responder.inside_address
     for _ in range(repetitions):
         if baseline:
-            measure_pair(base, initiator, responder, initiator.ike_address, responder.ike_address,
-                         duration=duration, ping_count=ping_count, flows=flows, sizes=sizes)
+            try:
+                measure_pair(base, initiator, responder, initiator.ike_address, responder.ike_address,
+                             duration=duration, ping_count=ping_count, flows=flows, sizes=sizes)
+            except BenchError as exc:  # one lost repetition does not end a long run
+                _log.warning("baseline repetition lost: %s", exc)
             progress("baseline")
         for suite in suites:
             if suite.name in skipped:
@@ -258,7 +262,12 @@ def run_bench(
                 measure_pair(run, initiator, responder, src, dst, duration=duration, ping_count=ping_count,
                              flows=flows, sizes=sizes)
                 run.observed.append(_observe(initiator, tunnel.conn))
+            except BenchError as exc:  # one lost repetition does not end a long run
+                _log.warning("suite %s: repetition lost: %s", suite.name, exc)
             finally:
                 opener.close(tunnel)
             progress(suite.name)
+    for suite, run in runs.items():
+        if suite.name not in skipped and not run.throughput_mbps:
+            skipped[suite.name] = "no repetition could be measured"
     return base, [r for s, r in runs.items() if s.name not in skipped], skipped
