@@ -297,7 +297,11 @@ def bench_tunnel(
                                                      "throw-away SQLite); --write-table imports here too "
                                                      "(default: QOSS_DATABASE_URL)")] = None,
 ) -> None:
-    """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root)."""
+    """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root).
+
+    Per suite and repetition: TCP Mbit/s with 1, 2 and 4 flows, mean RTT by ICMP payload
+    size (64-1400 B). Reported as median and spread = (max - min) / median.
+    """
     from app.adapters.bench.micro import machine_id
     from app.adapters.bench.tunnel import BenchError, run_bench
     from app.domain.bench_tunnel import bench_document, default_suites, parse_suite
