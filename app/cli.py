@@ -313,22 +313,44 @@ def gateways_list(database_url: DbUrl = None) -> None:
 @tunnel_app.command("up")
 def tunnel_up(
     initiator: Annotated[str, typer.Argument(help="initiating gateway")],
-    responder: Annotated[str, typer.Argument(help="responding gateway")],
+    responder: Annotated[str | None, typer.Argument(help="responding gateway (omit with --peer)")] = None,
     policy: Annotated[str | None, typer.Option(help="stored policy name")] = None,
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
     rating_table: Annotated[str | None, typer.Option(help="negotiating rating table")] = None,
+    peer: Annotated[str | None, typer.Option(help="IKE address of an unmanaged peer (instead of RESPONDER)")] = None,
+    peer_id: Annotated[str | None, typer.Option(help="the peer's IKE identity (default: its address)")] = None,
+    psk_file: Annotated[Path | None, typer.Option(help="file holding the peer's PSK (never on the command line)")]
+        = None,
+    remote_ts: Annotated[list[str] | None, typer.Option(help="the peer's protected networks (repeatable)")] = None,
     database_url: DbUrl = None,
 ) -> None:
-    """Negotiate and bring up a tunnel (as POST /v1/tunnels)."""
+    """Negotiate and bring up a tunnel (as POST /v1/tunnels), to a gateway or an unmanaged --peer."""
+    from pydantic import SecretStr, ValidationError
+
     from app.services import tunnels
     from app.services.negotiation import MinLevelsIn
 
-    body = tunnels.TunnelIn(initiator=initiator, responder=responder, policy=policy, rating_table=rating_table,
-                            min_levels=MinLevelsIn(confidentiality=confidentiality, integrity=integrity,
-                                                   key_exchange=key_exchange))
-    record = _Unit(database_url).run(tunnels.create_tunnel, request=body)
+    peer_in = None
+    try:
+        if peer is not None:
+            if psk_file is None:
+                raise typer.BadParameter("--peer needs --psk-file")
+            psk = psk_file.read_text().strip()
+            peer_in = tunnels.TunnelPeerIn(address=peer, identity=peer_id, psk=SecretStr(psk))
+        body = tunnels.TunnelIn(initiator=initiator, responder=responder, peer=peer_in, remote_ts=remote_ts or None,
+                                policy=policy, rating_table=rating_table,
+                                min_levels=MinLevelsIn(confidentiality=confidentiality, integrity=integrity,
+                                                       key_exchange=key_exchange))
+    except ValidationError as exc:  # the message names fields and rules, never the PSK
+        typer.echo("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), err=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        typer.echo(f"cannot read --psk-file: {exc.strerror}", err=True)
+        raise typer.Exit(2) from None
+    unit = _Unit(database_url)
+    record = unit.run(tunnels.create_tunnel, request=body, allowed_networks=unit.settings.gateway_networks)
     _emit(record.as_dict())
 
 
@@ -370,13 +392,15 @@ def bench_micro(
     database_url: DbUrl = None,
 ) -> None:
     """Time every transform the crypto library offers (64-1400 B), fit ns = a*bytes + b, score 0-10."""
+    import time
     from datetime import UTC, datetime
 
-    from app.adapters.bench.micro import available, machine_id, run_micro
+    from app.adapters.bench.micro import BACKEND, available, library_version, machine_id, run_micro
     from app.adapters.files import dump_rating_table_yaml
     from app.domain.scoring import measured_table
 
     keywords = [k.strip() for k in only.split(",")] if only else available()
+    began = time.monotonic()
     with typer.progressbar(length=len(keywords), label="measuring") as bar:
         try:
             results = run_micro(keywords, budget_per_algorithm=budget, progress=lambda _: bar.update(1))
@@ -394,9 +418,15 @@ def bench_micro(
             row.update(a_ns_per_byte=round(fit.a, 4), b_ns=round(fit.b, 1), r2=round(fit.r2, 4),
                        mb_per_s_1400=round(r.mb_per_s, 1), ns=dict(r.ns_by_size))
         rows.append(row)
+    elapsed = round(time.monotonic() - began, 1)
     if out is not None:
-        out.write_text(json.dumps({"machine": machine_id(), "results": rows}, indent=2))
-    typer.echo(json.dumps({"machine": machine_id(), "algorithms": len(rows),
+        command = " ".join(["qoss bench micro", f"--budget {budget}", *([f"--only {only}"] if only else []),
+                            f"--out {out}"])
+        out.write_text(json.dumps({
+            "kind": "qoss-bench-micro", "version": 1, "machine": machine_id(), "backend": BACKEND,
+            "library": library_version(), "date": datetime.now(UTC).date().isoformat(), "command": command,
+            "budget_per_algorithm": budget, "elapsed_s": elapsed, "results": rows}, indent=2) + "\n")
+    typer.echo(json.dumps({"machine": machine_id(), "algorithms": len(rows), "elapsed_s": elapsed,
                            "worst_spread": max(r["spread"] for r in rows)}))
     if write_table is None:
         return
@@ -407,7 +437,7 @@ def bench_micro(
 
         table = measured_table(
             name=write_table, base=get_table(session=kw["session"], name=base), results=results,
-            machine=machine_id(), backend="userspace crypto (cryptography/OpenSSL)",
+            machine=machine_id(), backend=BACKEND,
             date=datetime.now(UTC).date().isoformat(),
             description=f"Measured by `qoss bench micro` on {machine_id()}; levels from {base}.",
         )
@@ -420,6 +450,37 @@ def bench_micro(
                 "file": str(target / f"{table.name}.yaml")}
 
     _emit(unit.run(write))
+
+
+@bench_app.command("report")
+def bench_report(
+    micro: Annotated[Path, typer.Option(help="JSON written by `qoss bench micro --out`")],
+    out: Annotated[Path, typer.Option(help="directory for report.md and the PNG plots")],
+    tunnel: Annotated[Path | None, typer.Option(help="JSON written by `qoss bench tunnel --out`")] = None,
+    levels_from: Annotated[str, typer.Option(help="shipped rating table for today's security levels")] =
+        "standards-2026",
+) -> None:
+    """Markdown report with plots: throughput, latency fits, key exchange, today beside seeds 000 and 004."""
+    from app.adapters.bench.report import write_report
+    from app.adapters.files import load_rating_table
+    from app.settings import REPO_ROOT
+
+    table = load_rating_table(REPO_ROOT / "ratings" / f"{levels_from}.yaml")
+    levels = {k: r.confidentiality if r.confidentiality is not None else r.integrity
+              for k, r in table.ratings.items()}
+    command = " ".join(["qoss bench report", f"--micro {micro}", *([f"--tunnel {tunnel}"] if tunnel else []),
+                        f"--out {out}"])
+    micro_command = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        micro_command = json.loads(micro.read_text()).get("command")
+    try:
+        report = write_report(micro_path=micro, tunnel_path=tunnel, out_dir=out, levels=levels,
+                              commands=[c for c in (micro_command, command) if c])
+    except QossError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from exc
+    _emit({"report": str(report.markdown), "plots": [str(p) for p in report.plots],
+           "flips": sum(len(c.flips) for c in report.comparisons)})
 
 
 @token_app.command("create")

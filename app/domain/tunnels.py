@@ -22,6 +22,7 @@ __all__ = [
     "ExpectedSa",
     "Gateway",
     "ObservedSa",
+    "PeerEnd",
     "TunnelEnd",
     "TunnelRecord",
     "TunnelState",
@@ -77,6 +78,22 @@ class TunnelEnd:
     traffic_selectors: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class PeerEnd:
+    """An unmanaged peer: a strongSwan (or other IKEv2) gateway qoss does not drive.
+
+    Its administrator configured it with the tunnel's PSK and identities; qoss loads
+    and verifies only the managed gateway's end. The PSK is never part of this record.
+    """
+
+    address: str
+    identity: str
+    local_identity: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"address": self.address, "identity": self.identity, "local_identity": self.local_identity}
+
+
 @dataclass(frozen=True)
 class Gateway:
     """A strongSwan instance qoss drives: where its VICI socket is and what it can do.
@@ -113,7 +130,7 @@ class TunnelRecord:
 
     id: str
     initiator: str
-    responder: str
+    responder: str | None  # None: the far end is an unmanaged ``peer``
     local_ts: tuple[str, ...]
     remote_ts: tuple[str, ...]
     state: TunnelState
@@ -121,6 +138,7 @@ class TunnelRecord:
     detail: str = ""
     created_at: str | None = None
     updated_at: str | None = None
+    peer: PeerEnd | None = None
 
     @property
     def conn(self) -> str:
@@ -132,6 +150,7 @@ class TunnelRecord:
             "conn": self.conn,
             "initiator": self.initiator,
             "responder": self.responder,
+            "peer": self.peer.as_dict() if self.peer is not None else None,
             "local_ts": list(self.local_ts),
             "remote_ts": list(self.remote_ts),
             "state": self.state.value,

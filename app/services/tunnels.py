@@ -21,13 +21,14 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from sqlalchemy.orm import Session
 
 from app.adapters.db.repositories import GatewayRepository, TunnelRepository
 from app.adapters.vici.driver import ViciGateway
 from app.adapters.vici.models import IkeSa
 from app.domain.errors import (
+    Conflict,
     GatewayError,
     GatewayRejected,
     InvalidInput,
@@ -38,6 +39,7 @@ from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import (
     Gateway,
     ObservedSa,
+    PeerEnd,
     TunnelEnd,
     TunnelRecord,
     TunnelState,
@@ -55,6 +57,7 @@ __all__ = [
     "GatewayIn",
     "ReconcileReport",
     "TunnelIn",
+    "TunnelPeerIn",
     "ViciFactory",
     "create_tunnel",
     "delete_gateway",
@@ -94,11 +97,43 @@ class GatewayIn(_Strict):
     inside_networks: Annotated[list[Cidr], Field(min_length=1, max_length=16)]
 
 
+Identity = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")]
+
+
+class TunnelPeerIn(_Strict):
+    """An unmanaged far end: an IKEv2 gateway qoss does not drive, set up by its own administrator.
+
+    Its administrator configures it with ``psk``, its own ``identity`` and qoss's
+    ``local_identity`` (and the proposals qoss answers with). The PSK is write-only: it
+    is handed to the managed gateway's charon and otherwise forgotten — never stored,
+    logged or returned, so a peer tunnel cannot be restored by reconcile (it is marked
+    ``failed``; create it again).
+    """
+
+    address: Annotated[str, Field(min_length=2, max_length=45)]
+    identity: Identity | None = Field(default=None, description="the peer's IKE identity (default: its address)")
+    local_identity: Identity | None = Field(
+        default=None, description="the managed gateway's IKE identity towards this peer (default: the gateway's)")
+    psk: SecretStr = Field(description="pre-shared key, 32-256 printable characters; write-only")
+    supports: Annotated[list[Keyword], Field(max_length=200)] | None = Field(
+        default=None, description="algorithms the peer declares (default: judged by the managed gateway alone)")
+
+    @field_validator("psk")
+    @classmethod
+    def _psk_shape(cls, value: SecretStr) -> SecretStr:
+        raw = value.get_secret_value()
+        if not 32 <= len(raw) <= 256 or not raw.isascii() or not raw.isprintable():
+            # Never echo the value: the message names the rule only.
+            raise ValueError("psk must be 32-256 printable ASCII characters")
+        return value
+
+
 class TunnelIn(_Strict):
-    """A tunnel between two registered gateways, with what it must protect and how well."""
+    """A tunnel from a registered gateway to another one (``responder``) or to an unmanaged ``peer``."""
 
     initiator: Name
-    responder: Name
+    responder: Name | None = None
+    peer: TunnelPeerIn | None = None
     local_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
     remote_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
     policy: Name | None = None
@@ -109,6 +144,14 @@ class TunnelIn(_Strict):
     rating_table: Name | None = None
     traffic: TrafficIn | None = None
     strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_far_end(self) -> TunnelIn:
+        if (self.responder is None) == (self.peer is None):
+            raise ValueError("give exactly one of responder (a registered gateway) or peer (an unmanaged one)")
+        if self.peer is not None and not self.remote_ts:
+            raise ValueError("a tunnel to a peer needs remote_ts: qoss does not know the peer's networks")
+        return self
 
 
 # --------------------------------------------------------------------------- gateways
@@ -188,8 +231,6 @@ def delete_gateway(*, session: Session, name: str) -> None:
     """Forget a gateway; refused while tunnels use it."""
     in_use = [t.id for t in TunnelRepository(session).list() if name in (t.initiator, t.responder)]
     if in_use:
-        from app.domain.errors import Conflict
-
         raise Conflict(f"gateway {name} carries tunnels {in_use[:10]}: delete them first")
     GatewayRepository(session).delete(name)
 
@@ -204,12 +245,15 @@ def _backend(gateways: Sequence[Gateway]) -> BackendIn:
 
 
 def _negotiate_for(
-    *, session: Session, cache: TableCache, request: TunnelIn, initiator: Gateway, responder: Gateway,
+    *, session: Session, cache: TableCache, request: TunnelIn, initiator: Gateway, responder: Gateway | None,
     default_table: str,
 ) -> NegotiationResult:
-    peers = [
-        PeerIn(name=f"gw-{initiator.name}"[:64], supports=sorted(initiator.algorithms)),
-        PeerIn(name=f"gw-{responder.name}"[:64], supports=sorted(responder.algorithms)),
+    peers = [PeerIn(name=f"gw-{initiator.name}"[:64], supports=sorted(initiator.algorithms))]
+    if responder is not None:
+        peers.append(PeerIn(name=f"gw-{responder.name}"[:64], supports=sorted(responder.algorithms)))
+    elif request.peer is not None and request.peer.supports is not None:
+        peers.append(PeerIn(name="peer", supports=request.peer.supports))
+    peers.append(
         PeerIn(
             name="request",
             policy=request.policy,
@@ -218,21 +262,24 @@ def _negotiate_for(
             objectives=request.objectives,
             forbids=request.forbids,
             strict=request.strict,
-        ),
-    ]
+        )
+    )
     body = NegotiationIn(rating_table=request.rating_table, peers=peers, traffic=request.traffic,
-                         backend=_backend([initiator, responder]))
+                         backend=_backend([initiator] if responder is None else [initiator, responder]))
     result = run_negotiation(session=session, cache=cache, request=body, default_table=default_table)
     if result.suite.protocol == "none":
         raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")
     return result
 
 
-def _ends(tunnel_id: str, initiator: Gateway, responder: Gateway, local_ts: tuple[str, ...],
+def _ends(tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
           remote_ts: tuple[str, ...]) -> tuple[TunnelEnd, TunnelEnd]:
+    if isinstance(far, PeerEnd):  # identities the peer's administrator configured
+        return (TunnelEnd(initiator.ike_address, far.local_identity, local_ts),
+                TunnelEnd(far.address, far.identity, remote_ts))
     # Identities are per tunnel, so each tunnel's PSK is the only one matching its pair.
     left = TunnelEnd(initiator.ike_address, f"{tunnel_id}.{initiator.identity}", local_ts)
-    right = TunnelEnd(responder.ike_address, f"{tunnel_id}.{responder.identity}", remote_ts)
+    right = TunnelEnd(far.ike_address, f"{tunnel_id}.{far.identity}", remote_ts)
     return left, right
 
 
@@ -257,12 +304,13 @@ def _observed(sas: Sequence[IkeSa], name: str) -> ObservedSa | None:
     return None
 
 
-def _rollback(name: str, initiator: ViciGateway, responder: ViciGateway, loaded: list[tuple[str, ViciGateway]]) -> None:
+def _rollback(name: str, initiator: ViciGateway, responder: ViciGateway | None,
+              loaded: list[tuple[str, ViciGateway]]) -> None:
     """Undo a partial set-up: terminate, then unload every conn and secret that was loaded."""
-    with contextlib.suppress(GatewayError, ValueError):
-        initiator.terminate(ike=name, timeout_ms=3000, force=True)
-    with contextlib.suppress(GatewayError, ValueError):
-        responder.terminate(ike=name, timeout_ms=3000, force=True)
+    for v in (initiator, responder):
+        if v is not None:
+            with contextlib.suppress(GatewayError, ValueError):
+                v.terminate(ike=name, timeout_ms=3000, force=True)
     for what, v in reversed(loaded):
         try:
             if what == "conn":
@@ -274,33 +322,44 @@ def _rollback(name: str, initiator: ViciGateway, responder: ViciGateway, loaded:
 
 
 def _bring_up(
-    *, tunnel_id: str, initiator: Gateway, responder: Gateway, local_ts: tuple[str, ...],
-    remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory,
+    *, tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
+    remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory, psk: bytes | None = None,
 ) -> None:
+    """Load, initiate, verify; on any failure unload what was loaded (stage -> verify -> commit).
+
+    ``far`` is a managed gateway (both ends loaded and verified, fresh PSK) or an unmanaged
+    peer (only the initiator loaded and verified, with the peer's write-only ``psk``).
+    """
     name = conn_name(tunnel_id)
-    v_init, v_resp = vici(initiator.vici_socket), vici(responder.vici_socket)
-    left, right = _ends(tunnel_id, initiator, responder, local_ts, remote_ts)
+    v_init = vici(initiator.vici_socket)
+    v_resp = None if isinstance(far, PeerEnd) else vici(far.vici_socket)
+    left, right = _ends(tunnel_id, initiator, far, local_ts, remote_ts)
     ike_proposal = result.proposals["ike"]
     assert ike_proposal is not None
-    psk = secrets.token_bytes(32)
+    if psk is None:
+        psk = secrets.token_bytes(32)
     loaded: list[tuple[str, ViciGateway]] = []
     try:
-        # Responder first, then initiator; each side's secret and conn go concurrently.
-        for v, local, remote in ((v_resp, right, left), (v_init, left, right)):
+        # Both ends' secrets and conns are independent of each other and nothing starts
+        # before ``initiate`` (start_action none), so all four loads go at once.
+        steps: list[tuple[str, ViciGateway, Callable[[], None]]] = []
+        ends = [(v_init, left, right)] if v_resp is None else [(v_resp, right, left), (v_init, left, right)]
+        for v, local, remote in ends:
             conn = conn_payload(
                 name=name, local=local, remote=remote, ike_proposal=ike_proposal,
                 esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
                 ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
             )
             owners = [local.identity, remote.identity]
-            _together(loaded, [
-                ("shared", v, partial(v.load_shared, name, psk, owners=owners)),
-                ("conn", v, partial(v.load_conn, name, conn)),
-            ])
+            steps += [("shared", v, partial(v.load_shared, name, psk, owners=owners)),
+                      ("conn", v, partial(v.load_conn, name, conn))]
+        _together(loaded, steps)
         v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
         expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
                                encryption=result.suite.encryption, integrity=result.suite.integrity)
-        sides = ((v_init, initiator.name), (v_resp, responder.name))
+        sides = [(v_init, initiator.name)]
+        if v_resp is not None:
+            sides.append((v_resp, str(getattr(far, "name", "responder"))))
         observed_sas = list(_POOL.map(lambda side: side[0].list_sas(ike=name), sides))
         for (_, side_name), sas in zip(sides, observed_sas, strict=True):
             observed = _observed(sas, name)
@@ -330,31 +389,71 @@ def _together(loaded: list[tuple[str, ViciGateway]],
         raise first
 
 
+def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence[str],
+              existing: Sequence[TunnelRecord]) -> PeerEnd:
+    try:
+        ip = ipaddress.ip_address(peer.address)
+    except ValueError as exc:
+        raise InvalidInput(f"peer.address {peer.address[:45]!r} is not an IP address") from exc
+    if not any(ip in ipaddress.ip_network(net) for net in allowed_networks):
+        raise InvalidInput(f"peer.address {ip} is outside the allowed networks {list(allowed_networks)}")
+    if str(ip) == initiator.ike_address:
+        raise InvalidInput("peer.address is the initiator's own IKE address")
+    end = PeerEnd(address=str(ip), identity=peer.identity or str(ip),
+                  local_identity=peer.local_identity or initiator.identity)
+    for other in existing:
+        if other.initiator == initiator.name and other.peer is not None \
+                and (other.peer.identity, other.peer.local_identity) == (end.identity, end.local_identity):
+            # Same identity pair, another PSK: charon could not tell which secret is meant.
+            raise Conflict(f"tunnel {other.id} already joins {initiator.name} to peer {end.identity} with these "
+                           "identities: delete it first or use other identities")
+    return end
+
+
 def create_tunnel(
     *, session: Session, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+    allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"),
 ) -> TunnelRecord:
-    """Negotiate, load both ends, bring the tunnel up and verify it.
+    """Negotiate, load the managed end(s), bring the tunnel up and verify it.
+
+    To a registered ``responder``: both ends loaded with a fresh PSK and verified. To an
+    unmanaged ``peer`` (its address inside ``allowed_networks``): only the initiator is
+    loaded, with the peer's write-only PSK, and verified.
 
     Raises:
+        InvalidInput: bad selectors, a peer address outside the allowed networks.
+        Conflict: a tunnel to the same peer with the same identities exists.
         NoFeasibleSuite: nothing meets the minimums; nothing was loaded.
         GatewayUnreachable: a charon does not answer (503); everything loaded was unloaded.
-        GatewayRejected: strongSwan refused, e.g. NO_PROPOSAL_CHOSEN (502); likewise.
+        GatewayRejected: strongSwan refused, e.g. NO_PROPOSAL_CHOSEN or AUTHENTICATION_FAILED (502); likewise.
         TunnelVerificationFailed: strongSwan negotiated something else (502); likewise.
     """
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
     gateways = GatewayRepository(session)
-    initiator, responder = gateways.get(request.initiator), gateways.get(request.responder)
+    initiator = gateways.get(request.initiator)
+    responder = gateways.get(request.responder) if request.responder is not None else None
+    peer = None
+    if request.peer is not None:
+        peer = _peer_end(request.peer, initiator, allowed_networks, TunnelRepository(session).list())
     local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
-    remote_ts = parse_traffic_selectors(request.remote_ts or list(responder.inside_networks), "remote_ts")
+    remote_ts = parse_traffic_selectors(
+        request.remote_ts or (list(responder.inside_networks) if responder is not None else []), "remote_ts")
     result = _negotiate_for(session=session, cache=cache, request=request, initiator=initiator,
                             responder=responder, default_table=default_table)
     tunnel_id = secrets.token_hex(6)
-    _bring_up(tunnel_id=tunnel_id, initiator=initiator, responder=responder, local_ts=local_ts,
-              remote_ts=remote_ts, result=result, vici=vici)
+    far: Gateway | PeerEnd
+    if responder is not None:
+        far = responder
+    else:
+        assert peer is not None  # TunnelIn asks for exactly one of them
+        far = peer
+    psk = request.peer.psk.get_secret_value().encode() if request.peer is not None else None
+    _bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
+              remote_ts=remote_ts, result=result, vici=vici, psk=psk)
     record = TunnelRecord(
-        id=tunnel_id, initiator=initiator.name, responder=responder.name, local_ts=local_ts,
-        remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(),
+        id=tunnel_id, initiator=initiator.name, responder=responder.name if responder is not None else None,
+        local_ts=local_ts, remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(), peer=peer,
     )
     try:
         return TunnelRepository(session).add(record)
@@ -394,7 +493,7 @@ def tunnel_status(*, session: Session, vici: ViciFactory, tunnel_id: str) -> dic
     return out
 
 
-def _teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway, vici: ViciFactory,
+def _teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None, vici: ViciFactory,
               *, strict: bool) -> None:
     """Terminate and unload conn and secret on both ends; ``strict`` re-raises unreachable charons.
 
@@ -404,6 +503,8 @@ def _teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway, vici
     name = record.conn
     errors: list[GatewayError] = []
     for gw in (initiator, responder):
+        if gw is None:  # an unmanaged peer: its administrator's to undo
+            continue
         v = vici(gw.vici_socket)
         try:
             with contextlib.suppress(GatewayRejected):  # "no matching SAs": nothing up
@@ -429,7 +530,8 @@ def delete_tunnel(*, session: Session, vici: ViciFactory, tunnel_id: str) -> Non
     tunnels = TunnelRepository(session)
     record = tunnels.get(tunnel_id)
     gateways = GatewayRepository(session)
-    _teardown(record, gateways.get(record.initiator), gateways.get(record.responder), vici, strict=True)
+    responder = gateways.get(record.responder) if record.responder is not None else None
+    _teardown(record, gateways.get(record.initiator), responder, vici, strict=True)
     tunnels.delete(tunnel_id)
 
 
@@ -465,6 +567,8 @@ def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default
       ``failed`` with the reason (its partial configuration is removed).
     - A ``qoss-*`` conn or secret on a charon with no record: an orphan of a crash
       part-way, unloaded.
+    - A tunnel to an unmanaged peer that is no longer established: its remains on the
+      gateway are removed and it is marked ``failed`` (its PSK was never kept).
     - A gateway that does not answer: its tunnels are left as they are and reported.
     """
     report = ReconcileReport([], [], {}, [], {})
@@ -492,20 +596,29 @@ def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default
                     v.unload_shared(orphan)
             report.orphans_removed.append(f"{name}:{orphan}")
     for record in records:
-        initiator, responder = gateways.get(record.initiator), gateways.get(record.responder)
-        if initiator is None or responder is None or record.initiator in report.unreachable \
-                or record.responder in report.unreachable:
+        initiator = gateways.get(record.initiator)
+        responder = gateways.get(record.responder) if record.responder is not None else None
+        if initiator is None or (record.peer is None and responder is None) \
+                or record.initiator in report.unreachable or record.responder in report.unreachable:
             continue
-        present = all(record.conn in conns.get(side, set()) for side in (record.initiator, record.responder))
+        managed = [record.initiator] if record.responder is None else [record.initiator, record.responder]
+        present = all(record.conn in conns.get(side, set()) for side in managed)
         if present and _established(vici, initiator, record.conn):
             report.healthy.append(record.id)
             if record.state is not TunnelState.UP:
                 tunnels.set_state(record.id, TunnelState.UP, "")
             continue
         _teardown(record, initiator, responder, vici, strict=False)
+        if record.peer is not None:
+            # The peer's PSK is write-only (never stored), so this tunnel cannot be rebuilt.
+            reason = "the tunnel to an unmanaged peer is gone and its PSK is not kept: create it again"
+            report.failed[record.id] = reason
+            tunnels.set_state(record.id, TunnelState.FAILED, f"reconcile: {reason}")
+            continue
+        assert responder is not None
         result = _result_from(record)
         try:
-            _bring_up(tunnel_id=record.id, initiator=initiator, responder=responder, local_ts=record.local_ts,
+            _bring_up(tunnel_id=record.id, initiator=initiator, far=responder, local_ts=record.local_ts,
                       remote_ts=record.remote_ts, result=result, vici=vici)
         except GatewayError as exc:
             report.failed[record.id] = exc.message

@@ -111,3 +111,22 @@ def test_bench_micro_writes_and_imports_a_measured_table(tmp_path: Path) -> None
     answer = json.loads(qoss("negotiate", "-", db=db, stdin=json.dumps(body)).stdout)
     assert "measured" in answer["cost_unit"]
     Path(written["file"]).unlink()
+
+
+def test_tunnel_up_to_a_peer_refuses_bad_input_without_echoing_the_psk(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    no_file = qoss("tunnel", "up", "left", "--peer", "10.99.0.2", "--remote-ts", "10.2.0.1/32", db=db)
+    assert no_file.returncode == 2
+    assert "--psk-file" in no_file.stderr
+    short = tmp_path / "psk"
+    short.write_text("short-secret-value\n")
+    refused = qoss("tunnel", "up", "left", "--peer", "10.99.0.2", "--psk-file", str(short), "--remote-ts",
+                   "10.2.0.1/32", db=db)
+    assert refused.returncode == 2
+    assert "psk" in refused.stderr
+    assert "short-secret-value" not in refused.stderr + refused.stdout
+    no_ts = tmp_path / "good"
+    no_ts.write_text("p" * 40)
+    both = qoss("tunnel", "up", "left", "right", "--peer", "10.99.0.2", "--psk-file", str(no_ts), db=db)
+    assert both.returncode == 2
+    assert "exactly one of responder" in both.stderr

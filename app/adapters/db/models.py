@@ -169,7 +169,9 @@ class TunnelRow(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     initiator: Mapped[str] = mapped_column(String(64), index=True)
-    responder: Mapped[str] = mapped_column(String(64), index=True)
+    responder: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
+    #: An unmanaged far end ({address, identity, local_identity}); never its PSK.
+    peer: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     local_ts: Mapped[list[str]] = mapped_column(Json)
     remote_ts: Mapped[list[str]] = mapped_column(Json)
     state: Mapped[str] = mapped_column(String(16))

@@ -30,7 +30,7 @@ from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import LEVEL_DIMENSIONS, RatingTable
-from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 
 __all__ = [
     "GatewayRepository",
@@ -547,6 +547,7 @@ def _tunnel(row: TunnelRow) -> TunnelRecord:
         id=row.id, initiator=row.initiator, responder=row.responder, local_ts=tuple(row.local_ts),
         remote_ts=tuple(row.remote_ts), state=TunnelState(row.state), negotiation=row.negotiation,
         detail=row.detail, created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
+        peer=PeerEnd(**row.peer) if row.peer else None,
     )
 
 
@@ -568,7 +569,7 @@ class TunnelRepository:
         row = TunnelRow(
             id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
             remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
-            negotiation=dict(record.negotiation),
+            negotiation=dict(record.negotiation), peer=record.peer.as_dict() if record.peer is not None else None,
         )
         self.session.add(row)
         self.session.flush()

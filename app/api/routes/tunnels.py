@@ -38,6 +38,10 @@ def create_tunnel(
 ) -> Any:
     """Negotiate, load both charons (fresh PSK, never returned), bring up, verify with list-sas.
 
+    With ``peer`` instead of ``responder`` the far end is an unmanaged IKEv2 gateway: only
+    the initiator is loaded (with the peer's write-only PSK: never stored, logged or
+    returned) and verified; the peer's address must be inside the allowed networks.
+
     409: nothing feasible (nothing loaded), or the same ``Idempotency-Key`` is in flight.
     503: a charon is unreachable. 502: strongSwan refused or negotiated something else.
     On any failure nothing stays loaded. With ``Idempotency-Key`` a retry returns the first
@@ -53,7 +57,7 @@ def create_tunnel(
             return JSONResponse(stored.body, status_code=stored.status, headers={"Idempotent-Replayed": "true"})
     try:
         record = svc.create_tunnel(session=session, cache=cache, vici=vici, request=body,
-                                   default_table=settings.default_table)
+                                   default_table=settings.default_table, allowed_networks=settings.gateway_networks)
         out = record.as_dict()
         out["ike"] = record.negotiation.get("ike")
         out["notes"] = record.negotiation.get("notes")
