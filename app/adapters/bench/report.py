@@ -1,0 +1,188 @@
+"""`qoss bench report`: read the benchmark JSON, draw the plots (matplotlib, Agg), write report.md.
+
+The ranking, comparison and Markdown are pure (``app.domain.bench_report``); this module
+does the files and the drawing. Figures are made with matplotlib's object API on the Agg
+canvas (no pyplot state, no display), at a size and resolution that keeps each PNG small.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from app.domain.bench_report import (
+    MicroRun,
+    TableComparison,
+    TunnelRun,
+    compare,
+    parse_micro,
+    parse_tunnel,
+    render_markdown,
+    today_from_micro,
+    today_from_tunnel,
+)
+from app.domain.errors import InvalidInput
+from app.domain.scoring import SIZES
+from app.domain.seed_tables import SEED_TABLES
+
+__all__ = ["LATENCY_KEYWORDS", "Report", "cpu_flags", "write_report"]
+
+#: The transforms drawn in the latency plot, by panel: the main ones of each kind.
+LATENCY_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "AEAD (seal)": ("aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes128ccm16"),
+    "cipher (CBC/CTR encrypt)": ("aes128", "aes256", "aes128ctr", "camellia128", "cast128"),
+    "MAC (HMAC/CMAC)": ("md5", "sha1", "sha256", "sha512", "aescmac"),
+}
+_DPI = 90
+
+
+@dataclass(frozen=True)
+class Report:
+    """What :func:`write_report` wrote."""
+
+    markdown: Path
+    plots: tuple[Path, ...]
+    comparisons: tuple[TableComparison, ...]
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU feature flags (``aes``, ``sha_ni``, ...) of this machine; empty if unknown."""
+    try:
+        with cpuinfo.open() as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _load(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{what}: cannot read {path}: {exc}") from exc
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=_DPI)
+    return path
+
+
+def _plot_micro_throughput(micro: MicroRun, path: Path) -> Path:
+    rows = sorted((r for r in micro.results if r.ops_per_s is None), key=lambda r: r.mb_per_s)
+    fig = Figure(figsize=(7.5, 0.18 * len(rows) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.barh([r.keyword for r in rows], [r.mb_per_s for r in rows], color="tab:blue")
+    ax.set_xscale("log")
+    ax.set_xlabel("MB/s at 1400 B (log scale)")
+    ax.set_title("Micro: throughput per transform, one core, userspace crypto")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    return _save(fig, path)
+
+
+def _plot_latency(micro: MicroRun, path: Path) -> Path:
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(LATENCY_KEYWORDS), sharex=True)
+    xs = [0.0, float(max(SIZES))]
+    for ax, (panel, keywords) in zip(axes, LATENCY_KEYWORDS.items(), strict=True):
+        for keyword in keywords:
+            result = micro.get(keyword)
+            if result is None or result.ops_per_s is not None:
+                continue
+            fit = result.fit
+            sizes = sorted(result.ns_by_size)
+            (line,) = ax.plot(xs, [fit.at(int(x)) for x in xs], linewidth=1)
+            ax.plot(sizes, [result.ns_by_size[s] for s in sizes], "o", color=line.get_color(), markersize=4,
+                    label=f"{keyword}: {fit.a:.2f}·B + {fit.b:,.0f}")
+        ax.set_title(panel, fontsize=10)
+        ax.set_xlabel("packet size (bytes)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    axes[0].set_ylabel("ns per packet")
+    fig.suptitle("Micro: ns per packet against size, with the fitted ns = a·bytes + b (seed 000 §5.5)", fontsize=11)
+    return _save(fig, path)
+
+
+def _plot_kex(micro: MicroRun, path: Path) -> Path:
+    rows = sorted((r for r in micro.results if r.ops_per_s is not None), key=lambda r: r.ops_per_s or 0.0)
+    fig = Figure(figsize=(7.5, 0.22 * len(rows) + 1.2), layout="constrained")
+    ax = fig.add_subplot()
+    colours = ["tab:orange" if r.keyword.startswith("modp") else "tab:green" for r in rows]
+    ax.barh([r.keyword for r in rows], [r.ops_per_s or 0.0 for r in rows], color=colours)
+    ax.set_xscale("log")
+    ax.set_xlabel("key generation + shared secret per second (log scale); orange: MODP, green: elliptic curves")
+    ax.set_title("Micro: key exchange per group (the IKE cost)")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(axis="x", which="both", alpha=0.3)
+    return _save(fig, path)
+
+
+def _plot_tunnel(tunnel: TunnelRun, path: Path) -> Path:
+    suites = sorted((s for s in tunnel.suites if s.throughput is not None),
+                    key=lambda s: s.throughput.median if s.throughput else 0.0)
+    fig = Figure(figsize=(7.5, 0.3 * len(suites) + 1.5), layout="constrained")
+    ax = fig.add_subplot()
+    medians = [s.throughput.median if s.throughput else 0.0 for s in suites]
+    errors = [(s.throughput.spread or 0.0) * m if s.throughput else 0.0 for s, m in zip(suites, medians, strict=True)]
+    ax.barh([s.esp for s in suites], medians, xerr=errors, color="tab:purple", capsize=2)
+    base = tunnel.baseline.throughput if tunnel.baseline is not None else None
+    if base is not None:
+        ax.axvline(base.median, color="black", linestyle="--", linewidth=1, label=f"no IPsec: {base.median:,.0f}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("Mbit/s through the tunnel (median; bar: spread)")
+    ax.set_title(f"Tunnel: throughput per ESP suite ({tunnel.backend or 'charon'})")
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def write_report(
+    *, micro_path: Path, out_dir: Path, tunnel_path: Path | None = None, commands: Sequence[str] = (),
+    levels: Mapping[str, int | None] | None = None, flags: frozenset[str] | None = None,
+) -> Report:
+    """Write ``out_dir/report.md`` and its PNG plots.
+
+    Args:
+        micro_path: JSON from ``qoss bench micro --out``.
+        out_dir: created if missing; existing report files are overwritten.
+        tunnel_path: JSON from ``qoss bench tunnel --out``, optional.
+        commands: the commands that produced the inputs and this report (shown in it).
+        levels: today's security level per keyword, for the Table 14 comparison.
+        flags: CPU flags for the flip reasons (default: this machine's).
+
+    Raises:
+        InvalidInput: an input file is missing or is not such a document.
+    """
+    micro = parse_micro(_load(micro_path, "micro"))
+    tunnel = parse_tunnel(_load(tunnel_path, "tunnel")) if tunnel_path is not None else None
+    flags = cpu_flags() if flags is None else flags
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comparisons: list[TableComparison] = []
+    for table in SEED_TABLES:
+        comparisons.append(compare(table, today_from_micro(table, micro), source="micro", cpu_flags=flags))
+        if tunnel is not None:
+            today = today_from_tunnel(table, tunnel)
+            if sum(v is not None for v in today.values()) >= 2:
+                comparisons.append(compare(table, today, source="tunnel", cpu_flags=flags))
+    plots = {
+        "Throughput per transform at 1400 B (micro)": _plot_micro_throughput(micro, out_dir / "throughput_micro.png"),
+        "ns per packet against size with fitted lines": _plot_latency(micro, out_dir / "latency_fit.png"),
+        "Key exchange per group": _plot_kex(micro, out_dir / "kex.png"),
+    }
+    if tunnel is not None and tunnel.suites:
+        plots["Throughput per ESP suite (tunnel)"] = _plot_tunnel(tunnel, out_dir / "throughput_tunnel.png")
+    text = render_markdown(micro=micro, tunnel=tunnel, comparisons=comparisons,
+                           plots={caption: p.name for caption, p in plots.items()}, commands=commands, levels=levels)
+    markdown = out_dir / "report.md"
+    markdown.write_text(text)
+    return Report(markdown, tuple(plots.values()), tuple(comparisons))
