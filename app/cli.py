@@ -389,6 +389,8 @@ def bench_micro(
     base: Annotated[str, typer.Option(help="table whose security levels the measured table keeps")] =
         "standards-2026",
     out: Annotated[Path | None, typer.Option(help="also write the raw results as JSON here")] = None,
+    sweep_limit: Annotated[float, typer.Option(help="seconds for the sweep with re-measurements of noisy runs")] =
+        50.0,
     database_url: DbUrl = None,
 ) -> None:
     """Time every transform the crypto library offers (64-1400 B), fit ns = a*bytes + b, score 0-10."""
@@ -403,7 +405,8 @@ def bench_micro(
     began = time.monotonic()
     with typer.progressbar(length=len(keywords), label="measuring") as bar:
         try:
-            results = run_micro(keywords, budget_per_algorithm=budget, progress=lambda _: bar.update(1))
+            results = run_micro(keywords, budget_per_algorithm=budget, sweep_limit=sweep_limit,
+                                progress=lambda _: bar.update(1))
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
