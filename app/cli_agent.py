@@ -141,11 +141,17 @@ def connect(
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
     lifetime: Annotated[int, typer.Option(min=30, max=86_400, help="seconds")] = 600,
+    refresh: Annotated[bool, typer.Option(
+        "--refresh", help="read the local charon's algorithms and back end again instead of the cache")] = False,
 ) -> None:
-    """Client: ask Host for a tunnel to a target, verify the answer, bring the tunnel up, report it."""
+    """Client: ask Host for a tunnel to a target, verify the answer, bring the tunnel up, report it.
+
+    The local charon's algorithms and back end are cached in the state directory and read
+    again when charon restarts, after an hour, or with ``--refresh``.
+    """
     try:
         report = _client(config).connect(
-            target=target, objective_id=objective, lifetime=lifetime,
+            target=target, objective_id=objective, lifetime=lifetime, refresh=refresh,
             min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange},
         )
     except QossError as exc:

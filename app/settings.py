@@ -46,5 +46,9 @@ class Settings(BaseSettings):
     agent_config: Path | None = Field(
         default=None, description="the tunnel agent's YAML config: enables the Host and/or Target roles"
     )
-    agent_rate: float = Field(default=5.0, description="agent requests per second per source address and per user")
-    agent_burst: int = Field(default=20, description="agent requests a source or user may make at once")
+    agent_rate: float = Field(default=5.0, description="agent requests per second per source address")
+    agent_burst: int = Field(default=20, description="agent requests a source address may make at once")
+    agent_user_rate: float = Field(
+        default=1.0, gt=0, description="Host: agent requests per second per verified user (after the signature check)"
+    )
+    agent_user_burst: int = Field(default=10, ge=1, description="Host: agent requests a verified user may make at once")

@@ -75,7 +75,8 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=25, help="runs of each (>= 20)")
     args = parser.parse_args()
     n = max(1, min(args.n, 500))
-    topo = Topology(server_env={"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000"})
+    topo = Topology(server_env={"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000",
+                                "QOSS_AGENT_USER_RATE": "1000", "QOSS_AGENT_USER_BURST": "1000"})
     try:
         topo.open()
         done = subprocess.run(["ip", "netns", "exec", topo.client.netns, sys.executable, "-c", INNER,

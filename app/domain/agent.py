@@ -535,28 +535,35 @@ class Endorsement:
 
 @dataclass(frozen=True, slots=True)
 class Revocation:
-    """Host -> Target: the user is revoked; take their tunnels down."""
+    """Host -> Target: the user is revoked; take their tunnels down.
+
+    It names the revoked Ed25519 key, so Target can keep its own record and refuse any later
+    endorsement of that user with that key (a re-enrolled user has new keys).
+    """
 
     host: str
     target: str
     nonce: bytes
     timestamp: int
     user_id: str
+    sign_public_key: bytes
 
     def body(self) -> bytes:
         return canonical({
             "kind": Kind.REVOKE.value, "sender": self.host, "recipient": self.target,
             "nonce": b64e(self.nonce), "ts": self.timestamp, "user_id": self.user_id,
+            "sign_public_key": b64e(self.sign_public_key),
         })
 
     @classmethod
     def parse(cls, body: bytes) -> Revocation:
         obj = decode_canonical(body, max_size=MAX_SEALED_BYTES)
-        _fields(obj, ("kind", "nonce", "recipient", "sender", "ts", "user_id"))
+        _fields(obj, ("kind", "nonce", "recipient", "sender", "sign_public_key", "ts", "user_id"))
         if obj["kind"] != Kind.REVOKE.value:
             raise AgentRejected("signed kind differs from the header")
         return cls(host=_str(obj, "sender"), target=_str(obj, "recipient"), nonce=b64d(obj["nonce"], size=_NONCE),
-                   timestamp=_int(obj, "ts", 0, 2**40), user_id=_str(obj, "user_id"))
+                   timestamp=_int(obj, "ts", 0, 2**40), user_id=_str(obj, "user_id"),
+                   sign_public_key=b64d(obj["sign_public_key"], size=32))
 
 
 @dataclass(frozen=True, slots=True)

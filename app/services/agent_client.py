@@ -19,6 +19,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,25 @@ from app.domain.agent import (
 from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
 from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
 from app.services.agent_config import ClientConfig
+from app.services.agent_timing import Steps
 
-__all__ = ["AgentClient"]
+__all__ = ["CAPABILITIES_TTL", "AgentClient"]
 
 log = logging.getLogger("qoss.agent.client")
 
 Post = Callable[[str, bytes], bytes]
+_CAPS_FILE = "capabilities.json"
+#: Cached charon capabilities are read again after this many seconds (and whenever charon restarts).
+CAPABILITIES_TTL = 3600.0
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (0600), replacing it atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    tmp.replace(path)
 
 
 def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
@@ -74,6 +88,10 @@ class AgentClient:
         self.targets = {n: p.keys(config.base_dir) for n, p in config.targets.items()}
         self._post = post
         self._clock = clock
+        self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
+        self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qoss-agent-client")
+        #: Where the last connect's time went (step -> ms; no secrets), for benchmarks.
+        self.last_steps: dict[str, float] = {}
 
     # -- messages -------------------------------------------------------------------------
 
@@ -112,14 +130,62 @@ class AgentClient:
 
     # -- connect / disconnect ------------------------------------------------------------------
 
-    def capabilities(self) -> tuple[tuple[str, ...], bool]:
-        """(algorithm keywords of the local charon, whether it can do AH and transport mode)."""
-        algorithms = keywords_from_charon(self.vici.get_algorithms().as_sections())
+    def _charon_key(self) -> list[int] | None:
+        """What identifies the running charon: its VICI socket's device, inode and change time.
+
+        charon makes a new socket each time it starts, so a restart (the only way to change
+        its plugins, hence its algorithms and back end) changes the key. None: no socket.
+        """
+        try:
+            info = os.stat(self.config.vici_socket)
+        except OSError:
+            return None
+        return [info.st_dev, info.st_ino, info.st_ctime_ns]
+
+    def _caps_path(self) -> Path:
+        return self.config.state_dir / _CAPS_FILE
+
+    def _cached_capabilities(self, key: list[int]) -> tuple[tuple[str, ...], bool] | None:
+        now = self._clock()
+        if self._caps is not None and self._caps[0] == key and now - self._caps[1] < CAPABILITIES_TTL:
+            return self._caps[2], self._caps[3]
+        try:
+            raw = json.loads(self._caps_path().read_text())
+            if (raw["key"] == key and 0 <= now - float(raw["at"]) < CAPABILITIES_TTL
+                    and isinstance(raw["native"], bool) and isinstance(raw["algorithms"], list)
+                    and all(isinstance(a, str) for a in raw["algorithms"])):
+                self._caps = (key, float(raw["at"]), tuple(raw["algorithms"]), raw["native"])
+                return self._caps[2], self._caps[3]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return None
+
+    def capabilities(self, *, refresh: bool = False) -> tuple[tuple[str, ...], bool]:
+        """(algorithm keywords of the local charon, whether it can do AH and transport mode).
+
+        Read with VICI ``get-algorithms`` and ``stats``, then cached in memory and in
+        ``state_dir/capabilities.json``, keyed on the charon (:meth:`_charon_key`): a restarted
+        charon is read again, and so is one read more than :data:`CAPABILITIES_TTL` seconds ago
+        or when ``refresh`` is true (``qoss agent connect --refresh``).
+        """
+        key = self._charon_key()
+        if key is not None and not refresh:
+            cached = self._cached_capabilities(key)
+            if cached is not None:
+                return cached
+        algorithms = tuple(sorted(keywords_from_charon(self.vici.get_algorithms().as_sections())))
         native = self.vici.stats().backend != "kernel-libipsec"
-        return tuple(sorted(algorithms)), native
+        if key is not None and key == self._charon_key():
+            now = self._clock()
+            self._caps = (key, now, algorithms, native)
+            with contextlib.suppress(OSError):
+                self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+                _write_private(self._caps_path(), json.dumps(
+                    {"key": key, "at": now, "algorithms": list(algorithms), "native": native}))
+        return algorithms, native
 
     def connect(self, *, target: str, objective_id: int, min_levels: Mapping[str, int] | None = None,
-                lifetime: int = 600) -> dict[str, Any]:
+                lifetime: int = 600, refresh: bool = False) -> dict[str, Any]:
         """Ask for a tunnel to ``target`` and bring it up; the report (no key material).
 
         Raises:
@@ -127,11 +193,17 @@ class AgentClient:
             RemoteRefused: e.g. 409 when nothing meets the minimums.
             GatewayError: the local charon failed (Target's side is closed again).
         """
-        supports, native = self.capabilities()
+        steps = Steps("client")
+        supports, native = self.capabilities(refresh=refresh)
+        steps.mark("capabilities")
         info = RequestInfo(target=target, min_levels=dict(min_levels or {}), supports=supports, ah=native,
                            transport=native, lifetime=lifetime, ike_address=self.config.ike_address)
         request, wire = self.request(Kind.CONNECT, info, objective_id)
-        response = self._send(request, wire)
+        steps.mark("seal")
+        answer = self._post(f"{self.host.url}/v1/agent/requests", wire)
+        steps.mark("host")
+        response = self.accept(answer, request)
+        steps.mark("accept")
         tunnel = response.tunneling_info
         assert tunnel is not None  # Response.parse guarantees it for a RESPONSE
         report: dict[str, Any] = {
@@ -145,22 +217,32 @@ class AgentClient:
         name = f"qoss-agent-{tunnel.ticket[:16]}"
         report["conn"] = name
         try:
-            report["virtual_ip"] = self._bring_up(name, response)
+            report["virtual_ip"] = self._bring_up(name, response, steps)
         except BaseException:
             self._teardown(name)
             with contextlib.suppress(Exception):
                 self._disconnect_remote(target, tunnel.ticket, objective_id)
             raise
         self._remember(report, objective_id)
+        steps.mark("remember")
+        steps.done()
+        self.last_steps = steps.as_dict()
         return report
 
-    def _bring_up(self, name: str, response: Response) -> str | None:
+    def _bring_up(self, name: str, response: Response, steps: Steps) -> str | None:
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
-        self.vici.load_shared(name, response.session_key, owners=[tunnel.client_identity, tunnel.target_identity])
-        self.vici.load_conn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address))
+        # Secret and conn are independent: load them at once (two VICI sessions).
+        shared = self._loader.submit(self.vici.load_shared, name, response.session_key,
+                                     [tunnel.client_identity, tunnel.target_identity])
+        try:
+            self.vici.load_conn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address))
+        finally:
+            shared.result()
+        steps.mark("load")
         self.vici.initiate(child=name, ike=name, timeout_ms=15_000)
+        steps.mark("initiate")
         suite = tunnel.suite
         expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
                                encryption=suite.get("encryption"), integrity=suite.get("integrity"))
@@ -171,6 +253,7 @@ class AgentClient:
         wrong = mismatches(expected, seen)
         if wrong:
             raise TunnelVerificationFailed("; ".join(wrong))
+        steps.mark("verify")
         vips = next((sa.local_vips for sa in sas if sa.name == name), ())
         return vips[0] if vips else None
 
@@ -218,10 +301,8 @@ class AgentClient:
 
     def _remember(self, report: Mapping[str, Any], objective_id: int) -> None:
         self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self._path(str(report["ticket"]))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            json.dump({**report, "objective_id": objective_id}, out, indent=2)
+        _write_private(self._path(str(report["ticket"])), json.dumps({**report, "objective_id": objective_id},
+                                                                     indent=2))
 
     def _forget(self, ticket: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -233,6 +314,8 @@ class AgentClient:
             return []
         out = []
         for path in sorted(self.config.state_dir.glob("*.json")):
+            if path.name == _CAPS_FILE:
+                continue
             with contextlib.suppress(OSError, ValueError):
                 out.append(json.loads(path.read_text()))
         return out

@@ -37,12 +37,15 @@ from app.domain.agent import (
 from app.domain.errors import InvalidInput, QossError
 from app.services.agent_config import AgentConfig, HostRole
 from app.services.agent_target import Outcome, TargetAgent
+from app.services.agent_timing import Steps
 
-__all__ = ["HostAgent", "Post"]
+__all__ = ["Admit", "HostAgent", "Post"]
 
 SessionFactory = Callable[[], Session]
 #: (url, wire) -> answer wire; raises AgentRejected / RemoteRefused / PeerUnreachable.
 Post = Callable[[str, bytes], bytes]
+#: user id -> None; raises to refuse (the per-user rate limit).
+Admit = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,11 +106,15 @@ class HostAgent:
             NotFound: no such user.
         """
         with self._sessions() as session, session.begin():
-            UserRepository(session).revoke(user_id)
+            users = UserRepository(session)
+            users.revoke(user_id)
+            user = users.find(user_id)
+        assert user is not None  # revoke raised NotFound otherwise
         results: dict[str, str] = {}
         for target in self.targets.values():
             revocation = Revocation(host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
-                                    timestamp=int(self._clock()), user_id=user_id)
+                                    timestamp=int(self._clock()), user_id=user_id,
+                                    sign_public_key=user.sign_public_key)
             wire = seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(), signer=self.keys,
                         recipient=target.keys.kem)
             try:
@@ -123,42 +130,55 @@ class HostAgent:
 
     # -- requests -------------------------------------------------------------------------
 
-    def handle(self, data: bytes) -> Outcome:
+    def handle(self, data: bytes, *, admit: Admit | None = None) -> Outcome:
         """Check a client's request, endorse it to its target and return the target's sealed answer.
+
+        Args:
+            data: the client's wire message.
+            admit: called with the user id once the request is genuine, fresh and not a replay
+                (the per-user rate limit); whatever it raises refuses the request, and the nonce
+                is not spent, so the same request may be sent again later.
 
         Raises:
             AgentRejected: any check failed here or at the target (one public text for all).
             RemoteRefused: the target refused for another reason (e.g. 409: nothing feasible).
             GatewayError: the target (or its charon) is unreachable or failed.
+            RateLimited: from ``admit``.
         """
         now = self._clock()
+        steps = Steps("host")
         kind, body, tag = open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT], me=self.keys)
         request = ClientRequest.parse(body, kind=kind)
         if request.host != self.keys.name:
             raise AgentRejected("signed for another host")
-        with self._sessions() as session:
-            user = UserRepository(session).find(request.user_id)
-        if user is None:
-            raise AgentRejected(f"unknown user {request.user_id}")
-        if user.revoked:
-            raise AgentRejected(f"revoked user {request.user_id}")
-        verify(user.sign_public_key, kind, body, tag)
-        check_fresh(request.timestamp, now)
-        if request.objective_id not in user.objectives:
-            raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
-        target = self.targets.get(request.request_info.target)
-        if target is None:
-            raise AgentRejected(f"unknown target {request.request_info.target}")
+        steps.mark("open")
+        # One transaction: the user's record, every check, the nonce (a replay fails atomically).
         with self._sessions() as session, session.begin():
+            user = UserRepository(session).find(request.user_id)
+            if user is None:
+                raise AgentRejected(f"unknown user {request.user_id}")
+            if user.revoked:
+                raise AgentRejected(f"revoked user {request.user_id}")
+            verify(user.sign_public_key, kind, body, tag)
+            check_fresh(request.timestamp, now)
+            if request.objective_id not in user.objectives:
+                raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
+            target = self.targets.get(request.request_info.target)
+            if target is None:
+                raise AgentRejected(f"unknown target {request.request_info.target}")
             if not NonceRepository(session).claim("host", f"user:{user.user_id}", request.request_id,
                                                   datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
                 raise AgentRejected("replayed request")
+            if admit is not None:
+                admit(user.user_id)
+        steps.mark("checks")
         endorsement = Endorsement(
             kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
             timestamp=int(self._clock()), user=user, client_kind=kind, client_body=body, client_tag=tag,
         )
         wire = seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(), signer=self.keys,
                     recipient=target.keys.kem)
+        steps.mark("seal")
         what = f"{kind.value} user={user.user_id} objective={request.objective_id} target={target.name}"
         try:
             if target.url == "local" and self._local is not None:
@@ -167,4 +187,6 @@ class HostAgent:
             answer = self._post(f"{target.url}/v1/agent/target/requests", wire)
         except AgentRejected as exc:
             raise AgentRejected(f"target rejected: {exc.reason}") from exc
+        steps.mark("target")
+        steps.done()
         return Outcome(answer=answer, audit=f"relayed {what}"[:200])

@@ -25,6 +25,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,7 @@ from app.adapters.db.agent import (
     AgentSessionRow,
     LeaseRepository,
     NonceRepository,
+    RevocationRepository,
     SessionRepository,
 )
 from app.adapters.vici.driver import ViciGateway
@@ -56,16 +58,27 @@ from app.domain.errors import GatewayError, GatewayUnreachable
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import keywords_from_charon
 from app.services.agent_config import AgentConfig, TargetRole
+from app.services.agent_timing import Steps
 from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation
 from app.services.ratings import TableCache
 
-__all__ = ["Outcome", "TargetAgent"]
+__all__ = ["RECONCILE_GRACE", "Outcome", "Reconciled", "TargetAgent"]
 
 log = logging.getLogger("qoss.agent.target")
 
 SessionFactory = Callable[[], Session]
 ViciFactory = Callable[[str], ViciGateway]
 _CAPS_TTL = 30.0
+#: Reconcile leaves sessions younger than this alone (another worker may still be loading them).
+RECONCILE_GRACE = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a reconcile did: conns unloaded that no session owned; sessions ended whose conn vanished."""
+
+    orphans: list[str]
+    vanished: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +114,10 @@ class TargetAgent:
         self._caps: tuple[float, frozenset[str], str | None] | None = None
         self._caps_lock = threading.Lock()
         self._sweeps = 0
+        #: Conns between their session's commit and the end of their load (reconcile leaves them be).
+        self._inflight: set[str] = set()
+        self._inflight_lock = threading.Lock()
+        self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-load")
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -114,8 +131,9 @@ class TargetAgent:
 
     # -- messages -------------------------------------------------------------------------
 
-    def _open_endorsement(self, data: bytes, now: float) -> tuple[Endorsement, ClientRequest]:
+    def _open_endorsement(self, data: bytes, now: float, steps: Steps) -> tuple[Endorsement, ClientRequest]:
         _, body, tag = open_sealed(data, kinds=[Kind.ENDORSE], me=self.keys)
+        steps.mark("open")
         endorsement = Endorsement.parse(body)
         host_keys = self.hosts.get(endorsement.host)
         if host_keys is None:
@@ -136,14 +154,24 @@ class TargetAgent:
         check_fresh(request.timestamp, now)
         if request.objective_id not in user.objectives:
             raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
-        with self._sessions() as session, session.begin():
-            nonces = NonceRepository(session)
-            expires = _at(now + REPLAY_TTL)
-            if not nonces.claim("target", f"host:{endorsement.host}", endorsement.nonce, expires):
-                raise AgentRejected("replayed endorsement")
-            if not nonces.claim("target", f"user:{request.user_id}", request.request_id, expires):
-                raise AgentRejected("replayed request")
+        steps.mark("verify")
         return endorsement, request
+
+    @staticmethod
+    def _admit(session: Session, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
+        """In the caller's transaction: Target's own revocation list, then both nonces (single use).
+
+        Raises:
+            AgentRejected: the user's key was revoked here, or a nonce was seen before.
+        """
+        if RevocationRepository(session).revoked(request.user_id, endorsement.user.sign_public_key):
+            raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
+        nonces = NonceRepository(session)
+        expires = _at(now + REPLAY_TTL)
+        if not nonces.claim("target", f"host:{endorsement.host}", endorsement.nonce, expires):
+            raise AgentRejected("replayed endorsement")
+        if not nonces.claim("target", f"user:{request.user_id}", request.request_id, expires):
+            raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
         """Answer one endorsed request (connect or disconnect): the sealed response for the client.
@@ -154,9 +182,12 @@ class TargetAgent:
             GatewayError: charon failed or is unreachable (nothing left configured).
         """
         now = self._clock()
-        endorsement, request = self._open_endorsement(data, now)
+        steps = Steps("target")
+        endorsement, request = self._open_endorsement(data, now, steps)
         if request.kind is Kind.DISCONNECT:
             ticket = request.request_info.ticket or ""
+            with self._sessions() as session, session.begin():
+                self._admit(session, endorsement, request, now)
             self._close(ticket, user_id=request.user_id, state=AgentSessionState.CLOSED,
                         reason="disconnected by the client")
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
@@ -165,7 +196,7 @@ class TargetAgent:
             audit = f"disconnect user={request.user_id} ticket={ticket}"
         else:
             session_key = secrets.token_bytes(32)
-            info = self._connect(endorsement, request, session_key, now)
+            info = self._connect(endorsement, request, session_key, now, steps)
             response = Response(kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
                                 tunneling_info=info, target=self.keys.name, user_id=request.user_id,
                                 host=endorsement.host, timestamp=int(self._clock()))
@@ -173,11 +204,13 @@ class TargetAgent:
                      f"protection={info.protection} esp={info.esp_proposal}")
         answer = seal(kind=response.kind, to=request.user_id, body=response.body(), signer=self.keys,
                       recipient=endorsement.user.kem_public_key)
+        steps.mark("seal")
+        steps.done()
         return Outcome(answer=answer, audit=audit[:200])
 
     # -- connect ------------------------------------------------------------------------
 
-    def _negotiate(self, request: ClientRequest) -> NegotiationResult:
+    def _negotiate(self, session: Session, request: ClientRequest) -> NegotiationResult:
         algorithms, backend = self._capabilities()
         info = request.request_info
         libipsec = backend == "kernel-libipsec"
@@ -194,61 +227,70 @@ class TargetAgent:
             backend=BackendIn(name=backend or "strongswan", ah=info.ah and not libipsec, ah_esp_bundle=False,
                               transport=info.transport and not libipsec),
         )
-        with self._sessions() as session:
-            return run_negotiation(session=session, cache=self._cache, request=body,
-                                   default_table=self._default_table)
+        return run_negotiation(session=session, cache=self._cache, request=body, default_table=self._default_table)
 
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes,
-                 now: float) -> TunnelingInfo:
-        result = self._negotiate(request)
+                 now: float, steps: Steps) -> TunnelingInfo:
+        """Admit, negotiate, lease and record the session in ONE transaction, then configure charon.
+
+        The session row is committed before charon is touched, so the sweeper and reconcile
+        always know what may be loaded; a failure while loading unloads everything loaded,
+        ends the session as failed and frees its lease.
+        """
         ticket = secrets.token_hex(16)
-        lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
-        expires = int(now) + lifetime
-        suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
-                 "proposals": dict(result.proposals)}
-        client_identity = f"{ticket[:12]}.{request.user_id}"
-        base: dict[str, Any] = {
-            "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
-            "client_identity": client_identity, "remote_ts": tuple(self.role.protected), "mode": result.mode,
-            "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]), "expires": expires,
-        }
-        if result.suite.protocol == "none":
-            # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
-            return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
-        esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
-        if esp is None or ike is None:
-            raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen here
         conn = f"qoss-agent-{ticket[:16]}"
-        vip = self._lease(ticket)
-        row = AgentSessionRow(
-            ticket=ticket, user_id=request.user_id, host_id=endorsement.host, request_id=request.request_id.hex(),
-            objective_id=request.objective_id, protection="esp", conn=conn, pool=conn, virtual_ip=vip,
-            client_identity=client_identity, suite=suite, state=AgentSessionState.ACTIVE.value,
-            expires_at=_at(expires),
-        )
-        try:
-            with self._sessions() as session, session.begin():
-                SessionRepository(session).add(row)
-        except BaseException:
-            self._release(ticket)
-            raise
+        with self._sessions() as session, session.begin():
+            self._admit(session, endorsement, request, now)
+            steps.mark("admit")
+            result = self._negotiate(session, request)
+            steps.mark("negotiate")
+            lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
+            expires = int(now) + lifetime
+            suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
+                     "proposals": dict(result.proposals)}
+            client_identity = f"{ticket[:12]}.{request.user_id}"
+            base: dict[str, Any] = {
+                "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
+                "client_identity": client_identity, "remote_ts": tuple(self.role.protected), "mode": result.mode,
+                "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]), "expires": expires,
+            }
+            if result.suite.protocol == "none":
+                # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
+                return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+            esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
+            if esp is None or ike is None:
+                raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen here
+            vip = self._lease(session, ticket)
+            SessionRepository(session).add(AgentSessionRow(
+                ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
+                request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp", conn=conn,
+                pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
+                state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
+            ))
+        steps.mark("commit")
+        with self._inflight_lock:
+            self._inflight.add(conn)
         try:
             self._load(conn, vip, session_key, client_identity, request, ike, esp, result)
         except BaseException as exc:
             self._finish(ticket, AgentSessionState.FAILED, f"charon: {getattr(exc, 'message', type(exc).__name__)}")
             raise
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(conn)
+        steps.mark("load")
         return TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
 
-    def _lease(self, ticket: str) -> str:
-        """A free virtual IP from the pool, leased to ``ticket`` (a unique row: never handed out twice)."""
+    def _lease(self, session: Session, ticket: str) -> str:
+        """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
+        row: never handed out twice)."""
         network = ipaddress.ip_network(self.role.pool)
-        with self._sessions() as session, session.begin():
-            leases = LeaseRepository(session)
-            taken = leases.taken()
-            for address in network.hosts():
-                text = str(address)
-                if text not in taken and leases.take(text, ticket):
-                    return text
+        leases = LeaseRepository(session)
+        taken = leases.taken()
+        for address in network.hosts():
+            text = str(address)
+            if text not in taken and leases.take(text, ticket):
+                return text
         raise AgentRejected("the virtual IP pool is exhausted")
 
     def _release(self, ticket: str) -> None:
@@ -257,27 +299,41 @@ class TargetAgent:
 
     def _load(self, conn: str, vip: str, key: bytes, client_identity: str, request: ClientRequest, ike: str,
               esp: str, result: NegotiationResult) -> None:
+        """Load pool, secret and conn at once (three VICI sessions: they are independent), then check
+        all three; if any failed, unload the ones that were loaded and raise the first error."""
         v = self._vici(self.role.vici_socket)
+        body = target_conn(
+            name=conn, target_address=self.role.ike_address, target_identity=self.identity,
+            client_identity=client_identity, client_address=request.request_info.ike_address,
+            local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
+            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+        )
+        pending = {
+            "pool": self._loader.submit(v.load_pool, conn, f"{vip}/{32 if ':' not in vip else 128}"),
+            "shared": self._loader.submit(v.load_shared, conn, key, [self.identity, client_identity]),
+        }
         loaded: list[str] = []
+        errors: list[BaseException] = []
         try:
-            v.load_pool(conn, f"{vip}/{32 if ':' not in vip else 128}")
-            loaded.append("pool")
-            v.load_shared(conn, key, owners=[self.identity, client_identity])
-            loaded.append("shared")
-            v.load_conn(conn, target_conn(
-                name=conn, target_address=self.role.ike_address, target_identity=self.identity,
-                client_identity=client_identity, client_address=request.request_info.ike_address,
-                local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
-                ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
-            ))
+            v.load_conn(conn, body)
             loaded.append("conn")
-        except BaseException:
+        except BaseException as exc:
+            errors.append(exc)
+        for what, future in pending.items():
+            try:
+                future.result()
+                loaded.append(what)
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
             self._unload(v, conn, loaded)
-            raise
+            raise errors[0]
 
     @staticmethod
     def _unload(v: ViciGateway, conn: str, loaded: Sequence[str]) -> None:
-        for what in reversed(loaded):
+        for what in ("conn", "shared", "pool"):
+            if what not in loaded:
+                continue
             try:
                 {"pool": v.unload_pool, "shared": v.unload_shared, "conn": v.unload_conn}[what](conn)
             except GatewayError as exc:
@@ -321,7 +377,9 @@ class TargetAgent:
             raise AgentRejected("ticket used already")
 
     def revoke(self, data: bytes) -> Outcome:
-        """Host revoked a user: end that user's sessions (from that host). The answer is the count.
+        """Host revoked a user: record it in Target's own list (user and signing key, so a later
+        endorsement of that key is refused whatever a Host says) and end that user's sessions
+        (from that host). The answer is the count.
 
         Raises:
             AgentRejected: any check failed.
@@ -340,15 +398,23 @@ class TargetAgent:
             if not NonceRepository(session).claim("target", f"host:{revocation.host}", revocation.nonce,
                                                   _at(now + REPLAY_TTL)):
                 raise AgentRejected("replayed revocation")
+            RevocationRepository(session).add(user_id=revocation.user_id,
+                                              sign_public_key=revocation.sign_public_key, host_id=revocation.host)
             tickets = [r.ticket for r in SessionRepository(session).select(
                 state=AgentSessionState.ACTIVE, user_id=revocation.user_id) if r.host_id == revocation.host]
         closed = [t for t in tickets if self._finish(t, AgentSessionState.REVOKED, "user revoked at host")]
         return Outcome(answer=str(len(closed)).encode(),
                        audit=f"revoke user={revocation.user_id} closed={len(closed)}")
 
+    def revocations(self) -> list[dict[str, Any]]:
+        """Target's own revocation list, newest first (public keys only)."""
+        with self._sessions() as session:
+            return [{"user_id": r.user_id, "sign_public_key": r.sign_public_key, "host": r.host_id,
+                     "revoked_at": r.revoked_at.isoformat()} for r in RevocationRepository(session).all()]
+
     def sweep(self) -> list[str]:
-        """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) unload
-        agent conns charon holds that no active session owns. Returns the tickets ended."""
+        """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) reconcile
+        with charon. Returns the tickets ended because they expired."""
         now = self._clock()
         with self._sessions() as session, session.begin():
             expired = [r.ticket for r in SessionRepository(session).expired(_at(now))]
@@ -359,22 +425,39 @@ class TargetAgent:
         self._sweeps += 1
         return ended
 
-    def reconcile(self) -> list[str]:
-        """Unload ``qoss-agent-*`` conns (and their secrets and pools) that no active session owns."""
+    def reconcile(self) -> Reconciled:
+        """Make the database and charon agree about agent conns.
+
+        * A ``qoss-agent-*`` conn that no active session owns is unloaded (with its secret and pool).
+        * An active session whose conn is not in charon (charon restarted, or someone unloaded it)
+          is ended as ``failed`` and its lease freed, instead of staying ``active`` until it
+          expires. Sessions still being set up (between their commit and the end of their load,
+          here or, for a shared database, in the last :data:`RECONCILE_GRACE` seconds) are left be.
+        """
         v = self._vici(self.role.vici_socket)
         try:
-            conns = [c for c in v.list_conns() if c.startswith("qoss-agent-")]
+            loaded = set(v.list_conns())
         except GatewayError as exc:
             log.warning("agent reconcile: %s", exc.message)
-            return []
-        if not conns:
-            return []
+            return Reconciled(orphans=[], vanished=[])
+        settled = _at(self._clock() - RECONCILE_GRACE)
+        with self._inflight_lock:
+            inflight = set(self._inflight)
         with self._sessions() as session:
-            active = {r.conn for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)}
-        orphans = [c for c in conns if c not in active]
+            active = [(r.ticket, r.conn, r.created_at, r.protection)
+                      for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
+        owned = {conn for _, conn, _, _ in active}
+        orphans = sorted(c for c in loaded if c.startswith("qoss-agent-") and c not in owned)
         for conn in orphans:
             self._teardown(conn)
-        return orphans
+        vanished = [ticket for ticket, conn, created, protection in active
+                    if protection == "esp" and conn not in loaded and conn not in inflight and created < settled]
+        ended = [t for t in vanished
+                 if self._finish(t, AgentSessionState.FAILED, "conn vanished from charon (restarted?)")]
+        if orphans or ended:
+            log.info("agent reconcile: %d orphaned conns unloaded, %d sessions whose conn vanished ended",
+                     len(orphans), len(ended))
+        return Reconciled(orphans=orphans, vanished=ended)
 
     def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""

@@ -1,4 +1,7 @@
-"""Per-token rate limits (token bucket, in process): 429 with Retry-After when exceeded.
+"""Rate limits (token bucket, in process): 429 with Retry-After when exceeded.
+
+Keyed by API token, and for the tunnel agent (whose requests carry no token) by source
+address and by verified user.
 
 Each API replica keeps its own buckets, so with N replicas a token gets up to N times
 the rate; the limit protects each gateway-driving process from a runaway client.
@@ -19,8 +22,8 @@ __all__ = ["RateLimited", "RateLimiter"]
 class RateLimited(QossError):
     """Too many requests for this token: retry after ``retry_after`` seconds (429)."""
 
-    def __init__(self, retry_after: float) -> None:
-        super().__init__("rate limit exceeded for this token")
+    def __init__(self, retry_after: float, *, who: str = "this token") -> None:
+        super().__init__(f"rate limit exceeded for {who}")
         self.retry_after = max(1, math.ceil(retry_after))
 
 
@@ -32,8 +35,12 @@ class RateLimiter:
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def take(self, key: str) -> None:
+    def take(self, key: str, *, who: str = "this token") -> None:
         """Spend one request for ``key``.
+
+        Args:
+            key: whose bucket.
+            who: how the refusal names the caller ("this token", "this user").
 
         Raises:
             RateLimited: the bucket is empty.
@@ -44,5 +51,5 @@ class RateLimiter:
             tokens = min(float(self._burst), tokens + (now - last) * self._rate)
             if tokens < 1:
                 self._buckets[key] = (tokens, now)
-                raise RateLimited((1 - tokens) / self._rate)
+                raise RateLimited((1 - tokens) / self._rate, who=who)
             self._buckets[key] = (tokens - 1, now)

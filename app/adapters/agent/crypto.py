@@ -14,6 +14,7 @@ Private keys live in files of mode 0600 and are refused when anyone else may rea
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import stat
@@ -43,6 +44,18 @@ from app.domain.errors import InvalidInput
 __all__ = ["KeyPair", "PublicKeys", "load_keys", "load_public", "open_sealed", "seal", "verify", "write_keys"]
 
 _SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
+
+
+@functools.lru_cache(maxsize=1024)
+def _kem_public(raw: bytes) -> X25519PublicKey:
+    """A peer's X25519 key object, parsed once (public keys only: nothing secret is cached)."""
+    return X25519PublicKey.from_public_bytes(raw)
+
+
+@functools.lru_cache(maxsize=1024)
+def _sign_public(raw: bytes) -> Ed25519PublicKey:
+    """A peer's Ed25519 key object, parsed once."""
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +126,11 @@ def seal(*, kind: Kind, to: str, body: bytes, signer: KeyPair, recipient: bytes)
     """Sign ``body`` as ``signer`` and seal body+signature to ``recipient``'s X25519 key; the wire bytes."""
     header = Wire(kind=kind, to=to, sealed=b"")
     plaintext = seal_plaintext(body, signer.sign(kind, body))
-    sealed = _SUITE.encrypt(plaintext, X25519PublicKey.from_public_bytes(recipient), info=header.info())
+    try:
+        public = _kem_public(recipient)
+    except ValueError as exc:
+        raise AgentRejected("not an X25519 public key") from exc
+    sealed = _SUITE.encrypt(plaintext, public, info=header.info())
     return Wire(kind=kind, to=to, sealed=sealed).encode()
 
 
@@ -135,7 +152,7 @@ def verify(public_sign_key: bytes, kind: Kind, body: bytes, tag: bytes) -> None:
         AgentRejected: it is not.
     """
     try:
-        Ed25519PublicKey.from_public_bytes(public_sign_key).verify(tag, signed_bytes(kind, body))
+        _sign_public(public_sign_key).verify(tag, signed_bytes(kind, body))
     except (InvalidSignature, ValueError) as exc:
         raise AgentRejected("bad signature") from exc
 

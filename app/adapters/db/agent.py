@@ -2,8 +2,9 @@
 
 Host keeps the enrolled users; Host and Target keep the replay cache (a unique row per
 (scope, sender, nonce): the atomic insert that makes a replay fail across workers and
-restarts); Target keeps the sessions it set up (tickets, single-use, with expiry) and
-the virtual-IP leases it handed out (a unique row per address). No key material is ever
+restarts); Target keeps the sessions it set up (tickets, single-use, with expiry), the
+virtual-IP leases it handed out (a unique row per address) and its own record of the
+revocations Hosts sent it (user and revoked signing key). No key material is ever
 stored: only public keys.
 """
 
@@ -23,10 +24,12 @@ from app.domain.errors import AlreadyExists, NotFound
 __all__ = [
     "AgentLeaseRow",
     "AgentNonceRow",
+    "AgentRevocationRow",
     "AgentSessionRow",
     "AgentUserRow",
     "LeaseRepository",
     "NonceRepository",
+    "RevocationRepository",
     "SessionRepository",
     "UserRepository",
 ]
@@ -87,6 +90,17 @@ class AgentLeaseRow(Base):
     address: Mapped[str] = mapped_column(String(45), primary_key=True)
     ticket: Mapped[str] = mapped_column(String(32), unique=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AgentRevocationRow(Base):
+    """Target's own record of a revoked user key: endorsements of that user with that key are refused."""
+
+    __tablename__ = "agent_revocations"
+
+    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    sign_public_key: Mapped[str] = mapped_column(String(43), primary_key=True)
+    host_id: Mapped[str] = mapped_column(String(63))
+    revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 def _user(row: AgentUserRow) -> EnrolledUser:
@@ -218,6 +232,34 @@ class SessionRepository:
             .values(state=state.value, reason=reason[:200], updated_at=utcnow())
         )
         return int(getattr(result, "rowcount", 0) or 0) == 1
+
+
+class RevocationRepository:
+    """Target's revocation list: (user, signing key) pairs it no longer accepts from any Host."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        """Record a revocation; False if it was recorded already."""
+        key = b64e(sign_public_key)
+        if self.session.get(AgentRevocationRow, (user_id, key)) is not None:
+            return False
+        try:
+            with self.session.begin_nested():
+                self.session.add(AgentRevocationRow(user_id=user_id, sign_public_key=key, host_id=host_id))
+                self.session.flush()
+        except IntegrityError:
+            return False
+        return True
+
+    def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
+        """Whether this user's key was revoked."""
+        return self.session.get(AgentRevocationRow, (user_id, b64e(sign_public_key))) is not None
+
+    def all(self) -> list[AgentRevocationRow]:
+        return list(self.session.scalars(
+            select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc())).all())
 
 
 class LeaseRepository:

@@ -2,13 +2,16 @@
 
 Which routes answer depends on the roles this process plays (``QOSS_AGENT_CONFIG``); the
 others answer 404. Client and Host-to-Target messages authenticate themselves (signed and
-sealed), so those routes take no bearer token; they are rate limited per source address.
+sealed), so those routes take no bearer token; they are rate limited per source address,
+and Host limits each verified user as well (``agent_user_rate``/``agent_user_burst``).
 Every rejection is the same 403 with the same text; the audit log records the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -20,6 +23,7 @@ from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
 from app.domain.errors import NotFound
 from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
+from app.services.ratelimit import RateLimited, RateLimiter
 
 __all__ = ["router"]
 
@@ -72,6 +76,34 @@ def _limit(request: Request) -> None:
     request.app.state.agent_limiter.take(f"agent:{source}")
 
 
+_USER_LIMITER_LOCK = threading.Lock()
+
+
+def _user_limiter(request: Request) -> RateLimiter:
+    """Host's per-user limiter: the lifespan's ``agent_user_limiter``, else made once from the settings."""
+    state = request.app.state
+    with _USER_LIMITER_LOCK:
+        limiter: RateLimiter | None = getattr(state, "agent_user_limiter", None)
+        if limiter is None:
+            settings = state.settings
+            limiter = state.agent_user_limiter = RateLimiter(settings.agent_user_rate, settings.agent_user_burst)
+        return limiter
+
+
+def _admit_user(request: Request) -> Callable[[str], None]:
+    """The per-user limit Host applies once a request is genuine (after the signature check)."""
+    limiter = _user_limiter(request)
+
+    def admit(user_id: str) -> None:
+        try:
+            limiter.take(f"agent-user:{user_id}", who="this user")
+        except RateLimited:
+            request.state.audit_detail = f"rate limited: user={user_id}"
+            raise
+
+    return admit
+
+
 def _done(request: Request, outcome: Outcome) -> MessageOut:
     request.state.audit_detail = outcome.audit
     return MessageOut(message=outcome.answer.decode("ascii"))
@@ -82,11 +114,12 @@ async def client_request(body: MessageIn, request: Request) -> MessageOut:
     """Host: a client's sealed request (connect or disconnect); the answer is Target's, sealed to the client.
 
     403 for every failed check (the same text each time), 409 when nothing meets the
-    minimums, 429 when the source sends too fast, 502/503 when Target or its charon fails.
+    minimums, 429 (with Retry-After) when the source address or the user sends too fast,
+    502/503 when Target or its charon fails.
     """
     host = _host(request)
     _limit(request)
-    outcome = await asyncio.to_thread(host.handle, body.message.encode("utf-8"))
+    outcome = await asyncio.to_thread(host.handle, body.message.encode("utf-8"), admit=_admit_user(request))
     return _done(request, outcome)
 
 

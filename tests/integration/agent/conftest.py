@@ -139,7 +139,7 @@ def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
         write_keys(server_keys, dir / "keys")
         settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab.state_dir],
                             reconcile_on_start=False, agent_config=server_config(dir, lab),
-                            agent_rate=1000.0, agent_burst=1000)
+                            agent_rate=1000.0, agent_burst=1000, agent_user_rate=1000.0, agent_user_burst=1000)
         prepare_database(settings)
         admin = {"Authorization": f"Bearer {make_token(settings.database_url, 'agent-admin', ['admin'])}"}
         port = free_port()
