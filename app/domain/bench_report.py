@@ -246,7 +246,8 @@ def esp_keywords(esp: str) -> frozenset[str]:
 
 def today_from_micro(table: SeedTable, micro: MicroRun) -> dict[str, float | None]:
     """Per row label: MB/s at 1400 B of the row's transforms in sequence (None: one is not
-    measured, or the row is the no-IPsec baseline). Performance-level tables get the score."""
+    measured, or the row is the no-IPsec baseline). For ESAF's performance levels the report
+    shows the score of this figure (``scoring.throughput_score``, monotone: same order)."""
     out: dict[str, float | None] = {}
     for row in table.rows:
         results = [micro.get(k) for k in row.keywords]
@@ -254,8 +255,7 @@ def today_from_micro(table: SeedTable, micro: MicroRun) -> dict[str, float | Non
             out[row.label] = None
             continue
         ns = sum(r.ns_by_size[1400] for r in results if r is not None)
-        mb_per_s = 1400 / ns * 1000
-        out[row.label] = throughput_score(mb_per_s) if table.unit.startswith("level") else mb_per_s
+        out[row.label] = 1400 / ns * 1000
     return out
 
 
@@ -349,10 +349,6 @@ def compare(table: SeedTable, today: Mapping[str, float | None], *, source: str,
     return TableComparison(table, source, rows, agree, tuple(flips), tuple(seed_ties), tuple(today_ties))
 
 
-_AEAD_REASON = ("one AEAD pass (AES-NI + carry-less multiply for GHASH) costs less than a cipher pass and a "
-                "separate MAC")
-
-
 def _family(keyword: str) -> str:
     for prefix in ("blowfish", "camellia", "3des", "des", "cast", "md5", "sha1", "sha256", "sha384", "sha512"):
         if keyword.startswith(prefix):
@@ -364,39 +360,46 @@ def _family(keyword: str) -> str:
     return "aes" if keyword.startswith("aes") else keyword
 
 
+_MACS = frozenset({"md5", "sha1", "sha256", "sha384", "sha512"})
+_SLOW_CIPHERS = frozenset({"blowfish", "3des", "des", "cast", "camellia"})
+
+
 def explain_flip(faster_then: SeedRow, faster_now: SeedRow, cpu_flags: frozenset[str] = frozenset()) -> str:
     """One line: why ``faster_now``, slower in the paper, is faster today.
 
-    The reasons are the known mechanisms (AES-NI, SHA extensions, AEAD in one pass, key-size
-    independent Blowfish); ``cpu_flags`` (from /proc/cpuinfo) says which this CPU has.
+    The reasons are the known mechanisms, one per part of the rows that changed (the MAC,
+    the cipher, an AEAD mode): SHA extensions, AES-NI, GCM/CCM, key-size independent
+    Blowfish. ``cpu_flags`` (from /proc/cpuinfo) says which instructions this CPU has.
     """
     then = {_family(k) for k in faster_then.keywords}
     now = {_family(k) for k in faster_now.keywords}
     gained, lost = now - then, then - now
-    sha_ni = "sha_ni" in cpu_flags
-    aes_ni = "aes" in cpu_flags
-    if (lost & {"md5"} and gained & {"sha1", "sha256"}) or (lost & {"sha1"} and gained & {"sha256"}):
-        if sha_ni:
-            return ("SHA extensions: this CPU computes SHA-1 and SHA-256 in hardware (sha_ni); MD5 has no such "
-                    "instructions (the 2006 Pentium 4 had none, and SHA-256 was the slowest)")
-        return "OpenSSL's vectorised SHA code today against the 2006 kernel's plain C (no SHA extensions here)"
-    if gained & {"gcm"} and not lost & {"gcm"}:
-        return _AEAD_REASON
-    if then == {"ccm"} and now == {"gcm"}:
-        return "CCM is two AES passes (CTR + CBC-MAC) in series; GCM is one AES-CTR pass + GHASH (PCLMULQDQ)"
-    if "blowfish" in then and "blowfish" in now:
-        return "Blowfish's speed does not depend on its key size (seed 000 §6.2); the two differ by noise"
-    if "aes" in then and "aes" in now:
-        return ("AES-128 and AES-192 differ by two rounds in 10-12; with AES-NI both are far below the per-packet "
-                "overhead, so the order is noise" if aes_ni else "AES key sizes differ by two rounds: noise")
-    if gained & {"aes", "gcm", "ccm"} and lost & {"blowfish", "3des", "des", "cast"}:
-        return "AES-NI: AES runs in hardware; the 64-bit-block ciphers have no hardware help"
     if not faster_now.keywords or not faster_then.keywords:
-        return "the no-IPsec row is measured through the tunnel only"
-    if gained & {"aes"} and lost & {"gcm", "ccm"}:
-        return ("the micro pays a new Python-level CBC context per packet (its IV), while the AEAD object is "
-                "reused; in a tunnel the two are within a few per cent (seed 004: 903 vs 899 Mbit/s)")
-    return "no single known cause: see the figures above"
+        return "the no-IPsec baseline and an ESP suite differ by less than the tunnel path's own noise"
+    reasons = []
+    if (lost & {"md5"} and gained & {"sha1", "sha256"}) or (lost & {"sha1"} and gained & {"sha256"}):
+        reasons.append(
+            "SHA extensions: this CPU hashes SHA-1 and SHA-256 in hardware (sha_ni), MD5 has no such instructions; "
+            "the 2006 Pentium 4 had none and SHA-256 was the slowest" if "sha_ni" in cpu_flags else
+            "today's vectorised SHA code against the 2006 kernel's plain C (this CPU has no SHA extensions)")
+    if gained & {"aes", "gcm", "ccm"} and lost & _SLOW_CIPHERS:
+        reasons.append("AES-NI: AES runs in hardware here, the 64-bit-block ciphers get no hardware help"
+                       if "aes" in cpu_flags else "AES's table-driven code outruns the 64-bit-block ciphers")
+    if "gcm" in gained and not then & {"gcm"}:
+        reasons.append("GCM's counter mode runs several blocks at once through AES-NI and GHASH uses carry-less "
+                       "multiply (PCLMULQDQ), while CBC encryption is serial"
+                       + (" and its MAC a second pass" if then & _MACS else ""))
+    elif "ccm" in gained and not then & {"gcm", "ccm"}:
+        reasons.append("CCM's two AES-NI passes in one call cost less than AES-CBC followed by a separate HMAC"
+                       if then & _MACS else "CCM's two AES-NI passes against one serial CBC pass: per-packet "
+                       "overhead decides")
+    elif then == {"ccm"} and now == {"gcm"}:
+        reasons.append("CCM is two AES passes (CTR + CBC-MAC) in series; GCM is one AES-CTR pass + GHASH")
+    if not reasons and "blowfish" in then and "blowfish" in now:
+        reasons.append("Blowfish's speed does not depend on its key size (seed 000 §6.2): noise")
+    if not reasons and "aes" in then and "aes" in now:
+        reasons.append("AES-128 and AES-192 differ by two rounds in 10-12: a small difference either way")
+    return "; ".join(reasons) if reasons else "no single known cause; see the figures above"
 
 
 # ---------------------------------------------------------------------------- Markdown
@@ -416,30 +419,47 @@ def _pct(value: float | None) -> str:
 
 def _comparison_md(c: TableComparison, levels: Mapping[str, int | None]) -> list[str]:
     t = c.table
-    unit = "score" if t.unit.startswith("level") else ("MB/s @1400 B" if c.source == "micro" else "Mbit/s")
-    security = t.key.startswith("000-T14")
+    level_table = t.unit.startswith("level")
+    unit = "Mbit/s"
+    if c.source == "micro":
+        unit = "MB/s @1400 B (score)" if level_table else "MB/s @1400 B"
     head = f"| row | paper ({t.unit}) | paper rank | today, {c.source} ({unit}) | today rank |"
     rule = "|---|---:|---:|---:|---:|"
-    if security:
+    if level_table:
         head += " security 2006 | security today |"
         rule += "---:|---:|"
     lines = [f"#### {t.title} — against the {c.source}", "", head, rule]
     for rc in c.rows:
-        line = (f"| {rc.row.label} | {_fmt(rc.row.value)} | {rc.seed_rank} | {_fmt(rc.today, 2)} | "
+        today = _fmt(rc.today, 2)
+        if level_table and c.source == "micro" and rc.today is not None:
+            today += f" ({throughput_score(rc.today):.2f})"
+        line = (f"| {rc.row.label} | {_fmt(rc.row.value)} | {rc.seed_rank} | {today} | "
                 f"{rc.today_rank if rc.today_rank is not None else 'not measured'} |")
-        if security:
+        if level_table:
             then = next(iter(rc.row.extra.values()), None)
             now = levels.get(rc.row.keywords[0]) if rc.row.keywords else None
             line += f" {_fmt(then, 0)} | {_fmt(now, 0) if now is not None else '-'} |"
         lines.append(line)
-    lines += ["", f"Pairs ranked both ways: {c.compared}; order agrees for {c.agree}, flips for {len(c.flips)}"
+    lines += ["", f"Pairs ranked both ways: {c.compared}; the order agrees for {c.agree}, flips for {len(c.flips)}"
               f", tied in the paper {len(c.seed_ties)}, tied today (within {NOISE:.0%}) {len(c.today_ties)}.", ""]
-    lines += [f"- flip: **{f.faster_now.label}** is now faster than **{f.faster_then.label}** — {f.why}."
-              for f in c.flips]
+    by_reason: dict[str, list[Flip]] = {}
+    for flip in c.flips:
+        by_reason.setdefault(flip.why, []).append(flip)
+    for why, flips in by_reason.items():
+        pairs = "; ".join(f"{f.faster_now.label} > {f.faster_then.label}" for f in flips)
+        lines.append(f"- **flips** ({len(flips)}; today's order shown): {pairs}. *Why:* {why}.")
     if c.seed_ties:
         lines.append("- tied in the paper: " + "; ".join(f"{a.label} = {b.label}" for a, b in c.seed_ties) + ".")
     if c.today_ties:
         lines.append("- tied today: " + "; ".join(f"{a.label} ≈ {b.label}" for a, b in c.today_ties) + ".")
+    if level_table:
+        changed = [rc.row.label for rc in c.rows if rc.row.keywords and rc.row.extra
+                   and levels.get(rc.row.keywords[0]) is not None
+                   and levels.get(rc.row.keywords[0]) != next(iter(rc.row.extra.values()))]
+        if changed:
+            lines.append(f"- security levels that changed since 2006 ({', '.join(changed)}) are security, not "
+                         "speed: 64-bit blocks (Sweet32) and RFC 8221's MUST NOT sink 3DES and Blowfish whatever "
+                         "their speed; the ranking above is speed only.")
     lines.append("")
     return lines
 

@@ -104,10 +104,11 @@ _TABLE_5 = SeedTable("004-T5", "Seed 004 Table 5: strongSwan ESP tunnel mode, IP
     _t5("No IPSec", (), 935, 951, 921, 933),
     _t5("AES128-GCM16", ("aes128gcm16",), 899, 942, 873, 885),
     _t5("AES128-CCM16", ("aes128ccm16",), 773, 817, 737, 807),
-    # The text layer prints "AES128-SHA1 160 839 931 804 826": the row is AES128-SHA1_160
-    # (strongSwan's sha1_160 keyword) and its four figures are 839, 931, 804, 826.
-    _t5("AES128-SHA1_160", ("aes128", "sha1_160"), 839, 931, 804, 826),
-    _t5("AES128-SHA2_256", ("aes128", "sha256"), 710, 835, 637, 643),
+    # The text layer prints "AES128-SHA1 160 839 931 804 826" and "AES128-SHA2 256 710 ...":
+    # each MAC is named with its hash size (SHA1 160, SHA2 256), the four figures follow.
+    # Read as HMAC-SHA1 and HMAC-SHA2-256, strongSwan's sha1 and sha256.
+    _t5("AES128-SHA1 160", ("aes128", "sha1"), 839, 931, 804, 826),
+    _t5("AES128-SHA2 256", ("aes128", "sha256"), 710, 835, 637, 643),
     _t5("AES128CBC-NULL", ("aes128",), 903, 945, 878, 888),
 ))
 

@@ -83,7 +83,17 @@ def _cbc(alg: Callable[[bytes], object], key_bytes: int, block: int) -> Callable
 def _ctr(key_bytes: int) -> Callable[[], Kernel]:
     def make() -> Kernel:
         enc = Cipher(algorithms.AES(os.urandom(key_bytes)), modes.CTR(os.urandom(16))).encryptor()
-        return enc.update  # one keystream per SA, as ESP's counter block (RFC 3686) runs on
+        # One keystream per SA; each packet takes whole counter blocks, as ESP's per-packet
+        # counter block (RFC 3686) does, so no partial block carries over between packets.
+        padded: dict[int, bytes] = {}
+
+        def run(data: bytes) -> object:
+            full = padded.get(len(data))
+            if full is None:
+                full = padded[len(data)] = data + bytes((-len(data)) % 16)
+            return enc.update(full)
+
+        return run
 
     return make
 
