@@ -19,6 +19,7 @@ from app.domain.agent import (
     Kind,
     RequestInfo,
     Response,
+    Revocation,
     TunnelingInfo,
     b64d,
     b64e,
@@ -51,6 +52,20 @@ def test_request_round_trip_keeps_the_seed_layout() -> None:
     fields = json.loads(body)
     assert {"request_id", "user_id", "objective_id", "request_info"} <= set(fields)
     assert canonical(fields) == body
+
+
+def test_revocation_names_the_revoked_key() -> None:
+    revocation = Revocation(host="host-1", target="target-1", nonce=b"\x02" * 16, timestamp=1_800_000_000,
+                            user_id="alice", sign_public_key=USER.public.sign)
+    body = revocation.body()
+    assert Revocation.parse(body) == revocation
+    fields = json.loads(body)
+    fields["sign_public_key"] = b64e(b"\x00" * 31)
+    with pytest.raises(AgentRejected):
+        Revocation.parse(canonical(fields))
+    del fields["sign_public_key"]
+    with pytest.raises(AgentRejected):
+        Revocation.parse(canonical(fields))
 
 
 def test_seal_open_round_trip_and_recipient_binding() -> None:
@@ -113,7 +128,7 @@ def test_body_decoders_only_reject(value: object) -> None:
         body = canonical({"x": value}) if not isinstance(value, dict) else canonical(value)
     except AgentRejected:
         return
-    for parse in (lambda b: ClientRequest.parse(b, kind=Kind.CONNECT), Endorsement.parse,
+    for parse in (lambda b: ClientRequest.parse(b, kind=Kind.CONNECT), Endorsement.parse, Revocation.parse,
                   lambda b: Response.parse(b, kind=Kind.RESPONSE), lambda b: EnrolledUser.from_dict(json.loads(b))):
         with pytest.raises(AgentRejected):
             parse(body)

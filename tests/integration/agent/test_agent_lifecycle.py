@@ -1,0 +1,198 @@
+"""Agent gaps closed against real charon: Host's per-user rate limit, Target's own revocation list,
+and reconcile of a session whose conn vanished when Target's charon restarted.
+
+The charon-restart test is last in this module: it restarts the ``right`` charon.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+
+import httpx
+import pytest
+from sqlalchemy import Engine, create_engine, select, update
+
+from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
+from app.adapters.db.models import utcnow
+from app.domain.agent import Kind, RequestInfo, b64e
+from app.services.agent_client import AgentClient
+from app.services.agent_target import RECONCILE_GRACE, TargetAgent
+from app.services.ratelimit import RateLimiter
+from tests.integration.agent.conftest import AgentEnv
+
+pytestmark = pytest.mark.charon
+
+REJECTED = {"error": "AgentRejected", "detail": "the request was rejected"}
+
+
+@pytest.fixture
+def engine(agent_env: AgentEnv) -> Iterator[Engine]:
+    engine = create_engine(agent_env.settings.database_url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def post(env: AgentEnv, wire: bytes) -> httpx.Response:
+    return httpx.post(f"{env.url}/v1/agent/requests", json={"message": wire.decode("ascii")}, timeout=30)
+
+
+def bogus_disconnect(client: AgentClient) -> bytes:
+    """A genuine, signed request (a disconnect of a ticket Target never issued): Host charges the user."""
+    _, wire = client.request(Kind.DISCONNECT, RequestInfo(target="hq", ticket="0" * 32), 3)
+    return wire
+
+
+def audit_for(env: AgentEnv, n: int) -> list[dict[str, object]]:
+    return [a for a in env.audit() if a["object"] == "/v1/agent/requests"][:n]
+
+
+# --------------------------------------------------------------------------- rate limit
+
+
+def test_per_user_rate_limit_answers_429_with_retry_after(agent_env: AgentEnv) -> None:
+    app = agent_env.server.config.app
+    state = app.state  # type: ignore[attr-defined]
+    agent_env.enroll("hasty", [3])
+    agent_env.enroll("calm", [3])
+    hasty, calm = agent_env.client("hasty"), agent_env.client("calm")
+    before = getattr(state, "agent_user_limiter", None)
+    state.agent_user_limiter = RateLimiter(rate=0.01, burst=2)  # 2 at once, then one per 100 s
+    try:
+        for _ in range(2):  # within the burst: Host passes them on, Target refuses the unknown ticket
+            r = post(agent_env, bogus_disconnect(hasty))
+            assert r.status_code == 403, r.text
+        limited = bogus_disconnect(hasty)
+        r = post(agent_env, limited)
+        assert r.status_code == 429, r.text
+        assert r.json() == {"error": "RateLimited", "detail": "rate limit exceeded for this user"}
+        assert 1 <= int(r.headers["Retry-After"]) <= 100
+        record = audit_for(agent_env, 1)[0]
+        assert record["outcome"] == 429
+        assert record["detail"] == "rate limited: user=hasty"
+        # Per user: another user from the same address is not limited.
+        r = post(agent_env, bogus_disconnect(calm))
+        assert r.status_code == 403, r.text
+        assert "ticket unknown" in str(audit_for(agent_env, 1)[0]["detail"])
+        assert agent_env.target_config_empty()
+    finally:
+        state.agent_user_limiter = before if before is not None else RateLimiter(1000.0, 1000)
+    # The limited request's nonce was not spent: sent again later, it is checked like any other.
+    r = post(agent_env, limited)
+    assert r.status_code == 403, r.text
+    assert "ticket unknown" in str(audit_for(agent_env, 1)[0]["detail"])
+
+
+def test_forged_requests_do_not_spend_a_users_budget(agent_env: AgentEnv) -> None:
+    """The per-user limit is charged only after the signature check: an impostor cannot exhaust it."""
+    state = agent_env.server.config.app.state  # type: ignore[attr-defined]
+    agent_env.enroll("victim", [3])
+    victim = agent_env.client("victim")
+    impostor_keys = agent_env.keygen("victim-impostor")
+    before = getattr(state, "agent_user_limiter", None) or RateLimiter(1000.0, 1000)
+    state.agent_user_limiter = RateLimiter(rate=0.01, burst=1)
+    try:
+        impostor = AgentClient(config=victim.config, keys=impostor_keys, vici=victim.vici)
+        for _ in range(3):
+            r = post(agent_env, bogus_disconnect(impostor))
+            assert r.status_code == 403
+            assert "bad signature" in str(audit_for(agent_env, 1)[0]["detail"])
+        r = post(agent_env, bogus_disconnect(victim))
+        assert r.status_code == 403  # not 429: the genuine user still has their request
+        assert "ticket unknown" in str(audit_for(agent_env, 1)[0]["detail"])
+    finally:
+        state.agent_user_limiter = before
+
+
+# --------------------------------------------------------------------------- Target's revocation list
+
+
+def test_target_refuses_a_revoked_user_even_when_host_forgets(agent_env: AgentEnv, engine: Engine) -> None:
+    """Host revokes dave: Target records it. Host's record is then lost (a restored backup, a bug):
+    Host endorses dave again, and Target refuses on its own. Re-enrolled with new keys, dave is
+    accepted again."""
+    old_keys = agent_env.enroll("dave", [3])
+    dave = agent_env.client("dave")
+    r = httpx.delete(f"{agent_env.url}/v1/agent/users/dave", headers=agent_env.admin, timeout=30)
+    assert r.status_code == 200, r.text
+    with engine.connect() as conn:
+        row = conn.execute(select(AgentRevocationRow).where(AgentRevocationRow.user_id == "dave")).one()
+    assert row.sign_public_key == b64e(old_keys.public.sign)
+    assert row.host_id == "hq"
+
+    with engine.begin() as conn:  # Host is wrong: dave looks enrolled and not revoked
+        conn.execute(update(AgentUserRow).where(AgentUserRow.user_id == "dave").values(revoked_at=None))
+    r = post(agent_env, dave.request(Kind.CONNECT, RequestInfo(target="hq"), 3)[1])
+    assert r.status_code == 403, r.text
+    assert r.json() == REJECTED
+    record = audit_for(agent_env, 1)[0]
+    assert "target rejected: user dave was revoked (Target's own list)" in str(record["detail"])
+    assert agent_env.target_config_empty()
+
+    # Revoked properly again, then re-enrolled with new keys: the old key stays refused, the new one works.
+    r = httpx.delete(f"{agent_env.url}/v1/agent/users/dave", headers=agent_env.admin, timeout=30)
+    assert r.status_code == 200, r.text
+    agent_env.enroll("dave", [3], keys=agent_env.keygen("dave"))
+    report = agent_env.client("dave").connect(target="hq", objective_id=3)
+    try:
+        assert report["conn"] in agent_env.target_vici.list_conns()
+    finally:
+        agent_env.client("dave").disconnect()
+    assert agent_env.target_config_empty()
+
+
+def test_revocation_list_survives_a_replayed_revocation(agent_env: AgentEnv) -> None:
+    """A revocation is single-use like every message; recording it twice changes nothing."""
+    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    agent_env.enroll("erin", [3])
+    r = httpx.delete(f"{agent_env.url}/v1/agent/users/erin", headers=agent_env.admin, timeout=30)
+    assert r.status_code == 200, r.text
+    r = httpx.delete(f"{agent_env.url}/v1/agent/users/erin", headers=agent_env.admin, timeout=30)
+    assert r.json()["targets"] == {"hq": "confirmed: 0 tunnels closed"}
+    assert [e["user_id"] for e in target.revocations()].count("erin") == 1
+
+
+# --------------------------------------------------------------------------- reconcile (last: restarts charon)
+
+
+def test_reconcile_ends_a_session_whose_conn_vanished_with_a_charon_restart(
+    agent_env: AgentEnv, engine: Engine
+) -> None:
+    agent_env.enroll("frank", [3])
+    frank = agent_env.client("frank")
+    report = frank.connect(target="hq", objective_id=3)
+    ticket = report["ticket"]
+    with engine.begin() as conn:  # the session is older than the grace reconcile gives a load in progress
+        conn.execute(update(AgentSessionRow).where(AgentSessionRow.ticket == ticket)
+                     .values(created_at=utcnow() - timedelta(seconds=RECONCILE_GRACE + 5)))
+        assert conn.execute(select(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket)).one_or_none()
+    agent_env.lab.stop_charon("right")
+    agent_env.lab.start_charon("right")
+    assert report["conn"] not in agent_env.target_vici.list_conns()
+
+    deadline = time.monotonic() + 15  # the sweeper reconciles every 10th sweep (0.2 s apart)
+    state = "active"
+    while time.monotonic() < deadline and state == "active":
+        time.sleep(0.2)
+        with engine.connect() as conn:
+            state = conn.execute(select(AgentSessionRow.state).where(AgentSessionRow.ticket == ticket)).scalar_one()
+    assert state == "failed"
+    with engine.connect() as conn:
+        reason = conn.execute(select(AgentSessionRow.reason).where(AgentSessionRow.ticket == ticket)).scalar_one()
+        assert "vanished" in reason
+        assert conn.execute(select(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket)).one_or_none() is None
+    assert agent_env.target_config_empty()
+
+    # A fresh session on the restarted charon is not touched by reconcile.
+    frank.disconnect()  # the client's own side; Target answers that the ticket is gone
+    fresh = frank.connect(target="hq", objective_id=3)
+    try:
+        target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+        assert target.reconcile().vanished == []
+        assert fresh["conn"] in agent_env.target_vici.list_conns()
+    finally:
+        frank.disconnect()
+    assert agent_env.target_config_empty()
