@@ -82,10 +82,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body("ValidationError", detail), status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        name = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge", 428: "PreconditionRequired"}
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: "NotFound", 405: "MethodNotAllowed", 413: "PayloadTooLarge", 428: "PreconditionRequired"}
+        name = names.get(exc.status_code, "HTTPError")
+        request.state.error_name = name
         return JSONResponse(
-            error_body(name.get(exc.status_code, "HTTPError"), exc.detail),
+            error_body(name, exc.detail),
             status_code=exc.status_code,
             headers=getattr(exc, "headers", None),
         )

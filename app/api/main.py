@@ -10,8 +10,9 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import load_keys
@@ -38,6 +39,7 @@ from app.services.audit import Auditor
 from app.services.benchmarks import BenchmarkJobs
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
+from app.services.tunnel_monitor import TunnelMonitor
 from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
@@ -88,6 +90,32 @@ async def _sweep(target: TargetAgent) -> None:
         await asyncio.sleep(target.role.sweep_interval)
 
 
+class _BodyLimit:
+    """Counts a request body as it arrives: past ``max_body_bytes``, however sent (chunked,
+    or with a Content-Length that lies), reading it raises 413 and nothing more is read."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit: int = scope["app"].state.settings.max_body_bytes
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"request bodies are limited to {limit} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
     """Build the application. The database must already be migrated (``qoss db upgrade``).
 
@@ -121,6 +149,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)
+        monitor = None
+        if resolved.monitor_tunnels:
+            monitor = TunnelMonitor(session_factory=app.state.session_factory, vici=app.state.vici_factory)
+            monitor.start()
+        app.state.tunnel_monitor = monitor
         sweeper = asyncio.create_task(_sweep(app.state.agent_target)) if app.state.agent_target else None
         try:
             yield
@@ -129,6 +162,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 sweeper.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await sweeper
+            if monitor is not None:
+                await asyncio.to_thread(monitor.stop)
             app.state.auditor.close()
             engine.dispose()
             read_engine.dispose()
@@ -141,6 +176,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(_BodyLimit)  # inside the guard below, which audits its 413s
 
     @app.middleware("http")
     async def guard_and_audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

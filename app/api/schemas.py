@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.services.negotiation import NegotiationIn
+from app.services.negotiation import MinLevelsIn, NegotiationIn, TrafficIn
 
 __all__ = [
     "AlgorithmOut",
@@ -113,12 +113,12 @@ class RevisionOut(BaseModel):
 class PolicyIn(_Strict):
     name: Name
     description: Text = ""
-    min_levels: dict[str, Level] | None = None
+    min_levels: MinLevelsIn | None = None
     objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
     objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
     allow: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=200)] | None = None
     deny: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=200)] | None = None
-    traffic: dict[str, float | int] | None = None
+    traffic: TrafficIn | None = None
     mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] = "tunnel"
     pfs: bool = True
     strict: bool = False

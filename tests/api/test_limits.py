@@ -1,0 +1,136 @@
+"""Input limits: body cap (413) however the body is sent, list and string caps, unknown fields rejected."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.main import create_app
+from app.settings import Settings
+
+pytestmark = pytest.mark.anyio
+
+CAP = 65536  # max_body_bytes of the api tests' settings
+
+
+async def chunks(total: int, size: int = 8192) -> AsyncIterator[bytes]:
+    """A JSON body sent without Content-Length (chunked transfer)."""
+    yield b'{"peers": [{"name": "a"}], "pad": "'
+    for _ in range(total // size):
+        yield b"x" * size
+    yield b'"}'
+
+
+@pytest.mark.parametrize("path", ["/v1/negotiations", "/v1/policies", "/v1/rating-tables/import?format=yaml"])
+async def test_a_chunked_body_over_the_cap_is_413(client: httpx.AsyncClient, path: str) -> None:
+    r = await client.post(path, content=chunks(CAP * 2), headers={"content-type": "application/json"})
+    assert "content-length" not in r.request.headers
+    assert r.status_code == 413, r.text
+    assert r.json() == {"error": "PayloadTooLarge", "detail": f"request bodies are limited to {CAP} bytes"}
+
+
+async def test_a_chunked_body_under_the_cap_is_read(client: httpx.AsyncClient) -> None:
+    async def small() -> AsyncIterator[bytes]:
+        yield json.dumps({"peers": [{"name": "a", "min_levels": {"integrity": 4}}]}).encode()
+
+    r = await client.post("/v1/negotiations", content=small(), headers={"content-type": "application/json"})
+    assert r.status_code == 200, r.text
+
+
+async def test_a_lying_content_length_does_not_lift_the_cap(client: httpx.AsyncClient) -> None:
+    body = b'{"peers": [{"name": "a"}], "pad": "' + b"x" * (CAP * 2) + b'"}'
+    r = await client.post("/v1/negotiations", content=body,
+                          headers={"content-type": "application/json", "content-length": "100"})
+    assert r.status_code in (413, 422), r.text  # never read past the cap, never a 200 or a 500
+
+
+async def test_oversized_bodies_are_audited(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/policies", content=chunks(CAP * 2), headers={"content-type": "application/json",
+                                                                           "x-request-id": "too-big-1"})
+    assert r.status_code == 413
+    records = (await client.get("/v1/audit", params={"limit": 1000})).json()
+    (record,) = [x for x in records if x["request_id"] == "too-big-1"]
+    assert record["outcome"] == 413
+    assert record["detail"] == "PayloadTooLarge"
+
+
+async def test_an_over_long_authorization_header_is_401(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/policies", json={"name": "x"}, headers={"Authorization": "Bearer " + "A" * 8000})
+    assert r.status_code == 401
+    assert r.json() == {"error": "Unauthenticated", "detail": "a valid API token is required"}
+
+
+# ----------------------------------------------------------------------------- schema walk
+
+def _schemas(settings: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+    doc = create_app(settings).openapi()
+    return doc, doc.get("components", {}).get("schemas", {})
+
+
+def _walk(node: Any, components: dict[str, Any], where: str, seen: set[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema reachable from ``node`` (following $ref once each), with where it is."""
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[1]
+        if name not in seen:
+            seen.add(name)
+            yield from _walk(components[name], components, name, seen)
+        return
+    yield where, node
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            yield from _walk(node[key], components, f"{where}[]", seen)
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for sub in node.get(key, []):
+            yield from _walk(sub, components, where, seen)
+    for prop, sub in node.get("properties", {}).items():
+        yield from _walk(sub, components, f"{where}.{prop}", seen)
+
+
+def request_schemas(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
+    """(where, schema) of every schema a request body or a path or query parameter may carry.
+
+    Headers are left out: the HTTP server caps their size, and an over-long
+    ``Authorization`` is a 401 like any other malformed one (tested below).
+    """
+    doc, components = _schemas(settings)
+    out = []
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            label = f"{method.upper()} {path}"
+            for content in op.get("requestBody", {}).get("content", {}).values():
+                out += list(_walk(content.get("schema", {}), components, label, set()))
+            for param in (p for p in op.get("parameters", []) if p["in"] != "header"):
+                out += [(f"{label} {param['name']}", s) for _, s in _walk(param["schema"], components, "", set())]
+    return out
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_every_request_string_list_and_map_is_capped(settings: Settings) -> None:
+    uncapped = []
+    for where, schema in request_schemas(settings):
+        kind = schema.get("type")
+        bounded_pattern = "pattern" in schema and not any(c in schema["pattern"] for c in "*+")
+        if kind == "string" and not ({"maxLength", "enum", "const"} & set(schema) or bounded_pattern):
+            uncapped.append(f"{where}: string without maxLength")
+        if kind == "array" and "maxItems" not in schema:
+            uncapped.append(f"{where}: array without maxItems")
+        if kind == "object" and isinstance(schema.get("additionalProperties"), dict) and "maxProperties" not in schema:
+            uncapped.append(f"{where}: map without maxProperties")
+    # TunnelPeerIn (app/services/tunnels.py, not this suite's to change) caps its psk in a
+    # validator (32-256 characters) but does not say so in the schema: reported to its owner.
+    assert [u for u in uncapped if not u.startswith("TunnelPeerIn.psk:")] == []
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_every_request_object_rejects_unknown_fields(settings: Settings) -> None:
+    open_objects = [where for where, schema in request_schemas(settings)
+                    if schema.get("type") == "object" and "properties" in schema
+                    and schema.get("additionalProperties") is not False]
+    assert open_objects == []
