@@ -207,7 +207,7 @@ def parse_tunnel(data: Any) -> TunnelRun:
     doc = _mapping(data, "tunnel")
     if doc.get("kind") != "qoss-bench-tunnel":
         raise InvalidInput(f"tunnel: kind is {doc.get('kind')!r}, not 'qoss-bench-tunnel'")
-    suites = doc.get("suites") or []
+    suites = doc.get("suites", [])
     if not isinstance(suites, list):
         raise InvalidInput("tunnel.suites: expected a list")
     baseline = doc.get("baseline")
@@ -385,7 +385,9 @@ def explain_flip(faster_then: SeedRow, faster_now: SeedRow, cpu_flags: frozenset
     if gained & {"aes", "gcm", "ccm"} and lost & _SLOW_CIPHERS:
         reasons.append("AES-NI: AES runs in hardware here, the 64-bit-block ciphers get no hardware help"
                        if "aes" in cpu_flags else "AES's table-driven code outruns the 64-bit-block ciphers")
-    if "gcm" in gained and not then & {"gcm"}:
+    if then == {"ccm"} and now == {"gcm"}:
+        reasons.append("CCM is two AES passes (CTR + CBC-MAC) in series; GCM is one AES-CTR pass + GHASH")
+    elif "gcm" in gained and not then & {"gcm"}:
         reasons.append("GCM's counter mode runs several blocks at once through AES-NI and GHASH uses carry-less "
                        "multiply (PCLMULQDQ), while CBC encryption is serial"
                        + (" and its MAC a second pass" if then & _MACS else ""))
@@ -393,8 +395,6 @@ def explain_flip(faster_then: SeedRow, faster_now: SeedRow, cpu_flags: frozenset
         reasons.append("CCM's two AES-NI passes in one call cost less than AES-CBC followed by a separate HMAC"
                        if then & _MACS else "CCM's two AES-NI passes against one serial CBC pass: per-packet "
                        "overhead decides")
-    elif then == {"ccm"} and now == {"gcm"}:
-        reasons.append("CCM is two AES passes (CTR + CBC-MAC) in series; GCM is one AES-CTR pass + GHASH")
     if not reasons and "blowfish" in then and "blowfish" in now:
         reasons.append("Blowfish's speed does not depend on its key size (seed 000 §6.2): noise")
     if not reasons and "aes" in then and "aes" in now:
