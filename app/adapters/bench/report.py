@@ -94,10 +94,12 @@ def _plot_latency(micro: MicroRun, path: Path) -> Path:
     axes = fig.subplots(1, len(LATENCY_KEYWORDS), sharex=True)
     xs = [0.0, float(max(SIZES))]
     for ax, (panel, keywords) in zip(axes, LATENCY_KEYWORDS.items(), strict=True):
+        drawn = 0
         for keyword in keywords:
             result = micro.get(keyword)
             if result is None or result.ops_per_s is not None:
                 continue
+            drawn += 1
             fit = result.fit
             sizes = sorted(result.ns_by_size)
             (line,) = ax.plot(xs, [fit.at(int(x)) for x in xs], linewidth=1)
@@ -105,7 +107,10 @@ def _plot_latency(micro: MicroRun, path: Path) -> Path:
                     label=f"{keyword}: {fit.a:.2f}·B + {fit.b:,.0f}")
         ax.set_title(panel, fontsize=10)
         ax.set_xlabel("packet size (bytes)")
-        ax.legend(fontsize=7)
+        if drawn:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "none measured in this run", ha="center", va="center", transform=ax.transAxes)
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("ns per packet")
