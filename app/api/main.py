@@ -151,7 +151,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             await asyncio.to_thread(_reconcile_at_start, app)
         monitor = None
         if resolved.monitor_tunnels:
-            monitor = TunnelMonitor(session_factory=app.state.session_factory, vici=app.state.vici_factory)
+            monitor = TunnelMonitor(session_factory=app.state.session_factory, vici=app.state.vici_factory,
+                                    resync=resolved.monitor_interval)
             monitor.start()
         app.state.tunnel_monitor = monitor
         sweeper = asyncio.create_task(_sweep(app.state.agent_target)) if app.state.agent_target else None
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         limit = (settings or request.app.state.settings).max_body_bytes
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
+            request.state.error_name = "PayloadTooLarge"
             response: Response = JSONResponse(
                 error_body("PayloadTooLarge", f"request bodies are limited to {limit} bytes"), status_code=413
             )

@@ -18,13 +18,24 @@ __all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_
 _MAX_TTL = timedelta(days=366)
 
 
+def _audit_local(session: Session, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
+    """The audit record of a token change made outside the API (``qoss token ...``)."""
+    AuditRepository(session).append(
+        request_id=f"local-{secrets.token_hex(8)}", token_id=None, token_name=by[:64], scopes=[], source="local",
+        action=action, object=f"/v1/tokens/{token_id}", outcome=outcome, detail=detail[:200],
+    )
+
+
 def create_token(
-    *, session: Session, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str
+    *, session: Session, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str,
+    audit: bool = True,
 ) -> tuple[str, TokenRecord]:
     """A new token; the plaintext is returned here and nowhere else, ever.
 
     Args:
         expires_in: seconds until it expires (None: one year).
+        audit: append an audit record of the creation (the API passes False: its
+            middleware records every request already).
     """
     if not name or len(name) > 64:
         raise InvalidInput("a token name is 1-64 characters")
@@ -37,6 +48,9 @@ def create_token(
     record = TokenRecord(id=token_id, name=name, scopes=validate_scopes(scopes), secret_hash=hash_secret(secret),
                          created_at=now, expires_at=now + ttl, revoked_at=None)
     TokenRepository(session).add(record, created_by=created_by)
+    if audit:
+        _audit_local(session, action="POST", token_id=token_id, outcome=201, by=created_by,
+                     detail=f"token {token_id} created, scopes {','.join(sorted(record.scopes))}")
     return f"qoss_{token_id}_{secret}", record
 
 
@@ -67,8 +81,19 @@ def list_tokens(*, session: Session) -> list[dict[str, Any]]:
     ]
 
 
-def revoke_token(*, session: Session, token_id: str) -> None:
+def revoke_token(*, session: Session, token_id: str, revoked_by: str = "local", audit: bool = True) -> None:
+    """Revoke a token at once.
+
+    Args:
+        audit: append an audit record of the revocation (the API passes False).
+
+    Raises:
+        NotFound: no such token.
+    """
     TokenRepository(session).revoke(token_id)
+    if audit:
+        _audit_local(session, action="DELETE", token_id=token_id, outcome=204, by=revoked_by,
+                     detail=f"token {token_id} revoked")
 
 
 def record_audit(*, session: Session, **fields: Any) -> None:

@@ -29,10 +29,11 @@ class TokenIn(BaseModel):
 
 
 @router.post("/tokens", dependencies=_ADMIN, status_code=201, responses=_ERRORS)
-def create_token(body: TokenIn, session: SessionDep, actor: ActorDep) -> dict[str, Any]:
+def create_token(body: TokenIn, session: SessionDep, actor: ActorDep, request: Request) -> dict[str, Any]:
     """A new token. ``token`` is shown in this answer only; qoss keeps its hash."""
     token, record = svc.create_token(session=session, name=body.name, scopes=body.scopes,
-                                     expires_in=body.expires_in, created_by=actor)
+                                     expires_in=body.expires_in, created_by=actor, audit=False)
+    request.state.audit_detail = f"token {record.id} created, scopes {','.join(sorted(record.scopes))}"
     return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
             "expires_at": record.expires_at.isoformat() if record.expires_at else None}
 
@@ -46,7 +47,7 @@ def list_tokens(session: ReadSessionDep) -> list[dict[str, Any]]:
 @router.delete("/tokens/{token_id}", dependencies=_ADMIN, status_code=204, responses=_ERRORS)
 def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], session: SessionDep) -> Response:
     """Revoke a token at once."""
-    svc.revoke_token(session=session, token_id=token_id)
+    svc.revoke_token(session=session, token_id=token_id, audit=False)
     return Response(status_code=204)
 
 

@@ -1,0 +1,150 @@
+"""The audit log: one record per state change and per security decision, whoever makes it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+from typer.testing import CliRunner
+
+from app.adapters.agent.crypto import KeyPair
+from app.api.main import create_app
+from app.cli import app as cli
+from app.settings import Settings
+from tests.api.conftest import make_token
+from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.secrets import register
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def agent_client(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """An admin client of an app that plays the agent's Host and Target roles (no charon)."""
+    app = create_app(settings.model_copy(update={"agent_config": agent_server_config(tmp_path)[0]}))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+        headers={"Authorization": f"Bearer {admin_token}"},
+    ) as c:
+        yield c
+
+
+async def audit(client: httpx.AsyncClient) -> list[dict[str, Any]]:
+    r = await client.get("/v1/audit", params={"limit": 1000})
+    assert r.status_code == 200, r.text
+    return list(r.json())
+
+
+async def test_every_kind_of_change_and_refusal_writes_exactly_one_record(
+    agent_client: httpx.AsyncClient, settings: Settings
+) -> None:
+    c = agent_client
+    reader = make_token(settings.database_url, "reader", ["tunnels:read"])
+    user = KeyPair.generate("alice")
+    rows = [{"algorithm": "aes128", "confidentiality": 8, "performance": 8}]
+    sent: list[tuple[str, str, str, int, str]] = []  # request id, method, path, expected outcome, label
+
+    async def call(label: str, method: str, path: str, expected: int, **kwargs: Any) -> httpx.Response:
+        rid = f"audit-{uuid.uuid4().hex[:12]}"
+        headers = {"X-Request-ID": rid, **kwargs.pop("headers", {})}
+        r = await c.request(method, path, headers=headers, **kwargs)
+        assert r.status_code == expected, (label, r.text)
+        assert r.headers["x-request-id"] == rid
+        sent.append((rid, method, path.split("?")[0], expected, label))
+        return r
+
+    await call("rating table created", "POST", "/v1/rating-tables", 201, json={"name": "aud", "ratings": rows})
+    await call("rating row edited", "PATCH", "/v1/rating-tables/aud/ratings/aes128", 200,
+               json={"confidentiality": 7}, headers={"If-Match": '"1"'})
+    await call("rating edit on a stale revision", "PATCH", "/v1/rating-tables/aud/ratings/aes128", 409,
+               json={"confidentiality": 6}, headers={"If-Match": '"1"'})
+    await call("rating table replaced", "PUT", "/v1/rating-tables/aud", 200,
+               json={"name": "aud", "ratings": rows}, headers={"If-Match": '"2"'})
+    exported = (await c.get("/v1/rating-tables/aud/export")).text
+    await call("rating table imported", "POST", "/v1/rating-tables/import?name=aud2", 201, content=exported,
+               headers={"content-type": "text/plain"})
+    await call("rating table deleted", "DELETE", "/v1/rating-tables/aud2", 204)
+    await call("policy created", "POST", "/v1/policies", 201, json={"name": "aud", "min_levels": {"integrity": 3}})
+    await call("policy replaced", "PUT", "/v1/policies/aud", 200, json={"name": "aud"}, headers={"If-Match": '"1"'})
+    await call("policy deleted", "DELETE", "/v1/policies/aud", 204)
+    await call("negotiation", "POST", "/v1/negotiations", 200, json={"peers": [{"name": "a"}]})
+    await call("negotiation with nothing feasible", "POST", "/v1/negotiations", 409,
+               json={"rating_table": "esaf-2006", "peers": [{"name": "a", "min_levels": {"integrity": 10}}]})
+    await call("bad input", "POST", "/v1/policies", 422, json={"name": "aud", "surprise": 1})
+    token = (await call("token created", "POST", "/v1/tokens", 201,
+                        json={"name": "aud", "scopes": ["tunnels:read"]})).json()
+    register(token["token"])
+    await call("token revoked", "DELETE", f"/v1/tokens/{token['id']}", 204)
+    await call("tunnel refused (unknown gateways)", "POST", "/v1/tunnels", 404,
+               json={"initiator": "nowhere", "responder": "elsewhere"})
+    await call("tunnel delete refused (unknown)", "DELETE", f"/v1/tunnels/{uuid.uuid4()}", 404)
+    await call("agent user enrolled", "POST", "/v1/agent/users", 201,
+               json={"user_id": "alice", "objectives": [3], **user.public.as_dict()})
+    await call("agent request rejected", "POST", "/v1/agent/requests", 403, json={"message": "not sealed"})
+    await call("agent user revoked", "DELETE", "/v1/agent/users/alice", 200)
+    await call("no token", "POST", "/v1/policies", 401, json={"name": "x"}, headers={"Authorization": ""})
+    await call("wrong scope", "DELETE", "/v1/policies/x", 403, headers={"Authorization": f"Bearer {reader}"})
+    await call("wrong scope on a read", "GET", "/v1/audit", 403, headers={"Authorization": f"Bearer {reader}"})
+    await call("body too large", "POST", "/v1/policies", 413, content=b"x" * 70_000,
+               headers={"content-type": "application/json"})
+
+    records = await audit(c)
+    for rid, method, path, outcome, label in sent:
+        mine = [r for r in records if r["request_id"] == rid]
+        assert len(mine) == 1, (label, mine)
+        (record,) = mine
+        assert (record["action"], record["object"], record["outcome"]) == (method, path, outcome), label
+        assert record["source"], label
+        if outcome in (401, 413) or label == "agent request rejected":  # no token read (agent: no token at all)
+            assert record["token_id"] is None, label
+        elif label.startswith("wrong scope"):
+            assert (record["token_name"], record["scopes"], record["detail"]) == ("reader", ["tunnels:read"],
+                                                                                 "Forbidden"), label
+        else:
+            assert (record["token_name"], record["scopes"]) == ("test-admin", ["admin"]), label
+    details = {label: next(r["detail"] for r in records if r["request_id"] == rid) for rid, *_, label in sent}
+    assert details["token created"] == f"token {token['id']} created, scopes tunnels:read"
+    assert details["agent request rejected"].startswith("AgentRejected: ")
+    assert details["rating edit on a stale revision"] == "StaleRevision"
+    assert details["negotiation with nothing feasible"] == "NoFeasibleSuite"
+    assert details["bad input"] == "ValidationError"
+    assert details["no token"] == "Unauthenticated"
+    assert details["body too large"] == "PayloadTooLarge"
+
+
+async def test_reads_that_succeed_write_no_record(client: httpx.AsyncClient) -> None:
+    before = len(await audit(client))
+    for path in ("/v1/rating-tables", "/v1/policies", "/v1/algorithms", "/v1/tokens"):
+        assert (await client.get(path, headers={"X-Request-ID": "read-only"})).status_code == 200
+    records = await audit(client)
+    assert len(records) == before
+    assert not [r for r in records if r["request_id"] == "read-only"]
+
+
+async def test_tokens_made_and_revoked_with_the_cli_are_audited(client: httpx.AsyncClient, settings: Settings) -> None:
+    runner = CliRunner()
+    made = runner.invoke(cli, ["token", "create", "--name", "from-cli", "--scopes", "tunnels:read", "--plain",
+                               "--database-url", settings.database_url])
+    assert made.exit_code == 0, made.output
+    token = made.output.strip()
+    register(token)
+    token_id = token.split("_")[1]
+    revoked = runner.invoke(cli, ["token", "revoke", token_id, "--database-url", settings.database_url])
+    assert revoked.exit_code == 0, revoked.output
+    records = [r for r in await audit(client) if r["object"] == f"/v1/tokens/{token_id}"]
+    assert [(r["action"], r["outcome"], r["source"], r["token_name"]) for r in records] == [
+        ("DELETE", 204, "local", "local"), ("POST", 201, "local", "cli")]
+    assert records[1]["detail"] == f"token {token_id} created, scopes tunnels:read"
+    assert token.split("_")[2] not in str(records)
+
+
+def test_the_audit_log_cannot_be_changed_through_the_api() -> None:
+    from app.api.routes import admin
+
+    audit_routes = [r for r in admin.router.routes if isinstance(r, APIRoute) and r.path.startswith("/audit")]
+    assert [(sorted(r.methods), r.path) for r in audit_routes] == [(["GET"], "/audit")]
