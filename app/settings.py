@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         description="a gateway's IKE address must be inside one of these networks",
     )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
+    monitor_tunnels: bool = Field(
+        default=True, description="watch every gateway's SA events and keep tunnel records up/down accordingly"
+    )
+    monitor_interval: float = Field(
+        default=5.0, gt=0, description="seconds between the monitor's look at the gateways (new ones, lost listeners)"
+    )
     agent_config: Path | None = Field(
         default=None, description="the tunnel agent's YAML config: enables the Host and/or Target roles"
     )

@@ -62,6 +62,7 @@ __all__ = [
     "create_tunnel",
     "delete_gateway",
     "delete_tunnel",
+    "established_everywhere",
     "get_gateway",
     "list_gateways",
     "list_tunnels",
@@ -627,6 +628,19 @@ def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default
         report.restored.append(record.id)
         tunnels.set_state(record.id, TunnelState.UP, "restored by reconcile")
     return report
+
+
+def established_everywhere(vici: ViciFactory, gateways: Sequence[Gateway], name: str) -> bool:
+    """Whether conn ``name``'s IKE_SA is ESTABLISHED with its CHILD_SA INSTALLED on every gateway.
+
+    Raises:
+        GatewayUnreachable: a charon does not answer (nothing can be said).
+    """
+    for gateway in gateways:
+        observed = _observed(vici(gateway.vici_socket).list_sas(ike=name), name)
+        if observed is None or observed.ike_state != "ESTABLISHED" or observed.child_state != "INSTALLED":
+            return False
+    return True
 
 
 def _established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:

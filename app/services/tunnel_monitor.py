@@ -1,0 +1,230 @@
+"""Tunnel state from charon's own events: a tunnel that goes down is shown ``down``.
+
+One :class:`~app.adapters.vici.events.EventListener` per registered gateway (its own
+VICI connection, never carrying commands) receives ``ike-updown`` and ``child-updown``.
+An event about a ``qoss-*`` connection only *schedules* a check of that tunnel a short
+``settle`` time later; the check reads the record and, when it is ``up`` or ``down``,
+asks every managed end's ``list-sas`` whether the SA is ESTABLISHED with its CHILD_SA
+INSTALLED, and records ``up`` or ``down`` accordingly. Checking instead of trusting one
+event makes the outcome independent of event order and of the service's own set-ups,
+teardowns and reconciles (whose events arrive while those run): by the time the check
+runs, a deleted tunnel has no record and a restored one is established again.
+
+Listeners are kept in step with the gateway table every ``resync`` seconds, so a gateway
+registered later is watched too and a listener whose charon restarted is reconnected;
+each time a listener (re)connects, every tunnel on that gateway is checked once, since
+its events until then were not seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.adapters.db.repositories import GatewayRepository, TunnelRepository
+from app.adapters.vici.events import EventKind, EventListener, SaEvent
+from app.domain.errors import GatewayError, NotFound
+from app.domain.tunnels import TunnelState
+from app.services.tunnels import ViciFactory, established_everywhere
+
+__all__ = ["Listener", "ListenerFactory", "TunnelMonitor"]
+
+log = logging.getLogger("qoss.monitor")
+
+_PREFIX = "qoss-"
+
+
+class Listener(Protocol):
+    """What the monitor needs of an event listener (:class:`EventListener` has it)."""
+
+    @property
+    def running(self) -> bool:
+        """Whether it still delivers events."""
+        ...
+
+    def start(self) -> None:
+        """Connect and register; raises :class:`GatewayError` if charon cannot be reached."""
+        ...
+
+    def stop(self, timeout: float = ...) -> None:
+        """Unregister and close."""
+        ...
+
+
+#: (socket path, callback) -> a listener not yet started.
+ListenerFactory = Callable[[str, Callable[[SaEvent], None]], Listener]
+
+
+def _listener(socket_path: str, callback: Callable[[SaEvent], None]) -> Listener:
+    return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0)
+
+
+class TunnelMonitor:
+    """Watches every gateway's SA events and keeps the tunnel records' ``up``/``down`` true.
+
+    Args:
+        session_factory: sessions on the service's database (the monitor commits its own).
+        vici: socket path -> VICI gateway, for the ``list-sas`` checks.
+        listen: the I/O seam for event listeners (production: a real VICI connection).
+        settle: seconds between an event and the check it triggers.
+        resync: seconds between re-reading the gateways (and reconnecting lost listeners).
+    """
+
+    def __init__(
+        self,
+        *,
+        session_factory: sessionmaker[Session],
+        vici: ViciFactory,
+        listen: ListenerFactory = _listener,
+        settle: float = 1.0,
+        resync: float = 5.0,
+    ) -> None:
+        self._sessions = session_factory
+        self._vici = vici
+        self._listen = listen
+        self._settle = settle
+        self._resync = resync
+        self._listeners: dict[str, Listener] = {}
+        #: tunnel id -> (when to check, whether a down event was among its events)
+        self._due: dict[str, tuple[float, bool]] = {}
+        self._wake = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        #: How many checks changed a record (for tests and logs).
+        self.changes = 0
+
+    def start(self) -> None:
+        """Start watching (returns at once; listeners connect in the monitor's thread)."""
+        if self._thread is not None:
+            raise RuntimeError("the monitor was started already")
+        self._thread = threading.Thread(target=self._run, name="qoss-tunnel-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every listener and the monitor's thread."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for listener in list(self._listeners.values()):
+            listener.stop(timeout=1.0)
+        self._listeners.clear()
+
+    @property
+    def watched(self) -> list[str]:
+        """The VICI sockets with a live listener."""
+        return sorted(path for path, listener in self._listeners.items() if listener.running)
+
+    # ------------------------------------------------------------------ events
+
+    def on_event(self, event: SaEvent) -> None:
+        """Schedule a check of the tunnel an up/down event is about (other events are ignored)."""
+        if event.kind not in (EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN):
+            return
+        if not event.ike_name.startswith(_PREFIX):
+            return
+        tunnel_id = event.ike_name[len(_PREFIX):]
+        with self._wake:
+            at, down = self._due.get(tunnel_id, (time.monotonic() + self._settle, False))
+            self._due[tunnel_id] = (at, down or event.up is False)
+            self._wake.notify_all()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        next_sync = 0.0  # watch the gateways at once
+        while True:
+            with self._wake:
+                while True:
+                    if self._stopping:
+                        return
+                    now = time.monotonic()
+                    due = [(t, down) for t, (at, down) in self._due.items() if at <= now]
+                    if due or now >= next_sync:
+                        break
+                    self._wake.wait(min([next_sync, *(at for at, _ in self._due.values())]) - now)
+                for tunnel_id, _ in due:
+                    del self._due[tunnel_id]
+            for tunnel_id, down in due:
+                self._guarded(self.check, tunnel_id, down)
+            if time.monotonic() >= next_sync:
+                self._guarded(self.sync_listeners)
+                next_sync = time.monotonic() + self._resync
+
+    def _guarded(self, fn: Callable[..., object], *args: object) -> None:
+        try:
+            fn(*args)
+        except Exception:  # the monitor must outlive any one failure; the next event retries
+            log.exception("tunnel monitor: %s failed", getattr(fn, "__name__", fn))
+
+    def sync_listeners(self) -> None:
+        """Watch every registered gateway; reconnect listeners that stopped; drop removed ones."""
+        with self._sessions() as session:
+            sockets = {g.vici_socket for g in GatewayRepository(session).list()}
+        for path in sorted(set(self._listeners) - sockets):
+            self._listeners.pop(path).stop(timeout=1.0)
+        for path in sorted(sockets):
+            current = self._listeners.get(path)
+            if current is not None and current.running:
+                continue
+            listener = self._listen(path, self.on_event)
+            try:
+                listener.start()
+            except GatewayError as exc:
+                log.info("tunnel monitor: not watching %s yet: %s", path, exc.message)
+                self._listeners.pop(path, None)
+                continue
+            self._listeners[path] = listener
+            # Events before this moment were not seen (a new gateway, a restarted charon).
+            self._check_all_on(path)
+
+    def _check_all_on(self, socket_path: str) -> None:
+        with self._sessions() as session:
+            gateways = {g.name: g.vici_socket for g in GatewayRepository(session).list()}
+            records = TunnelRepository(session).list()
+        for record in records:
+            if socket_path in (gateways.get(record.initiator), gateways.get(record.responder or "")):
+                self.check(record.id)
+
+    def check(self, tunnel_id: str, down_seen: bool = True) -> None:
+        """Record ``up`` or ``down`` for one tunnel from what its managed ends' ``list-sas`` say.
+
+        Only tunnels that are ``up`` or ``down`` move; requested, configuring and failed
+        ones belong to the request or reconcile that handles them. Without a down event
+        (``down_seen``) an ``up`` tunnel is left unasked: set-ups and restores, which
+        bring many up events, cost charon nothing extra.
+        """
+        with self._sessions() as session, session.begin():
+            tunnels = TunnelRepository(session)
+            try:
+                record = tunnels.get(tunnel_id)
+            except NotFound:
+                return  # deleted, or a set-up that was rolled back
+            if record.state not in (TunnelState.UP, TunnelState.DOWN):
+                return
+            if record.state is TunnelState.UP and not down_seen:
+                return
+            gateways = GatewayRepository(session)
+            ends = [gateways.get(record.initiator)]
+            if record.responder is not None:
+                ends.append(gateways.get(record.responder))
+            try:
+                alive = established_everywhere(self._vici, ends, record.conn)
+            except GatewayError as exc:
+                log.info("tunnel monitor: %s not checked: %s", tunnel_id, exc.message)
+                return
+            new = TunnelState.UP if alive else TunnelState.DOWN
+            if new is record.state:
+                return
+            detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
+            with contextlib.suppress(NotFound):
+                tunnels.set_state(tunnel_id, new, detail)
+                self.changes += 1
+                log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)

@@ -1,0 +1,58 @@
+"""Tunnel state follows charon's own events: an SA torn down behind qoss's back shows ``down``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.adapters.lab import Lab
+from app.adapters.vici.driver import ViciGateway
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
+from tests.integration.tunnels.test_tunnels_api import nothing_left, ping
+
+pytestmark = [pytest.mark.anyio, pytest.mark.charon]
+
+
+@pytest.fixture
+def settings(tmp_path: Path, lab: Lab) -> Settings:
+    """As the package's, with the monitor looking at the gateways twice a second."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/qoss.db", vici_socket_dirs=[lab.state_dir],
+                        reconcile_on_start=False, monitor_interval=0.5)
+    prepare_database(settings)
+    return settings
+
+
+async def _state_becomes(client: httpx.AsyncClient, tunnel_id: str, state: str, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        listed = {t["id"]: t for t in (await client.get("/v1/tunnels")).json()}
+        if listed[tunnel_id]["state"] == state:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def test_sa_closed_by_the_peer_shows_down_then_up_again(client: httpx.AsyncClient, lab: Lab) -> None:
+    r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+    assert r.status_code == 201, r.text
+    tunnel = r.json()
+    # The responder's administrator (or a crash, or DPD) closes the SA; qoss did nothing.
+    right = ViciGateway(lab.host("right").vici_socket, 5.0)
+    right.terminate(ike=tunnel["conn"], timeout_ms=3000)
+    assert await _state_becomes(client, tunnel["id"], "down")
+    listed = {t["id"]: t for t in (await client.get("/v1/tunnels")).json()}
+    assert listed[tunnel["id"]]["detail"] == "SA went down (charon event)"
+    assert ping(lab).returncode != 0
+
+    # Brought up again from the initiator's side: the record follows.
+    ViciGateway(lab.host("left").vici_socket, 10.0).initiate(child=tunnel["conn"], ike=tunnel["conn"])
+    assert await _state_becomes(client, tunnel["id"], "up")
+    assert ping(lab).returncode == 0
+
+    assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
+    assert nothing_left(lab)

@@ -1,0 +1,189 @@
+"""The tunnel monitor on a migrated database (SQLite and PostgreSQL) with charons we script.
+
+The event source and ``list-sas`` are seams the monitor is given; what is real is the
+database and the monitor's own thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.adapters.db.repositories import GatewayRepository, TunnelRepository
+from app.adapters.vici.events import EventKind, SaEvent
+from app.adapters.vici.models import IkeSa, parse_ike_sa
+from app.domain.errors import GatewayUnreachable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.services.tunnel_monitor import TunnelMonitor
+
+
+@dataclass
+class Charon:
+    """What one scripted charon says: the SAs per conn name, or that it is unreachable."""
+
+    socket: str
+    established: set[str] = field(default_factory=set)
+    down: bool = False
+    asked: int = 0
+
+    def list_sas(self, *, ike: str | None = None) -> list[IkeSa]:
+        self.asked += 1
+        if self.down:
+            raise GatewayUnreachable(self.socket, "no such socket")
+        if ike not in self.established:
+            return []
+        child = {"name": ike, "state": "INSTALLED", "protocol": "ESP", "mode": "TUNNEL"}
+        return [parse_ike_sa(ike, {"state": "ESTABLISHED", "local-host": "10.99.0.1", "remote-host": "10.99.0.2",
+                                   "child-sas": {f"{ike}-1": child}})]
+
+
+@dataclass
+class FakeListener:
+    socket: str
+    callback: Callable[[SaEvent], None]
+    alive: bool = False
+    refuse: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.alive
+
+    def start(self) -> None:
+        if self.refuse:
+            raise GatewayUnreachable(self.socket, "no such socket")
+        self.alive = True
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.alive = False
+
+
+@pytest.fixture
+def world(session_factory: sessionmaker[Session]) -> tuple[dict[str, Charon], list[FakeListener]]:
+    charons = {"/run/left.vici": Charon("/run/left.vici"), "/run/right.vici": Charon("/run/right.vici")}
+    with session_factory() as session, session.begin():
+        gateways = GatewayRepository(session)
+        for name, path, addr in (("left", "/run/left.vici", "10.99.0.1"), ("right", "/run/right.vici", "10.99.0.2")):
+            gateways.create(Gateway(name=name, vici_socket=path, ike_address=addr, identity=f"{name}.qoss",
+                                    inside_networks=("10.1.0.1/32",), backend="kernel-libipsec"))
+        tunnels = TunnelRepository(session)
+        for tid, state in (("aaa", TunnelState.UP), ("bbb", TunnelState.FAILED)):
+            tunnels.add(TunnelRecord(id=tid, initiator="left", responder="right", local_ts=("10.1.0.1/32",),
+                                     remote_ts=("10.2.0.1/32",), state=state, negotiation={}))
+    for c in charons.values():
+        c.established.add("qoss-aaa")
+    return charons, []
+
+
+def _monitor(session_factory: sessionmaker[Session], charons: dict[str, Charon],
+             listeners: list[FakeListener]) -> TunnelMonitor:
+    def listen(path: str, callback: Callable[[SaEvent], None]) -> FakeListener:
+        listener = FakeListener(path, callback)
+        listeners.append(listener)
+        return listener
+
+    return TunnelMonitor(session_factory=session_factory, vici=lambda path: charons[path],
+                         listen=listen, settle=0.05, resync=0.2)
+
+
+def _event(name: str, up: bool, kind: EventKind = EventKind.CHILD_UPDOWN) -> SaEvent:
+    return SaEvent(kind=kind, ike_name=name, up=up, ike_sa=None)
+
+
+def _state(session_factory: sessionmaker[Session], tid: str) -> tuple[TunnelState, str]:
+    with session_factory() as session:
+        record = TunnelRepository(session).get(tid)
+        return record.state, record.detail
+
+
+def _wait(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+def test_sa_going_down_marks_the_tunnel_down_and_coming_back_up(session_factory: sessionmaker[Session],
+                                                                world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    monitor = _monitor(session_factory, charons, listeners)
+    monitor.start()
+    try:
+        assert _wait(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
+        charons["/run/right.vici"].established.clear()  # the peer end went away
+        listeners[0].callback(_event("qoss-aaa", up=False))
+        assert _wait(lambda: _state(session_factory, "aaa")[0] is TunnelState.DOWN)
+        assert _state(session_factory, "aaa")[1] == "SA went down (charon event)"
+        charons["/run/right.vici"].established.add("qoss-aaa")
+        listeners[1].callback(_event("qoss-aaa", up=True, kind=EventKind.IKE_UPDOWN))
+        assert _wait(lambda: _state(session_factory, "aaa")[0] is TunnelState.UP)
+        assert monitor.changes == 2
+    finally:
+        monitor.stop()
+    assert not any(listener.running for listener in listeners)
+
+
+def test_events_that_change_nothing_leave_records_alone(session_factory: sessionmaker[Session],
+                                                        world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    monitor = _monitor(session_factory, charons, listeners)
+    # Not ours, a record that does not exist, a failed tunnel, an up event while up, a rekey.
+    for event in (_event("roadwarrior", up=False), _event("qoss-zzz", up=False), _event("qoss-bbb", up=False),
+                  _event("qoss-aaa", up=True), SaEvent(kind=EventKind.CHILD_REKEY, ike_name="qoss-aaa", up=None,
+                                                       ike_sa=None)):
+        monitor.on_event(event)
+    for tid in ("zzz", "bbb", "aaa"):
+        monitor.check(tid)
+    assert _state(session_factory, "aaa")[0] is TunnelState.UP
+    assert _state(session_factory, "bbb")[0] is TunnelState.FAILED
+    assert monitor.changes == 0
+    assert charons["/run/left.vici"].asked == 1  # only the up tunnel was looked at
+
+
+def test_unreachable_charon_changes_nothing(session_factory: sessionmaker[Session],
+                                            world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    monitor = _monitor(session_factory, charons, listeners)
+    charons["/run/left.vici"].down = True
+    monitor.check("aaa")
+    assert _state(session_factory, "aaa")[0] is TunnelState.UP
+
+
+def test_lost_listeners_are_reconnected_and_their_tunnels_rechecked(session_factory: sessionmaker[Session],
+                                                                     world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    monitor = _monitor(session_factory, charons, listeners)
+    monitor.sync_listeners()
+    assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
+    listeners[0].alive = False  # charon restarted: the connection is gone, and so is the SA
+    charons["/run/left.vici"].established.clear()
+    monitor.sync_listeners()
+    assert len(listeners) == 3
+    assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
+    assert _state(session_factory, "aaa")[0] is TunnelState.DOWN  # events missed meanwhile: checked anyway
+    monitor.stop()
+
+
+def test_a_charon_that_is_not_there_yet_is_tried_again(session_factory: sessionmaker[Session],
+                                                       world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    refused: list[str] = []
+
+    def listen(path: str, callback: Callable[[SaEvent], None]) -> FakeListener:
+        listener = FakeListener(path, callback, refuse=path not in refused)
+        refused.append(path)
+        listeners.append(listener)
+        return listener
+
+    monitor = TunnelMonitor(session_factory=session_factory, vici=lambda path: charons[path],
+                            listen=listen, settle=0.05, resync=0.2)
+    monitor.sync_listeners()
+    assert monitor.watched == []
+    monitor.sync_listeners()
+    assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
+    monitor.stop()
