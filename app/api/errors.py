@@ -93,7 +93,8 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(OperationalError)
-    async def _database(_: Request, exc: OperationalError) -> JSONResponse:
+    async def _database(request: Request, exc: OperationalError) -> JSONResponse:
+        request.state.error_name = "DatabaseUnavailable"
         log.error("database unavailable: %s", type(exc.orig).__name__ if exc.orig else "OperationalError")
         return JSONResponse(error_body("DatabaseUnavailable", "the database is unavailable"), status_code=503)
 

@@ -148,3 +148,22 @@ def test_the_audit_log_cannot_be_changed_through_the_api() -> None:
 
     audit_routes = [r for r in admin.router.routes if isinstance(r, APIRoute) and r.path.startswith("/audit")]
     assert [(sorted(r.methods), r.path) for r in audit_routes] == [(["GET"], "/audit")]
+
+
+async def test_a_bug_is_a_bare_500_and_still_audited(settings: Settings, admin_token: str) -> None:
+    app = create_app(settings)
+
+    def boom() -> None:
+        raise RuntimeError("a bug with a secret-looking detail: hunter2")
+
+    app.add_api_route("/v1/boom", boom, methods=["POST"])
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, raise_app_exceptions=False), base_url="http://qoss.test",
+        headers={"Authorization": f"Bearer {admin_token}"},
+    ) as c:
+        r = await c.post("/v1/boom", headers={"X-Request-ID": "bug-1"})
+        assert r.status_code == 500
+        assert r.json() == {"error": "InternalError", "detail": "internal error"}
+        (record,) = [x for x in await audit(c) if x["request_id"] == "bug-1"]
+        assert (record["action"], record["object"], record["outcome"], record["detail"]) == (
+            "POST", "/v1/boom", 500, "InternalError")
