@@ -391,6 +391,7 @@ def bench_micro(
     out: Annotated[Path | None, typer.Option(help="also write the raw results as JSON here")] = None,
     sweep_limit: Annotated[float, typer.Option(help="seconds for the sweep with re-measurements of noisy runs")] =
         50.0,
+    repeat: Annotated[int, typer.Option(min=1, max=9, help="whole sweeps to run; each figure is their median")] = 1,
     database_url: DbUrl = None,
 ) -> None:
     """Time every transform the crypto library offers (64-1400 B), fit ns = a*bytes + b, score 0-10."""
@@ -399,14 +400,14 @@ def bench_micro(
 
     from app.adapters.bench.micro import BACKEND, available, library_version, machine_id, run_micro
     from app.adapters.files import dump_rating_table_yaml
-    from app.domain.scoring import measured_table
+    from app.domain.scoring import combine_repeats, measured_table
 
     keywords = [k.strip() for k in only.split(",")] if only else available()
     began = time.monotonic()
-    with typer.progressbar(length=len(keywords), label="measuring") as bar:
+    with typer.progressbar(length=len(keywords) * repeat, label="measuring") as bar:
         try:
-            results = run_micro(keywords, budget_per_algorithm=budget, sweep_limit=sweep_limit,
-                                progress=lambda _: bar.update(1))
+            results = combine_repeats([run_micro(keywords, budget_per_algorithm=budget, sweep_limit=sweep_limit,
+                                                 progress=lambda _: bar.update(1)) for _ in range(repeat)])
         except ValueError as exc:
             typer.echo(str(exc), err=True)
             raise typer.Exit(2) from exc
@@ -424,11 +425,12 @@ def bench_micro(
     elapsed = round(time.monotonic() - began, 1)
     if out is not None:
         command = " ".join(["qoss bench micro", f"--budget {budget}", *([f"--only {only}"] if only else []),
-                            f"--out {out}"])
+                            *([f"--repeat {repeat}"] if repeat > 1 else []), f"--out {out}"])
         out.write_text(json.dumps({
             "kind": "qoss-bench-micro", "version": 1, "machine": machine_id(), "backend": BACKEND,
             "library": library_version(), "date": datetime.now(UTC).date().isoformat(), "command": command,
-            "budget_per_algorithm": budget, "elapsed_s": elapsed, "results": rows}, indent=2) + "\n")
+            "budget_per_algorithm": budget, "repeat": repeat, "elapsed_s": elapsed, "results": rows}, indent=2)
+            + "\n")
     typer.echo(json.dumps({"machine": machine_id(), "algorithms": len(rows), "elapsed_s": elapsed,
                            "worst_spread": max(r["spread"] for r in rows)}))
     if write_table is None:

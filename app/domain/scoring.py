@@ -37,6 +37,7 @@ __all__ = [
     "SIZES",
     "Fit",
     "MicroResult",
+    "combine_repeats",
     "fit_linear",
     "kex_score",
     "low_estimate",
@@ -141,6 +142,40 @@ class MicroResult:
     def mb_per_s(self) -> float:
         """Throughput at 1400 B (bytes per microsecond = MB/s)."""
         return 1400 / self.ns_by_size[1400] * 1000
+
+
+def combine_repeats(sweeps: Sequence[Sequence[MicroResult]]) -> list[MicroResult]:
+    """Several sweeps of the same algorithms as one: per algorithm the median of each figure
+    (ns per size, or ops/s), samples added, and as spread the larger of the sweeps' median
+    split-half spread and the repeats' own spread (range over median of the 1400 B time or of
+    ops/s) - so a figure that moved between sweeps says so.
+
+    Raises:
+        InvalidInput: no sweeps, or sweeps of different algorithms.
+    """
+    if not sweeps:
+        raise InvalidInput("nothing to combine")
+    order = [r.keyword for r in sweeps[0]]
+    if any([r.keyword for r in sweep] != order for sweep in sweeps):
+        raise InvalidInput("the sweeps measured different algorithms")
+    combined = []
+    for i, keyword in enumerate(order):
+        runs = [sweep[i] for sweep in sweeps]
+        first = runs[0]
+        inner = statistics.median(r.spread for r in runs)
+        if first.ops_per_s is not None:
+            values = [r.ops_per_s or 0.0 for r in runs]
+            ns: dict[int, float] = {}
+            ops: float | None = statistics.median(values)
+        else:
+            ns = {size: statistics.median(r.ns_by_size[size] for r in runs) for size in first.ns_by_size}
+            values = [r.ns_by_size[max(ns)] for r in runs]
+            ops = None
+        middle = statistics.median(values)
+        between = (max(values) - min(values)) / middle if len(runs) > 1 and middle > 0 else 0.0
+        combined.append(MicroResult(keyword=keyword, ns_by_size=ns, spread=max(inner, between),
+                                    samples=sum(r.samples for r in runs), method=first.method, ops_per_s=ops))
+    return combined
 
 
 def measured_table(

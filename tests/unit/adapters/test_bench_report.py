@@ -74,12 +74,13 @@ def test_short_real_micro_then_report_through_the_cli(tmp_path: Path) -> None:
     runner = CliRunner()
     micro = tmp_path / "micro.json"
     result = runner.invoke(app, ["bench", "micro", "--only", "aes128,md5,sha1,sha256,modp2048,x25519",
-                                 "--budget", "0.1", "--out", str(micro)])
+                                 "--budget", "0.1", "--repeat", "2", "--out", str(micro)])
     assert result.exit_code == 0, result.output
     doc = json.loads(micro.read_text())
     assert doc["kind"] == "qoss-bench-micro"
     assert {r["algorithm"] for r in doc["results"]} == {"aes128", "md5", "sha1", "sha256", "modp2048", "x25519"}
     assert doc["command"].startswith("qoss bench micro --budget 0.1 --only aes128,md5")
+    assert doc["repeat"] == 2
     result = runner.invoke(app, ["bench", "report", "--micro", str(micro), "--out", str(tmp_path / "report")])
     assert result.exit_code == 0, result.output
     written = json.loads(result.output)

@@ -12,6 +12,7 @@ from app.adapters.files import load_rating_table
 from app.domain.errors import InvalidInput
 from app.domain.scoring import (
     MicroResult,
+    combine_repeats,
     fit_linear,
     kex_score,
     low_estimate,
@@ -135,3 +136,29 @@ def test_throughput_scores_and_fits_on_recorded_packets() -> None:
     assert results["3des"].mb_per_s == pytest.approx(1400 / 49648 * 1000)
     assert scores["3des"] == pytest.approx(10 * math.log10(1400 / 49.648) / math.log10(2000), abs=0.01)
     assert scores["aes128gcm16"] == pytest.approx(9.77, abs=0.01)
+
+
+def test_repeated_sweeps_combine_to_medians_and_report_their_drift() -> None:
+    gcm = RECORDED_NS["aes128gcm16"]
+    sweeps = [
+        [MicroResult("aes128gcm16", {s: v * f for s, v in gcm.items()}, 0.01, 100, "seal"),
+         MicroResult("x25519", {}, 0.002, 10, "kex", ops_per_s=ops)]
+        for f, ops in ((1.0, 15976.0), (1.1, 15509.0), (0.98, 15941.0))
+    ]
+    gcm_c, kex_c = combine_repeats(sweeps)
+    assert gcm_c.ns_by_size == gcm  # the median sweep's figures (factor 1.0)
+    assert gcm_c.samples == 300
+    assert gcm_c.spread == pytest.approx((1.1 - 0.98) * 834 / 834)  # drift between sweeps beats 1 %
+    assert kex_c.ops_per_s == 15941.0
+    assert kex_c.spread == pytest.approx((15976 - 15509) / 15941)
+    single = combine_repeats(sweeps[:1])
+    assert single[0].spread == 0.01  # one sweep: its own split-half spread
+
+
+def test_combining_different_sweeps_is_refused() -> None:
+    a = [MicroResult("x25519", {}, 0.0, 1, "kex", ops_per_s=1.0)]
+    b = [MicroResult("x448", {}, 0.0, 1, "kex", ops_per_s=1.0)]
+    with pytest.raises(InvalidInput):
+        combine_repeats([a, b])
+    with pytest.raises(InvalidInput):
+        combine_repeats([])
