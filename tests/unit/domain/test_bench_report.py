@@ -202,3 +202,26 @@ def test_markdown_has_every_section_and_the_comparison_rows() -> None:
     assert "| 8 | 3 |" in text  # 3DES security 2006 -> today
     assert "Sweet32" in text
     assert "| aes128-md5 | - | 276 |" in text
+
+
+def test_the_tunnel_benchmarks_own_document_parses() -> None:
+    # The document `qoss bench tunnel --out` writes, built by its own code: the agreed format.
+    from app.domain.bench_tunnel import SuiteRun, SuiteSpec, bench_document
+
+    base = SuiteRun(None, throughput_mbps=[900.0, 910.0, 905.0], rtt_ms={64: [0.05, 0.06]},
+                    parallel_mbps={1: [900.0], 2: [950.0]})
+    gcm = SuiteRun(SuiteSpec("aes128gcm16"), ike="aes128gcm16-prfsha256-x25519", throughput_mbps=[463.0, 470.0],
+                   rtt_ms={1400: [0.2]})
+    sha = SuiteRun(SuiteSpec("aes128", "sha256"), throughput_mbps=[324.0])
+    broken = SuiteRun(SuiteSpec("3des", "sha1"))  # every repetition failed: no figures
+    doc = json.loads(json.dumps(bench_document(machine="m", backend="kernel-libipsec", date="2026-11-23",
+                                               repetitions=3, duration_s=2.0, baseline=base,
+                                               suites=[gcm, sha, broken])))
+    run = parse_tunnel(doc)
+    assert run.baseline is not None
+    assert run.baseline.throughput is not None
+    assert run.baseline.throughput.median == 905.0
+    assert [s.esp for s in run.suites] == ["aes128gcm16", "aes128-sha256", "3des-sha1"]
+    assert run.suites[2].throughput is None
+    today = today_from_tunnel(_table("004-T5"), run)
+    assert (today["No IPSec"], today["AES128-GCM16"], today["AES128-SHA2 256"]) == (905.0, 466.5, 324.0)
