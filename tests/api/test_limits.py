@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -134,3 +135,39 @@ def test_every_request_object_rejects_unknown_fields(settings: Settings) -> None
                     if schema.get("type") == "object" and "properties" in schema
                     and schema.get("additionalProperties") is not False]
     assert open_objects == []
+
+
+# ----------------------------------------------------------------------------- keywords
+
+#: Strings that are no catalogue keyword, some shaped to break out of a VICI proposal.
+NOT_KEYWORDS = ["aes128;evil", "aes128-sha1", "aes128\n}", "default", "", "aes128{", "%s", "aes128 sha1",
+                "aes128,sha1", "x" * 64]
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("bad", NOT_KEYWORDS, ids=range(len(NOT_KEYWORDS)))
+async def test_keywords_come_only_from_the_catalogue(client: httpx.AsyncClient, bad: str) -> None:
+    etag = (await client.get("/v1/rating-tables/standards-2026")).headers["etag"]
+    answers = {
+        "negotiation supports": await client.post("/v1/negotiations", json={
+            "peers": [{"name": "a", "supports": [bad, "sha1"]}]}),
+        "policy allow": await client.post("/v1/policies", json={"name": "kw-a", "allow": [bad]}),
+        "policy deny": await client.post("/v1/policies", json={"name": "kw-d", "deny": [bad]}),
+        "rating row": await client.post("/v1/rating-tables", json={
+            "name": "kw", "ratings": [{"algorithm": bad, "confidentiality": 1, "performance": 1}]}),
+        "rating edit": await client.patch(f"/v1/rating-tables/standards-2026/ratings/{quote(bad, safe='')}",
+                                          json={"confidentiality": 1}, headers={"If-Match": etag}),
+        "tunnel supports": await client.post("/v1/tunnels", json={
+            "initiator": "a", "responder": "b", "supports": [bad]}),
+    }
+    for where, r in answers.items():
+        assert r.status_code in (404, 422), (where, r.status_code, r.text)
+    assert (await client.get("/v1/policies/kw-a")).status_code == 404
+    assert (await client.get("/v1/rating-tables/kw")).status_code == 404
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+async def test_a_keyword_is_stored_as_the_catalogue_spells_it(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/policies", json={"name": "kw", "allow": ["AES128", " aes256 "]})
+    assert r.status_code == 201, r.text
+    assert (await client.get("/v1/policies/kw")).json()["policy"]["allow"] == ["aes128", "aes256"]
