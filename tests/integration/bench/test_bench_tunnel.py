@@ -13,9 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from app.adapters.bench.tunnel import run_bench
+from app.adapters.db.engine import make_engine, make_session_factory
 from app.cli import app
 from app.cli_bench_tunnel import bench_lab
 from app.domain.bench_tunnel import SuiteSpec, bench_document
+from app.services import tunnels
+from app.services.ratings import get_table
 
 pytestmark = pytest.mark.charon
 
@@ -49,11 +52,31 @@ def test_one_suite_runs_through_the_service_and_leaves_nothing_behind() -> None:
     assert doc["suites"][0]["ike"] == run.ike
 
 
-def test_the_command_writes_the_document(tmp_path: Path) -> None:
+def test_the_command_writes_the_document_and_the_measured_table(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the table's YAML goes to ./var/bench
     out = tmp_path / "tunnel.json"
+    url = f"sqlite:///{tmp_path}/qoss.db"
     result = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128-sha1", "--repetitions", "1",
-                                      "--duration", "1", "--ping-count", "5", "--out", str(out)])
+                                      "--duration", "1", "--ping-count", "5", "--out", str(out),
+                                      "--write-table", "tunnel-test", "--database-url", url])
     assert result.exit_code == 0, result.output
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session:
+            table = get_table(session=session, name="tunnel-test")
+            left_behind = (tunnels.list_tunnels(session=session), tunnels.list_gateways(session=session))
+    finally:
+        engine.dispose()
+    assert set(table.ratings) == {"aes128", "sha1"}
+    aes = table.ratings["aes128"]
+    assert aes.confidentiality == 8  # from standards-2026
+    assert aes.measurement is not None
+    assert aes.measurement.throughput_mbps is not None
+    assert aes.measurement.throughput_mbps > 0
+    assert aes.measurement.backend == "kernel-libipsec"
+    assert (tmp_path / "var" / "bench" / "tunnel-test.yaml").exists()
+    assert left_behind == ([], [])
     doc = json.loads(out.read_text())
     assert doc["kind"] == "qoss-bench-tunnel"
     assert [s["esp"] for s in doc["suites"]] == ["aes128-sha1"]
