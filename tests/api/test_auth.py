@@ -27,6 +27,7 @@ from app.domain.auth import TokenRecord, hash_secret
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.figures import tally
 from tests.fixtures.secrets import register
 
 pytestmark = pytest.mark.anyio
@@ -129,8 +130,7 @@ async def bare(settings: Settings, tmp_path: Path) -> Any:
         yield c
 
 
-async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_token: str,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_token: str) -> None:
     url = settings.database_url
     valid_id = admin_token.split("_")[1]
     wrong_scope = make_token(url, "reader-only", ["audit:read"])
@@ -160,9 +160,8 @@ async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_to
             checked += 1
     assert checked >= 150
     assert snapshot(url) == before
-    with capsys.disabled():
-        print(f"\nauth matrix: {len(ROUTES)} protected routes x {len(credentials)} bad credentials (401) "
-              f"+ wrong scope (403): {checked} requests, 0 state changes")
+    tally(f"auth matrix requests ({len(ROUTES)} protected routes x {len(credentials)} bad credentials -> 401, "
+          "x wrong scope -> 403; 0 state changes), summed over backends", checked)
 
 
 async def test_secrets_never_appear_in_token_listing_or_audit(client: httpx.AsyncClient, admin_token: str) -> None:

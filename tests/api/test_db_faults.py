@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 
 from app.api.main import create_app
 from app.settings import Settings
+from tests.fixtures.figures import tally
 
 pytestmark = pytest.mark.anyio
 
@@ -43,6 +44,7 @@ async def test_database_unavailable_is_503_and_nothing_is_half_written(
             assert r.json() == {"error": "DatabaseUnavailable", "detail": "the database is unavailable"}
     finally:
         set_connections(database_url, True)
+    tally("faults injected: PostgreSQL refusing connections (503, no partial write)")
     assert (await client.get("/v1/policies/during")).status_code == 404
     assert (await client.get("/v1/policies/before")).status_code == 200
     after = await client.post("/v1/policies", json={"name": "after", "min_levels": {"integrity": 3}})
@@ -94,6 +96,7 @@ async def test_connection_lost_part_way_through_a_write_is_503_and_writes_nothin
         finally:
             event.remove(app.state.engine, "after_cursor_execute", cut)
         assert killed, "the write never ran its first insert"
+        tally("faults injected: PostgreSQL connection killed part-way through a write (503, nothing written)")
         assert r.status_code == 503, r.text
         assert r.json() == {"error": "DatabaseUnavailable", "detail": "the database is unavailable"}
         assert (await c.get(gone)).status_code == 404

@@ -30,6 +30,7 @@ from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.figures import figure
 from tests.fixtures.secrets import register
 
 SENT: list[int] = []
@@ -101,14 +102,13 @@ def test_no_server_errors_and_responses_conform(operation: Any, server: tuple[st
     run()
 
 
-def test_zz_enough_requests_were_generated(server: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_zz_enough_requests_were_generated(server: tuple[str, str]) -> None:
     statuses = [s for codes in STATUSES.values() for s in codes]
     agent = {label: codes for label, codes in STATUSES.items() if " /v1/agent/" in label}
     answered = sum(map(len, agent.values())) - len(NO_ROLE)
-    with capsys.disabled():
-        print(f"\nschemathesis: {len(OPERATIONS)} operations ({len(agent)} agent), {len(SENT)} generated requests "
-              f"({sum(map(len, agent.values()))} to agent routes, {answered} of them answered by the Host/Target "
-              f"roles), {sum(1 for s in statuses if s >= 500)} server errors, 0 schema violations")
+    figure("schemathesis", f"{len(OPERATIONS)} operations ({len(agent)} agent, answered by the Host/Target "
+           f"roles: {answered} of {sum(map(len, agent.values()))}), {len(SENT)} generated requests, "
+           f"{sum(1 for s in statuses if s >= 500)} server errors, 0 schema violations")
     assert len(OPERATIONS) >= 30
     assert len(SENT) >= MIN_REQUESTS, f"only {len(SENT)} generated requests"
     assert len(agent) == 7

@@ -92,7 +92,7 @@ def test_writes_a_row(database_url):
 def test_a_secret_in_a_postgres_row_fails_the_run(pytester: pytest.Pytester, planted: bool) -> None:
     """A whole pytest run whose only test leaves a registered secret in a PostgreSQL row fails."""
     assert os.environ.get("QOSS_TEST_PG_URL"), "the PostgreSQL cases need QOSS_TEST_PG_URL (scripts/test.sh)"
-    pytester.makeconftest('pytest_plugins = ["tests.fixtures.secrets", "tests.fixtures.db"]\n')
+    pytester.makeconftest((REPO_ROOT / "tests" / "conftest.py").read_text().replace('"pytester", ', ""))
     pytester.makepyfile(test_inner=INNER_TEST.format(secret=secrets.token_urlsafe(32), planted=planted))
     pytester.makeini("[pytest]\nmarkers =\n    postgres: PostgreSQL\n")
     env_path = os.environ.get("PYTHONPATH")
