@@ -12,34 +12,78 @@ Three namespaces (tests/integration/agent/topology.py): Host and Target each a r
   only ``initiate`` is timed, then ``terminate``.
 
 Goal: median agent / median bare <= 3. Run as root: ``python -m benchmarks.agent_join``.
+
+Where the time goes: the client's steps (median ms, from ``AgentClient.last_steps``), the
+CPU each process spent per connect + disconnect cycle (``/proc/<pid>/stat``: robust when
+the machine is shared), and with ``--breakdown`` the same connects with Client, Host and
+Target in ONE process (no HTTP, no uvicorn): each role's steps (median ms, from the
+``qoss.agent.timing`` DEBUG log). Real minus in-process is what the two HTTP hops cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.integration.agent.topology import Topology
 
 INNER = r"""
-import json, sys, time
+import json, os, sys, time
+from pathlib import Path
 from app.adapters.agent.crypto import load_keys
 from app.adapters.vici.driver import ViciGateway
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
-cfg = load_client_config(__import__("pathlib").Path(sys.argv[1]))
-client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
-times, last = [], None
-for i in range(int(sys.argv[2])):
-    start = time.perf_counter()
+cfg = load_client_config(Path(sys.argv[1]))
+n, breakdown = int(sys.argv[2]), sys.argv[3] == "1"
+steps = {}
+if breakdown:  # Client, Host and Target in this process: no HTTP between them
+    import logging
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.services.agent_config import load_server_config
+    from app.services.agent_host import HostAgent
+    from app.services.agent_target import TargetAgent
+    from app.services.ratings import TableCache
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            what, text = record.args
+            if what != "client" and "seal" in text:
+                steps.setdefault(what, []).append(dict(p.split("=") for p in text.split()))
+
+    log = logging.getLogger("qoss.agent.timing")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(Collect())
+    d = Path(sys.argv[1]).parent
+    def role(name):
+        c = load_server_config(d / f"{name}.yaml")
+        return c, load_keys(c.key_dir, c.id), make_session_factory(make_engine(f"sqlite:///{d}/{name}.db"))
+    tc, tk, tf = role("target")
+    target = TargetAgent(config=tc, keys=tk, session_factory=tf, vici=lambda p: ViciGateway(p, 20.0),
+                         cache=TableCache(), default_table="standards-2026")
+    hc, hk, hf = role("host")
+    host = HostAgent(config=hc, keys=hk, session_factory=hf, post=lambda url, wire: target.handle(wire).answer)
+    post = lambda url, wire: host.handle(wire).answer
+    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
+                         post=post)
+else:
+    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+times, cpu, last = [], [], None
+for i in range(n):
+    start, start_cpu = time.perf_counter(), time.process_time()
     last = client.connect(target="target-1", objective_id=3)
     times.append((time.perf_counter() - start) * 1000)
+    cpu.append((time.process_time() - start_cpu) * 1000)
+    steps.setdefault("client", []).append(client.last_steps)
     client.disconnect(last["ticket"])
-print(json.dumps({"ms": times, "esp": last["esp_proposal"], "ike": last["ike_proposal"]}))
+print(json.dumps({"ms": times, "cpu": cpu, "esp": last["esp_proposal"], "ike": last["ike_proposal"],
+                  "steps": steps}))
 """
 
 
@@ -70,29 +114,75 @@ def bare(topo: Topology, ike: str, esp: str, n: int) -> list[float]:
     return times
 
 
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU of a process (all its threads) so far, in ms."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _pids(topo: Topology) -> dict[str, int]:
+    charons = json.loads(topo.lab.state_file.read_text())["pids"]
+    servers = dict(zip(("target server", "host server"), (s.pid for s in topo.servers), strict=True))
+    return {**servers, "client charon": charons["client"], "target charon": charons["target"]}
+
+
+def _run(topo: Topology, n: int, breakdown: bool) -> dict[str, object]:
+    done = subprocess.run(["ip", "netns", "exec", topo.client.netns, sys.executable, "-c", INNER,
+                           str(topo.dir / "client.yaml"), str(n), "1" if breakdown else "0"],
+                          capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"agent runs failed: {done.stderr[-3000:]}")
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _median_steps(rows: list[dict[str, object]]) -> str:
+    keys = list(rows[0]) if rows else []
+    return " ".join(f"{k} {statistics.median(float(str(r[k])) for r in rows if k in r):.2f}" for k in keys)
+
+
+def _p90(values: list[float]) -> float:
+    return sorted(values)[max(0, int(0.9 * len(values)) - 1)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=25, help="runs of each (>= 20)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also run Client, Host and Target in one process and show each role's steps")
     args = parser.parse_args()
     n = max(1, min(args.n, 500))
     topo = Topology(server_env={"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000",
                                 "QOSS_AGENT_USER_RATE": "1000", "QOSS_AGENT_USER_BURST": "1000"})
     try:
         topo.open()
-        done = subprocess.run(["ip", "netns", "exec", topo.client.netns, sys.executable, "-c", INNER,
-                               str(topo.dir / "client.yaml"), str(n)],
-                              capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            raise SystemExit(f"agent runs failed: {done.stderr[-3000:]}")
-        agent = json.loads(done.stdout.strip().splitlines()[-1])
-        base = bare(topo, agent["ike"], agent["esp"], n)
+        pids = _pids(topo)
+        before = {k: _cpu_ms(p) for k, p in pids.items()}
+        agent = _run(topo, n, breakdown=False)
+        cpu = {k: (_cpu_ms(p) - before[k]) / n for k, p in pids.items()}
+        local = _run(topo, n, breakdown=True) if args.breakdown else None
+        before = {k: _cpu_ms(pids[k]) for k in ("client charon", "target charon")}
+        base = bare(topo, str(agent["ike"]), str(agent["esp"]), n)
+        bare_cpu = {k: (_cpu_ms(pids[k]) - before[k]) / n for k in before}
     finally:
         topo.close()
-    a, b = statistics.median(agent["ms"]), statistics.median(base)
+    ms, base_ms = list(agent["ms"]), base  # type: ignore[call-overload]
+    a, b = statistics.median(ms), statistics.median(base_ms)
     print(f"suite: ike {agent['ike']}, esp {agent['esp']}; {n} runs each")
-    print(f"agent connect -> tunnel up: median {a:.1f} ms, p90 {sorted(agent['ms'])[int(0.9 * n) - 1]:.1f} ms")
-    print(f"bare VICI initiate:         median {b:.1f} ms, p90 {sorted(base)[int(0.9 * n) - 1]:.1f} ms")
+    print(f"agent connect -> tunnel up: median {a:.1f} ms, p90 {_p90(ms):.1f} ms")
+    print(f"bare VICI initiate:         median {b:.1f} ms, p90 {_p90(base_ms):.1f} ms")
     print(f"ratio {a / b:.2f} (goal <= 3) {'OK' if a / b <= 3 else 'MISSED'}")
+    steps: dict[str, list[dict[str, object]]] = agent["steps"]  # type: ignore[assignment]
+    print(f"client steps (median ms): {_median_steps(steps['client'])}")
+    print("CPU per connect+disconnect (ms): client process "
+          f"{statistics.median(agent['cpu']):.1f} (connect only), "  # type: ignore[arg-type]
+          + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+          + "; bare initiate+terminate: " + ", ".join(f"{k} {v:.1f}" for k, v in bare_cpu.items()))
+    if local is not None:
+        lm = statistics.median(local["ms"])  # type: ignore[call-overload]
+        print(f"in one process (no HTTP): median {lm:.1f} ms; the two HTTP hops cost {a - lm:.1f} ms")
+        for who, rows in local["steps"].items():  # type: ignore[attr-defined]
+            print(f"  {who} steps (median ms): {_median_steps(rows)}")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ stored: only public keys.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Integer, String, delete, select, update
+from sqlalchemy import Insert, Integer, String, Table, delete, exists, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -103,6 +104,29 @@ class AgentRevocationRow(Base):
     revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
+    """``INSERT ... ON CONFLICT DO NOTHING``: True if the row was inserted, False if its key existed.
+
+    One statement, no savepoint: the unique key makes it atomic across workers, and a
+    conflict does not abort the surrounding transaction (SQLite >= 3.35 and PostgreSQL;
+    other databases fall back to a savepoint).
+    """
+    core = cast(Table, table.__table__)
+    key = next(iter(core.primary_key.columns))
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        # RETURNING says whether a row went in (psycopg reports no rowcount for it).
+        insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        statement: Insert = insert_(core).values(**values).on_conflict_do_nothing().returning(key)
+        return session.execute(statement).first() is not None
+    try:
+        with session.begin_nested():
+            session.execute(insert(core).values(**values))
+    except IntegrityError:
+        return False
+    return True
+
+
 def _user(row: AgentUserRow) -> EnrolledUser:
     return EnrolledUser(
         user_id=row.user_id,
@@ -173,13 +197,8 @@ class NonceRepository:
 
     def claim(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
         """Insert (scope, sender, nonce); False if it is there already (a replay)."""
-        try:
-            with self.session.begin_nested():
-                self.session.add(AgentNonceRow(scope=scope, sender=sender, nonce=nonce.hex(), expires_at=expires_at))
-                self.session.flush()
-        except IntegrityError:
-            return False
-        return True
+        return _insert_new(self.session, AgentNonceRow,
+                           {"scope": scope, "sender": sender, "nonce": nonce.hex(), "expires_at": expires_at})
 
     def purge(self, now: datetime) -> int:
         """Forget nonces whose timestamps can no longer pass the freshness check."""
@@ -199,10 +218,9 @@ class SessionRepository:
         Raises:
             AlreadyExists: the ticket exists (tickets are single-use).
         """
+        self.session.add(row)
         try:
-            with self.session.begin_nested():
-                self.session.add(row)
-                self.session.flush()
+            self.session.flush()  # no savepoint: a clash (random 128-bit tickets) fails the transaction
         except IntegrityError as exc:
             raise AlreadyExists("ticket exists") from exc
 
@@ -242,20 +260,13 @@ class RevocationRepository:
 
     def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
         """Record a revocation; False if it was recorded already."""
-        key = b64e(sign_public_key)
-        if self.session.get(AgentRevocationRow, (user_id, key)) is not None:
-            return False
-        try:
-            with self.session.begin_nested():
-                self.session.add(AgentRevocationRow(user_id=user_id, sign_public_key=key, host_id=host_id))
-                self.session.flush()
-        except IntegrityError:
-            return False
-        return True
+        return _insert_new(self.session, AgentRevocationRow, {
+            "user_id": user_id, "sign_public_key": b64e(sign_public_key), "host_id": host_id, "revoked_at": utcnow()})
 
     def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
         """Whether this user's key was revoked."""
-        return self.session.get(AgentRevocationRow, (user_id, b64e(sign_public_key))) is not None
+        return bool(self.session.scalar(select(exists().where(
+            AgentRevocationRow.user_id == user_id, AgentRevocationRow.sign_public_key == b64e(sign_public_key)))))
 
     def all(self) -> list[AgentRevocationRow]:
         return list(self.session.scalars(
@@ -273,13 +284,7 @@ class LeaseRepository:
 
     def take(self, address: str, ticket: str) -> bool:
         """Lease ``address`` to ``ticket``; False if someone else has it."""
-        try:
-            with self.session.begin_nested():
-                self.session.add(AgentLeaseRow(address=address, ticket=ticket))
-                self.session.flush()
-        except IntegrityError:
-            return False
-        return True
+        return _insert_new(self.session, AgentLeaseRow, {"address": address, "ticket": ticket, "created_at": utcnow()})
 
     def release(self, ticket: str) -> None:
         self.session.execute(delete(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket))
