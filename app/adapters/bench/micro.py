@@ -6,22 +6,20 @@ an AEAD as one seal. Keys are set up once per SA as in ESP (one cipher context, 
 MAC state copied per packet), so the per-packet term ``b`` is the call itself plus, for
 a MAC or AEAD, its finalisation; Python's call overhead (~0.1 us) is in every ``b``.
 
-Each algorithm is timed at 64, 300, 700 and 1400 bytes after a warm-up, in repeated runs
-until the run-to-run spread is at most half of ``target_spread`` (a margin, so the figure
-kept is well within it) or its time budget is used: many short (~0.3 ms) timed batches
-over at least a quarter of the budget (so a burst of other load cannot fill a whole run),
-the 10th percentile kept per size (see ``scoring.low_estimate``), and ``ns = a*bytes + b``
-fitted. An algorithm still above ``target_spread`` at the end of the sweep is measured
-again (up to twice, within ``sweep_limit`` seconds for the whole sweep); the steadier
-run is kept.
+Each algorithm is timed at 64, 300, 700 and 1400 bytes after a warm-up, in short (~0.3 ms)
+timed batches (a key exchange in ~3 ms batches of thread CPU time: ``_Task.time_round``).
+All algorithms are timed in interleaved rounds (see :func:`run_micro`), so a burst of load
+from other processes falls on all of them alike. Per size the 10th percentile of the runs
+is kept (see ``scoring.low_estimate``) and ``ns = a*bytes + b`` fitted; an algorithm is
+done when its run-to-run spread is at most half of ``target_spread`` (a margin, so the
+figure kept is well within it) or the sweep's time is up.
 
 Key exchange: key generation + shared secret per group (an IKE_SA_INIT's DH work on one
 side): X25519/X448, every NIST and Brainpool curve the library offers, and the MODP groups
 from their published primes (``app.domain.modp_groups``; OpenSSL picks a short private
 exponent for the RFC 3526/5114 groups it knows, a full-length one for the RFC 2409 groups
-1 and 2, so those two cost more than their size suggests). A key exchange gets twice the
-per-algorithm budget (one operation takes 0.05-15 ms, so fewer batches fit), and a slow
-group at least the time of 100 operations, up to 3 s.
+1 and 2, so those two cost more than their size suggests). A key exchange counts twice in
+the sweep's time limit: one operation takes 0.05-15 ms, so fewer batches fit.
 
 The timings are userspace crypto on this machine (as kernel-libipsec does it), not kernel ESP.
 """
@@ -33,7 +31,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.decrepit.ciphers.algorithms import CAST5, Blowfish, Camellia, TripleDES
@@ -245,69 +243,73 @@ def available() -> list[str]:
     return [*KERNELS, *_kex_keywords()]
 
 
-def _time_per_call(kernel: Kernel, data: bytes, batch: int) -> float:
-    start = time.perf_counter_ns()
+def _time_per_call(kernel: Callable[[bytes], object], data: bytes, batch: int,
+                   clock: Callable[[], int] = time.perf_counter_ns) -> float:
+    start = clock()
     for _ in range(batch):
         kernel(data)
-    return (time.perf_counter_ns() - start) / batch
+    return (clock() - start) / batch
 
 
-def _measure_data_plane(keyword: str, budget: float, target_spread: float, min_runs: int) -> MicroResult:
-    spec = KERNELS[keyword]
-    kernel = spec.make()
-    payloads = {size: os.urandom(size) for size in SIZES}
-    # Warm up, and size batches so that one timed batch takes about 0.3 ms.
+@dataclass
+class _Task:
+    """One algorithm being measured: its kernel, batch sizes and the timed batches so far.
+
+    A key exchange is a kernel that ignores its argument, timed at the pseudo-size 0.
+    """
+
+    keyword: str
+    method: str
+    kernel: Callable[[bytes], object]
+    payloads: dict[int, bytes]
+    batch: dict[int, int]
+    kex: bool
+    runs: dict[int, list[float]] = field(default_factory=dict)
+    spread: float = 1.0
+
+    def time_round(self) -> None:
+        # A key exchange is timed in this thread's CPU time: an operation of several ms
+        # outlasts a scheduler time slice on a busy machine, and wall time would count the
+        # wait for the CPU (MODP-8192 read 2x slower at load 10). The clock costs a system
+        # call (~1-6 us), so key-exchange batches are sized to ~3 ms.
+        clock = time.thread_time_ns if self.kex else time.perf_counter_ns
+        for size, data in self.payloads.items():
+            self.runs.setdefault(size, []).append(_time_per_call(self.kernel, data, self.batch[size], clock))
+
+    @property
+    def rounds(self) -> int:
+        return min((len(r) for r in self.runs.values()), default=0)
+
+    def judge(self) -> float:
+        self.spread = max(split_half_spread(r) for r in self.runs.values())
+        return self.spread
+
+    def result(self) -> MicroResult:
+        samples = self.rounds * sum(self.batch.values())
+        if self.kex:
+            return MicroResult(keyword=self.keyword, ns_by_size={}, spread=self.spread, samples=samples,
+                               method=self.method, ops_per_s=1e9 / low_estimate(self.runs[0]))
+        return MicroResult(keyword=self.keyword, ns_by_size={s: low_estimate(r) for s, r in self.runs.items()},
+                           spread=self.spread, samples=samples, method=self.method)
+
+
+def _prepare(keyword: str) -> _Task:
+    """Build the kernel, warm it up, and size its batches (~0.3 ms; a key exchange ~3 ms)."""
+    if keyword in KERNELS:
+        spec = KERNELS[keyword]
+        kernel: Callable[[bytes], object] = spec.make()
+        payloads = {size: os.urandom(size) for size in SIZES}
+        method, kex = spec.method, False
+    else:
+        op = _kex_op(keyword)
+        kernel, payloads = (lambda _data: op()), {0: b""}
+        method, kex = "key generation + shared secret", True
     batch = {}
     for size, data in payloads.items():
-        per = max(_time_per_call(kernel, data, 50), 1.0)
-        batch[size] = max(10, int(300_000 / per))  # ~0.3 ms per timed batch
-    runs: dict[int, list[float]] = {size: [] for size in SIZES}
-    start = time.monotonic()
-    deadline, earliest = start + budget, start + budget / 4
-    while True:
-        for size, data in payloads.items():
-            runs[size].append(_time_per_call(kernel, data, batch[size]))
-        n = len(runs[SIZES[0]])
-        if n < min_runs or time.monotonic() < earliest:
-            continue
-        spread = max(split_half_spread(r) for r in runs.values())
-        if spread <= target_spread / 2 or time.monotonic() >= deadline or n >= 2000:
-            break
-    return MicroResult(
-        keyword=keyword,
-        ns_by_size={size: low_estimate(r) for size, r in runs.items()},
-        spread=spread,
-        samples=n * sum(batch.values()),
-        method=spec.method,
-    )
-
-
-def _measure_kex(keyword: str, op: Callable[[], object], budget: float, target_spread: float,
-                 min_runs: int) -> MicroResult:
-    op()  # warm-up
-    start = time.perf_counter_ns()
-    op()
-    per = max(time.perf_counter_ns() - start, 1)
-    batch = max(1, int(300_000 / per))
-    # A slow group (MODP-6144/8192: 6-15 ms an op, more under load) gets time for 100 ops,
-    # up to 3 s, so that its low percentile rests on enough runs.
-    budget = max(budget, min(3.0, 100 * per / 1e9))
-    times: list[float] = []
-    began = time.monotonic()
-    deadline, earliest = began + budget, began + budget / 4
-    while True:
-        start = time.perf_counter_ns()
-        for _ in range(batch):
-            op()
-        times.append((time.perf_counter_ns() - start) / batch)
-        if len(times) < min_runs or time.monotonic() < earliest:
-            continue
-        spread = split_half_spread(times)
-        if spread <= target_spread / 2 or time.monotonic() >= deadline or len(times) >= 2000:
-            break
-    ops = 1e9 / low_estimate(times)
-    return MicroResult(keyword=keyword, ns_by_size={}, spread=spread, samples=len(times) * batch,
-                       method="key generation + shared secret", ops_per_s=ops)
+        kernel(data)  # warm-up
+        per = max(_time_per_call(kernel, data, 1 if kex else 50), 1.0)
+        batch[size] = max(1, int(3_000_000 / per)) if kex else max(10, int(300_000 / per))
+    return _Task(keyword, method, kernel, payloads, batch, kex)
 
 
 def run_micro(
@@ -319,16 +321,23 @@ def run_micro(
     sweep_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> list[MicroResult]:
-    """Measure ``keywords`` (default: everything :func:`available` lists).
+    """Measure ``keywords`` (default: everything :func:`available` lists), interleaved.
+
+    Every algorithm is timed in rounds: one short batch per packet size (one batch per key
+    exchange) for each algorithm still being measured, then the next round. Load from other
+    processes therefore falls on all algorithms alike instead of on whichever was being
+    timed when it came, and the low percentile of an algorithm's runs is drawn from the
+    whole sweep. An algorithm is done after ``min_runs`` rounds once its spread is at most
+    half of ``target_spread``; the sweep ends when all are done or its time is up.
 
     Args:
-        keywords: catalogue keywords to measure, in this order.
-        budget_per_algorithm: seconds per data-plane transform (twice that per key exchange).
+        keywords: catalogue keywords to measure; the results keep this order.
+        budget_per_algorithm: seconds per data-plane transform, twice that per key exchange;
+            their sum is the sweep's time limit.
         target_spread: the run-to-run spread to reach (see ``scoring.split_half_spread``).
-        min_runs: timed batches at least, per size.
-        sweep_limit: seconds for the whole sweep including re-measurements (default: no
-            re-measurement); the first pass always completes.
-        progress: called with each keyword when its first measurement is done.
+        min_runs: rounds at least.
+        sweep_limit: seconds for the whole sweep at most, if less than the sum of budgets.
+        progress: called with each keyword when it is done (in the order they finish).
 
     Raises:
         ValueError: a keyword this benchmark cannot measure.
@@ -338,29 +347,28 @@ def run_micro(
     unknown = [k for k in wanted if k not in KERNELS and k not in kex]
     if unknown:
         raise ValueError(f"cannot measure {unknown}; measurable: {available()}")
+    tasks = {k: _prepare(k) for k in wanted}
+    limit = budget_per_algorithm * sum(2 if t.kex else 1 for t in tasks.values())
+    if sweep_limit is not None:
+        limit = min(limit, sweep_limit)
+    deadline = time.monotonic() + limit
+    active = list(tasks.values())
 
-    def measure(keyword: str) -> MicroResult:
-        if keyword in KERNELS:
-            return _measure_data_plane(keyword, budget_per_algorithm, target_spread, min_runs)
-        return _measure_kex(keyword, _kex_op(keyword), 2 * budget_per_algorithm, target_spread, min_runs)
-
-    started = time.monotonic()
-    results = []
-    for keyword in wanted:
-        results.append(measure(keyword))
+    def finish(task: _Task) -> None:
+        active.remove(task)
         if progress is not None:
-            progress(keyword)
-    if sweep_limit is None:
-        return results
-    for _ in range(2):
-        for i, result in enumerate(results):
-            cost = (2 if result.ops_per_s is not None else 1) * budget_per_algorithm
-            if result.spread <= target_spread or time.monotonic() - started + cost > sweep_limit:
-                continue
-            again = measure(result.keyword)
-            if again.spread < result.spread:
-                results[i] = again
-    return results
+            progress(task.keyword)
+
+    while active and time.monotonic() < deadline:
+        for task in list(active):
+            task.time_round()
+            judged = task.rounds >= min_runs and (task.rounds % 5 == 0 or task.rounds >= 2000)
+            if judged and (task.judge() <= target_spread / 2 or task.rounds >= 2000):
+                finish(task)
+    for task in list(active):
+        task.judge()
+        finish(task)
+    return [tasks[k].result() for k in wanted]
 
 
 def library_version() -> str:

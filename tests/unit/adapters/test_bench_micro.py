@@ -25,7 +25,7 @@ def test_short_real_run_fits_and_orders_sensibly() -> None:
     seen: list[str] = []
     wanted = ["aes128gcm16", "3des", "sha256", "x25519", "modp2048", "modp3072"]
     results = {r.keyword: r for r in run_micro(wanted, budget_per_algorithm=0.2, progress=seen.append)}
-    assert seen == wanted
+    assert sorted(seen) == sorted(wanted)  # in the order they finish
     for keyword in ("aes128gcm16", "3des", "sha256"):
         r = results[keyword]
         assert sorted(r.ns_by_size) == [64, 300, 700, 1400]
