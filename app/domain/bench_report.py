@@ -38,6 +38,7 @@ __all__ = [
     "render_markdown",
     "today_from_micro",
     "today_from_tunnel",
+    "tunnel_spreads",
 ]
 
 #: Relative difference below which two of today's figures are called a tie (measurement noise).
@@ -274,6 +275,17 @@ def today_from_tunnel(table: SeedTable, tunnel: TunnelRun) -> dict[str, float | 
     return out
 
 
+def tunnel_spreads(table: SeedTable, tunnel: TunnelRun) -> dict[str, float]:
+    """Per row label: the relative spread (range over median) of the tunnel figure used."""
+    by_keywords = {esp_keywords(s.esp): s for s in tunnel.suites if s.throughput is not None}
+    out: dict[str, float] = {}
+    for row in table.rows:
+        suite = tunnel.baseline if not row.keywords else by_keywords.get(frozenset(row.keywords))
+        if suite is not None and suite.throughput is not None and suite.throughput.spread is not None:
+            out[row.label] = suite.throughput.spread
+    return out
+
+
 # ---------------------------------------------------------------------------- comparison
 
 
@@ -314,19 +326,22 @@ def _ranks(values: Mapping[str, float]) -> dict[str, int]:
     return {label: 1 + sum(1 for other in values.values() if other > v) for label, v in values.items()}
 
 
-def _close(x: float, y: float) -> bool:
-    return abs(x - y) <= NOISE * max(abs(x), abs(y))
+def _close(x: float, y: float, sx: float = 0.0, sy: float = 0.0) -> bool:
+    """Within ``NOISE`` of each other, or within half the measurements' own ranges."""
+    return abs(x - y) <= max(NOISE * max(abs(x), abs(y)), (sx * abs(x) + sy * abs(y)) / 2)
 
 
 def compare(table: SeedTable, today: Mapping[str, float | None], *, source: str,
-            cpu_flags: frozenset[str] = frozenset()) -> TableComparison:
+            cpu_flags: frozenset[str] = frozenset(), spreads: Mapping[str, float] | None = None) -> TableComparison:
     """Rank ``table`` by the paper and by ``today`` (rows without a figure today are shown,
     not ranked) and classify every pair of rows ranked both ways.
 
     A pair *agrees* when the faster row is the same, is a *seed tie* when the paper prints the
-    same figure for both, a *tie today* when today's figures are within ``NOISE`` (3 %), and
-    otherwise a *flip*, explained by :func:`explain_flip`.
+    same figure for both, a *tie today* when today's figures are within ``NOISE`` (3 %) or
+    within half their measured ranges (``spreads``: range over median per row, e.g. a tunnel's
+    repetitions), and otherwise a *flip*, explained by :func:`explain_flip`.
     """
+    spreads = spreads or {}
     measured = {r.label: v for r in table.rows if (v := today.get(r.label)) is not None}
     seed_ranks = _ranks({r.label: r.value for r in table.rows})
     today_ranks = _ranks(measured)
@@ -339,7 +354,7 @@ def compare(table: SeedTable, today: Mapping[str, float | None], *, source: str,
             ta, tb = measured[a.label], measured[b.label]
             if a.value == b.value:
                 seed_ties.append((a, b))
-            elif _close(ta, tb):
+            elif _close(ta, tb, spreads.get(a.label, 0.0), spreads.get(b.label, 0.0)):
                 today_ties.append((a, b))
             elif (a.value > b.value) == (ta > tb):
                 agree += 1
@@ -441,7 +456,8 @@ def _comparison_md(c: TableComparison, levels: Mapping[str, int | None]) -> list
             line += f" {_fmt(then, 0)} | {_fmt(now, 0) if now is not None else '-'} |"
         lines.append(line)
     lines += ["", f"Pairs ranked both ways: {c.compared}; the order agrees for {c.agree}, flips for {len(c.flips)}"
-              f", tied in the paper {len(c.seed_ties)}, tied today (within {NOISE:.0%}) {len(c.today_ties)}.", ""]
+              f", tied in the paper {len(c.seed_ties)}, tied today (within {NOISE:.0%} or the measurements' spread) "
+              f"{len(c.today_ties)}.", ""]
     by_reason: dict[str, list[Flip]] = {}
     for flip in c.flips:
         by_reason.setdefault(flip.why, []).append(flip)

@@ -26,6 +26,7 @@ from app.domain.bench_report import (
     render_markdown,
     today_from_micro,
     today_from_tunnel,
+    tunnel_spreads,
 )
 from app.domain.errors import InvalidInput
 from app.domain.scoring import SIZES
@@ -178,7 +179,8 @@ def write_report(
         if tunnel is not None:
             today = today_from_tunnel(table, tunnel)
             if sum(v is not None for v in today.values()) >= 2:
-                comparisons.append(compare(table, today, source="tunnel", cpu_flags=flags))
+                comparisons.append(compare(table, today, source="tunnel", cpu_flags=flags,
+                                           spreads=tunnel_spreads(table, tunnel)))
     plots = {
         "Throughput per transform at 1400 B (micro)": _plot_micro_throughput(micro, out_dir / "throughput_micro.png"),
         "ns per packet against size with fitted lines": _plot_latency(micro, out_dir / "latency_fit.png"),

@@ -17,6 +17,7 @@ from app.domain.bench_report import (
     render_markdown,
     today_from_micro,
     today_from_tunnel,
+    tunnel_spreads,
 )
 from app.domain.errors import InvalidInput
 from app.domain.seed_tables import SEED_TABLES, SeedRow, SeedTable
@@ -225,3 +226,21 @@ def test_the_tunnel_benchmarks_own_document_parses() -> None:
     assert run.suites[2].throughput is None
     today = today_from_tunnel(_table("004-T5"), run)
     assert (today["No IPSec"], today["AES128-GCM16"], today["AES128-SHA2 256"]) == (905.0, 466.5, 324.0)
+
+
+def test_a_tunnel_order_within_the_repetitions_spread_is_a_tie_not_a_flip() -> None:
+    table = _table("004-T5")
+    doc = {"kind": "qoss-bench-tunnel", "suites": [
+        {"esp": "aes128gcm16", "throughput_mbps": {"median": 302.4, "spread": 0.32}},
+        {"esp": "aes128ccm16", "throughput_mbps": {"median": 374.8, "spread": 0.50}},
+        {"esp": "aes128-sha256", "throughput_mbps": {"median": 167.5, "spread": 0.05}}]}
+    tunnel = parse_tunnel(doc)
+    spreads = tunnel_spreads(table, tunnel)
+    assert spreads == {"AES128-GCM16": 0.32, "AES128-CCM16": 0.50, "AES128-SHA2 256": 0.05}
+    today = today_from_tunnel(table, tunnel)
+    without = compare(table, today, source="tunnel")
+    assert [(f.faster_now.label, f.faster_then.label) for f in without.flips] == [("AES128-CCM16", "AES128-GCM16")]
+    with_spread = compare(table, today, source="tunnel", spreads=spreads)
+    assert with_spread.flips == ()
+    assert [(a.label, b.label) for a, b in with_spread.today_ties] == [("AES128-GCM16", "AES128-CCM16")]
+    assert with_spread.agree == 2  # both AEADs still beat AES-CBC + HMAC-SHA-256 by more than their spread
