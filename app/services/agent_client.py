@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +27,7 @@ from typing import Any
 from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
 from app.adapters.agent.transport import post_message
 from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.events import EventKind, EventListener, SaEvent
 from app.adapters.vici.models import IkeSa
 from app.domain.agent import (
     AgentRejected,
@@ -75,6 +77,39 @@ def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
     return None
 
 
+class _UpWatch:
+    """Catches the local charon's ``child-updown`` events during one connect (a listener of its own).
+
+    Registration runs in ``pool`` so it overlaps the request to Host; :meth:`wait` gives the
+    IKE_SA of conn ``name`` once its CHILD_SA is up, or None (no listener, or no event in time).
+    """
+
+    def __init__(self, socket_path: str, pool: ThreadPoolExecutor) -> None:
+        self._seen: dict[str, IkeSa] = {}
+        self._arrived = threading.Condition()
+        self._listener = EventListener(socket_path, self._on_event, events=[EventKind.CHILD_UPDOWN],
+                                       timeout=5.0, poll_interval=0.005)
+        self._started = pool.submit(self._listener.start)
+
+    def _on_event(self, event: SaEvent) -> None:
+        if event.up and event.ike_sa is not None:
+            with self._arrived:
+                self._seen[event.ike_name] = event.ike_sa
+                self._arrived.notify_all()
+
+    def wait(self, name: str, timeout: float = 0.5) -> IkeSa | None:
+        try:
+            self._started.result(timeout=timeout)
+        except (GatewayError, RuntimeError, TimeoutError):  # no listener: the caller asks list-sas instead
+            return None
+        with self._arrived:
+            self._arrived.wait_for(lambda: name in self._seen, timeout=timeout)
+            return self._seen.get(name)
+
+    def stop(self) -> None:
+        self._started.add_done_callback(lambda _: self._listener.stop(timeout=0))
+
+
 class AgentClient:
     """The mobile user's side: one user, one Host, the targets it knows, its own charon."""
 
@@ -89,7 +124,7 @@ class AgentClient:
         self._post = post
         self._clock = clock
         self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
-        self._loader = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qoss-agent-client")
+        self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-client")
         #: Where the last connect's time went (step -> ms; no secrets), for benchmarks.
         self.last_steps: dict[str, float] = {}
 
@@ -194,6 +229,15 @@ class AgentClient:
             GatewayError: the local charon failed (Target's side is closed again).
         """
         steps = Steps("client")
+        watch = _UpWatch(self.vici.socket_path, self._loader)  # registers while Host and Target work
+        try:
+            return self._connect(watch, steps, target=target, objective_id=objective_id,
+                                 min_levels=min_levels, lifetime=lifetime, refresh=refresh)
+        finally:
+            watch.stop()
+
+    def _connect(self, watch: _UpWatch, steps: Steps, *, target: str, objective_id: int,
+                 min_levels: Mapping[str, int] | None, lifetime: int, refresh: bool) -> dict[str, Any]:
         supports, native = self.capabilities(refresh=refresh)
         steps.mark("capabilities")
         info = RequestInfo(target=target, min_levels=dict(min_levels or {}), supports=supports, ah=native,
@@ -217,7 +261,7 @@ class AgentClient:
         name = f"qoss-agent-{tunnel.ticket[:16]}"
         report["conn"] = name
         try:
-            report["virtual_ip"] = self._bring_up(name, response, steps)
+            report["virtual_ip"] = self._bring_up(name, response, steps, watch)
         except BaseException:
             self._teardown(name)
             with contextlib.suppress(Exception):
@@ -229,7 +273,13 @@ class AgentClient:
         self.last_steps = steps.as_dict()
         return report
 
-    def _bring_up(self, name: str, response: Response, steps: Steps) -> str | None:
+    def _bring_up(self, name: str, response: Response, steps: Steps, watch: _UpWatch) -> str | None:
+        """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite.
+
+        The check reads the IKE_SA from charon's ``child-updown`` event (the listener was
+        registered before the request went out), so no ``list-sas`` round trip follows the
+        initiate; without the event (listener failed, event late) it asks ``list-sas``.
+        """
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
@@ -246,7 +296,8 @@ class AgentClient:
         suite = tunnel.suite
         expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
                                encryption=suite.get("encryption"), integrity=suite.get("integrity"))
-        sas = self.vici.list_sas(ike=name)
+        up = watch.wait(name)
+        sas = [up] if up is not None else self.vici.list_sas(ike=name)
         seen = observed(sas, name)
         if seen is None:
             raise TunnelVerificationFailed(f"no IKE_SA {name} after initiate")

@@ -113,3 +113,26 @@ def test_expiry_removes_everything_on_target(agent_env: AgentEnv) -> None:
     engine.dispose()
     client.disconnect()  # local clean-up; Target answers that the ticket is gone
     assert report["conn"] not in agent_env.client_vici.list_conns()
+
+
+def test_connect_checks_the_suite_from_the_child_updown_event(agent_env: AgentEnv) -> None:
+    """The client checks what charon negotiated from charon's child-updown event: no list-sas after
+    initiate (a round trip saved), and the same check (a wrong suite would fail it)."""
+    agent_env.enroll("gina", [3])
+    client = agent_env.client("gina")
+    asked: list[object] = []
+    list_sas = client.vici.list_sas
+
+    def spy(**kwargs: object) -> object:
+        asked.append(kwargs)
+        return list_sas(**kwargs)  # type: ignore[arg-type]
+
+    client.vici.list_sas = spy  # type: ignore[method-assign]
+    report = client.connect(target="hq", objective_id=3)
+    try:
+        assert asked == []
+        assert report["virtual_ip"] is not None
+        assert ping(agent_env, report["virtual_ip"]).returncode == 0
+    finally:
+        client.disconnect()
+    assert agent_env.target_config_empty()

@@ -1,11 +1,13 @@
-"""The agent client's cache of its charon's capabilities (algorithms, back end), against a fake
-charon that speaks the real VICI protocol: read once, kept in memory and in the state
-directory, read again after a charon restart, after the TTL, or when asked to."""
+"""The agent client against a fake charon that speaks the real VICI protocol: the cache of its
+charon's capabilities (read once, kept in memory and in the state directory, read again after
+a charon restart, after the TTL, or when asked to), and the ``child-updown`` watch that spares
+a ``list-sas`` after initiate."""
 
 from __future__ import annotations
 
 import json
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +114,41 @@ def test_a_damaged_cache_file_is_ignored(tmp_path: Path, charon: FakeCharon) -> 
         before = reads(charon)
         assert "aes128" in client(tmp_path, charon.socket_path, clock).capabilities()[0]
         assert reads(charon) == before + 2
+
+
+# --------------------------------------------------------------------------- child-updown instead of list-sas
+
+
+def test_up_watch_hands_over_the_ike_sa_of_the_conn(charon: FakeCharon) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.services.agent_client import _UpWatch
+    from tests.fakes.fake_charon import child_sa_message, ike_sa_message
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        watch = _UpWatch(charon.socket_path, pool)
+        deadline = time.monotonic() + 5
+        while charon.listeners("child-updown") == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        child = child_sa_message(name="conn-a")
+        charon.emit("child-updown", {"up": "no", "conn-a": ike_sa_message(uniqueid=1)})  # down: ignored
+        charon.emit("child-updown", {"up": "yes", "conn-b": ike_sa_message(uniqueid=2)})
+        charon.emit("child-updown", {"up": "yes", "conn-a": ike_sa_message(
+            uniqueid=3, children={"conn-a": child})})
+        sa = watch.wait("conn-a")
+        assert sa is not None
+        assert (sa.name, sa.uniqueid) == ("conn-a", 3)
+        assert [c.name for c in sa.children] == ["conn-a"]
+        assert watch.wait("conn-c", timeout=0.05) is None
+        watch.stop()
+
+
+def test_up_watch_without_a_charon_gives_none(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from app.services.agent_client import _UpWatch
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        watch = _UpWatch(str(tmp_path / "nothing.vici"), pool)
+        assert watch.wait("conn-a") is None
+        watch.stop()
