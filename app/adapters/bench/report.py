@@ -139,13 +139,18 @@ def _plot_tunnel(tunnel: TunnelRun, path: Path) -> Path:
     fig = Figure(figsize=(7.5, 0.3 * len(suites) + 1.5), layout="constrained")
     ax = fig.add_subplot()
     medians = [s.throughput.median if s.throughput else 0.0 for s in suites]
-    errors = [(s.throughput.spread or 0.0) * m if s.throughput else 0.0 for s, m in zip(suites, medians, strict=True)]
+    # spread = range over median: the bar spans the repetitions' range around the median.
+    errors = [(s.throughput.spread or 0.0) * m / 2 if s.throughput else 0.0
+              for s, m in zip(suites, medians, strict=True)]
     ax.barh([s.esp for s in suites], medians, xerr=errors, color="tab:purple", capsize=2)
     base = tunnel.baseline.throughput if tunnel.baseline is not None else None
-    if base is not None:
+    if base is not None and base.median <= 1.5 * max(medians, default=0.0):
         ax.axvline(base.median, color="black", linestyle="--", linewidth=1, label=f"no IPsec: {base.median:,.0f}")
         ax.legend(fontsize=8)
-    ax.set_xlabel("Mbit/s through the tunnel (median; bar: spread)")
+    elif base is not None:  # far off the scale of the suites: said, not drawn
+        ax.text(0.98, 0.02, f"no IPsec: {base.median:,.0f} Mbit/s (off scale)", ha="right", va="bottom",
+                transform=ax.transAxes, fontsize=8)
+    ax.set_xlabel("Mbit/s through the tunnel (median; whisker: range of the repetitions)")
     ax.set_title(f"Tunnel: throughput per ESP suite ({tunnel.backend or 'charon'})")
     ax.tick_params(axis="y", labelsize=8)
     ax.grid(axis="x", alpha=0.3)
