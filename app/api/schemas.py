@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.services.negotiation import MinLevelsIn, NegotiationIn, TrafficIn
 
 __all__ = [
+    "NO_NUL",
     "AlgorithmOut",
     "ErrorOut",
     "MeasurementIn",
@@ -24,7 +25,10 @@ __all__ = [
 ]
 
 Level = Annotated[int, Field(ge=0, le=10)]
-Text = Annotated[str, Field(max_length=2000)]
+#: Free text holds no NUL: PostgreSQL's text and JSONB cannot store it (a 500 otherwise).
+NO_NUL = r"^[^\x00]*$"
+Text = Annotated[str, Field(max_length=2000, pattern=NO_NUL)]
+Short = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 
 
@@ -54,23 +58,23 @@ class MeasurementIn(_Strict):
     throughput_mbps: Annotated[float, Field(ge=0)] | None = None
     a_ns_per_byte: Annotated[float, Field(ge=0)] | None = None
     b_ns: float | None = None
-    machine: Annotated[str, Field(max_length=200)] | None = None
-    backend: Annotated[str, Field(max_length=200)] | None = None
-    date: Annotated[str, Field(max_length=200)] | None = None
+    machine: Short | None = None
+    backend: Short | None = None
+    date: Short | None = None
     samples: Annotated[int, Field(ge=0)] | None = None
-    method: Annotated[str, Field(max_length=200)] | None = None
+    method: Short | None = None
     spread: Annotated[float, Field(ge=0)] | None = None
 
 
 class RatingIn(_Strict):
-    algorithm: Annotated[str, Field(min_length=1, max_length=64)]
+    algorithm: Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)]
     confidentiality: Level | None = None
     integrity: Level | None = None
     key_exchange: Level | None = None
     performance: Annotated[float, Field(ge=0, le=10)] = 0
-    source: Annotated[str, Field(max_length=500)] = ""
+    source: Annotated[str, Field(max_length=500, pattern=NO_NUL)] = ""
     reason: Text = ""
-    requirement: Annotated[str, Field(max_length=40)] | None = None
+    requirement: Annotated[str, Field(max_length=40, pattern=NO_NUL)] | None = None
     measurement: MeasurementIn | None = None
 
 
@@ -81,9 +85,9 @@ class RatingPatch(_Strict):
     integrity: Level | None = None
     key_exchange: Level | None = None
     performance: Annotated[float, Field(ge=0, le=10)] | None = None
-    source: Annotated[str, Field(max_length=500)] | None = None
+    source: Annotated[str, Field(max_length=500, pattern=NO_NUL)] | None = None
     reason: Text | None = None
-    requirement: Annotated[str, Field(max_length=40)] | None = None
+    requirement: Annotated[str, Field(max_length=40, pattern=NO_NUL)] | None = None
     measurement: MeasurementIn | None = None
 
 

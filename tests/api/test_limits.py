@@ -171,3 +171,36 @@ async def test_a_keyword_is_stored_as_the_catalogue_spells_it(client: httpx.Asyn
     r = await client.post("/v1/policies", json={"name": "kw", "allow": ["AES128", " aes256 "]})
     assert r.status_code == 201, r.text
     assert (await client.get("/v1/policies/kw")).json()["policy"]["allow"] == ["aes128", "aes256"]
+
+
+# ----------------------------------------------------------------------------- text PostgreSQL cannot store
+
+ROW = '{"algorithm": "aes128", "confidentiality": 8, "performance": 8%s}'
+UNSTORABLE = {
+    "policy description": ("POST", "/v1/policies", '{"name": "nul", "description": "a%sb"}'),
+    "table description": ("POST", "/v1/rating-tables", '{"name": "nul", "description": "a%sb", "ratings": [' +
+                          ROW % "" + "]}"),
+    "row reason": ("POST", "/v1/rating-tables", '{"name": "nul", "ratings": [' + ROW % ', "reason": "a%sb"' + "]}"),
+    "row source": ("POST", "/v1/rating-tables", '{"name": "nul", "ratings": [' + ROW % ', "source": "a%sb"' + "]}"),
+    "measurement": ("POST", "/v1/rating-tables", '{"name": "nul", "ratings": [' +
+                    ROW % ', "measurement": {"machine": "a%sb"}' + "]}"),
+    "csv import": ("POST", "/v1/rating-tables/import?format=csv&name=nul",
+                   "algorithm,confidentiality,performance,source\naes128,8,8,a%sb\n"),
+    "yaml import": ("POST", "/v1/rating-tables/import?format=yaml",
+                    "name: nul\nratings:\n- {algorithm: aes128, confidentiality: 8, performance: 8, source: a%sb}\n"),
+}
+
+
+@pytest.mark.parametrize("char", ["\\u0000", "\\ud800"], ids=["nul", "lone-surrogate"])
+@pytest.mark.parametrize("where", list(UNSTORABLE))
+async def test_text_the_database_cannot_store_is_422_not_500(client: httpx.AsyncClient, where: str,
+                                                            char: str) -> None:
+    method, path, template = UNSTORABLE[where]
+    if path.endswith(("csv&name=nul", "yaml")):  # text bodies carry the character itself
+        body, kind = (template % char.encode().decode("unicode_escape")).encode("utf-8", "surrogatepass"), "text/plain"
+    else:
+        body, kind = (template % char).encode(), "application/json"
+    r = await client.request(method, path, content=body, headers={"content-type": kind})
+    assert r.status_code == 422, (where, r.status_code, r.text)
+    assert (await client.get("/v1/policies/nul")).status_code == 404
+    assert (await client.get("/v1/rating-tables/nul")).status_code == 404

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from app.api.deps import ActorDep, CacheDep, IfMatchDep, ReadSessionDep, SessionDep, SettingsDep, reader, require
-from app.api.schemas import ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
+from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
 
@@ -70,7 +70,7 @@ def import_table(
     actor: ActorDep,
     response: Response,
     cache: CacheDep,
-    text: Annotated[str, Body(media_type="text/plain", max_length=1_048_576)],
+    text: Annotated[str, Body(media_type="text/plain", max_length=1_048_576, pattern=NO_NUL)],
     format: Format = "yaml",
     name: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")] = None,
     revision: Annotated[int | None, Query(ge=1, description="replace this current revision")] = None,
