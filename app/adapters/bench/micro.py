@@ -328,7 +328,8 @@ def run_micro(
     processes therefore falls on all algorithms alike instead of on whichever was being
     timed when it came, and the low percentile of an algorithm's runs is drawn from the
     whole sweep. An algorithm is done after ``min_runs`` rounds once its spread is at most
-    half of ``target_spread``; the sweep ends when all are done or its time is up.
+    half of ``target_spread``, or when the sweep's time is up (but never before ``min_runs``
+    rounds: on a very busy machine the sweep takes longer rather than judging on too few).
 
     Args:
         keywords: catalogue keywords to measure; the results keep this order.
@@ -359,15 +360,17 @@ def run_micro(
         if progress is not None:
             progress(task.keyword)
 
-    while active and time.monotonic() < deadline:
+    while active:
+        late = time.monotonic() >= deadline  # past it, an algorithm stops at min_runs rounds
         for task in list(active):
             task.time_round()
-            judged = task.rounds >= min_runs and (task.rounds % 5 == 0 or task.rounds >= 2000)
-            if judged and (task.judge() <= target_spread / 2 or task.rounds >= 2000):
+            if task.rounds < min_runs:
+                continue
+            if late or task.rounds >= 2000:
+                task.judge()
                 finish(task)
-    for task in list(active):
-        task.judge()
-        finish(task)
+            elif task.rounds % 5 == 0 and task.judge() <= target_spread / 2:
+                finish(task)
     return [tasks[k].result() for k in wanted]
 
 
