@@ -210,8 +210,9 @@ class TargetAgent:
 
     # -- connect ------------------------------------------------------------------------
 
-    def _negotiate(self, session: Session, request: ClientRequest) -> NegotiationResult:
-        algorithms, backend = self._capabilities()
+    def _negotiate(self, session: Session, request: ClientRequest,
+                   capabilities: tuple[frozenset[str], str | None]) -> NegotiationResult:
+        algorithms, backend = capabilities
         info = request.request_info
         libipsec = backend == "kernel-libipsec"
         peers = [
@@ -239,10 +240,11 @@ class TargetAgent:
         """
         ticket = secrets.token_hex(16)
         conn = f"qoss-agent-{ticket[:16]}"
+        capabilities = self._capabilities()  # may ask charon: never while holding the transaction
         with self._sessions() as session, session.begin():
             self._admit(session, endorsement, request, now)
             steps.mark("admit")
-            result = self._negotiate(session, request)
+            result = self._negotiate(session, request, capabilities)
             steps.mark("negotiate")
             lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
             expires = int(now) + lifetime

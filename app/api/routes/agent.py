@@ -73,7 +73,7 @@ def _target(request: Request) -> TargetAgent:
 
 def _limit(request: Request) -> None:
     source = request.client.host if request.client else "unknown"
-    request.app.state.agent_limiter.take(f"agent:{source}")
+    request.app.state.agent_limiter.take(f"agent:{source}", who="this address")
 
 
 _USER_LIMITER_LOCK = threading.Lock()
