@@ -15,8 +15,10 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -185,6 +187,7 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
     from app.services.bootstrap import prepare_database
     from app.settings import Settings
 
+    previous = _exit_on_sigterm()
     state = Path(tempfile.mkdtemp(prefix="qoss-bt-", dir="/tmp"))  # short: UNIX socket paths
     tag = uuid.uuid4().hex[:4]
     lab = Lab(state / "lab", prefix=f"{prefix_hint}{os.getpid() % 10000}-{tag}")
@@ -216,6 +219,22 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
                 engine.dispose()
             lab.down()
             shutil.rmtree(state, ignore_errors=True)
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm() -> Any:
+    """Make SIGTERM (e.g. from ``timeout``) unwind like Ctrl-C, so the lab is torn down.
+
+    Returns the previous handler, or None where handlers cannot be set (not the main thread).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def _forget(sessions: sessionmaker[Session], names: Sequence[str]) -> None:
@@ -287,7 +306,7 @@ def bench_tunnel(
     suites: Annotated[str | None, typer.Option(help="comma-separated ESP suites, e.g. aes128gcm16,aes128-sha256 "
                                                "(default: every transform both gateways can use, see docs)")] = None,
     repetitions: Annotated[int, typer.Option(min=1, max=20, help="repetitions, interleaved over the suites")] = 3,
-    duration: Annotated[float, typer.Option(min=0.5, max=30.0, help="seconds per iperf3 run")] = 2.0,
+    duration: Annotated[int, typer.Option(min=1, max=30, help="seconds per iperf3 run (whole seconds)")] = 2,
     ping_count: Annotated[int, typer.Option(min=1, max=200, help="echoes per RTT sample")] = 20,
     out: Annotated[Path | None, typer.Option(help="write the JSON document here")] = None,
     write_table: Annotated[str | None, typer.Option(help="write and import a rating table of this name")] = None,
@@ -332,7 +351,7 @@ def bench_tunnel(
         raise typer.Exit(1) from exc
     machine, date = machine_id(), datetime.now(UTC).date().isoformat()
     document = bench_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
-                              duration_s=duration, baseline=baseline, suites=runs)
+                              duration_s=float(duration), baseline=baseline, suites=runs)
     typer.echo(_summary(document))
     for name, reason in skipped.items():
         typer.echo(f"skipped {name}: {reason}", err=True)

@@ -141,13 +141,13 @@ def main() -> None:
     parser.add_argument("--table", help="negotiating table: a name in the shipped tables or a YAML file "
                                         "(default: measure one through real tunnels now)")
     parser.add_argument("--repetitions", type=int, default=5, help="interleaved rounds of the verification")
-    parser.add_argument("--duration", type=float, default=1.0, help="seconds per iperf3 run")
+    parser.add_argument("--duration", type=int, default=1, help="seconds per iperf3 run (whole seconds)")
     parser.add_argument("--table-repetitions", type=int, default=2)
-    parser.add_argument("--table-duration", type=float, default=1.0)
+    parser.add_argument("--table-duration", type=int, default=1)
     args = parser.parse_args()
     if not (1 <= args.repetitions <= 20 and 1 <= args.table_repetitions <= 20
-            and 0.5 <= args.duration <= 10 and 0.5 <= args.table_duration <= 10):
-        parser.error("repetitions 1-20, durations 0.5-10 s")
+            and 1 <= args.duration <= 10 and 1 <= args.table_duration <= 10):
+        parser.error("repetitions 1-20, durations 1-10 s")
     started = time.monotonic()
     with bench_lab(prefix_hint="qcq") as bl:
         star = default_suites(bl.candidates())

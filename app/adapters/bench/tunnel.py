@@ -159,15 +159,23 @@ def _iperf_server(host: LabHost, address: str, port: int, timeout: float) -> Ite
         _kill(proc)
 
 
+def _check_duration(duration: float) -> None:
+    # iperf3 reads -t as a whole number of seconds, and 0 means "run for ever".
+    if duration < 1 or duration != int(duration):
+        raise ValueError("an iperf3 duration is a whole number of seconds, at least 1")
+
+
 def iperf3(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
            port: int = IPERF_PORT) -> float:
     """TCP Mbit/s from ``src`` (in ``client``'s namespace) to ``dst`` (in ``server``'s).
 
     Raises:
         BenchError: a process failed or timed out.
+        ValueError: ``duration`` is not a whole number of seconds >= 1.
     """
+    _check_duration(duration)
     with _iperf_server(server, dst, port, timeout=5.0):
-        done = _run(_in_netns(client.netns, "iperf3", "-c", dst, "-B", src, "-p", str(port), "-t", f"{duration:g}",
+        done = _run(_in_netns(client.netns, "iperf3", "-c", dst, "-B", src, "-p", str(port), "-t", str(int(duration)),
                               "-P", str(flows), "--connect-timeout", "3000", "--json"),
                     timeout=duration + 20)
     return iperf3_mbps(done.stdout)
@@ -231,8 +239,9 @@ def run_bench(
     Returns:
         The baseline (empty if ``baseline`` is false), one run per measured suite, the skipped suites.
     """
-    if repetitions < 1 or duration <= 0 or ping_count < 1:
-        raise ValueError("repetitions >= 1, duration > 0 and ping_count >= 1")
+    if repetitions < 1 or ping_count < 1:
+        raise ValueError("repetitions >= 1 and ping_count >= 1")
+    _check_duration(duration)
     base = SuiteRun(None)
     runs = {s: SuiteRun(s) for s in suites}
     skipped: dict[str, str] = {}

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.adapters.bench.tunnel import BenchError, iperf3_mbps, ping_mean_ms
+from app.adapters.bench.tunnel import BenchError, OpenTunnel, iperf3_mbps, ping_mean_ms, run_bench
 from app.adapters.files import load_rating_table
+from app.adapters.lab import LabHost
 from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.bench_tunnel import (
     AH_OBJECTIVE_ID,
@@ -267,3 +268,20 @@ def test_ping_summary_gives_mean_rtt() -> None:
     assert ping_mean_ms(out) == pytest.approx(0.537)
     with pytest.raises(BenchError):
         ping_mean_ms("20 packets transmitted, 0 received, 100% packet loss\n")
+
+
+class _NoTunnels:
+    def open(self, suite: SuiteSpec) -> OpenTunnel:
+        raise AssertionError("no tunnel may be opened")
+
+    def close(self, tunnel: OpenTunnel) -> None:
+        raise AssertionError("no tunnel may be closed")
+
+
+@pytest.mark.parametrize("duration", [0.5, 1.5, 0])
+def test_iperf3_durations_are_whole_seconds(duration: float) -> None:
+    # iperf3 reads -t as an integer: 0.5 would become 0, "run for ever".
+    host = LabHost("left", "none", "/nonexistent", "10.99.0.1", "10.1.0.1", "/nonexistent")
+    with pytest.raises(ValueError, match="whole number"):
+        run_bench(initiator=host, responder=host, opener=_NoTunnels(), suites=[SuiteSpec("aes128", "sha1")],
+                  repetitions=1, duration=duration)
