@@ -183,7 +183,7 @@ def main() -> None:
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"{'minimums':<12} {'chosen':<22} {'Mbit/s':>7} {'best feasible':<22} {'Mbit/s':>7} {'ratio':>6} "
-          f"{'n':>3} {'default/chosen':>14}")
+          f"{'n':>3} {'chosen/default':>14}")
     ratios, vs_default = [], []
     for vector, pick in chosen.items():
         pool = [s for s in [*feasible[vector], pick] if s in mbps]
@@ -196,7 +196,7 @@ def main() -> None:
         d = "-"
         if default in feasible[vector] and default in mbps:
             vs_default.append(mbps[pick] / mbps[default])
-            d = f"{mbps[default] / mbps[pick]:.2f}"
+            d = f"{mbps[pick] / mbps[default]:.3f}"
         label = f"C{vector[0]}/I{vector[1]}/K{vector[2]}"
         print(f"{label:<12} {pick.name:<22} {mbps[pick]:>7.0f} {best.name:<22} {mbps[best]:>7.0f} {ratio:>6.3f} "
               f"{len(set(pool)):>3} {d:>14}")
