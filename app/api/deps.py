@@ -16,6 +16,7 @@ from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
 __all__ = [
+    "MAX_DB_INT",
     "ActorDep",
     "CacheDep",
     "IfMatchDep",
@@ -89,9 +90,14 @@ async def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
     if value.startswith("W/"):
         value = value[2:]
     value = value.strip('"')
-    if not value.isdigit() or len(value) > 12:
+    if not value.isdigit() or len(value) > 10 or int(value) > MAX_DB_INT:
         raise HTTPException(428, "If-Match must be an ETag of this API, e.g. \"3\"")
     return int(value)
+
+
+#: Revisions and ids are INTEGER columns (int4 on PostgreSQL): a larger number can name
+#: nothing, and sent to PostgreSQL it would be an error rather than "no such thing".
+MAX_DB_INT = 2**31 - 1
 
 
 @dataclass(frozen=True)

@@ -55,15 +55,17 @@ class AlgorithmOut(BaseModel):
 
 
 class MeasurementIn(_Strict):
-    throughput_mbps: Annotated[float, Field(ge=0)] | None = None
-    a_ns_per_byte: Annotated[float, Field(ge=0)] | None = None
-    b_ns: float | None = None
+    """Where a row's numbers come from (bounds far beyond any real measurement)."""
+
+    throughput_mbps: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    a_ns_per_byte: Annotated[float, Field(ge=0, le=1e9)] | None = None
+    b_ns: Annotated[float, Field(ge=-1e12, le=1e12)] | None = None
     machine: Short | None = None
     backend: Short | None = None
     date: Short | None = None
-    samples: Annotated[int, Field(ge=0)] | None = None
+    samples: Annotated[int, Field(ge=0, le=2**31 - 1)] | None = None
     method: Short | None = None
-    spread: Annotated[float, Field(ge=0)] | None = None
+    spread: Annotated[float, Field(ge=0, le=1e9)] | None = None
 
 
 class RatingIn(_Strict):

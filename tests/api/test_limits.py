@@ -10,6 +10,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from app.api.deps import MAX_DB_INT
 from app.api.main import create_app
 from app.settings import Settings
 
@@ -113,7 +114,7 @@ def request_schemas(settings: Settings) -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
-def test_every_request_string_list_and_map_is_capped(settings: Settings) -> None:
+def test_every_request_string_number_list_and_map_is_capped(settings: Settings) -> None:
     uncapped = []
     for where, schema in request_schemas(settings):
         kind = schema.get("type")
@@ -122,6 +123,10 @@ def test_every_request_string_list_and_map_is_capped(settings: Settings) -> None
             uncapped.append(f"{where}: string without maxLength")
         if kind == "array" and "maxItems" not in schema:
             uncapped.append(f"{where}: array without maxItems")
+        if kind in ("integer", "number") and not {"maximum", "exclusiveMaximum"} & set(schema):
+            uncapped.append(f"{where}: number without maximum")
+        if kind == "integer" and schema.get("maximum", 0) > MAX_DB_INT:
+            uncapped.append(f"{where}: integer past the database's INTEGER")
         if kind == "object" and isinstance(schema.get("additionalProperties"), dict) and "maxProperties" not in schema:
             uncapped.append(f"{where}: map without maxProperties")
     # TunnelPeerIn (app/services/tunnels.py, not this suite's to change) caps its psk in a
@@ -204,3 +209,27 @@ async def test_text_the_database_cannot_store_is_422_not_500(client: httpx.Async
     assert r.status_code == 422, (where, r.status_code, r.text)
     assert (await client.get("/v1/policies/nul")).status_code == 404
     assert (await client.get("/v1/rating-tables/nul")).status_code == 404
+
+
+# ----------------------------------------------------------------------------- numbers PostgreSQL cannot hold
+
+BIG = f'"{MAX_DB_INT + 1}"'
+
+
+async def test_an_if_match_past_any_revision_is_428_not_500(client: httpx.AsyncClient) -> None:
+    rows = [{"algorithm": "aes128", "confidentiality": 8, "performance": 8}]
+    assert (await client.post("/v1/policies", json={"name": "big"})).status_code == 201
+    answers = [
+        await client.put("/v1/rating-tables/esaf-2006", json={"name": "esaf-2006", "ratings": rows},
+                         headers={"If-Match": BIG}),
+        await client.patch("/v1/rating-tables/esaf-2006/ratings/aes128", json={"performance": 1},
+                           headers={"If-Match": BIG}),
+        await client.put("/v1/policies/big", json={"name": "big"}, headers={"If-Match": BIG}),
+    ]
+    assert [r.status_code for r in answers] == [428, 428, 428], [r.text for r in answers]
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+async def test_audit_paging_past_any_id_is_422_not_500(client: httpx.AsyncClient) -> None:
+    assert (await client.get("/v1/audit", params={"before": MAX_DB_INT})).status_code == 200
+    assert (await client.get("/v1/audit", params={"before": MAX_DB_INT + 1})).status_code == 422

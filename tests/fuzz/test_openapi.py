@@ -12,11 +12,13 @@ is asserted at the end, and a summary line gives the figures.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 import pytest
@@ -30,20 +32,28 @@ from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config
+from tests.fixtures.db import postgres_database
 from tests.fixtures.figures import figure
 from tests.fixtures.secrets import register
 
-SENT: list[int] = []
-#: Status codes of the generated requests, per operation (for the summary and the agent check).
-STATUSES: dict[str, list[int]] = {}
+#: Per backend: status codes of the generated requests, per operation.
+STATUSES: dict[str, dict[str, list[int]]] = {}
 #: Generated agent requests refused only because the server plays no agent role.
-NO_ROLE: list[str] = []
+NO_ROLE: dict[str, list[str]] = {}
+#: Examples per operation: SQLite runs the full budget, PostgreSQL (slower per request) half.
+EXAMPLES = {"sqlite": 50, "postgresql": 25}
 #: Schema-valid requests may still be refused on meaning (an unknown algorithm keyword,
 #: a socket outside the allowed directories, the same gateway at both ends): 422 is
 #: right there. Every other check runs: no 5xx, status codes, content types, headers
 #: and bodies as documented, invalid requests rejected.
 EXCLUDED = [schemathesis.checks.positive_data_acceptance]
-MIN_REQUESTS = 1000
+MIN_REQUESTS = {"sqlite": 1000, "postgresql": 500}
+
+
+class Server(NamedTuple):
+    url: str
+    token: str
+    backend: str
 
 
 def _free_port() -> int:
@@ -52,11 +62,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    tmp = tmp_path_factory.mktemp("fuzz")
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real uvicorn on SQLite or on PostgreSQL (where e.g. text limits differ)."""
+    backend: str = request.param
+    with contextlib.ExitStack() as stack:
+        tmp = tmp_path_factory.mktemp(f"fuzz-{backend}")
+        url = f"sqlite:///{tmp}/qoss.db" if backend == "sqlite" else stack.enter_context(postgres_database())
+        yield from _serve(tmp, url, backend)
+
+
+def _serve(tmp: Path, database_url: str, backend: str) -> Iterator[Server]:
     (tmp / "sockets").mkdir()
-    cfg = Settings(database_url=f"sqlite:///{tmp}/qoss.db", vici_socket_dirs=[tmp / "sockets"],
+    cfg = Settings(database_url=database_url, vici_socket_dirs=[tmp / "sockets"],
                    reconcile_on_start=False, tunnel_burst=100_000, max_body_bytes=65536,
                    agent_config=agent_server_config(tmp)[0], agent_rate=100_000.0, agent_burst=100_000)
     prepare_database(cfg)
@@ -73,9 +91,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     # Generated POST /v1/benchmarks requests must not start real minute-long sweeps.
     app.state.benchmarks = BenchmarkJobs(runner=lambda keywords, budget, progress: [],
                                          session_factory=app.state.session_factory, machine="fuzz")
-    yield f"http://127.0.0.1:{port}", token
-    srv.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield Server(f"http://127.0.0.1:{port}", token, backend)
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=10)
 
 
 #: The schema is the app's own OpenAPI document (no server needed to collect the tests).
@@ -84,34 +104,37 @@ OPERATIONS = [result.ok() for result in SCHEMA.get_all_operations()]
 
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: op.label)
-def test_no_server_errors_and_responses_conform(operation: Any, server: tuple[str, str]) -> None:
-    base, token = server
+def test_no_server_errors_and_responses_conform(operation: Any, server: Server) -> None:
+    statuses = STATUSES.setdefault(server.backend, {})
 
     @given(case=operation.as_strategy())
-    @settings(max_examples=50, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @settings(max_examples=EXAMPLES[server.backend], deadline=None, suppress_health_check=list(HealthCheck),
+              database=None)
     def run(case: Any) -> None:
-        SENT.append(1)
-        response = case.call_and_validate(base_url=base, headers={"Authorization": f"Bearer {token}"},
+        response = case.call_and_validate(base_url=server.url, headers={"Authorization": f"Bearer {server.token}"},
                                           excluded_checks=EXCLUDED)
-        STATUSES.setdefault(operation.label, []).append(response.status_code)
+        statuses.setdefault(operation.label, []).append(response.status_code)
         if response.status_code == 404 and "does not play the agent" in response.text:
-            NO_ROLE.append(operation.label)
+            NO_ROLE.setdefault(server.backend, []).append(operation.label)
         if response.status_code == 201 and operation.path == "/v1/tokens":
             register(response.json()["token"])  # a token the fuzzer made joins the leak sweep
 
     run()
 
 
-def test_zz_enough_requests_were_generated(server: tuple[str, str]) -> None:
-    statuses = [s for codes in STATUSES.values() for s in codes]
-    agent = {label: codes for label, codes in STATUSES.items() if " /v1/agent/" in label}
-    answered = sum(map(len, agent.values())) - len(NO_ROLE)
-    figure("schemathesis", f"{len(OPERATIONS)} operations ({len(agent)} agent, answered by the Host/Target "
-           f"roles: {answered} of {sum(map(len, agent.values()))}), {len(SENT)} generated requests, "
+def test_zz_enough_requests_were_generated(server: Server) -> None:
+    by_operation = STATUSES.get(server.backend, {})
+    statuses = [s for codes in by_operation.values() for s in codes]
+    agent = {label: codes for label, codes in by_operation.items() if " /v1/agent/" in label}
+    no_role = NO_ROLE.get(server.backend, [])
+    answered = sum(map(len, agent.values())) - len(no_role)
+    figure(f"schemathesis on {server.backend}",
+           f"{len(OPERATIONS)} operations ({len(agent)} agent, answered by the Host/Target roles: {answered} of "
+           f"{sum(map(len, agent.values()))}), {len(statuses)} generated requests, "
            f"{sum(1 for s in statuses if s >= 500)} server errors, 0 schema violations")
     assert len(OPERATIONS) >= 30
-    assert len(SENT) >= MIN_REQUESTS, f"only {len(SENT)} generated requests"
+    assert len(statuses) >= MIN_REQUESTS[server.backend], f"only {len(statuses)} generated requests"
     assert len(agent) == 7
-    assert NO_ROLE == []  # the agent routes were answered by the Host and Target roles
+    assert no_role == []  # the agent routes were answered by the Host and Target roles
     assert all(s < 500 for s in statuses)
-    assert httpx.get(f"{server[0]}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200

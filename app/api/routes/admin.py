@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ActorDep, ReadSessionDep, SessionDep, require
+from app.api.deps import MAX_DB_INT, ActorDep, ReadSessionDep, SessionDep, require
 from app.api.schemas import ErrorOut
 from app.services import auth as svc
 
@@ -56,7 +56,7 @@ def list_audit(
     request: Request,
     session: ReadSessionDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    before: Annotated[int | None, Query(ge=1, le=2**62, description="records older than this id")] = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="records older than this id")] = None,
 ) -> list[dict[str, Any]]:
     """Audit records, newest first (pending records are written first)."""
     request.app.state.auditor.flush()

@@ -7,7 +7,17 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from app.api.deps import ActorDep, CacheDep, IfMatchDep, ReadSessionDep, SessionDep, SettingsDep, reader, require
+from app.api.deps import (
+    MAX_DB_INT,
+    ActorDep,
+    CacheDep,
+    IfMatchDep,
+    ReadSessionDep,
+    SessionDep,
+    SettingsDep,
+    reader,
+    require,
+)
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
@@ -73,7 +83,7 @@ def import_table(
     text: Annotated[str, Body(media_type="text/plain", max_length=1_048_576, pattern=NO_NUL)],
     format: Format = "yaml",
     name: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")] = None,
-    revision: Annotated[int | None, Query(ge=1, description="replace this current revision")] = None,
+    revision: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="replace this current revision")] = None,
 ) -> dict[str, Any]:
     """Import YAML or CSV: a new table, or with ``revision`` a new revision of an existing one."""
     table = svc.import_table(session=session, text=text, fmt=format, author=actor, name=name,
