@@ -458,6 +458,11 @@ def _comparison_md(c: TableComparison, levels: Mapping[str, int | None]) -> list
     lines += ["", f"Pairs ranked both ways: {c.compared}; the order agrees for {c.agree}, flips for {len(c.flips)}"
               f", tied in the paper {len(c.seed_ties)}, tied today (within {NOISE:.0%} or the measurements' spread) "
               f"{len(c.today_ties)}.", ""]
+    measured = [rc for rc in c.rows if rc.today_rank is not None]
+    seed_among = _ranks({rc.row.label: rc.row.value for rc in measured})
+    kept = [rc.row.label for rc in measured if seed_among[rc.row.label] == rc.today_rank]
+    if kept:
+        lines.append(f"- **same place** among the rows measured both ways: {', '.join(kept)}.")
     by_reason: dict[str, list[Flip]] = {}
     for flip in c.flips:
         by_reason.setdefault(flip.why, []).append(flip)

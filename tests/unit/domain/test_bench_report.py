@@ -244,3 +244,14 @@ def test_a_tunnel_order_within_the_repetitions_spread_is_a_tie_not_a_flip() -> N
     assert with_spread.flips == ()
     assert [(a.label, b.label) for a, b in with_spread.today_ties] == [("AES128-GCM16", "AES128-CCM16")]
     assert with_spread.agree == 2  # both AEADs still beat AES-CBC + HMAC-SHA-256 by more than their spread
+
+
+def test_markdown_says_which_rows_keep_their_place() -> None:
+    micro = parse_micro(_micro())
+    table = _table("000-T8")
+    text = render_markdown(micro=micro, tunnel=None, comparisons=[compare(table, today_from_micro(table, micro),
+                                                                          source="micro")],
+                           plots={}, commands=[])
+    # DES is not measured: among the other five, AES-128, AES-192 and 3DES keep their places, and
+    # Blowfish-128 (162.8 MB/s) holds the third place the paper gives both Blowfish rows.
+    assert "- **same place** among the rows measured both ways: AES-128, AES-192, Blowfish-128, 3DES." in text
