@@ -217,7 +217,7 @@ def parse_tunnel(data: Any) -> TunnelRun:
         machine=_opt_text(doc, "machine"), backend=_opt_text(doc, "backend"), date=_opt_text(doc, "date"),
         repetitions=int(_num(reps, "tunnel.repetitions")) if reps is not None else None,
         duration_s=_num(duration, "tunnel.duration_s") if duration is not None else None,
-        baseline=_suite(baseline, "tunnel.baseline", esp="none") if baseline is not None else None,
+        baseline=_suite(baseline, "tunnel.baseline", esp="(no IPsec)") if baseline is not None else None,
         suites=tuple(_suite(s, f"tunnel.suites[{i}]") for i, s in enumerate(suites)),
     )
 
