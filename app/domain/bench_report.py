@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.algorithms import Kind, lookup
+from app.domain.algorithms import CATALOGUE, Kind, lookup
 from app.domain.errors import InvalidInput, UnknownAlgorithm
 from app.domain.scoring import MicroResult, kex_score, throughput_score
 from app.domain.seed_tables import SeedRow, SeedTable
@@ -517,6 +517,12 @@ def render_markdown(
     if plots:
         out += ["## Plots", ""]
         out += [f"![{caption}]({name})" + "\n" for caption, name in plots.items()]
+    measured = {r.keyword for r in micro.results}
+    missing = [k for k, a in CATALOGUE.items() if k not in measured and a.kind is not Kind.PRF]
+    if missing:
+        out += [f"Catalogue algorithms this run did not measure: {', '.join(missing)} (in a full sweep: those the "
+                "crypto library does not offer - single DES, AES-XCBC, Camellia-CTR, brainpoolP224r1 - and null). "
+                "IKE PRFs are the HMACs of the same hashes.", ""]
     out += ["## Data plane (micro)", "",
             "| algorithm | method | MB/s @1400 B | a (ns/B) | b (ns) | r² | spread | score |",
             "|---|---|---:|---:|---:|---:|---:|---:|"]
