@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.domain.bench_report import (
     compare,
@@ -258,3 +260,14 @@ def test_markdown_says_which_rows_keep_their_place() -> None:
     # DES is not measured: among the other five, AES-128, AES-192 and 3DES keep their places, and
     # Blowfish-128 (162.8 MB/s) holds the third place the paper gives both Blowfish rows.
     assert "- **same place** among the rows measured both ways: AES-128, AES-192, Blowfish-128, 3DES." in text
+
+
+@given(st.lists(st.floats(1.0, 1e4), min_size=15, max_size=15), st.floats(0.01, 100.0))
+def test_every_pair_is_classified_once_and_a_scaled_paper_never_flips(values: list[float], scale: float) -> None:
+    table = _table("000-T10")
+    today: dict[str, float | None] = {r.label: v for r, v in zip(table.rows, values, strict=True)}
+    c = compare(table, today, source="micro")
+    assert c.compared == 15 * 14 // 2
+    same = compare(table, {r.label: r.value * scale for r in table.rows}, source="micro")
+    assert same.flips == ()
+    assert [rc.seed_rank for rc in same.rows] == [rc.today_rank for rc in same.rows]
