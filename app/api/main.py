@@ -58,6 +58,14 @@ def _reconcile_at_start(app: FastAPI) -> None:
                            default_table=app.state.settings.default_table)
     if any(report.as_dict().values()):
         log.info("reconcile at start: %s", report.as_dict())
+    changed = {"restored": len(report.restored), "failed": len(report.failed),
+               "orphans_removed": len(report.orphans_removed)}
+    if any(changed.values()):  # a state change made by no request: its own audit record
+        app.state.auditor.record(
+            request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
+            source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
+            detail="reconcile at start: " + " ".join(f"{k}={v}" for k, v in changed.items()),
+        )
 
 
 def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, TargetAgent | None]:

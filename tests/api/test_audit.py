@@ -13,10 +13,12 @@ from fastapi.routing import APIRoute
 from typer.testing import CliRunner
 
 from app.adapters.agent.crypto import KeyPair
+from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
 from app.cli import app as cli
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import agent_server_config
 from tests.fixtures.secrets import register
 
@@ -167,3 +169,32 @@ async def test_a_bug_is_a_bare_500_and_still_audited(settings: Settings, admin_t
         (record,) = [x for x in await audit(c) if x["request_id"] == "bug-1"]
         assert (record["action"], record["object"], record["outcome"], record["detail"]) == (
             "POST", "/v1/boom", 500, "InternalError")
+
+
+async def test_what_reconcile_at_start_changes_is_audited(settings: Settings, admin_token: str,
+                                                          tmp_path: Path) -> None:
+    """No request makes the change, yet it gets a record (a fake charon that speaks VICI holds an orphan)."""
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    cfg = settings.model_copy(update={"vici_socket_dirs": [sockets], "reconcile_on_start": False})
+    with FakeCharon(sockets / "gw.vici") as fake:
+        app = create_app(cfg)
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+            headers={"Authorization": f"Bearer {admin_token}"},
+        ) as c:
+            r = await c.post("/v1/gateways", json={"name": "gw", "vici_socket": str(fake.socket_path),
+                                                   "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
+            assert r.status_code == 201, r.text
+        ViciGateway(str(fake.socket_path), 5).load_conn("qoss-orphan", {
+            "version": "2", "local_addrs": ["10.99.0.1"], "remote_addrs": ["10.99.0.2"],
+            "proposals": ["aes128-sha256-modp2048"], "local": {"auth": "psk"}, "remote": {"auth": "psk"}})
+        restarted = create_app(cfg.model_copy(update={"reconcile_on_start": True}))
+        async with restarted.router.lifespan_context(restarted), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=restarted), base_url="http://qoss.test",
+            headers={"Authorization": f"Bearer {admin_token}"},
+        ) as c:
+            records = [x for x in await audit(c) if x["request_id"].startswith("startup-")]
+        assert fake.count("unload-conn") == 1
+    assert [(x["action"], x["object"], x["outcome"], x["source"], x["detail"]) for x in records] == [
+        ("POST", "/v1/tunnels/reconcile", 200, "local", "reconcile at start: restored=0 failed=0 orphans_removed=1")]
