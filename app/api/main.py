@@ -102,14 +102,15 @@ class _BodyLimit:
     """Counts a request body as it arrives: past ``max_body_bytes``, however sent (chunked,
     or with a Content-Length that lies), reading it raises 413 and nothing more is read."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings | None = None) -> None:
         self.app = app
+        self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit: int = scope["app"].state.settings.max_body_bytes
+        limit: int = (self.settings or scope["app"].state.settings).max_body_bytes
         received = 0
 
         async def limited() -> Message:
@@ -204,7 +205,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(_BodyLimit)  # inside the guard below, which audits its 413s
+    app.add_middleware(_BodyLimit, settings=settings)  # inside the guard below, which audits its 413s
 
     @app.middleware("http")
     async def guard_and_audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
