@@ -127,6 +127,8 @@ class AgentClient:
         self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-client")
         #: Where the last connect's time went (step -> ms; no secrets), for benchmarks.
         self.last_steps: dict[str, float] = {}
+        #: The same steps in CPU time of the connecting thread (ms).
+        self.last_steps_cpu: dict[str, float] = {}
 
     # -- messages -------------------------------------------------------------------------
 
@@ -270,7 +272,7 @@ class AgentClient:
         self._remember(report, objective_id)
         steps.mark("remember")
         steps.done()
-        self.last_steps = steps.as_dict()
+        self.last_steps, self.last_steps_cpu = steps.as_dict(), steps.as_dict(cpu=True)
         return report
 
     def _bring_up(self, name: str, response: Response, steps: Steps, watch: _UpWatch) -> str | None:
