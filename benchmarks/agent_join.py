@@ -17,7 +17,8 @@ Where the time goes: the client's steps (median ms, from ``AgentClient.last_step
 CPU each process spent per connect + disconnect cycle (``/proc/<pid>/stat``: robust when
 the machine is shared), and with ``--breakdown`` the same connects with Client, Host and
 Target in ONE process (no HTTP, no uvicorn): each role's steps (median ms, from the
-``qoss.agent.timing`` DEBUG log). Real minus in-process is what the two HTTP hops cost.
+``qoss.agent.timing`` DEBUG log). Real minus in-process is what the HTTP hops cost.
+``--combined``: one ``qoss serve`` plays Host and Target (``url: local``), one hop fewer.
 """
 
 from __future__ import annotations
@@ -69,8 +70,11 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     tc, tk, tf = role("target")
     target = TargetAgent(config=tc, keys=tk, session_factory=tf, vici=lambda p: ViciGateway(p, 20.0),
                          cache=TableCache(), default_table="standards-2026")
-    hc, hk, hf = role("host")
-    host = HostAgent(config=hc, keys=hk, session_factory=hf, post=lambda url, wire: target.handle(wire).answer)
+    if (d / "host.yaml").exists():
+        hc, hk, hf = role("host")
+        host = HostAgent(config=hc, keys=hk, session_factory=hf, post=lambda url, wire: target.handle(wire).answer)
+    else:  # --combined: one process is Host and Target
+        host = HostAgent(config=tc, keys=tk, session_factory=tf, local_target=target)
     post = lambda url, wire: host.handle(wire).answer
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
                          post=post)
@@ -125,7 +129,8 @@ def _cpu_ms(pid: int) -> float:
 
 def _pids(topo: Topology) -> dict[str, int]:
     charons = json.loads(topo.lab.state_file.read_text())["pids"]
-    servers = dict(zip(("target server", "host server"), (s.pid for s in topo.servers), strict=True))
+    names = ("host+target server",) if topo.combined else ("target server", "host server")
+    servers = dict(zip(names, (s.pid for s in topo.servers), strict=True))
     return {**servers, "client charon": charons["client"], "target charon": charons["target"]}
 
 
@@ -153,10 +158,13 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=25, help="runs of each (>= 20)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also run Client, Host and Target in one process and show each role's steps")
+    parser.add_argument("--combined", action="store_true",
+                        help="one qoss serve plays Host and Target (url: local): one HTTP hop instead of two")
     args = parser.parse_args()
     n = max(1, min(args.n, 500))
     topo = Topology(server_env={"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000",
-                                "QOSS_AGENT_USER_RATE": "1000", "QOSS_AGENT_USER_BURST": "1000"})
+                                "QOSS_AGENT_USER_RATE": "1000", "QOSS_AGENT_USER_BURST": "1000"},
+                    combined=args.combined)
     try:
         topo.open()
         pids = _pids(topo)
@@ -171,7 +179,8 @@ def main() -> None:
         topo.close()
     ms, base_ms = list(agent["ms"]), base  # type: ignore[call-overload]
     a, b = statistics.median(ms), statistics.median(base_ms)
-    print(f"suite: ike {agent['ike']}, esp {agent['esp']}; {n} runs each")
+    layout = "Host and Target in one server" if args.combined else "Host and Target in two servers"
+    print(f"suite: ike {agent['ike']}, esp {agent['esp']}; {n} runs each; {layout}")
     print(f"agent connect -> tunnel up: median {a:.1f} ms, p90 {_p90(ms):.1f} ms")
     print(f"bare VICI initiate:         median {b:.1f} ms, p90 {_p90(base_ms):.1f} ms")
     print(f"ratio {a / b:.2f} (goal <= 3) {'OK' if a / b <= 3 else 'MISSED'}")
@@ -184,7 +193,7 @@ def main() -> None:
           + "; bare initiate+terminate: " + ", ".join(f"{k} {v:.1f}" for k, v in bare_cpu.items()))
     if local is not None:
         lm = statistics.median(local["ms"])  # type: ignore[call-overload]
-        print(f"in one process (no HTTP): median {lm:.1f} ms; the two HTTP hops cost {a - lm:.1f} ms")
+        print(f"in one process (no HTTP): median {lm:.1f} ms; the HTTP hops cost {a - lm:.1f} ms")
         for who, rows in local["steps"].items():  # type: ignore[attr-defined]
             kind = "CPU ms of the thread" if who.endswith(" cpu") else "ms"
             print(f"  {who.removesuffix(' cpu')} steps (median {kind}): {_median_steps(rows)}")

@@ -183,10 +183,11 @@ class HostAgent:
         try:
             if target.url == "local" and self._local is not None:
                 outcome = self._local.handle(wire)
-                return Outcome(answer=outcome.answer, audit=f"relayed {outcome.audit}"[:200])
-            answer = self._post(f"{target.url}/v1/agent/target/requests", wire)
+                answer, audit = outcome.answer, f"relayed {outcome.audit}"
+            else:
+                answer, audit = self._post(f"{target.url}/v1/agent/target/requests", wire), f"relayed {what}"
         except AgentRejected as exc:
             raise AgentRejected(f"target rejected: {exc.reason}") from exc
         steps.mark("target")
         steps.done()
-        return Outcome(answer=answer, audit=f"relayed {what}"[:200])
+        return Outcome(answer=answer, audit=audit[:200])

@@ -34,8 +34,11 @@ POOL = "10.8.0.0/28"
 class Topology:
     """Build with :meth:`open`; ``close`` stops the servers and removes the lab, whatever happened."""
 
-    def __init__(self, server_env: dict[str, str] | None = None) -> None:
+    def __init__(self, server_env: dict[str, str] | None = None, *, combined: bool = False) -> None:
+        """``combined``: one ``qoss serve`` in the target namespace plays Host and Target (the
+        config's ``url: local``), so a request makes one HTTP hop instead of two."""
         self.server_env = server_env or {}
+        self.combined = combined
         self.dir = Path(tempfile.mkdtemp(prefix="qoss-agent-", dir="/tmp"))
         self.lab = Lab(self.dir / "lab", prefix=f"qe{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}")
         self.servers: list[subprocess.Popen[bytes]] = []
@@ -69,32 +72,42 @@ class Topology:
     def open(self) -> Topology:
         self.lab.up(names=["client", "host", "target"])
         keys = self.dir / "keys"
-        for name in ("host-1", "target-1", "alice"):
+        host_id = "target-1" if self.combined else "host-1"
+        for name in (["target-1", "alice"] if self.combined else ["host-1", "target-1", "alice"]):
             self.qoss("agent", "keygen", name, "--dir", str(keys))
-        (self.dir / "host.yaml").write_text(yaml.safe_dump({
-            "id": "host-1", "key_dir": str(keys),
-            "host": {"targets": {"target-1": {"url": self.url(self.target),
-                                              "public_key_file": str(keys / "target-1.pub.json")}}},
-        }))
-        (self.dir / "target.yaml").write_text(yaml.safe_dump({
-            "id": "target-1", "key_dir": str(keys),
-            "target": {"hosts": {"host-1": {"public_key_file": str(keys / "host-1.pub.json")}},
+        target_role = {"hosts": {host_id: {"public_key_file": str(keys / f"{host_id}.pub.json")}},
                        "vici_socket": self.target.vici_socket, "ike_address": self.target.ike_address,
-                       "protected": [f"{self.target.inside_address}/32"], "pool": POOL, "sweep_interval": 0.5},
-        }))
+                       "protected": [f"{self.target.inside_address}/32"], "pool": POOL, "sweep_interval": 0.5}
+        if self.combined:
+            (self.dir / "target.yaml").write_text(yaml.safe_dump({
+                "id": "target-1", "key_dir": str(keys), "target": target_role,
+                "host": {"targets": {"target-1": {"url": "local",
+                                                  "public_key_file": str(keys / "target-1.pub.json")}}},
+            }))
+        else:
+            (self.dir / "host.yaml").write_text(yaml.safe_dump({
+                "id": "host-1", "key_dir": str(keys),
+                "host": {"targets": {"target-1": {"url": self.url(self.target),
+                                                  "public_key_file": str(keys / "target-1.pub.json")}}},
+            }))
+            (self.dir / "target.yaml").write_text(yaml.safe_dump({
+                "id": "target-1", "key_dir": str(keys), "target": target_role}))
+        host = self.target if self.combined else self.host
         (self.dir / "client.yaml").write_text(yaml.safe_dump({
             "user": "alice", "key_dir": str(keys),
-            "host": {"id": "host-1", "url": self.url(self.host), "public_key_file": str(keys / "host-1.pub.json")},
+            "host": {"id": host_id, "url": self.url(host), "public_key_file": str(keys / f"{host_id}.pub.json")},
             "targets": {"target-1": {"public_key_file": str(keys / "target-1.pub.json")}},
             "vici_socket": self.client.vici_socket, "state_dir": str(self.dir / "client-state"),
             "ike_address": self.client.ike_address,
         }))
-        self.qoss("db", "upgrade", "--database-url", self.db("host"))
+        host_role = "target" if self.combined else "host"
+        self.qoss("db", "upgrade", "--database-url", self.db(host_role))
         self.qoss("agent", "enroll", str(keys / "alice.pub.json"), "--objective", "3", "--objective", "2",
-                  "--database-url", self.db("host"))
-        for role, h in (("target", self.target), ("host", self.host)):
+                  "--database-url", self.db(host_role))
+        roles = [("target", self.target)] if self.combined else [("target", self.target), ("host", self.host)]
+        for role, h in roles:
             self._serve(role, h)
-        for h in (self.target, self.host):
+        for _, h in roles:
             self._wait(h)
         return self
 
