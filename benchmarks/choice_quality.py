@@ -19,7 +19,8 @@ One lab (two charons, kernel-libipsec, network namespaces), one throw-away datab
    figure of merit (goal >= 0.97; never below the default). Because the best of many
    noisy medians is biased upwards, each vector also shows the same-round comparison:
    the median over rounds of chosen/best and in how many rounds the chosen suite was at
-   least as fast.
+   least as fast; and the CPU view: both charons' CPU time per byte (kernel-libipsec does
+   ESP in charon), cheapest feasible / chosen, which other load disturbs far less.
 
 strongSwan 5.9's default ESP proposal is AES-CBC 128/192/256 with HMAC-SHA2-256/384/512,
 HMAC-SHA1-96 and AES-XCBC-96, and no AEAD ("we currently don't include any AEAD proposal
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import secrets
 import statistics
@@ -184,13 +186,14 @@ def main() -> None:
                                      baseline=False)
     mbps = {r.spec: statistics.median(r.throughput_mbps) for r in runs if r.spec is not None}
     rounds = {r.spec: r.throughput_mbps for r in runs if r.spec is not None}
+    cpu = {r.spec: statistics.median(r.cpu_ns_per_byte) for r in runs if r.spec is not None and r.cpu_ns_per_byte}
     spread = {r.spec: (max(r.throughput_mbps) - min(r.throughput_mbps)) / mbps[r.spec]
               for r in runs if r.spec is not None}
     for name, reason in skipped.items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"{'minimums':<12} {'chosen':<22} {'Mbit/s':>7} {'best feasible':<22} {'Mbit/s':>7} {'ratio':>6} "
-          f"{'n':>3} {'chosen/default':>14} {'paired':>6} {'rounds chosen>=best':>19}")
-    ratios, vs_default = [], []
+          f"{'n':>3} {'chosen/default':>14} {'paired':>6} {'rounds chosen>=best':>19} {'CPU':>6} {'cheapest CPU':<22}")
+    ratios, vs_default, cpu_ratios = [], [], []
     for vector, pick in chosen.items():
         pool = [s for s in [*feasible[vector], pick] if s in mbps]
         if pick not in mbps or not pool:
@@ -207,11 +210,21 @@ def main() -> None:
         pairs = list(zip(rounds[pick], rounds[best], strict=False))
         paired = statistics.median(c / b for c, b in pairs)
         won = sum(1 for c, b in pairs if c >= b)
+        # CPU cost: both charons' CPU time per byte; cheapest/chosen (1: nothing feasible costs less).
+        costed = [s for s in pool if s in cpu]
+        cheapest = min(costed, key=lambda s: cpu[s]) if pick in cpu and costed else None
+        cpu_ratio = cpu[cheapest] / cpu[pick] if cheapest is not None else math.nan
+        if cheapest is not None:
+            cpu_ratios.append(cpu_ratio)
         label = f"C{vector[0]}/I{vector[1]}/K{vector[2]}"
         print(f"{label:<12} {pick.name:<22} {mbps[pick]:>7.0f} {best.name:<22} {mbps[best]:>7.0f} {ratio:>6.3f} "
-              f"{len(set(pool)):>3} {d:>14} {paired:>6.3f} {f'{won}/{len(pairs)}':>19}")
+              f"{len(set(pool)):>3} {d:>14} {paired:>6.3f} {f'{won}/{len(pairs)}':>19} {cpu_ratio:>6.3f} "
+              f"{cheapest.name if cheapest else '-':<22}")
     if ratios:
         print(f"worst chosen/best: {min(ratios):.3f} (goal >= 0.97); median {statistics.median(ratios):.3f}")
+    if cpu_ratios:
+        print(f"worst cheapest/chosen by charon CPU time per byte: {min(cpu_ratios):.3f}; "
+              f"median {statistics.median(cpu_ratios):.3f}")
     if vs_default:
         print(f"chosen/default where the default meets the minimums: worst {min(vs_default):.3f}, "
               f"median {statistics.median(vs_default):.3f} (goal: never below 1)")

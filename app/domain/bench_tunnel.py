@@ -223,6 +223,8 @@ class SuiteRun:
     parallel_mbps: dict[int, list[float]] = field(default_factory=dict)
     #: What charon reported for the CHILD_SA after traffic (list-sas): algorithms and bytes.
     observed: list[dict[str, Any]] = field(default_factory=list)
+    #: Both charons' CPU nanoseconds per byte carried, beside each single-flow throughput sample.
+    cpu_ns_per_byte: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

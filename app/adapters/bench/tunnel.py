@@ -27,6 +27,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from app.adapters.lab import LabHost
@@ -37,6 +38,8 @@ __all__ = [
     "BenchError",
     "OpenTunnel",
     "TunnelOpener",
+    "charon_cpu_seconds",
+    "iperf3_bytes",
     "iperf3_mbps",
     "measure_pair",
     "ping_mean_ms",
@@ -173,12 +176,49 @@ def iperf3(client: LabHost, server: LabHost, src: str, dst: str, *, duration: fl
         BenchError: a process failed or timed out.
         ValueError: ``duration`` is not a whole number of seconds >= 1.
     """
+    return iperf3_mbps(_iperf3_report(client, server, src, dst, duration=duration, flows=flows, port=port))
+
+
+def _iperf3_report(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
+                   port: int = IPERF_PORT) -> str:
     _check_duration(duration)
     with _iperf_server(server, dst, port, timeout=5.0):
         done = _run(_in_netns(client.netns, "iperf3", "-c", dst, "-B", src, "-p", str(port), "-t", str(int(duration)),
                               "-P", str(flows), "--connect-timeout", "3000", "--json"),
                     timeout=duration + 20)
-    return iperf3_mbps(done.stdout)
+    return done.stdout
+
+
+def iperf3_bytes(report: str) -> int:
+    """Bytes received from ``iperf3 --json`` output.
+
+    Raises:
+        BenchError: no ``end.sum_received.bytes``.
+    """
+    try:
+        return int(json.loads(report)["end"]["sum_received"]["bytes"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BenchError("iperf3 JSON has no end.sum_received.bytes") from exc
+
+
+def charon_cpu_seconds(hosts: Sequence[LabHost]) -> float:
+    """User + system CPU seconds the charons in these hosts' namespaces have used so far.
+
+    With kernel-libipsec, ESP runs in charon (crypto and the TUN device's reads and
+    writes), so its CPU time per byte is the suite's own cost, much less disturbed by
+    other load on a shared machine than throughput is.
+    """
+    ticks = 0
+    for host in hosts:
+        for pid in _run(["ip", "netns", "pids", host.netns], timeout=5).stdout.split():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() != "charon":
+                    continue
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def ping(client: LabHost, src: str, dst: str, *, size: int, count: int) -> float:
@@ -197,14 +237,20 @@ def measure_pair(
     run: SuiteRun, client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, ping_count: int,
     flows: Sequence[int] = PARALLEL_FLOWS, sizes: Sequence[int] = PING_SIZES,
 ) -> None:
-    """One repetition between two addresses, appended to ``run`` (flows 1 is the throughput)."""
-    for n in flows:
-        mbps = iperf3(client, server, src, dst, duration=duration, flows=n)
-        run.parallel_mbps.setdefault(n, []).append(mbps)
+    """One repetition between two addresses, appended to ``run`` (flows 1 is the throughput,
+    with the charons' CPU time per byte beside it)."""
+    for n in sorted(set(flows) | {1}):
         if n == 1:
+            before = charon_cpu_seconds((client, server))
+            report = _iperf3_report(client, server, src, dst, duration=duration)
+            used = charon_cpu_seconds((client, server)) - before
+            mbps = iperf3_mbps(report)
             run.throughput_mbps.append(mbps)
-    if 1 not in flows:
-        run.throughput_mbps.append(iperf3(client, server, src, dst, duration=duration))
+            run.cpu_ns_per_byte.append(used * 1e9 / max(iperf3_bytes(report), 1))
+        else:
+            mbps = iperf3(client, server, src, dst, duration=duration, flows=n)
+        if n in flows:
+            run.parallel_mbps.setdefault(n, []).append(mbps)
     for size in sizes:
         run.rtt_ms.setdefault(size, []).append(ping(client, src, dst, size=size, count=ping_count))
 
