@@ -174,6 +174,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             session_factory=app.state.session_factory, machine=machine_id(),
         )
         app.state.agent_limiter = RateLimiter(resolved.agent_rate, resolved.agent_burst)
+        app.state.agent_user_limiter = RateLimiter(resolved.agent_user_rate, resolved.agent_user_burst)
         app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
         if resolved.reconcile_on_start:
             await asyncio.to_thread(_reconcile_at_start, app)

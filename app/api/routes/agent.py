@@ -10,7 +10,6 @@ Every rejection is the same 403 with the same text; the audit log records the re
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -76,18 +75,10 @@ def _limit(request: Request) -> None:
     request.app.state.agent_limiter.take(f"agent:{source}", who="this address")
 
 
-_USER_LIMITER_LOCK = threading.Lock()
-
-
 def _user_limiter(request: Request) -> RateLimiter:
-    """Host's per-user limiter: the lifespan's ``agent_user_limiter``, else made once from the settings."""
-    state = request.app.state
-    with _USER_LIMITER_LOCK:
-        limiter: RateLimiter | None = getattr(state, "agent_user_limiter", None)
-        if limiter is None:
-            settings = state.settings
-            limiter = state.agent_user_limiter = RateLimiter(settings.agent_user_rate, settings.agent_user_burst)
-        return limiter
+    """Host's per-user limiter, made in the lifespan."""
+    limiter: RateLimiter = request.app.state.agent_user_limiter
+    return limiter
 
 
 def _admit_user(request: Request) -> Callable[[str], None]:
