@@ -233,3 +233,33 @@ async def test_an_if_match_past_any_revision_is_428_not_500(client: httpx.AsyncC
 async def test_audit_paging_past_any_id_is_422_not_500(client: httpx.AsyncClient) -> None:
     assert (await client.get("/v1/audit", params={"before": MAX_DB_INT})).status_code == 200
     assert (await client.get("/v1/audit", params={"before": MAX_DB_INT + 1})).status_code == 422
+
+
+# ----------------------------------------------------------------------------- YAML bombs
+
+def _laughs(levels: int) -> str:
+    """The "billion laughs": each line an anchored list of nine aliases of the line before."""
+    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+ROW_YAML = "- {algorithm: aes128, confidentiality: 8, performance: 8%s}\n"
+#: Seven levels (9**7 leaves) are enough to tell; each further line multiplies by nine.
+BOMBS = {
+    "aliases as the ratings": (_laughs(7) + "name: bomb\nratings: *l6\n", "aliases"),
+    "aliases in a description": (_laughs(7) + "name: bomb\ndescription: *l6\nratings:\n" + ROW_YAML % "", "aliases"),
+    "aliases in a row": (_laughs(7) + "name: bomb\nratings:\n" + ROW_YAML % ", measurement: {machine: *l6}",
+                         "aliases"),
+    "deep nesting": ("name: bomb\nratings: " + "[" * 20000 + "]" * 20000 + "\n", "nested deeper"),
+}
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("bomb", list(BOMBS))
+async def test_yaml_bombs_are_refused_before_anything_is_built(client: httpx.AsyncClient, bomb: str) -> None:
+    document, reason = BOMBS[bomb]
+    r = await client.post("/v1/rating-tables/import", content=document, headers={"content-type": "text/plain"})
+    assert r.status_code == 422, r.text
+    assert reason in r.json()["detail"]
+    assert (await client.get("/v1/rating-tables/bomb")).status_code == 404
