@@ -16,13 +16,14 @@ measured suite throughputs turned into per-transform rating rows.
   kernel-libipsec turns into integrity-only ESP, so a helper AEAD is not taken for ESP.
 - Spread is ``(max - min) / median`` of the repetitions (with three repetitions an
   interquartile range says nothing).
-- Per-transform figures from suite figures: time per byte ``t = 8000 / Mbit/s`` (ns/B)
-  is taken as additive, ``t(cipher, integ) = u(cipher) + v(integ)``; an AEAD carries its
-  whole suite time. ``u`` and ``v`` are fitted by least squares over the measured pairs
-  (exact for the star). The split between a cipher and an integrity algorithm is only
-  fixed up to a constant: the integrity algorithm of least marginal cost is charged
-  :data:`INTEGRITY_FLOOR` of the fastest pair's time and the cipher the rest. Any suite's
-  sum, and so every choice between suites, does not depend on that constant.
+- Per-transform figures from suite figures: time per byte (``t = 8000 / Mbit/s`` ns/B,
+  or the charons' CPU time per byte) is taken as additive,
+  ``t(cipher, integ) = u(cipher) + v(integ)``; an AEAD carries its whole suite time.
+  ``u`` and ``v`` are fitted by least squares over the measured pairs (exact for the
+  star). The split between a cipher and an integrity algorithm is only fixed up to a
+  constant: the integrity algorithm of least marginal cost is charged
+  :data:`INTEGRITY_FLOOR` of the fastest pair's time and the cipher the rest. Any
+  suite's sum, and so every choice between suites, does not depend on that constant.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "parse_suite",
     "pin_attempts",
     "split_costs",
+    "split_times",
     "summarize",
     "tunnel_table",
 ]
@@ -266,7 +268,17 @@ def split_costs(mbps: Mapping[SuiteSpec, float], iterations: int = 200) -> dict[
     """
     if any(not (v > 0 and math.isfinite(v)) for v in mbps.values()):
         raise InvalidInput("suite throughputs must be positive")
-    times = {s: _NS_PER_BYTE_AT_1_MBPS / v for s, v in mbps.items()}
+    return split_times({s: _NS_PER_BYTE_AT_1_MBPS / v for s, v in mbps.items()}, iterations)
+
+
+def split_times(times: Mapping[SuiteSpec, float], iterations: int = 200) -> dict[str, float]:
+    """Per-transform shares of suite times per byte (additive model, least squares; see the module doc).
+
+    Raises:
+        InvalidInput: a time that is not positive.
+    """
+    if any(not (t > 0 and math.isfinite(t)) for t in times.values()):
+        raise InvalidInput("suite times must be positive")
     out = {s.cipher: t for s, t in times.items() if s.aead}
     pairs = [(s.cipher, s.integrity, t) for s, t in times.items() if s.integrity is not None]
     if not pairs:
@@ -289,12 +301,15 @@ def split_costs(mbps: Mapping[SuiteSpec, float], iterations: int = 200) -> dict[
 def tunnel_table(
     *, name: str, base: RatingTable, runs: Sequence[SuiteRun], machine: str, backend: str, date: str,
 ) -> RatingTable:
-    """A rating table from tunnel runs: levels from ``base``, ESP rows with measured throughput.
+    """A rating table from tunnel runs: levels from ``base``, ESP rows with measured figures.
 
-    Each transform's row carries ``throughput_mbps = 8000 / t`` and ``a_ns_per_byte = t``
-    (``b_ns = 0``: one bulk TCP measurement has no per-packet term) for its share ``t`` of
-    the suite times (:func:`split_costs`), and a performance score from that throughput.
-    Transforms ``base`` does not rate are left out.
+    Each transform's row carries ``throughput_mbps = 8000 / t`` for its share ``t`` of the
+    suites' iperf3 times per byte (:func:`split_costs`) and a performance score from it.
+    Its cost ``a_ns_per_byte`` (what the engine compares) is its share of the suites' CPU
+    time per byte in both charons where every suite has CPU samples (with kernel-libipsec
+    ESP runs in charon, and CPU time is far less disturbed by other load than throughput),
+    else ``t``; ``b_ns = 0``: a bulk TCP measurement has no per-packet term. Transforms
+    ``base`` does not rate are left out.
 
     Raises:
         InvalidInput: no measured suite, or none of its transforms rated in ``base``.
@@ -303,6 +318,10 @@ def tunnel_table(
     if not measured:
         raise InvalidInput("no suite was measured")
     costs = split_costs(measured)
+    cpu = {r.spec: statistics.median(r.cpu_ns_per_byte) for r in runs
+           if r.spec in measured and r.cpu_ns_per_byte}
+    by_cpu = len(cpu) == len(measured) and all(v > 0 for v in cpu.values())
+    cost_of = split_times(cpu) if by_cpu else costs
     samples = {k: sum(len(r.throughput_mbps) for r in runs if r.spec and k in r.spec.transforms) for k in costs}
     spreads = {k: max(summarize(r.throughput_mbps).spread for r in runs if r.spec and k in r.spec.transforms
                       and r.throughput_mbps) for k in costs}
@@ -311,17 +330,17 @@ def tunnel_table(
         rated = base.get(keyword)
         if rated is None:
             continue
-        t = costs[keyword]
-        mbit = _NS_PER_BYTE_AT_1_MBPS / t
+        mbit = _NS_PER_BYTE_AT_1_MBPS / costs[keyword]
         rows.append(Rating(
             algorithm=keyword, confidentiality=rated.confidentiality, integrity=rated.integrity,
             key_exchange=rated.key_exchange, performance=throughput_score(mbit / 8), source="measurement",
             reason=f"levels from {base.name}; performance from iperf3 through real {backend} tunnels",
             requirement=rated.requirement,
             measurement=Measurement(
-                throughput_mbps=round(mbit, 1), a_ns_per_byte=round(t, 4), b_ns=0.0, machine=machine,
-                backend=backend, date=date, samples=samples[keyword],
-                method="iperf3 TCP through the tunnel, suite time split per transform",
+                throughput_mbps=round(mbit, 1), a_ns_per_byte=round(cost_of[keyword], 4), b_ns=0.0,
+                machine=machine, backend=backend, date=date, samples=samples[keyword],
+                method=("cost: charon CPU ns/byte" if by_cpu else "cost: iperf3 ns/byte")
+                + "; throughput: iperf3 TCP through the tunnel; suite figures split per transform",
                 spread=round(spreads[keyword], 4),
             ),
         ))

@@ -285,3 +285,23 @@ def test_iperf3_durations_are_whole_seconds(duration: float) -> None:
     with pytest.raises(ValueError, match="whole number"):
         run_bench(initiator=host, responder=host, opener=_NoTunnels(), suites=[SuiteSpec("aes128", "sha1")],
                   repetitions=1, duration=duration)
+
+
+def test_cpu_time_per_byte_is_the_cost_where_every_suite_has_it() -> None:
+    cpu = {SuiteSpec("aes128gcm16"): 9.0, SuiteSpec("aes128", "sha256"): 12.0, SuiteSpec("aes128", "sha1"): 10.0}
+    runs = [SuiteRun(s, throughput_mbps=[300.0], cpu_ns_per_byte=[v]) for s, v in cpu.items()]
+    table = tunnel_table(name="cpu", base=STANDARDS, runs=runs, machine="m", backend="b", date="d")
+    gcm = table.ratings["aes128gcm16"].measurement
+    assert gcm is not None
+    assert gcm.a_ns_per_byte == pytest.approx(9.0)
+    assert gcm.throughput_mbps == pytest.approx(300.0)
+    assert gcm.method is not None
+    assert gcm.method.startswith("cost: charon CPU")
+    pair = [table.ratings[k].measurement for k in ("aes128", "sha1")]
+    assert sum(m.a_ns_per_byte or 0 for m in pair if m) == pytest.approx(10.0)
+    # One suite without CPU samples: every cost falls back to iperf3 time.
+    runs[0] = SuiteRun(SuiteSpec("aes128gcm16"), throughput_mbps=[400.0])
+    fallback = tunnel_table(name="t", base=STANDARDS, runs=runs, machine="m", backend="b", date="d")
+    gcm = fallback.ratings["aes128gcm16"].measurement
+    assert gcm is not None
+    assert gcm.a_ns_per_byte == pytest.approx(20.0)
