@@ -286,7 +286,36 @@ def _check_size(text: str, error: type[_E]) -> None:
         raise error(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
 
 
+#: libyaml's parser where installed (the pure-Python one is slow on deep nesting).
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: A rating table or policy nests four levels deep; far deeper is an attack, not data.
+_MAX_YAML_DEPTH = 32
+
+
+def _check_yaml_shape(text: str, error: type[_E]) -> None:
+    """Refuse YAML aliases (a few lines of them expand to billions of nodes) and deep nesting.
+
+    Reads parse events only and stops at the first offence: nothing is built. A document
+    that does not parse is left to the loader, which says what is wrong. Every YAML this
+    module reads comes through here: API imports, ``qoss ratings import``, files on disk.
+    """
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            if isinstance(event, yaml.AliasEvent):
+                raise error("YAML anchors and aliases (&name, *name) are not accepted")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > _MAX_YAML_DEPTH:
+                    raise error(f"YAML nested deeper than {_MAX_YAML_DEPTH} levels is not accepted")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except (yaml.YAMLError, RecursionError):
+        return
+
+
 def _load_yaml(text: str, error: type[_E]) -> Any:
+    _check_yaml_shape(text, error)
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:

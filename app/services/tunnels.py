@@ -115,7 +115,8 @@ class TunnelPeerIn(_Strict):
     identity: Identity | None = Field(default=None, description="the peer's IKE identity (default: its address)")
     local_identity: Identity | None = Field(
         default=None, description="the managed gateway's IKE identity towards this peer (default: the gateway's)")
-    psk: SecretStr = Field(description="pre-shared key, 32-256 printable characters; write-only")
+    psk: SecretStr = Field(min_length=32, max_length=256,
+                           description="pre-shared key, 32-256 printable characters; write-only")
     supports: Annotated[list[Keyword], Field(max_length=200)] | None = Field(
         default=None, description="algorithms the peer declares (default: judged by the managed gateway alone)")
 

@@ -129,9 +129,7 @@ def test_every_request_string_number_list_and_map_is_capped(settings: Settings) 
             uncapped.append(f"{where}: integer past the database's INTEGER")
         if kind == "object" and isinstance(schema.get("additionalProperties"), dict) and "maxProperties" not in schema:
             uncapped.append(f"{where}: map without maxProperties")
-    # TunnelPeerIn (app/services/tunnels.py, not this suite's to change) caps its psk in a
-    # validator (32-256 characters) but does not say so in the schema: reported to its owner.
-    assert [u for u in uncapped if not u.startswith("TunnelPeerIn.psk:")] == []
+    assert uncapped == []
 
 
 @pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import yaml
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
@@ -20,7 +19,6 @@ from app.api.deps import (
     require,
 )
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
-from app.domain.errors import InvalidInput
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
 
@@ -29,36 +27,6 @@ __all__ = ["router"]
 router = APIRouter(tags=["rating tables"])
 _RATINGS_WRITE = [Depends(require("ratings:write"))]
 _READ = [Depends(reader)]
-
-#: libyaml's parser where installed (the pure-Python one is slow on deep nesting).
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-#: A rating table nests four levels deep; far deeper is an attack, not a table.
-_MAX_YAML_DEPTH = 32
-
-
-def _check_yaml_shape(text: str) -> None:
-    """Refuse YAML aliases (a few lines of them expand to billions of nodes) and deep nesting.
-
-    Reads parse events only, and stops at the first offence: nothing is built. A document
-    that does not parse is left to the import, which says what is wrong.
-
-    Raises:
-        InvalidInput: an alias, or nesting deeper than ``_MAX_YAML_DEPTH``.
-    """
-    depth = 0
-    try:
-        for event in yaml.parse(text, Loader=_YAML_LOADER):
-            if isinstance(event, yaml.AliasEvent):
-                raise InvalidInput("YAML anchors and aliases (&name, *name) are not accepted in an import")
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > _MAX_YAML_DEPTH:
-                    raise InvalidInput(f"YAML nested deeper than {_MAX_YAML_DEPTH} levels is not a rating table")
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-    except (yaml.YAMLError, RecursionError):
-        return
-
 
 TableName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 Format = Annotated[Literal["yaml", "csv"], Query()]
@@ -121,8 +89,6 @@ def import_table(
 
     YAML anchors and aliases are refused: a few lines of them expand to billions of nodes.
     """
-    if format == "yaml":
-        _check_yaml_shape(text)
     table = svc.import_table(session=session, text=text, fmt=format, author=actor, name=name,
                              expected_revision=revision)
     cache.invalidate(table.name)

@@ -413,3 +413,20 @@ def test_module_exports_only_what_it_documents() -> None:
     public = {n for n in dir(files) if not n.startswith("_") and callable(getattr(files, n))
               and getattr(getattr(files, n), "__module__", "") == files.__name__}
     assert public <= set(files.__all__)
+
+
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \
+        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+
+
+def test_every_yaml_reader_refuses_aliases_and_deep_nesting(tmp_path: Path) -> None:
+    # Not only the API: `qoss ratings import` and files on disk come through the same loader.
+    with pytest.raises(InvalidRatingTable, match="aliases"):
+        files.parse_rating_table_yaml(_BOMB)
+    deep = "name: t\nratings: " + "[" * 40 + "]" * 40 + "\n"
+    with pytest.raises(InvalidRatingTable, match="nested deeper"):
+        files.parse_rating_table_yaml(deep)
+    policy = tmp_path / "bomb.yaml"
+    policy.write_text("name: bomb\n" + _BOMB)
+    with pytest.raises(InvalidPolicy, match="aliases"):
+        files.load_policy(policy)
