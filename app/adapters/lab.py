@@ -143,7 +143,8 @@ charon {{
       flush_line = yes
       append = yes
       default = 1
-      cfg = 2
+      # cfg 2 would log every candidate config on each IKE_SA: O(conns) lines per set-up
+      cfg = 1
       ike = 1
     }}
   }}
