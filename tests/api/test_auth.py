@@ -132,7 +132,7 @@ async def bare(settings: Settings, tmp_path: Path) -> Any:
 
 async def test_auth_matrix(bare: httpx.AsyncClient, settings: Settings, admin_token: str) -> None:
     url = settings.database_url
-    valid_id = admin_token.split("_")[1]
+    valid_id = admin_token.split("_", 2)[1]
     wrong_scope = make_token(url, "reader-only", ["audit:read"])
     credentials: dict[str, dict[str, str]] = {
         "no header": {},
@@ -174,7 +174,7 @@ async def test_secrets_never_appear_in_token_listing_or_audit(client: httpx.Asyn
     for text in (listed.text, audit.text):
         assert secret not in text
         assert admin_token not in text
-        assert admin_token.split("_")[2] not in text
+        assert admin_token.split("_", 2)[2] not in text
 
 
 async def test_revoked_token_is_refused_at_once(client: httpx.AsyncClient) -> None:
