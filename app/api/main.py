@@ -7,10 +7,10 @@ import contextlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -125,6 +125,55 @@ class _BodyLimit:
         await self.app(scope, limited, send)
 
 
+class _GuardAndAudit:
+    """Body-size cap by Content-Length (413), a request id, and an audit record per change or refusal.
+
+    Plain ASGI rather than ``BaseHTTPMiddleware``: no extra task and memory streams per
+    request. What the handlers put on ``request.state`` (the principal, an error name) lives
+    in the scope, so it is read here after the response.
+    """
+
+    def __init__(self, app: ASGIApp, settings: Settings | None = None) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        supplied = request.headers.get("x-request-id", "")
+        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [*message.get("headers", []), (b"x-request-id", request_id.encode("ascii"))]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        limit = (self.settings or scope["app"].state.settings).max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            request.state.error_name = "PayloadTooLarge"
+            response = JSONResponse(
+                error_body("PayloadTooLarge", f"request bodies are limited to {limit} bytes"), status_code=413
+            )
+            await response(scope, receive, send_with_id)
+        else:
+            try:
+                await self.app(scope, receive, send_with_id)
+            except Exception:
+                # A bug (the 500 is answered outside this middleware): still one record.
+                request.state.error_name = "InternalError"
+                _audit(request, request_id, 500)
+                raise
+        if request.method not in _SAFE or status in (401, 403, 413):
+            _audit(request, request_id, status)
+
+
 def _audit(request: Request, request_id: str, outcome: int) -> None:
     """Queue the audit record of one request: who, what, the outcome (never a body or a secret)."""
     auditor: Auditor | None = getattr(request.app.state, "auditor", None)
@@ -206,32 +255,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(_BodyLimit, settings=settings)  # inside the guard below, which audits its 413s
+    app.add_middleware(_BodyLimit, settings=settings)  # inside the guard, which audits its 413s
 
-    @app.middleware("http")
-    async def guard_and_audit(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        """Body-size cap (413), a request id, and an audit record per change or refusal."""
-        supplied = request.headers.get("x-request-id", "")
-        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
-        limit = (settings or request.app.state.settings).max_body_bytes
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            request.state.error_name = "PayloadTooLarge"
-            response: Response = JSONResponse(
-                error_body("PayloadTooLarge", f"request bodies are limited to {limit} bytes"), status_code=413
-            )
-        else:
-            try:
-                response = await call_next(request)
-            except Exception:
-                # A bug (the 500 is answered outside this middleware): still one record.
-                request.state.error_name = "InternalError"
-                _audit(request, request_id, 500)
-                raise
-        response.headers["X-Request-ID"] = request_id
-        if request.method not in _SAFE or response.status_code in (401, 403, 413):
-            _audit(request, request_id, response.status_code)
-        return response
+    app.add_middleware(_GuardAndAudit, settings=settings)
 
     app.include_router(health.router)
     for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, agent):
