@@ -6,6 +6,8 @@ accept exactly the same documents.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -113,10 +115,51 @@ def _peer_policy(peer: PeerIn, stored: Policy | None) -> Policy:
     )
 
 
+class _Results:
+    """The last few negotiations' results, by everything they depend on.
+
+    The engine is a pure function of the request document, the tables it reads and the named
+    policies' contents: the same inputs give the same result, so a repeated request (every
+    tunnel or agent connect with the same minimums) is answered without running it again.
+    Tables are keyed by identity: :class:`~app.services.ratings.TableCache` hands out one
+    object per table revision and a new object for any change, and an entry holds its tables,
+    so their ids cannot be reused while it lives. Policies are keyed by content (frozen).
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._results: OrderedDict[tuple[Any, ...], tuple[NegotiationResult, tuple[RatingTable, ...]]] = (
+            OrderedDict())
+
+    def get(self, key: tuple[Any, ...]) -> NegotiationResult | None:
+        with self._lock:
+            found = self._results.get(key)
+            if found is None:
+                return None
+            self._results.move_to_end(key)
+            return found[0]
+
+    def put(self, key: tuple[Any, ...], result: NegotiationResult, tables: tuple[RatingTable, ...]) -> None:
+        with self._lock:
+            self._results[key] = (result, tables)
+            self._results.move_to_end(key)
+            while len(self._results) > self._size:
+                self._results.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._results.clear()
+
+
+_RESULTS = _Results(256)
+
+
 def run_negotiation(
     *, session: Session, cache: TableCache, request: NegotiationIn, default_table: str
 ) -> NegotiationResult:
-    """Resolve the request's policies and tables, then negotiate.
+    """Resolve the request's policies and tables, then negotiate (or reuse the result of the
+    same inputs: see :class:`_Results`; callers must not change a result).
 
     Raises:
         NotFound: a named policy or rating table does not exist.
@@ -127,8 +170,10 @@ def run_negotiation(
     table = cache.get(session, request.rating_table) if request.rating_table else default
     policies = PolicyRepository(session)
     peers: list[Peer] = []
+    stored_policies: list[Policy | None] = []
     for p in request.peers:
         stored = policies.get(p.policy)[0] if p.policy else None
+        stored_policies.append(stored)
         policy = _peer_policy(p, stored)
         peer_table: RatingTable = cache.get(session, policy.rating_table) if policy.rating_table else table
         peers.append(
@@ -145,13 +190,20 @@ def run_negotiation(
         if request.traffic
         else None
     )
+    tables = (default, table, *(peer.table for peer in peers))
+    key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))
+    cached = _RESULTS.get(key)
+    if cached is not None:
+        return cached
     backend = Backend(**request.backend.model_dump()) if request.backend else Backend()
-    return negotiate(
+    result = negotiate(
         NegotiationRequest(
             peers=peers, table=table, default_table=default, traffic=traffic, backend=backend,
             alternatives=request.alternatives,
         )
     )
+    _RESULTS.put(key, result, tables)
+    return result
 
 
 def result_document(result: NegotiationResult) -> dict[str, Any]:
