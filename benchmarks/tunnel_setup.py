@@ -1,35 +1,94 @@
 """Tunnel set-up time: POST /v1/tunnels until verified up, against a bare VICI initiate.
 
-    .venv/bin/python benchmarks/tunnel_setup.py [--rounds 20]
+    .venv/bin/python -m benchmarks.tunnel_setup [--rounds 20]
 
 Same run, same lab (two charons, kernel-libipsec, network namespaces), same suite:
 - qoss: POST /v1/tunnels -> 201 (negotiate, load secret+conn on both ends, initiate,
   list-sas on both ends verified), timed by the client; then DELETE (not timed).
 - bare: the same conn and secret loaded beforehand (not timed), then only VICI
   ``initiate`` timed; then terminate and unload (not timed).
-Prints the medians and the ratio. Goal: qoss <= 1.25 x bare.
+- floor: what the issue requires of every set-up, alone - load secret and conn on both
+  ends (the ends at once), ``initiate``, ``list-sas`` on both ends (at once) - over VICI
+  sessions opened beforehand (no connect per command), without HTTP, database or
+  negotiation: no implementation of the API can be faster than this plus one HTTP round
+  trip (measured too: ``GET /livez`` on the same server).
+Prints the medians and the ratios. Goal: qoss <= 1.25 x bare.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import secrets
+import socket
 import statistics
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
+import vici
 
 from app.adapters.vici.driver import ViciGateway
 from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import lab_and_service, percentile
 
 
+@contextlib.contextmanager
+def _session(path: str) -> Iterator[Any]:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(30)
+    try:
+        sock.connect(path)
+        yield vici.Session(sock=sock)
+    finally:
+        sock.close()
+
+
+def _floor(sessions: tuple[Any, Any], pool: ThreadPoolExecutor, name: str, ends: tuple[TunnelEnd, TunnelEnd],
+           proposals: dict[str, Any]) -> float:
+    """The required steps alone over open sessions; seconds. Leaves nothing loaded."""
+    psk = secrets.token_bytes(32)
+
+    def load(k: int) -> None:
+        local, remote = ends[k], ends[1 - k]
+        sessions[k].load_shared({"id": name, "type": "IKE", "data": psk, "owners": [local.identity, remote.identity]})
+        sessions[k].load_conn({name: conn_payload(
+            name=name, local=local, remote=remote, ike_proposal=proposals["ike"], esp_proposal=proposals["esp"],
+            ah_proposal=None, mode="tunnel", ike_lifetime=14400, child_lifetime=3600)})
+
+    try:
+        t0 = time.perf_counter()
+        for future in [pool.submit(load, 1), pool.submit(load, 0)]:
+            future.result()
+        for _ in sessions[0].initiate({"child": name, "ike": name, "timeout": 10000, "loglevel": 1,
+                                       "init-limits": "no"}):
+            pass
+        sas = list(pool.map(lambda s: list(s.list_sas({"ike": name})), sessions))
+        elapsed = time.perf_counter() - t0
+        if not all(any(name in event for event in found) for found in sas):
+            raise RuntimeError(f"floor: {name} not up on both ends")
+        return elapsed
+    finally:
+        with contextlib.suppress(vici.exception.CommandException):
+            for _ in sessions[0].terminate({"ike": name, "force": "yes", "timeout": 5000}):
+                pass
+        for s in sessions:
+            with contextlib.suppress(vici.exception.CommandException):
+                s.unload_conn({"name": name})
+            with contextlib.suppress(vici.exception.CommandException):
+                s.unload_shared({"id": name})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client:
+    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client, \
+            ThreadPoolExecutor(2) as pool:
         left, right = svc.lab.host("left"), svc.lab.host("right")
+        floor: list[float] = []
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []
         bare: list[float] = []
@@ -64,12 +123,29 @@ def main() -> None:
             for gw in gws:
                 gw.unload_conn(name)
                 gw.unload_shared(name)
-        ours_med, bare_med = statistics.median(ours), statistics.median(bare)
+
+            with _session(left.vici_socket) as s_left, _session(right.vici_socket) as s_right:
+                f_name = f"floor-{i}"
+                f_ends = (TunnelEnd(left.ike_address, f"{f_name}.left", (f"{left.inside_address}/32",)),
+                          TunnelEnd(right.ike_address, f"{f_name}.right", (f"{right.inside_address}/32",)))
+                elapsed = _floor((s_left, s_right), pool, f_name, f_ends, proposals)
+            if i >= 2:
+                floor.append(elapsed * 1000)
+        http: list[float] = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            client.get("/livez").raise_for_status()
+            http.append((time.perf_counter() - t0) * 1000)
+        http_med = statistics.median(http)
+        ours_med, bare_med, floor_med = statistics.median(ours), statistics.median(bare), statistics.median(floor)
         print(f"suite: esp {proposals['esp'] if proposals else '?'}, ike {proposals['ike'] if proposals else '?'}; "
               f"{args.rounds} rounds each, interleaved")
         print(f"POST /v1/tunnels -> verified up: median {ours_med:.1f} ms, p90 {percentile(ours, 90):.1f} ms")
         print(f"bare VICI initiate:             median {bare_med:.1f} ms, p90 {percentile(bare, 90):.1f} ms")
-        print(f"ratio {ours_med / bare_med:.2f} (goal <= 1.25)")
+        print(f"required steps alone (floor):   median {floor_med:.1f} ms, p90 {percentile(floor, 90):.1f} ms")
+        print(f"an HTTP round trip that does nothing (GET /livez, 50): median {http_med:.2f} ms")
+        print(f"ratio {ours_med / bare_med:.2f} (goal <= 1.25); the floor alone {floor_med / bare_med:.2f}, "
+              f"floor + one HTTP round trip {(floor_med + http_med) / bare_med:.2f}")
 
 
 if __name__ == "__main__":
