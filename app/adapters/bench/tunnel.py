@@ -13,6 +13,13 @@ a fixed port, ``iperf3 -c --json`` from the initiator's namespace for ``duration
 ``ping -c N -i 0.01 -s SIZE`` for each payload size (the mean RTT of N echoes is one
 sample). Every subprocess has a timeout and is killed with its process group on any exit.
 Needs root, iproute2, iperf3 and iputils ping.
+
+With ``cpus`` (a CPU set, e.g. ``frozenset({1})``), every thread of both charons is pinned
+to it for the whole run and given back its previous affinity at the end (also on failure
+or Ctrl-C), and iperf3 (client and server) and ping are started with that affinity. On a
+small shared machine the scheduler otherwise places the charons and iperf3 differently in
+every run, and single-flow throughput spreads 20-90 % from run to run; on one CPU it
+reflects each suite's CPU cost instead.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,11 +44,16 @@ from app.domain.errors import GatewayError, QossError
 __all__ = [
     "BenchError",
     "OpenTunnel",
+    "ThreadPins",
     "TunnelOpener",
     "charon_cpu_seconds",
+    "charon_pids",
+    "check_cpus",
     "iperf3_bytes",
     "iperf3_mbps",
     "measure_pair",
+    "parse_cpus",
+    "pin_threads",
     "ping_mean_ms",
     "run_bench",
 ]
@@ -110,6 +122,38 @@ def ping_mean_ms(output: str) -> float:
     return float(found.group(2))
 
 
+def _cpu_list(cpus: Iterable[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def check_cpus(cpus: Iterable[int]) -> frozenset[int]:
+    """``cpus`` as a set, if it is non-empty and this process may run on every CPU in it.
+
+    Raises:
+        ValueError: empty, or a CPU outside ``os.sched_getaffinity(0)`` (the message names the allowed CPUs).
+    """
+    wanted = frozenset(cpus)
+    allowed = os.sched_getaffinity(0)
+    if not wanted:
+        raise ValueError(f"the CPU set is empty; this process may use CPUs {_cpu_list(allowed)}")
+    outside = wanted - allowed
+    if outside:
+        raise ValueError(f"CPU {_cpu_list(outside)} not usable; this process may use CPUs {_cpu_list(allowed)}")
+    return wanted
+
+
+def parse_cpus(text: str) -> frozenset[int]:
+    """A comma-separated CPU list (``1``, ``0,1``), checked by :func:`check_cpus`.
+
+    Raises:
+        ValueError: not a list of CPU numbers, or a CPU this process may not use.
+    """
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isdecimal() for p in parts):
+        raise ValueError(f"expected comma-separated CPU numbers such as 1 or 0,1, not {text!r}")
+    return check_cpus(int(p) for p in parts)
+
+
 # --------------------------------------------------------------------------- processes
 
 
@@ -125,10 +169,17 @@ def _kill(proc: subprocess.Popen[Any]) -> None:
         proc.wait(timeout=5)
 
 
-def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run to completion in its own process group; on timeout kill the group."""
+def _on_cpus(cpus: frozenset[int] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that sets the child's CPU affinity (inherited through ``ip netns exec``)."""
+    if cpus is None:
+        return None
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
+def _run(args: list[str], timeout: float, cpus: frozenset[int] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run to completion in its own process group (on ``cpus`` if given); on timeout kill the group."""
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_on_cpus(cpus))
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
@@ -140,11 +191,14 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def _iperf_server(host: LabHost, address: str, port: int, timeout: float) -> Iterator[None]:
-    """A one-off iperf3 server bound to ``address`` in the host's namespace; killed on exit."""
+def _iperf_server(host: LabHost, address: str, port: int, timeout: float,
+                  cpus: frozenset[int] | None = None) -> Iterator[None]:
+    """A one-off iperf3 server bound to ``address`` in the host's namespace (on ``cpus`` if given);
+    killed on exit."""
     proc = subprocess.Popen(
         _in_netns(host.netns, "iperf3", "-s", "-1", "-B", address, "-p", str(port)),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+        preexec_fn=_on_cpus(cpus),
     )
     try:
         deadline = time.monotonic() + timeout
@@ -169,23 +223,25 @@ def _check_duration(duration: float) -> None:
 
 
 def iperf3(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
-           port: int = IPERF_PORT) -> float:
-    """TCP Mbit/s from ``src`` (in ``client``'s namespace) to ``dst`` (in ``server``'s).
+           port: int = IPERF_PORT, cpus: frozenset[int] | None = None) -> float:
+    """TCP Mbit/s from ``src`` (in ``client``'s namespace) to ``dst`` (in ``server``'s),
+    both iperf3 processes on ``cpus`` if given.
 
     Raises:
         BenchError: a process failed or timed out.
         ValueError: ``duration`` is not a whole number of seconds >= 1.
     """
-    return iperf3_mbps(_iperf3_report(client, server, src, dst, duration=duration, flows=flows, port=port))
+    return iperf3_mbps(_iperf3_report(client, server, src, dst, duration=duration, flows=flows, port=port,
+                                      cpus=cpus))
 
 
 def _iperf3_report(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
-                   port: int = IPERF_PORT) -> str:
+                   port: int = IPERF_PORT, cpus: frozenset[int] | None = None) -> str:
     _check_duration(duration)
-    with _iperf_server(server, dst, port, timeout=5.0):
+    with _iperf_server(server, dst, port, timeout=5.0, cpus=cpus):
         done = _run(_in_netns(client.netns, "iperf3", "-c", dst, "-B", src, "-p", str(port), "-t", str(int(duration)),
                               "-P", str(flows), "--connect-timeout", "3000", "--json"),
-                    timeout=duration + 20)
+                    timeout=duration + 20, cpus=cpus)
     return done.stdout
 
 
@@ -201,6 +257,19 @@ def iperf3_bytes(report: str) -> int:
         raise BenchError("iperf3 JSON has no end.sum_received.bytes") from exc
 
 
+def charon_pids(hosts: Sequence[LabHost]) -> list[int]:
+    """The charon processes in these hosts' namespaces (``ip netns pids``, comm ``charon``)."""
+    found = []
+    for host in hosts:
+        for pid in _run(["ip", "netns", "pids", host.netns], timeout=5).stdout.split():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "charon":
+                    found.append(int(pid))
+            except OSError:  # gone in between
+                continue
+    return found
+
+
 def charon_cpu_seconds(hosts: Sequence[LabHost]) -> float:
     """User + system CPU seconds the charons in these hosts' namespaces have used so far.
 
@@ -209,50 +278,134 @@ def charon_cpu_seconds(hosts: Sequence[LabHost]) -> float:
     other load on a shared machine than throughput is.
     """
     ticks = 0
-    for host in hosts:
-        for pid in _run(["ip", "netns", "pids", host.netns], timeout=5).stdout.split():
-            try:
-                if Path(f"/proc/{pid}/comm").read_text().strip() != "charon":
-                    continue
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    for pid in charon_pids(hosts):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def ping(client: LabHost, src: str, dst: str, *, size: int, count: int) -> float:
-    """Mean RTT in ms of ``count`` echoes with ``size`` payload bytes.
+class ThreadPins:
+    """Pins every thread of some processes to a CPU set and gives each its previous affinity back.
+
+    :meth:`pin` may be called again at any time: threads seen for the first time are
+    pinned too. A thread is created with its creator's affinity, so one that appears in a
+    process after the first :meth:`pin` is taken to have had that process's main thread's
+    original affinity (what it would have had unpinned), and gets that back.
+
+    Args:
+        cpus: the CPU set (see :func:`check_cpus`).
+        processes: called by every :meth:`pin`: the pids whose threads to pin.
+    """
+
+    def __init__(self, cpus: frozenset[int], processes: Callable[[], Iterable[int]]) -> None:
+        self.cpus = cpus
+        self._processes = processes
+        self._previous: dict[tuple[int, int], set[int]] = {}  # (pid, tid) -> affinity before pinning
+        self._seen: set[int] = set()
+        self.pinned = 0  #: threads pinned by the last :meth:`pin`
+
+    def pin(self) -> int:
+        """Pin every thread of every process now (new ones and old ones alike).
+
+        Returns:
+            How many threads are pinned now.
+
+        Raises:
+            BenchError: the affinity of a thread cannot be set (e.g. not root).
+        """
+        pinned = 0
+        for pid in self._processes():
+            try:
+                tids = sorted(int(t.name) for t in Path(f"/proc/{pid}/task").iterdir())
+            except OSError:  # the process is gone
+                continue
+            known = pid in self._seen
+            self._seen.add(pid)
+            for tid in tids:
+                try:
+                    if (pid, tid) not in self._previous:
+                        main = self._previous.get((pid, pid))
+                        self._previous[pid, tid] = (set(main) if known and main is not None
+                                                    else os.sched_getaffinity(tid))
+                    os.sched_setaffinity(tid, self.cpus)
+                except ProcessLookupError:  # the thread ended in between
+                    continue
+                except OSError as exc:
+                    raise BenchError(f"cannot pin thread {tid} of process {pid} to CPU "
+                                     f"{_cpu_list(self.cpus)}: {exc}") from exc
+                pinned += 1
+        self.pinned = pinned
+        return pinned
+
+    def restore(self) -> None:
+        """Give every thread pinned so far its previous affinity (threads that ended are skipped)."""
+        for (pid, tid), affinity in self._previous.items():
+            if not Path(f"/proc/{pid}/task/{tid}").exists():  # ended: its tid may be someone else's now
+                continue
+            try:
+                os.sched_setaffinity(tid, affinity)
+            except ProcessLookupError:
+                continue
+            except OSError as exc:  # restore the others all the same
+                _log.warning("cannot restore the CPU affinity of thread %d of process %d: %s", tid, pid, exc)
+        self._previous.clear()
+        self._seen.clear()
+
+
+@contextlib.contextmanager
+def pin_threads(cpus: frozenset[int], processes: Callable[[], Iterable[int]]) -> Iterator[ThreadPins]:
+    """Every thread of ``processes()`` pinned to ``cpus`` (call ``pin()`` again to take new
+    threads along); each thread's previous affinity is restored on exit, also on an exception
+    or Ctrl-C.
+
+    Raises:
+        ValueError: ``cpus`` is empty or not usable here (:func:`check_cpus`).
+        BenchError: a thread's affinity cannot be set.
+    """
+    pins = ThreadPins(check_cpus(cpus), processes)
+    try:
+        pins.pin()
+        yield pins
+    finally:
+        pins.restore()
+
+
+def ping(client: LabHost, src: str, dst: str, *, size: int, count: int, cpus: frozenset[int] | None = None) -> float:
+    """Mean RTT in ms of ``count`` echoes with ``size`` payload bytes (ping on ``cpus`` if given).
 
     Raises:
         BenchError: no answer.
     """
     done = _run(_in_netns(client.netns, "ping", "-q", "-n", "-I", src, "-c", str(count), "-i", "0.01",
                           "-s", str(size), "-W", "2", "-w", str(max(5, count // 10 + 5)), dst),
-                timeout=count * 0.05 + 15)
+                timeout=count * 0.05 + 15, cpus=cpus)
     return ping_mean_ms(done.stdout)
 
 
 def measure_pair(
     run: SuiteRun, client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, ping_count: int,
-    flows: Sequence[int] = PARALLEL_FLOWS, sizes: Sequence[int] = PING_SIZES,
+    flows: Sequence[int] = PARALLEL_FLOWS, sizes: Sequence[int] = PING_SIZES, cpus: frozenset[int] | None = None,
 ) -> None:
     """One repetition between two addresses, appended to ``run`` (flows 1 is the throughput,
-    with the charons' CPU time per byte beside it)."""
+    with the charons' CPU time per byte beside it). iperf3 and ping run on ``cpus`` if given
+    (the charons are pinned by :func:`run_bench`)."""
     for n in sorted(set(flows) | {1}):
         if n == 1:
             before = charon_cpu_seconds((client, server))
-            report = _iperf3_report(client, server, src, dst, duration=duration)
+            report = _iperf3_report(client, server, src, dst, duration=duration, cpus=cpus)
             used = charon_cpu_seconds((client, server)) - before
             mbps = iperf3_mbps(report)
             run.throughput_mbps.append(mbps)
             run.cpu_ns_per_byte.append(used * 1e9 / max(iperf3_bytes(report), 1))
         else:
-            mbps = iperf3(client, server, src, dst, duration=duration, flows=n)
+            mbps = iperf3(client, server, src, dst, duration=duration, flows=n, cpus=cpus)
         if n in flows:
             run.parallel_mbps.setdefault(n, []).append(mbps)
     for size in sizes:
-        run.rtt_ms.setdefault(size, []).append(ping(client, src, dst, size=size, count=ping_count))
+        run.rtt_ms.setdefault(size, []).append(ping(client, src, dst, size=size, count=ping_count, cpus=cpus))
 
 
 def _observe(host: LabHost, conn: str) -> dict[str, Any]:
@@ -273,7 +426,7 @@ def _observe(host: LabHost, conn: str) -> dict[str, Any]:
 def run_bench(
     *, initiator: LabHost, responder: LabHost, opener: TunnelOpener, suites: Sequence[SuiteSpec],
     repetitions: int, duration: float, ping_count: int = 20, flows: Sequence[int] = PARALLEL_FLOWS,
-    sizes: Sequence[int] = PING_SIZES, baseline: bool = True,
+    sizes: Sequence[int] = PING_SIZES, baseline: bool = True, cpus: frozenset[int] | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[SuiteRun, list[SuiteRun], dict[str, str]]:
     """Measure the baseline and every suite, ``repetitions`` times, interleaved.
@@ -282,12 +435,47 @@ def run_bench(
     not tried again; a repetition whose measurement fails is logged and left out (a suite
     with none left is skipped). ``progress`` is called once per baseline or suite measurement.
 
+    With ``cpus``, every thread of the charons in both hosts' namespaces is pinned to that
+    CPU set for the whole run (again before each measurement, for threads started since)
+    and gets its previous affinity back at the end, also on failure or Ctrl-C; iperf3 and
+    ping run on the same set.
+
     Returns:
         The baseline (empty if ``baseline`` is false), one run per measured suite, the skipped suites.
+
+    Raises:
+        ValueError: bad counts, a duration iperf3 cannot take, or a CPU set that is empty or
+            not usable here.
+        BenchError: ``cpus`` is given and no charon thread can be found or pinned.
     """
     if repetitions < 1 or ping_count < 1:
         raise ValueError("repetitions >= 1 and ping_count >= 1")
     _check_duration(duration)
+    if cpus is None:
+        return _run_bench(initiator=initiator, responder=responder, opener=opener, suites=suites,
+                          repetitions=repetitions, duration=duration, ping_count=ping_count, flows=flows,
+                          sizes=sizes, baseline=baseline, progress=progress, pins=None)
+    with pin_threads(cpus, lambda: charon_pids((initiator, responder))) as pins:
+        if pins.pinned == 0:
+            raise BenchError(f"no charon running in {initiator.netns} or {responder.netns} to pin")
+        return _run_bench(initiator=initiator, responder=responder, opener=opener, suites=suites,
+                          repetitions=repetitions, duration=duration, ping_count=ping_count, flows=flows,
+                          sizes=sizes, baseline=baseline, progress=progress, pins=pins)
+
+
+def _run_bench(
+    *, initiator: LabHost, responder: LabHost, opener: TunnelOpener, suites: Sequence[SuiteSpec],
+    repetitions: int, duration: float, ping_count: int, flows: Sequence[int], sizes: Sequence[int],
+    baseline: bool, progress: Callable[[str], None], pins: ThreadPins | None,
+) -> tuple[SuiteRun, list[SuiteRun], dict[str, str]]:
+    cpus = pins.cpus if pins is not None else None
+
+    def measure(run: SuiteRun, src: str, dst: str) -> None:
+        if pins is not None:
+            pins.pin()  # threads charon started since (e.g. for the new tunnel)
+        measure_pair(run, initiator, responder, src, dst, duration=duration, ping_count=ping_count,
+                     flows=flows, sizes=sizes, cpus=cpus)
+
     base = SuiteRun(None)
     runs = {s: SuiteRun(s) for s in suites}
     skipped: dict[str, str] = {}
@@ -295,8 +483,7 @@ def run_bench(
     for _ in range(repetitions):
         if baseline:
             try:
-                measure_pair(base, initiator, responder, initiator.ike_address, responder.ike_address,
-                             duration=duration, ping_count=ping_count, flows=flows, sizes=sizes)
+                measure(base, initiator.ike_address, responder.ike_address)
             except BenchError as exc:  # one lost repetition does not end a long run
                 _log.warning("baseline repetition lost: %s", exc)
             progress("baseline")
@@ -314,8 +501,7 @@ def run_bench(
             try:
                 run = runs[suite]
                 run.esp, run.ike = tunnel.esp, tunnel.ike
-                measure_pair(run, initiator, responder, src, dst, duration=duration, ping_count=ping_count,
-                             flows=flows, sizes=sizes)
+                measure(run, src, dst)
                 run.observed.append(_observe(initiator, tunnel.conn))
             except BenchError as exc:  # one lost repetition does not end a long run
                 _log.warning("suite %s: repetition lost: %s", suite.name, exc)

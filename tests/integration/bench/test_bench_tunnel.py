@@ -7,12 +7,13 @@ and its own SQLite database, and tears both down.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.bench.tunnel import run_bench
+from app.adapters.bench.tunnel import charon_pids, run_bench
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.cli import app
 from app.cli_bench_tunnel import bench_lab
@@ -25,11 +26,23 @@ pytestmark = pytest.mark.charon
 
 def test_one_suite_runs_through_the_service_and_leaves_nothing_behind() -> None:
     suite = SuiteSpec("aes128", "sha256")
+    cpu = max(os.sched_getaffinity(0))
     with bench_lab(prefix_hint="qbi") as bl:
+        hosts = (bl.initiator, bl.responder)
+
+        def charon_affinities() -> set[frozenset[int]]:
+            return {frozenset(os.sched_getaffinity(int(task.name)))
+                    for pid in charon_pids(hosts) for task in Path(f"/proc/{pid}/task").iterdir()}
+
+        unpinned = charon_affinities()
+        during: list[set[frozenset[int]]] = []
         opener = bl.tunnels(bl.candidates())
         baseline, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder, opener=opener,
                                             suites=[suite], repetitions=1, duration=1.0, ping_count=5,
-                                            flows=(1,), sizes=(64, 1400))
+                                            flows=(1,), sizes=(64, 1400), cpus=frozenset({cpu}),
+                                            progress=lambda _: during.append(charon_affinities()))
+        after = charon_affinities()
+        assert len(charon_pids(hosts)) == 2
         gateways = [bl.initiator.gateway(timeout=5.0), bl.responder.gateway(timeout=5.0)]
         left_over = [(g.list_sas(), g.list_conns(), g.get_shared()) for g in gateways]
     assert skipped == {}
@@ -47,6 +60,9 @@ def test_one_suite_runs_through_the_service_and_leaves_nothing_behind() -> None:
     assert observed["integ_alg"] == "HMAC_SHA2_256_128"
     assert observed["bytes_out"] > 1_000_000
     assert left_over == [([], [], []), ([], [], [])]
+    # Every charon thread was on the one CPU while measuring, and is back where it was.
+    assert during == [{frozenset({cpu})}, {frozenset({cpu})}]
+    assert after == unpinned == {frozenset(os.sched_getaffinity(0))}
     doc = bench_document(machine="m", backend=bl.backend, date="2026-11-23", repetitions=1, duration_s=1.0,
                          baseline=baseline, suites=runs)
     assert doc["backend"] == "kernel-libipsec"
