@@ -6,7 +6,8 @@ under a unique prefix) and its own SQLite database in a temporary directory (or 
 and brings each suite's tunnel up and down through the tunnel service
 (:func:`app.services.tunnels.create_tunnel` / ``delete_tunnel``), pinned to the suite by
 the request's ``forbids`` (see :mod:`app.domain.bench_tunnel`). Everything it started is
-stopped on exit, also on failure or Ctrl-C.
+stopped on exit, also on failure or Ctrl-C. ``--cpus`` pins both charons (every thread),
+iperf3 and ping to a CPU set for the run (:func:`app.adapters.bench.tunnel.run_bench`).
 """
 
 from __future__ import annotations
@@ -315,20 +316,30 @@ def bench_tunnel(
     database_url: Annotated[str | None, typer.Option("--database-url", help="run in this database (default: a "
                                                      "throw-away SQLite); --write-table imports here too "
                                                      "(default: QOSS_DATABASE_URL)")] = None,
+    cpus: Annotated[str | None, typer.Option(help="pin both charons (all threads), iperf3 and ping to these CPUs "
+                                             "for the run, e.g. 1 or 0,1: steadier throughput on a small "
+                                             "shared machine (default: not pinned)")] = None,
 ) -> None:
     """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root).
 
     Per suite and repetition: TCP Mbit/s with 1, 2 and 4 flows, mean RTT by ICMP payload
-    size (64-1400 B). Reported as median and spread = (max - min) / median.
+    size (64-1400 B). Reported as median and spread = (max - min) / median. With --cpus the
+    charons and iperf3 share the given CPUs, so throughput reflects each suite's CPU cost
+    rather than where the scheduler put them; the document records the set.
     """
     from app.adapters.bench.micro import machine_id
-    from app.adapters.bench.tunnel import BenchError, run_bench
+    from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench
     from app.domain.bench_tunnel import bench_document, default_suites, parse_suite
 
     try:
         specs = [parse_suite(s) for s in suites.split(",") if s.strip()] if suites else None
     except QossError as exc:
         typer.echo(exc.message, err=True)
+        raise typer.Exit(2) from exc
+    try:
+        cpu_set = parse_cpus(cpus) if cpus is not None else None
+    except ValueError as exc:
+        typer.echo(f"--cpus: {exc}", err=True)
         raise typer.Exit(2) from exc
     try:
         with bench_lab(database_url) as bl:
@@ -342,7 +353,7 @@ def bench_tunnel(
                                    file=sys.stderr) as bar:
                 baseline, runs, skipped = run_bench(
                     initiator=bl.initiator, responder=bl.responder, opener=opener, suites=specs,
-                    repetitions=repetitions, duration=duration, ping_count=ping_count,
+                    repetitions=repetitions, duration=duration, ping_count=ping_count, cpus=cpu_set,
                     progress=lambda _: bar.update(1))
             skipped = {**unusable, **skipped}
             backend = bl.backend
@@ -351,8 +362,10 @@ def bench_tunnel(
         raise typer.Exit(1) from exc
     machine, date = machine_id(), datetime.now(UTC).date().isoformat()
     document = bench_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
-                              duration_s=float(duration), baseline=baseline, suites=runs)
+                              duration_s=float(duration), baseline=baseline, suites=runs, cpus=cpu_set)
     typer.echo(_summary(document))
+    if cpu_set is not None:
+        typer.echo(f"charons, iperf3 and ping pinned to CPU {','.join(str(c) for c in sorted(cpu_set))}")
     for name, reason in skipped.items():
         typer.echo(f"skipped {name}: {reason}", err=True)
     if out is not None:

@@ -95,6 +95,7 @@ class TunnelRun:
     duration_s: float | None
     baseline: TunnelSuite | None
     suites: tuple[TunnelSuite, ...]
+    cpus: tuple[int, ...] | None = None  # the CPUs charons, iperf3 and ping were pinned to; None: not pinned
 
 
 def _num(value: Any, where: str) -> float:
@@ -199,8 +200,18 @@ def _suite(value: Any, where: str, *, esp: str | None = None) -> TunnelSuite:
     )
 
 
+def _cpus(value: Any, where: str) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value)):
+        raise InvalidInput(f"{where}: expected a non-empty list of CPU numbers or null")
+    return tuple(sorted(set(value)))
+
+
 def parse_tunnel(data: Any) -> TunnelRun:
-    """Read a ``qoss bench tunnel --out`` document (kind ``qoss-bench-tunnel``, version 1).
+    """Read a ``qoss bench tunnel --out`` document (kind ``qoss-bench-tunnel``, version 1;
+    ``cpus`` is optional: older documents have none and were not pinned).
 
     Raises:
         InvalidInput: not such a document.
@@ -219,6 +230,7 @@ def parse_tunnel(data: Any) -> TunnelRun:
         duration_s=_num(duration, "tunnel.duration_s") if duration is not None else None,
         baseline=_suite(baseline, "tunnel.baseline", esp="(no IPsec)") if baseline is not None else None,
         suites=tuple(_suite(s, f"tunnel.suites[{i}]") for i, s in enumerate(suites)),
+        cpus=_cpus(doc.get("cpus"), "tunnel.cpus"),
     )
 
 
@@ -428,6 +440,11 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
+def _cpu_words(cpus: Sequence[int]) -> str:
+    """``CPU 1``, ``CPUs 0, 1``."""
+    return ("CPU " if len(cpus) == 1 else "CPUs ") + ", ".join(str(c) for c in cpus)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
@@ -539,7 +556,8 @@ def render_markdown(
     if tunnel is not None:
         out += ["## Tunnel (real charon, kernel-libipsec, iperf3)", "",
                 f"- machine: {tunnel.machine or '-'}; back end: {tunnel.backend or '-'}; date: {tunnel.date or '-'}; "
-                f"{tunnel.repetitions or '-'} repetitions of {_fmt(tunnel.duration_s)} s", "",
+                f"{tunnel.repetitions or '-'} repetitions of {_fmt(tunnel.duration_s)} s"
+                + (f"; charons, iperf3 and ping pinned to {_cpu_words(tunnel.cpus)}" if tunnel.cpus else ""), "",
                 "| ESP | IKE | Mbit/s (median) | spread | RTT 64 B (ms) | RTT 1400 B (ms) | parallel 1/2/4 (Mbit/s) |",
                 "|---|---|---:|---:|---:|---:|---|"]
         suites = ([tunnel.baseline] if tunnel.baseline is not None else []) + list(tunnel.suites)

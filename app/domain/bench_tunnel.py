@@ -241,9 +241,13 @@ class SuiteRun:
 
 def bench_document(
     *, machine: str, backend: str, date: str, repetitions: int, duration_s: float, baseline: SuiteRun,
-    suites: Sequence[SuiteRun],
+    suites: Sequence[SuiteRun], cpus: Iterable[int] | None = None,
 ) -> dict[str, Any]:
-    """The ``qoss-bench-tunnel`` JSON document (version 1)."""
+    """The ``qoss-bench-tunnel`` JSON document (version 1).
+
+    ``cpus``: the CPUs the charons, iperf3 and ping were pinned to (``null``: not pinned;
+    documents written before the key existed have none and were not pinned).
+    """
     return {
         "kind": "qoss-bench-tunnel",
         "version": 1,
@@ -252,6 +256,7 @@ def bench_document(
         "date": date,
         "repetitions": repetitions,
         "duration_s": duration_s,
+        "cpus": sorted(cpus) if cpus is not None else None,
         "baseline": baseline.as_dict(),
         "suites": [s.as_dict() for s in suites],
     }

@@ -47,6 +47,15 @@ def test_report_from_recorded_micro_and_tunnel(tmp_path: Path) -> None:
     assert "HMAC-SHA-1 > HMAC-MD5" in text
 
 
+def test_report_of_a_pinned_tunnel_run_says_so(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "tunnel_lab_first.json").read_text())
+    (tmp_path / "pinned.json").write_text(json.dumps({**doc, "cpus": [1]}))
+    report = write_report(micro_path=DATA / "micro_recorded.json", tunnel_path=tmp_path / "pinned.json",
+                          out_dir=tmp_path / "out", flags=frozenset())
+    assert "; charons, iperf3 and ping pinned to CPU 1" in report.markdown.read_text()
+    _assert_small_pngs(report.plots)
+
+
 def test_report_without_tunnel_has_no_tunnel_part(tmp_path: Path) -> None:
     report = write_report(micro_path=DATA / "micro_recorded.json", out_dir=tmp_path, flags=frozenset())
     assert len(report.plots) == 3

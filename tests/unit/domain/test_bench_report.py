@@ -98,6 +98,7 @@ def test_parse_tunnel_tolerates_missing_optional_keys() -> None:
     assert run.suites[1].ike is None
     assert run.suites[1].rtt_ms == {}
     assert parse_tunnel({"kind": "qoss-bench-tunnel"}).suites == ()
+    assert run.cpus is None  # written before --cpus existed: not pinned
 
 
 @pytest.mark.parametrize("doc", [
@@ -105,6 +106,9 @@ def test_parse_tunnel_tolerates_missing_optional_keys() -> None:
     {"kind": "qoss-bench-tunnel", "suites": [{"throughput_mbps": {"median": 1.0}}]},
     {"kind": "qoss-bench-tunnel", "suites": [{"esp": "aes128gcm16", "throughput_mbps": {"spread": 0.1}}]},
     {"kind": "qoss-bench-tunnel", "suites": [{"esp": "aes128gcm16", "rtt_ms": {"big": {"median": 1.0}}}]},
+    {"kind": "qoss-bench-tunnel", "cpus": []}, {"kind": "qoss-bench-tunnel", "cpus": 1},
+    {"kind": "qoss-bench-tunnel", "cpus": ["1"]}, {"kind": "qoss-bench-tunnel", "cpus": [True]},
+    {"kind": "qoss-bench-tunnel", "cpus": [-1]},
 ])
 def test_parse_tunnel_refuses_malformed_documents(doc: Any) -> None:
     with pytest.raises(InvalidInput):
@@ -271,3 +275,23 @@ def test_every_pair_is_classified_once_and_a_scaled_paper_never_flips(values: li
     same = compare(table, {r.label: r.value * scale for r in table.rows}, source="micro")
     assert same.flips == ()
     assert [rc.seed_rank for rc in same.rows] == [rc.today_rank for rc in same.rows]
+
+
+def test_markdown_says_when_the_charons_and_iperf3_were_pinned() -> None:
+    from app.domain.bench_tunnel import SuiteRun, SuiteSpec, bench_document
+
+    gcm = SuiteRun(SuiteSpec("aes128gcm16"), throughput_mbps=[210.0, 212.0])
+    micro = parse_micro(_micro())
+    texts = {}
+    for cpus in (None, frozenset({1}), frozenset({0, 1})):
+        doc = json.loads(json.dumps(bench_document(machine="m", backend="kernel-libipsec", date="2026-11-23",
+                                                   repetitions=2, duration_s=1.0, baseline=SuiteRun(None),
+                                                   suites=[gcm], cpus=cpus)))
+        tunnel = parse_tunnel(doc)
+        assert tunnel.cpus == (tuple(sorted(cpus)) if cpus else None)
+        text = render_markdown(micro=micro, tunnel=tunnel, comparisons=[], plots={}, commands=[])
+        texts[cpus] = next(line for line in text.splitlines() if line.startswith("- machine: m;"))
+    assert texts[frozenset({1})] == ("- machine: m; back end: kernel-libipsec; date: 2026-11-23; 2 repetitions of "
+                                     "1.0 s; charons, iperf3 and ping pinned to CPU 1")
+    assert texts[frozenset({0, 1})].endswith("; charons, iperf3 and ping pinned to CPUs 0, 1")
+    assert "pinned" not in texts[None]

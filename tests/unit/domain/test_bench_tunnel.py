@@ -163,8 +163,11 @@ def test_document_has_the_agreed_keys() -> None:
                      throughput_mbps=[300.0], rtt_ms={64: [0.5], 1400: [0.7]}, parallel_mbps={1: [300.0]})
     doc = bench_document(machine="m", backend="kernel-libipsec", date="2026-11-23", repetitions=3, duration_s=2.0,
                          baseline=base, suites=[suite])
-    assert list(doc) == ["kind", "version", "machine", "backend", "date", "repetitions", "duration_s", "baseline",
-                         "suites"]
+    assert list(doc) == ["kind", "version", "machine", "backend", "date", "repetitions", "duration_s", "cpus",
+                         "baseline", "suites"]
+    assert doc["cpus"] is None  # not pinned
+    assert bench_document(machine="m", backend="b", date="d", repetitions=1, duration_s=1.0, baseline=base,
+                          suites=[], cpus=frozenset({1, 0}))["cpus"] == [0, 1]
     assert doc["kind"] == "qoss-bench-tunnel"
     assert doc["version"] == 1
     assert doc["baseline"]["throughput_mbps"] == {"median": 950.0, "spread": round(100 / 950, 4),
