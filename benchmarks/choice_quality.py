@@ -1,6 +1,7 @@
 """Choice quality: does the negotiated suite run as fast as the best feasible one, through real tunnels?
 
-    .venv/bin/python benchmarks/choice_quality.py [--table NAME|FILE.yaml] [--repetitions 5] [--duration 1]
+    .venv/bin/python benchmarks/choice_quality.py [--table NAME|FILE.yaml] [--repetitions 5] [--duration 1] \
+        [--cpus 1]
 
 One lab (two charons, kernel-libipsec, network namespaces), one throw-away database, one run:
 1. A measured table: unless ``--table`` is given, every suite of the default star
@@ -21,6 +22,10 @@ One lab (two charons, kernel-libipsec, network namespaces), one throw-away datab
    the median over rounds of chosen/best and in how many rounds the chosen suite was at
    least as fast; and the CPU view: both charons' CPU time per byte (kernel-libipsec does
    ESP in charon), cheapest feasible / chosen, which other load disturbs far less.
+
+``--cpus 1`` (or ``0,1``) pins both charons (every thread), iperf3 and ping to those CPUs
+for both measurements (``run_bench(cpus=...)``): on a small shared machine throughput
+then reflects each suite's CPU cost rather than where the scheduler put the processes.
 
 strongSwan 5.9's default ESP proposal is AES-CBC 128/192/256 with HMAC-SHA2-256/384/512,
 HMAC-SHA1-96 and AES-XCBC-96, and no AEAD ("we currently don't include any AEAD proposal
@@ -48,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.adapters.bench.micro import machine_id  # noqa: E402
-from app.adapters.bench.tunnel import BenchError, run_bench  # noqa: E402
+from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench  # noqa: E402
 from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
 from app.cli_bench_tunnel import BenchLab, bench_lab  # noqa: E402
 from app.domain.bench_tunnel import SuiteSpec, default_suites, parse_suite, pin_attempts, tunnel_table  # noqa: E402
@@ -79,7 +84,7 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec]) -> s
             _, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder,
                                          opener=bl.tunnels(bl.candidates()), suites=suites,
                                          repetitions=args.table_repetitions, duration=args.table_duration,
-                                         flows=(1,), sizes=(), baseline=False)
+                                         flows=(1,), sizes=(), baseline=False, cpus=args.cpus)
             for name, reason in skipped.items():
                 print(f"  table: skipped {name}: {reason}", file=sys.stderr)
             table = tunnel_table(name="choice-measured", base=get_table(session=session, name=BASE), runs=runs,
@@ -142,6 +147,17 @@ def _strongswan_default(bl: BenchLab) -> SuiteSpec:
     return found
 
 
+def _cpus(text: str) -> frozenset[int]:
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _pinning(cpus: frozenset[int] | None) -> str:
+    return f"charons, iperf3 and ping pinned to CPU {','.join(map(str, sorted(cpus)))}" if cpus else "not pinned"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", help="negotiating table: a name in the shipped tables or a YAML file "
@@ -150,6 +166,9 @@ def main() -> None:
     parser.add_argument("--duration", type=int, default=1, help="seconds per iperf3 run (whole seconds)")
     parser.add_argument("--table-repetitions", type=int, default=2)
     parser.add_argument("--table-duration", type=int, default=1)
+    parser.add_argument("--cpus", type=_cpus, default=None,
+                        help="pin both charons (all threads), iperf3 and ping to these CPUs for both measurements, "
+                             "e.g. 1 or 0,1 (default: not pinned)")
     args = parser.parse_args()
     if not (1 <= args.repetitions <= 20 and 1 <= args.table_repetitions <= 20
             and 1 <= args.duration <= 10 and 1 <= args.table_duration <= 10):
@@ -183,7 +202,7 @@ def main() -> None:
         _, runs, skipped = run_bench(initiator=bl.initiator, responder=bl.responder,
                                      opener=bl.tunnels(bl.candidates()), suites=measure,
                                      repetitions=args.repetitions, duration=args.duration, flows=(1,), sizes=(),
-                                     baseline=False)
+                                     baseline=False, cpus=args.cpus)
     mbps = {r.spec: statistics.median(r.throughput_mbps) for r in runs if r.spec is not None}
     rounds = {r.spec: r.throughput_mbps for r in runs if r.spec is not None}
     cpu = {r.spec: statistics.median(r.cpu_ns_per_byte) for r in runs if r.spec is not None and r.cpu_ns_per_byte}
@@ -232,8 +251,8 @@ def main() -> None:
     print(f"run-to-run spread (max-min)/median: median over suites {statistics.median(spread.values()):.2f}; "
           "largest " + ", ".join(f"{s.name} {v:.2f}" for s, v in noisy))
     print(f"load average at start {load[0]:.1f}, at end {os.getloadavg()[0]:.1f} (2 cores, shared)")
-    print(f"{args.repetitions} interleaved rounds x {args.duration:g} s iperf3 per suite; machine {machine_id()}; "
-          f"{time.monotonic() - started:.0f} s")
+    print(f"{args.repetitions} interleaved rounds x {args.duration:g} s iperf3 per suite; {_pinning(args.cpus)}; "
+          f"machine {machine_id()}; {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":
