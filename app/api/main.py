@@ -98,35 +98,12 @@ async def _sweep(target: TargetAgent) -> None:
         await asyncio.sleep(target.role.sweep_interval)
 
 
-class _BodyLimit:
-    """Counts a request body as it arrives: past ``max_body_bytes``, however sent (chunked,
-    or with a Content-Length that lies), reading it raises 413 and nothing more is read."""
-
-    def __init__(self, app: ASGIApp, settings: Settings | None = None) -> None:
-        self.app = app
-        self.settings = settings
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit: int = (self.settings or scope["app"].state.settings).max_body_bytes
-        received = 0
-
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise HTTPException(413, f"request bodies are limited to {limit} bytes")
-            return message
-
-        await self.app(scope, limited, send)
-
-
 class _GuardAndAudit:
-    """Body-size cap by Content-Length (413), a request id, and an audit record per change or refusal.
+    """Body-size cap (413), a request id, and an audit record per change or refusal.
+
+    The cap holds however a body is sent: a Content-Length over it is refused before
+    anything is read, and the body is counted as it arrives (chunked, or a Content-Length
+    that lies), reading past the cap raises 413 and nothing more is read.
 
     Plain ASGI rather than ``BaseHTTPMiddleware``: no extra task and memory streams per
     request. What the handlers put on ``request.state`` (the principal, an error name) lives
@@ -154,7 +131,18 @@ class _GuardAndAudit:
                 message = {**message, "headers": headers}
             await send(message)
 
-        limit = (self.settings or scope["app"].state.settings).max_body_bytes
+        limit: int = (self.settings or scope["app"].state.settings).max_body_bytes
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise HTTPException(413, f"request bodies are limited to {limit} bytes")
+            return message
+
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             request.state.error_name = "PayloadTooLarge"
@@ -164,7 +152,7 @@ class _GuardAndAudit:
             await response(scope, receive, send_with_id)
         else:
             try:
-                await self.app(scope, receive, send_with_id)
+                await self.app(scope, limited, send_with_id)
             except Exception:
                 # A bug (the 500 is answered outside this middleware): still one record.
                 request.state.error_name = "InternalError"
@@ -255,7 +243,6 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(_BodyLimit, settings=settings)  # inside the guard, which audits its 413s
 
     app.add_middleware(_GuardAndAudit, settings=settings)
 

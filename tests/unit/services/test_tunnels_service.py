@@ -9,38 +9,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from app.adapters import files
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.migrate import upgrade
 from app.adapters.vici.driver import ViciGateway
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
 from app.services import tunnels
 from app.services.negotiation import MinLevelsIn
-from app.services.ratings import TableCache, load_shipped_tables
-from app.settings import REPO_ROOT
+from app.services.ratings import TableCache
 from tests.fakes.fake_charon import FakeCharon, child_sa_message, ike_sa_message
-
-
-@pytest.fixture(scope="module")
-def migrated(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("db") / "template.db"
-    url = f"sqlite:///{path}"
-    upgrade(url)
-    engine = make_engine(url)
-    with make_session_factory(engine)() as session, session.begin():
-        load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
-    engine.dispose()
-    return str(path)
-
-
-@pytest.fixture
-def session(migrated: str, tmp_path: Path) -> Iterator[Session]:
-    copy = tmp_path / "qoss.db"
-    copy.write_bytes(Path(migrated).read_bytes())
-    engine = make_engine(f"sqlite:///{copy}")
-    with make_session_factory(engine)() as s:
-        yield s
-    engine.dispose()
 
 
 @pytest.fixture
