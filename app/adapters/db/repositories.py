@@ -8,6 +8,7 @@ else wrote first (StaleRevision). The unique (object, revision) constraint is th
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, Update, delete, select, update
@@ -101,13 +102,18 @@ def _rowcount(session: Session, statement: Update) -> int:
     return result.rowcount
 
 
-class RatingTableRepository:
-    """Rating tables with full revision history.
+class _Revisioned:
+    """Named documents with full revision history (rating tables, policies).
 
-    Every revision stores the whole ``RatingTable.as_dict()`` document and its changes
-    against the previous revision. The repository flushes and never commits: the caller's
-    (request-scoped) session commits or rolls back.
+    Each object is a row (name, current revision) and one revision row per revision with
+    the whole document. Subclasses name their two models, the revision row's key column and
+    the noun used in messages.
     """
+
+    _row_model: Any
+    _rev_model: Any
+    _owner: str
+    _noun: str
 
     def __init__(self, session: Session) -> None:
         """Bind the repository to ``session``.
@@ -117,21 +123,124 @@ class RatingTableRepository:
         """
         self.session = session
 
-    def _row(self, name: str) -> RatingTableRow:
-        row = self.session.scalar(select(RatingTableRow).where(RatingTableRow.name == name))
+    def _row(self, name: str) -> Any:
+        row = self.session.scalar(select(self._row_model).where(self._row_model.name == name))
         if row is None:
-            raise NotFound(f"rating table {name!r} does not exist")
+            raise NotFound(f"{self._noun} {name!r} does not exist")
         return row
 
-    def _content(self, table_id: int, revision: int) -> dict[str, Any]:
+    def _owner_of(self) -> Any:
+        return getattr(self._rev_model, self._owner)
+
+    def _content(self, owner_id: int, revision: int) -> dict[str, Any] | None:
         content = self.session.scalar(
-            select(RatingTableRevisionRow.content).where(
-                RatingTableRevisionRow.table_id == table_id, RatingTableRevisionRow.revision == revision
-            )
-        )
+            select(self._rev_model.content).where(self._owner_of() == owner_id, self._rev_model.revision == revision))
+        return cast(dict[str, Any] | None, content)
+
+    def _revision_content(self, name: str, revision: int | None = None) -> tuple[dict[str, Any], int]:
+        """A revision's document (the current one by default) and its number."""
+        row = self._row(name)
+        wanted = row.current_revision if revision is None else revision
+        content = self._content(row.id, wanted)
         if content is None:
-            raise NotFound(f"revision {revision} does not exist")
-        return cast(dict[str, Any], content)
+            raise NotFound(f"{self._noun} {name!r} has no revision {wanted}")
+        return content, wanted
+
+    def _create(self, name: str, content: dict[str, Any], *, author: str, message: str,
+                **extra: Any) -> int:
+        """Store a new object at revision 1 (nothing is written if the name is taken)."""
+        if self.session.scalar(select(self._row_model.id).where(self._row_model.name == name)) is not None:
+            raise AlreadyExists(f"{self._noun} {name!r} exists already")
+        try:
+            with self.session.begin_nested():
+                row = self._row_model(name=name, current_revision=1)
+                self.session.add(row)
+                self.session.flush()
+                self.session.add(self._rev_model(**{self._owner: row.id}, revision=1, author=author,
+                                                 message=message, content=content, **extra))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"{self._noun} {name!r} exists already") from exc
+        return 1
+
+    def _update(self, name: str, content: dict[str, Any], *, expected_revision: int, author: str, message: str,
+                extra: Callable[[dict[str, Any] | None], dict[str, Any]] = lambda _old: {}) -> int:
+        """Store ``content`` as the next revision if ``expected_revision`` is still current.
+
+        ``extra`` makes further revision-row fields from the previous revision's document.
+        """
+        row_id = self.session.scalar(select(self._row_model.id).where(self._row_model.name == name))
+        if row_id is None:
+            raise NotFound(f"{self._noun} {name!r} does not exist")
+        new = expected_revision + 1
+        try:
+            with self.session.begin_nested():
+                moved = _rowcount(self.session, (
+                    update(self._row_model)
+                    .where(self._row_model.id == row_id, self._row_model.current_revision == expected_revision)
+                    .values(current_revision=new, updated_at=utcnow())
+                ))
+                if moved == 1:
+                    fields = extra(self._content(row_id, expected_revision))
+                    self.session.add(self._rev_model(**{self._owner: row_id}, revision=new, author=author,
+                                                     message=message, content=content, **fields))
+                    self.session.flush()
+        except IntegrityError as exc:
+            raise StaleRevision(name, expected_revision, new) from exc
+        if moved != 1:
+            raise StaleRevision(name, expected_revision, self.current_revision(name))
+        return new
+
+    def current_revision(self, name: str) -> int:
+        """The current revision number, in one cheap query (for cache validation).
+
+        Raises:
+            NotFound: No such object.
+        """
+        revision = self.session.scalar(select(self._row_model.current_revision).where(self._row_model.name == name))
+        if revision is None:
+            raise NotFound(f"{self._noun} {name!r} does not exist")
+        return cast(int, revision)
+
+    def _current(self) -> builtins.list[tuple[Any, dict[str, Any]]]:
+        """Every object with its current document, by name."""
+        rows = self.session.execute(
+            select(self._row_model, self._rev_model.content)
+            .join(self._rev_model, (self._owner_of() == self._row_model.id)
+                  & (self._rev_model.revision == self._row_model.current_revision))
+            .order_by(self._row_model.name)
+        ).all()
+        return [(r, c) for r, c in rows]
+
+    def _revision_rows(self, name: str) -> builtins.list[Any]:
+        row = self._row(name)
+        return list(self.session.scalars(
+            select(self._rev_model).where(self._owner_of() == row.id).order_by(self._rev_model.revision)).all())
+
+    def delete(self, name: str) -> None:
+        """Delete an object and its whole history.
+
+        Raises:
+            NotFound: No such object.
+        """
+        row = self._row(name)
+        self.session.execute(delete(self._rev_model).where(self._owner_of() == row.id))
+        self.session.delete(row)
+        self.session.flush()
+
+
+class RatingTableRepository(_Revisioned):
+    """Rating tables with full revision history.
+
+    Every revision stores the whole ``RatingTable.as_dict()`` document and its changes
+    against the previous revision. The repository flushes and never commits: the caller's
+    (request-scoped) session commits or rolls back.
+    """
+
+    _row_model = RatingTableRow
+    _rev_model = RatingTableRevisionRow
+    _owner = "table_id"
+    _noun = "rating table"
 
     def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
         """Store a new table at revision 1.
@@ -148,83 +257,38 @@ class RatingTableRepository:
             AlreadyExists: A table of that name exists (nothing is written: the rows go in
                 under a savepoint that is rolled back on the unique-name violation).
         """
-        if self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name)) is not None:
-            raise AlreadyExists(f"rating table {table.name!r} exists already")
-        row = RatingTableRow(name=table.name, current_revision=1)
-        try:
-            with self.session.begin_nested():
-                self.session.add(row)
-                self.session.flush()
-                content = table.as_dict()
-                self.session.add(RatingTableRevisionRow(
-                    table_id=row.id, revision=1, author=author, message=message, content=content,
-                    changes=diff_tables(None, content),
-                ))
-                self.session.flush()
-        except IntegrityError as exc:
-            raise AlreadyExists(f"rating table {table.name!r} exists already") from exc
-        return 1
+        content = table.as_dict()
+        return self._create(table.name, content, author=author, message=message, changes=diff_tables(None, content))
 
     def get(self, name: str) -> RatingTable:
-        """The current revision of a table.
-
-        Args:
-            name: The table's name.
-
-        Returns:
-            The table, its ``revision`` set to the current one.
+        """The current revision of a table, its ``revision`` set.
 
         Raises:
             NotFound: No such table.
         """
-        row = self._row(name)
-        return RatingTable.from_dict(self._content(row.id, row.current_revision), revision=row.current_revision)
+        content, revision = self._revision_content(name)
+        return RatingTable.from_dict(content, revision=revision)
 
     def get_revision(self, name: str, revision: int) -> RatingTable:
         """A past (or the current) revision of a table.
 
-        Args:
-            name: The table's name.
-            revision: The revision number, from 1.
-
         Raises:
             NotFound: No such table, or no such revision of it.
         """
-        row = self._row(name)
-        try:
-            content = self._content(row.id, revision)
-        except NotFound as exc:
-            raise NotFound(f"rating table {name!r} has no revision {revision}") from exc
+        content, _ = self._revision_content(name, revision)
         return RatingTable.from_dict(content, revision=revision)
 
-    def current_revision(self, name: str) -> int:
-        """The current revision number, in one cheap query (for cache validation).
-
-        Raises:
-            NotFound: No such table.
-        """
-        revision = self.session.scalar(select(RatingTableRow.current_revision).where(RatingTableRow.name == name))
-        if revision is None:
-            raise NotFound(f"rating table {name!r} does not exist")
-        return revision
-
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """A summary of every table, by name.
 
         Returns:
             ``{"name", "revision", "description", "ratings" (count), "updated_at" (ISO 8601)}``
             per table.
         """
-        rows = self.session.execute(
-            select(RatingTableRow, RatingTableRevisionRow.content)
-            .join(RatingTableRevisionRow, (RatingTableRevisionRow.table_id == RatingTableRow.id)
-                  & (RatingTableRevisionRow.revision == RatingTableRow.current_revision))
-            .order_by(RatingTableRow.name)
-        ).all()
         return [
             {"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
              "ratings": len(c.get("ratings", [])), "updated_at": r.updated_at.isoformat()}
-            for r, c in rows
+            for r, c in self._current()
         ]
 
     def update(self, table: RatingTable, *, expected_revision: int, author: str, message: str = "") -> int:
@@ -247,30 +311,9 @@ class RatingTableRepository:
             NotFound: No such table.
             StaleRevision: Another write came first (nothing is written).
         """
-        row_id = self.session.scalar(select(RatingTableRow.id).where(RatingTableRow.name == table.name))
-        if row_id is None:
-            raise NotFound(f"rating table {table.name!r} does not exist")
-        new = expected_revision + 1
         content = table.as_dict()
-        try:
-            with self.session.begin_nested():
-                moved = _rowcount(self.session, (
-                    update(RatingTableRow)
-                    .where(RatingTableRow.id == row_id, RatingTableRow.current_revision == expected_revision)
-                    .values(current_revision=new, updated_at=utcnow())
-                ))
-                if moved == 1:
-                    old = self._content(row_id, expected_revision)
-                    self.session.add(RatingTableRevisionRow(
-                        table_id=row_id, revision=new, author=author, message=message, content=content,
-                        changes=diff_tables(old, content),
-                    ))
-                    self.session.flush()
-        except IntegrityError as exc:
-            raise StaleRevision(table.name, expected_revision, new) from exc
-        if moved != 1:
-            raise StaleRevision(table.name, expected_revision, self.current_revision(table.name))
-        return new
+        return self._update(table.name, content, expected_revision=expected_revision, author=author,
+                            message=message, extra=lambda old: {"changes": diff_tables(old, content)})
 
     def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
         """A table's history, oldest first.
@@ -282,156 +325,57 @@ class RatingTableRepository:
         Raises:
             NotFound: No such table.
         """
-        row = self._row(name)
-        revs = self.session.scalars(
-            select(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id)
-            .order_by(RatingTableRevisionRow.revision)
-        ).all()
         return [
             {"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
              "message": r.message, "changes": r.changes}
-            for r in revs
+            for r in self._revision_rows(name)
         ]
 
-    def delete(self, name: str) -> None:
-        """Delete a table and its whole history.
 
-        Raises:
-            NotFound: No such table.
-        """
-        row = self._row(name)
-        self.session.execute(delete(RatingTableRevisionRow).where(RatingTableRevisionRow.table_id == row.id))
-        self.session.delete(row)
-        self.session.flush()
-
-
-class PolicyRepository:
+class PolicyRepository(_Revisioned):
     """Policies with full revision history, like :class:`RatingTableRepository`."""
 
-    def __init__(self, session: Session) -> None:
-        """Bind the repository to ``session``.
-
-        Args:
-            session: The unit of work; committed by the caller, never here.
-        """
-        self.session = session
-
-    def _row(self, name: str) -> PolicyRow:
-        row = self.session.scalar(select(PolicyRow).where(PolicyRow.name == name))
-        if row is None:
-            raise NotFound(f"policy {name!r} does not exist")
-        return row
+    _row_model = PolicyRow
+    _rev_model = PolicyRevisionRow
+    _owner = "policy_id"
+    _noun = "policy"
 
     def create(self, policy: Policy, *, author: str, message: str = "created") -> int:
         """Store a new policy at revision 1.
 
-        Args:
-            policy: The policy; ``policy.name`` is its key.
-            author: Who made it.
-            message: Why, for the history.
-
-        Returns:
-            The new revision, 1.
-
         Raises:
             AlreadyExists: A policy of that name exists (nothing is written).
         """
-        if self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name)) is not None:
-            raise AlreadyExists(f"policy {policy.name!r} exists already")
-        try:
-            with self.session.begin_nested():
-                row = PolicyRow(name=policy.name, current_revision=1)
-                self.session.add(row)
-                self.session.flush()
-                self.session.add(PolicyRevisionRow(policy_id=row.id, revision=1, author=author, message=message,
-                                                   content=policy.as_dict()))
-                self.session.flush()
-        except IntegrityError as exc:
-            raise AlreadyExists(f"policy {policy.name!r} exists already") from exc
-        return 1
+        return self._create(policy.name, policy.as_dict(), author=author, message=message)
 
     def get(self, name: str) -> tuple[Policy, int]:
-        """The current revision of a policy.
-
-        Returns:
-            The policy and its current revision number.
+        """The current revision of a policy and its number.
 
         Raises:
             NotFound: No such policy.
         """
-        row = self._row(name)
-        content = self.session.scalar(
-            select(PolicyRevisionRow.content).where(PolicyRevisionRow.policy_id == row.id,
-                                                    PolicyRevisionRow.revision == row.current_revision)
-        )
-        if content is None:
-            raise NotFound(f"policy {name!r} has no revision {row.current_revision}")
-        return Policy.from_dict(content), row.current_revision
+        content, revision = self._revision_content(name)
+        return Policy.from_dict(content), revision
 
-    def current_revision(self, name: str) -> int:
-        """The current revision number, in one cheap query.
-
-        Raises:
-            NotFound: No such policy.
-        """
-        revision = self.session.scalar(select(PolicyRow.current_revision).where(PolicyRow.name == name))
-        if revision is None:
-            raise NotFound(f"policy {name!r} does not exist")
-        return revision
-
-    def list(self) -> list[dict[str, Any]]:
+    def list(self) -> builtins.list[dict[str, Any]]:
         """A summary of every policy, by name.
 
         Returns:
             ``{"name", "revision", "description", "min_levels", "objectives"}`` per policy.
         """
-        rows = self.session.execute(
-            select(PolicyRow, PolicyRevisionRow.content)
-            .join(PolicyRevisionRow, (PolicyRevisionRow.policy_id == PolicyRow.id)
-                  & (PolicyRevisionRow.revision == PolicyRow.current_revision))
-            .order_by(PolicyRow.name)
-        ).all()
         return [{"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
-                 "min_levels": c.get("min_levels"), "objectives": c.get("objectives")} for r, c in rows]
+                 "min_levels": c.get("min_levels"), "objectives": c.get("objectives")} for r, c in self._current()]
 
     def update(self, policy: Policy, *, expected_revision: int, author: str, message: str = "replaced") -> int:
-        """Store ``policy`` as the next revision if ``expected_revision`` is still current.
-
-        Same atomic compare-and-set as :meth:`RatingTableRepository.update`.
-
-        Args:
-            policy: The new content; ``policy.name`` names the policy to update.
-            expected_revision: The revision the caller based its edit on (If-Match).
-            author: Who made the edit.
-            message: Why, for the history.
-
-        Returns:
-            The new revision, ``expected_revision + 1``.
+        """Store ``policy`` as the next revision if ``expected_revision`` is still current
+        (the same atomic compare-and-set as :meth:`RatingTableRepository.update`).
 
         Raises:
             NotFound: No such policy.
             StaleRevision: Another write came first (nothing is written).
         """
-        row_id = self.session.scalar(select(PolicyRow.id).where(PolicyRow.name == policy.name))
-        if row_id is None:
-            raise NotFound(f"policy {policy.name!r} does not exist")
-        new = expected_revision + 1
-        try:
-            with self.session.begin_nested():
-                moved = _rowcount(self.session, (
-                    update(PolicyRow)
-                    .where(PolicyRow.id == row_id, PolicyRow.current_revision == expected_revision)
-                    .values(current_revision=new, updated_at=utcnow())
-                ))
-                if moved == 1:
-                    self.session.add(PolicyRevisionRow(policy_id=row_id, revision=new, author=author,
-                                                       message=message, content=policy.as_dict()))
-                    self.session.flush()
-        except IntegrityError as exc:
-            raise StaleRevision(policy.name, expected_revision, new) from exc
-        if moved != 1:
-            raise StaleRevision(policy.name, expected_revision, self.current_revision(policy.name))
-        return new
+        return self._update(policy.name, policy.as_dict(), expected_revision=expected_revision, author=author,
+                            message=message)
 
     def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
         """A policy's history, oldest first.
@@ -444,28 +388,13 @@ class PolicyRepository:
         Raises:
             NotFound: No such policy.
         """
-        row = self._row(name)
-        revs = self.session.scalars(
-            select(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id).order_by(PolicyRevisionRow.revision)
-        ).all()
         history: builtins.list[dict[str, Any]] = []
         previous: dict[str, Any] | None = None
-        for r in revs:
+        for r in self._revision_rows(name):
             history.append({"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
                             "message": r.message, "changes": diff_policies(previous, r.content)})
             previous = r.content
         return history
-
-    def delete(self, name: str) -> None:
-        """Delete a policy and its whole history.
-
-        Raises:
-            NotFound: No such policy.
-        """
-        row = self._row(name)
-        self.session.execute(delete(PolicyRevisionRow).where(PolicyRevisionRow.policy_id == row.id))
-        self.session.delete(row)
-        self.session.flush()
 
 
 def _gateway(row: GatewayRow) -> Gateway:
