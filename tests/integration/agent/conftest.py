@@ -19,7 +19,6 @@ import httpx
 import pytest
 import uvicorn
 import yaml
-from cryptography.hazmat.primitives import serialization
 
 from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
 from app.adapters.lab import Lab
@@ -30,6 +29,7 @@ from app.services.agent_config import load_client_config
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.agent_roles import register_keys
 from tests.fixtures.secrets import register
 from tests.integration.charon.conftest import temporary_lab
 
@@ -42,15 +42,6 @@ class RegisteringVici(ViciGateway):
     def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
         register(secret)
         super().load_shared(id, secret, owners, type)
-
-
-def register_keys(keys: KeyPair) -> None:
-    """The private keys join the leak sweep (raw bytes and PEM body)."""
-    for pem in keys.private_pem():
-        register(b"".join(pem.splitlines()[1:-1]))
-        key = serialization.load_pem_private_key(pem, password=None)
-        register(key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,  # type: ignore[union-attr]
-                                   serialization.NoEncryption()))
 
 
 def free_port() -> int:
