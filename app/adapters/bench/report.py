@@ -77,17 +77,25 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _plot_micro_throughput(micro: MicroRun, path: Path) -> Path:
-    rows = sorted((r for r in micro.results if r.ops_per_s is None), key=lambda r: r.mb_per_s)
-    fig = Figure(figsize=(7.5, 0.18 * len(rows) + 1.2), layout="constrained")
+def _log_barh(labels: list[str], values: list[float], colours: str | list[str], *, row: float, labelsize: int,
+              xlabel: str, title: str, path: Path) -> Path:
+    """A horizontal bar chart on a log axis, one bar per row, saved to ``path``."""
+    fig = Figure(figsize=(7.5, row * len(labels) + 1.2), layout="constrained")
     ax = fig.add_subplot()
-    ax.barh([r.keyword for r in rows], [r.mb_per_s for r in rows], color="tab:blue")
+    ax.barh(labels, values, color=colours)
     ax.set_xscale("log")
-    ax.set_xlabel("MB/s at 1400 B (log scale)")
-    ax.set_title("Micro: throughput per transform, one core, userspace crypto")
-    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    ax.tick_params(axis="y", labelsize=labelsize)
     ax.grid(axis="x", which="both", alpha=0.3)
     return _save(fig, path)
+
+
+def _plot_micro_throughput(micro: MicroRun, path: Path) -> Path:
+    rows = sorted((r for r in micro.results if r.ops_per_s is None), key=lambda r: r.mb_per_s)
+    return _log_barh([r.keyword for r in rows], [r.mb_per_s for r in rows], "tab:blue", row=0.18, labelsize=7,
+                     xlabel="MB/s at 1400 B (log scale)",
+                     title="Micro: throughput per transform, one core, userspace crypto", path=path)
 
 
 def _plot_latency(micro: MicroRun, path: Path) -> Path:
@@ -121,16 +129,11 @@ def _plot_latency(micro: MicroRun, path: Path) -> Path:
 
 def _plot_kex(micro: MicroRun, path: Path) -> Path:
     rows = sorted((r for r in micro.results if r.ops_per_s is not None), key=lambda r: r.ops_per_s or 0.0)
-    fig = Figure(figsize=(7.5, 0.22 * len(rows) + 1.2), layout="constrained")
-    ax = fig.add_subplot()
     colours = ["tab:orange" if r.keyword.startswith("modp") else "tab:green" for r in rows]
-    ax.barh([r.keyword for r in rows], [r.ops_per_s or 0.0 for r in rows], color=colours)
-    ax.set_xscale("log")
-    ax.set_xlabel("key generation + shared secret per second (log scale); orange: MODP, green: elliptic curves")
-    ax.set_title("Micro: key exchange per group (the IKE cost)")
-    ax.tick_params(axis="y", labelsize=8)
-    ax.grid(axis="x", which="both", alpha=0.3)
-    return _save(fig, path)
+    return _log_barh([r.keyword for r in rows], [r.ops_per_s or 0.0 for r in rows], colours, row=0.22, labelsize=8,
+                     xlabel="key generation + shared secret per second (log scale); orange: MODP, green: elliptic "
+                            "curves",
+                     title="Micro: key exchange per group (the IKE cost)", path=path)
 
 
 def _plot_tunnel(tunnel: TunnelRun, path: Path) -> Path:
