@@ -274,18 +274,7 @@ def lab_down(database_url: DbUrl = None) -> None:
     lab = Lab(unit.settings.lab_dir)
     names = [h.name for h in lab.hosts]
 
-    def forget(**kw: Any) -> None:
-        session = kw["session"]
-        for t in tunnels.list_tunnels(session=session):
-            if t.initiator in names or t.responder in names:
-                from app.adapters.db.repositories import TunnelRepository
-
-                TunnelRepository(session).delete(t.id)
-        for name in names:
-            with contextlib.suppress(NotFound):
-                tunnels.delete_gateway(session=session, name=name)
-
-    unit.run(lambda **kw: forget(**kw))
+    unit.run(lambda **kw: tunnels.forget_gateways(session=kw["session"], names=names))
     lab.down()
     typer.echo("lab down")
 

@@ -240,16 +240,10 @@ def _exit_on_sigterm() -> Any:
 
 def _forget(sessions: sessionmaker[Session], names: Sequence[str]) -> None:
     """Remove the bench's tunnel records and gateways from a database that outlives the run."""
-    from app.adapters.db.repositories import TunnelRepository
     from app.services import tunnels
 
     with sessions() as session, session.begin():
-        for t in tunnels.list_tunnels(session=session):
-            if t.initiator in names or t.responder in names:
-                TunnelRepository(session).delete(t.id)
-        for name in names:
-            with contextlib.suppress(QossError):
-                tunnels.delete_gateway(session=session, name=name)
+        tunnels.forget_gateways(session=session, names=names)
 
 
 def _fmt(stat: dict[str, Any] | None, digits: int = 0) -> str:

@@ -32,6 +32,7 @@ from app.domain.errors import (
     GatewayError,
     GatewayRejected,
     InvalidInput,
+    NotFound,
     TunnelVerificationFailed,
     UnsupportedProtection,
 )
@@ -235,6 +236,18 @@ def delete_gateway(*, session: Session, name: str) -> None:
     if in_use:
         raise Conflict(f"gateway {name} carries tunnels {in_use[:10]}: delete them first")
     GatewayRepository(session).delete(name)
+
+
+def forget_gateways(*, session: Session, names: Sequence[str]) -> None:
+    """Drop the records of these gateways and of every tunnel using one of them (a lab or a
+    bench run that is gone); charon's own state is not touched. Unknown names are skipped."""
+    repo = TunnelRepository(session)
+    for t in repo.list():
+        if t.initiator in names or t.responder in names:
+            repo.delete(t.id)
+    for name in names:
+        with contextlib.suppress(NotFound):
+            GatewayRepository(session).delete(name)
 
 
 # --------------------------------------------------------------------------- tunnels

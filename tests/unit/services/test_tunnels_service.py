@@ -173,3 +173,24 @@ def test_success_records_the_tunnel_and_never_logs_the_psk(
     # Responder first: its secret and conn exist before the initiator's.
     order = [(c.command, f) for f in (left, right) for c in f.calls if c.command in ("load-conn", "load-shared")]
     assert len(order) == 4
+
+
+def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
+    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path
+) -> None:
+    def up(message: dict[str, object]) -> object:
+        from tests.fakes.fake_charon import Reply
+
+        for fake in fakes:
+            established(fake, str(message["ike"]))
+        return Reply({"success": "yes"})
+
+    fakes[0].script("initiate", up)  # type: ignore[arg-type]
+    create(session)
+    with FakeCharon(tmp_path / "other.vici") as other:
+        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+            name="other", vici_socket=other.socket_path, ike_address="10.99.0.3", inside_networks=["10.3.0.1/32"]))
+    tunnels.forget_gateways(session=session, names=["left", "right", "never-registered"])
+    assert tunnels.list_tunnels(session=session) == []
+    assert [g.name for g in tunnels.list_gateways(session=session)] == ["other"]
+    assert not any(c.command.startswith("unload") for f in fakes for c in f.calls)  # charon is not touched
