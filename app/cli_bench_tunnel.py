@@ -323,6 +323,7 @@ def bench_tunnel(
     """
     from app.adapters.bench.micro import machine_id
     from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench
+    from app.domain.bench_report import pinning
     from app.domain.bench_tunnel import bench_document, default_suites, parse_suite
 
     try:
@@ -359,7 +360,7 @@ def bench_tunnel(
                               duration_s=float(duration), baseline=baseline, suites=runs, cpus=cpu_set)
     typer.echo(_summary(document))
     if cpu_set is not None:
-        typer.echo(f"charons, iperf3 and ping pinned to CPU {','.join(str(c) for c in sorted(cpu_set))}")
+        typer.echo(pinning(cpu_set))
     for name, reason in skipped.items():
         typer.echo(f"skipped {name}: {reason}", err=True)
     if out is not None:

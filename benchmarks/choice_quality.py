@@ -63,6 +63,7 @@ from app.adapters.bench.micro import machine_id  # noqa: E402
 from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench  # noqa: E402
 from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
 from app.cli_bench_tunnel import BenchLab, bench_lab  # noqa: E402
+from app.domain.bench_report import pinning  # noqa: E402
 from app.domain.bench_tunnel import SuiteSpec, default_suites, parse_suite, pin_attempts, tunnel_table  # noqa: E402
 from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
 from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
@@ -159,10 +160,6 @@ def _cpus(text: str) -> frozenset[int]:
         return parse_cpus(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _pinning(cpus: frozenset[int] | None) -> str:
-    return f"charons, iperf3 and ping pinned to CPU {','.join(map(str, sorted(cpus)))}" if cpus else "not pinned"
 
 
 def main() -> None:
@@ -310,7 +307,7 @@ def report(data: dict[str, Any]) -> None:
           "largest " + ", ".join(f"{s} {v:.2f}" for s, v in noisy))
     print(f"load average at start {data['load'][0]:.1f}, at end {data['load'][1]:.1f} (2 cores, shared)")
     cpus = frozenset(data["cpus"]) if data.get("cpus") else None
-    print(f"{data['repetitions']} interleaved rounds x {data['duration']:g} s iperf3 per suite; {_pinning(cpus)}; "
+    print(f"{data['repetitions']} interleaved rounds x {data['duration']:g} s iperf3 per suite; {pinning(cpus)}; "
           f"machine {data['machine']}; {data['seconds']} s")
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +31,12 @@ __all__ = [
     "TunnelRun",
     "TunnelSuite",
     "compare",
+    "cpu_words",
     "esp_keywords",
     "explain_flip",
     "parse_micro",
     "parse_tunnel",
+    "pinning",
     "render_markdown",
     "today_from_micro",
     "today_from_tunnel",
@@ -440,9 +442,15 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def _cpu_words(cpus: Sequence[int]) -> str:
+def cpu_words(cpus: Iterable[int]) -> str:
     """``CPU 1``, ``CPUs 0, 1``."""
-    return ("CPU " if len(cpus) == 1 else "CPUs ") + ", ".join(str(c) for c in cpus)
+    ordered = sorted(cpus)
+    return ("CPU " if len(ordered) == 1 else "CPUs ") + ", ".join(str(c) for c in ordered)
+
+
+def pinning(cpus: Iterable[int] | None) -> str:
+    """How a tunnel run was placed: ``charons, iperf3 and ping pinned to CPU 1``, or ``not pinned``."""
+    return f"charons, iperf3 and ping pinned to {cpu_words(cpus)}" if cpus else "not pinned"
 
 
 def _pct(value: float | None) -> str:
@@ -557,7 +565,7 @@ def render_markdown(
         out += ["## Tunnel (real charon, kernel-libipsec, iperf3)", "",
                 f"- machine: {tunnel.machine or '-'}; back end: {tunnel.backend or '-'}; date: {tunnel.date or '-'}; "
                 f"{tunnel.repetitions or '-'} repetitions of {_fmt(tunnel.duration_s)} s"
-                + (f"; charons, iperf3 and ping pinned to {_cpu_words(tunnel.cpus)}" if tunnel.cpus else ""), "",
+                + (f"; {pinning(tunnel.cpus)}" if tunnel.cpus else ""), "",
                 "| ESP | IKE | Mbit/s (median) | spread | RTT 64 B (ms) | RTT 1400 B (ms) | parallel 1/2/4 (Mbit/s) |",
                 "|---|---|---:|---:|---:|---:|---|"]
         suites = ([tunnel.baseline] if tunnel.baseline is not None else []) + list(tunnel.suites)

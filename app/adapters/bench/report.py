@@ -21,6 +21,7 @@ from app.domain.bench_report import (
     TableComparison,
     TunnelRun,
     compare,
+    cpu_words,
     parse_micro,
     parse_tunnel,
     render_markdown,
@@ -154,7 +155,7 @@ def _plot_tunnel(tunnel: TunnelRun, path: Path) -> Path:
         ax.text(0.98, 0.02, f"no IPsec: {base.median:,.0f} Mbit/s (off scale)", ha="right", va="bottom",
                 transform=ax.transAxes, fontsize=8)
     ax.set_xlabel("Mbit/s through the tunnel (median; whisker: range of the repetitions)")
-    pinned = f", pinned to CPU {','.join(str(c) for c in tunnel.cpus)}" if tunnel.cpus else ""
+    pinned = f", pinned to {cpu_words(tunnel.cpus)}" if tunnel.cpus else ""
     ax.set_title(f"Tunnel: throughput per ESP suite ({tunnel.backend or 'charon'}{pinned})")
     ax.tick_params(axis="y", labelsize=8)
     ax.grid(axis="x", alpha=0.3)
