@@ -451,12 +451,10 @@ def run_bench(
     if repetitions < 1 or ping_count < 1:
         raise ValueError("repetitions >= 1 and ping_count >= 1")
     _check_duration(duration)
-    if cpus is None:
-        return _run_bench(initiator=initiator, responder=responder, opener=opener, suites=suites,
-                          repetitions=repetitions, duration=duration, ping_count=ping_count, flows=flows,
-                          sizes=sizes, baseline=baseline, progress=progress, pins=None)
-    with pin_threads(cpus, lambda: charon_pids((initiator, responder))) as pins:
-        if pins.pinned == 0:
+    pinning: contextlib.AbstractContextManager[ThreadPins | None] = (
+        contextlib.nullcontext() if cpus is None else pin_threads(cpus, lambda: charon_pids((initiator, responder))))
+    with pinning as pins:
+        if pins is not None and pins.pinned == 0:
             raise BenchError(f"no charon running in {initiator.netns} or {responder.netns} to pin")
         return _run_bench(initiator=initiator, responder=responder, opener=opener, suites=suites,
                           repetitions=repetitions, duration=duration, ping_count=ping_count, flows=flows,
