@@ -20,30 +20,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import secrets
-import socket
 import statistics
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import vici
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.driver import ViciGateway, unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import lab_and_service, percentile
-
-
-@contextlib.contextmanager
-def _session(path: str) -> Iterator[Any]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(30)
-    try:
-        sock.connect(path)
-        yield vici.Session(sock=sock)
-    finally:
-        sock.close()
 
 
 def _floor(sessions: tuple[Any, Any], pool: ThreadPoolExecutor, name: str, ends: tuple[TunnelEnd, TunnelEnd],
@@ -124,7 +111,7 @@ def main() -> None:
                 gw.unload_conn(name)
                 gw.unload_shared(name)
 
-            with _session(left.vici_socket) as s_left, _session(right.vici_socket) as s_right:
+            with unix_connect(left.vici_socket, 30) as s_left, unix_connect(right.vici_socket, 30) as s_right:
                 f_name = f"floor-{i}"
                 f_ends = (TunnelEnd(left.ike_address, f"{f_name}.left", (f"{left.inside_address}/32",)),
                           TunnelEnd(right.ike_address, f"{f_name}.right", (f"{right.inside_address}/32",)))
