@@ -64,7 +64,14 @@ from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench  # noqa:
 from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
 from app.cli_bench_tunnel import BenchLab, bench_lab  # noqa: E402
 from app.domain.bench_report import pinning  # noqa: E402
-from app.domain.bench_tunnel import SuiteSpec, default_suites, parse_suite, pin_attempts, tunnel_table  # noqa: E402
+from app.domain.bench_tunnel import (  # noqa: E402
+    SuiteSpec,
+    default_suites,
+    parse_suite,
+    pin_attempts,
+    summarize,
+    tunnel_table,
+)
 from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
 from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
 from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation  # noqa: E402
@@ -251,9 +258,10 @@ def cross_validated(pick: str, pool: list[str], rounds: dict[str, list[float]]) 
 def report(data: dict[str, Any]) -> None:
     """Print the per-vector table and the summary of one run's data."""
     rounds: dict[str, list[float]] = {k: v for k, v in data["rounds"].items() if v}
-    mbps = {s: statistics.median(v) for s, v in rounds.items()}
+    stats = {s: summarize(v) for s, v in rounds.items()}
+    mbps = {s: st.median for s, st in stats.items()}
     cpu = {s: statistics.median(v) for s, v in data["cpu_ns_per_byte"].items() if v}
-    spread = {s: (max(v) - min(v)) / mbps[s] for s, v in rounds.items()}
+    spread = {s: st.spread for s, st in stats.items()}
     default = data["default"]
     for name, reason in data["skipped"].items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
