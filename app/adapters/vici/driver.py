@@ -1,10 +1,19 @@
 """The VICI driver: one strongSwan charon driven through its UNIX socket.
 
 :class:`ViciGateway` wraps the ``vici`` package (strongSwan's own client). Every
-operation opens its own connection, so only one command is ever in flight on a
+operation takes a connection of its own: an idle one from a small per-socket pool
+(:class:`SessionPool`) or a new one, so only one command is ever in flight on a
 connection and a gateway object may be shared between threads. Streamed replies
 (``initiate``, ``terminate``, ``list-sas``, ``list-conns``) are always consumed to the
 end. Replies are decoded once into the dataclasses of :mod:`app.adapters.vici.models`.
+
+A connection goes back to the pool only when its command ended cleanly (a reply, or
+charon's own ``success = no``, after which a streamed command has unregistered its
+events); one that saw a socket error, a timeout or a protocol error is closed. An idle
+connection that charon closed (it restarted) is noticed before use and replaced; a
+read-only or replacing command (``version``, ``list-*``, ``load-*`` ...) that still
+fails on a reused connection with a socket error is sent once more on a new one, any
+other command never is.
 
 Every failure leaves as a project exception, chained to its cause:
 
@@ -23,12 +32,16 @@ Minimum strongSwan versions are noted per method; the lab and the project run 5.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
+import os
 import re
+import select
 import socket
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from typing import Any, NoReturn, Protocol
+import threading
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import vici
 import vici.exception
@@ -51,6 +64,7 @@ from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 __all__ = [
     "AsyncViciGateway",
     "Connect",
+    "SessionPool",
     "ViciGateway",
     "ViciSession",
     "unix_connect",
@@ -68,6 +82,13 @@ _REASON = re.compile(
 _TRACE = re.compile(r"^(?:generating|parsed|sending packet|received packet) ")
 _MAX_REASONS = 8
 _CMD_UNKNOWN = 2  # vici Packet.CMD_UNKNOWN
+#: Commands charon may safely receive twice (read-only, or load-and-replace): only these are
+#: sent again, on a new connection, when a reused connection fails with a socket error.
+_REPEATABLE = frozenset({
+    "version", "stats", "get-algorithms", "get-shared", "get-pools", "list-sas", "list-conns",
+    "load-conn", "load-shared", "load-pool",
+})
+_T = TypeVar("_T")
 
 
 class ViciSession(Protocol):
@@ -105,6 +126,99 @@ def unix_connect(socket_path: str, timeout: float) -> Iterator[ViciSession]:
         sock.close()
 
 
+class _Held:
+    """One open session and what closes it (the :data:`Connect` context, kept entered)."""
+
+    __slots__ = ("_stack", "session")
+
+    def __init__(self, connect: Connect, socket_path: str, timeout: float) -> None:
+        self._stack = ExitStack()
+        self.session: ViciSession = self._stack.enter_context(connect(socket_path, timeout))
+
+    def alive(self) -> bool:
+        """False if an idle session's socket has something to read: charon closed it (or sent
+        something no one asked for). Sessions without a visible socket count as alive."""
+        sock = getattr(getattr(self.session, "transport", None), "socket", None)
+        if not isinstance(sock, socket.socket):
+            return True
+        try:
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
+
+    def close(self) -> None:
+        try:
+            self._stack.close()
+        except Exception as exc:  # closing must never hide the error that got us here
+            _log.debug("closing a VICI session: %s", type(exc).__name__)
+
+
+class SessionPool:
+    """Idle VICI sessions for reuse: at most ``max_idle`` per key (connect seam, socket, timeout)
+    and ``max_total`` in all.
+
+    A session is held by one caller at a time: :meth:`take` removes it from the pool and
+    :meth:`give` puts it back (or closes it when the pool is full). Thread-safe; a forked
+    child starts with an empty pool (the parent's sockets are not its to use).
+    """
+
+    def __init__(self, max_idle: int = 4, max_total: int = 32) -> None:
+        self.max_idle = max_idle
+        self.max_total = max_total
+        self._total = 0
+        self._lock = threading.Lock()
+        self._idle: dict[Hashable, list[_Held]] = {}
+
+    def take(self, key: Hashable) -> _Held | None:
+        """An idle session still connected, or None; dead ones met on the way are closed."""
+        while True:
+            with self._lock:
+                idle = self._idle.get(key)
+                held = idle.pop() if idle else None
+                self._total -= held is not None
+            if held is None or held.alive():
+                return held
+            _log.debug("dropping a VICI session closed by the other end")
+            held.close()
+
+    def give(self, key: Hashable, held: _Held) -> None:
+        """Return a session after a command that ended cleanly."""
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.max_idle and self._total < self.max_total:
+                idle.append(held)
+                self._total += 1
+                return
+        held.close()
+
+    def idle(self, key: Hashable) -> int:
+        """How many sessions are idle under ``key``."""
+        with self._lock:
+            return len(self._idle.get(key, ()))
+
+    def close(self) -> None:
+        """Close every idle session (at process exit, or in tests)."""
+        with self._lock:
+            helds = [h for idle in self._idle.values() for h in idle]
+            self._idle.clear()
+            self._total = 0
+        for held in helds:
+            held.close()
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._idle = {}
+        self._total = 0
+
+
+#: The pool every :class:`ViciGateway` shares (gateways are cheap and made per use).
+POOL = SessionPool()
+atexit.register(POOL.close)
+os.register_at_fork(after_in_child=POOL._forget)
+
+
 def _scrub(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         if secret:
@@ -140,14 +254,17 @@ class ViciGateway:
         socket_path: the VICI socket, e.g. ``/run/charon.vici``.
         timeout: seconds to wait for connecting and for each reply (``initiate`` and
             ``terminate`` wait their own ``timeout_ms`` on top).
-        connect: the I/O seam; opens one session per operation. Defaults to
-            :func:`unix_connect`.
+        connect: the I/O seam; opens a session. Defaults to :func:`unix_connect`.
+        pool: where idle sessions wait for reuse (default: the process-wide :data:`POOL`);
+            None opens a new session for every operation.
     """
 
-    def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect) -> None:
+    def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect,
+                 pool: SessionPool | None = POOL) -> None:
         self.socket_path = socket_path
         self.timeout = timeout
         self._connect = connect
+        self._pool = pool
 
     def __repr__(self) -> str:
         return f"ViciGateway(socket_path={self.socket_path!r}, timeout={self.timeout!r})"
@@ -191,6 +308,47 @@ class ViciGateway:
             raise error from None
         raise error from exc
 
+    def _run(self, command: str, wait: float, call: Callable[[ViciSession], _T]) -> _T:
+        """``call`` on a pooled session (or a new one), which goes back to the pool only if the
+        command ended cleanly. A repeatable command that hit a socket error on a reused session
+        is run once more on a new one."""
+        key = (self._connect, self.socket_path, wait)
+        held = self._pool.take(key) if self._pool is not None else None
+        reused = held is not None
+        if held is None:
+            held = _Held(self._connect, self.socket_path, wait)
+        try:
+            result = call(held.session)
+        except vici.exception.CommandException:
+            # charon answered ``success = no``: the session is in step (events unregistered).
+            self._give(key, held)
+            raise
+        except BaseException as exc:
+            held.close()
+            if reused and command in _REPEATABLE and isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
+                _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
+                           command, self.socket_path, type(exc).__name__)
+                held = _Held(self._connect, self.socket_path, wait)
+                try:
+                    result = call(held.session)
+                except vici.exception.CommandException:
+                    self._give(key, held)
+                    raise
+                except BaseException:
+                    held.close()
+                    raise
+                self._give(key, held)
+                return result
+            raise
+        self._give(key, held)
+        return result
+
+    def _give(self, key: Hashable, held: _Held) -> None:
+        if self._pool is None:
+            held.close()
+        else:
+            self._pool.give(key, held)
+
     def _request(
         self,
         command: str,
@@ -200,8 +358,7 @@ class ViciGateway:
     ) -> dict[str, Any]:
         _log.debug("vici %s on %s", command, self.socket_path)
         try:
-            with self._connect(self.socket_path, self.timeout) as session:
-                reply = session.request(command, message)
+            reply = self._run(command, self.timeout, lambda session: session.request(command, message))
         except Exception as exc:
             self._fail(exc, command, self.timeout, secrets=secrets)
         decoded: dict[str, Any] = decode(reply)
@@ -219,10 +376,14 @@ class ViciGateway:
         wait = self.timeout if timeout is None else timeout
         _log.debug("vici %s on %s", command, self.socket_path)
         events: list[dict[str, Any]] = []
+
+        def stream(session: ViciSession) -> None:
+            events.clear()  # a repeated list-* starts over
+            for raw in session.streamed_request(command, event, message):
+                events.append(decode(raw))
+
         try:
-            with self._connect(self.socket_path, wait) as session:
-                for raw in session.streamed_request(command, event, message):
-                    events.append(decode(raw))
+            self._run(command, wait, stream)
         except Exception as exc:
             log = [str(e.get("msg", "")) for e in events if e.get("msg")] if event == "control-log" else []
             self._fail(exc, command, wait, log=log)
