@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -266,8 +266,30 @@ def _summary(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_micro_prior(path: Path, machine: str) -> dict[str, float]:
+    """Per-transform ns/byte at 1400 B from a ``qoss bench micro --out`` document measured on ``machine``.
+
+    Raises:
+        ValueError: unreadable, not such a document, from another machine, or without data-plane figures.
+    """
+    from app.domain.bench_tunnel import micro_prior
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {type(exc).__name__}") from exc
+    if not isinstance(doc, dict) or doc.get("kind") != "qoss-bench-micro" or not isinstance(doc.get("results"), list):
+        raise ValueError(f"{path} is not a `qoss bench micro --out` document")
+    if doc.get("machine") != machine:
+        raise ValueError(f"{path} was measured on {str(doc.get('machine'))[:80]!r}, this is {machine!r}")
+    prior = micro_prior(r for r in doc["results"] if isinstance(r, dict) and "algorithm" in r)
+    if not prior:
+        raise ValueError(f"{path} has no per-byte figures")
+    return prior
+
+
 def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str, backend: str, date: str,
-                 database_url: str | None) -> dict[str, Any]:
+                 database_url: str | None, prior: Mapping[str, float] | None = None) -> dict[str, Any]:
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.adapters.files import dump_rating_table_yaml
     from app.domain.bench_tunnel import tunnel_table
@@ -281,7 +303,7 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
     try:
         with make_session_factory(engine)() as session, session.begin():
             table = tunnel_table(name=name, base=get_table(session=session, name=base), runs=runs,
-                                 machine=machine, backend=backend, date=date)
+                                 machine=machine, backend=backend, date=date, prior=prior)
             text = dump_rating_table_yaml(table)
             target = Path("var/bench")
             target.mkdir(parents=True, exist_ok=True)
@@ -313,6 +335,9 @@ def bench_tunnel(
     cpus: Annotated[str | None, typer.Option(help="pin both charons (all threads), iperf3 and ping to these CPUs "
                                              "for the run, e.g. 1 or 0,1: steadier throughput on a small "
                                              "shared machine (default: not pinned)")] = None,
+    micro: Annotated[Path | None, typer.Option(help="with --write-table: JSON of `qoss bench micro --out` from "
+                                               "this machine; suites tied within the noise of the tunnel "
+                                               "samples are then ordered by their crypto cost")] = None,
 ) -> None:
     """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root).
 
@@ -335,6 +360,14 @@ def bench_tunnel(
         cpu_set = parse_cpus(cpus) if cpus is not None else None
     except ValueError as exc:
         typer.echo(f"--cpus: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if micro is not None and write_table is None:
+        typer.echo("--micro orders the suites of the table --write-table writes: give both", err=True)
+        raise typer.Exit(2)
+    try:
+        prior = read_micro_prior(micro, machine_id()) if micro is not None else None
+    except ValueError as exc:
+        typer.echo(f"--micro: {exc}", err=True)
         raise typer.Exit(2) from exc
     try:
         with bench_lab(database_url) as bl:
@@ -368,7 +401,7 @@ def bench_tunnel(
     if write_table is not None:
         try:
             written = _write_table(runs=runs, name=write_table, base=base, machine=machine, backend=backend,
-                                   date=date, database_url=database_url)
+                                   date=date, database_url=database_url, prior=prior)
         except QossError as exc:
             typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}), err=True)
             raise typer.Exit(2) from exc

@@ -54,8 +54,10 @@ __all__ = [
     "bench_document",
     "default_suites",
     "esp_candidates",
+    "micro_prior",
     "parse_suite",
     "pin_attempts",
+    "shrink_to_prior",
     "split_costs",
     "split_times",
     "summarize",
@@ -303,8 +305,77 @@ def split_times(times: Mapping[SuiteSpec, float], iterations: int = 200) -> dict
     return out
 
 
+def micro_prior(results: Iterable[Mapping[str, Any]], size: int = 1400) -> dict[str, float]:
+    """Per-transform ns/byte at ``size`` bytes from ``qoss bench micro`` result rows (those
+    with a time at that size; key exchanges have none)."""
+    out: dict[str, float] = {}
+    for row in results:
+        ns = (row.get("ns") or {}).get(str(size))
+        if isinstance(ns, int | float) and ns > 0 and math.isfinite(ns):
+            out[str(row["algorithm"])] = float(ns) / size
+    return out
+
+
+def _theil_sen(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Intercept and slope of ``y = p + k x`` (median of pairwise slopes; both clamped at 0)."""
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+    k = max(0.0, statistics.median(slopes)) if slopes else 0.0
+    return max(0.0, statistics.median(y - k * x for x, y in points)), k
+
+
+def shrink_to_prior(samples: Mapping[SuiteSpec, Sequence[float]], prior: Mapping[str, float]) -> dict[SuiteSpec, float]:
+    """Each suite's cost (ns/byte): its median, moved toward what the micro benchmark predicts
+    by as much as the noise of the median warrants, never by more than one standard error.
+
+    Through kernel-libipsec a dozen suites lie within a few % of each other, less than the
+    noise of a few tunnel samples, so ranking them by their medians alone is a lottery. The
+    micro benchmark measures the crypto itself precisely. Empirical Bayes, in log space:
+
+    - model ``cost = p + k * x`` with ``x`` the suite's micro ns/byte (sum over its
+      transforms), ``p`` the per-byte cost every suite shares (the TUN path), fitted by
+      Theil-Sen over the suites (robust to those whose charon implementation differs from
+      the library's);
+    - noise variance of a median ``v = (pi/2) sigma^2 / n``, ``sigma^2`` pooled within suites;
+    - spread of the suites around the model ``tau^2`` = robust variance (MAD) of the log
+      residuals minus the typical ``v``;
+    - estimate ``model + tau^2 / (tau^2 + v) * residual``, limited to the median +- one
+      standard error (Efron-Morris limited translation): a suite the model does not fit keeps
+      nearly its measurement, noise-tied suites are ordered by their crypto cost.
+
+    Suites without a prior, or too little data to estimate the noise (one sample each, fewer
+    than three suites with a prior), keep their medians.
+
+    Raises:
+        InvalidInput: a sample that is not a positive finite number.
+    """
+    if any(not (v > 0 and math.isfinite(v)) for vs in samples.values() for v in vs):
+        raise InvalidInput("suite costs must be positive")
+    medians = {s: statistics.median(v) for s, v in samples.items() if v}
+    x = {s: sum(prior[t] for t in s.transforms) for s in medians if all(t in prior for t in s.transforms)}
+    logs = [[math.log(v) for v in samples[s]] for s in medians]
+    dof = sum(len(z) - 1 for z in logs)
+    if len(x) < 3 or dof == 0:
+        return medians
+    sigma2 = sum(sum((z - statistics.fmean(zs)) ** 2 for z in zs) for zs in logs) / dof
+    p, k = _theil_sen([(x[s], medians[s]) for s in x])
+    if p + k * min(x.values()) <= 0:
+        return medians
+    residual = {s: math.log(medians[s]) - math.log(p + k * x[s]) for s in x}
+    centre = statistics.median(residual.values())
+    mad = 1.4826 * statistics.median(abs(r - centre) for r in residual.values())
+    noise = {s: (math.pi / 2) * sigma2 / len(samples[s]) for s in medians}
+    tau2 = max(0.0, mad ** 2 - statistics.median(noise.values()))
+    out = dict(medians)
+    for s, r in residual.items():
+        weight = tau2 / (tau2 + noise[s]) if tau2 + noise[s] > 0 else 1.0
+        z, se = math.log(medians[s]), math.sqrt(noise[s])
+        out[s] = math.exp(min(max(math.log(p + k * x[s]) + weight * r, z - se), z + se))
+    return out
+
+
 def tunnel_table(
     *, name: str, base: RatingTable, runs: Sequence[SuiteRun], machine: str, backend: str, date: str,
+    prior: Mapping[str, float] | None = None,
 ) -> RatingTable:
     """A rating table from tunnel runs: levels from ``base``, ESP rows with measured figures.
 
@@ -314,7 +385,10 @@ def tunnel_table(
     time per byte in both charons where every suite has CPU samples (with kernel-libipsec
     ESP runs in charon, and CPU time is far less disturbed by other load than throughput),
     else ``t``; ``b_ns = 0``: a bulk TCP measurement has no per-packet term. Transforms
-    ``base`` does not rate are left out.
+    ``base`` does not rate are left out. With ``prior`` (per-transform ns/byte from the micro
+    benchmark, :func:`micro_prior`) each suite's cost is first moved toward what the crypto
+    costs predict (:func:`shrink_to_prior`), so suites tied within the noise of the tunnel
+    samples are ordered by their measured crypto cost.
 
     Raises:
         InvalidInput: no measured suite, or none of its transforms rated in ``base``.
@@ -326,7 +400,12 @@ def tunnel_table(
     cpu = {r.spec: statistics.median(r.cpu_ns_per_byte) for r in runs
            if r.spec in measured and r.cpu_ns_per_byte}
     by_cpu = len(cpu) == len(measured) and all(v > 0 for v in cpu.values())
-    cost_of = split_times(cpu) if by_cpu else costs
+    if prior:
+        per_suite = {r.spec: (r.cpu_ns_per_byte if by_cpu else [_NS_PER_BYTE_AT_1_MBPS / v for v in r.throughput_mbps])
+                     for r in runs if r.spec in measured}
+        cost_of = split_times(shrink_to_prior(per_suite, prior))
+    else:
+        cost_of = split_times(cpu) if by_cpu else costs
     samples = {k: sum(len(r.throughput_mbps) for r in runs if r.spec and k in r.spec.transforms) for k in costs}
     spreads = {k: max(summarize(r.throughput_mbps).spread for r in runs if r.spec and k in r.spec.transforms
                       and r.throughput_mbps) for k in costs}
@@ -345,6 +424,7 @@ def tunnel_table(
                 throughput_mbps=round(mbit, 1), a_ns_per_byte=round(cost_of[keyword], 4), b_ns=0.0,
                 machine=machine, backend=backend, date=date, samples=samples[keyword],
                 method=("cost: charon CPU ns/byte" if by_cpu else "cost: iperf3 ns/byte")
+                + (" shrunk toward the micro benchmark" if prior else "")
                 + "; throughput: iperf3 TCP through the tunnel; suite figures split per transform",
                 spread=round(spreads[keyword], 4),
             ),

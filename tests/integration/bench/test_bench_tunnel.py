@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from app.adapters.bench.micro import machine_id
 from app.adapters.bench.tunnel import charon_pids, run_bench
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.cli import app
@@ -74,9 +75,12 @@ def test_the_command_writes_the_document_and_the_measured_table(tmp_path: Path,
     monkeypatch.chdir(tmp_path)  # the table's YAML goes to ./var/bench
     out = tmp_path / "tunnel.json"
     url = f"sqlite:///{tmp_path}/qoss.db"
+    micro = tmp_path / "micro.json"
+    micro.write_text(json.dumps({"kind": "qoss-bench-micro", "machine": machine_id(), "results": [
+        {"algorithm": "aes128", "ns": {"1400": 1246.4}}, {"algorithm": "sha1", "ns": {"1400": 1298.0}}]}))
     result = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128-sha1", "--repetitions", "1",
                                       "--duration", "1", "--ping-count", "5", "--out", str(out),
-                                      "--write-table", "tunnel-test", "--database-url", url])
+                                      "--write-table", "tunnel-test", "--database-url", url, "--micro", str(micro)])
     assert result.exit_code == 0, result.output
     engine = make_engine(url)
     try:
@@ -92,6 +96,7 @@ def test_the_command_writes_the_document_and_the_measured_table(tmp_path: Path,
     assert aes.measurement.throughput_mbps is not None
     assert aes.measurement.throughput_mbps > 0
     assert aes.measurement.backend == "kernel-libipsec"
+    assert "shrunk toward the micro benchmark" in (aes.measurement.method or "")
     assert (tmp_path / "var" / "bench" / "tunnel-test.yaml").exists()
     assert left_behind == ([], [])
     doc = json.loads(out.read_text())

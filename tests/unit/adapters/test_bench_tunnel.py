@@ -1,7 +1,9 @@
-"""The tunnel benchmark's CPU pinning: CPU lists, and pin/restore on a real process with threads."""
+"""The tunnel benchmark's CPU pinning (CPU lists, pin/restore on a real process with threads) and its
+micro-benchmark prior (reading the document)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from app.adapters.bench.tunnel import BenchError, OpenTunnel, check_cpus, parse_cpus, pin_threads, run_bench
 from app.adapters.lab import LabHost
 from app.cli import app
+from app.cli_bench_tunnel import read_micro_prior
 from app.domain.bench_tunnel import SuiteSpec
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
@@ -166,3 +169,43 @@ def test_the_bench_checks_the_cpu_set_and_needs_charons_to_pin() -> None:
         bench(frozenset({4096}))
     with pytest.raises(BenchError, match="no charon running in qoss-no-such-netns"):
         bench(frozenset({min(ALLOWED)}))
+
+
+# --------------------------------------------------------------------------- the micro benchmark as prior
+
+
+def _micro_doc(path: Path, machine: str, results: list[dict[str, object]] | None = None) -> Path:
+    path.write_text(json.dumps({"kind": "qoss-bench-micro", "machine": machine, "results": results if results
+                                is not None else [{"algorithm": "aes128gcm16", "ns": {"1400": 830.0}},
+                                                  {"algorithm": "x25519", "ns_per_op": 52000.0}]}))
+    return path
+
+
+def test_a_micro_document_of_this_machine_gives_ns_per_byte_per_transform(tmp_path: Path) -> None:
+    prior = read_micro_prior(_micro_doc(tmp_path / "m.json", "this one"), "this one")
+    assert prior == {"aes128gcm16": pytest.approx(830 / 1400)}
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "cannot read"), ("{", "cannot read"), ('{"kind": "qoss-bench-tunnel", "results": []}', "is not a"),
+    ('{"kind": "qoss-bench-micro", "machine": "other", "results": []}', "measured on 'other'"),
+    ('{"kind": "qoss-bench-micro", "machine": "this one", "results": [{"algorithm": "x25519"}]}', "no per-byte"),
+])
+def test_what_is_not_a_micro_document_of_this_machine_is_refused(tmp_path: Path, content: str | None,
+                                                                  says: str) -> None:
+    path = tmp_path / "m.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=says):
+        read_micro_prior(path, "this one")
+
+
+def test_the_command_refuses_a_micro_prior_it_cannot_use_before_any_lab(tmp_path: Path) -> None:
+    doc = _micro_doc(tmp_path / "m.json", "another machine")
+    alone = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128gcm16", "--micro", str(doc)])
+    assert alone.exit_code == 2
+    assert "give both" in alone.output
+    foreign = CliRunner().invoke(app, ["bench", "tunnel", "--suites", "aes128gcm16", "--micro", str(doc),
+                                       "--write-table", "t"])
+    assert foreign.exit_code == 2
+    assert "measured on 'another machine'" in foreign.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 
 import pytest
 from hypothesis import given
@@ -22,8 +23,10 @@ from app.domain.bench_tunnel import (
     bench_document,
     default_suites,
     esp_candidates,
+    micro_prior,
     parse_suite,
     pin_attempts,
+    shrink_to_prior,
     split_costs,
     summarize,
     tunnel_table,
@@ -308,3 +311,86 @@ def test_cpu_time_per_byte_is_the_cost_where_every_suite_has_it() -> None:
     gcm = fallback.ratings["aes128gcm16"].measurement
     assert gcm is not None
     assert gcm.a_ns_per_byte == pytest.approx(20.0)
+
+
+# --------------------------------------------------------------------------- shrinkage toward the micro benchmark
+
+#: Per-transform ns/byte at 1400 B as ``qoss bench micro`` measured them (docs/measurements/micro.json).
+MICRO = {"aes128gcm16": 0.59, "aes256gcm16": 0.62, "aes128ccm12": 1.40, "aes256ccm8": 1.68, "chacha20poly1305": 1.07,
+         "aes128": 0.89, "aes256": 1.16, "3des": 32.1, "blowfish128": 6.2, "sha256": 0.95, "sha1": 0.93,
+         "sha512": 1.77}
+#: Both charons' CPU ns/byte medians of a recorded run (docs/measurements/choice_quality.json), rounded.
+RECORDED = {SuiteSpec("aes128gcm16"): 40.5, SuiteSpec("aes256gcm16"): 39.0, SuiteSpec("aes128ccm12"): 40.1,
+            SuiteSpec("aes256ccm8"): 47.0, SuiteSpec("chacha20poly1305"): 49.9, SuiteSpec("aes128", "sha256"): 45.9,
+            SuiteSpec("aes256", "sha256"): 48.9, SuiteSpec("aes128", "sha1"): 49.0,
+            SuiteSpec("aes128", "sha512"): 59.3, SuiteSpec("3des", "sha256"): 175.7,
+            SuiteSpec("blowfish128", "sha256"): 164.6}
+
+
+def _samples(medians: dict[SuiteSpec, float], noise: float = 0.06) -> dict[SuiteSpec, list[float]]:
+    """Three samples per suite around each median: the median itself and +- ``noise``."""
+    return {s: [m * (1 - noise), m, m * (1 + noise)] for s, m in medians.items()}
+
+
+def test_micro_prior_is_ns_per_byte_at_1400_bytes_and_skips_key_exchanges() -> None:
+    rows = [{"algorithm": "aes128gcm16", "ns": {"64": 700.0, "1400": 830.0}},
+            {"algorithm": "x25519", "ns_per_op": 52000.0}, {"algorithm": "sha1", "ns": {"1400": 0}}]
+    assert micro_prior(rows) == {"aes128gcm16": pytest.approx(830 / 1400)}
+
+
+def test_suites_tied_within_the_noise_are_ordered_by_their_crypto_cost() -> None:
+    # aes128ccm12 measured cheaper than aes128gcm16 (40.1 vs 40.5, well inside 6 % noise),
+    # but its crypto costs more than twice as much: the shrunk costs put GCM first.
+    costs = shrink_to_prior(_samples(RECORDED), MICRO)
+    assert costs[SuiteSpec("aes128gcm16")] < costs[SuiteSpec("aes128ccm12")]
+    assert costs[SuiteSpec("aes256gcm16")] < costs[SuiteSpec("aes256ccm8")]
+    raw = {s: statistics.median(v) for s, v in _samples(RECORDED).items()}
+    assert raw[SuiteSpec("aes128ccm12")] < raw[SuiteSpec("aes128gcm16")]  # the lottery the shrinkage settles
+
+
+def test_no_suite_moves_by_more_than_one_standard_error_of_its_median() -> None:
+    # Blowfish in charon costs far more than the model predicts from the library's figure:
+    # it keeps (nearly) its measurement, so it cannot be made to look cheap.
+    samples = _samples(RECORDED, noise=0.05)
+    costs = shrink_to_prior(samples, MICRO)
+    logs = [[math.log(v) for v in vs] for vs in samples.values()]
+    sigma2 = sum(sum((z - sum(zs) / len(zs)) ** 2 for z in zs) for zs in logs) / sum(len(z) - 1 for z in logs)
+    se = math.sqrt(math.pi / 2 * sigma2 / 3)
+    for suite, value in costs.items():
+        assert abs(math.log(value / RECORDED[suite])) <= se + 1e-9
+    blowfish = SuiteSpec("blowfish128", "sha256")
+    assert costs[blowfish] >= RECORDED[blowfish] * math.exp(-se) * (1 - 1e-9) > 3 * costs[SuiteSpec("aes128", "sha256")]
+
+
+@given(st.dictionaries(st.sampled_from(sorted(RECORDED, key=lambda s: s.name)), st.floats(5, 500), min_size=3),
+       st.floats(0.0, 0.3))
+def test_shrunk_costs_stay_positive_and_near_the_medians(medians: dict[SuiteSpec, float], noise: float) -> None:
+    samples = _samples(medians, noise)
+    costs = shrink_to_prior(samples, MICRO)
+    assert set(costs) == set(medians)
+    spread = math.log((1 + noise) / (1 - noise)) if noise else 0.0
+    for suite, value in costs.items():
+        assert value > 0
+        assert abs(math.log(value / medians[suite])) <= spread + 1e-9  # one SE is less than the range
+
+
+def test_without_a_usable_prior_or_noise_estimate_the_medians_stand() -> None:
+    one_sample = {s: [m] for s, m in RECORDED.items()}
+    assert shrink_to_prior(one_sample, MICRO) == RECORDED
+    assert shrink_to_prior(_samples(RECORDED), {}) == {s: statistics.median(v) for s, v in _samples(RECORDED).items()}
+    with pytest.raises(InvalidInput):
+        shrink_to_prior({SuiteSpec("aes128gcm16"): [0.0, 1.0, 2.0]}, MICRO)
+
+
+def test_a_table_with_the_micro_prior_picks_gcm_where_the_medians_alone_pick_ccm() -> None:
+    runs = [SuiteRun(s, throughput_mbps=[8000 / RECORDED[s]] * 3, cpu_ns_per_byte=v)
+            for s, v in _samples(RECORDED).items()]
+    supports = frozenset(s.name for s in RECORDED if s.aead) | {"prfsha256", "x25519"}
+    plain = tunnel_table(name="plain", base=STANDARDS, runs=runs, machine="m", backend="b", date="d")
+    shrunk = tunnel_table(name="shrunk", base=STANDARDS, runs=runs, machine="m", backend="b", date="d", prior=MICRO)
+    assert _negotiate(plain, supports=supports, levels=Levels(1, 1, 1)) == SuiteSpec("aes256gcm16")
+    assert _negotiate(plain, supports=supports - {"aes256gcm16"}, levels=Levels(1, 1, 1)) == SuiteSpec("aes128ccm12")
+    assert _negotiate(shrunk, supports=supports - {"aes256gcm16"}, levels=Levels(1, 1, 1)) == SuiteSpec("aes128gcm16")
+    method = shrunk.ratings["aes128gcm16"].measurement.method  # type: ignore[union-attr]
+    assert method is not None
+    assert "shrunk toward the micro benchmark" in method
