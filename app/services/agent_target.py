@@ -11,9 +11,10 @@ and the conn into its charon. The answer is signed by Target and sealed to the c
 Host relays it and cannot read it.
 
 Sessions expire (a sweeper removes conn, secret and pool, and releases the lease), end
-when the client disconnects, and end when Host revokes the user. Every state change is
-committed to the database before charon is touched, and undone in charon if a later
-step fails, so a failure leaves nothing configured.
+when the client disconnects, and end when Host revokes the user. A new session's pool,
+secret and conn are loaded while its row commits (reconcile leaves a conn being set up
+alone); every other state change is committed before charon is touched. Whatever fails
+(the commit, a load), what was loaded is unloaded, so a failure leaves nothing configured.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -114,10 +115,11 @@ class TargetAgent:
         self._caps: tuple[float, frozenset[str], str | None] | None = None
         self._caps_lock = threading.Lock()
         self._sweeps = 0
-        #: Conns between their session's commit and the end of their load (reconcile leaves them be).
+        #: Conns from the start of their load until their session is committed and loaded, or
+        #: everything is undone (reconcile leaves them be).
         self._inflight: set[str] = set()
         self._inflight_lock = threading.Lock()
-        self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-load")
+        self._loader = ThreadPoolExecutor(max_workers=6, thread_name_prefix="qoss-agent-load")
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -232,54 +234,73 @@ class TargetAgent:
 
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes,
                  now: float, steps: Steps) -> TunnelingInfo:
-        """Admit, negotiate, lease and record the session in ONE transaction, then configure charon.
+        """Admit, negotiate, lease and record the session in ONE transaction, and configure charon
+        while that transaction commits.
 
-        The session row is committed before charon is touched, so the sweeper and reconcile
-        always know what may be loaded; a failure while loading unloads everything loaded,
-        ends the session as failed and frees its lease.
+        The conn is in :attr:`_inflight` from before its load starts until after its session is
+        committed and loaded (or everything is undone), so reconcile never takes it for an orphan.
+        If the commit fails, the loads are waited for and unloaded (the lease and the session row
+        were never committed); a failure while loading unloads everything loaded, ends the
+        session as failed and frees its lease.
         """
         ticket = secrets.token_hex(16)
         conn = f"qoss-agent-{ticket[:16]}"
         capabilities = self._capabilities()  # may ask charon: never while holding the transaction
-        with self._sessions() as session, session.begin():
-            self._admit(session, endorsement, request, now)
-            steps.mark("admit")
-            result = self._negotiate(session, request, capabilities)
-            steps.mark("negotiate")
-            lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
-            expires = int(now) + lifetime
-            suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
-                     "proposals": dict(result.proposals)}
-            client_identity = f"{ticket[:12]}.{request.user_id}"
-            base: dict[str, Any] = {
-                "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
-                "client_identity": client_identity, "remote_ts": tuple(self.role.protected), "mode": result.mode,
-                "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]), "expires": expires,
-            }
-            if result.suite.protocol == "none":
-                # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
-                return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
-            esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
-            if esp is None or ike is None:
-                raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen here
-            vip = self._lease(session, ticket)
-            SessionRepository(session).add(AgentSessionRow(
-                ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
-                request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp", conn=conn,
-                pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
-                state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
-            ))
-        steps.mark("commit")
-        with self._inflight_lock:
-            self._inflight.add(conn)
-        try:
-            self._load(conn, vip, session_key, client_identity, request, ike, esp, result)
-        except BaseException as exc:
-            self._finish(ticket, AgentSessionState.FAILED, f"charon: {getattr(exc, 'message', type(exc).__name__)}")
-            raise
-        finally:
+        with self._sessions() as session:
+            transaction = session.begin()
+            try:
+                self._admit(session, endorsement, request, now)
+                steps.mark("admit")
+                result = self._negotiate(session, request, capabilities)
+                steps.mark("negotiate")
+                lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
+                expires = int(now) + lifetime
+                suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
+                         "proposals": dict(result.proposals)}
+                client_identity = f"{ticket[:12]}.{request.user_id}"
+                base: dict[str, Any] = {
+                    "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
+                    "client_identity": client_identity, "remote_ts": tuple(self.role.protected),
+                    "mode": result.mode, "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]),
+                    "expires": expires,
+                }
+                if result.suite.protocol == "none":
+                    # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
+                    transaction.commit()
+                    return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+                esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
+                if esp is None or ike is None:
+                    raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
+                vip = self._lease(session, ticket)
+                SessionRepository(session).add(AgentSessionRow(
+                    ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
+                    request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",
+                    conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
+                    state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
+                ))
+            except BaseException:
+                transaction.rollback()
+                raise
             with self._inflight_lock:
-                self._inflight.discard(conn)
+                self._inflight.add(conn)
+            try:
+                v = self._vici(self.role.vici_socket)
+                pending = self._start_load(v, conn, vip, session_key, client_identity, request, ike, esp, result)
+                try:
+                    transaction.commit()
+                except BaseException:
+                    self._finish_load(v, conn, pending, undo=True)
+                    raise
+                steps.mark("commit")
+                try:
+                    self._finish_load(v, conn, pending)
+                except BaseException as exc:
+                    self._finish(ticket, AgentSessionState.FAILED,
+                                 f"charon: {getattr(exc, 'message', type(exc).__name__)}")
+                    raise
+            finally:
+                with self._inflight_lock:
+                    self._inflight.discard(conn)
         steps.mark("load")
         return TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
 
@@ -299,36 +320,36 @@ class TargetAgent:
         with self._sessions() as session, session.begin():
             LeaseRepository(session).release(ticket)
 
-    def _load(self, conn: str, vip: str, key: bytes, client_identity: str, request: ClientRequest, ike: str,
-              esp: str, result: NegotiationResult) -> None:
-        """Load pool, secret and conn at once (three VICI sessions: they are independent), then check
-        all three; if any failed, unload the ones that were loaded and raise the first error."""
-        v = self._vici(self.role.vici_socket)
+    def _start_load(self, v: ViciGateway, conn: str, vip: str, key: bytes, client_identity: str,
+                    request: ClientRequest, ike: str, esp: str, result: NegotiationResult) -> dict[str, Future[None]]:
+        """Start loading pool, secret and conn at once on the loader threads (they are independent)."""
         body = target_conn(
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             client_identity=client_identity, client_address=request.request_info.ike_address,
             local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
         )
-        pending = {
+        return {
+            "conn": self._loader.submit(v.load_conn, conn, body),
             "pool": self._loader.submit(v.load_pool, conn, f"{vip}/{32 if ':' not in vip else 128}"),
             "shared": self._loader.submit(v.load_shared, conn, key, [self.identity, client_identity]),
         }
+
+    def _finish_load(self, v: ViciGateway, conn: str, pending: dict[str, Future[None]], *,
+                     undo: bool = False) -> None:
+        """Wait for every load; if any failed (or ``undo``), unload the ones that were loaded and
+        raise the first error."""
         loaded: list[str] = []
         errors: list[BaseException] = []
-        try:
-            v.load_conn(conn, body)
-            loaded.append("conn")
-        except BaseException as exc:
-            errors.append(exc)
         for what, future in pending.items():
             try:
                 future.result()
                 loaded.append(what)
             except BaseException as exc:
                 errors.append(exc)
-        if errors:
+        if errors or undo:
             self._unload(v, conn, loaded)
+        if errors:
             raise errors[0]
 
     @staticmethod
@@ -433,8 +454,8 @@ class TargetAgent:
         * A ``qoss-agent-*`` conn that no active session owns is unloaded (with its secret and pool).
         * An active session whose conn is not in charon (charon restarted, or someone unloaded it)
           is ended as ``failed`` and its lease freed, instead of staying ``active`` until it
-          expires. Sessions still being set up (between their commit and the end of their load,
-          here or, for a shared database, in the last :data:`RECONCILE_GRACE` seconds) are left be.
+          expires. Sessions still being set up (their conn loading or committing here, or, for a
+          shared database, created in the last :data:`RECONCILE_GRACE` seconds) are left be.
         """
         v = self._vici(self.role.vici_socket)
         try:
@@ -449,7 +470,7 @@ class TargetAgent:
             active = [(r.ticket, r.conn, r.created_at, r.protection)
                       for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
         owned = {conn for _, conn, _, _ in active}
-        orphans = sorted(c for c in loaded if c.startswith("qoss-agent-") and c not in owned)
+        orphans = sorted(c for c in loaded if c.startswith("qoss-agent-") and c not in owned and c not in inflight)
         for conn in orphans:
             self._teardown(conn)
         vanished = [ticket for ticket, conn, created, protection in active

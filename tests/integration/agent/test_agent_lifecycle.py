@@ -6,14 +6,18 @@ The charon-restart test is last in this module: it restarts the ``right`` charon
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, create_engine, select, update
+from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy.orm import Session
 
+from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.models import utcnow
 from app.domain.agent import Kind, RequestInfo, b64e
@@ -153,6 +157,79 @@ def test_revocation_list_survives_a_replayed_revocation(agent_env: AgentEnv) -> 
     r = httpx.delete(f"{agent_env.url}/v1/agent/users/erin", headers=agent_env.admin, timeout=30)
     assert r.json()["targets"] == {"hq": "confirmed: 0 tunnels closed"}
     assert [e["user_id"] for e in target.revocations()].count("erin") == 1
+
+
+# --------------------------------------------------------------------------- Target's load overlaps its commit
+
+
+def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
+    agent_env: AgentEnv, engine: Engine
+) -> None:
+    """Target loads pool, secret and conn while the session's transaction commits. The commit fails
+    (after the conn is in charon, and after a reconcile ran meanwhile): everything loaded is
+    unloaded, and the lease and session were never recorded. The reconcile did not take the
+    conn being set up for an orphan."""
+    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    agent_env.enroll("gina", [3])
+    gina = agent_env.client("gina")
+    seen: dict[str, Any] = {}
+
+    def inserted(session: Session, context: Any) -> None:
+        for row in session.new:
+            if isinstance(row, AgentSessionRow):
+                session.info["conn"] = row.conn
+
+    reconciling = threading.Event()  # reconcile has read charon and the conns in flight
+
+    def reconcile() -> None:
+        seen["reconciled"] = target.reconcile()
+
+    def before_commit(session: Session) -> None:
+        conn = session.info.get("conn")
+        if conn is None or "conn" in seen:
+            return
+        seen["conn"] = conn
+        deadline = time.monotonic() + 5
+        while conn not in agent_env.target_vici.list_conns() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen["loaded"] = conn in agent_env.target_vici.list_conns()
+        # A sweep's reconcile meanwhile (it waits for the database while this transaction holds it).
+        seen["thread"] = threading.Thread(target=reconcile, name="test-reconcile")
+        seen["thread"].start()
+        reconciling.wait(5)
+        raise RuntimeError("the database went away")
+
+    factory = target._sessions
+
+    def sessions() -> Session:
+        if threading.current_thread().name == "test-reconcile":
+            reconciling.set()
+        session = factory()
+        event.listen(session, "after_flush", inserted)
+        event.listen(session, "before_commit", before_commit)
+        return session
+
+    target._sessions = sessions  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RemoteRefused):
+            gina.connect(target="hq", objective_id=3)
+    finally:
+        target._sessions = factory  # type: ignore[method-assign]
+        if "thread" in seen:
+            seen["thread"].join(10)
+    assert seen["loaded"], "the load did not overlap the commit"
+    assert seen["reconciled"].orphans == []
+    assert agent_env.target_config_empty()
+    with engine.connect() as conn:
+        assert conn.execute(select(AgentSessionRow).where(AgentSessionRow.user_id == "gina")).all() == []
+        prefix = str(seen["conn"]).removeprefix("qoss-agent-")
+        assert conn.execute(select(AgentLeaseRow).where(AgentLeaseRow.ticket.startswith(prefix))).all() == []
+    report = gina.connect(target="hq", objective_id=3)  # and the next one works
+    try:
+        assert report["conn"] in agent_env.target_vici.list_conns()
+    finally:
+        gina.disconnect()
+    assert agent_env.target_config_empty()
 
 
 # --------------------------------------------------------------------------- reconcile (last: restarts charon)
