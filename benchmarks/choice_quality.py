@@ -1,13 +1,16 @@
 """Choice quality: does the negotiated suite run as fast as the best feasible one, through real tunnels?
 
     .venv/bin/python benchmarks/choice_quality.py [--table NAME|FILE.yaml] [--repetitions 5] [--duration 1] \
-        [--cpus 1] [--save FILE | --from FILE]
+        [--cpus 1] [--micro FILE | --no-prior] [--save FILE | --from FILE]
 
 One lab (two charons, kernel-libipsec, network namespaces), one throw-away database, one run:
 1. A measured table: unless ``--table`` is given, every suite of the default star
    (``app.domain.bench_tunnel.default_suites``) is measured through real tunnels
    (iperf3, ``--table-repetitions`` interleaved) and turned into a rating table exactly
-   as ``qoss bench tunnel --write-table`` does (levels from standards-2026).
+   as ``qoss bench tunnel --write-table --micro`` does (levels from standards-2026), with
+   the micro benchmark of the candidate transforms, measured first in the same run (or
+   ``--micro FILE``), as prior: suites tied within the noise of the tunnel samples are
+   ordered by their crypto cost (``bench_tunnel.shrink_to_prior``; ``--no-prior``: medians alone).
 2. For each requirement vector (12, from C1/I1/K1 to C10/I10/K9) the tunnel service
    negotiates with that table and brings the chosen suite up (``create_tunnel``, the API's
    code); every suite of the star (plus the chosen one) is checked for feasibility under
@@ -22,8 +25,10 @@ One lab (two charons, kernel-libipsec, network namespaces), one throw-away datab
    ``cv``, the same ratio with the best picked on the other half of the rounds than it is
    compared on (:func:`cross_validated`: unbiased, noisier, may exceed 1); the same-round
    comparison with the best of the medians and in how many rounds the chosen suite was at
-   least as fast; and the CPU view: both charons' CPU time per byte (kernel-libipsec does
-   ESP in charon), cheapest feasible / chosen.
+   least as fast; the CPU view: both charons' CPU time per byte (kernel-libipsec does
+   ESP in charon), cheapest feasible / chosen; and ``perfect``: the ratio of medians a
+   choice exactly as fast as the best would score with this run's noise
+   (:func:`perfect_choice`), i.e. how far the figure of merit itself can see here.
 
 ``--save FILE`` writes the run's data (every round of every suite, the choices); ``--from
 FILE`` prints the report of such a file again without measuring.
@@ -49,6 +54,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import secrets
 import statistics
 import sys
@@ -59,14 +65,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.bench.micro import machine_id  # noqa: E402
+from app.adapters.bench.micro import KERNELS, machine_id, run_micro  # noqa: E402
 from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench  # noqa: E402
 from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
-from app.cli_bench_tunnel import BenchLab, bench_lab  # noqa: E402
+from app.cli_bench_tunnel import BenchLab, bench_lab, read_micro_prior  # noqa: E402
 from app.domain.bench_report import pinning  # noqa: E402
 from app.domain.bench_tunnel import (  # noqa: E402
     SuiteSpec,
     default_suites,
+    micro_prior,
     parse_suite,
     pin_attempts,
     summarize,
@@ -83,10 +90,20 @@ VECTORS: list[tuple[int, int, int]] = [
     (10, 8, 9), (10, 10, 9),
 ]
 DEFAULT_FALLBACK = SuiteSpec("aes128", "sha256")
+#: The issue's goal for the worst chosen/best.
+GOAL = 0.97
 BASE = "standards-2026"
 
 
-def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec]) -> str:
+def _prior(candidates: list[str]) -> dict[str, float]:
+    """Per-transform ns/byte at 1400 B of the micro benchmark, measured now for every candidate it can measure."""
+    keywords = [k for k in candidates if k in KERNELS]
+    print(f"micro benchmark of {len(keywords)} transforms (the table's prior)", file=sys.stderr)
+    results = run_micro(keywords)
+    return micro_prior({"algorithm": r.keyword, "ns": {str(k): v for k, v in r.ns_by_size.items()}} for r in results)
+
+
+def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec], prior: dict[str, float] | None) -> str:
     """The negotiating table's name in the bench database: given, or measured now."""
     if args.table and not args.table.endswith((".yaml", ".yml")):
         return str(args.table)
@@ -103,7 +120,8 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec]) -> s
             for name, reason in skipped.items():
                 print(f"  table: skipped {name}: {reason}", file=sys.stderr)
             table = tunnel_table(name="choice-measured", base=get_table(session=session, name=BASE), runs=runs,
-                                 machine=machine_id(), backend=bl.backend, date=time.strftime("%Y-%m-%d"))
+                                 machine=machine_id(), backend=bl.backend, date=time.strftime("%Y-%m-%d"),
+                                 prior=prior)
         imported = import_table(session=session, text=dump_rating_table_yaml(table), fmt="yaml", author="bench")
     return imported.name
 
@@ -180,6 +198,10 @@ def main() -> None:
     parser.add_argument("--cpus", type=_cpus, default=None,
                         help="pin both charons (all threads), iperf3 and ping to these CPUs for both measurements, "
                              "e.g. 1 or 0,1 (default: not pinned)")
+    parser.add_argument("--micro", help="the measured table's prior: `qoss bench micro --out` JSON of this machine "
+                                        "(default: measure the candidate transforms now)")
+    parser.add_argument("--no-prior", action="store_true",
+                        help="the measured table from the tunnel samples alone (no micro-benchmark prior)")
     parser.add_argument("--save", help="also write the run's data (rounds per suite, choices) to this JSON file")
     parser.add_argument("--from", dest="source", help="measure nothing: print the report of a run saved with --save")
     args = parser.parse_args()
@@ -189,11 +211,20 @@ def main() -> None:
     if not (1 <= args.repetitions <= 20 and 1 <= args.table_repetitions <= 20
             and 1 <= args.duration <= 10 and 1 <= args.table_duration <= 10):
         parser.error("repetitions 1-20, durations 1-10 s")
+    given_prior = None
+    if args.micro:
+        if args.no_prior or args.table:
+            parser.error("--micro is the prior of a table measured now: not with --no-prior or --table")
+        try:
+            given_prior = read_micro_prior(Path(args.micro), machine_id())
+        except ValueError as exc:
+            parser.error(f"--micro: {exc}")
     started = time.monotonic()
     load = os.getloadavg()
     with bench_lab(prefix_hint="qcq") as bl:
         star = default_suites(bl.candidates())
-        table = _table(bl, args, star)
+        prior = None if args.table or args.no_prior else given_prior or _prior(bl.candidates())
+        table = _table(bl, args, star, prior)
         candidates = bl.candidates(table)
         suites = [s for s in star if set(s.transforms) <= set(candidates)]
         default = _strongswan_default(bl)
@@ -227,6 +258,7 @@ def main() -> None:
         "cpu_ns_per_byte": {r.spec.name: r.cpu_ns_per_byte for r in runs if r.spec is not None},
         "skipped": skipped,
         "repetitions": args.repetitions, "duration": args.duration, "cpus": sorted(args.cpus) if args.cpus else None,
+        "table": "given" if args.table else ("measured, micro-benchmark prior" if prior else "measured, no prior"),
         "machine": machine_id(), "load": [load[0], os.getloadavg()[0]], "seconds": round(time.monotonic() - started),
     }
     if args.save:
@@ -255,6 +287,36 @@ def cross_validated(pick: str, pool: list[str], rounds: dict[str, list[float]]) 
     return statistics.fmean(estimates)
 
 
+def perfect_choice(pick: str, pool: list[str], rounds: dict[str, list[float]], *, trials: int = 2000,
+                   seed: int = 1) -> tuple[float, float, int]:
+    """The ratio of medians that a choice exactly as fast as the best would get, with this run's noise.
+
+    The suites *tied* with the best are those of the pool whose median lies within two
+    standard errors of the best median (log scale, ``sigma`` pooled over the rounds of every
+    suite in ``rounds``). Each tied suite and the chosen one keeps its own rounds scaled to
+    median 1: its own noise, no difference in speed. A trial draws each one's rounds again
+    (with replacement) and takes the chosen suite's median over the largest median.
+
+    Returns:
+        The median ratio over the trials, the share of trials reaching :data:`GOAL`, and
+        how many suites (the chosen one included) took part.
+    """
+    logs = [[math.log(v) for v in vs] for vs in rounds.values() if len(vs) > 1 and min(vs) > 0]
+    dof = sum(len(z) - 1 for z in logs)
+    sigma = math.sqrt(sum(sum((z - statistics.fmean(zs)) ** 2 for z in zs) for zs in logs) / dof) if dof else 0.0
+    medians = {s: statistics.median(rounds[s]) for s in dict.fromkeys([pick, *pool])}
+    best = max(medians.values())
+    se = math.sqrt(math.pi / 2) * sigma * math.sqrt(2 / len(rounds[pick]))  # of the log ratio of two medians
+    members = [s for s in medians if s == pick or math.log(best / medians[s]) <= 2 * se]
+    scaled = {s: [v / medians[s] for v in rounds[s]] for s in members}
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(trials):
+        drawn = {s: statistics.median(rng.choices(v, k=len(v))) for s, v in scaled.items()}
+        ratios.append(drawn[pick] / max(drawn.values()))
+    return statistics.median(ratios), sum(r >= GOAL for r in ratios) / trials, len(members)
+
+
 def report(data: dict[str, Any]) -> None:
     """Print the per-vector table and the summary of one run's data."""
     rounds: dict[str, list[float]] = {k: v for k, v in data["rounds"].items() if v}
@@ -266,8 +328,9 @@ def report(data: dict[str, Any]) -> None:
     for name, reason in data["skipped"].items():
         print(f"skipped {name}: {reason}", file=sys.stderr)
     print(f"{'minimums':<12} {'chosen':<18} {'Mbit/s':>7} {'best feasible':<18} {'Mbit/s':>7} {'ratio':>6} "
-          f"{'cv':>6} {'n':>3} {'chosen/default':>14} {'paired':>6} {'won':>5} {'CPU':>6} {'cheapest CPU':<18}")
-    ratios, cvs, vs_default, cpu_ratios = [], [], [], []
+          f"{'cv':>6} {'n':>3} {'chosen/default':>14} {'paired':>6} {'won':>5} {'CPU':>6} {'cheapest CPU':<18} "
+          f"{'perfect':>7} {'tied':>4}")
+    ratios, cvs, vs_default, cpu_ratios, floors = [], [], [], [], []
     for row in data["vectors"]:
         vector, pick = row["minimums"], row["chosen"]
         label = f"C{vector[0]}/I{vector[1]}/K{vector[2]}"
@@ -294,9 +357,11 @@ def report(data: dict[str, Any]) -> None:
         cpu_ratio = cpu[cheapest] / cpu[pick] if cheapest is not None else math.nan
         if cheapest is not None:
             cpu_ratios.append(cpu_ratio)
+        floor, reach, tied = perfect_choice(pick, pool, rounds)
+        floors.append((floor, reach))
         print(f"{label:<12} {pick:<18} {mbps[pick]:>7.0f} {best:<18} {mbps[best]:>7.0f} {ratio:>6.3f} {cv:>6.3f} "
               f"{len(pool):>3} {d:>14} {paired:>6.3f} {f'{won}/{len(pairs)}':>5} {cpu_ratio:>6.3f} "
-              f"{cheapest or '-':<18}")
+              f"{cheapest or '-':<18} {floor:>7.3f} {tied:>4}")
     if ratios:
         widest = max(len(r["feasible"]) for r in data["vectors"])
         print(f"worst chosen/best (ratio of medians): {min(ratios):.3f} (goal >= 0.97); "
@@ -304,6 +369,10 @@ def report(data: dict[str, Any]) -> None:
               "is biased upwards")
         print(f"worst chosen/best cross-validated (cv: best picked on the other half of the rounds): "
               f"{min(cvs):.3f}; median {statistics.median(cvs):.3f}")
+        floor, reach = min(floors)
+        print(f"a perfect choice (exactly as fast as the best; 'perfect': bootstrap of this run's own rounds, the "
+              f"'tied' suites within two standard errors of the best) would score a ratio of medians of {floor:.3f} "
+              f"at the worst vector, >= {GOAL} in {reach:.0%} of trials")
     if cpu_ratios:
         print(f"worst cheapest/chosen by charon CPU time per byte: {min(cpu_ratios):.3f}; "
               f"median {statistics.median(cpu_ratios):.3f}")
@@ -316,7 +385,7 @@ def report(data: dict[str, Any]) -> None:
     print(f"load average at start {data['load'][0]:.1f}, at end {data['load'][1]:.1f} (2 cores, shared)")
     cpus = frozenset(data["cpus"]) if data.get("cpus") else None
     print(f"{data['repetitions']} interleaved rounds x {data['duration']:g} s iperf3 per suite; {pinning(cpus)}; "
-          f"machine {data['machine']}; {data['seconds']} s")
+          f"table {data.get('table', 'measured, no prior')}; machine {data['machine']}; {data['seconds']} s")
 
 if __name__ == "__main__":
     main()
