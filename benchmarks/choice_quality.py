@@ -76,6 +76,7 @@ from app.domain.bench_tunnel import (  # noqa: E402
     micro_prior,
     parse_suite,
     pin_attempts,
+    pooled_log_sd,
     summarize,
     tunnel_table,
 )
@@ -301,9 +302,7 @@ def perfect_choice(pick: str, pool: list[str], rounds: dict[str, list[float]], *
         The median ratio over the trials, the share of trials reaching :data:`GOAL`, and
         how many suites (the chosen one included) took part.
     """
-    logs = [[math.log(v) for v in vs] for vs in rounds.values() if len(vs) > 1 and min(vs) > 0]
-    dof = sum(len(z) - 1 for z in logs)
-    sigma = math.sqrt(sum(sum((z - statistics.fmean(zs)) ** 2 for z in zs) for zs in logs) / dof) if dof else 0.0
+    sigma = pooled_log_sd(vs for vs in rounds.values() if vs and min(vs) > 0) or 0.0
     medians = {s: statistics.median(rounds[s]) for s in dict.fromkeys([pick, *pool])}
     best = max(medians.values())
     se = math.sqrt(math.pi / 2) * sigma * math.sqrt(2 / len(rounds[pick]))  # of the log ratio of two medians

@@ -57,6 +57,7 @@ __all__ = [
     "micro_prior",
     "parse_suite",
     "pin_attempts",
+    "pooled_log_sd",
     "shrink_to_prior",
     "split_costs",
     "split_times",
@@ -316,6 +317,16 @@ def micro_prior(results: Iterable[Mapping[str, Any]], size: int = 1400) -> dict[
     return out
 
 
+def pooled_log_sd(groups: Iterable[Sequence[float]]) -> float | None:
+    """The standard deviation of log samples within their groups, pooled over the groups
+    (each group's mean removed; ``None`` when no group has two samples). Samples must be > 0."""
+    logs = [[math.log(v) for v in g] for g in groups if len(g) > 1]
+    dof = sum(len(z) - 1 for z in logs)
+    if dof == 0:
+        return None
+    return math.sqrt(sum(sum((z - statistics.fmean(zs)) ** 2 for z in zs) for zs in logs) / dof)
+
+
 def _theil_sen(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Intercept and slope of ``y = p + k x`` (median of pairwise slopes; both clamped at 0)."""
     slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
@@ -352,11 +363,10 @@ def shrink_to_prior(samples: Mapping[SuiteSpec, Sequence[float]], prior: Mapping
         raise InvalidInput("suite costs must be positive")
     medians = {s: statistics.median(v) for s, v in samples.items() if v}
     x = {s: sum(prior[t] for t in s.transforms) for s in medians if all(t in prior for t in s.transforms)}
-    logs = [[math.log(v) for v in samples[s]] for s in medians]
-    dof = sum(len(z) - 1 for z in logs)
-    if len(x) < 3 or dof == 0:
+    sigma = pooled_log_sd(samples.values())
+    if len(x) < 3 or sigma is None:
         return medians
-    sigma2 = sum(sum((z - statistics.fmean(zs)) ** 2 for z in zs) for zs in logs) / dof
+    sigma2 = sigma ** 2
     p, k = _theil_sen([(x[s], medians[s]) for s in x])
     if p + k * min(x.values()) <= 0:
         return medians
