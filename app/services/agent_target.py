@@ -119,6 +119,8 @@ class TargetAgent:
         #: everything is undone (reconcile leaves them be).
         self._inflight: set[str] = set()
         self._inflight_lock = threading.Lock()
+        #: The address :meth:`_lease` tries first (a hint only: the INSERT decides).
+        self._lease_hint: str | None = None
         self._loader = ThreadPoolExecutor(max_workers=6, thread_name_prefix="qoss-agent-load")
 
     # -- capabilities -------------------------------------------------------------------
@@ -306,15 +308,33 @@ class TargetAgent:
 
     def _lease(self, session: Session, ticket: str) -> str:
         """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
-        row: never handed out twice)."""
-        network = ipaddress.ip_network(self.role.pool)
+        row: never handed out twice).
+
+        The address after the last one leased here is tried first (one INSERT, no read of the
+        lease table; it also leaves a just-released address to rest); if another session has it,
+        the lease table is read and the first free address taken.
+        """
         leases = LeaseRepository(session)
+        hint = self._lease_hint
+        if hint is not None and leases.take(hint, ticket):
+            self._lease_hint = self._after(hint)
+            return hint
+        network = ipaddress.ip_network(self.role.pool)
         taken = leases.taken()
         for address in network.hosts():
             text = str(address)
             if text not in taken and leases.take(text, ticket):
+                self._lease_hint = self._after(text)
                 return text
         raise AgentRejected("the virtual IP pool is exhausted")
+
+    def _after(self, address: str) -> str | None:
+        """The pool's next host address after ``address`` (None past the last)."""
+        network = ipaddress.ip_network(self.role.pool)
+        following = ipaddress.ip_address(address) + 1
+        usable = following in network and (
+            network.version == 6 or network.prefixlen >= 31 or following != network.broadcast_address)
+        return str(following) if usable else None
 
     def _release(self, ticket: str) -> None:
         with self._sessions() as session, session.begin():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Insert, Integer, String, Table, delete, exists, insert, select, update
+from sqlalchemy import Insert, Integer, String, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -104,6 +104,11 @@ class AgentRevocationRow(Base):
     revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+#: Prepared ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, dialect, columns):
+#: built once, so a claim costs one execution and no statement construction.
+_INSERT_NEW: dict[tuple[str, str, tuple[str, ...]], Insert] = {}
+
+
 def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
     """``INSERT ... ON CONFLICT DO NOTHING``: True if the row was inserted, False if its key existed.
 
@@ -112,13 +117,17 @@ def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> 
     other databases fall back to a savepoint).
     """
     core = cast(Table, table.__table__)
-    key = next(iter(core.primary_key.columns))
     dialect = session.get_bind().dialect.name
     if dialect in ("sqlite", "postgresql"):
         # RETURNING says whether a row went in (psycopg reports no rowcount for it).
-        insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        statement: Insert = insert_(core).values(**values).on_conflict_do_nothing().returning(key)
-        return session.execute(statement).first() is not None
+        cache_key = (core.name, dialect, tuple(values))
+        statement = _INSERT_NEW.get(cache_key)
+        if statement is None:
+            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+            key = next(iter(core.primary_key.columns))
+            statement = insert_(core).values({k: bindparam(k) for k in values}).on_conflict_do_nothing().returning(key)
+            _INSERT_NEW[cache_key] = statement
+        return session.execute(statement, values).first() is not None
     try:
         with session.begin_nested():
             session.execute(insert(core).values(**values))
@@ -135,6 +144,10 @@ def _user(row: AgentUserRow) -> EnrolledUser:
         objectives=frozenset(row.objectives),
         revoked=row.revoked_at is not None,
     )
+
+
+_USERS = cast(Table, AgentUserRow.__table__)
+_FIND_USER = select(_USERS).where(_USERS.c.user_id == bindparam("user_id"))
 
 
 class UserRepository:
@@ -166,8 +179,9 @@ class UserRepository:
             raise AlreadyExists(f"user {user.user_id} is enrolled already") from exc
 
     def find(self, user_id: str) -> EnrolledUser | None:
-        row = self.session.get(AgentUserRow, user_id)
-        return None if row is None else _user(row)
+        """The user's record (one Core query: no ORM object on the hot path of every request)."""
+        row = self.session.execute(_FIND_USER, {"user_id": user_id}).first()
+        return None if row is None else _user(cast(AgentUserRow, row))
 
     def all(self) -> list[tuple[EnrolledUser, datetime, datetime | None]]:
         rows = self.session.scalars(select(AgentUserRow).order_by(AgentUserRow.user_id)).all()
@@ -206,6 +220,9 @@ class NonceRepository:
         return int(getattr(result, "rowcount", 0) or 0)
 
 
+_SESSIONS = cast(Table, AgentSessionRow.__table__)
+
+
 class SessionRepository:
     """Target's sessions (tickets)."""
 
@@ -218,9 +235,11 @@ class SessionRepository:
         Raises:
             AlreadyExists: the ticket exists (tickets are single-use).
         """
-        self.session.add(row)
+        # One Core INSERT (column defaults apply), not an ORM unit of work.
+        values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
         try:
-            self.session.flush()  # no savepoint: a clash (random 128-bit tickets) fails the transaction
+            # no savepoint: a clash (random 128-bit tickets) fails the transaction
+            self.session.execute(insert(_SESSIONS), {k: v for k, v in values.items() if v is not None})
         except IntegrityError as exc:
             raise AlreadyExists("ticket exists") from exc
 
@@ -252,6 +271,10 @@ class SessionRepository:
         return int(getattr(result, "rowcount", 0) or 0) == 1
 
 
+_REVOKED = select(exists().where(AgentRevocationRow.user_id == bindparam("user_id"),
+                                 AgentRevocationRow.sign_public_key == bindparam("key")))
+
+
 class RevocationRepository:
     """Target's revocation list: (user, signing key) pairs it no longer accepts from any Host."""
 
@@ -265,8 +288,7 @@ class RevocationRepository:
 
     def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
         """Whether this user's key was revoked."""
-        return bool(self.session.scalar(select(exists().where(
-            AgentRevocationRow.user_id == user_id, AgentRevocationRow.sign_public_key == b64e(sign_public_key)))))
+        return bool(self.session.scalar(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)}))
 
     def all(self) -> list[AgentRevocationRow]:
         return list(self.session.scalars(

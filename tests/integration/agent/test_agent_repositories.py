@@ -16,7 +16,9 @@ from app.adapters.db.agent import (
     NonceRepository,
     RevocationRepository,
     SessionRepository,
+    UserRepository,
 )
+from app.domain.agent import EnrolledUser
 from app.domain.errors import AlreadyExists
 
 LATER = datetime.now(UTC) + timedelta(minutes=5)
@@ -87,3 +89,30 @@ def test_a_ticket_is_single_use(session_factory: sessionmaker[Session]) -> None:
         SessionRepository(session).add(_row("a" * 32))
     with pytest.raises(AlreadyExists), session_factory() as session, session.begin():
         SessionRepository(session).add(_row("a" * 32))
+
+
+def test_a_session_row_gets_its_defaults_and_reads_back(session_factory: sessionmaker[Session]) -> None:
+    with session_factory() as session, session.begin():
+        SessionRepository(session).add(_row("b" * 32))
+    with session_factory() as session:
+        row = SessionRepository(session).get("b" * 32)
+        assert row is not None
+        assert (row.reason, row.suite, row.virtual_ip, row.expires_at) == ("", {}, "10.8.0.1", LATER)
+        assert row.created_at is not None
+        assert row.updated_at is not None
+
+
+def test_a_user_is_found_with_keys_objectives_and_revocation(session_factory: sessionmaker[Session]) -> None:
+    user = EnrolledUser(user_id="fay", sign_public_key=KEY_A, kem_public_key=KEY_B, objectives=frozenset({2, 3}),
+                        revoked=False)
+    with session_factory() as session, session.begin():
+        UserRepository(session).enroll(user)
+    with session_factory() as session:
+        assert UserRepository(session).find("fay") == user
+        assert UserRepository(session).find("gus") is None
+    with session_factory() as session, session.begin():
+        UserRepository(session).revoke("fay")
+    with session_factory() as session:
+        found = UserRepository(session).find("fay")
+        assert found is not None
+        assert found.revoked
