@@ -247,6 +247,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.add_middleware(_GuardAndAudit, settings=settings)
 
     app.include_router(health.router)
-    for module in (algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, agent):
+    # The agent's message routes first: routing tries each route in order, and they are the
+    # ones a connect waits for (their paths overlap no other router's).
+    for module in (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks):
         app.include_router(module.router, prefix="/v1")
     return app

@@ -10,10 +10,11 @@ Every rejection is the same 403 with the same text; the audit log records the re
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import require
@@ -29,10 +30,6 @@ __all__ = ["router"]
 router = APIRouter(tags=["agent"])
 
 UserId = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-_MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
-    429: {"model": ErrorOut}, 502: {"model": ErrorOut}, 503: {"model": ErrorOut},
-}
 
 
 class MessageIn(BaseModel):
@@ -44,6 +41,13 @@ class MessageIn(BaseModel):
 
 class MessageOut(BaseModel):
     message: str
+
+
+_MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
+    200: {"model": MessageOut},
+    403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
+    429: {"model": ErrorOut}, 502: {"model": ErrorOut}, 503: {"model": ErrorOut},
+}
 
 
 class EnrollIn(BaseModel):
@@ -95,13 +99,16 @@ def _admit_user(request: Request) -> Callable[[str], None]:
     return admit
 
 
-def _done(request: Request, outcome: Outcome) -> MessageOut:
+def _done(request: Request, outcome: Outcome) -> Response:
+    """The answer as :class:`MessageOut`'s JSON, encoded once here (no response-model validation:
+    the sealed message is ASCII that needs no escaping, checked by ``json.dumps``)."""
     request.state.audit_detail = outcome.audit
-    return MessageOut(message=outcome.answer.decode("ascii"))
+    body = b'{"message":' + json.dumps(outcome.answer.decode("ascii")).encode("ascii") + b"}"
+    return Response(body, media_type="application/json")
 
 
-@router.post("/agent/requests", responses=_MESSAGE_ERRORS)
-async def client_request(body: MessageIn, request: Request) -> MessageOut:
+@router.post("/agent/requests", response_model=None, responses=_MESSAGE_ERRORS)
+async def client_request(body: MessageIn, request: Request) -> Response:
     """Host: a client's sealed request (connect or disconnect); the answer is Target's, sealed to the client.
 
     403 for every failed check (the same text each time), 409 when nothing meets the
@@ -114,8 +121,8 @@ async def client_request(body: MessageIn, request: Request) -> MessageOut:
     return _done(request, outcome)
 
 
-@router.post("/agent/target/requests", responses=_MESSAGE_ERRORS)
-async def target_request(body: MessageIn, request: Request) -> MessageOut:
+@router.post("/agent/target/requests", response_model=None, responses=_MESSAGE_ERRORS)
+async def target_request(body: MessageIn, request: Request) -> Response:
     """Target: a Host's endorsement of a client request; the answer is sealed to the client."""
     target = _target(request)
     _limit(request)
@@ -123,8 +130,8 @@ async def target_request(body: MessageIn, request: Request) -> MessageOut:
     return _done(request, outcome)
 
 
-@router.post("/agent/target/revocations", responses=_MESSAGE_ERRORS)
-async def target_revocation(body: MessageIn, request: Request) -> MessageOut:
+@router.post("/agent/target/revocations", response_model=None, responses=_MESSAGE_ERRORS)
+async def target_revocation(body: MessageIn, request: Request) -> Response:
     """Target: a Host revoked a user; their tunnels come down. The answer is how many."""
     target = _target(request)
     _limit(request)
