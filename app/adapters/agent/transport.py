@@ -1,15 +1,25 @@
-"""HTTP between the agent's roles (httpx): client -> Host, Host -> Target.
+"""HTTP between the agent's roles: client -> Host, Host -> Target.
 
 A message travels as ``{"message": "<the wire bytes>"}``; the answer the same way. An
 answer other than 200 becomes :class:`RemoteRefused` with the remote status and its
 error document (already free of secrets: the remote side's one error shape), a network
 failure :class:`GatewayUnreachable` naming the URL.
+
+A plain ``http://`` peer is reached with :mod:`http.client` over a kept-alive connection
+per origin (a fraction of httpx's cost per request, which a connect pays
+twice); ``https://``, a proxy from the environment, or an explicit ``client`` go through
+httpx. A kept connection the peer closed while idle is noticed before use and replaced.
 """
 
 from __future__ import annotations
 
 import atexit
+import http.client
+import json
+import select
 import threading
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import httpx
@@ -54,6 +64,81 @@ def _shared() -> httpx.Client:
         return _SHARED
 
 
+class _Kept:
+    """Idle kept-alive connections to plain-HTTP peers, per origin (at most ``max_idle`` each); a
+    connection is used by one request at a time. Closed at exit."""
+
+    def __init__(self, max_idle: int = 8) -> None:
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: dict[tuple[str, int], list[http.client.HTTPConnection]] = {}
+
+    def take(self, origin: tuple[str, int]) -> http.client.HTTPConnection | None:
+        while True:
+            with self._lock:
+                idle = self._idle.get(origin)
+                conn = idle.pop() if idle else None
+            if conn is None or _idle_and_open(conn):
+                return conn
+            conn.close()
+
+    def give(self, origin: tuple[str, int], conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < self.max_idle:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            conns = [c for idle in self._idle.values() for c in idle]
+            self._idle.clear()
+        for conn in conns:
+            conn.close()
+
+
+def _idle_and_open(conn: http.client.HTTPConnection) -> bool:
+    """False if the kept connection's socket is gone or readable (the peer closed it while idle)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+_KEPT = _Kept()
+atexit.register(_KEPT.close)
+
+
+def _plain_post(url: str, parts: urllib.parse.SplitResult, body: bytes, timeout: float) -> tuple[int, bytes]:
+    """POST over a kept-alive connection to the origin (a new one if none is idle)."""
+    origin = (parts.hostname or "", parts.port or 80)
+    conn = _KEPT.take(origin)
+    if conn is None:
+        conn = http.client.HTTPConnection(origin[0], origin[1], timeout=timeout)
+    elif conn.sock is not None:
+        conn.sock.settimeout(timeout)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    try:
+        conn.request("POST", path, body=body,
+                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+        reply = conn.getresponse()
+        content = reply.read()
+    except BaseException:
+        conn.close()
+        raise
+    if reply.will_close:
+        conn.close()
+    else:
+        _KEPT.give(origin, conn)
+    return reply.status, content
+
+
 def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None) -> bytes:
     """POST one agent message; the answer's message bytes.
 
@@ -62,19 +147,29 @@ def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.
         RemoteRefused: another error status.
         PeerUnreachable: no answer.
     """
-    try:
-        reply = (client or _shared()).post(url, json={"message": wire.decode("ascii")}, timeout=timeout)
-    except httpx.HTTPError as exc:
-        raise PeerUnreachable(url, type(exc).__name__) from exc
-    if reply.status_code == 403:
+    parts = urllib.parse.urlsplit(url)
+    proxied = any(k in urllib.request.getproxies() for k in ("http", "all"))
+    if client is None and parts.scheme == "http" and not proxied:
+        body = json.dumps({"message": wire.decode("ascii")}, separators=(",", ":")).encode("ascii")
+        try:
+            status, content = _plain_post(url, parts, body, timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            raise PeerUnreachable(url, type(exc).__name__) from exc
+    else:
+        try:
+            reply = (client or _shared()).post(url, json={"message": wire.decode("ascii")}, timeout=timeout)
+        except httpx.HTTPError as exc:
+            raise PeerUnreachable(url, type(exc).__name__) from exc
+        status, content = reply.status_code, reply.content
+    if status == 403:
         raise AgentRejected(f"{url} rejected the message")
     try:
-        doc = reply.json()
+        doc = json.loads(content)
     except ValueError:
         doc = None
-    if reply.status_code != 200:
+    if status != 200:
         detail = doc.get("detail") if isinstance(doc, dict) else None
-        raise RemoteRefused(reply.status_code, detail if detail is not None else reply.text[:200])
+        raise RemoteRefused(status, detail if detail is not None else content.decode("utf-8", "replace")[:200])
     message = doc.get("message") if isinstance(doc, dict) else None
     if not isinstance(message, str) or len(message) > MAX_WIRE_BYTES or not message.isascii():
         raise RemoteRefused(502, "the remote party's answer is malformed")

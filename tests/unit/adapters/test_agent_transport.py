@@ -1,0 +1,117 @@
+"""post_message over plain HTTP: kept-alive connections, a peer's idle close, the status table."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from app.adapters.agent import transport
+from app.adapters.agent.transport import PeerUnreachable, RemoteRefused, post_message
+from app.domain.agent import AgentRejected
+
+
+class Peer(ThreadingHTTPServer):
+    """An agent peer on 127.0.0.1: echoes the message, or answers ``status`` with ``doc``."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.connections = 0
+        self.status = 200
+        self.doc: object = None
+        self.bodies: list[bytes] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1/agent/requests"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: Peer
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections += 1
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.bodies.append(body)
+        doc = self.server.doc if self.server.status != 200 else {"message": json.loads(body)["message"][::-1]}
+        data = json.dumps(doc).encode()
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def peer() -> Iterator[Peer]:
+    server = Peer()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    transport._KEPT.close()
+    try:
+        yield server
+    finally:
+        transport._KEPT.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_one_kept_connection_carries_many_messages(peer: Peer) -> None:
+    for wire in (b"abc", b"de-f_0", b"xyz"):
+        assert post_message(peer.url, wire) == wire[::-1]
+    assert peer.connections == 1
+    assert json.loads(peer.bodies[0]) == {"message": "abc"}
+
+
+def test_a_connection_the_peer_closed_while_idle_is_replaced(peer: Peer) -> None:
+    assert post_message(peer.url, b"one") == b"eno"
+    kept = transport._KEPT.take(("127.0.0.1", peer.server_address[1]))
+    assert kept is not None
+    assert kept.sock is not None
+    kept.sock.shutdown(socket.SHUT_RDWR)  # as if the peer had closed it (its keep-alive timeout)
+    transport._KEPT.give(("127.0.0.1", peer.server_address[1]), kept)
+    assert post_message(peer.url, b"two") == b"owt"
+    assert len(peer.bodies) == 2  # each message sent once
+    assert peer.connections == 2
+
+
+def test_statuses(peer: Peer) -> None:
+    peer.status, peer.doc = 403, {"error": "AgentRejected", "detail": "the request was rejected"}
+    with pytest.raises(AgentRejected):
+        post_message(peer.url, b"m")
+    peer.status, peer.doc = 409, {"error": "NoFeasibleSuite", "detail": "nothing meets the minimums"}
+    with pytest.raises(RemoteRefused) as info:
+        post_message(peer.url, b"m")
+    assert (info.value.status, info.value.detail()) == (409, "nothing meets the minimums")
+    peer.status, peer.doc = 200, None
+    assert post_message(peer.url, b"ok") == b"ko"  # the connection survived the error answers
+    assert peer.connections == 1
+
+
+def test_malformed_answer_is_502(peer: Peer) -> None:
+    peer.status, peer.doc = 500, "oops"
+    with pytest.raises(RemoteRefused) as info:
+        post_message(peer.url, b"m")
+    assert info.value.status == 500
+
+
+def test_nobody_listening_is_unreachable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(PeerUnreachable, match=f"127.0.0.1:{port}") as info:
+        post_message(f"http://127.0.0.1:{port}/v1/agent/requests", b"m", timeout=1.0)
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)
