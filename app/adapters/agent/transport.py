@@ -116,27 +116,41 @@ atexit.register(_KEPT.close)
 
 
 def _plain_post(url: str, parts: urllib.parse.SplitResult, body: bytes, timeout: float) -> tuple[int, bytes]:
-    """POST over a kept-alive connection to the origin (a new one if none is idle)."""
+    """POST over a kept-alive connection to the origin (a new one if none is idle).
+
+    A kept connection that the peer resets or closes as the request goes out (it was closing
+    it at that moment, e.g. after a 500) is replaced once by a new one. The message may have
+    reached the peer: sent twice, it is refused as a replay, never acted on twice.
+    """
     origin = (parts.hostname or "", parts.port or 80)
-    conn = _KEPT.take(origin)
-    if conn is None:
-        conn = http.client.HTTPConnection(origin[0], origin[1], timeout=timeout)
-    elif conn.sock is not None:
-        conn.sock.settimeout(timeout)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.request("POST", path, body=body,
-                     headers={"Content-Type": "application/json", "Accept": "application/json"})
-        reply = conn.getresponse()
-        content = reply.read()
-    except BaseException:
-        conn.close()
-        raise
-    if reply.will_close:
-        conn.close()
-    else:
-        _KEPT.give(origin, conn)
-    return reply.status, content
+    conn = _KEPT.take(origin)
+    for attempt in (1, 2):
+        reused = conn is not None
+        if conn is None:
+            conn = http.client.HTTPConnection(origin[0], origin[1], timeout=timeout)
+        elif conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        try:
+            conn.request("POST", path, body=body,
+                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+            reply = conn.getresponse()
+            content = reply.read()
+        except (ConnectionResetError, BrokenPipeError):
+            conn.close()
+            if not reused or attempt == 2:
+                raise
+            conn = None
+            continue
+        except BaseException:
+            conn.close()
+            raise
+        if reply.will_close:
+            conn.close()
+        else:
+            _KEPT.give(origin, conn)
+        return reply.status, content
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,7 @@ class Peer(ThreadingHTTPServer):
         self.status = 200
         self.doc: object = None
         self.bodies: list[bytes] = []
+        self.reset_next = False  # reset the connection instead of answering (once)
 
     @property
     def url(self) -> str:
@@ -43,6 +45,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.bodies.append(body)
+        if self.server.reset_next:
+            self.server.reset_next = False
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            return
         doc = self.server.doc if self.server.status != 200 else {"message": json.loads(body)["message"][::-1]}
         data = json.dumps(doc).encode()
         self.send_response(self.server.status)
@@ -115,3 +122,18 @@ def test_nobody_listening_is_unreachable() -> None:
     with pytest.raises(PeerUnreachable, match=f"127.0.0.1:{port}") as info:
         post_message(f"http://127.0.0.1:{port}/v1/agent/requests", b"m", timeout=1.0)
     assert isinstance(info.value.__cause__, ConnectionRefusedError)
+
+
+def test_a_kept_connection_reset_as_the_request_goes_out_is_replaced_once(peer: Peer) -> None:
+    assert post_message(peer.url, b"one") == b"eno"
+    peer.reset_next = True
+    assert post_message(peer.url, b"two") == b"owt"
+    assert peer.connections == 2
+    assert [json.loads(b)["message"] for b in peer.bodies] == ["one", "two", "two"]
+
+
+def test_a_new_connection_reset_is_not_retried(peer: Peer) -> None:
+    peer.reset_next = True
+    with pytest.raises(PeerUnreachable):
+        post_message(peer.url, b"one")
+    assert len(peer.bodies) == 1
