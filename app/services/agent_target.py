@@ -358,7 +358,8 @@ class TargetAgent:
     def _finish_load(self, v: ViciGateway, conn: str, pending: dict[str, Future[None]], *,
                      undo: bool = False) -> None:
         """Wait for every load; if any failed (or ``undo``), unload the ones that were loaded and
-        raise the first error."""
+        raise the first error (with ``undo`` the caller has an error of its own to raise: a
+        failed load is only logged)."""
         loaded: list[str] = []
         errors: list[BaseException] = []
         for what, future in pending.items():
@@ -369,7 +370,10 @@ class TargetAgent:
                 errors.append(exc)
         if errors or undo:
             self._unload(v, conn, loaded)
-        if errors:
+        if errors and undo:
+            log.warning("loading %s failed while it was being undone: %s", conn,
+                        getattr(errors[0], "message", type(errors[0]).__name__))
+        elif errors:
             raise errors[0]
 
     @staticmethod
