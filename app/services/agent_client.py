@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from app.domain.agent import (
     Kind,
     RequestInfo,
     Response,
+    TunnelingInfo,
     check_fresh,
     client_conn,
 )
@@ -125,6 +126,9 @@ class AgentClient:
         self._clock = clock
         self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
         self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-client")
+        #: The last connect's record being rewritten with its virtual IP (:meth:`tunnels` waits for it;
+        #: so does the interpreter at exit, for the loader's threads).
+        self._rewrite: Future[None] | None = None
         #: Where the last connect's time went (step -> ms; no secrets), for benchmarks.
         self.last_steps: dict[str, float] = {}
         #: The same steps in CPU time of the connecting thread (ms).
@@ -263,24 +267,32 @@ class AgentClient:
         name = f"qoss-agent-{tunnel.ticket[:16]}"
         report["conn"] = name
         try:
-            report["virtual_ip"] = self._bring_up(name, response, steps, watch)
+            vip, written = self._bring_up(name, response, steps, watch, report, objective_id)
         except BaseException:
             self._teardown(name)
             with contextlib.suppress(Exception):
                 self._disconnect_remote(target, tunnel.ticket, objective_id)
             raise
-        self._remember(report, objective_id)
+        written.result()  # the ticket is remembered (as before: an error here is the caller's)
+        report["virtual_ip"] = vip
+        if vip is not None:  # the address is known now: rewritten in the background (see tunnels())
+            self._settle()
+            self._rewrite = self._loader.submit(self._remember, dict(report), objective_id)
         steps.mark("remember")
         steps.done()
         self.last_steps, self.last_steps_cpu = steps.as_dict(), steps.as_dict(cpu=True)
         return report
 
-    def _bring_up(self, name: str, response: Response, steps: Steps, watch: _UpWatch) -> str | None:
-        """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite.
+    def _bring_up(self, name: str, response: Response, steps: Steps, watch: _UpWatch, report: Mapping[str, Any],
+                  objective_id: int) -> tuple[str | None, Future[None]]:
+        """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite;
+        the virtual IP and the write of the ticket's record.
 
         The check reads the IKE_SA from charon's ``child-updown`` event (the listener was
         registered before the request went out), so no ``list-sas`` round trip follows the
         initiate; without the event (listener failed, event late) it asks ``list-sas``.
+        The ticket's record (``report``, no address yet) is written while charon initiates;
+        if the initiate or the check fails, it is removed again.
         """
         tunnel = response.tunneling_info
         assert tunnel is not None
@@ -293,6 +305,16 @@ class AgentClient:
         finally:
             shared.result()
         steps.mark("load")
+        written = self._loader.submit(self._remember, dict(report), objective_id)
+        try:
+            return self._initiate(name, tunnel, steps, watch), written
+        except BaseException:
+            with contextlib.suppress(Exception):
+                written.result()
+            self._forget(tunnel.ticket)
+            raise
+
+    def _initiate(self, name: str, tunnel: TunnelingInfo, steps: Steps, watch: _UpWatch) -> str | None:
         self.vici.initiate(child=name, ike=name, timeout_ms=15_000)
         steps.mark("initiate")
         suite = tunnel.suite
@@ -361,8 +383,18 @@ class AgentClient:
         with contextlib.suppress(FileNotFoundError):
             self._path(ticket).unlink()
 
+    def _settle(self) -> None:
+        """Wait for the last connect's record to be rewritten with its address."""
+        rewrite, self._rewrite = self._rewrite, None
+        if rewrite is not None:
+            try:
+                rewrite.result()
+            except OSError as exc:  # the record without the address stays: disconnect still works
+                log.warning("could not record the virtual IP of the last tunnel: %s", exc.strerror or exc)
+
     def tunnels(self) -> list[dict[str, Any]]:
         """The tunnels this client brought up and has not torn down (from ``state_dir``)."""
+        self._settle()
         if not self.config.state_dir.is_dir():
             return []
         out = []

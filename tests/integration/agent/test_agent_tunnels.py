@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 
+from app.domain.errors import GatewayRejected
 from tests.integration.agent.conftest import POOL, AgentEnv
 
 pytestmark = pytest.mark.charon
@@ -135,4 +136,35 @@ def test_connect_checks_the_suite_from_the_child_updown_event(agent_env: AgentEn
         assert ping(agent_env, report["virtual_ip"]).returncode == 0
     finally:
         client.disconnect()
+    assert agent_env.target_config_empty()
+
+
+def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_fails(agent_env: AgentEnv) -> None:
+    """The ticket's record is written during the initiate: read right after connect it has the
+    virtual IP; an initiate that fails leaves no record here and nothing configured at Target."""
+    agent_env.enroll("hana", [3])
+    client = agent_env.client("hana")
+    report = client.connect(target="hq", objective_id=3)
+    try:
+        [record] = client.tunnels()
+        assert record["ticket"] == report["ticket"]
+        assert record["virtual_ip"] == report["virtual_ip"] is not None
+    finally:
+        client.disconnect()
+    assert client.tunnels() == []
+
+    initiate = client.vici.initiate
+
+    def failing(*args: object, **kwargs: object) -> list[str]:
+        time.sleep(0.05)  # the record's write is done by now
+        raise GatewayRejected("initiate: establishing CHILD_SA failed")
+
+    client.vici.initiate = failing  # type: ignore[method-assign]
+    try:
+        with pytest.raises(GatewayRejected):
+            client.connect(target="hq", objective_id=3)
+    finally:
+        client.vici.initiate = initiate  # type: ignore[method-assign]
+    assert client.tunnels() == []
+    assert [p.name for p in client.config.state_dir.glob("*.json") if p.name != "capabilities.json"] == []
     assert agent_env.target_config_empty()
