@@ -111,6 +111,8 @@ def _idle_and_open(conn: http.client.HTTPConnection) -> bool:
         return False
 
 
+#: An answer is one sealed message in a small JSON document (or an error document): more is refused unread.
+_MAX_REPLY_BYTES = MAX_WIRE_BYTES + 4096
 _KEPT = _Kept()
 atexit.register(_KEPT.close)
 
@@ -135,7 +137,7 @@ def _plain_post(url: str, parts: urllib.parse.SplitResult, body: bytes, timeout:
             conn.request("POST", path, body=body,
                          headers={"Content-Type": "application/json", "Accept": "application/json"})
             reply = conn.getresponse()
-            content = reply.read()
+            content = reply.read(_MAX_REPLY_BYTES + 1)
         except (ConnectionResetError, BrokenPipeError):
             conn.close()
             if not reused or attempt == 2:
@@ -145,6 +147,9 @@ def _plain_post(url: str, parts: urllib.parse.SplitResult, body: bytes, timeout:
         except BaseException:
             conn.close()
             raise
+        if len(content) > _MAX_REPLY_BYTES:  # the rest is never read: the connection cannot be kept
+            conn.close()
+            raise RemoteRefused(502, "the remote party's answer is too large")
         if reply.will_close:
             conn.close()
         else:

@@ -137,3 +137,13 @@ def test_a_new_connection_reset_is_not_retried(peer: Peer) -> None:
     with pytest.raises(PeerUnreachable):
         post_message(peer.url, b"one")
     assert len(peer.bodies) == 1
+
+
+def test_an_oversized_answer_is_refused_unread_and_its_connection_not_kept(peer: Peer) -> None:
+    peer.status, peer.doc = 409, {"detail": "x" * (transport._MAX_REPLY_BYTES + 10)}
+    with pytest.raises(RemoteRefused) as info:
+        post_message(peer.url, b"m")
+    assert (info.value.status, info.value.detail()) == (502, "the remote party's answer is too large")
+    peer.status, peer.doc = 200, None
+    assert post_message(peer.url, b"ok") == b"ko"
+    assert peer.connections == 2  # the oversized answer's connection was closed, a new one made
