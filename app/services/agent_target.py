@@ -453,11 +453,11 @@ class TargetAgent:
         return Outcome(answer=str(len(closed)).encode(),
                        audit=f"revoke user={revocation.user_id} closed={len(closed)}")
 
-    def revocations(self) -> list[dict[str, Any]]:
-        """Target's own revocation list, newest first (public keys only)."""
+    def revocations(self, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """Target's own revocation list, newest first (public keys only; at most ``limit``)."""
         with self._sessions() as session:
             return [{"user_id": r.user_id, "sign_public_key": r.sign_public_key, "host": r.host_id,
-                     "revoked_at": r.revoked_at.isoformat()} for r in RevocationRepository(session).all()]
+                     "revoked_at": r.revoked_at.isoformat()} for r in RevocationRepository(session).all(limit)]
 
     def sweep(self) -> list[str]:
         """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) reconcile

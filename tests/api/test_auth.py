@@ -76,7 +76,7 @@ def test_every_write_route_is_protected() -> None:
     assert ("DELETE", "/v1/tunnels/x") in methods
     assert ("POST", "/v1/tokens") in methods
     assert {("POST", "/v1/agent/users"), ("GET", "/v1/agent/users"), ("DELETE", "/v1/agent/users/x"),
-            ("GET", "/v1/agent/sessions")} <= methods
+            ("GET", "/v1/agent/sessions"), ("GET", "/v1/agent/revocations")} <= methods
     assert len(ROUTES) >= 20
 
 

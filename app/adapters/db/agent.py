@@ -290,9 +290,10 @@ class RevocationRepository:
         """Whether this user's key was revoked."""
         return bool(self.session.scalar(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)}))
 
-    def all(self) -> list[AgentRevocationRow]:
+    def all(self, limit: int | None = None) -> list[AgentRevocationRow]:
+        """Newest first (at most ``limit``)."""
         return list(self.session.scalars(
-            select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc())).all())
+            select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc()).limit(limit)).all())
 
 
 class LeaseRepository:

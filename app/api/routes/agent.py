@@ -148,6 +148,15 @@ async def target_sessions(request: Request, state: AgentSessionState | None = No
     return await asyncio.to_thread(target.sessions, state=state, limit=limit)
 
 
+@router.get("/agent/revocations", dependencies=[Depends(require("tunnels:read"))],
+            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+async def target_revocations(request: Request,
+                             limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+    """Target: its own revocation list (users and signing keys it refuses whatever a Host says), newest first."""
+    target = _target(request)
+    return await asyncio.to_thread(target.revocations, limit=limit)
+
+
 @router.post("/agent/users", status_code=201, dependencies=[Depends(require("agent:enroll"))],
              responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut},
                         409: {"model": ErrorOut}, 422: {"model": ErrorOut}})

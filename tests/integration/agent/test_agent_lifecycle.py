@@ -150,13 +150,18 @@ def test_target_refuses_a_revoked_user_even_when_host_forgets(agent_env: AgentEn
 
 def test_revocation_list_survives_a_replayed_revocation(agent_env: AgentEnv) -> None:
     """A revocation is single-use like every message; recording it twice changes nothing."""
-    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
-    agent_env.enroll("erin", [3])
+    keys = agent_env.enroll("erin", [3])
     r = httpx.delete(f"{agent_env.url}/v1/agent/users/erin", headers=agent_env.admin, timeout=30)
     assert r.status_code == 200, r.text
     r = httpx.delete(f"{agent_env.url}/v1/agent/users/erin", headers=agent_env.admin, timeout=30)
     assert r.json()["targets"] == {"hq": "confirmed: 0 tunnels closed"}
-    assert [e["user_id"] for e in target.revocations()].count("erin") == 1
+    # Target's own list, over HTTP (scope tunnels:read): one entry, the public signing key only.
+    r = httpx.get(f"{agent_env.url}/v1/agent/revocations", headers=agent_env.admin, timeout=30)
+    assert r.status_code == 200, r.text
+    (entry,) = [e for e in r.json() if e["user_id"] == "erin"]
+    assert set(entry) == {"user_id", "sign_public_key", "host", "revoked_at"}
+    assert (entry["sign_public_key"], entry["host"]) == (b64e(keys.public.sign), "hq")
+    assert httpx.get(f"{agent_env.url}/v1/agent/revocations", timeout=30).status_code == 401
 
 
 # --------------------------------------------------------------------------- Target's load overlaps its commit
