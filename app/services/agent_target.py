@@ -119,6 +119,8 @@ class TargetAgent:
         #: everything is undone (reconcile leaves them be).
         self._inflight: set[str] = set()
         self._inflight_lock = threading.Lock()
+        #: Orphan conns the last reconcile saw: unloaded only if the next one sees them again.
+        self._suspects: set[str] = set()
         #: The address :meth:`_lease` tries first (a hint only: the INSERT decides).
         self._lease_hint: str | None = None
         self._loader = ThreadPoolExecutor(max_workers=6, thread_name_prefix="qoss-agent-load")
@@ -475,7 +477,10 @@ class TargetAgent:
     def reconcile(self) -> Reconciled:
         """Make the database and charon agree about agent conns.
 
-        * A ``qoss-agent-*`` conn that no active session owns is unloaded (with its secret and pool).
+        * A ``qoss-agent-*`` conn that no active session owns, here and in the previous reconcile,
+          is unloaded (with its secret and pool). Two passes because Target loads a conn while its
+          session's transaction commits: another process sharing this charon and database may
+          be between the two (this process's own conns in flight are known and never suspects).
         * An active session whose conn is not in charon (charon restarted, or someone unloaded it)
           is ended as ``failed`` and its lease freed, instead of staying ``active`` until it
           expires. Sessions still being set up (their conn loading or committing here, or, for a
@@ -494,7 +499,9 @@ class TargetAgent:
             active = [(r.ticket, r.conn, r.created_at, r.protection)
                       for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
         owned = {conn for _, conn, _, _ in active}
-        orphans = sorted(c for c in loaded if c.startswith("qoss-agent-") and c not in owned and c not in inflight)
+        unowned = {c for c in loaded if c.startswith("qoss-agent-") and c not in owned and c not in inflight}
+        orphans = sorted(unowned & self._suspects)
+        self._suspects = unowned - self._suspects
         for conn in orphans:
             self._teardown(conn)
         vanished = [ticket for ticket, conn, created, protection in active

@@ -20,7 +20,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.models import utcnow
-from app.domain.agent import Kind, RequestInfo, b64e
+from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.services.agent_client import AgentClient
 from app.services.agent_target import RECONCILE_GRACE, TargetAgent
 from app.services.ratelimit import RateLimiter
@@ -162,6 +162,28 @@ def test_revocation_list_survives_a_replayed_revocation(agent_env: AgentEnv) -> 
     assert set(entry) == {"user_id", "sign_public_key", "host", "revoked_at"}
     assert (entry["sign_public_key"], entry["host"]) == (b64e(keys.public.sign), "hq")
     assert httpx.get(f"{agent_env.url}/v1/agent/revocations", timeout=30).status_code == 401
+
+
+def test_an_orphaned_agent_conn_is_unloaded_by_the_second_reconcile_that_sees_it(
+    agent_env: AgentEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conn no session owns may be another process's, loaded while its session commits: the
+    first reconcile that sees it leaves it, the next one unloads it (with secret and pool)."""
+    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    monkeypatch.setattr(target, "sweep", lambda: [])  # the server's sweeper stays out of this test
+    v, name = agent_env.target_vici, "qoss-agent-0123456789abcdef"
+    right = agent_env.lab.host("right")
+    v.load_pool(name, "10.3.0.14/32")
+    v.load_shared(name, b"k" * 32, ["orphan.target", "orphan.client"])
+    v.load_conn(name, target_conn(name=name, target_address=right.ike_address, target_identity="orphan.target",
+                                  client_identity="orphan.client", client_address="10.99.0.1",
+                                  local_ts=[f"{right.inside_address}/32"], pool=name,
+                                  ike_proposal="aes128-sha256-x25519", esp_proposal="aes128gcm16", mode="tunnel",
+                                  ike_lifetime=3600, child_lifetime=1200))
+    assert target.reconcile().orphans == []
+    assert name in v.list_conns()
+    assert target.reconcile().orphans == [name]
+    assert agent_env.target_config_empty()
 
 
 # --------------------------------------------------------------------------- Target's load overlaps its commit
