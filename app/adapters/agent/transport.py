@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import http.client
 import json
-import select
 import threading
 import urllib.parse
 import urllib.request
@@ -24,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from app.adapters.sockets import idle_and_open
 from app.domain.agent import MAX_WIRE_BYTES, AgentRejected
 from app.domain.errors import GatewayUnreachable, QossError
 
@@ -100,15 +100,7 @@ class _Kept:
 
 def _idle_and_open(conn: http.client.HTTPConnection) -> bool:
     """False if the kept connection's socket is gone or readable (the peer closed it while idle)."""
-    sock = conn.sock
-    if sock is None:
-        return False
-    try:
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return not poller.poll(0)
-    except (OSError, ValueError):
-        return False
+    return conn.sock is not None and idle_and_open(conn.sock)
 
 
 #: An answer is one sealed message in a small JSON document (or an error document): more is refused unread.

@@ -36,7 +36,6 @@ import atexit
 import logging
 import os
 import re
-import select
 import socket
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
@@ -46,6 +45,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import vici
 import vici.exception
 
+from app.adapters.sockets import idle_and_open
 from app.adapters.vici.models import (
     Algorithms,
     IkeSa,
@@ -139,14 +139,7 @@ class _Held:
         """False if an idle session's socket has something to read: charon closed it (or sent
         something no one asked for). Sessions without a visible socket count as alive."""
         sock = getattr(getattr(self.session, "transport", None), "socket", None)
-        if not isinstance(sock, socket.socket):
-            return True
-        try:
-            poller = select.poll()
-            poller.register(sock, select.POLLIN)
-            return not poller.poll(0)
-        except (OSError, ValueError):
-            return False
+        return not isinstance(sock, socket.socket) or idle_and_open(sock)
 
     def close(self) -> None:
         try:
@@ -314,31 +307,27 @@ class ViciGateway:
         is run once more on a new one."""
         key = (self._connect, self.socket_path, wait)
         held = self._pool.take(key) if self._pool is not None else None
-        reused = held is not None
         if held is None:
-            held = _Held(self._connect, self.socket_path, wait)
+            return self._attempt(key, _Held(self._connect, self.socket_path, wait), call)
+        try:
+            return self._attempt(key, held, call)
+        except OSError as exc:
+            if command not in _REPEATABLE or isinstance(exc, TimeoutError):
+                raise
+            _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
+                       command, self.socket_path, type(exc).__name__)
+            return self._attempt(key, _Held(self._connect, self.socket_path, wait), call)
+
+    def _attempt(self, key: Hashable, held: _Held, call: Callable[[ViciSession], _T]) -> _T:
+        """``call`` on ``held``; the session goes back to the pool after a reply or charon's own
+        ``success = no`` (it is in step, events unregistered), and is closed after anything else."""
         try:
             result = call(held.session)
         except vici.exception.CommandException:
-            # charon answered ``success = no``: the session is in step (events unregistered).
             self._give(key, held)
             raise
-        except BaseException as exc:
+        except BaseException:
             held.close()
-            if reused and command in _REPEATABLE and isinstance(exc, OSError) and not isinstance(exc, TimeoutError):
-                _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
-                           command, self.socket_path, type(exc).__name__)
-                held = _Held(self._connect, self.socket_path, wait)
-                try:
-                    result = call(held.session)
-                except vici.exception.CommandException:
-                    self._give(key, held)
-                    raise
-                except BaseException:
-                    held.close()
-                    raise
-                self._give(key, held)
-                return result
             raise
         self._give(key, held)
         return result
