@@ -223,8 +223,9 @@ def main() -> None:
     started = time.monotonic()
     load = os.getloadavg()
     with bench_lab(prefix_hint="qcq") as bl:
-        star = default_suites(bl.candidates())
-        prior = None if args.table or args.no_prior else given_prior or _prior(bl.candidates())
+        usable = bl.candidates()
+        star = default_suites(usable)
+        prior = None if args.table or args.no_prior else given_prior or _prior(usable)
         table = _table(bl, args, star, prior)
         candidates = bl.candidates(table)
         suites = [s for s in star if set(s.transforms) <= set(candidates)]

@@ -123,6 +123,7 @@ class TargetAgent:
         self._suspects: set[str] = set()
         #: The address :meth:`_lease` tries first (a hint only: the INSERT decides).
         self._lease_hint: str | None = None
+        self._pool_network = ipaddress.ip_network(self.role.pool)
         self._loader = ThreadPoolExecutor(max_workers=6, thread_name_prefix="qoss-agent-load")
 
     # -- capabilities -------------------------------------------------------------------
@@ -321,9 +322,8 @@ class TargetAgent:
         if hint is not None and leases.take(hint, ticket):
             self._lease_hint = self._after(hint)
             return hint
-        network = ipaddress.ip_network(self.role.pool)
         taken = leases.taken()
-        for address in network.hosts():
+        for address in self._pool_network.hosts():
             text = str(address)
             if text not in taken and leases.take(text, ticket):
                 self._lease_hint = self._after(text)
@@ -332,7 +332,7 @@ class TargetAgent:
 
     def _after(self, address: str) -> str | None:
         """The pool's next host address after ``address`` (None past the last)."""
-        network = ipaddress.ip_network(self.role.pool)
+        network = self._pool_network
         following = ipaddress.ip_address(address) + 1
         usable = following in network and (
             network.version == 6 or network.prefixlen >= 31 or following != network.broadcast_address)
