@@ -26,7 +26,7 @@ from typing import Any
 
 from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
 from app.adapters.agent.transport import post_message
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.driver import ViciGateway, load_conn_command, load_shared_command, unload_command
 from app.adapters.vici.events import EventKind, EventListener, SaEvent
 from app.adapters.vici.models import IkeSa
 from app.domain.agent import (
@@ -297,13 +297,14 @@ class AgentClient:
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
-        # Secret and conn are independent: load them at once (two VICI sessions).
-        shared = self._loader.submit(self.vici.load_shared, name, response.session_key,
-                                     [tunnel.client_identity, tunnel.target_identity])
-        try:
-            self.vici.load_conn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address))
-        finally:
-            shared.result()
+        # Secret and conn in one pipelined VICI batch (one round trip); a refusal of either
+        # fails the connect, and the caller unloads both.
+        for reply in self.vici.batch([
+            load_shared_command(name, response.session_key, [tunnel.client_identity, tunnel.target_identity]),
+            load_conn_command(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
+        ]):
+            if isinstance(reply, GatewayError):
+                raise reply
         steps.mark("load")
         written = self._loader.submit(self._remember, dict(report), objective_id)
         try:
@@ -336,9 +337,8 @@ class AgentClient:
         with contextlib.suppress(GatewayError, ValueError):
             if self.vici.list_sas(ike=name):
                 self.vici.terminate(ike=name, timeout_ms=3000, force=True)
-        for unload in (self.vici.unload_conn, self.vici.unload_shared):
-            with contextlib.suppress(GatewayError):
-                unload(name)
+        with contextlib.suppress(GatewayError):  # what was not loaded is refused: nothing to do
+            self.vici.batch([unload_command("conn", name), unload_command("shared", name)])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
         info = RequestInfo(target=target, ticket=ticket)

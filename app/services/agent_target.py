@@ -41,7 +41,13 @@ from app.adapters.db.agent import (
     RevocationRepository,
     SessionRepository,
 )
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.driver import (
+    ViciGateway,
+    load_conn_command,
+    load_pool_command,
+    load_shared_command,
+    unload_command,
+)
 from app.domain.agent import (
     REPLAY_TTL,
     AgentRejected,
@@ -70,6 +76,8 @@ log = logging.getLogger("qoss.agent.target")
 SessionFactory = Callable[[], Session]
 ViciFactory = Callable[[str], ViciGateway]
 _CAPS_TTL = 30.0
+#: What a session loads into charon, in the order of the load batch.
+_LOADED = ("pool", "shared", "conn")
 #: Reconcile leaves sessions younger than this alone (another worker may still be loading them).
 RECONCILE_GRACE = 30.0
 
@@ -200,20 +208,28 @@ class TargetAgent:
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
                                 tunneling_info=None, target=self.keys.name, user_id=request.user_id,
                                 host=endorsement.host, timestamp=int(self._clock()))
+            answer = self._seal(response, endorsement)
+            steps.mark("seal")
             audit = f"disconnect user={request.user_id} ticket={ticket}"
         else:
             session_key = secrets.token_bytes(32)
-            info = self._connect(endorsement, request, session_key, now, steps)
-            response = Response(kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
-                                tunneling_info=info, target=self.keys.name, user_id=request.user_id,
-                                host=endorsement.host, timestamp=int(self._clock()))
+
+            def answer_with(info: TunnelingInfo) -> bytes:
+                return self._seal(Response(
+                    kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
+                    tunneling_info=info, target=self.keys.name, user_id=request.user_id, host=endorsement.host,
+                    timestamp=int(self._clock())), endorsement)
+
+            info, answer = self._connect(endorsement, request, session_key, now, steps, answer_with)
             audit = (f"connect user={request.user_id} objective={request.objective_id} ticket={info.ticket} "
                      f"protection={info.protection} esp={info.esp_proposal}")
-        answer = seal(kind=response.kind, to=request.user_id, body=response.body(), signer=self.keys,
-                      recipient=endorsement.user.kem_public_key)
-        steps.mark("seal")
         steps.done()
         return Outcome(answer=answer, audit=audit[:200])
+
+    def _seal(self, response: Response, endorsement: Endorsement) -> bytes:
+        """The response signed by Target and sealed to the client (only the client can open it)."""
+        return seal(kind=response.kind, to=response.user_id, body=response.body(), signer=self.keys,
+                    recipient=endorsement.user.kem_public_key)
 
     # -- connect ------------------------------------------------------------------------
 
@@ -237,10 +253,12 @@ class TargetAgent:
         )
         return run_negotiation(session=session, cache=self._cache, request=body, default_table=self._default_table)
 
-    def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes,
-                 now: float, steps: Steps) -> TunnelingInfo:
+    def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
+                 steps: Steps, answer_with: Callable[[TunnelingInfo], bytes]) -> tuple[TunnelingInfo, bytes]:
         """Admit, negotiate, lease and record the session in ONE transaction, and configure charon
-        while that transaction commits.
+        while that transaction commits; the tunneling info and the sealed answer
+        (``answer_with(info)``, made while charon loads: it is returned only once the loads
+        succeeded).
 
         The conn is in :attr:`_inflight` from before its load starts until after its session is
         committed and loaded (or everything is undone), so reconcile never takes it for an orphan.
@@ -272,7 +290,10 @@ class TargetAgent:
                 if result.suite.protocol == "none":
                     # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
                     transaction.commit()
-                    return TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+                    info = TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+                    answer = answer_with(info)
+                    steps.mark("seal")
+                    return info, answer
                 esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
                 if esp is None or ike is None:
                     raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
@@ -297,8 +318,13 @@ class TargetAgent:
                     self._finish_load(v, conn, pending, undo=True)
                     raise
                 steps.mark("commit")
+                info = TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
                 try:
-                    self._finish_load(v, conn, pending)
+                    try:
+                        answer = answer_with(info)  # while charon loads
+                        steps.mark("seal")
+                    finally:
+                        self._finish_load(v, conn, pending)  # waited for even if sealing failed
                 except BaseException as exc:
                     self._finish(ticket, AgentSessionState.FAILED,
                                  f"charon: {getattr(exc, 'message', type(exc).__name__)}")
@@ -307,7 +333,7 @@ class TargetAgent:
                 with self._inflight_lock:
                     self._inflight.discard(conn)
         steps.mark("load")
-        return TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
+        return info, answer
 
     def _lease(self, session: Session, ticket: str) -> str:
         """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
@@ -343,33 +369,32 @@ class TargetAgent:
             LeaseRepository(session).release(ticket)
 
     def _start_load(self, v: ViciGateway, conn: str, vip: str, key: bytes, client_identity: str,
-                    request: ClientRequest, ike: str, esp: str, result: NegotiationResult) -> dict[str, Future[None]]:
-        """Start loading pool, secret and conn at once on the loader threads (they are independent)."""
+                    request: ClientRequest, ike: str, esp: str, result: NegotiationResult) -> Future[list[Any]]:
+        """Start loading pool, secret and conn on a loader thread: one pipelined VICI batch."""
         body = target_conn(
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             client_identity=client_identity, client_address=request.request_info.ike_address,
             local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
         )
-        return {
-            "conn": self._loader.submit(v.load_conn, conn, body),
-            "pool": self._loader.submit(v.load_pool, conn, f"{vip}/{32 if ':' not in vip else 128}"),
-            "shared": self._loader.submit(v.load_shared, conn, key, [self.identity, client_identity]),
-        }
+        return self._loader.submit(v.batch, [
+            load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}"),
+            load_shared_command(conn, key, [self.identity, client_identity]),
+            load_conn_command(conn, body),
+        ])
 
-    def _finish_load(self, v: ViciGateway, conn: str, pending: dict[str, Future[None]], *,
-                     undo: bool = False) -> None:
-        """Wait for every load; if any failed (or ``undo``), unload the ones that were loaded and
-        raise the first error (with ``undo`` the caller has an error of its own to raise: a
-        failed load is only logged)."""
-        loaded: list[str] = []
-        errors: list[BaseException] = []
-        for what, future in pending.items():
-            try:
-                future.result()
-                loaded.append(what)
-            except BaseException as exc:
-                errors.append(exc)
+    def _finish_load(self, v: ViciGateway, conn: str, pending: Future[list[Any]], *, undo: bool = False) -> None:
+        """Wait for the loads; if any failed (or ``undo``), unload what may be loaded and raise the
+        first error (with ``undo`` the caller has an error of its own to raise: a failed load is
+        only logged). After a socket error any of them may have been loaded: all are unloaded."""
+        try:
+            replies = pending.result()
+        except BaseException as exc:
+            loaded, errors = list(_LOADED), [exc]
+        else:
+            loaded = [what for what, reply in zip(_LOADED, replies, strict=True)
+                      if not isinstance(reply, BaseException)]
+            errors = [reply for reply in replies if isinstance(reply, BaseException)]
         if errors or undo:
             self._unload(v, conn, loaded)
         if errors and undo:
@@ -380,13 +405,16 @@ class TargetAgent:
 
     @staticmethod
     def _unload(v: ViciGateway, conn: str, loaded: Sequence[str]) -> None:
-        for what in ("conn", "shared", "pool"):
-            if what not in loaded:
-                continue
-            try:
-                {"pool": v.unload_pool, "shared": v.unload_shared, "conn": v.unload_conn}[what](conn)
-            except GatewayError as exc:
-                log.warning("could not unload %s %s: %s", what, conn, exc.message)
+        """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``."""
+        what = [w for w in ("conn", "shared", "pool") if w in loaded]
+        try:
+            replies = v.batch([unload_command(w, conn) for w in what])
+        except GatewayError as exc:
+            log.warning("could not unload %s: %s", conn, exc.message)
+            return
+        for w, reply in zip(what, replies, strict=True):
+            if isinstance(reply, GatewayError):
+                log.warning("could not unload %s %s: %s", w, conn, reply.message)
 
     # -- teardown -------------------------------------------------------------------------
 

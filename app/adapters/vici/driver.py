@@ -15,6 +15,11 @@ read-only or replacing command (``version``, ``list-*``, ``load-*`` ...) that st
 fails on a reused connection with a socket error is sent once more on a new one, any
 other command never is.
 
+:meth:`ViciGateway.batch` sends several commands on one connection without waiting for
+each reply (charon answers one connection's requests strictly in order) and then reads
+the replies: one round trip instead of one per command. Each command's failure is its own;
+a socket error fails the whole batch.
+
 Every failure leaves as a project exception, chained to its cause:
 
 - socket missing, refused, closed or silent -> :class:`~app.domain.errors.GatewayUnreachable`
@@ -40,10 +45,11 @@ import socket
 import threading
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NamedTuple, NoReturn, Protocol, TypeVar
 
 import vici
 import vici.exception
+from vici.protocol import Message, Packet
 
 from app.adapters.sockets import idle_and_open
 from app.adapters.vici.models import (
@@ -63,6 +69,7 @@ from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 
 __all__ = [
     "AsyncViciGateway",
+    "Command",
     "Connect",
     "SessionPool",
     "ViciGateway",
@@ -103,6 +110,78 @@ class ViciSession(Protocol):
     ) -> Iterator[Mapping[str, Any]]:
         """Send one command, yield the events it streams, raise if it failed."""
         ...
+
+
+class Command(NamedTuple):
+    """One VICI command for :meth:`ViciGateway.batch` (built by the ``*_command`` functions)."""
+
+    name: str
+    message: Mapping[str, Any] | None = None
+    #: Values that must never appear in a log line or an exception (a PSK).
+    secrets: tuple[str, ...] = ()
+
+
+def load_conn_command(name: str, conn: Mapping[str, Any]) -> Command:
+    """``load-conn``: load or replace connection ``name`` with swanctl.conf-style settings."""
+    return Command("load-conn", {name: dict(conn)})
+
+
+def load_shared_command(id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> Command:
+    """``load-shared`` with a unique ``id``; the secret is kept out of every log and exception."""
+    data = secret if isinstance(secret, bytes) else secret.encode("utf-8")
+    hidden = [data.decode("utf-8", errors="replace")]
+    if isinstance(secret, str):
+        hidden.append(secret)
+    return Command("load-shared", {"id": id, "type": type, "data": data, "owners": list(owners)}, tuple(hidden))
+
+
+def load_pool_command(name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> Command:
+    """``load-pool``: load or replace virtual IP pool ``name`` (a subnet or a range)."""
+    pool: dict[str, Any] = {"addrs": addrs}
+    for key, values in (attributes or {}).items():
+        pool[key] = list(values)
+    return Command("load-pool", {name: pool})
+
+
+def unload_command(what: str, name: str) -> Command:
+    """``unload-conn``/``unload-pool`` (by name) or ``unload-shared`` (by id)."""
+    if what not in ("conn", "pool", "shared"):
+        raise ValueError(f"nothing to unload called {what!r}")
+    return Command(f"unload-{what}", {"id" if what == "shared" else "name": name})
+
+
+def _pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
+    """Every command's raw reply, or its :class:`vici.exception.CommandException`, in order.
+
+    With the ``vici`` package's session the requests go out in one write and the replies are
+    read afterwards; any other session (a test's) is asked one command at a time.
+    """
+    transport = getattr(session, "transport", None)
+    if transport is None:
+        out: list[Mapping[str, Any] | Exception] = []
+        for command in commands:
+            try:
+                out.append(session.request(command.name, command.message))
+            except vici.exception.CommandException as exc:
+                out.append(exc)
+        return out
+    packets = [Packet.request(c.name, None if c.message is None else Message.serialize(c.message)) for c in commands]
+    transport.socket.sendall(b"".join(len(p).to_bytes(4, "big") + p for p in packets))
+    replies: list[Mapping[str, Any] | Exception] = []
+    for command in commands:
+        response = Packet.parse(transport.receive())
+        if response.response_type != Packet.CMD_RESPONSE:
+            raise vici.exception.SessionException(
+                f"Unexpected response type {response.response_type} to {command.name}, "
+                f"expected '{Packet.CMD_RESPONSE}' (CMD_RESPONSE)")
+        reply = Message.deserialize(response.payload)
+        if "success" in reply and reply["success"] != b"yes":
+            errmsg = reply.get("errmsg", b"")
+            text = errmsg.decode("utf-8", errors="replace") if isinstance(errmsg, bytes) else str(errmsg)
+            replies.append(vici.exception.CommandException(f"Command failed: {text}"))
+        else:
+            replies.append(reply)
+    return replies
 
 
 #: Opens a session to ``socket_path`` whose reads time out after ``timeout`` seconds,
@@ -342,7 +421,6 @@ class ViciGateway:
         self,
         command: str,
         message: Mapping[str, Any] | None = None,
-        *,
         secrets: Sequence[str] = (),
     ) -> dict[str, Any]:
         _log.debug("vici %s on %s", command, self.socket_path)
@@ -352,6 +430,40 @@ class ViciGateway:
             self._fail(exc, command, self.timeout, secrets=secrets)
         decoded: dict[str, Any] = decode(reply)
         return decoded
+
+    def batch(self, commands: Sequence[Command]) -> list[dict[str, Any] | GatewayRejected]:
+        """Run ``commands`` in order on one connection, pipelined (see the module's docstring).
+
+        Returns:
+            per command, its decoded reply or the :class:`GatewayRejected` charon's refusal
+            makes of it (the others still ran).
+
+        Raises:
+            GatewayUnreachable: the socket failed; which commands took effect is unknown (a
+                batch of only repeatable commands was sent once more on a new connection if a
+                reused one failed).
+        """
+        if not commands:
+            return []
+        names = ",".join(c.name for c in commands)
+        secrets = tuple(s for c in commands for s in c.secrets)
+        _log.debug("vici %s on %s", names, self.socket_path)
+        repeatable = all(c.name in _REPEATABLE for c in commands)
+        try:
+            replies = self._run(commands[0].name if repeatable else names, self.timeout,
+                                lambda session: _pipelined(session, commands))
+        except Exception as exc:
+            self._fail(exc, names, self.timeout, secrets=secrets)
+        out: list[dict[str, Any] | GatewayRejected] = []
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, Exception):
+                try:
+                    self._fail(reply, command.name, self.timeout, secrets=command.secrets)
+                except GatewayRejected as rejected:
+                    out.append(rejected)
+            else:
+                out.append(decode(reply))
+        return out
 
     def _streamed(
         self,
@@ -449,11 +561,11 @@ class ViciGateway:
             conn: its settings as in swanctl.conf (``local_addrs``, ``proposals``,
                 ``local``, ``remote``, ``children`` ...).
         """
-        self._request("load-conn", {name: dict(conn)})
+        self._request(*load_conn_command(name, conn))
 
     def unload_conn(self, name: str) -> None:
         """Unload connection ``name`` (VICI ``unload-conn``, strongSwan >= 5.2.0)."""
-        self._request("unload-conn", {"name": name})
+        self._request(*unload_command("conn", name))
 
     def load_shared(self, id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> None:
         """Load a shared secret under a unique id (VICI ``load-shared`` with ``id``, strongSwan >= 5.5.2).
@@ -466,16 +578,11 @@ class ViciGateway:
             owners: the identities that share it.
             type: ``IKE``, ``EAP``, ``XAUTH``, ``NTLM`` or ``PPK``.
         """
-        data = secret if isinstance(secret, bytes) else secret.encode("utf-8")
-        hidden = [data.decode("utf-8", errors="replace")]
-        if isinstance(secret, str):
-            hidden.append(secret)
-        message = {"id": id, "type": type, "data": data, "owners": list(owners)}
-        self._request("load-shared", message, secrets=hidden)
+        self._request(*load_shared_command(id, secret, owners, type))
 
     def unload_shared(self, id: str) -> None:
         """Unload the shared secret with this id (VICI ``unload-shared``, strongSwan >= 5.5.2)."""
-        self._request("unload-shared", {"id": id})
+        self._request(*unload_command("shared", id))
 
     def load_pool(self, name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> None:
         """Load or replace a virtual IP pool (VICI ``load-pool``, strongSwan >= 5.2.0).
@@ -485,14 +592,11 @@ class ViciGateway:
             addrs: a subnet (``10.3.0.0/28``) or a range (``10.3.0.1-10.3.0.9``).
             attributes: extra attributes such as ``dns``.
         """
-        pool: dict[str, Any] = {"addrs": addrs}
-        for key, values in (attributes or {}).items():
-            pool[key] = list(values)
-        self._request("load-pool", {name: pool})
+        self._request(*load_pool_command(name, addrs, attributes))
 
     def unload_pool(self, name: str) -> None:
         """Unload a virtual IP pool (VICI ``unload-pool``, strongSwan >= 5.2.0)."""
-        self._request("unload-pool", {"name": name})
+        self._request(*unload_command("pool", name))
 
     # -- control ----------------------------------------------------------------
 

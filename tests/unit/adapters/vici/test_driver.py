@@ -15,6 +15,13 @@ import pytest
 import vici
 
 from app.adapters.vici import AsyncViciGateway, ChildSa, IkeSa, ViciGateway
+from app.adapters.vici.driver import (
+    Command,
+    load_conn_command,
+    load_pool_command,
+    load_shared_command,
+    unload_command,
+)
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 from tests.fakes import FakeCharon, Reply, child_sa_message, ike_sa_message
 
@@ -151,6 +158,90 @@ def test_conn_secret_pool_round_trip(fake: FakeCharon, gateway: ViciGateway) -> 
     gateway.unload_shared("qoss-t1")
     gateway.unload_pool("mobile")
     assert (gateway.list_conns(), gateway.get_shared(), gateway.get_pools()) == ([], [], [])
+
+
+# -- batches ------------------------------------------------------------------------------
+
+
+def _loads() -> list[Command]:
+    return [load_pool_command("qoss-t1", "10.3.0.2/32"), load_shared_command("qoss-t1", SECRET, ["left", "right"]),
+            load_conn_command("qoss-t1", {"version": "2", "proposals": ["aes128-sha256-modp2048"]})]
+
+
+def test_batch_runs_each_command_in_order_on_one_connection(fake: FakeCharon, gateway: ViciGateway) -> None:
+    replies = gateway.batch(_loads())
+    assert replies == [{"success": "yes"}] * 3
+    assert fake.commands == ["load-pool", "load-shared", "load-conn"]
+    assert (list(fake.pools), list(fake.shared), list(fake.conns)) == (["qoss-t1"], ["qoss-t1"], ["qoss-t1"])
+    assert fake.messages("load-shared")[0]["data"] == SECRET
+    replies = gateway.batch([unload_command(w, "qoss-t1") for w in ("conn", "shared", "pool")])
+    assert replies == [{"success": "yes"}] * 3
+    assert (fake.pools, fake.shared, fake.conns) == ({}, {}, {})
+    assert gateway.batch([]) == []
+
+
+def test_batch_refusal_is_that_commands_own_and_keeps_the_secret(
+    fake: FakeCharon, gateway: ViciGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.script("load-shared", lambda msg: Reply({"success": "no", "errmsg": f"bad secret {msg['data']}"}))
+    caplog.set_level(logging.DEBUG)
+    pool, shared, conn = gateway.batch(_loads())
+    assert pool == conn == {"success": "yes"}
+    assert isinstance(shared, GatewayRejected)
+    assert "load-shared: bad secret <secret>" in str(shared)
+    assert SECRET not in _chain_text(shared)
+    assert SECRET not in caplog.text
+    assert list(fake.conns) == ["qoss-t1"]  # the others ran
+    assert gateway.version().daemon == "charon"  # and the connection is still in step
+
+
+def test_batch_socket_failure_is_unreachable_for_the_whole_batch(fake: FakeCharon) -> None:
+    fake.drop("load-shared")
+    gateway = ViciGateway(fake.socket_path, timeout=2.0, pool=None)
+    with pytest.raises(GatewayUnreachable) as info:
+        gateway.batch(_loads())
+    assert SECRET not in _chain_text(info.value)
+    with pytest.raises(ValueError, match="nothing to unload"):
+        unload_command("ike", "x")
+
+
+def test_batch_sends_every_request_before_it_reads_a_reply(socket_dir: Path) -> None:
+    """Pipelined: a server that answers only once it has all three requests is not a deadlock."""
+    from tests.fakes.fake_charon import CMD_RESPONSE, encode_message
+
+    ours, theirs = socket.socketpair()
+    received: list[bytes] = []
+
+    def serve() -> None:
+        data = b""
+        while len(received) < 3:
+            chunk = theirs.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+            while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+                size = int.from_bytes(data[:4], "big")
+                received.append(data[4:4 + size])
+                data = data[4 + size:]
+        for _ in received:
+            reply = bytes([CMD_RESPONSE]) + encode_message({"success": "yes"})
+            theirs.sendall(len(reply).to_bytes(4, "big") + reply)
+
+    @contextmanager
+    def connect(path: str, timeout: float) -> Iterator[Any]:
+        ours.settimeout(timeout)
+        yield vici.Session(sock=ours)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        replies = ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).batch(_loads())
+    finally:
+        server.join(timeout=5)
+        ours.close()
+        theirs.close()
+    assert replies == [{"success": "yes"}] * 3
+    assert [r[2:2 + r[1]] for r in received] == [b"load-pool", b"load-shared", b"load-conn"]
 
 
 def test_initiate_returns_charon_log(fake: FakeCharon, gateway: ViciGateway) -> None:
