@@ -155,7 +155,18 @@ def canonical(obj: Mapping[str, Any]) -> bytes:
 def _check_types(value: Any, depth: int = 0) -> None:
     if depth > 8:
         raise AgentRejected("too deeply nested")
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    kind = type(value)
+    if kind is str or kind is bool or value is None:  # the common cases first, without isinstance
+        return
+    if kind is dict or kind is list or kind is tuple:
+        items = value.items() if kind is dict else enumerate(value)
+        for k, v in items:
+            if kind is dict and type(k) is not str:
+                raise AgentRejected("non-string key")
+            if type(v) is not str:  # most leaves are strings: no call for them
+                _check_types(v, depth + 1)
+        return
+    if isinstance(value, bool | str):
         return
     if isinstance(value, int):
         if abs(value) > 2**53:

@@ -147,3 +147,38 @@ def test_an_oversized_answer_is_refused_unread_and_its_connection_not_kept(peer:
     peer.status, peer.doc = 200, None
     assert post_message(peer.url, b"ok") == b"ko"
     assert peer.connections == 2  # the oversized answer's connection was closed, a new one made
+
+
+def _raw_peer(answer: bytes) -> tuple[str, threading.Thread, socket.socket]:
+    """A peer that reads one request and writes ``answer`` as is, then closes."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}/v1/agent/requests", thread, server
+
+
+def test_a_chunked_answer_is_read_whole() -> None:
+    doc = json.dumps({"message": "olleh"}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (doc[:5], doc[5:])) + b"0\r\n\r\n"
+    url, thread, server = _raw_peer(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                                    + chunks)
+    with server:
+        assert post_message(url, b"hello") == b"olleh"
+        thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.2\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{"])
+def test_an_answer_that_is_not_http_or_cut_short_is_unreachable(answer: bytes) -> None:
+    url, thread, server = _raw_peer(answer)
+    with server, pytest.raises(PeerUnreachable):
+        post_message(url, b"hello", timeout=2.0)
+    thread.join(timeout=5)

@@ -93,6 +93,19 @@ def test_non_canonical_spellings_are_refused() -> None:
         b64d(b64e(b"\xff\x00")[:-1] + "B")  # spare bits set: another spelling of nearly the same bytes
 
 
+def test_only_json_types_within_the_limits_are_encoded() -> None:
+    nested: object = "leaf"
+    for _ in range(8):
+        nested = [nested]
+    assert canonical({"a": nested}) == b'{"a":' + b"[" * 8 + b'"leaf"' + b"]" * 8 + b"}"
+    for bad in ({"a": [nested]}, {"a": {"b": [[[[[[[[{}]]]]]]]]}}, {"a": 2**53 + 1}, {"a": [2**60]}, {"a": 1.5},
+                {"a": b"x"}, {1: "x"}, {"a": {2: "x"}}, {"a": [{"b": {1, 2}}]}):
+        with pytest.raises(AgentRejected):
+            canonical(bad)  # type: ignore[arg-type]
+    assert canonical({"a": (1, "x", False, None), "b": {"c": -(2**53)}}) == (
+        b'{"a":[1,"x",false,null],"b":{"c":-9007199254740992}}')
+
+
 def test_freshness_window() -> None:
     check_fresh(1000, 1000 + 59)
     check_fresh(1000 + 29, 1000)
