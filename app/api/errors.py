@@ -17,7 +17,7 @@ from app.domain.agent import AgentRejected
 from app.domain.auth import Forbidden, Unauthenticated
 from app.services.ratelimit import RateLimited
 
-__all__ = ["STATUS", "install_error_handlers", "status_for"]
+__all__ = ["STATUS", "install_error_handlers", "qoss_error_parts", "status_for"]
 
 log = logging.getLogger("qoss.api")
 
@@ -54,23 +54,30 @@ def error_body(error: str, detail: Any) -> dict[str, Any]:
     return {"error": error, "detail": detail}
 
 
+def qoss_error_parts(exc: e.QossError) -> tuple[int, dict[str, Any], dict[str, str], str]:
+    """A domain error as (status, body, headers, audit detail): one mapping for the handler below
+    and the agent's fast path (:mod:`app.api.agent_fast`)."""
+    headers = {}
+    if isinstance(exc, e.StaleRevision):
+        headers["ETag"] = f'"{exc.current}"'
+    if isinstance(exc, Unauthenticated):
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, RateLimited):
+        headers["Retry-After"] = str(exc.retry_after)
+    detail = f"AgentRejected: {exc.reason}" if isinstance(exc, AgentRejected) else type(exc).__name__
+    return status_for(exc), error_body(type(exc).__name__, exc.detail()), headers, detail
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers: domain errors, validation, HTTP errors, the database, the rest."""
 
     @app.exception_handler(e.QossError)
     async def _qoss(request: Request, exc: e.QossError) -> JSONResponse:
-        status = status_for(exc)
+        status, body, headers, detail = qoss_error_parts(exc)
         request.state.error_name = type(exc).__name__
         if isinstance(exc, AgentRejected):
-            request.state.audit_detail = f"AgentRejected: {exc.reason}"
-        headers = {}
-        if isinstance(exc, e.StaleRevision):
-            headers["ETag"] = f'"{exc.current}"'
-        if isinstance(exc, Unauthenticated):
-            headers["WWW-Authenticate"] = "Bearer"
-        if isinstance(exc, RateLimited):
-            headers["Retry-After"] = str(exc.retry_after)
-        return JSONResponse(error_body(type(exc).__name__, exc.detail()), status_code=status, headers=headers)
+            request.state.audit_detail = detail
+        return JSONResponse(body, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

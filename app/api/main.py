@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +18,8 @@ from app.adapters.agent.crypto import load_keys
 from app.adapters.bench.micro import machine_id, run_micro
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.vici.driver import ViciGateway
+from app.api.agent_fast import is_message_request, serve_message
+from app.api.agent_fast import request_id as make_request_id
 from app.api.errors import error_body, install_error_handlers
 from app.api.routes import (
     admin,
@@ -47,7 +48,18 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("qoss.api")
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class QossApp(FastAPI):
+    """The application: the agent's message routes take a fast path (:mod:`app.api.agent_fast`)
+    around the middleware stack; everything else goes through it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if is_message_request(scope):
+            scope["app"] = self
+            await serve_message(self.state, scope, receive, send, super().__call__)
+            return
+        await super().__call__(scope, receive, send)
 
 
 def _reconcile_at_start(app: FastAPI) -> None:
@@ -86,16 +98,21 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
     return host, target
 
 
-async def _sweep(target: TargetAgent) -> None:
-    """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded."""
-    while True:
+async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
+    """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded.
+
+    Stopped by ``stop``, never cancelled mid-sweep: a sweep runs in a thread that holds a
+    database connection, which must be back in the pool before the engine is disposed.
+    """
+    while not stop.is_set():
         try:
             ended = await asyncio.to_thread(target.sweep)
             if ended:
                 log.info("agent sessions expired: %d", len(ended))
         except Exception:
             log.exception("agent sweep failed")
-        await asyncio.sleep(target.role.sweep_interval)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=target.role.sweep_interval)
 
 
 class _GuardAndAudit:
@@ -119,8 +136,7 @@ class _GuardAndAudit:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        supplied = request.headers.get("x-request-id", "")
-        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        request_id = make_request_id(request.headers.get("x-request-id", ""))
         status = 500
 
         async def send_with_id(message: Message) -> None:
@@ -221,21 +237,22 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                                     resync=resolved.monitor_interval)
             monitor.start()
         app.state.tunnel_monitor = monitor
-        sweeper = asyncio.create_task(_sweep(app.state.agent_target)) if app.state.agent_target else None
+        stop_sweeping = asyncio.Event()
+        sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
+                   if app.state.agent_target else None)
         try:
             yield
         finally:
             if sweeper is not None:
-                sweeper.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await sweeper
+                stop_sweeping.set()
+                await sweeper  # the sweep under way ends first
             if monitor is not None:
                 await asyncio.to_thread(monitor.stop)
             app.state.auditor.close()
             engine.dispose()
             read_engine.dispose()
 
-    app = FastAPI(
+    app = QossApp(
         title="qoss",
         version=__version__,
         description="Quality-of-Security-Service policy negotiation for IPsec (ESAF): the cheapest "

@@ -60,51 +60,72 @@ class EnrollIn(BaseModel):
     objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
 
 
-def _host(request: Request) -> HostAgent:
-    host: HostAgent | None = getattr(request.app.state, "agent_host", None)
+#: The message routes (path -> what answers), for :func:`handle_message` and the app's fast path.
+MESSAGE_PATHS = {
+    "/v1/agent/requests": "host",
+    "/v1/agent/target/requests": "target",
+    "/v1/agent/target/revocations": "revocation",
+}
+
+
+def _host(state: Any) -> HostAgent:
+    host: HostAgent | None = getattr(state, "agent_host", None)
     if host is None:
         raise NotFound("this server does not play the agent's Host role")
     return host
 
 
-def _target(request: Request) -> TargetAgent:
-    target: TargetAgent | None = getattr(request.app.state, "agent_target", None)
+def _target(state: Any) -> TargetAgent:
+    target: TargetAgent | None = getattr(state, "agent_target", None)
     if target is None:
         raise NotFound("this server does not play the agent's Target role")
     return target
 
 
-def _limit(request: Request) -> None:
+async def handle_message(state: Any, path: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
+    """One sealed message to the route at ``path`` (:data:`MESSAGE_PATHS`): the outcome to answer.
+
+    The per-address limit comes first; Host then limits each verified user (``note`` gets the
+    audit detail of that refusal). Shared by the routes below and the app's fast path
+    (:mod:`app.api.agent_fast`), so both answer alike.
+
+    Raises:
+        NotFound: this server does not play the role. RateLimited, AgentRejected and the
+        handlers' other errors.
+    """
+    role = MESSAGE_PATHS[path]
+    agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
+    state.agent_limiter.take(f"agent:{source}", who="this address")
+    if isinstance(agent, HostAgent):
+        limiter: RateLimiter = state.agent_user_limiter
+
+        def admit(user_id: str) -> None:
+            try:
+                limiter.take(f"agent-user:{user_id}", who="this user")
+            except RateLimited:
+                note(f"rate limited: user={user_id}")
+                raise
+
+        return await asyncio.to_thread(agent.handle, data, admit=admit)
+    if role == "target":
+        return await asyncio.to_thread(agent.handle, data)
+    return await asyncio.to_thread(agent.revoke, data)
+
+
+def answer_body(outcome: Outcome) -> bytes:
+    """The answer as :class:`MessageOut`'s JSON, encoded once (no response-model validation: the
+    sealed message is ASCII that needs no escaping, checked by ``json.dumps``)."""
+    return b'{"message":' + json.dumps(outcome.answer.decode("ascii")).encode("ascii") + b"}"
+
+
+async def _message(path: str, body: MessageIn, request: Request) -> Response:
+    def note(detail: str) -> None:
+        request.state.audit_detail = detail
+
     source = request.client.host if request.client else "unknown"
-    request.app.state.agent_limiter.take(f"agent:{source}", who="this address")
-
-
-def _user_limiter(request: Request) -> RateLimiter:
-    """Host's per-user limiter, made in the lifespan."""
-    limiter: RateLimiter = request.app.state.agent_user_limiter
-    return limiter
-
-
-def _admit_user(request: Request) -> Callable[[str], None]:
-    """The per-user limit Host applies once a request is genuine (after the signature check)."""
-    limiter = _user_limiter(request)
-
-    def admit(user_id: str) -> None:
-        try:
-            limiter.take(f"agent-user:{user_id}", who="this user")
-        except RateLimited:
-            request.state.audit_detail = f"rate limited: user={user_id}"
-            raise
-
-    return admit
-
-
-def _done(request: Request, outcome: Outcome) -> Response:
-    """The answer as :class:`MessageOut`'s JSON, encoded once here (no response-model validation:
-    the sealed message is ASCII that needs no escaping, checked by ``json.dumps``)."""
+    outcome = await handle_message(request.app.state, path, body.message.encode("utf-8"), source, note)
     request.state.audit_detail = outcome.audit
-    body = b'{"message":' + json.dumps(outcome.answer.decode("ascii")).encode("ascii") + b"}"
-    return Response(body, media_type="application/json")
+    return Response(answer_body(outcome), media_type="application/json")
 
 
 @router.post("/agent/requests", response_model=None, responses=_MESSAGE_ERRORS)
@@ -115,28 +136,19 @@ async def client_request(body: MessageIn, request: Request) -> Response:
     minimums, 429 (with Retry-After) when the source address or the user sends too fast,
     502/503 when Target or its charon fails.
     """
-    host = _host(request)
-    _limit(request)
-    outcome = await asyncio.to_thread(host.handle, body.message.encode("utf-8"), admit=_admit_user(request))
-    return _done(request, outcome)
+    return await _message("/v1/agent/requests", body, request)
 
 
 @router.post("/agent/target/requests", response_model=None, responses=_MESSAGE_ERRORS)
 async def target_request(body: MessageIn, request: Request) -> Response:
     """Target: a Host's endorsement of a client request; the answer is sealed to the client."""
-    target = _target(request)
-    _limit(request)
-    outcome = await asyncio.to_thread(target.handle, body.message.encode("utf-8"))
-    return _done(request, outcome)
+    return await _message("/v1/agent/target/requests", body, request)
 
 
 @router.post("/agent/target/revocations", response_model=None, responses=_MESSAGE_ERRORS)
 async def target_revocation(body: MessageIn, request: Request) -> Response:
     """Target: a Host revoked a user; their tunnels come down. The answer is how many."""
-    target = _target(request)
-    _limit(request)
-    outcome = await asyncio.to_thread(target.revoke, body.message.encode("utf-8"))
-    return _done(request, outcome)
+    return await _message("/v1/agent/target/revocations", body, request)
 
 
 @router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],
@@ -144,7 +156,7 @@ async def target_revocation(body: MessageIn, request: Request) -> Response:
 async def target_sessions(request: Request, state: AgentSessionState | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: the tunnels it set up for clients, newest first."""
-    target = _target(request)
+    target = _target(request.app.state)
     return await asyncio.to_thread(target.sessions, state=state, limit=limit)
 
 
@@ -153,7 +165,7 @@ async def target_sessions(request: Request, state: AgentSessionState | None = No
 async def target_revocations(request: Request,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: its own revocation list (users and signing keys it refuses whatever a Host says), newest first."""
-    target = _target(request)
+    target = _target(request.app.state)
     return await asyncio.to_thread(target.revocations, limit=limit)
 
 
@@ -162,7 +174,7 @@ async def target_revocations(request: Request,
                         409: {"model": ErrorOut}, 422: {"model": ErrorOut}})
 async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
     """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
-    host = _host(request)
+    host = _host(request.app.state)
     return await asyncio.to_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
                                    kem_public_key=body.kem_public_key, objectives=body.objectives)
 
@@ -171,11 +183,11 @@ async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
             responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
 async def list_users(request: Request) -> list[dict[str, Any]]:
     """Host: the enrolled users (public keys only)."""
-    return await asyncio.to_thread(_host(request).users)
+    return await asyncio.to_thread(_host(request.app.state).users)
 
 
 @router.delete("/agent/users/{user_id}", dependencies=[Depends(require("agent:enroll"))],
                responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
 async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
     """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
-    return await asyncio.to_thread(_host(request).revoke, user_id)
+    return await asyncio.to_thread(_host(request.app.state).revoke, user_id)

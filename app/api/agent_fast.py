@@ -1,0 +1,130 @@
+"""The agent's message routes without the framework on their happy path.
+
+A connect crosses two of these routes (client -> Host -> Target) and waits for both; the
+middleware stack, routing and body model cost each about 70 us warm, several times that
+in a connect. A POST to one of :data:`~app.api.routes.agent.MESSAGE_PATHS` whose body is
+exactly ``{"message": "<text>"}`` within the size limit is answered here, by the same
+:func:`~app.api.routes.agent.handle_message` the routes use, with the same statuses, error
+documents, ``x-request-id`` and audit record as the full stack gives. Anything else (no
+Content-Length, too large, not that JSON object) goes to the full stack with its body
+replayed, so validation errors, 413 and the like have one implementation.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlalchemy.exc import OperationalError
+from starlette.types import Message, Receive, Scope, Send
+
+from app.api.errors import error_body, qoss_error_parts
+from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
+from app.domain.agent import MAX_WIRE_BYTES
+from app.domain.errors import QossError
+from app.services.audit import Auditor
+
+__all__ = ["is_message_request", "request_id", "serve_message"]
+
+log = logging.getLogger("qoss.api")
+
+#: A body longer than this is left to the full stack (its 413 and its validation).
+_MAX_BODY = 2 * MAX_WIRE_BYTES + 64
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def request_id(supplied: str) -> str:
+    """The caller's ``x-request-id`` if it is a safe token, else a new one."""
+    return supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+
+
+def _message_of(body: bytes) -> str | None:
+    """The message of a body that is exactly ``{"message": <text within the limit>}``, else None."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    if type(doc) is not dict or len(doc) != 1:
+        return None
+    message = doc.get("message")
+    if type(message) is not str or not 1 <= len(message) <= MAX_WIRE_BYTES:
+        return None
+    return message
+
+
+async def serve_message(
+    state: Any, scope: Scope, receive: Receive, send: Send, full: Callable[[Scope, Receive, Send], Awaitable[None]]
+) -> None:
+    """Answer one POST to a message path (see the module's docstring); ``full`` is the full stack."""
+    headers = dict(scope["headers"])
+    length = headers.get(b"content-length", b"")
+    if not length.isdigit() or int(length) > _MAX_BODY:
+        await full(scope, receive, send)
+        return
+    chunks: list[bytes] = []
+    while True:
+        incoming = await receive()
+        if incoming["type"] != "http.request":  # the client went away
+            return
+        chunks.append(incoming.get("body", b""))
+        if not incoming.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    message = _message_of(body) if len(body) <= _MAX_BODY else None
+    if message is None:
+        await full(scope, _replay(body, receive), send)
+        return
+    rid = request_id(headers.get(b"x-request-id", b"").decode("latin-1"))
+    client = scope.get("client")
+    source = client[0] if client else "unknown"
+    noted: list[str] = []
+    extra: dict[str, str] = {}
+    try:
+        outcome = await handle_message(state, scope["path"], message.encode("utf-8"), source, noted.append)
+        status, content, detail = 200, answer_body(outcome), outcome.audit
+    except QossError as exc:
+        status, doc, extra, detail = qoss_error_parts(exc)
+        content = json.dumps(doc).encode("utf-8")
+    except OperationalError as exc:
+        log.error("database unavailable: %s", type(exc.orig).__name__ if exc.orig else "OperationalError")
+        status, detail = 503, "DatabaseUnavailable"
+        content = json.dumps(error_body("DatabaseUnavailable", "the database is unavailable")).encode("utf-8")
+    except Exception as exc:
+        log.exception("unexpected error", exc_info=exc)
+        status, detail = 500, "InternalError"
+        content = json.dumps(error_body("InternalError", "internal error")).encode("utf-8")
+    if noted:
+        detail = noted[-1]
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-length", str(len(content)).encode("ascii")), (b"content-type", b"application/json"),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),
+        (b"x-request-id", rid.encode("ascii")),
+    ]})
+    await send({"type": "http.response.body", "body": content})
+    auditor: Auditor | None = getattr(state, "auditor", None)
+    if auditor is not None:
+        auditor.record(request_id=rid, token_id=None, token_name=None, scopes=[], source=source[:64],
+                       action="POST", object=scope["path"][:300], outcome=status, detail=str(detail)[:200])
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` first, then whatever the client sends next."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def is_message_request(scope: Scope) -> bool:
+    """Whether the fast path takes this request (a POST to a message path)."""
+    return scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in MESSAGE_PATHS

@@ -1,0 +1,131 @@
+"""The agent's message routes answer on a fast path exactly as the full stack does.
+
+Each case is sent twice: through the application (the fast path takes it) and straight into
+the full FastAPI stack (what every other route goes through). Status, body, the headers a
+client reads and the audit record must agree; bodies the fast path does not take (not
+exactly ``{"message": ...}``, too large) must get the full stack's own answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+
+from app.adapters.agent.crypto import KeyPair
+from app.api import main as api_main
+from app.api.main import create_app
+from app.domain.agent import MAX_WIRE_BYTES, Kind
+from app.settings import Settings
+from tests.api.test_agent_roles import enroll, sealed_request
+from tests.fixtures.agent_roles import agent_server_config
+
+pytestmark = pytest.mark.anyio
+
+Clients = tuple[httpx.AsyncClient, httpx.AsyncClient, KeyPair, FastAPI]
+
+
+@pytest.fixture
+async def clients(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[Clients]:
+    config, server_keys = agent_server_config(tmp_path)
+    app = create_app(settings.model_copy(update={"agent_config": config, "agent_burst": 10, "agent_rate": 0.01}))
+
+    async def full_stack(scope: Scope, receive: Receive, send: Send) -> None:
+        await FastAPI.__call__(app, scope, receive, send)
+
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test", headers=headers,
+    ) as fast, httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=full_stack), base_url="http://qoss.test", headers=headers,
+    ) as full:
+        yield fast, full, server_keys, app
+
+
+def _seen(r: httpx.Response) -> tuple[int, Any, dict[str, str]]:
+    kept = {k: v for k, v in r.headers.items() if k in ("content-type", "retry-after", "x-request-id")}
+    return r.status_code, r.json(), kept
+
+
+async def _audit(c: httpx.AsyncClient, request_id: str) -> tuple[Any, ...]:
+    (record,) = [x for x in (await c.get("/v1/audit")).json() if x["request_id"] == request_id]
+    return record["action"], record["object"], record["outcome"], record["detail"], record["source"]
+
+
+async def test_message_routes_answer_as_the_full_stack_does(clients: Clients, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast, full, server, _ = clients
+    user = await enroll(fast, "alice")
+    stranger = KeyPair.generate("mallory")
+    entered: list[str] = []
+    guard = api_main._GuardAndAudit.__call__
+
+    async def counting(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        entered.append(scope["path"])
+        await guard(self, scope, receive, send)
+
+    monkeypatch.setattr(api_main._GuardAndAudit, "__call__", counting)
+    # Each send gets a body of its own (a sealed request is single use).
+    cases: list[tuple[str, str, Callable[[], dict[str, str]]]] = [
+        ("rejected", "/v1/agent/requests", lambda: sealed_request(stranger, server)),
+        ("garbage", "/v1/agent/target/requests", lambda: {"message": "qoss-agent-1 nonsense"}),
+        ("revocation garbage", "/v1/agent/target/revocations", lambda: {"message": "x"}),
+        ("charon gone", "/v1/agent/requests", lambda: sealed_request(user, server)),
+        ("disconnect unknown", "/v1/agent/requests",
+         lambda: sealed_request(user, server, Kind.DISCONNECT, ticket="0" * 32)),
+    ]
+    for label, path, body in cases:
+        entered.clear()
+        a = await fast.post(path, json=body(), headers={"X-Request-ID": f"fast-{len(label)}-{label[:3]}"})
+        assert entered == [], label  # the fast path answered
+        b = await full.post(path, json=body(), headers={"X-Request-ID": f"full-{len(label)}-{label[:3]}"})
+        assert entered == [path], label
+        (sa, da, ha), (sb, db, hb) = _seen(a), _seen(b)
+        assert (sa, da) == (sb, db), label
+        assert ha.pop("x-request-id").startswith("fast-")
+        assert hb.pop("x-request-id").startswith("full-")
+        assert ha == hb, label
+        assert sa in (403, 503), label
+        assert (await _audit(fast, f"fast-{len(label)}-{label[:3]}")) == (
+            await _audit(fast, f"full-{len(label)}-{label[:3]}")), label
+    # The address limit (burst 10, barely refilling) is shared: the next ones are 429 on both paths.
+    a = await fast.post("/v1/agent/requests", json=sealed_request(stranger, server))
+    b = await full.post("/v1/agent/requests", json=sealed_request(stranger, server))
+    assert a.status_code == b.status_code == 429
+    assert _seen(a)[1] == _seen(b)[1]
+    assert a.headers["retry-after"] == b.headers["retry-after"]
+    assert len(a.headers["x-request-id"]) == 32  # made here when the client sends none
+
+
+@pytest.mark.parametrize(("body", "status", "error"), [
+    ({"message": "x", "extra": 1}, 422, "ValidationError"),
+    ({"message": ""}, 422, "ValidationError"),
+    ({"message": 42}, 422, "ValidationError"),
+    ([{"message": "x"}], 422, "ValidationError"),
+    ({"message": "x" * (MAX_WIRE_BYTES + 1)}, 422, "ValidationError"),
+])
+async def test_bodies_the_fast_path_does_not_take_get_the_full_stacks_answer(
+    clients: Clients, body: Any, status: int, error: str
+) -> None:
+    fast, full, _, _ = clients
+    a = await fast.post("/v1/agent/requests", json=body)
+    b = await full.post("/v1/agent/requests", json=body)
+    assert a.status_code == b.status_code == status
+    assert a.json() == b.json()
+    assert a.json()["error"] == error
+
+
+async def test_not_json_and_too_large_go_to_the_full_stack(clients: Clients, settings: Settings) -> None:
+    fast, full, _, _ = clients
+    for c in (fast, full):
+        r = await c.post("/v1/agent/requests", content=b"{not json", headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]) == (422, "ValidationError")
+        big = json.dumps({"message": "x" * (settings.max_body_bytes + 10)}).encode()
+        r = await c.post("/v1/agent/requests", content=big, headers={"Content-Type": "application/json"})
+        assert (r.status_code, r.json()["error"]) == (413, "PayloadTooLarge")
+    assert (await fast.get("/v1/agent/requests")).status_code == 405  # other methods: the full stack
