@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -129,7 +130,9 @@ def _client(config: Path) -> Any:
     from app.services.agent_config import load_client_config
 
     cfg = load_client_config(config)
-    return AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+    gc.freeze()  # the modules' objects: no full collection over them during the connect
+    return client
 
 
 @agent_app.command("connect")

@@ -37,7 +37,7 @@ from pathlib import Path
 from tests.integration.agent.topology import Topology
 
 INNER = r"""
-import json, os, sys, time
+import gc, json, os, sys, time
 from pathlib import Path
 from app.adapters.agent.crypto import load_keys
 from app.adapters.vici.driver import ViciGateway
@@ -83,6 +83,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
 else:
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)
+gc.freeze()  # as qoss agent connect does once its client is made
 times, cpu, bare_ms, last = [], [], [], None
 for i in range(n):
     start, start_cpu = time.perf_counter(), time.process_time()
