@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.adapters.db.models import utcnow
 from app.adapters.db.repositories import AuditRepository
 
 __all__ = ["Auditor"]
@@ -36,7 +37,8 @@ class Auditor:
         self._thread.start()
 
     def record(self, **fields: Any) -> None:
-        """Queue one record (never blocks the request)."""
+        """Queue one record (never blocks the request); it is stamped now, not when written."""
+        fields.setdefault("at", utcnow())
         self._queue.put(fields)
 
     def flush(self) -> int:
@@ -52,9 +54,7 @@ class Auditor:
                 return 0
             try:
                 with self._factory() as session, session.begin():
-                    repo = AuditRepository(session)
-                    for fields in batch:
-                        repo.append(**fields)
+                    AuditRepository(session).append_many(batch)
             except Exception:
                 # Keep the records for the next attempt (database briefly unavailable).
                 for fields in batch:

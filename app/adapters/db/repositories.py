@@ -8,10 +8,10 @@ else wrote first (StaleRevision). The unique (object, revision) constraint is th
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, delete, select, update
+from sqlalchemy import CursorResult, Update, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -578,8 +578,15 @@ class AuditRepository:
         self.session = session
 
     def append(self, **fields: Any) -> None:
-        self.session.add(AuditRow(**fields))
-        self.session.flush()
+        self.append_many([fields])
+
+    def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Insert records in one statement (``at`` defaults to now, ``detail`` to empty)."""
+        if records:
+            now = utcnow()
+            self.session.execute(insert(AuditRow), [  # the same keys in each: one executemany
+                {"token_id": None, "token_name": None, "detail": "", **r, "at": r.get("at") or now}
+                for r in records])
 
     def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
