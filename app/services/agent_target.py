@@ -76,8 +76,6 @@ log = logging.getLogger("qoss.agent.target")
 SessionFactory = Callable[[], Session]
 ViciFactory = Callable[[str], ViciGateway]
 _CAPS_TTL = 30.0
-#: What a session loads into charon, in the order of the load batch.
-_LOADED = ("pool", "shared", "conn")
 #: Reconcile leaves sessions younger than this alone (another worker may still be loading them).
 RECONCILE_GRACE = 30.0
 
@@ -297,24 +295,34 @@ class TargetAgent:
                 esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
                 if esp is None or ike is None:
                     raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
-                vip = self._lease(session, ticket)
-                SessionRepository(session).add(AgentSessionRow(
-                    ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
-                    request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",
-                    conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
-                    state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
-                ))
             except BaseException:
                 transaction.rollback()
                 raise
+            # Admitted: charon loads secret and conn while the lease and the session are written,
+            # the pool once its address is leased (a conn names its pool; charon looks it up only
+            # when a client asks for an address), all while the transaction commits.
             with self._inflight_lock:
                 self._inflight.add(conn)
+            v = self._vici(self.role.vici_socket)
+            pending: list[tuple[tuple[str, ...], Future[list[Any]]]] = []
             try:
-                v = self._vici(self.role.vici_socket)
-                pending = self._start_load(v, conn, vip, session_key, client_identity, request, ike, esp, result)
                 try:
+                    pending.append((("shared", "conn"), self._loader.submit(v.batch, [
+                        load_shared_command(conn, session_key, [self.identity, client_identity]),
+                        load_conn_command(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
+                    ])))
+                    vip = self._lease(session, ticket)
+                    pending.append((("pool",), self._loader.submit(v.batch, [
+                        load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}")])))
+                    SessionRepository(session).add(AgentSessionRow(
+                        ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
+                        request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",
+                        conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
+                        state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
+                    ))
                     transaction.commit()
                 except BaseException:
+                    transaction.rollback()
                     self._finish_load(v, conn, pending, undo=True)
                     raise
                 steps.mark("commit")
@@ -368,33 +376,36 @@ class TargetAgent:
         with self._sessions() as session, session.begin():
             LeaseRepository(session).release(ticket)
 
-    def _start_load(self, v: ViciGateway, conn: str, vip: str, key: bytes, client_identity: str,
-                    request: ClientRequest, ike: str, esp: str, result: NegotiationResult) -> Future[list[Any]]:
-        """Start loading pool, secret and conn on a loader thread: one pipelined VICI batch."""
-        body = target_conn(
+    def _conn_body(self, conn: str, client_identity: str, request: ClientRequest, ike: str, esp: str,
+                   result: NegotiationResult) -> dict[str, Any]:
+        """Target's side of the road warrior: the client's identity, the negotiated suite, the pool."""
+        return target_conn(
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             client_identity=client_identity, client_address=request.request_info.ike_address,
             local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
         )
-        return self._loader.submit(v.batch, [
-            load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}"),
-            load_shared_command(conn, key, [self.identity, client_identity]),
-            load_conn_command(conn, body),
-        ])
 
-    def _finish_load(self, v: ViciGateway, conn: str, pending: Future[list[Any]], *, undo: bool = False) -> None:
-        """Wait for the loads; if any failed (or ``undo``), unload what may be loaded and raise the
-        first error (with ``undo`` the caller has an error of its own to raise: a failed load is
-        only logged). After a socket error any of them may have been loaded: all are unloaded."""
-        try:
-            replies = pending.result()
-        except BaseException as exc:
-            loaded, errors = list(_LOADED), [exc]
-        else:
-            loaded = [what for what, reply in zip(_LOADED, replies, strict=True)
-                      if not isinstance(reply, BaseException)]
-            errors = [reply for reply in replies if isinstance(reply, BaseException)]
+    def _finish_load(self, v: ViciGateway, conn: str, pending: Sequence[tuple[tuple[str, ...], Future[list[Any]]]],
+                     *, undo: bool = False) -> None:
+        """Wait for the load batches (what each loads, its future); if any load failed (or
+        ``undo``), unload what may be loaded and raise the first error (with ``undo`` the caller
+        has an error of its own to raise: a failed load is only logged). After a socket error
+        any of a batch's loads may have taken effect: all of them are unloaded."""
+        loaded: list[str] = []
+        errors: list[BaseException] = []
+        for names, future in pending:
+            try:
+                replies = future.result()
+            except BaseException as exc:
+                loaded.extend(names)
+                errors.append(exc)
+                continue
+            for name, reply in zip(names, replies, strict=True):
+                if isinstance(reply, BaseException):
+                    errors.append(reply)
+                else:
+                    loaded.append(name)
         if errors or undo:
             self._unload(v, conn, loaded)
         if errors and undo:

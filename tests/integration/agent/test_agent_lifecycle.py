@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +20,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.models import utcnow
+from app.adapters.vici.driver import Command, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.services.agent_client import AgentClient
 from app.services.agent_target import RECONCILE_GRACE, TargetAgent
@@ -257,6 +258,38 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
     finally:
         gina.disconnect()
     assert agent_env.target_config_empty()
+
+
+def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
+    agent_env: AgentEnv, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Target loads secret and conn while the session is written and the pool once its address
+    is leased. Real charon refuses the pool (an address it cannot parse): the client gets 502,
+    the secret and conn already loaded are unloaded, the session ends as failed with charon's
+    reason, and its lease is released."""
+    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    real = target._vici
+
+    class RefusedPool(ViciGateway):
+        def batch(self, commands: Sequence[Command]) -> list[Any]:
+            return super().batch([
+                c._replace(message={n: {**p, "addrs": "10.3.0.999/32"} for n, p in (c.message or {}).items()})
+                if c.name == "load-pool" else c for c in commands])
+
+    monkeypatch.setattr(target, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
+    agent_env.enroll("hank", [3])
+    with pytest.raises(RemoteRefused) as info:
+        agent_env.client("hank").connect(target="hq", objective_id=3)
+    assert info.value.status == 502
+    assert "load-pool" in str(info.value.detail())
+    assert agent_env.target_config_empty()
+    with engine.connect() as conn:
+        (ticket, state, reason), = conn.execute(select(
+            AgentSessionRow.ticket, AgentSessionRow.state, AgentSessionRow.reason).where(
+            AgentSessionRow.user_id == "hank")).all()
+        assert state == "failed"
+        assert reason.startswith("charon: load-pool")
+        assert conn.execute(select(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket)).all() == []
 
 
 # --------------------------------------------------------------------------- reconcile (last: restarts charon)
