@@ -26,7 +26,6 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +41,7 @@ from app.adapters.db.agent import (
     SessionRepository,
 )
 from app.adapters.vici.driver import (
+    Pipeline,
     ViciGateway,
     load_conn_command,
     load_pool_command,
@@ -130,7 +130,6 @@ class TargetAgent:
         #: The address :meth:`_lease` tries first (a hint only: the INSERT decides).
         self._lease_hint: str | None = None
         self._pool_network = ipaddress.ip_network(self.role.pool)
-        self._loader = ThreadPoolExecutor(max_workers=6, thread_name_prefix="qoss-agent-load")
 
     # -- capabilities -------------------------------------------------------------------
 
@@ -300,20 +299,22 @@ class TargetAgent:
                 raise
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
-            # when a client asks for an address), all while the transaction commits.
+            # when a client asks for an address), all while the transaction commits. The loads go
+            # out pipelined on one connection; their replies are read at the end.
             with self._inflight_lock:
                 self._inflight.add(conn)
             v = self._vici(self.role.vici_socket)
-            pending: list[tuple[tuple[str, ...], Future[list[Any]]]] = []
+            loads, sent = v.pipeline(), []
             try:
                 try:
-                    pending.append((("shared", "conn"), self._loader.submit(v.batch, [
+                    sent += ["shared", "conn"]
+                    loads.send([
                         load_shared_command(conn, session_key, [self.identity, client_identity]),
                         load_conn_command(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
-                    ])))
+                    ])
                     vip = self._lease(session, ticket)
-                    pending.append((("pool",), self._loader.submit(v.batch, [
-                        load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}")])))
+                    sent.append("pool")
+                    loads.send([load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}")])
                     SessionRepository(session).add(AgentSessionRow(
                         ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                         request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",
@@ -323,7 +324,7 @@ class TargetAgent:
                     transaction.commit()
                 except BaseException:
                     transaction.rollback()
-                    self._finish_load(v, conn, pending, undo=True)
+                    self._finish_load(v, conn, loads, sent, undo=True)
                     raise
                 steps.mark("commit")
                 info = TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
@@ -332,12 +333,13 @@ class TargetAgent:
                         answer = answer_with(info)  # while charon loads
                         steps.mark("seal")
                     finally:
-                        self._finish_load(v, conn, pending)  # waited for even if sealing failed
+                        self._finish_load(v, conn, loads, sent)  # waited for even if sealing failed
                 except BaseException as exc:
                     self._finish(ticket, AgentSessionState.FAILED,
                                  f"charon: {getattr(exc, 'message', type(exc).__name__)}")
                     raise
             finally:
+                loads.close()
                 with self._inflight_lock:
                     self._inflight.discard(conn)
         steps.mark("load")
@@ -386,26 +388,20 @@ class TargetAgent:
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
         )
 
-    def _finish_load(self, v: ViciGateway, conn: str, pending: Sequence[tuple[tuple[str, ...], Future[list[Any]]]],
-                     *, undo: bool = False) -> None:
-        """Wait for the load batches (what each loads, its future); if any load failed (or
+    def _finish_load(self, v: ViciGateway, conn: str, loads: Pipeline, sent: Sequence[str], *,
+                     undo: bool = False) -> None:
+        """Read the loads' replies (``sent`` names what was sent, in order); if any load failed (or
         ``undo``), unload what may be loaded and raise the first error (with ``undo`` the caller
         has an error of its own to raise: a failed load is only logged). After a socket error
-        any of a batch's loads may have taken effect: all of them are unloaded."""
-        loaded: list[str] = []
-        errors: list[BaseException] = []
-        for names, future in pending:
-            try:
-                replies = future.result()
-            except BaseException as exc:
-                loaded.extend(names)
-                errors.append(exc)
-                continue
-            for name, reply in zip(names, replies, strict=True):
-                if isinstance(reply, BaseException):
-                    errors.append(reply)
-                else:
-                    loaded.append(name)
+        any of the loads may have taken effect: all of them are unloaded."""
+        try:
+            replies = loads.finish()
+        except GatewayError as exc:
+            loaded, errors = list(sent), [exc]
+        else:
+            loaded = [w for w, reply in zip(sent, replies, strict=False) if not isinstance(reply, GatewayError)]
+            errors = [reply for reply in replies if isinstance(reply, GatewayError)]
+        loads.close()
         if errors or undo:
             self._unload(v, conn, loaded)
         if errors and undo:

@@ -71,6 +71,7 @@ __all__ = [
     "AsyncViciGateway",
     "Command",
     "Connect",
+    "Pipeline",
     "SessionPool",
     "ViciGateway",
     "ViciSession",
@@ -150,12 +151,10 @@ def unload_command(what: str, name: str) -> Command:
     return Command(f"unload-{what}", {"id" if what == "shared" else "name": name})
 
 
-def _pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
-    """Every command's raw reply, or its :class:`vici.exception.CommandException`, in order.
-
-    With the ``vici`` package's session the requests go out in one write and the replies are
-    read afterwards; any other session (a test's) is asked one command at a time.
-    """
+def _send(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception] | None:
+    """Write ``commands`` in one go (the ``vici`` package's session): None, the replies are read
+    by :func:`_receive`. Any other session (a test's) is asked one command at a time: its
+    replies (or :class:`vici.exception.CommandException`) at once."""
     transport = getattr(session, "transport", None)
     if transport is None:
         out: list[Mapping[str, Any] | Exception] = []
@@ -167,6 +166,13 @@ def _pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mappin
         return out
     packets = [Packet.request(c.name, None if c.message is None else Message.serialize(c.message)) for c in commands]
     transport.socket.sendall(b"".join(len(p).to_bytes(4, "big") + p for p in packets))
+    return None
+
+
+def _receive(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
+    """The raw replies to ``commands`` sent by :func:`_send` (charon answers in order), each the
+    message or its :class:`vici.exception.CommandException`."""
+    transport = getattr(session, "transport")  # noqa: B009 - only sessions that have one get here
     replies: list[Mapping[str, Any] | Exception] = []
     for command in commands:
         response = Packet.parse(transport.receive())
@@ -182,6 +188,108 @@ def _pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mappin
         else:
             replies.append(reply)
     return replies
+
+
+def _pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
+    """Every command's raw reply, or its :class:`vici.exception.CommandException`, in order:
+    all requests written first, then the replies read."""
+    early = _send(session, commands)
+    return early if early is not None else _receive(session, commands)
+
+
+class Pipeline:
+    """Commands written now, their replies read later, on one connection (from
+    :meth:`ViciGateway.pipeline`): charon works on them while the caller does something else.
+
+    :meth:`send` may be called several times; :meth:`finish` reads every reply not read yet and
+    returns all of them in the order sent (a reply, or charon's refusal as
+    :class:`GatewayRejected`). Closing returns the connection to the pool only if every reply
+    was read; otherwise it is closed, and charon still runs what it received.
+    """
+
+    def __init__(self, gateway: ViciGateway) -> None:
+        self._gateway = gateway
+        self._key = (gateway._connect, gateway.socket_path, gateway.timeout)
+        self._held: _Held | None = None
+        self._unread: list[Command] = []
+        self._replies: list[dict[str, Any] | GatewayRejected] = []
+        self._secrets: tuple[str, ...] = ()
+        self._broken = False
+
+    def send(self, commands: Sequence[Command]) -> None:
+        """Write ``commands`` without waiting for charon.
+
+        Raises:
+            GatewayUnreachable: the socket failed (which commands charon got is unknown). A
+                reused connection that fails as the first commands go out, all of them
+                repeatable, is replaced once.
+        """
+        if not commands:
+            return
+        g = self._gateway
+        names = ",".join(c.name for c in commands)
+        self._secrets += tuple(s for c in commands for s in c.secrets)
+        _log.debug("vici %s on %s (pipelined)", names, g.socket_path)
+        try:
+            if self._held is None:
+                pool = g._pool
+                held = pool.take(self._key) if pool is not None else None
+                if held is not None:
+                    try:
+                        self._early(_send(held.session, commands), commands)
+                        self._held = held
+                        return
+                    except OSError as exc:
+                        held.close()
+                        if isinstance(exc, TimeoutError) or not all(c.name in _REPEATABLE for c in commands):
+                            raise
+                        _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
+                                   names, g.socket_path, type(exc).__name__)
+                self._held = _Held(g._connect, g.socket_path, g.timeout)
+            self._early(_send(self._held.session, commands), commands)
+        except Exception as exc:
+            self._broken = True
+            g._fail(exc, names, g.timeout, secrets=self._secrets)
+
+    def _early(self, replies: list[Mapping[str, Any] | Exception] | None, commands: Sequence[Command]) -> None:
+        if replies is None:
+            self._unread.extend(commands)
+        else:
+            self._replies.extend(self._gateway._decoded(commands, replies, self._secrets))
+
+    def finish(self) -> list[dict[str, Any] | GatewayRejected]:
+        """Every reply so far, in the order sent (reading those not read yet).
+
+        Raises:
+            GatewayUnreachable: the socket failed before every reply was read.
+        """
+        if self._unread:
+            assert self._held is not None
+            unread, self._unread = self._unread, []
+            try:
+                raw = _receive(self._held.session, unread)
+            except Exception as exc:
+                self._broken = True
+                self._gateway._fail(exc, ",".join(c.name for c in unread), self._gateway.timeout,
+                                    secrets=self._secrets)
+            self._replies.extend(self._gateway._decoded(unread, raw, self._secrets))
+        return list(self._replies)
+
+    def close(self) -> None:
+        """Give the connection back (every reply read) or close it."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        if self._broken or self._unread:
+            held.close()
+        else:
+            self._gateway._give(self._key, held)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 #: Opens a session to ``socket_path`` whose reads time out after ``timeout`` seconds,
@@ -454,11 +562,22 @@ class ViciGateway:
                                 lambda session: _pipelined(session, commands))
         except Exception as exc:
             self._fail(exc, names, self.timeout, secrets=secrets)
+        return self._decoded(commands, replies)
+
+    def pipeline(self) -> Pipeline:
+        """A :class:`Pipeline` on one connection of this charon's (use it as a context manager)."""
+        return Pipeline(self)
+
+    def _decoded(self, commands: Sequence[Command], replies: Sequence[Mapping[str, Any] | Exception],
+                 secrets: Sequence[str] = ()) -> list[dict[str, Any] | GatewayRejected]:
+        """Replies decoded, refusals as :class:`GatewayRejected` (scrubbed of every secret sent
+        with them, not just the command's own: one connection's commands share a fate)."""
+        hidden = (*secrets, *(s for c in commands for s in c.secrets))
         out: list[dict[str, Any] | GatewayRejected] = []
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, Exception):
                 try:
-                    self._fail(reply, command.name, self.timeout, secrets=command.secrets)
+                    self._fail(reply, command.name, self.timeout, secrets=hidden)
                 except GatewayRejected as rejected:
                     out.append(rejected)
             else:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import ORMExecuteState, Session
 from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.models import utcnow
-from app.adapters.vici.driver import Command, ViciGateway
+from app.adapters.vici.driver import Command, Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.services.agent_client import AgentClient
 from app.services.agent_target import RECONCILE_GRACE, TargetAgent
@@ -270,11 +270,20 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
     target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
     real = target._vici
 
+    def unparsable(commands: Sequence[Command]) -> list[Command]:
+        return [c._replace(message={n: {**p, "addrs": "10.3.0.999/32"} for n, p in (c.message or {}).items()})
+                if c.name == "load-pool" else c for c in commands]
+
+    class RefusingPipeline(Pipeline):
+        def send(self, commands: Sequence[Command]) -> None:
+            super().send(unparsable(commands))
+
     class RefusedPool(ViciGateway):
         def batch(self, commands: Sequence[Command]) -> list[Any]:
-            return super().batch([
-                c._replace(message={n: {**p, "addrs": "10.3.0.999/32"} for n, p in (c.message or {}).items()})
-                if c.name == "load-pool" else c for c in commands])
+            return super().batch(unparsable(commands))
+
+        def pipeline(self) -> Pipeline:
+            return RefusingPipeline(self)
 
     monkeypatch.setattr(target, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
     agent_env.enroll("hank", [3])

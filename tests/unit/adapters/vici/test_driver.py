@@ -17,9 +17,11 @@ import vici
 from app.adapters.vici import AsyncViciGateway, ChildSa, IkeSa, ViciGateway
 from app.adapters.vici.driver import (
     Command,
+    SessionPool,
     load_conn_command,
     load_pool_command,
     load_shared_command,
+    unix_connect,
     unload_command,
 )
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
@@ -242,6 +244,83 @@ def test_batch_sends_every_request_before_it_reads_a_reply(socket_dir: Path) -> 
         theirs.close()
     assert replies == [{"success": "yes"}] * 3
     assert [r[2:2 + r[1]] for r in received] == [b"load-pool", b"load-shared", b"load-conn"]
+
+
+def test_a_pipeline_sends_now_and_reads_every_reply_at_the_end(fake: FakeCharon) -> None:
+    pool = SessionPool()
+    gateway = ViciGateway(fake.socket_path, timeout=2.0, pool=pool)
+    fake.script("load-pool", lambda msg: Reply({"success": "no", "errmsg": f"bad pool {SECRET}"}))
+    with gateway.pipeline() as p:
+        p.send(_loads()[1:])  # secret and conn
+        p.send([])
+        p.send(_loads()[:1])  # then the pool
+        shared, conn, pool_reply = p.finish()
+        assert p.finish() == [shared, conn, pool_reply]  # nothing left to read: the same replies
+    assert shared == conn == {"success": "yes"}
+    assert isinstance(pool_reply, GatewayRejected)
+    assert "load-pool: bad pool" in str(pool_reply)
+    assert SECRET not in _chain_text(pool_reply)
+    assert fake.commands == ["load-shared", "load-conn", "load-pool"]
+    assert pool.idle((unix_connect, fake.socket_path, 2.0)) == 1  # every reply read: kept
+    pool.close()
+
+
+def test_a_pipeline_closed_unread_drops_its_connection(fake: FakeCharon) -> None:
+    """Replies left unread would put the connection out of step: it is closed, not pooled."""
+    pool = SessionPool()
+    gateway = ViciGateway(fake.socket_path, timeout=2.0, pool=pool)
+    with gateway.pipeline() as p:
+        p.send(_loads())
+    assert pool.idle((unix_connect, fake.socket_path, 2.0)) == 0
+    gateway.version()  # a new connection serves the next command
+    assert pool.idle((unix_connect, fake.socket_path, 2.0)) == 1
+    pool.close()
+
+
+def test_a_pipeline_reads_nothing_before_finish(socket_dir: Path) -> None:
+    """A server that answers only once it has all three requests: two sends, then one read."""
+    from tests.fakes.fake_charon import CMD_RESPONSE, encode_message
+
+    ours, theirs = socket.socketpair()
+    received: list[bytes] = []
+
+    def serve() -> None:
+        data = b""
+        while len(received) < 3:
+            chunk = theirs.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+            while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
+                size = int.from_bytes(data[:4], "big")
+                received.append(data[4:4 + size])
+                data = data[4 + size:]
+        for _ in received:
+            reply = bytes([CMD_RESPONSE]) + encode_message({"success": "yes"})
+            theirs.sendall(len(reply).to_bytes(4, "big") + reply)
+
+    @contextmanager
+    def connect(path: str, timeout: float) -> Iterator[Any]:
+        ours.settimeout(timeout)
+        yield vici.Session(sock=ours)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        with ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).pipeline() as p:
+            p.send(_loads()[:2])
+            p.send(_loads()[2:])
+            replies = p.finish()
+    finally:
+        server.join(timeout=5)
+        ours.close()
+        theirs.close()
+    assert replies == [{"success": "yes"}] * 3
+
+
+def test_a_pipeline_whose_socket_is_gone_is_unreachable(socket_dir: Path) -> None:
+    with pytest.raises(GatewayUnreachable), ViciGateway(str(socket_dir / "gone.vici")).pipeline() as p:
+        p.send(_loads())
 
 
 def test_initiate_returns_charon_log(fake: FakeCharon, gateway: ViciGateway) -> None:
