@@ -178,12 +178,12 @@ class TargetAgent:
         """
         if RevocationRepository(session).revoked(request.user_id, endorsement.user.sign_public_key):
             raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
-        replayed = NonceRepository(session).claim_all("target", [
-            (f"host:{endorsement.host}", endorsement.nonce), (f"user:{request.user_id}", request.request_id),
-        ], _at(now + REPLAY_TTL))
-        if replayed:
-            raise AgentRejected("replayed " + " and ".join(
-                "endorsement" if sender.startswith("host:") else "request" for sender in replayed))
+        nonces = NonceRepository(session)
+        expires = _at(now + REPLAY_TTL)
+        if not nonces.claim("target", f"host:{endorsement.host}", endorsement.nonce, expires):
+            raise AgentRejected("replayed endorsement")
+        if not nonces.claim("target", f"user:{request.user_id}", request.request_id, expires):
+            raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
         """Answer one endorsed request (connect or disconnect): the sealed response for the client.

@@ -10,7 +10,6 @@ stored: only public keys.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -107,7 +106,7 @@ class AgentRevocationRow(Base):
 
 #: Prepared ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, dialect, columns):
 #: built once, so a claim costs one execution and no statement construction.
-_INSERT_NEW: dict[tuple[Any, ...], Insert] = {}
+_INSERT_NEW: dict[tuple[str, str, tuple[str, ...]], Insert] = {}
 
 
 def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
@@ -214,30 +213,6 @@ class NonceRepository:
         """Insert (scope, sender, nonce); False if it is there already (a replay)."""
         return _insert_new(self.session, AgentNonceRow,
                            {"scope": scope, "sender": sender, "nonce": nonce.hex(), "expires_at": expires_at})
-
-    def claim_all(self, scope: str, claims: Sequence[tuple[str, bytes]], expires_at: datetime) -> list[str]:
-        """Claim several (sender, nonce) pairs in one statement; the senders whose nonce was
-        there already (replays), in the order given. On SQLite and PostgreSQL it is one
-        ``INSERT ... ON CONFLICT DO NOTHING RETURNING``; elsewhere one claim after another."""
-        dialect = self.session.get_bind().dialect.name
-        if dialect not in ("sqlite", "postgresql"):
-            return [sender for sender, nonce in claims if not self.claim(scope, sender, nonce, expires_at)]
-        core = cast(Table, AgentNonceRow.__table__)
-        cache_key = (core.name, dialect, "claim_all", len(claims))
-        statement = _INSERT_NEW.get(cache_key)
-        if statement is None:
-            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
-            rows: list[dict[str, Any]] = [
-                {k: bindparam(f"{k}_{i}") for k in ("scope", "sender", "nonce", "expires_at")}
-                    for i in range(len(claims))]
-            statement = insert_(core).values(rows).on_conflict_do_nothing().returning(core.c.sender, core.c.nonce)
-            _INSERT_NEW[cache_key] = statement
-        params: dict[str, Any] = {}
-        for i, (sender, nonce) in enumerate(claims):
-            params.update({f"scope_{i}": scope, f"sender_{i}": sender, f"nonce_{i}": nonce.hex(),
-                           f"expires_at_{i}": expires_at})
-        inserted = {(row[0], row[1]) for row in self.session.execute(statement, params)}
-        return [sender for sender, nonce in claims if (sender, nonce.hex()) not in inserted]
 
     def purge(self, now: datetime) -> int:
         """Forget nonces whose timestamps can no longer pass the freshness check."""

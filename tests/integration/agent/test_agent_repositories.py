@@ -38,23 +38,6 @@ def test_a_nonce_is_claimed_once_and_a_clash_leaves_the_transaction_usable(
         assert NonceRepository(session).claim("host", "user:a", b"n" * 16, LATER)
 
 
-def test_several_nonces_are_claimed_in_one_statement_and_replays_named(
-    session_factory: sessionmaker[Session],
-) -> None:
-    both = [("host:h1", b"e" * 16), ("user:a", b"r" * 16)]
-    with session_factory() as session, session.begin():
-        nonces = NonceRepository(session)
-        assert nonces.claim_all("target", both, LATER) == []
-        assert nonces.claim_all("target", both, LATER) == ["host:h1", "user:a"]
-        assert nonces.claim_all("target", [("host:h1", b"f" * 16), ("user:a", b"r" * 16)], LATER) == ["user:a"]
-        assert nonces.claim_all("host", both, LATER) == []  # another scope
-    with session_factory() as session, session.begin():  # all of it committed, nothing more
-        nonces = NonceRepository(session)
-        assert not nonces.claim("target", "host:h1", b"f" * 16, LATER)
-        assert nonces.claim_all("target", [("user:a", b"s" * 16)], LATER) == []
-        assert not nonces.claim("target", "user:a", b"r" * 16, LATER)
-
-
 def test_twenty_concurrent_claims_of_one_nonce_one_wins(session_factory: sessionmaker[Session]) -> None:
     results: list[bool] = []
     barrier = threading.Barrier(20)
