@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import Engine, create_engine, event, select, update
-from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.orm import Session
 
 from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
@@ -202,19 +202,17 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
     gina = agent_env.client("gina")
     seen: dict[str, Any] = {}
 
-    def inserted(state: ORMExecuteState) -> None:  # the session row's INSERT: remember its conn
-        params = state.parameters
-        if state.is_insert and isinstance(params, dict) and "conn" in params and "ticket" in params:
-            state.session.info["conn"] = params["conn"]
-
     reconciling = threading.Event()  # reconcile has read charon and the conns in flight
 
     def reconcile() -> None:
         seen["reconciled"] = target.reconcile()
 
     def before_commit(session: Session) -> None:
-        conn = session.info.get("conn")
-        if conn is None or "conn" in seen:
+        if "conn" in seen:
+            return
+        conn = session.connection().scalar(  # gina's session row, written in this transaction
+            select(AgentSessionRow.conn).where(AgentSessionRow.user_id == "gina"))
+        if conn is None:
             return
         seen["conn"] = conn
         deadline = time.monotonic() + 5
@@ -233,7 +231,6 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
         if threading.current_thread().name == "test-reconcile":
             reconciling.set()
         session = factory()
-        event.listen(session, "do_orm_execute", inserted)
         event.listen(session, "before_commit", before_commit)
         return session
 
