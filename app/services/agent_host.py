@@ -176,15 +176,16 @@ class HostAgent:
             kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
             timestamp=int(self._clock()), user=user, client_kind=kind, client_body=body, client_tag=tag,
         )
-        wire = seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(), signer=self.keys,
-                    recipient=target.keys.kem)
-        steps.mark("seal")
         what = f"{kind.value} user={user.user_id} objective={request.objective_id} target={target.name}"
         try:
             if target.url == "local" and self._local is not None:
-                outcome = self._local.handle(wire)
+                # This process is the Target too: nothing to seal and sign to itself.
+                outcome = self._local.handle_local(endorsement)
                 answer, audit = outcome.answer, f"relayed {outcome.audit}"
             else:
+                wire = seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(), signer=self.keys,
+                            recipient=target.keys.kem)
+                steps.mark("seal")
                 answer, audit = self._post(f"{target.url}/v1/agent/target/requests", wire), f"relayed {what}"
         except AgentRejected as exc:
             raise AgentRejected(f"target rejected: {exc.reason}") from exc

@@ -143,14 +143,23 @@ class TargetAgent:
 
     # -- messages -------------------------------------------------------------------------
 
-    def _open_endorsement(self, data: bytes, now: float, steps: Steps) -> tuple[Endorsement, ClientRequest]:
+    def _open_endorsement(self, data: bytes, steps: Steps) -> Endorsement:
+        """Open a sealed endorsement and check its Host's signature (the Host must be trusted)."""
         _, body, tag = open_sealed(data, kinds=[Kind.ENDORSE], me=self.keys)
         steps.mark("open")
         endorsement = Endorsement.parse(body)
+        verify(self._host_keys(endorsement).sign, Kind.ENDORSE, body, tag)
+        return endorsement
+
+    def _host_keys(self, endorsement: Endorsement) -> PublicKeys:
         host_keys = self.hosts.get(endorsement.host)
         if host_keys is None:
             raise AgentRejected(f"unknown host {endorsement.host}")
-        verify(host_keys.sign, Kind.ENDORSE, body, tag)
+        return host_keys
+
+    def _check_endorsement(self, endorsement: Endorsement, now: float, steps: Steps) -> ClientRequest:
+        """Everything but the envelope: addressed here, fresh, the client's own signed request,
+        consistent with Host's word, an objective the user may ask for."""
         if endorsement.target != self.keys.name:
             raise AgentRejected("endorsement for another target")
         check_fresh(endorsement.timestamp, now)
@@ -167,7 +176,7 @@ class TargetAgent:
         if request.objective_id not in user.objectives:
             raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
         steps.mark("verify")
-        return endorsement, request
+        return request
 
     @staticmethod
     def _admit(session: Session, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
@@ -193,9 +202,23 @@ class TargetAgent:
             NoFeasibleSuite, UnsupportedProtection: nothing meets the minimums (nothing configured).
             GatewayError: charon failed or is unreachable (nothing left configured).
         """
-        now = self._clock()
         steps = Steps("target")
-        endorsement, request = self._open_endorsement(data, now, steps)
+        return self._answer(self._open_endorsement(data, steps), steps)
+
+    def handle_local(self, endorsement: Endorsement) -> Outcome:
+        """:meth:`handle` for an endorsement from the Host role of this same process (``url: local``).
+
+        Nothing crosses a network or a process boundary, so Host does not seal and sign it to
+        itself; the Host must still be one this Target trusts, and every other check (freshness,
+        the client's own signature, consistency, objectives, revocation, both nonces) is the same.
+        """
+        steps = Steps("target")
+        self._host_keys(endorsement)
+        return self._answer(endorsement, steps)
+
+    def _answer(self, endorsement: Endorsement, steps: Steps) -> Outcome:
+        now = self._clock()
+        request = self._check_endorsement(endorsement, now, steps)
         if request.kind is Kind.DISCONNECT:
             ticket = request.request_info.ticket or ""
             with self._sessions() as session, session.begin():

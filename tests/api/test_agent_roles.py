@@ -7,6 +7,8 @@ tests/integration/agent.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -21,7 +23,8 @@ from app.adapters.agent.crypto import KeyPair, seal
 from app.adapters.db.agent import AgentLeaseRow, AgentSessionRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.api.main import create_app
-from app.domain.agent import ClientRequest, Kind, RequestInfo
+from app.domain.agent import AgentRejected, ClientRequest, Endorsement, EnrolledUser, Kind, RequestInfo
+from app.domain.errors import GatewayUnreachable
 from app.settings import Settings
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
 
@@ -120,3 +123,39 @@ async def test_enrolment_checks_its_keys_and_conflicts(roles: tuple[httpx.AsyncC
                                                 "sign_public_key": "A" * 43, "kem_public_key": "_" * 43})
     assert bad.status_code in (201, 422), bad.text  # a point on the curve or a clear refusal, never a 500
     assert (await c.delete("/v1/agent/users/nobody")).status_code == 404
+
+
+async def test_a_local_endorsement_gets_every_check_but_the_envelope(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """One process playing Host and Target hands the endorsement over unsealed (``url: local``);
+    Target still refuses a Host it does not trust, a stale endorsement and a forged client body."""
+    config, _ = agent_server_config(tmp_path)
+    app = create_app(settings.model_copy(update={"agent_config": config}))
+    async with app.router.lifespan_context(app):
+        target = app.state.agent_target
+        user = KeyPair.generate("ivan")
+        register_keys(user)
+        request = ClientRequest(kind=Kind.CONNECT, request_id=secrets.token_bytes(16), user_id="ivan",
+                                objective_id=3, request_info=RequestInfo(target=SERVER_ID), host=SERVER_ID,
+                                timestamp=int(time.time()))
+        body = request.body()
+        good = Endorsement(kind=Kind.ENDORSE, host=SERVER_ID, target=SERVER_ID, nonce=secrets.token_bytes(16),
+                           timestamp=int(time.time()),
+                           user=EnrolledUser(user_id="ivan", sign_public_key=user.public.sign,
+                                             kem_public_key=user.public.kem, objectives=frozenset({3})),
+                           client_kind=Kind.CONNECT, client_body=body, client_tag=user.sign(Kind.CONNECT, body))
+        for bad, reason in (
+            (dataclasses.replace(good, host="mallory"), "unknown host"),
+            (dataclasses.replace(good, timestamp=int(time.time()) - 3600), "expired timestamp"),
+            (dataclasses.replace(good, client_tag=bytes(64)), "bad signature"),
+            (dataclasses.replace(good, user=dataclasses.replace(good.user, objectives=frozenset({2}))),
+             "objective 3 not allowed"),
+        ):
+            with pytest.raises(AgentRejected) as info:
+                await asyncio.to_thread(target.handle_local, bad)
+            assert reason in info.value.reason
+        # The genuine one passes every check and reaches charon (there is none here: 503).
+        with pytest.raises(GatewayUnreachable):
+            await asyncio.to_thread(target.handle_local, good)
+    assert counts(settings.database_url) == {"agent_sessions": 0, "agent_leases": 0}
