@@ -169,32 +169,33 @@ def run_negotiation(
     default = cache.get(session, default_table)
     table = cache.get(session, request.rating_table) if request.rating_table else default
     policies = PolicyRepository(session)
-    peers: list[Peer] = []
     stored_policies: list[Policy | None] = []
+    resolved: list[tuple[PeerIn, Policy, RatingTable]] = []
     for p in request.peers:
         stored = policies.get(p.policy)[0] if p.policy else None
         stored_policies.append(stored)
         policy = _peer_policy(p, stored)
-        peer_table: RatingTable = cache.get(session, policy.rating_table) if policy.rating_table else table
-        peers.append(
-            Peer(
-                name=p.name,
-                policy=policy,
-                table=peer_table,
-                supports=keyword_set(p.supports, f"peers[{p.name}].supports") if p.supports is not None else None,
-                forbids=keyword_set(p.forbids, f"peers[{p.name}].forbids"),
-            )
+        resolved.append((p, policy, cache.get(session, policy.rating_table) if policy.rating_table else table))
+    tables = (default, table, *(peer_table for _, _, peer_table in resolved))
+    key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))
+    cached = _RESULTS.get(key)
+    if cached is not None:  # the same inputs were checked (keywords included) when it was made
+        return cached
+    peers = [
+        Peer(
+            name=p.name,
+            policy=policy,
+            table=peer_table,
+            supports=keyword_set(p.supports, f"peers[{p.name}].supports") if p.supports is not None else None,
+            forbids=keyword_set(p.forbids, f"peers[{p.name}].forbids"),
         )
+        for p, policy, peer_table in resolved
+    ]
     traffic = (
         TrafficProfile(request.traffic.packet_size, request.traffic.min_throughput_mbps)
         if request.traffic
         else None
     )
-    tables = (default, table, *(peer.table for peer in peers))
-    key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))
-    cached = _RESULTS.get(key)
-    if cached is not None:
-        return cached
     backend = Backend(**request.backend.model_dump()) if request.backend else Backend()
     result = negotiate(
         NegotiationRequest(

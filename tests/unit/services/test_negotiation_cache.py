@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.orm import Session
 
+from app.domain.errors import InvalidPolicy
 from app.services import negotiation, policies, ratings
 from app.services.negotiation import MinLevelsIn, NegotiationIn, PeerIn, run_negotiation
 from app.services.ratings import TableCache
@@ -73,3 +74,15 @@ def test_the_cache_keeps_only_the_most_recent_results() -> None:
     assert results.get((0,)) is None
     assert results.get((1,)) is fake
     assert results.get((2,)) is fake
+
+
+def test_unknown_keywords_are_refused_every_time_and_never_cached(session: Session) -> None:
+    """Keywords are checked only when a result is made: a refused request leaves nothing to hit."""
+    cache = TableCache(ttl=3600)
+    for _ in range(2):
+        with pytest.raises(InvalidPolicy, match="nosuchcipher"):
+            negotiate(session, cache, body(supports=["aes128gcm16", "nosuchcipher", "x25519", "prfsha256"]))
+    good = negotiate(session, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"]))
+    assert negotiate(session, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"])) is good
+    with pytest.raises(InvalidPolicy, match="nosuchcipher"):
+        negotiate(session, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"], forbids=["nosuchcipher"]))
