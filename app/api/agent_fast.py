@@ -107,8 +107,8 @@ async def serve_message(
     await send({"type": "http.response.body", "body": content})
     auditor: Auditor | None = getattr(state, "auditor", None)
     if auditor is not None:
-        auditor.record(request_id=rid, token_id=None, token_name=None, scopes=[], source=source[:64],
-                       action="POST", object=scope["path"][:300], outcome=status, detail=str(detail)[:200])
+        auditor.record_request(request_id=rid, principal=None, source=client[0] if client else "", action="POST",
+                               path=scope["path"], outcome=status, detail=str(detail))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -184,17 +184,11 @@ def _audit(request: Request, request_id: str, outcome: int) -> None:
     auditor: Auditor | None = getattr(request.app.state, "auditor", None)
     if auditor is None:
         return
-    principal = getattr(request.state, "principal", None)
-    auditor.record(
-        request_id=request_id,
-        token_id=principal.token_id if principal else None,
-        token_name=principal.name if principal else None,
-        scopes=sorted(principal.scopes) if principal else [],
-        source=(request.client.host if request.client else "")[:64],
-        action=request.method[:16],
-        object=request.url.path[:300],
+    auditor.record_request(
+        request_id=request_id, principal=getattr(request.state, "principal", None),
+        source=request.client.host if request.client else "", action=request.method, path=request.url.path,
         outcome=outcome,
-        detail=str(getattr(request.state, "audit_detail", "") or getattr(request.state, "error_name", ""))[:200],
+        detail=str(getattr(request.state, "audit_detail", "") or getattr(request.state, "error_name", "")),
     )
 
 

@@ -41,6 +41,18 @@ class Auditor:
         fields.setdefault("at", utcnow())
         self._queue.put(fields)
 
+    def record_request(self, *, request_id: str, principal: Any, source: str, action: str, path: str,
+                       outcome: int, detail: str) -> None:
+        """Queue the record of one HTTP request: who (``principal``, None when anonymous), what,
+        the outcome; each field cut to its column's length."""
+        self.record(
+            request_id=request_id,
+            token_id=principal.token_id if principal else None,
+            token_name=principal.name if principal else None,
+            scopes=sorted(principal.scopes) if principal else [],
+            source=source[:64], action=action[:16], object=path[:300], outcome=outcome, detail=detail[:200],
+        )
+
     def flush(self) -> int:
         """Write everything queued now; returns how many records were written."""
         with self._write_lock:

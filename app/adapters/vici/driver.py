@@ -2,8 +2,8 @@
 
 :class:`ViciGateway` wraps the ``vici`` package (strongSwan's own client). Every
 operation takes a connection of its own: an idle one from a small per-socket pool
-(:class:`SessionPool`) or a new one, so only one command is ever in flight on a
-connection and a gateway object may be shared between threads. Streamed replies
+(:class:`SessionPool`) or a new one, so one caller at a time uses a connection and a
+gateway object may be shared between threads. Streamed replies
 (``initiate``, ``terminate``, ``list-sas``, ``list-conns``) are always consumed to the
 end. Replies are decoded once into the dataclasses of :mod:`app.adapters.vici.models`.
 
@@ -17,8 +17,9 @@ other command never is.
 
 :meth:`ViciGateway.batch` sends several commands on one connection without waiting for
 each reply (charon answers one connection's requests strictly in order) and then reads
-the replies: one round trip instead of one per command. Each command's failure is its own;
-a socket error fails the whole batch.
+the replies: one round trip instead of one per command; :meth:`ViciGateway.pipeline`
+does the same with the reading left for later. Each command's failure is its own; a
+socket error fails the whole batch.
 
 Every failure leaves as a project exception, chained to its cause:
 

@@ -17,6 +17,7 @@ import vici
 from app.adapters.vici import AsyncViciGateway, ChildSa, IkeSa, ViciGateway
 from app.adapters.vici.driver import (
     Command,
+    Connect,
     SessionPool,
     load_conn_command,
     load_pool_command,
@@ -207,8 +208,11 @@ def test_batch_socket_failure_is_unreachable_for_the_whole_batch(fake: FakeCharo
         unload_command("ike", "x")
 
 
-def test_batch_sends_every_request_before_it_reads_a_reply(socket_dir: Path) -> None:
-    """Pipelined: a server that answers only once it has all three requests is not a deadlock."""
+@contextmanager
+def _answering_after_three() -> Iterator[tuple[Connect, list[bytes]]]:
+    """A VICI peer that answers only once it has received three requests (each ``success``):
+    a client that waits for a reply before sending the next request deadlocks (until its
+    timeout). Yields the :data:`Connect` seam to it and the request packets it received."""
     from tests.fakes.fake_charon import CMD_RESPONSE, encode_message
 
     ours, theirs = socket.socketpair()
@@ -237,11 +241,17 @@ def test_batch_sends_every_request_before_it_reads_a_reply(socket_dir: Path) -> 
     server = threading.Thread(target=serve, daemon=True)
     server.start()
     try:
-        replies = ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).batch(_loads())
+        yield connect, received
     finally:
         server.join(timeout=5)
         ours.close()
         theirs.close()
+
+
+def test_batch_sends_every_request_before_it_reads_a_reply() -> None:
+    """Pipelined: a server that answers only once it has all three requests is not a deadlock."""
+    with _answering_after_three() as (connect, received):
+        replies = ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).batch(_loads())
     assert replies == [{"success": "yes"}] * 3
     assert [r[2:2 + r[1]] for r in received] == [b"load-pool", b"load-shared", b"load-conn"]
 
@@ -277,44 +287,13 @@ def test_a_pipeline_closed_unread_drops_its_connection(fake: FakeCharon) -> None
     pool.close()
 
 
-def test_a_pipeline_reads_nothing_before_finish(socket_dir: Path) -> None:
+def test_a_pipeline_reads_nothing_before_finish() -> None:
     """A server that answers only once it has all three requests: two sends, then one read."""
-    from tests.fakes.fake_charon import CMD_RESPONSE, encode_message
-
-    ours, theirs = socket.socketpair()
-    received: list[bytes] = []
-
-    def serve() -> None:
-        data = b""
-        while len(received) < 3:
-            chunk = theirs.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-            while len(data) >= 4 and len(data) >= 4 + int.from_bytes(data[:4], "big"):
-                size = int.from_bytes(data[:4], "big")
-                received.append(data[4:4 + size])
-                data = data[4 + size:]
-        for _ in received:
-            reply = bytes([CMD_RESPONSE]) + encode_message({"success": "yes"})
-            theirs.sendall(len(reply).to_bytes(4, "big") + reply)
-
-    @contextmanager
-    def connect(path: str, timeout: float) -> Iterator[Any]:
-        ours.settimeout(timeout)
-        yield vici.Session(sock=ours)
-
-    server = threading.Thread(target=serve, daemon=True)
-    server.start()
-    try:
-        with ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).pipeline() as p:
-            p.send(_loads()[:2])
-            p.send(_loads()[2:])
-            replies = p.finish()
-    finally:
-        server.join(timeout=5)
-        ours.close()
-        theirs.close()
+    with _answering_after_three() as (connect, _), \
+            ViciGateway("/x.vici", timeout=2.0, connect=connect, pool=None).pipeline() as p:
+        p.send(_loads()[:2])
+        p.send(_loads()[2:])
+        replies = p.finish()
     assert replies == [{"success": "yes"}] * 3
 
 
