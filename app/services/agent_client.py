@@ -5,8 +5,9 @@ opens Target's answer with the user's X25519 key and checks it: Target's signatu
 that it answers *this* request (request id), is for this user via this host, and is
 fresh. Only then does it load the session key and the conn into the local charon,
 initiate, and check with ``list-sas`` that charon negotiated exactly the suite Target
-chose; the virtual IP comes from Target's pool. What the client remembers of a tunnel
-(ticket, conn, suite, virtual IP, expiry; never the key) is a file in ``state_dir``.
+chose, all in one pipelined VICI exchange; the virtual IP comes from Target's pool.
+What the client remembers of a tunnel (ticket, conn, suite, virtual IP, expiry; never
+the key) is a file in ``state_dir``.
 Any failure after Target configured its side asks Target (through Host) to close it.
 """
 
@@ -17,7 +18,6 @@ import json
 import logging
 import os
 import secrets
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,8 +26,15 @@ from typing import Any
 
 from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
 from app.adapters.agent.transport import post_message
-from app.adapters.vici.driver import ViciGateway, load_conn_command, load_shared_command, unload_command
-from app.adapters.vici.events import EventKind, EventListener, SaEvent
+from app.adapters.vici.driver import (
+    ViciGateway,
+    initiate_command,
+    list_sas_command,
+    load_conn_command,
+    load_shared_command,
+    sas_of,
+    unload_command,
+)
 from app.adapters.vici.models import IkeSa
 from app.domain.agent import (
     AgentRejected,
@@ -78,39 +85,6 @@ def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
     return None
 
 
-class _UpWatch:
-    """Catches the local charon's ``child-updown`` events during one connect (a listener of its own).
-
-    Registration runs in ``pool`` so it overlaps the request to Host; :meth:`wait` gives the
-    IKE_SA of conn ``name`` once its CHILD_SA is up, or None (no listener, or no event in time).
-    """
-
-    def __init__(self, socket_path: str, pool: ThreadPoolExecutor) -> None:
-        self._seen: dict[str, IkeSa] = {}
-        self._arrived = threading.Condition()
-        self._listener = EventListener(socket_path, self._on_event, events=[EventKind.CHILD_UPDOWN],
-                                       timeout=5.0, poll_interval=0.005)
-        self._started = pool.submit(self._listener.start)
-
-    def _on_event(self, event: SaEvent) -> None:
-        if event.up and event.ike_sa is not None:
-            with self._arrived:
-                self._seen[event.ike_name] = event.ike_sa
-                self._arrived.notify_all()
-
-    def wait(self, name: str, timeout: float = 0.5) -> IkeSa | None:
-        try:
-            self._started.result(timeout=timeout)
-        except (GatewayError, RuntimeError, TimeoutError):  # no listener: the caller asks list-sas instead
-            return None
-        with self._arrived:
-            self._arrived.wait_for(lambda: name in self._seen, timeout=timeout)
-            return self._seen.get(name)
-
-    def stop(self) -> None:
-        self._started.add_done_callback(lambda _: self._listener.stop(timeout=0))
-
-
 class AgentClient:
     """The mobile user's side: one user, one Host, the targets it knows, its own charon."""
 
@@ -125,7 +99,7 @@ class AgentClient:
         self._post = post
         self._clock = clock
         self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
-        self._loader = ThreadPoolExecutor(max_workers=4, thread_name_prefix="qoss-agent-client")
+        self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qoss-agent-client")
         #: The last connect's record being rewritten with its virtual IP (:meth:`tunnels` waits for it;
         #: so does the interpreter at exit, for the loader's threads).
         self._rewrite: Future[None] | None = None
@@ -235,15 +209,6 @@ class AgentClient:
             GatewayError: the local charon failed (Target's side is closed again).
         """
         steps = Steps("client")
-        watch = _UpWatch(self.vici.socket_path, self._loader)  # registers while Host and Target work
-        try:
-            return self._connect(watch, steps, target=target, objective_id=objective_id,
-                                 min_levels=min_levels, lifetime=lifetime, refresh=refresh)
-        finally:
-            watch.stop()
-
-    def _connect(self, watch: _UpWatch, steps: Steps, *, target: str, objective_id: int,
-                 min_levels: Mapping[str, int] | None, lifetime: int, refresh: bool) -> dict[str, Any]:
         supports, native = self.capabilities(refresh=refresh)
         steps.mark("capabilities")
         info = RequestInfo(target=target, min_levels=dict(min_levels or {}), supports=supports, ah=native,
@@ -267,13 +232,12 @@ class AgentClient:
         name = f"qoss-agent-{tunnel.ticket[:16]}"
         report["conn"] = name
         try:
-            vip, written = self._bring_up(name, response, steps, watch, report, objective_id)
+            vip = self._bring_up(name, response, steps, report, objective_id)
         except BaseException:
             self._teardown(name)
             with contextlib.suppress(Exception):
                 self._disconnect_remote(target, tunnel.ticket, objective_id)
             raise
-        written.result()  # the ticket is remembered (as before: an error here is the caller's)
         report["virtual_ip"] = vip
         if vip is not None:  # the address is known now: rewritten in the background (see tunnels())
             self._settle()
@@ -283,53 +247,60 @@ class AgentClient:
         self.last_steps, self.last_steps_cpu = steps.as_dict(), steps.as_dict(cpu=True)
         return report
 
-    def _bring_up(self, name: str, response: Response, steps: Steps, watch: _UpWatch, report: Mapping[str, Any],
-                  objective_id: int) -> tuple[str | None, Future[None]]:
-        """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite;
-        the virtual IP and the write of the ticket's record.
+    def _bring_up(self, name: str, response: Response, steps: Steps, report: Mapping[str, Any],
+                  objective_id: int) -> str | None:
+        """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite:
+        the virtual IP.
 
-        The check reads the IKE_SA from charon's ``child-updown`` event (the listener was
-        registered before the request went out), so no ``list-sas`` round trip follows the
-        initiate; without the event (listener failed, event late) it asks ``list-sas``.
-        The ticket's record (``report``, no address yet) is written while charon initiates;
-        if the initiate or the check fails, it is removed again.
+        The four commands (``load-shared``, ``load-conn``, ``initiate``, ``list-sas``) go to charon
+        in one write on one connection, which charon works through in order: one round trip, no
+        event listener. While charon works, the ticket's record (``report``, no address yet) is
+        written; if anything fails, it is removed again (and the caller unloads what loaded).
         """
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
-        # Secret and conn in one pipelined VICI batch (one round trip); a refusal of either
-        # fails the connect, and the caller unloads both.
-        for reply in self.vici.batch([
-            load_shared_command(name, response.session_key, [tunnel.client_identity, tunnel.target_identity]),
-            load_conn_command(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
-        ]):
-            if isinstance(reply, GatewayError):
-                raise reply
-        steps.mark("load")
-        written = self._loader.submit(self._remember, dict(report), objective_id)
-        try:
-            return self._initiate(name, tunnel, steps, watch), written
-        except BaseException:
-            with contextlib.suppress(Exception):
-                written.result()
-            self._forget(tunnel.ticket)
-            raise
+        with self.vici.pipeline() as charon:
+            charon.send([
+                load_shared_command(name, response.session_key, [tunnel.client_identity, tunnel.target_identity]),
+                load_conn_command(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
+                initiate_command(child=name, ike=name, timeout_ms=15_000),
+                list_sas_command(ike=name),
+            ])
+            try:
+                try:
+                    self._remember(report, objective_id)
+                finally:
+                    replies = charon.finish()  # read even if the record could not be written
+                steps.mark("initiate")
+                *loaded, listed = replies
+                for reply in (*loaded, listed):
+                    if isinstance(reply, GatewayError):
+                        raise reply  # the first refusal says why (a failed load fails the initiate)
+                assert not isinstance(listed, GatewayError)
+                vip = self._check(name, tunnel, sas_of(listed["events"]))
+            except BaseException:
+                self._forget(tunnel.ticket)
+                raise
+        steps.mark("verify")
+        return vip
 
-    def _initiate(self, name: str, tunnel: TunnelingInfo, steps: Steps, watch: _UpWatch) -> str | None:
-        self.vici.initiate(child=name, ike=name, timeout_ms=15_000)
-        steps.mark("initiate")
+    @staticmethod
+    def _check(name: str, tunnel: TunnelingInfo, sas: list[IkeSa]) -> str | None:
+        """The virtual IP of conn ``name`` once its SAs are exactly Target's suite.
+
+        Raises:
+            TunnelVerificationFailed: no such IKE_SA, or another suite than Target's.
+        """
         suite = tunnel.suite
         expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
                                encryption=suite.get("encryption"), integrity=suite.get("integrity"))
-        up = watch.wait(name)
-        sas = [up] if up is not None else self.vici.list_sas(ike=name)
         seen = observed(sas, name)
         if seen is None:
             raise TunnelVerificationFailed(f"no IKE_SA {name} after initiate")
         wrong = mismatches(expected, seen)
         if wrong:
             raise TunnelVerificationFailed("; ".join(wrong))
-        steps.mark("verify")
         vips = next((sa.local_vips for sa in sas if sa.name == name), ())
         return vips[0] if vips else None
 

@@ -76,6 +76,9 @@ __all__ = [
     "SessionPool",
     "ViciGateway",
     "ViciSession",
+    "initiate_command",
+    "list_sas_command",
+    "sas_of",
     "unix_connect",
 ]
 
@@ -121,6 +124,13 @@ class Command(NamedTuple):
     message: Mapping[str, Any] | None = None
     #: Values that must never appear in a log line or an exception (a PSK).
     secrets: tuple[str, ...] = ()
+    #: A streamed command's event (``control-log``, ``list-sa`` ...): registered just before the
+    #: command and unregistered just after it, in the same write. Its decoded reply carries the
+    #: events it streamed, decoded, under ``"events"``.
+    stream: str | None = None
+    #: Seconds charon may take on top of the gateway's timeout before it replies
+    #: (``initiate``'s own timeout).
+    wait: float = 0.0
 
 
 def load_conn_command(name: str, conn: Mapping[str, Any]) -> Command:
@@ -145,6 +155,44 @@ def load_pool_command(name: str, addrs: str, attributes: Mapping[str, Sequence[s
     return Command("load-pool", {name: pool})
 
 
+def _initiate_message(child: str | None, ike: str | None, timeout_ms: int, loglevel: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel, "init-limits": "no"}
+    if child is not None:
+        message["child"] = child
+    if ike is not None:
+        message["ike"] = ike
+    return message
+
+
+def initiate_command(child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                     loglevel: int = 1) -> Command:
+    """``initiate`` (streamed): see :meth:`ViciGateway.initiate`. In a batch, a failure is a
+    :class:`GatewayRejected` with charon's log lines that say why, as ``initiate`` gives."""
+    return Command("initiate", _initiate_message(child, ike, timeout_ms, loglevel), stream="control-log",
+                   wait=max(timeout_ms, 0) / 1000.0)
+
+
+def _list_sas_message(ike: str | None, ike_id: int | None) -> dict[str, Any]:
+    # Not ``noblock``: an IKE_SA a worker holds would be read half-updated (a CHILD_SA
+    # just reported established may be missing); charon waits for it instead.
+    message: dict[str, Any] = {}
+    if ike is not None:
+        message["ike"] = ike
+    if ike_id is not None:
+        message["ike-id"] = ike_id
+    return message
+
+
+def list_sas_command(ike: str | None = None, ike_id: int | None = None) -> Command:
+    """``list-sas`` (streamed): read the IKE_SAs from its reply's ``events`` with :func:`sas_of`."""
+    return Command("list-sas", _list_sas_message(ike, ike_id), stream="list-sa")
+
+
+def sas_of(events: Sequence[Mapping[str, Any]]) -> list[IkeSa]:
+    """The IKE_SAs in decoded ``list-sa`` events."""
+    return [parse_ike_sa(name, body) for event in events for name, body in event.items() if isinstance(body, Mapping)]
+
+
 def unload_command(what: str, name: str) -> Command:
     """``unload-conn``/``unload-pool`` (by name) or ``unload-shared`` (by id)."""
     if what not in ("conn", "pool", "shared"):
@@ -152,42 +200,88 @@ def unload_command(what: str, name: str) -> Command:
     return Command(f"unload-{what}", {"id" if what == "shared" else "name": name})
 
 
+class _StreamFailed(vici.exception.CommandException):  # type: ignore[misc]
+    """charon's refusal of a streamed command, with the events it streamed first (log lines)."""
+
+    def __init__(self, message: str, events: list[Mapping[str, Any]]) -> None:
+        super().__init__(message)
+        self.events = events
+
+
 def _send(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception] | None:
-    """Write ``commands`` in one go (the ``vici`` package's session): None, the replies are read
-    by :func:`_receive`. Any other session (a test's) is asked one command at a time: its
-    replies (or :class:`vici.exception.CommandException`) at once."""
+    """Write ``commands`` in one go (the ``vici`` package's session), a streamed one between the
+    registration and the unregistration of its event: None, the replies are read by
+    :func:`_receive`. Any other session (a test's) is asked one command at a time: its replies
+    (or :class:`vici.exception.CommandException`) at once."""
     transport = getattr(session, "transport", None)
     if transport is None:
         out: list[Mapping[str, Any] | Exception] = []
         for command in commands:
+            events: list[Mapping[str, Any]] = []
             try:
-                out.append(session.request(command.name, command.message))
+                if command.stream is None:
+                    out.append(session.request(command.name, command.message))
+                else:
+                    events.extend(session.streamed_request(command.name, command.stream, command.message))
+                    out.append({"events": events})
             except vici.exception.CommandException as exc:
-                out.append(exc)
+                out.append(_StreamFailed(str(exc), events) if command.stream else exc)
         return out
-    packets = [Packet.request(c.name, None if c.message is None else Message.serialize(c.message)) for c in commands]
+    packets: list[bytes] = []
+    for c in commands:
+        request = Packet.request(c.name, None if c.message is None else Message.serialize(c.message))
+        if c.stream is None:
+            packets.append(request)
+        else:
+            packets += [Packet.register_event(c.stream), request, Packet.unregister_event(c.stream)]
     transport.socket.sendall(b"".join(len(p).to_bytes(4, "big") + p for p in packets))
     return None
 
 
+def _confirmed(transport: Any, command: Command) -> None:
+    """Read charon's confirmation of a streamed command's event (un)registration."""
+    kind = Packet.parse(transport.receive()).response_type
+    if kind == Packet.EVENT_UNKNOWN:
+        raise vici.exception.EventUnknownException(f"Unknown event type '{command.stream}'")
+    if kind != Packet.EVENT_CONFIRM:
+        raise vici.exception.SessionException(
+            f"Unexpected response type {kind} to the {command.stream} registration of {command.name}, "
+            f"expected '{Packet.EVENT_CONFIRM}' (EVENT_CONFIRM)")
+
+
 def _receive(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
     """The raw replies to ``commands`` sent by :func:`_send` (charon answers in order), each the
-    message or its :class:`vici.exception.CommandException`."""
+    message (a streamed command's with its decoded-later ``events``) or its
+    :class:`vici.exception.CommandException`."""
     transport = getattr(session, "transport")  # noqa: B009 - only sessions that have one get here
     replies: list[Mapping[str, Any] | Exception] = []
     for command in commands:
-        response = Packet.parse(transport.receive())
+        events: list[Mapping[str, Any]] = []
+        if command.stream is not None:
+            _confirmed(transport, command)
+        timeout = transport.socket.gettimeout()
+        while True:
+            if command.wait and timeout is not None:
+                response = Packet.parse(transport.receive(timeout + command.wait))
+            else:
+                response = Packet.parse(transport.receive())
+            if response.response_type != Packet.EVENT or command.stream is None:
+                break
+            events.append(Message.deserialize(response.payload))
         if response.response_type != Packet.CMD_RESPONSE:
             raise vici.exception.SessionException(
                 f"Unexpected response type {response.response_type} to {command.name}, "
                 f"expected '{Packet.CMD_RESPONSE}' (CMD_RESPONSE)")
         reply = Message.deserialize(response.payload)
+        if command.stream is not None:
+            _confirmed(transport, command)
         if "success" in reply and reply["success"] != b"yes":
             errmsg = reply.get("errmsg", b"")
-            text = errmsg.decode("utf-8", errors="replace") if isinstance(errmsg, bytes) else str(errmsg)
-            replies.append(vici.exception.CommandException(f"Command failed: {text}"))
+            why = errmsg.decode("utf-8", errors="replace") if isinstance(errmsg, bytes) else str(errmsg)
+            text = f"Command failed: {why}"
+            replies.append(_StreamFailed(text, events) if command.stream else vici.exception.CommandException(text))
         else:
-            replies.append(reply)
+            replies.append({**reply, "events": events} if command.stream else reply)
     return replies
 
 
@@ -540,6 +634,10 @@ class ViciGateway:
         decoded: dict[str, Any] = decode(reply)
         return decoded
 
+    def _one(self, command: Command) -> dict[str, Any]:
+        """One unstreamed :class:`Command` on its own."""
+        return self._request(command.name, command.message, command.secrets)
+
     def batch(self, commands: Sequence[Command]) -> list[dict[str, Any] | GatewayRejected]:
         """Run ``commands`` in order on one connection, pipelined (see the module's docstring).
 
@@ -577,8 +675,10 @@ class ViciGateway:
         out: list[dict[str, Any] | GatewayRejected] = []
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, Exception):
+                events = reply.events if isinstance(reply, _StreamFailed) else []
+                log = [str(m) for e in decode(events) if (m := e.get("msg"))] if command.stream == "control-log" else []
                 try:
-                    self._fail(reply, command.name, self.timeout, secrets=hidden)
+                    self._fail(reply, command.name, self.timeout, log=log, secrets=hidden)
                 except GatewayRejected as rejected:
                     out.append(rejected)
             else:
@@ -639,17 +739,7 @@ class ViciGateway:
             ike: only IKE_SAs of this connection.
             ike_id: only the IKE_SA with this unique id.
         """
-        # Not ``noblock``: an IKE_SA a worker holds would be read half-updated (a CHILD_SA
-        # just reported established may be missing); charon waits for it instead.
-        message: dict[str, Any] = {}
-        if ike is not None:
-            message["ike"] = ike
-        if ike_id is not None:
-            message["ike-id"] = ike_id
-        sas: list[IkeSa] = []
-        for event in self._streamed("list-sas", "list-sa", message):
-            sas.extend(parse_ike_sa(name, body) for name, body in event.items() if isinstance(body, Mapping))
-        return sas
+        return sas_of(self._streamed("list-sas", "list-sa", _list_sas_message(ike, ike_id)))
 
     def list_conns(self) -> list[str]:
         """Names of the loaded connections (VICI ``list-conns``, streamed, strongSwan >= 5.2.0)."""
@@ -681,11 +771,11 @@ class ViciGateway:
             conn: its settings as in swanctl.conf (``local_addrs``, ``proposals``,
                 ``local``, ``remote``, ``children`` ...).
         """
-        self._request(*load_conn_command(name, conn))
+        self._one(load_conn_command(name, conn))
 
     def unload_conn(self, name: str) -> None:
         """Unload connection ``name`` (VICI ``unload-conn``, strongSwan >= 5.2.0)."""
-        self._request(*unload_command("conn", name))
+        self._one(unload_command("conn", name))
 
     def load_shared(self, id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> None:
         """Load a shared secret under a unique id (VICI ``load-shared`` with ``id``, strongSwan >= 5.5.2).
@@ -698,11 +788,11 @@ class ViciGateway:
             owners: the identities that share it.
             type: ``IKE``, ``EAP``, ``XAUTH``, ``NTLM`` or ``PPK``.
         """
-        self._request(*load_shared_command(id, secret, owners, type))
+        self._one(load_shared_command(id, secret, owners, type))
 
     def unload_shared(self, id: str) -> None:
         """Unload the shared secret with this id (VICI ``unload-shared``, strongSwan >= 5.5.2)."""
-        self._request(*unload_command("shared", id))
+        self._one(unload_command("shared", id))
 
     def load_pool(self, name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> None:
         """Load or replace a virtual IP pool (VICI ``load-pool``, strongSwan >= 5.2.0).
@@ -712,11 +802,11 @@ class ViciGateway:
             addrs: a subnet (``10.3.0.0/28``) or a range (``10.3.0.1-10.3.0.9``).
             attributes: extra attributes such as ``dns``.
         """
-        self._request(*load_pool_command(name, addrs, attributes))
+        self._one(load_pool_command(name, addrs, attributes))
 
     def unload_pool(self, name: str) -> None:
         """Unload a virtual IP pool (VICI ``unload-pool``, strongSwan >= 5.2.0)."""
-        self._request(*unload_command("pool", name))
+        self._one(unload_command("pool", name))
 
     # -- control ----------------------------------------------------------------
 
@@ -737,12 +827,7 @@ class ViciGateway:
             GatewayRejected: charon failed; the message carries its reason from the log.
             GatewayUnreachable: the socket cannot be reached.
         """
-        message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel, "init-limits": "no"}
-        if child is not None:
-            message["child"] = child
-        if ike is not None:
-            message["ike"] = ike
-        return self._control("initiate", message, timeout_ms)
+        return self._control("initiate", _initiate_message(child, ike, timeout_ms, loglevel), timeout_ms)
 
     def terminate(self, *, ike: str | None = None, child: str | None = None, ike_id: int | None = None,
                   child_id: int | None = None, timeout_ms: int = 5_000, force: bool = False,

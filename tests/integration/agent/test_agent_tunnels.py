@@ -5,10 +5,12 @@ from __future__ import annotations
 import ipaddress
 import subprocess
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
+from app.adapters.vici.driver import Command, Pipeline
 from app.domain.errors import GatewayRejected
 from tests.integration.agent.conftest import POOL, AgentEnv
 
@@ -116,22 +118,34 @@ def test_expiry_removes_everything_on_target(agent_env: AgentEnv) -> None:
     assert report["conn"] not in agent_env.client_vici.list_conns()
 
 
-def test_connect_checks_the_suite_from_the_child_updown_event(agent_env: AgentEnv) -> None:
-    """The client checks what charon negotiated from charon's child-updown event: no list-sas after
-    initiate (a round trip saved), and the same check (a wrong suite would fail it)."""
+def test_connect_is_one_pipelined_exchange_with_charon(agent_env: AgentEnv) -> None:
+    """The client's secret, conn, initiate and list-sas go to real charon in one write on one
+    connection (charon works through them in order): the tunnel comes up and is checked, and no
+    other command follows."""
     agent_env.enroll("gina", [3])
     client = agent_env.client("gina")
-    asked: list[object] = []
-    list_sas = client.vici.list_sas
+    sent: list[list[str]] = []
+    make = client.vici.pipeline
 
-    def spy(**kwargs: object) -> object:
-        asked.append(kwargs)
-        return list_sas(**kwargs)  # type: ignore[arg-type]
+    def spy() -> Pipeline:
+        pipeline = make()
+        send = pipeline.send
 
-    client.vici.list_sas = spy  # type: ignore[method-assign]
+        def recording(commands: Sequence[Command]) -> None:
+            sent.append([c.name for c in commands])
+            send(commands)
+
+        pipeline.send = recording  # type: ignore[method-assign]
+        return pipeline
+
+    client.vici.pipeline = spy  # type: ignore[method-assign]
+    for name in ("initiate", "list_sas", "batch"):
+        setattr(client.vici, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} outside the pipeline"))
     report = client.connect(target="hq", objective_id=3)
+    for name in ("initiate", "list_sas", "batch"):
+        delattr(client.vici, name)
     try:
-        assert asked == []
+        assert sent == [["load-shared", "load-conn", "initiate", "list-sas"]]
         assert report["virtual_ip"] is not None
         assert ping(agent_env, report["virtual_ip"]).returncode == 0
     finally:
@@ -153,18 +167,22 @@ def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_f
         client.disconnect()
     assert client.tunnels() == []
 
-    initiate = client.vici.initiate
+    make = client.vici.pipeline
 
-    def failing(*args: object, **kwargs: object) -> list[str]:
-        time.sleep(0.05)  # the record's write is done by now
-        raise GatewayRejected("initiate: establishing CHILD_SA failed")
+    def hurried() -> Pipeline:
+        """charon gives up waiting for the tunnel after 1 ms (the IKE_SA goes on in the background)."""
+        pipeline = make()
+        send = pipeline.send
+        pipeline.send = lambda commands: send([  # type: ignore[method-assign]
+            c._replace(message={**(c.message or {}), "timeout": 1}) if c.name == "initiate" else c for c in commands])
+        return pipeline
 
-    client.vici.initiate = failing  # type: ignore[method-assign]
-    try:
-        with pytest.raises(GatewayRejected):
-            client.connect(target="hq", objective_id=3)
-    finally:
-        client.vici.initiate = initiate  # type: ignore[method-assign]
+    client.vici.pipeline = hurried  # type: ignore[method-assign]
+    with pytest.raises(GatewayRejected, match="initiate"):
+        client.connect(target="hq", objective_id=3)
+    del client.vici.pipeline
     assert client.tunnels() == []
+    assert not [c for c in client.vici.list_conns() if c.startswith("qoss-agent-")]
+    assert not [sa for sa in client.vici.list_sas() if sa.name.startswith("qoss-agent-")]
     assert [p.name for p in client.config.state_dir.glob("*.json") if p.name != "capabilities.json"] == []
     assert agent_env.target_config_empty()

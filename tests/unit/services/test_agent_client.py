@@ -1,23 +1,25 @@
 """The agent client against a fake charon that speaks the real VICI protocol: the cache of its
 charon's capabilities (read once, kept in memory and in the state directory, read again after
-a charon restart, after the TTL, or when asked to), and the ``child-updown`` watch that spares
-a ``list-sas`` after initiate."""
+a charon restart, after the TTL, or when asked to), and ``connect``'s one pipelined exchange
+with its charon (load, initiate, list-sas) with everything it undoes when a step fails."""
 
 from __future__ import annotations
 
 import json
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from app.adapters.agent.crypto import KeyPair
+from app.adapters.agent.crypto import KeyPair, open_sealed, seal
 from app.adapters.vici.driver import ViciGateway
+from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
+from app.domain.errors import GatewayRejected, TunnelVerificationFailed
 from app.services.agent_client import CAPABILITIES_TTL, AgentClient
 from app.services.agent_config import ClientConfig, Party
-from tests.fakes.fake_charon import FakeCharon
+from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 
 HOST = KeyPair.generate("host-1")
 TARGET = KeyPair.generate("target-1")
@@ -116,39 +118,114 @@ def test_a_damaged_cache_file_is_ignored(tmp_path: Path, charon: FakeCharon) -> 
         assert reads(charon) == before + 2
 
 
-# --------------------------------------------------------------------------- child-updown instead of list-sas
+# --------------------------------------------------------------------------- connect: one VICI exchange
+
+SUITE = {"protocol": "esp", "encryption": "aes128", "integrity": "sha256",
+         "ike": {"encryption": "aes128", "integrity": "sha256", "prf": "prfsha256", "key_exchange": "modp2048"}}
+SESSION_KEY = b"s" * 32
 
 
-def test_up_watch_hands_over_the_ike_sa_of_the_conn(charon: FakeCharon) -> None:
-    from concurrent.futures import ThreadPoolExecutor
+class FakeHost:
+    """Host and Target for the client: opens the client's request and answers it as Target would
+    (a response sealed to the user and signed by Target); records what it was asked."""
 
-    from app.services.agent_client import _UpWatch
-    from tests.fakes.fake_charon import child_sa_message, ike_sa_message
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.asked: list[ClientRequest] = []
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        watch = _UpWatch(charon.socket_path, pool)
-        deadline = time.monotonic() + 5
-        while charon.listeners("child-updown") == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        child = child_sa_message(name="conn-a")
-        charon.emit("child-updown", {"up": "no", "conn-a": ike_sa_message(uniqueid=1)})  # down: ignored
-        charon.emit("child-updown", {"up": "yes", "conn-b": ike_sa_message(uniqueid=2)})
-        charon.emit("child-updown", {"up": "yes", "conn-a": ike_sa_message(
-            uniqueid=3, children={"conn-a": child})})
-        sa = watch.wait("conn-a")
-        assert sa is not None
-        assert (sa.name, sa.uniqueid) == ("conn-a", 3)
-        assert [c.name for c in sa.children] == ["conn-a"]
-        assert watch.wait("conn-c", timeout=0.05) is None
-        watch.stop()
+    def __call__(self, url: str, wire: bytes) -> bytes:
+        kind, body, _ = open_sealed(wire, kinds=[Kind.CONNECT, Kind.DISCONNECT], me=HOST)
+        request = ClientRequest.parse(body, kind=kind)
+        self.asked.append(request)
+        info = None if kind is Kind.DISCONNECT else TunnelingInfo(
+            ticket="ab" * 16, protection="esp", target_address="10.99.0.2", target_identity="target.example",
+            client_identity="abab.alice", remote_ts=("10.2.0.1/32",), ike_proposal="aes128-sha256-prfsha256-modp2048",
+            esp_proposal="aes128-sha256-modp2048", mode="tunnel", suite=SUITE, notes=(),
+            expires=int(self.clock.now) + 600)
+        response = Response(kind=Kind.CLOSED if info is None else Kind.RESPONSE, request_id=request.request_id,
+                            session_key=None if info is None else SESSION_KEY, tunneling_info=info,
+                            target="target-1", user_id="alice", host="host-1", timestamp=int(self.clock.now))
+        return seal(kind=response.kind, to="alice", body=response.body(), signer=TARGET,
+                    recipient=USER.public.kem)
 
 
-def test_up_watch_without_a_charon_gives_none(tmp_path: Path) -> None:
-    from concurrent.futures import ThreadPoolExecutor
+def connecting(tmp_path: Path, charon: FakeCharon, **sa: Any) -> tuple[AgentClient, FakeHost]:
+    """A client whose Host answers like Target and whose charon brings up an IKE_SA with ``sa``'s
+    algorithms (the fake's defaults otherwise) and a virtual IP when asked to initiate."""
+    clock = Clock()
+    host = FakeHost(clock)
+    c = client(tmp_path, charon.socket_path, clock)
+    c._post = host
 
-    from app.services.agent_client import _UpWatch
+    def initiate(message: dict[str, Any]) -> Reply:
+        name = message["ike"]
+        charon.sas[name] = {**ike_sa_message(
+            **{k: v for k, v in sa.items() if not k.startswith("child_")},
+            children={name: child_sa_message(name=name, **{k[6:]: v for k, v in sa.items() if k.startswith("child_")})},
+        ), "local-vips": ["10.8.0.7"]}
+        return Reply({"success": "yes"}, [("control-log", {"msg": f"CHILD_SA {name}{{1}} established"})])
 
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        watch = _UpWatch(str(tmp_path / "nothing.vici"), pool)
-        assert watch.wait("conn-a") is None
-        watch.stop()
+    charon.script("initiate", initiate)
+    return c, host
+
+
+def test_connect_loads_initiates_and_checks_in_one_exchange(tmp_path: Path, charon: FakeCharon) -> None:
+    """Secret, conn, initiate and list-sas go to charon in that order with nothing between them
+    (no event listener, no second round of commands): the tunnel's report has the virtual IP."""
+    c, host = connecting(tmp_path, charon)
+    c.capabilities()
+    report = c.connect(target="target-1", objective_id=3)
+    assert charon.commands[-4:] == ["load-shared", "load-conn", "initiate", "list-sas"]
+    assert charon.commands.count("list-sas") == 1
+    assert charon.listeners("child-updown") == 0
+    name = report["conn"]
+    assert charon.messages("initiate")[-1]["child"] == name
+    assert charon.messages("list-sas")[-1] == {"ike": name}
+    assert report["virtual_ip"] == "10.8.0.7"
+    assert [t["ticket"] for t in c.tunnels()] == [report["ticket"]]
+    assert c.tunnels()[0]["virtual_ip"] == "10.8.0.7"
+    assert "s" * 32 not in json.dumps(c.tunnels())  # the session key is never written down
+    assert [r.kind for r in host.asked] == [Kind.CONNECT]
+
+
+def test_another_suite_than_targets_fails_the_connect_and_undoes_it(tmp_path: Path, charon: FakeCharon) -> None:
+    c, host = connecting(tmp_path, charon, child_encr_alg="3DES_CBC", child_encr_keysize=None)
+    with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):
+        c.connect(target="target-1", objective_id=3)
+    assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})  # unloaded and terminated
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]  # Target closes its side
+    assert c.tunnels() == []
+
+
+def test_a_refused_load_fails_the_connect_with_charons_reason(tmp_path: Path, charon: FakeCharon) -> None:
+    c, host = connecting(tmp_path, charon)
+    charon.fail("load-conn", f"invalid proposal {SESSION_KEY.decode()}")
+    with pytest.raises(GatewayRejected) as info:
+        c.connect(target="target-1", objective_id=3)
+    assert "load-conn: invalid proposal <secret>" in info.value.message  # the key is scrubbed
+    assert SESSION_KEY.decode() not in str(info.value)
+    assert charon.shared == {}
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]
+    assert c.tunnels() == []
+
+
+def test_a_failed_initiate_says_why_from_charons_log(tmp_path: Path, charon: FakeCharon) -> None:
+    c, _ = connecting(tmp_path, charon)
+    charon.fail("initiate", "establishing CHILD_SA 'x' failed",
+                log=["generating IKE_AUTH request 1 [ IDi AUTH SA TSi TSr ]",
+                     "received AUTHENTICATION_FAILED notify error"])
+    with pytest.raises(GatewayRejected, match="AUTHENTICATION_FAILED") as info:
+        c.connect(target="target-1", objective_id=3)
+    assert "generating IKE_AUTH" not in info.value.message
+    assert (charon.conns, charon.shared) == ({}, {})
+    assert c.tunnels() == []
+
+
+def test_a_record_that_cannot_be_written_undoes_the_connect(tmp_path: Path, charon: FakeCharon) -> None:
+    c, host = connecting(tmp_path, charon)
+    c.capabilities()
+    (tmp_path / "state" / f"{'ab' * 16}.json").mkdir()  # a directory where the record goes
+    with pytest.raises(IsADirectoryError):
+        c.connect(target="target-1", objective_id=3)
+    assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]

@@ -19,9 +19,12 @@ from app.adapters.vici.driver import (
     Command,
     Connect,
     SessionPool,
+    initiate_command,
+    list_sas_command,
     load_conn_command,
     load_pool_command,
     load_shared_command,
+    sas_of,
     unix_connect,
     unload_command,
 )
@@ -295,6 +298,86 @@ def test_a_pipeline_reads_nothing_before_finish() -> None:
         p.send(_loads()[2:])
         replies = p.finish()
     assert replies == [{"success": "yes"}] * 3
+
+
+def test_streamed_commands_in_a_batch_carry_their_events(fake: FakeCharon) -> None:
+    """Load, initiate and list-sas in one batch: each streamed command's events come with its
+    reply, the connection stays in step (it is pooled and serves the next command)."""
+    pool = SessionPool()
+    gateway = ViciGateway(fake.socket_path, timeout=2.0, pool=pool)
+
+    def initiate(message: dict[str, Any]) -> Reply:
+        fake.sas["c"] = ike_sa_message(children={"c": child_sa_message(name="c")})
+        return Reply({"success": "yes"}, [("control-log", {"msg": "CHILD_SA c{1} established"}),
+                                          ("list-sa", {"stray": {}})])  # not registered: not sent
+
+    fake.script("initiate", initiate)
+    conn, started, listed = gateway.batch([load_conn_command("c", {"children": {"c": {}}}),
+                                           initiate_command(child="c", ike="c", timeout_ms=2000),
+                                           list_sas_command(ike="c")])
+    assert conn == {"success": "yes"}
+    assert started == {"success": "yes", "events": [{"msg": "CHILD_SA c{1} established"}]}
+    assert isinstance(listed, dict)
+    [sa] = sas_of(listed["events"])
+    assert (sa.name, [c.name for c in sa.children]) == ("c", ["c"])
+    assert fake.commands == ["load-conn", "initiate", "list-sas"]
+    assert fake.listeners("control-log") == fake.listeners("list-sa") == 0  # each unregistered after
+    assert pool.idle((unix_connect, fake.socket_path, 2.0)) == 1
+    assert gateway.version().daemon == "charon"
+    pool.close()
+
+
+def test_a_failed_streamed_command_in_a_batch_gives_charons_reasons(fake: FakeCharon, gateway: ViciGateway) -> None:
+    fake.fail("initiate", "establishing CHILD_SA 'c' failed",
+              log=["sending packet: from 10.99.0.1[500] to 10.99.0.2[500]",
+                   "received NO_PROPOSAL_CHOSEN notify error"])
+    started, listed = gateway.batch([initiate_command(child="c"), list_sas_command(ike="c")])
+    assert isinstance(started, GatewayRejected)
+    assert started.message == ("initiate: establishing CHILD_SA 'c' failed "
+                               "[charon log: received NO_PROPOSAL_CHOSEN notify error]")
+    assert listed == {"events": []}
+
+
+def test_an_unknown_event_stream_fails_the_batch(fake: FakeCharon, gateway: ViciGateway) -> None:
+    with pytest.raises(GatewayRejected, match="does not know the event stream"):
+        gateway.batch([Command("list-sas", {}, stream="no-such-event")])
+
+
+def test_a_streamed_command_waits_its_own_time_on_top_of_the_timeout(fake: FakeCharon) -> None:
+    """initiate's timeout extends the wait for its reply; a command without one keeps the gateway's."""
+    def slow(message: dict[str, Any]) -> Reply:
+        threading.Event().wait(0.4)
+        return Reply({"success": "yes"})
+
+    fake.script("initiate", slow)
+    fake.script("list-sas", slow)
+    gateway = ViciGateway(fake.socket_path, timeout=0.2, pool=None)
+    [started] = gateway.batch([initiate_command(child="c", timeout_ms=1000)])
+    assert started == {"success": "yes", "events": []}
+    with pytest.raises(GatewayUnreachable, match="no answer within"):
+        gateway.batch([list_sas_command()])
+
+
+def test_streamed_commands_on_a_session_without_a_socket_are_run_one_by_one() -> None:
+    """A test's session (no transport) is asked through streamed_request, with the same results."""
+    class Session:
+        def request(self, command: str, message: Any = None) -> dict[str, Any]:
+            return {"success": b"yes"}
+
+        def streamed_request(self, command: str, event: str, message: Any = None) -> Iterator[dict[str, Any]]:
+            yield {"msg": f"{command} {event}".encode()}
+            if command == "initiate":
+                raise vici.exception.CommandException("Command failed: no config")
+
+    @contextmanager
+    def connect(path: str, timeout: float) -> Iterator[Any]:
+        yield Session()
+
+    gateway = ViciGateway("/x.vici", timeout=1.0, connect=connect, pool=None)
+    started, listed = gateway.batch([initiate_command(child="c"), list_sas_command()])
+    assert isinstance(started, GatewayRejected)
+    assert started.message == "initiate: no config [charon log: initiate control-log]"
+    assert listed == {"events": [{"msg": "list-sas list-sa"}]}
 
 
 def test_a_pipeline_whose_socket_is_gone_is_unreachable(socket_dir: Path) -> None:
