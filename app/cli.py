@@ -59,6 +59,7 @@ def serve(
     """Migrate the database, load the shipped tables, and serve the API."""
     import uvicorn
 
+    from app.api.http_protocol import OneWriteHttpProtocol
     from app.api.main import create_app
     from app.services.bootstrap import prepare_database
 
@@ -70,7 +71,8 @@ def serve(
     prepared = prepare_database(settings)
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                http=OneWriteHttpProtocol)
 
 
 @db_app.command("upgrade")

@@ -26,6 +26,7 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, given, settings
 
+from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
 from app.services.benchmarks import BenchmarkJobs
 from app.services.bootstrap import prepare_database
@@ -81,7 +82,8 @@ def _serve(tmp: Path, database_url: str, backend: str) -> Iterator[Server]:
     token = make_token(cfg.database_url, "fuzzer", ["admin"])
     port = _free_port()
     app = create_app(cfg)
-    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                        http=OneWriteHttpProtocol))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
