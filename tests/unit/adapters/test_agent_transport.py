@@ -182,3 +182,22 @@ def test_an_answer_that_is_not_http_or_cut_short_is_unreachable(answer: bytes) -
     with server, pytest.raises(PeerUnreachable):
         post_message(url, b"hello", timeout=2.0)
     thread.join(timeout=5)
+
+
+def test_a_proxy_in_the_environment_sends_plain_http_through_httpx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With http_proxy set (read once per process), the message goes through httpx, which honours
+    it: here a proxy that is not there, so the peer is unreachable although it listens."""
+    url, thread, server = _raw_peer(b"HTTP/1.1 200 OK\r\nContent-Length: 19\r\n\r\n" + b'{"message":"olleh"}')
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    transport._proxied.cache_clear()
+    with server:
+        try:
+            with pytest.raises(PeerUnreachable):
+                post_message(url, b"hello", timeout=2.0)
+        finally:
+            transport._proxied.cache_clear()
+        monkeypatch.delenv("http_proxy")
+        assert post_message(url, b"hello") == b"olleh"  # read again without the proxy: straight there
+    thread.join(timeout=5)
