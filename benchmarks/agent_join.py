@@ -46,6 +46,7 @@ from app.services.agent_config import load_client_config
 cfg = load_client_config(Path(sys.argv[1]))
 n, breakdown, bare = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 steps = {}
+connecting = [False]  # the breakdown keeps the roles' steps of connects only, not of disconnects
 if breakdown:  # Client, Host and Target in this process: no HTTP between them
     import logging
     from app.adapters.db.engine import make_engine, make_session_factory
@@ -57,7 +58,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     class Collect(logging.Handler):
         def emit(self, record):
             what, text = record.args
-            if what != "client" and "seal" in text:
+            if what != "client" and connecting[0]:
                 pairs = [p.split("=") for p in text.split()]
                 steps.setdefault(what, []).append({k: float(v.split("/")[0]) for k, v in pairs})
                 steps.setdefault(what + " cpu", []).append({k: float(v.split("/")[1]) for k, v in pairs})
@@ -87,7 +88,9 @@ gc.freeze()  # as qoss agent connect does once its client is made
 times, cpu, bare_ms, last = [], [], [], None
 for i in range(n):
     start, start_cpu = time.perf_counter(), time.process_time()
+    connecting[0] = True
     last = client.connect(target="target-1", objective_id=3)
+    connecting[0] = False
     times.append((time.perf_counter() - start) * 1000)
     cpu.append((time.process_time() - start_cpu) * 1000)
     steps.setdefault("client", []).append(client.last_steps)
