@@ -18,7 +18,9 @@ other command never is.
 :meth:`ViciGateway.batch` sends several commands on one connection without waiting for
 each reply (charon answers one connection's requests strictly in order) and then reads
 the replies: one round trip instead of one per command; :meth:`ViciGateway.pipeline`
-does the same with the reading left for later. Each command's failure is its own; a
+does the same with the reading left for later. A streamed command (``initiate_command``,
+``list_sas_command``) goes out between its event's registration and unregistration in the
+same write, and its events come back with its reply. Each command's failure is its own; a
 socket error fails the whole batch.
 
 Every failure leaves as a project exception, chained to its cause:
