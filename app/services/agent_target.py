@@ -96,6 +96,11 @@ class Outcome:
     audit: str
 
 
+def _host_prefix(address: str) -> str:
+    """A one-address pool: ``address/32`` (IPv4) or ``address/128`` (IPv6)."""
+    return f"{address}/{32 if ':' not in address else 128}"
+
+
 def _at(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
@@ -330,14 +335,20 @@ class TargetAgent:
             loads, sent = v.pipeline(), []
             try:
                 try:
-                    sent += ["shared", "conn"]
+                    # The pool goes with secret and conn, on the address the lease will most likely
+                    # get (the hint); if the lease gets another, the pool is loaded again with it
+                    # (charon replaces a pool no client has used yet).
+                    hint = self._lease_hint
+                    sent += ["shared", "conn", *(["pool"] if hint else [])]
                     loads.send([
                         load_shared_command(conn, session_key, [self.identity, client_identity]),
                         load_conn_command(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
+                        *([load_pool_command(conn, _host_prefix(hint))] if hint else []),
                     ])
                     vip = self._lease(session, ticket)
-                    sent.append("pool")
-                    loads.send([load_pool_command(conn, f"{vip}/{32 if ':' not in vip else 128}")])
+                    if vip != hint:
+                        sent.append("pool")
+                        loads.send([load_pool_command(conn, _host_prefix(vip))])
                     SessionRepository(session).add(AgentSessionRow(
                         ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                         request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",

@@ -186,3 +186,38 @@ def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_f
     assert not [sa for sa in client.vici.list_sas() if sa.name.startswith("qoss-agent-")]
     assert [p.name for p in client.config.state_dir.glob("*.json") if p.name != "capabilities.json"] == []
     assert agent_env.target_config_empty()
+
+
+def test_a_pool_loaded_on_a_taken_address_is_loaded_again_with_the_leased_one(agent_env: AgentEnv) -> None:
+    """Target loads the pool with secret and conn on the address it expects to lease; when another
+    session holds that address, the lease takes the next free one and the pool is loaded again
+    with it: the client gets its own address, never the other session's, and the tunnel works."""
+    from sqlalchemy import create_engine, delete, insert
+
+    from app.adapters.db.agent import AgentLeaseRow
+    from app.adapters.db.models import utcnow
+    from app.services.agent_target import TargetAgent
+
+    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    taken = str(next(ipaddress.ip_network(POOL).hosts()) + 5)
+    engine = create_engine(agent_env.settings.database_url)
+    with engine.begin() as conn:  # another session's lease
+        conn.execute(insert(AgentLeaseRow.__table__).values(address=taken, ticket="f" * 32, created_at=utcnow()))
+    target._lease_hint = taken
+    agent_env.enroll("iris", [3])
+    client = agent_env.client("iris")
+    try:
+        report = client.connect(target="hq", objective_id=3)
+        try:
+            assert report["virtual_ip"] not in (None, taken)
+            assert ipaddress.ip_address(report["virtual_ip"]) in ipaddress.ip_network(POOL)
+            pools = {p.name: p for p in agent_env.target_vici.get_pools()}
+            assert pools[report["conn"]].base == report["virtual_ip"]
+            assert ping(agent_env, report["virtual_ip"]).returncode == 0
+        finally:
+            client.disconnect()
+        assert agent_env.target_config_empty()
+    finally:
+        with engine.begin() as conn:
+            conn.execute(delete(AgentLeaseRow.__table__).where(AgentLeaseRow.ticket == "f" * 32))
+        engine.dispose()
