@@ -273,11 +273,11 @@ class AgentClient:
                 finally:
                     replies = charon.finish()  # read even if the record could not be written
                 steps.mark("initiate")
-                *loaded, listed = replies
-                for reply in (*loaded, listed):
+                for reply in replies:
                     if isinstance(reply, GatewayError):
                         raise reply  # the first refusal says why (a failed load fails the initiate)
-                assert not isinstance(listed, GatewayError)
+                listed = replies[3]
+                assert not isinstance(listed, GatewayError)  # raised above
                 vip = self._check(name, tunnel, sas_of(listed["events"]))
             except BaseException:
                 self._forget(tunnel.ticket)

@@ -496,6 +496,11 @@ atexit.register(POOL.close)
 os.register_at_fork(after_in_child=POOL._forget)
 
 
+def _log_lines(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """charon's log lines in decoded ``control-log`` events."""
+    return [str(e["msg"]) for e in events if e.get("msg")]
+
+
 def _scrub(text: str, secrets: Sequence[str]) -> str:
     for secret in secrets:
         if secret:
@@ -677,8 +682,8 @@ class ViciGateway:
         out: list[dict[str, Any] | GatewayRejected] = []
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, Exception):
-                events = reply.events if isinstance(reply, _StreamFailed) else []
-                log = [str(m) for e in decode(events) if (m := e.get("msg"))] if command.stream == "control-log" else []
+                streamed = decode(reply.events) if isinstance(reply, _StreamFailed) else []
+                log = _log_lines(streamed) if command.stream == "control-log" else []
                 try:
                     self._fail(reply, command.name, self.timeout, log=log, secrets=hidden)
                 except GatewayRejected as rejected:
@@ -708,14 +713,14 @@ class ViciGateway:
         try:
             self._run(command, wait, stream)
         except Exception as exc:
-            log = [str(e.get("msg", "")) for e in events if e.get("msg")] if event == "control-log" else []
+            log = _log_lines(events) if event == "control-log" else []
             self._fail(exc, command, wait, log=log)
         return events
 
     def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
         wait = self.timeout + max(timeout_ms, 0) / 1000.0
         events = self._streamed(command, "control-log", message, timeout=wait)
-        return [str(e.get("msg", "")) for e in events if e.get("msg")]
+        return _log_lines(events)
 
     # -- information ----------------------------------------------------------
 
