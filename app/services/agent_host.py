@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session
 
 from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
 from app.adapters.agent.transport import post_message
-from app.adapters.db.agent import NonceRepository, UserRepository
+from app.adapters.db.agent import UserRepository, claim_nonce, find_user
+from app.adapters.db.hot import engine_of, hot_transaction
 from app.domain.agent import (
     REPLAY_TTL,
     AgentRejected,
@@ -68,6 +69,7 @@ class HostAgent:
         self.keys = keys
         self.targets = {n: _Target(n, p.url or "", p.keys(config.base_dir)) for n, p in self.role.targets.items()}
         self._sessions = session_factory
+        self._engine = engine_of(session_factory)  # the checks of every request: a hot transaction
         self._local = local_target
         self._post = post
         self._clock = clock
@@ -153,8 +155,8 @@ class HostAgent:
             raise AgentRejected("signed for another host")
         steps.mark("open")
         # One transaction: the user's record, every check, the nonce (a replay fails atomically).
-        with self._sessions() as session, session.begin():
-            user = UserRepository(session).find(request.user_id)
+        with hot_transaction(self._engine) as cursor:
+            user = find_user(cursor, request.user_id)
             if user is None:
                 raise AgentRejected(f"unknown user {request.user_id}")
             if user.revoked:
@@ -166,8 +168,8 @@ class HostAgent:
             target = self.targets.get(request.request_info.target)
             if target is None:
                 raise AgentRejected(f"unknown target {request.request_info.target}")
-            if not NonceRepository(session).claim("host", f"user:{user.user_id}", request.request_id,
-                                                  datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
+            if not claim_nonce(cursor, "host", f"user:{user.user_id}", request.request_id,
+                               datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
                 raise AgentRejected("replayed request")
             if admit is not None:
                 admit(user.user_id)

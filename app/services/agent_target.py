@@ -40,6 +40,7 @@ from app.adapters.db.agent import (
     RevocationRepository,
     SessionRepository,
 )
+from app.adapters.db.hot import engine_of
 from app.adapters.vici.driver import (
     Pipeline,
     ViciGateway,
@@ -119,6 +120,7 @@ class TargetAgent:
         self.keys = keys
         self.hosts: dict[str, PublicKeys] = {n: p.keys(config.base_dir) for n, p in self.role.hosts.items()}
         self._sessions = session_factory
+        engine_of(session_factory)  # its hot statements need SQLite or PostgreSQL: said now, not on a request
         self._vici = vici
         self._cache = cache
         self._default_table = default_table

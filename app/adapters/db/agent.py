@@ -18,6 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from app.adapters.db.hot import HOT_DIALECTS, HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
@@ -33,6 +34,9 @@ __all__ = [
     "RevocationRepository",
     "SessionRepository",
     "UserRepository",
+    "claim_nonce",
+    "find_user",
+    "insert_new",
 ]
 
 
@@ -104,35 +108,47 @@ class AgentRevocationRow(Base):
     revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
-#: Prepared ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, dialect, columns):
-#: built once, so a claim costs one execution and no statement construction. The hot paths'
-#: Core statements run on the session's connection (in its transaction): the ORM's execution
-#: layer adds nothing to them but time (about a third of a warm INSERT's).
-_INSERT_NEW: dict[tuple[str, str, tuple[str, ...]], Insert] = {}
+#: ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, columns), as hot statements
+#: (:mod:`app.adapters.db.hot`): a claim costs one execution on the DBAPI cursor.
+_INSERT_NEW: dict[tuple[str, tuple[str, ...]], HotStatement] = {}
 
 
-def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
+def _insert_new_statement(core: Table, columns: tuple[str, ...]) -> HotStatement:
+    found = _INSERT_NEW.get((core.name, columns))
+    if found is None:
+        key = next(iter(core.primary_key.columns))
+
+        def build(dialect: str) -> Insert:
+            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+            return insert_(core).values({k: bindparam(k) for k in columns}).on_conflict_do_nothing().returning(key)
+
+        found = _INSERT_NEW.setdefault((core.name, columns), HotStatement(build))
+    return found
+
+
+def insert_new(cursor: HotCursor, table: type[Base], values: dict[str, Any]) -> bool:
     """``INSERT ... ON CONFLICT DO NOTHING``: True if the row was inserted, False if its key existed.
 
     One statement, no savepoint: the unique key makes it atomic across workers, and a
-    conflict does not abort the surrounding transaction (SQLite >= 3.35 and PostgreSQL;
-    other databases fall back to a savepoint).
+    conflict does not abort the surrounding transaction (SQLite >= 3.35 and PostgreSQL).
+    RETURNING says whether a row went in (psycopg reports no rowcount for it).
     """
-    core = cast(Table, table.__table__)
-    dialect = session.get_bind().dialect.name
-    if dialect in ("sqlite", "postgresql"):
-        # RETURNING says whether a row went in (psycopg reports no rowcount for it).
-        cache_key = (core.name, dialect, tuple(values))
-        statement = _INSERT_NEW.get(cache_key)
-        if statement is None:
-            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
-            key = next(iter(core.primary_key.columns))
-            statement = insert_(core).values({k: bindparam(k) for k in values}).on_conflict_do_nothing().returning(key)
-            _INSERT_NEW[cache_key] = statement
-        return session.connection().execute(statement, values).first() is not None
+    statement = _insert_new_statement(cast(Table, table.__table__), tuple(values))
+    return cursor.first(statement, values) is not None
+
+
+def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
+    """:func:`insert_new` in the Session's transaction (a savepoint on databases other than
+    SQLite and PostgreSQL)."""
+    if session.get_bind().dialect.name in HOT_DIALECTS:
+        cursor = session_cursor(session)
+        try:
+            return insert_new(cursor, table, values)
+        finally:
+            cursor.close()
     try:
         with session.begin_nested():
-            session.execute(insert(core).values(**values))
+            session.execute(insert(cast(Table, table.__table__)).values(**values))
     except IntegrityError:
         return False
     return True
@@ -149,7 +165,25 @@ def _user(row: AgentUserRow) -> EnrolledUser:
 
 
 _USERS = cast(Table, AgentUserRow.__table__)
-_FIND_USER = select(_USERS).where(_USERS.c.user_id == bindparam("user_id"))
+_FIND_USER = HotStatement(lambda _: select(
+    _USERS.c.user_id, _USERS.c.sign_public_key, _USERS.c.kem_public_key, _USERS.c.objectives, _USERS.c.revoked_at,
+).where(_USERS.c.user_id == bindparam("user_id")))
+
+
+def find_user(cursor: HotCursor, user_id: str) -> EnrolledUser | None:
+    """The user's record (one hot query: no ORM object on the path of every request)."""
+    row = cursor.first(_FIND_USER, {"user_id": user_id})
+    if row is None:
+        return None
+    uid, sign, kem, objectives, revoked_at = row
+    return EnrolledUser(user_id=uid, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
+                        objectives=frozenset(objectives), revoked=revoked_at is not None)
+
+
+def claim_nonce(cursor: HotCursor, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+    """Insert (scope, sender, nonce) into the replay cache; False if it is there already (a replay)."""
+    return insert_new(cursor, AgentNonceRow, {"scope": scope, "sender": sender, "nonce": nonce.hex(),
+                                              "expires_at": expires_at})
 
 
 class UserRepository:
@@ -181,9 +215,12 @@ class UserRepository:
             raise AlreadyExists(f"user {user.user_id} is enrolled already") from exc
 
     def find(self, user_id: str) -> EnrolledUser | None:
-        """The user's record (one Core query: no ORM object on the hot path of every request)."""
-        row = self.session.connection().execute(_FIND_USER, {"user_id": user_id}).first()
-        return None if row is None else _user(cast(AgentUserRow, row))
+        """The user's record."""
+        cursor = session_cursor(self.session)
+        try:
+            return find_user(cursor, user_id)
+        finally:
+            cursor.close()
 
     def all(self) -> list[tuple[EnrolledUser, datetime, datetime | None]]:
         rows = self.session.scalars(select(AgentUserRow).order_by(AgentUserRow.user_id)).all()
@@ -223,6 +260,7 @@ class NonceRepository:
 
 
 _SESSIONS = cast(Table, AgentSessionRow.__table__)
+_ADD_SESSION = HotStatement(lambda _: insert(_SESSIONS))  # every column, each a bind of its own name
 
 
 class SessionRepository:
@@ -237,13 +275,20 @@ class SessionRepository:
         Raises:
             AlreadyExists: the ticket exists (tickets are single-use).
         """
-        # One Core INSERT (column defaults apply), not an ORM unit of work.
+        # One hot INSERT of every column (the defaults are filled in here), not an ORM unit of work.
+        now = utcnow()
         values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
+        values["reason"] = values["reason"] or ""
+        values["created_at"] = values["created_at"] or now
+        values["updated_at"] = values["updated_at"] or now
+        cursor = session_cursor(self.session)
         try:
             # no savepoint: a clash (random 128-bit tickets) fails the transaction
-            self.session.connection().execute(insert(_SESSIONS), {k: v for k, v in values.items() if v is not None})
+            cursor.execute(_ADD_SESSION, values)
         except IntegrityError as exc:
             raise AlreadyExists("ticket exists") from exc
+        finally:
+            cursor.close()
 
     def get(self, ticket: str) -> AgentSessionRow | None:
         return self.session.get(AgentSessionRow, ticket)
@@ -273,8 +318,8 @@ class SessionRepository:
         return int(getattr(result, "rowcount", 0) or 0) == 1
 
 
-_REVOKED = select(exists().where(AgentRevocationRow.user_id == bindparam("user_id"),
-                                 AgentRevocationRow.sign_public_key == bindparam("key")))
+_REVOKED = HotStatement(lambda _: select(exists().where(AgentRevocationRow.user_id == bindparam("user_id"),
+                                                         AgentRevocationRow.sign_public_key == bindparam("key"))))
 
 
 class RevocationRepository:
@@ -290,7 +335,12 @@ class RevocationRepository:
 
     def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
         """Whether this user's key was revoked."""
-        return bool(self.session.connection().scalar(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)}))
+        cursor = session_cursor(self.session)
+        try:
+            row = cursor.first(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)})
+        finally:
+            cursor.close()
+        return bool(row and row[0])
 
     def all(self, limit: int | None = None) -> list[AgentRevocationRow]:
         """Newest first (at most ``limit``)."""

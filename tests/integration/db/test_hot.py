@@ -1,0 +1,200 @@
+"""The hot path (app/adapters/db/hot.py) on SQLite and PostgreSQL: what it writes reads back
+through the ORM exactly as the ORM would have written it; transactions commit or leave nothing;
+errors come out as SQLAlchemy's, without the values; a dead connection is not pooled again."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import cast
+
+import pytest
+from sqlalchemy import Engine, Table, bindparam, create_engine, select, text
+from sqlalchemy.dialects import mysql
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.adapters.db.agent import (
+    AgentNonceRow,
+    AgentSessionRow,
+    AgentUserRow,
+    NonceRepository,
+    SessionRepository,
+    claim_nonce,
+    find_user,
+)
+from app.adapters.db.engine import make_engine
+from app.adapters.db.hot import HotStatement, engine_of, hot_transaction, session_cursor
+from app.domain.agent import AgentSessionState, b64e
+from tests.fixtures.db import postgres_database
+
+
+def _enrol(factory: sessionmaker[Session], user_id: str = "alice", revoked: bool = False) -> None:
+    with factory() as session, session.begin():
+        session.add(AgentUserRow(user_id=user_id, sign_public_key=b64e(b"s" * 32), kem_public_key=b64e(b"k" * 32),
+                                 objectives=[3, 1], revoked_at=datetime.now(UTC) if revoked else None))
+
+
+def test_a_hot_insert_reads_back_through_the_orm_with_its_types(
+    engine: Engine, session_factory: sessionmaker[Session]
+) -> None:
+    expires = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    with hot_transaction(engine) as cursor:
+        assert claim_nonce(cursor, "host", "user:alice", b"\x01" * 16, expires) is True
+    with session_factory() as session:
+        row = session.get(AgentNonceRow, ("host", "user:alice", "01" * 16))
+        assert row is not None
+        assert row.expires_at == expires
+        assert row.expires_at.tzinfo is UTC
+
+
+def test_a_session_row_written_hot_has_its_json_defaults_and_times(session_factory: sessionmaker[Session]) -> None:
+    suite = {"esp": "aes128gcm16-x25519", "levels": {"c": 7}, "notes": ["a", "b"]}
+    expires = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    with session_factory() as session, session.begin():
+        SessionRepository(session).add(AgentSessionRow(
+            ticket="t" * 32, user_id="alice", host_id="host-1", request_id="r" * 32, objective_id=3,
+            protection="esp", conn="qoss-agent-x", pool="qoss-agent-x", virtual_ip="10.8.0.2",
+            client_identity="abc.alice", suite=suite, state=AgentSessionState.ACTIVE.value, expires_at=expires))
+    with session_factory() as session:
+        row = session.get(AgentSessionRow, "t" * 32)
+        assert row is not None
+        assert row.suite == suite
+        assert row.reason == ""
+        assert row.expires_at == expires
+        assert row.created_at.tzinfo is UTC
+        assert row.updated_at == row.created_at
+        assert abs((datetime.now(UTC) - row.created_at).total_seconds()) < 60
+
+
+def test_find_user_gives_the_record_or_none(engine: Engine, session_factory: sessionmaker[Session]) -> None:
+    _enrol(session_factory, "alice")
+    _enrol(session_factory, "bob", revoked=True)
+    with hot_transaction(engine) as cursor:
+        alice, bob, nobody = (find_user(cursor, u) for u in ("alice", "bob", "carol"))
+    assert alice is not None
+    assert alice.objectives == frozenset({1, 3})
+    assert not alice.revoked
+    assert alice.sign_public_key == b"s" * 32
+    assert alice.kem_public_key == b"k" * 32
+    assert bob is not None
+    assert bob.revoked
+    assert nobody is None
+
+
+def test_a_replayed_nonce_is_refused_and_does_not_abort_the_transaction(
+    engine: Engine, session_factory: sessionmaker[Session]
+) -> None:
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    with hot_transaction(engine) as cursor:
+        assert claim_nonce(cursor, "target", "host:h", b"\x02" * 16, later)
+        assert not claim_nonce(cursor, "target", "host:h", b"\x02" * 16, later)
+        assert claim_nonce(cursor, "target", "host:h", b"\x03" * 16, later)  # the transaction goes on
+    with session_factory() as session:
+        assert len(session.scalars(select(AgentNonceRow)).all()) == 2
+
+
+def test_a_block_that_raises_leaves_nothing(engine: Engine, session_factory: sessionmaker[Session]) -> None:
+    def claim_then_refuse() -> None:
+        with hot_transaction(engine) as cursor:
+            claim_nonce(cursor, "host", "user:alice", b"\x04" * 16, datetime.now(UTC))
+            raise RuntimeError("refused after the insert")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        claim_then_refuse()
+    with session_factory() as session:
+        assert session.scalars(select(AgentNonceRow)).all() == []
+    with hot_transaction(engine) as cursor:  # the connection went back to the pool clean
+        assert claim_nonce(cursor, "host", "user:alice", b"\x04" * 16, datetime.now(UTC))
+
+
+def test_hot_statements_run_in_the_sessions_own_transaction(session_factory: sessionmaker[Session]) -> None:
+    with session_factory() as session:
+        session.begin()
+        assert NonceRepository(session).claim("host", "user:a", b"\x05" * 16, datetime.now(UTC))
+        session.rollback()
+        assert NonceRepository(session).claim("host", "user:a", b"\x05" * 16, datetime.now(UTC))  # rolled back
+        session.commit()
+    with session_factory() as session:
+        assert len(session.scalars(select(AgentNonceRow)).all()) == 1
+
+
+def test_a_duplicate_key_is_sqlalchemys_integrity_error_without_the_values(
+    engine: Engine, session_factory: sessionmaker[Session]
+) -> None:
+    users = cast(Table, AgentUserRow.__table__)
+    plain_insert = HotStatement(lambda _: users.insert())  # no ON CONFLICT: a duplicate fails
+    values = {"user_id": "alice", "sign_public_key": "secret-looking-value", "kem_public_key": "k", "objectives": [1],
+              "created_at": datetime.now(UTC), "revoked_at": None}
+    with hot_transaction(engine) as cursor:
+        cursor.execute(plain_insert, values)
+    with pytest.raises(IntegrityError) as caught, hot_transaction(engine) as cursor:
+        cursor.execute(plain_insert, values)
+    assert "secret-looking-value" not in str(caught.value)
+    with session_factory() as session:  # the failed transaction left the first row alone
+        assert [u.user_id for u in session.scalars(select(AgentUserRow))] == ["alice"]
+
+
+def test_a_statement_for_another_database_is_refused_clearly() -> None:
+    statement = HotStatement(lambda _: select(AgentUserRow.__table__).where(
+        AgentUserRow.__table__.c.user_id == bindparam("user_id")))
+    with pytest.raises(NotImplementedError, match="SQLite and PostgreSQL"):
+        statement.compiled(mysql.dialect())
+
+
+def test_engine_of_and_session_cursor_share_the_factorys_database(
+    engine: Engine, session_factory: sessionmaker[Session]
+) -> None:
+    assert engine_of(session_factory).url == engine.url
+    with session_factory() as session, session.begin():
+        cursor = session_cursor(session)
+        try:
+            assert find_user(cursor, "nobody") is None
+        finally:
+            cursor.close()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    with postgres_database() as url:
+        yield url
+
+
+def _kill_other_backends(url: str) -> None:
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            killed = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+        assert killed == 1
+    finally:
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_dead_pooled_connection_is_replaced_on_checkout(postgres_url: str) -> None:
+    engine = make_engine(postgres_url)  # pre-ping on checkout
+    try:
+        with hot_transaction(engine) as cursor:
+            claim_nonce(cursor, "host", "user:z", b"\x06" * 16, datetime.now(UTC))
+        _kill_other_backends(postgres_url)
+        with hot_transaction(engine) as cursor:
+            assert claim_nonce(cursor, "host", "user:z", b"\x07" * 16, datetime.now(UTC))
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_connection_that_dies_in_use_is_invalidated_not_pooled_again(postgres_url: str) -> None:
+    engine = create_engine(postgres_url, pool_size=1, max_overflow=0)  # no pre-ping: the error shows in use
+    try:
+        with hot_transaction(engine) as cursor:
+            claim_nonce(cursor, "host", "user:z", b"\x08" * 16, datetime.now(UTC))
+        _kill_other_backends(postgres_url)
+        with pytest.raises(OperationalError) as caught, hot_transaction(engine) as cursor:
+            claim_nonce(cursor, "host", "user:z", b"\x09" * 16, datetime.now(UTC))
+        assert "user:z" not in str(caught.value)
+        with hot_transaction(engine) as cursor:  # a new connection, not the dead one
+            assert claim_nonce(cursor, "host", "user:z", b"\x09" * 16, datetime.now(UTC))
+    finally:
+        engine.dispose()
