@@ -39,8 +39,13 @@ from app.adapters.db.agent import (
     NonceRepository,
     RevocationRepository,
     SessionRepository,
+    add_session,
+    claim_nonce,
+    is_revoked,
+    leased_addresses,
+    take_lease,
 )
-from app.adapters.db.hot import engine_of
+from app.adapters.db.hot import HotCursor, HotTransaction, engine_of, hot_transaction
 from app.adapters.vici.driver import (
     Pipeline,
     ViciGateway,
@@ -120,7 +125,7 @@ class TargetAgent:
         self.keys = keys
         self.hosts: dict[str, PublicKeys] = {n: p.keys(config.base_dir) for n, p in self.role.hosts.items()}
         self._sessions = session_factory
-        engine_of(session_factory)  # its hot statements need SQLite or PostgreSQL: said now, not on a request
+        self._engine = engine_of(session_factory)  # admitting and recording a connect: a hot transaction
         self._vici = vici
         self._cache = cache
         self._default_table = default_table
@@ -186,19 +191,18 @@ class TargetAgent:
         return request
 
     @staticmethod
-    def _admit(session: Session, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
+    def _admit(cursor: HotCursor, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
         """In the caller's transaction: Target's own revocation list, then both nonces (single use).
 
         Raises:
             AgentRejected: the user's key was revoked here, or a nonce was seen before.
         """
-        if RevocationRepository(session).revoked(request.user_id, endorsement.user.sign_public_key):
+        if is_revoked(cursor, request.user_id, endorsement.user.sign_public_key):
             raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
-        nonces = NonceRepository(session)
         expires = _at(now + REPLAY_TTL)
-        if not nonces.claim("target", f"host:{endorsement.host}", endorsement.nonce, expires):
+        if not claim_nonce(cursor, "target", f"host:{endorsement.host}", endorsement.nonce, expires):
             raise AgentRejected("replayed endorsement")
-        if not nonces.claim("target", f"user:{request.user_id}", request.request_id, expires):
+        if not claim_nonce(cursor, "target", f"user:{request.user_id}", request.request_id, expires):
             raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
@@ -228,8 +232,8 @@ class TargetAgent:
         request = self._check_endorsement(endorsement, now, steps)
         if request.kind is Kind.DISCONNECT:
             ticket = request.request_info.ticket or ""
-            with self._sessions() as session, session.begin():
-                self._admit(session, endorsement, request, now)
+            with hot_transaction(self._engine) as cursor:
+                self._admit(cursor, endorsement, request, now)
             self._close(ticket, user_id=request.user_id, state=AgentSessionState.CLOSED,
                         reason="disconnected by the client")
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
@@ -296,13 +300,23 @@ class TargetAgent:
         ticket = secrets.token_hex(16)
         conn = f"qoss-agent-{ticket[:16]}"
         capabilities = self._capabilities()  # may ask charon: never while holding the transaction
-        with self._sessions() as session:
-            transaction = session.begin()
-            try:
-                self._admit(session, endorsement, request, now)
-                steps.mark("admit")
+        # Negotiation only reads (rating tables, a stored policy; normally from the cache, with no
+        # query) in a Session of its own, before the write transaction; its refusal is raised only
+        # once the request is admitted, so a replayed or revoked request is refused as such.
+        refusal: Exception | None = None
+        try:
+            with self._sessions() as session:
                 result = self._negotiate(session, request, capabilities)
-                steps.mark("negotiate")
+        except Exception as exc:  # raised below, after the admission checks
+            refusal = exc
+        steps.mark("negotiate")
+        transaction = HotTransaction(self._engine)
+        try:
+            try:
+                self._admit(transaction.cursor, endorsement, request, now)
+                steps.mark("admit")
+                if refusal is not None:
+                    raise refusal
                 lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
                 expires = int(now) + lifetime
                 suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
@@ -324,7 +338,8 @@ class TargetAgent:
                 esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
                 if esp is None or ike is None:
                     raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
-            except BaseException:
+            except BaseException as exc:
+                transaction.failed(exc)
                 transaction.rollback()
                 raise
             # Admitted: charon loads secret and conn while the lease and the session are written,
@@ -347,18 +362,19 @@ class TargetAgent:
                         load_conn_command(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
                         *([load_pool_command(conn, _host_prefix(hint))] if hint else []),
                     ])
-                    vip = self._lease(session, ticket)
+                    vip = self._lease(transaction.cursor, ticket)
                     if vip != hint:
                         sent.append("pool")
                         loads.send([load_pool_command(conn, _host_prefix(vip))])
-                    SessionRepository(session).add(AgentSessionRow(
+                    add_session(transaction.cursor, AgentSessionRow(
                         ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                         request_id=request.request_id.hex(), objective_id=request.objective_id, protection="esp",
                         conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
                         state=AgentSessionState.ACTIVE.value, expires_at=_at(expires),
                     ))
                     transaction.commit()
-                except BaseException:
+                except BaseException as exc:
+                    transaction.failed(exc)
                     transaction.rollback()
                     self._finish_load(v, conn, loads, sent, undo=True)
                     raise
@@ -378,10 +394,12 @@ class TargetAgent:
                 loads.close()
                 with self._inflight_lock:
                     self._inflight.discard(conn)
+        finally:
+            transaction.close()
         steps.mark("load")
         return info, answer
 
-    def _lease(self, session: Session, ticket: str) -> str:
+    def _lease(self, cursor: HotCursor, ticket: str) -> str:
         """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
         row: never handed out twice).
 
@@ -389,15 +407,14 @@ class TargetAgent:
         lease table; it also leaves a just-released address to rest); if another session has it,
         the lease table is read and the first free address taken.
         """
-        leases = LeaseRepository(session)
         hint = self._lease_hint
-        if hint is not None and leases.take(hint, ticket):
+        if hint is not None and take_lease(cursor, hint, ticket):
             self._lease_hint = self._after(hint)
             return hint
-        taken = leases.taken()
+        taken = leased_addresses(cursor)
         for address in self._pool_network.hosts():
             text = str(address)
-            if text not in taken and leases.take(text, ticket):
+            if text not in taken and take_lease(cursor, text, ticket):
                 self._lease_hint = self._after(text)
                 return text
         raise AgentRejected("the virtual IP pool is exhausted")

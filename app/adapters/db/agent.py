@@ -34,9 +34,13 @@ __all__ = [
     "RevocationRepository",
     "SessionRepository",
     "UserRepository",
+    "add_session",
     "claim_nonce",
     "find_user",
     "insert_new",
+    "is_revoked",
+    "leased_addresses",
+    "take_lease",
 ]
 
 
@@ -141,11 +145,8 @@ def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> 
     """:func:`insert_new` in the Session's transaction (a savepoint on databases other than
     SQLite and PostgreSQL)."""
     if session.get_bind().dialect.name in HOT_DIALECTS:
-        cursor = session_cursor(session)
-        try:
+        with session_cursor(session) as cursor:
             return insert_new(cursor, table, values)
-        finally:
-            cursor.close()
     try:
         with session.begin_nested():
             session.execute(insert(cast(Table, table.__table__)).values(**values))
@@ -216,11 +217,8 @@ class UserRepository:
 
     def find(self, user_id: str) -> EnrolledUser | None:
         """The user's record."""
-        cursor = session_cursor(self.session)
-        try:
+        with session_cursor(self.session) as cursor:
             return find_user(cursor, user_id)
-        finally:
-            cursor.close()
 
     def all(self) -> list[tuple[EnrolledUser, datetime, datetime | None]]:
         rows = self.session.scalars(select(AgentUserRow).order_by(AgentUserRow.user_id)).all()
@@ -275,20 +273,8 @@ class SessionRepository:
         Raises:
             AlreadyExists: the ticket exists (tickets are single-use).
         """
-        # One hot INSERT of every column (the defaults are filled in here), not an ORM unit of work.
-        now = utcnow()
-        values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
-        values["reason"] = values["reason"] or ""
-        values["created_at"] = values["created_at"] or now
-        values["updated_at"] = values["updated_at"] or now
-        cursor = session_cursor(self.session)
-        try:
-            # no savepoint: a clash (random 128-bit tickets) fails the transaction
-            cursor.execute(_ADD_SESSION, values)
-        except IntegrityError as exc:
-            raise AlreadyExists("ticket exists") from exc
-        finally:
-            cursor.close()
+        with session_cursor(self.session) as cursor:
+            add_session(cursor, row)
 
     def get(self, ticket: str) -> AgentSessionRow | None:
         return self.session.get(AgentSessionRow, ticket)
@@ -335,12 +321,8 @@ class RevocationRepository:
 
     def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
         """Whether this user's key was revoked."""
-        cursor = session_cursor(self.session)
-        try:
-            row = cursor.first(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)})
-        finally:
-            cursor.close()
-        return bool(row and row[0])
+        with session_cursor(self.session) as cursor:
+            return is_revoked(cursor, user_id, sign_public_key)
 
     def all(self, limit: int | None = None) -> list[AgentRevocationRow]:
         """Newest first (at most ``limit``)."""
@@ -355,11 +337,55 @@ class LeaseRepository:
         self.session = session
 
     def taken(self) -> set[str]:
-        return set(self.session.scalars(select(AgentLeaseRow.address)).all())
+        with session_cursor(self.session) as cursor:
+            return leased_addresses(cursor)
 
     def take(self, address: str, ticket: str) -> bool:
         """Lease ``address`` to ``ticket``; False if someone else has it."""
-        return _insert_new(self.session, AgentLeaseRow, {"address": address, "ticket": ticket, "created_at": utcnow()})
+        with session_cursor(self.session) as cursor:
+            return take_lease(cursor, address, ticket)
 
     def release(self, ticket: str) -> None:
         self.session.execute(delete(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket))
+
+
+# --------------------------------------------------------------------------- hot functions
+# Target's connect runs these in one hot transaction (app/adapters/db/hot.py); the
+# repositories above run them in a Session's transaction.
+
+
+def add_session(cursor: HotCursor, row: AgentSessionRow) -> None:
+    """Insert a new session: one hot INSERT of every column (the defaults filled in here).
+
+    Raises:
+        AlreadyExists: the ticket exists (tickets are single-use). No savepoint: a clash of
+            random 128-bit tickets fails the transaction.
+    """
+    now = utcnow()
+    values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
+    values["reason"] = values["reason"] or ""
+    values["created_at"] = values["created_at"] or now
+    values["updated_at"] = values["updated_at"] or now
+    try:
+        cursor.execute(_ADD_SESSION, values)
+    except IntegrityError as exc:
+        raise AlreadyExists("ticket exists") from exc
+
+
+def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes) -> bool:
+    """Whether Target's revocation list has this user's signing key."""
+    row = cursor.first(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)})
+    return bool(row and row[0])
+
+
+_LEASED = HotStatement(lambda _: select(cast(Table, AgentLeaseRow.__table__).c.address))
+
+
+def leased_addresses(cursor: HotCursor) -> set[str]:
+    """Every virtual IP leased now."""
+    return {row[0] for row in cursor.all(_LEASED, {})}
+
+
+def take_lease(cursor: HotCursor, address: str, ticket: str) -> bool:
+    """Lease ``address`` to ``ticket``; False if someone else has it."""
+    return insert_new(cursor, AgentLeaseRow, {"address": address, "ticket": ticket, "created_at": utcnow()})

@@ -12,9 +12,10 @@ SQLAlchemy for the engine's dialect (its SQL, its parameter style, its type conv
   parameter's and result column's type processor (``TypeEngine.bind_processor`` /
   ``result_processor`` of the dialect's implementation); values without a processor pass
   through unchanged. No Python-side column defaults run: callers give every value.
-* :func:`hot_transaction` checks a DBAPI connection out of the engine's pool (pre-ping and
-  all), opens the transaction the way :func:`~app.adapters.db.engine.make_engine` does
-  (``BEGIN IMMEDIATE`` on SQLite), commits or rolls back, and gives the connection back.
+* :class:`HotTransaction` (and :func:`hot_transaction`, its ``with`` form) checks a DBAPI
+  connection out of the engine's pool (pre-ping and all), opens the transaction the way
+  :func:`~app.adapters.db.engine.make_engine` does (``BEGIN IMMEDIATE`` on SQLite), commits
+  or rolls back, and gives the connection back.
 * :func:`session_cursor` runs hot statements inside a Session's own transaction (its
   connection), for transactions that also need the ORM.
 
@@ -37,7 +38,9 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import Executable
 
-__all__ = ["HOT_DIALECTS", "HotCursor", "HotStatement", "engine_of", "hot_transaction", "session_cursor"]
+__all__ = [
+    "HOT_DIALECTS", "HotCursor", "HotStatement", "HotTransaction", "engine_of", "hot_transaction", "session_cursor",
+]
 
 Processor = Callable[[Any], Any]
 
@@ -47,6 +50,7 @@ class _Compiled:
     sql: str
     names: tuple[str, ...]
     positional: bool
+    fixed: dict[str, Any]  # the values of the statement's own literals (anonymous binds)
     binds: tuple[Processor | None, ...]
     results: tuple[Processor | None, ...]
 
@@ -82,7 +86,8 @@ class HotStatement:
             binds = tuple(compiled.binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names)
             columns = getattr(statement, "exported_columns", ())  # SELECT's columns, or RETURNING's
             results = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
-            found = _Compiled(compiled.string, names, dialect.positional, binds, results)
+            fixed = {n: b.effective_value for n, b in compiled.binds.items() if not b.required}
+            found = _Compiled(compiled.string, names, dialect.positional, fixed, binds, results)
             self._by_dialect[dialect.name] = found
         return found
 
@@ -99,6 +104,8 @@ class HotCursor:
 
     def _execute(self, statement: HotStatement, params: Mapping[str, Any]) -> _Compiled:
         c = statement.compiled(self.dialect)
+        if c.fixed:
+            params = {**c.fixed, **params}
         values = [params[n] if p is None else p(params[n]) for n, p in zip(c.names, c.binds, strict=True)]
         try:
             self._cursor.execute(c.sql, values if c.positional else dict(zip(c.names, values, strict=True)))
@@ -119,6 +126,15 @@ class HotCursor:
             return None
         return tuple(v if p is None else p(v) for v, p in zip(row, c.results, strict=False))
 
+    def all(self, statement: HotStatement, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Every row (converted by the columns' types)."""
+        c = self._execute(statement, params)
+        try:
+            rows = self._cursor.fetchall()
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(c.sql, exc, self.dialect) from exc
+        return [tuple(v if p is None else p(v) for v, p in zip(row, c.results, strict=False)) for row in rows]
+
     def execute(self, statement: HotStatement, params: Mapping[str, Any]) -> int:
         """Run a statement that returns no rows; the row count."""
         self._execute(statement, params)
@@ -132,53 +148,109 @@ def _wrapped(sql: str, exc: Exception, dialect: Dialect) -> StatementError:
     return DBAPIError.instance(sql, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True, dialect=dialect)
 
 
+class HotTransaction:
+    """A write transaction on a DBAPI connection checked out of the engine's pool (pre-ping and
+    all), opened the way :func:`~app.adapters.db.engine.make_engine` opens one (``BEGIN
+    IMMEDIATE`` on SQLite). End it with :meth:`commit` or :meth:`rollback`; :meth:`close`
+    (always) rolls back what was not ended and gives the connection back, or drops it if an
+    error showed it dead.
+    """
+
+    __slots__ = ("_dead", "_ended", "_raw", "cursor", "dialect")
+
+    def __init__(self, engine: Engine) -> None:
+        self.dialect = dialect = engine.dialect
+        self._raw = engine.raw_connection()
+        self._dead = self._ended = False
+        try:
+            self.cursor = HotCursor(self._raw.driver_connection, dialect)
+            if dialect.name == "sqlite":  # isolation_level None (make_engine): we open it, IMMEDIATE
+                self.cursor._cursor.execute("BEGIN IMMEDIATE")
+        except dialect.loaded_dbapi.Error as exc:
+            self._dead = _is_disconnect(dialect, exc, self._raw)
+            self._ended = True
+            self.close()
+            raise _wrapped("BEGIN", exc, dialect) from exc
+
+    def commit(self) -> None:
+        """Commit (after a failed commit the transaction is rolled back).
+
+        Raises:
+            sqlalchemy.exc.DBAPIError: the commit failed.
+        """
+        self._end(self._raw.commit, "COMMIT")
+
+    def rollback(self) -> None:
+        """Roll back (a failure to is logged by the pool when the connection is dropped)."""
+        try:
+            self._end(self._raw.rollback, "ROLLBACK")
+        except DBAPIError:
+            self._dead = True
+
+    def _end(self, how: Callable[[], None], what: str) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            how()
+        except self.dialect.loaded_dbapi.Error as exc:
+            self._dead = _is_disconnect(self.dialect, exc, self._raw)
+            if what == "COMMIT" and not self._dead:
+                self._ended = False
+                self.rollback()
+            raise _wrapped(what, exc, self.dialect) from exc
+
+    def failed(self, exc: BaseException) -> None:
+        """Note an error raised inside the transaction: a DBAPI error that shows the connection
+        dead keeps it out of the pool."""
+        orig = exc.orig if isinstance(exc, DBAPIError) else None
+        if orig is not None and _is_disconnect(self.dialect, orig, self._raw):
+            self._dead = True
+
+    def close(self) -> None:
+        """Roll back what was not ended; give the connection back (or drop a dead one)."""
+        if not self._ended:
+            self.rollback()
+        try:
+            if hasattr(self, "cursor"):
+                self.cursor.close()
+        except self.dialect.loaded_dbapi.Error:
+            self._dead = True
+        finally:
+            if self._dead:
+                self._raw.invalidate()
+            self._raw.close()
+
+
 @contextmanager
 def hot_transaction(engine: Engine) -> Iterator[HotCursor]:
-    """A write transaction on a pooled DBAPI connection: committed if the block ends normally,
-    rolled back if it raises (see the module)."""
-    dialect = engine.dialect
-    raw = engine.raw_connection()
-    cursor: HotCursor | None = None
-    dead = False
+    """A :class:`HotTransaction` committed if the block ends normally, rolled back if it raises."""
+    transaction = HotTransaction(engine)
     try:
-        cursor = HotCursor(raw.driver_connection, dialect)
-        if dialect.name == "sqlite":  # isolation_level None (make_engine): we open it, IMMEDIATE
-            cursor._cursor.execute("BEGIN IMMEDIATE")
-        try:
-            yield cursor
-            raw.commit()
-        except BaseException:
-            try:
-                raw.rollback()
-            except dialect.loaded_dbapi.Error:
-                dead = True
-            raise
-    except dialect.loaded_dbapi.Error as exc:
-        dead = _is_disconnect(dialect, exc, raw)
-        raise _wrapped("BEGIN/COMMIT", exc, dialect) from exc
-    except DBAPIError as exc:
-        dead = dead or bool(exc.orig is not None and _is_disconnect(dialect, exc.orig, raw))
+        yield transaction.cursor
+        transaction.commit()
+    except BaseException as exc:
+        transaction.failed(exc)
+        transaction.rollback()
         raise
     finally:
-        if cursor is not None:
-            try:
-                cursor.close()
-            except dialect.loaded_dbapi.Error:
-                dead = True
-        if dead:
-            raw.invalidate()
-        raw.close()
+        transaction.close()
 
 
 def _is_disconnect(dialect: Dialect, exc: BaseException, raw: Any) -> bool:
     return isinstance(exc, dialect.loaded_dbapi.Error) and bool(dialect.is_disconnect(exc, raw.driver_connection, None))
 
 
-def session_cursor(session: Session) -> HotCursor:
+@contextmanager
+def session_cursor(session: Session) -> Iterator[HotCursor]:
     """A :class:`HotCursor` on the Session's connection: statements run in its transaction
-    (begun if it was not). Close it when done."""
+    (begun if it was not); closed after the block."""
     connection = session.connection()
-    return HotCursor(connection.connection.driver_connection, connection.dialect)
+    cursor = HotCursor(connection.connection.driver_connection, connection.dialect)
+    try:
+        yield cursor
+    finally:
+        cursor.close()
 
 
 

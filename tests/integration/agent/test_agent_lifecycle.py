@@ -6,6 +6,7 @@ The charon-restart test is last in this module: it restarts the ``right`` charon
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -14,14 +15,17 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Engine, create_engine, event, select, update
+from sqlalchemy import Engine, create_engine, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from app.adapters.agent.transport import RemoteRefused
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
+from app.adapters.db.hot import HotStatement, HotTransaction
 from app.adapters.db.models import utcnow
 from app.adapters.vici.driver import Command, Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
+from app.services import agent_target
 from app.services.agent_client import AgentClient
 from app.services.agent_target import RECONCILE_GRACE, TargetAgent
 from app.services.ratelimit import RateLimiter
@@ -191,7 +195,7 @@ def test_an_orphaned_agent_conn_is_unloaded_by_the_second_reconcile_that_sees_it
 
 
 def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
-    agent_env: AgentEnv, engine: Engine
+    agent_env: AgentEnv, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Target loads pool, secret and conn while the session's transaction commits. The commit fails
     (after the conn is in charon, and after a reconcile ran meanwhile): everything loaded is
@@ -207,39 +211,43 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
     def reconcile() -> None:
         seen["reconciled"] = target.reconcile()
 
-    def before_commit(session: Session) -> None:
-        if "conn" in seen:
-            return
-        conn = session.connection().scalar(  # gina's session row, written in this transaction
-            select(AgentSessionRow.conn).where(AgentSessionRow.user_id == "gina"))
-        if conn is None:
-            return
-        seen["conn"] = conn
-        deadline = time.monotonic() + 5
-        while conn not in agent_env.target_vici.list_conns() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        seen["loaded"] = conn in agent_env.target_vici.list_conns()
-        # A sweep's reconcile meanwhile (it waits for the database while this transaction holds it).
-        seen["thread"] = threading.Thread(target=reconcile, name="test-reconcile")
-        seen["thread"].start()
-        reconciling.wait(5)
-        raise RuntimeError("the database went away")
+    gina_conn = HotStatement(lambda _: select(AgentSessionRow.conn).where(AgentSessionRow.user_id == "gina"))
+
+    class FailingCommit(HotTransaction):
+        """The Target's write transaction, whose commit fails once gina's session is written."""
+
+        def commit(self) -> None:
+            row = None if "conn" in seen else self.cursor.first(gina_conn, {})  # written in this transaction
+            if row is None:
+                super().commit()
+                return
+            conn = seen["conn"] = row[0]
+            deadline = time.monotonic() + 5
+            while conn not in agent_env.target_vici.list_conns() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            seen["loaded"] = conn in agent_env.target_vici.list_conns()
+            # A sweep's reconcile meanwhile (it waits for the database while this transaction holds it).
+            seen["thread"] = threading.Thread(target=reconcile, name="test-reconcile")
+            seen["thread"].start()
+            reconciling.wait(5)
+            self.rollback()
+            raise OperationalError("COMMIT", None, sqlite3.OperationalError("disk I/O error"))
 
     factory = target._sessions
 
     def sessions() -> Session:
         if threading.current_thread().name == "test-reconcile":
             reconciling.set()
-        session = factory()
-        event.listen(session, "before_commit", before_commit)
-        return session
+        return factory()
 
     target._sessions = sessions  # type: ignore[method-assign]
+    monkeypatch.setattr(agent_target, "HotTransaction", FailingCommit)
     try:
         with pytest.raises(RemoteRefused):
             gina.connect(target="hq", objective_id=3)
     finally:
         target._sessions = factory  # type: ignore[method-assign]
+        monkeypatch.undo()
         if "thread" in seen:
             seen["thread"].join(10)
     assert seen["loaded"], "the load did not overlap the commit"

@@ -146,12 +146,8 @@ def test_engine_of_and_session_cursor_share_the_factorys_database(
     engine: Engine, session_factory: sessionmaker[Session]
 ) -> None:
     assert engine_of(session_factory).url == engine.url
-    with session_factory() as session, session.begin():
-        cursor = session_cursor(session)
-        try:
-            assert find_user(cursor, "nobody") is None
-        finally:
-            cursor.close()
+    with session_factory() as session, session.begin(), session_cursor(session) as cursor:
+        assert find_user(cursor, "nobody") is None
 
 
 @pytest.fixture
@@ -198,3 +194,11 @@ def test_a_connection_that_dies_in_use_is_invalidated_not_pooled_again(postgres_
             assert claim_nonce(cursor, "host", "user:z", b"\x09" * 16, datetime.now(UTC))
     finally:
         engine.dispose()
+
+
+def test_a_statements_own_literals_need_no_parameters(engine: Engine, session_factory: sessionmaker[Session]) -> None:
+    _enrol(session_factory, "alice")
+    _enrol(session_factory, "bob")
+    bob_only = HotStatement(lambda _: select(AgentUserRow.user_id).where(AgentUserRow.user_id == "bob"))
+    with hot_transaction(engine) as cursor:
+        assert cursor.all(bob_only, {}) == [("bob",)]
