@@ -80,6 +80,9 @@ class HotStatement:
         if dialect.name not in HOT_DIALECTS:
             raise NotImplementedError(f"the hot path runs on SQLite and PostgreSQL, not {dialect.name}")
         with self._lock:
+            found = self._by_dialect.get(dialect.name)
+            if found is not None:  # another thread compiled it meanwhile
+                return found
             statement = self._build(dialect.name)
             compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
             names = tuple(compiled.positiontup or ()) if dialect.positional else tuple(compiled.binds)
@@ -95,10 +98,9 @@ class HotStatement:
 class HotCursor:
     """Runs :class:`HotStatement` s on one DBAPI connection (inside a transaction someone else owns)."""
 
-    __slots__ = ("_cursor", "_dbapi", "dialect")
+    __slots__ = ("_cursor", "dialect")
 
     def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
-        self._dbapi = dbapi_connection
         self._cursor = dbapi_connection.cursor()
         self.dialect = dialect
 
