@@ -24,7 +24,7 @@ from app.adapters.db.agent import (
     find_user,
 )
 from app.adapters.db.engine import make_engine
-from app.adapters.db.hot import HotStatement, engine_of, hot_transaction, session_cursor
+from app.adapters.db.hot import HotStatement, HotTransaction, engine_of, hot_transaction, session_cursor
 from app.domain.agent import AgentSessionState, b64e
 from tests.fixtures.db import postgres_database
 
@@ -202,3 +202,30 @@ def test_a_statements_own_literals_need_no_parameters(engine: Engine, session_fa
     bob_only = HotStatement(lambda _: select(AgentUserRow.user_id).where(AgentUserRow.user_id == "bob"))
     with hot_transaction(engine) as cursor:
         assert cursor.all(bob_only, {}) == [("bob",)]
+
+
+@pytest.mark.postgres
+def test_a_commit_the_database_refuses_is_sqlalchemys_error_and_leaves_the_connection_usable(
+    postgres_url: str,
+) -> None:
+    """PostgreSQL checks a deferred constraint at COMMIT: the commit fails, the transaction is
+    rolled back and the (healthy) connection goes back to the pool in a usable state."""
+    engine = create_engine(postgres_url, pool_size=1, max_overflow=0, pool_pre_ping=True)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE deferred_check (x int UNIQUE DEFERRABLE INITIALLY DEFERRED)"))
+        insert_one = HotStatement(lambda _: text("INSERT INTO deferred_check VALUES (1)"))
+        transaction = HotTransaction(engine)
+        try:
+            transaction.cursor.execute(insert_one, {})
+            transaction.cursor.execute(insert_one, {})  # accepted for now: checked at COMMIT
+            with pytest.raises(IntegrityError):
+                transaction.commit()
+        finally:
+            transaction.close()
+        with hot_transaction(engine) as cursor:  # the one pooled connection, usable again
+            cursor.execute(insert_one, {})
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM deferred_check")).scalar() == 1
+    finally:
+        engine.dispose()
