@@ -286,8 +286,9 @@ class TargetAgent:
 
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
                  steps: Steps, answer_with: Callable[[TunnelingInfo], bytes]) -> tuple[TunnelingInfo, bytes]:
-        """Admit, negotiate, lease and record the session in ONE transaction, and configure charon
-        while that transaction commits; the tunneling info and the sealed answer
+        """Negotiate (reading only), then admit, lease and record the session in ONE hot
+        transaction, and configure charon while that transaction commits; the tunneling info and
+        the sealed answer
         (``answer_with(info)``, made while charon loads: it is returned only once the loads
         succeeded).
 
