@@ -30,13 +30,14 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.expression import Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.expression import ClauseElement
 
 __all__ = [
     "HOT_DIALECTS", "HotCursor", "HotStatement", "HotTransaction", "engine_of", "hot_transaction", "session_cursor",
@@ -68,7 +69,7 @@ class HotStatement:
 
     __slots__ = ("_build", "_by_dialect", "_lock")
 
-    def __init__(self, build: Callable[[str], Executable]) -> None:
+    def __init__(self, build: Callable[[str], ClauseElement]) -> None:
         self._build = build
         self._by_dialect: dict[str, _Compiled] = {}
         self._lock = threading.Lock()
@@ -84,7 +85,7 @@ class HotStatement:
             if found is not None:  # another thread compiled it meanwhile
                 return found
             statement = self._build(dialect.name)
-            compiled = statement.compile(dialect=dialect)  # type: ignore[attr-defined]
+            compiled = cast(SQLCompiler, statement.compile(dialect=dialect))  # a statement: an SQLCompiler
             names = tuple(compiled.positiontup or ()) if dialect.positional else tuple(compiled.binds)
             binds = tuple(compiled.binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names)
             columns = getattr(statement, "exported_columns", ())  # SELECT's columns, or RETURNING's
