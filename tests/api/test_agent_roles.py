@@ -26,6 +26,7 @@ from app.api.main import create_app
 from app.domain.agent import AgentRejected, ClientRequest, Endorsement, EnrolledUser, Kind, RequestInfo
 from app.domain.errors import GatewayUnreachable
 from app.settings import Settings
+from tests.api.test_db_faults import set_connections
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
 
 pytestmark = pytest.mark.anyio
@@ -158,4 +159,27 @@ async def test_a_local_endorsement_gets_every_check_but_the_envelope(
         # The genuine one passes every check and reaches charon (there is none here: 503).
         with pytest.raises(GatewayUnreachable):
             await asyncio.to_thread(target.handle_local, good)
+    assert counts(settings.database_url) == {"agent_sessions": 0, "agent_leases": 0}
+
+
+@pytest.mark.parametrize("db_backend", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
+async def test_the_database_gone_is_503_for_an_agent_request_and_spends_nothing(
+    roles: tuple[httpx.AsyncClient, KeyPair, Path], settings: Settings
+) -> None:
+    """Host's checks run as a hot transaction on the DBAPI connection: PostgreSQL refusing
+    connections is still a 503 DatabaseUnavailable, the request's nonce is not spent, and once
+    the database is back the same request goes on (to Target, whose charon is missing here)."""
+    c, server, _ = roles
+    user = await enroll(c, "dora")
+    body = sealed_request(user, server)
+    set_connections(settings.database_url, False)
+    try:
+        r = await c.post("/v1/agent/requests", json=body)
+        assert r.status_code == 503, r.text
+        assert r.json() == {"error": "DatabaseUnavailable", "detail": "the database is unavailable"}
+    finally:
+        set_connections(settings.database_url, True)
+    r = await c.post("/v1/agent/requests", json=body)
+    assert r.status_code == 503, r.text
+    assert r.json()["error"] == "GatewayUnreachable"
     assert counts(settings.database_url) == {"agent_sessions": 0, "agent_leases": 0}

@@ -163,7 +163,10 @@ class HotTransaction:
 
     def __init__(self, engine: Engine) -> None:
         self.dialect = dialect = engine.dialect
-        self._raw = engine.raw_connection()
+        try:
+            self._raw = engine.raw_connection()
+        except dialect.loaded_dbapi.Error as exc:  # raw_connection() leaves a failed connect unwrapped
+            raise _wrapped("connect", exc, dialect) from exc
         self._dead = self._ended = False
         try:
             self.cursor = HotCursor(self._raw.driver_connection, dialect)
