@@ -340,8 +340,7 @@ class TargetAgent:
                 if esp is None or ike is None:
                     raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
             except BaseException as exc:
-                transaction.failed(exc)
-                transaction.rollback()
+                transaction.abort(exc)
                 raise
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
@@ -375,8 +374,7 @@ class TargetAgent:
                     ))
                     transaction.commit()
                 except BaseException as exc:
-                    transaction.failed(exc)
-                    transaction.rollback()
+                    transaction.abort(exc)
                     self._finish_load(v, conn, loads, sent, undo=True)
                     raise
                 steps.mark("commit")

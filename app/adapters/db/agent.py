@@ -18,7 +18,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from app.adapters.db.hot import HOT_DIALECTS, HotCursor, HotStatement, session_cursor
+from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
@@ -142,27 +142,18 @@ def insert_new(cursor: HotCursor, table: type[Base], values: dict[str, Any]) -> 
 
 
 def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
-    """:func:`insert_new` in the Session's transaction (a savepoint on databases other than
-    SQLite and PostgreSQL)."""
-    if session.get_bind().dialect.name in HOT_DIALECTS:
-        with session_cursor(session) as cursor:
-            return insert_new(cursor, table, values)
-    try:
-        with session.begin_nested():
-            session.execute(insert(cast(Table, table.__table__)).values(**values))
-    except IntegrityError:
-        return False
-    return True
+    """:func:`insert_new` in the Session's transaction."""
+    with session_cursor(session) as cursor:
+        return insert_new(cursor, table, values)
+
+
+def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None) -> EnrolledUser:
+    return EnrolledUser(user_id=user_id, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
+                        objectives=frozenset(objectives), revoked=revoked_at is not None)
 
 
 def _user(row: AgentUserRow) -> EnrolledUser:
-    return EnrolledUser(
-        user_id=row.user_id,
-        sign_public_key=b64d(row.sign_public_key, size=32),
-        kem_public_key=b64d(row.kem_public_key, size=32),
-        objectives=frozenset(row.objectives),
-        revoked=row.revoked_at is not None,
-    )
+    return _enrolled(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at)
 
 
 _USERS = cast(Table, AgentUserRow.__table__)
@@ -174,11 +165,7 @@ _FIND_USER = HotStatement(lambda _: select(
 def find_user(cursor: HotCursor, user_id: str) -> EnrolledUser | None:
     """The user's record (one hot query: no ORM object on the path of every request)."""
     row = cursor.first(_FIND_USER, {"user_id": user_id})
-    if row is None:
-        return None
-    uid, sign, kem, objectives, revoked_at = row
-    return EnrolledUser(user_id=uid, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
-                        objectives=frozenset(objectives), revoked=revoked_at is not None)
+    return None if row is None else _enrolled(*row)
 
 
 def claim_nonce(cursor: HotCursor, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:

@@ -206,12 +206,13 @@ class HotTransaction:
                 self.rollback()
             raise _wrapped(what, exc, self.dialect) from exc
 
-    def failed(self, exc: BaseException) -> None:
-        """Note an error raised inside the transaction: a DBAPI error that shows the connection
-        dead keeps it out of the pool."""
+    def abort(self, exc: BaseException) -> None:
+        """Roll back after ``exc`` was raised inside the transaction: a DBAPI error that shows
+        the connection dead keeps it out of the pool."""
         orig = exc.orig if isinstance(exc, DBAPIError) else None
         if orig is not None and _is_disconnect(self.dialect, orig, self._raw):
             self._dead = True
+        self.rollback()
 
     def close(self) -> None:
         """Roll back what was not ended; give the connection back (or drop a dead one)."""
@@ -236,8 +237,7 @@ def hot_transaction(engine: Engine) -> Iterator[HotCursor]:
         yield transaction.cursor
         transaction.commit()
     except BaseException as exc:
-        transaction.failed(exc)
-        transaction.rollback()
+        transaction.abort(exc)
         raise
     finally:
         transaction.close()
@@ -257,7 +257,6 @@ def session_cursor(session: Session) -> Iterator[HotCursor]:
         yield cursor
     finally:
         cursor.close()
-
 
 
 def engine_of(session_factory: Callable[[], Session]) -> Engine:
