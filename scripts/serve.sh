@@ -3,5 +3,5 @@
 # migrated and with the shipped rating tables and policies loaded, at 127.0.0.1:8000.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+QOSS_LOCK=${QOSS_LOCK:-requirements/runtime.txt} bash scripts/setup.sh
 exec .venv/bin/qoss serve "$@"

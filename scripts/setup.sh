@@ -2,7 +2,8 @@
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
 # Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
 # groups, gcm for AES-GCM —, iperf3, iproute2, PostgreSQL)
-# and a Python virtualenv in .venv with qoss and its dev tools. Idempotent.
+# and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
+# (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,14 +30,15 @@ if ((${#missing[@]})); then
   systemctl disable --now strongswan-starter postgresql >/dev/null 2>&1 || true
 fi
 
+# Python packages come only from the lock (requirements/, see scripts/lock.sh), hash-checked;
+# qoss itself is installed editable on top, built by the locked setuptools.
+lock=${QOSS_LOCK:-requirements/dev.txt}
 PY=${PYTHON:-python3}
-if [[ ! -x .venv/bin/python ]]; then
-  "$PY" -m venv .venv
-fi
+[[ -x .venv/bin/python ]] || "$PY" -m venv .venv
 stamp=.venv/.qoss-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
-  .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  bash scripts/uv.sh pip sync --quiet --python .venv/bin/python --require-hashes "$lock"
+  bash scripts/uv.sh pip install --quiet --python .venv/bin/python --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
 fi

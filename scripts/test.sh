@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
+echo "== lock" >&2
+bash scripts/lock.sh --check
+
 echo "== ruff" >&2
 .venv/bin/ruff check .
 echo "== mypy" >&2

@@ -17,6 +17,7 @@ import csv
 import datetime as dt
 import io
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -311,7 +312,29 @@ def _check_yaml_shape(text: str, error: type[_E]) -> None:
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except (yaml.YAMLError, RecursionError):
+        # A parser may refuse deep flow nesting itself while it looks ahead, before it has
+        # produced the events counted above (libyaml does, at 1,000 levels): the refusal
+        # still names our limit, whatever the parser's own.
+        if _flow_depth(text) > _MAX_YAML_DEPTH:
+            raise error(f"YAML nested deeper than {_MAX_YAML_DEPTH} levels is not accepted") from None
         return
+
+
+#: Quoted scalars and comments (whose brackets do not nest), and flow brackets.
+_FLOW_TOKENS = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|(?:^|(?<=\s))#[^\n]*|[\[\]{}]""", re.MULTILINE)
+
+
+def _flow_depth(text: str) -> int:
+    """How deep the document's flow collections (``[``, ``{``) nest, read from the text alone."""
+    depth = deepest = 0
+    for match in _FLOW_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth = max(depth - 1, 0)
+    return deepest
 
 
 def _load_yaml(text: str, error: type[_E]) -> Any:
