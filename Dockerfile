@@ -4,10 +4,7 @@ FROM python:3.11-slim-bookworm
 WORKDIR /srv/qoss
 COPY pyproject.toml README.md ./
 COPY app ./app
-COPY migrations ./migrations
 COPY alembic.ini ./
-COPY ratings ./ratings
-COPY policies ./policies
 RUN pip install --no-cache-dir .
 ENV QOSS_HOST=0.0.0.0 QOSS_PORT=8000
 EXPOSE 8000

@@ -459,9 +459,9 @@ def bench_report(
     """Markdown report with plots: throughput, latency fits, key exchange, today beside seeds 000 and 004."""
     from app.adapters.bench.report import write_report
     from app.adapters.files import load_rating_table
-    from app.settings import REPO_ROOT
+    from app.resources import SHIPPED_RATINGS_DIR
 
-    table = load_rating_table(REPO_ROOT / "ratings" / f"{levels_from}.yaml")
+    table = load_rating_table(SHIPPED_RATINGS_DIR / f"{levels_from}.yaml")
     levels = {k: r.confidentiality if r.confidentiality is not None else r.integrity
               for k, r in table.ratings.items()}
     command = " ".join(["qoss bench report", f"--micro {micro}", *([f"--tunnel {tunnel}"] if tunnel else []),

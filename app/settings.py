@@ -7,10 +7,9 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["REPO_ROOT", "Settings"]
+from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
-#: Where the shipped data (ratings/, policies/) lives: the checkout this package is in.
-REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["Settings"]
 
 
 class Settings(BaseSettings):
@@ -20,19 +19,25 @@ class Settings(BaseSettings):
 
     database_url: str = Field(default="sqlite:///./var/qoss.db", description="SQLAlchemy URL")
     default_table: str = Field(default="standards-2026", description="rating table used when none is named")
-    ratings_dir: Path = Field(default=REPO_ROOT / "ratings")
-    policies_dir: Path = Field(default=REPO_ROOT / "policies")
-    load_shipped: bool = Field(default=True, description="load ratings/ and policies/ into an empty database")
+    ratings_dir: Path = Field(
+        default=SHIPPED_RATINGS_DIR, description="rating tables (YAML) loaded into a new database: the shipped ones"
+    )
+    policies_dir: Path = Field(
+        default=SHIPPED_POLICIES_DIR, description="policies (YAML) loaded into a new database: the shipped ones"
+    )
+    load_shipped: bool = Field(default=True, description="load ratings_dir and policies_dir into an empty database")
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
     max_body_bytes: int = Field(default=1_048_576, description="request bodies larger than this get 413")
     vici_timeout: float = Field(default=15.0, description="seconds to wait for a charon's answer")
     vici_socket_dirs: list[Path] = Field(
-        default=[REPO_ROOT / "var", Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
+        default_factory=lambda: [Path("var").resolve(), Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
         description="gateways' VICI sockets must live under one of these directories",
     )
-    lab_dir: Path = Field(default=REPO_ROOT / "var" / "lab", description="state of `qoss lab`")
+    lab_dir: Path = Field(
+        default_factory=lambda: Path("var", "lab").resolve(), description="state of `qoss lab` (default ./var/lab)"
+    )
     reads_require_token: bool = Field(
         default=False, description="catalogue, ratings, policies and negotiations need a token too"
     )

@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 from app.adapters.files import load_rating_table  # noqa: E402
 from app.domain.negotiation import NegotiationRequest, Peer, negotiate  # noqa: E402
 from app.domain.policies import Policy  # noqa: E402
+from app.resources import SHIPPED_RATINGS_DIR  # noqa: E402
 
 BODY = {
     "peers": [
@@ -43,7 +44,7 @@ BODY = {
 
 
 def in_process(n: int) -> dict[str, float]:
-    table = load_rating_table(ROOT / "ratings" / "standards-2026.yaml")
+    table = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
     peers = [
         Peer(p["name"], Policy.from_dict({k: v for k, v in p.items() if k in ("min_levels", "objective_id")}), table,
              forbids=frozenset(p.get("forbids", [])))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_POLICIES_DIR
+from tests import REPO_ROOT
 
 
 def qoss(*args: str, db: Path, stdin: str | None = None, env: dict[str, str] | None = None,
@@ -47,7 +48,7 @@ def test_negotiate_invalid_document_exits_2(tmp_path: Path) -> None:
 def test_policies_check_flags_invalid_files(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nmin_levels: {integrity: 11}\n")
-    out = qoss("policies", "check", str(REPO_ROOT / "policies" / "voip.yaml"), str(bad), db=tmp_path / "q.db")
+    out = qoss("policies", "check", str(SHIPPED_POLICIES_DIR / "voip.yaml"), str(bad), db=tmp_path / "q.db")
     assert out.returncode == 1
     assert "voip.yaml: ok" in out.stdout
     assert "bad.yaml: INVALID" in out.stdout

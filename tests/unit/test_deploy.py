@@ -6,7 +6,7 @@ import re
 
 import yaml
 
-from app.settings import REPO_ROOT
+from tests import REPO_ROOT
 
 
 def test_compose_has_postgres_api_and_two_gateways() -> None:

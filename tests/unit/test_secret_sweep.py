@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.repositories import AuditRepository
-from app.settings import REPO_ROOT
+from tests import REPO_ROOT
 from tests.fixtures.secrets import dump_postgres, expand, find_leaks
 
 ON_POSTGRES = pytest.mark.parametrize("db_backend", [pytest.param("postgresql", marks=pytest.mark.postgres)],

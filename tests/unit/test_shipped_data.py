@@ -10,10 +10,10 @@ from app.adapters.files import load_policies, load_policy, load_rating_table, lo
 from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.policies import IpsecOption, Policy
 from app.domain.ratings import RatingTable, relevant_dimensions
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
-RATINGS = REPO_ROOT / "ratings"
-POLICIES = REPO_ROOT / "policies"
+RATINGS = SHIPPED_RATINGS_DIR
+POLICIES = SHIPPED_POLICIES_DIR
 
 
 @pytest.fixture(scope="module")

@@ -1,22 +1,22 @@
 """Run the Alembic migrations programmatically: the only way the schema is made.
 
-The migrations live in the repository's top-level ``migrations/`` directory, found
-relative to this package; the database URL is passed in, never read from ``alembic.ini``.
+The migrations travel inside the package (``app/migrations``, :data:`app.resources.MIGRATIONS_DIR`);
+the database URL is passed in, never read from ``alembic.ini``.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, pool
 
+from app.resources import MIGRATIONS_DIR
+
 __all__ = ["MIGRATIONS", "alembic_config", "current", "downgrade", "upgrade"]
 
-#: The repository's ``migrations/`` directory (``app/adapters/db`` is three levels down).
-MIGRATIONS = Path(__file__).resolve().parents[3] / "migrations"
+#: The migrations' directory.
+MIGRATIONS = MIGRATIONS_DIR
 
 
 def alembic_config(url: str) -> Config:

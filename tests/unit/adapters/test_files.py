@@ -29,10 +29,10 @@ from app.adapters.files import (
 from app.domain.errors import InvalidPolicy, InvalidRatingTable
 from app.domain.policies import Policy
 from app.domain.ratings import Measurement, Rating, RatingTable
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
-RATINGS = REPO_ROOT / "ratings"
-POLICIES = REPO_ROOT / "policies"
+RATINGS = SHIPPED_RATINGS_DIR
+POLICIES = SHIPPED_POLICIES_DIR
 
 SMALL_YAML = """\
 name: lab-small

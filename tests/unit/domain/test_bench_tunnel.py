@@ -35,9 +35,9 @@ from app.domain.errors import InvalidInput, NegotiationError
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.policies import Levels, Policy, parse_objectives
 from app.domain.ratings import RatingTable
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_RATINGS_DIR
 
-STANDARDS = load_rating_table(REPO_ROOT / "ratings" / "standards-2026.yaml")
+STANDARDS = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
 LIBIPSEC = Backend("kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)
 #: What a Debian 12 charon (strongSwan 5.9.8) reports without the gcm and openssl plugins.
 LAB_SUPPORTS = frozenset({

@@ -9,10 +9,10 @@ from app.domain.errors import NoFeasibleSuite, UnsupportedProtection
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.policies import Policy
 from app.domain.ratings import Measurement, Rating, RatingTable
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_RATINGS_DIR
 
-ESAF = load_rating_table(REPO_ROOT / "ratings" / "esaf-2006.yaml")
-STD = load_rating_table(REPO_ROOT / "ratings" / "standards-2026.yaml")
+ESAF = load_rating_table(SHIPPED_RATINGS_DIR / "esaf-2006.yaml")
+STD = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
 FULL = Backend(name="kernel-netlink", ah=True, ah_esp_bundle=True, transport=True)
 LIBIPSEC = Backend(name="kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)
 

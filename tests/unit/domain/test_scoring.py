@@ -20,7 +20,7 @@ from app.domain.scoring import (
     split_half_spread,
     throughput_score,
 )
-from app.settings import REPO_ROOT
+from app.resources import SHIPPED_RATINGS_DIR
 
 #: Seed 000 Table 4, ESP AES-128 + AH SHA-1, transport mode: cycles per packet.
 TABLE_4_AES_SHA1 = [(64, 24587), (300, 43944), (700, 74956), (1400, 131012)]
@@ -59,7 +59,7 @@ def test_low_estimate_ignores_slow_interfered_batches() -> None:
 
 
 def test_measured_table_keeps_base_levels_and_fills_measurements() -> None:
-    base = load_rating_table(REPO_ROOT / "ratings" / "standards-2026.yaml")
+    base = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
     results = [
         MicroResult("aes128gcm16", {64: 500.0, 300: 560.0, 700: 650.0, 1400: 800.0}, 0.01, 1000, "AES-GCM seal"),
         MicroResult("x25519", {}, 0.02, 500, "keygen + shared secret", ops_per_s=12000.0),
@@ -100,7 +100,7 @@ def test_kex_scores_keep_the_recorded_order() -> None:
 
 
 def test_measured_table_scores_modp_groups_and_records_the_rate() -> None:
-    base = load_rating_table(REPO_ROOT / "ratings" / "standards-2026.yaml")
+    base = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
     results = [MicroResult(k, {}, 0.01, 40, "key generation + shared secret", ops_per_s=v)
                for k, v in RECORDED_KEX.items()]
     table = measured_table(name="m", base=base, results=results, machine="EPYC", backend="userspace",

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import upgrade
+from app.resources import SHIPPED_RATINGS_DIR
 from app.services.ratings import load_shipped_tables
-from app.settings import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def migrated(tmp_path_factory: pytest.TempPathFactory) -> str:
     upgrade(url)
     engine = make_engine(url)
     with make_session_factory(engine)() as session, session.begin():
-        load_shipped_tables(session=session, tables=files.load_rating_tables(REPO_ROOT / "ratings"))
+        load_shipped_tables(session=session, tables=files.load_rating_tables(SHIPPED_RATINGS_DIR))
     engine.dispose()
     return str(path)
 

@@ -1,0 +1,124 @@
+"""The wheel, installed as a user installs it: not editable, into a fresh virtualenv with
+only the locked runtime packages, then used from an empty directory far from the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests import REPO_ROOT
+
+UV = ["bash", str(REPO_ROOT / "scripts" / "uv.sh")]
+
+
+def _run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> str:
+    out = subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, f"{args}: {out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    _run(*UV, "build", "--quiet", "--wheel", "--no-build-isolation", "--python", sys.executable,
+         "-o", str(dist), str(REPO_ROOT), cwd=REPO_ROOT)
+    (built,) = dist.glob("qoss-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A virtualenv with the runtime lock and the wheel, nothing else (no dev tools, no checkout)."""
+    env = tmp_path_factory.mktemp("venv") / "v"
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    _run(*UV, "venv", "--quiet", "--python", str(base), str(env), cwd=REPO_ROOT)
+    _run(*UV, "pip", "sync", "--quiet", "--python", str(env / "bin/python"), "--require-hashes",
+         str(REPO_ROOT / "requirements/runtime.txt"), cwd=REPO_ROOT)
+    _run(*UV, "pip", "install", "--quiet", "--python", str(env / "bin/python"), "--no-deps", str(wheel),
+         cwd=REPO_ROOT)
+    return env
+
+
+def test_the_wheel_carries_migrations_and_shipped_data_and_no_tests(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "app/shipped/ratings/esaf-2006.yaml" in names
+    assert "app/shipped/ratings/standards-2026.yaml" in names
+    assert "app/shipped/policies/voip.yaml" in names
+    assert "app/migrations/env.py" in names
+    assert any(n.startswith("app/migrations/versions/") and n.endswith(".py") for n in names)
+    assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]
+
+
+def test_the_runtime_install_has_no_dev_tools(venv: Path) -> None:
+    listed = _run(*UV, "pip", "list", "--python", str(venv / "bin/python"), "--format", "json", cwd=REPO_ROOT)
+    installed = {p["name"].lower() for p in json.loads(listed)}
+    assert {"qoss", "fastapi", "sqlalchemy", "alembic", "vici"} <= installed
+    assert not installed & {"pytest", "mypy", "ruff", "schemathesis", "hypothesis"}
+
+
+@pytest.fixture
+def served(venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """`qoss db upgrade` then `qoss serve` from an empty directory outside the checkout."""
+    work = tmp_path / "empty"
+    work.mkdir()
+    env = {"QOSS_DATABASE_URL": "sqlite:///./qoss.db", "PYTHONPATH": "", "PATH": f"{venv / 'bin'}:/usr/bin:/bin"}
+    upgraded = _run(str(venv / "bin/qoss"), "db", "upgrade", cwd=work, env=env)
+    assert "esaf-2006" in upgraded
+    port = _free_port()
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(venv / "bin/qoss"), "serve", "--port", str(port)], cwd=work,
+                                env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("qoss serve did not answer /healthz within 30 s")
+        yield base, work
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_installed_wheel_migrates_serves_and_negotiates_from_an_empty_directory(
+        served: tuple[str, Path]) -> None:
+    base, work = served
+    body = {"rating_table": "esaf-2006", "peers": [{"name": "app", "min_levels": {"confidentiality": 8,
+                                                                                   "integrity": 4}}]}
+    r = httpx.post(f"{base}/v1/negotiations", json=body, timeout=10)
+    assert r.status_code == 200, r.text
+    assert r.json()["suite"]["encryption"] == "aes128"
+    assert r.json()["suite"]["integrity"] == "sha1"
+    tables = httpx.get(f"{base}/v1/rating-tables", timeout=10).json()
+    assert {"esaf-2006", "standards-2026"} <= {t["name"] for t in tables}
+    assert (work / "qoss.db").is_file()
+    assert not (work / "app").exists()
