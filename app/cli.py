@@ -389,9 +389,9 @@ def bench_micro(
     import time
     from datetime import UTC, datetime
 
-    from app.adapters.bench.micro import BACKEND, available, library_version, machine_id, run_micro
     from app.adapters.files import dump_rating_table_yaml
     from app.domain.scoring import combine_repeats, measured_table
+    from app.measure.adapters.micro import BACKEND, available, library_version, machine_id, run_micro
 
     keywords = [k.strip() for k in only.split(",")] if only else available()
     began = time.monotonic()
@@ -457,7 +457,14 @@ def bench_report(
         "standards-2026",
 ) -> None:
     """Markdown report with plots: throughput, latency fits, key exchange, today beside seeds 000 and 004."""
-    from app.adapters.bench.report import write_report
+    try:
+        from app.measure.adapters.report import write_report
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "matplotlib":
+            raise
+        typer.echo("qoss bench report draws its plots with matplotlib, which this install lacks: "
+                   "install qoss with its bench extra (pip install 'qoss[bench]')", err=True)
+        raise typer.Exit(2) from None
     from app.adapters.files import load_rating_table
     from app.resources import SHIPPED_RATINGS_DIR
 
@@ -523,7 +530,7 @@ from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so
 
 app.add_typer(agent_app, name="agent")
 
-from app.cli_bench_tunnel import bench_tunnel  # noqa: E402
+from app.measure.cli_tunnel import bench_tunnel  # noqa: E402
 
 bench_app.command("tunnel")(bench_tunnel)
 

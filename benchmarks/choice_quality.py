@@ -5,12 +5,12 @@
 
 One lab (two charons, kernel-libipsec, network namespaces), one throw-away database, one run:
 1. A measured table: unless ``--table`` is given, every suite of the default star
-   (``app.domain.bench_tunnel.default_suites``) is measured through real tunnels
+   (``app.measure.domain.tunnel.default_suites``) is measured through real tunnels
    (iperf3, ``--table-repetitions`` interleaved) and turned into a rating table exactly
    as ``qoss bench tunnel --write-table --micro`` does (levels from standards-2026), with
    the micro benchmark of the candidate transforms, measured first in the same run (or
    ``--micro FILE``), as prior: suites tied within the noise of the tunnel samples are
-   ordered by their crypto cost (``bench_tunnel.shrink_to_prior``; ``--no-prior``: medians alone).
+   ordered by their crypto cost (``app.measure.domain.tunnel.shrink_to_prior``; ``--no-prior``: medians alone).
 2. For each requirement vector (12, from C1/I1/K1 to C10/I10/K9) the tunnel service
    negotiates with that table and brings the chosen suite up (``create_tunnel``, the API's
    code); every suite of the star (plus the chosen one) is checked for feasibility under
@@ -65,12 +65,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.bench.micro import KERNELS, machine_id, run_micro  # noqa: E402
-from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench  # noqa: E402
 from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
-from app.cli_bench_tunnel import BenchLab, bench_lab, read_micro_prior  # noqa: E402
-from app.domain.bench_report import pinning  # noqa: E402
-from app.domain.bench_tunnel import (  # noqa: E402
+from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
+from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
+from app.measure.adapters.micro import KERNELS, machine_id, run_micro  # noqa: E402
+from app.measure.adapters.tunnel import BenchError, parse_cpus, run_bench  # noqa: E402
+from app.measure.cli_tunnel import BenchLab, bench_lab, read_micro_prior  # noqa: E402
+from app.measure.domain.report import pinning  # noqa: E402
+from app.measure.domain.tunnel import (  # noqa: E402
     SuiteSpec,
     default_suites,
     micro_prior,
@@ -80,8 +82,6 @@ from app.domain.bench_tunnel import (  # noqa: E402
     summarize,
     tunnel_table,
 )
-from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
-from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
 from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation  # noqa: E402
 from app.services.ratings import TableCache, get_table, import_table  # noqa: E402
 

@@ -16,7 +16,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import load_keys
-from app.adapters.bench.micro import machine_id, run_micro
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.vici.driver import ViciGateway
 from app.api.agent_fast import is_message_request, serve_message
@@ -34,11 +33,12 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
+from app.measure.adapters.micro import machine_id, run_micro
+from app.measure.services.jobs import BenchmarkJobs
 from app.services.agent_config import load_server_config
 from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.audit import Auditor
-from app.services.benchmarks import BenchmarkJobs
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from app.domain.scoring import MicroResult
-from app.services.benchmarks import BenchmarkJobs
+from app.measure.services.jobs import BenchmarkJobs
 
 pytestmark = pytest.mark.anyio
 

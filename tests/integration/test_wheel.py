@@ -72,6 +72,16 @@ def test_the_runtime_install_has_no_dev_tools(venv: Path) -> None:
     installed = {p["name"].lower() for p in json.loads(listed)}
     assert {"qoss", "fastapi", "sqlalchemy", "alembic", "vici"} <= installed
     assert not installed & {"pytest", "mypy", "ruff", "schemathesis", "hypothesis"}
+    assert not installed & {"matplotlib", "numpy", "pillow"}, "plotting belongs to the bench extra"
+
+
+def test_without_the_bench_extra_bench_report_names_the_extra(venv: Path, tmp_path: Path) -> None:
+    out = subprocess.run([str(venv / "bin/qoss"), "bench", "report", "--micro", str(tmp_path / "m.json"),
+                          "--out", str(tmp_path / "r")], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert out.returncode == 2
+    assert "qoss[bench]" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import require
 from app.api.schemas import ErrorOut
-from app.services.benchmarks import BenchmarkJobs
+from app.measure.services.jobs import BenchmarkJobs
 
 __all__ = ["router"]
 
@@ -38,7 +38,7 @@ def _jobs(request: Request) -> BenchmarkJobs:
 @router.post("/benchmarks", dependencies=_WRITE, status_code=202, responses=_ERRORS)
 def start_benchmark(body: BenchmarkIn, request: Request) -> dict[str, Any]:
     """Start a micro run in the background (409 while another runs); poll ``GET /v1/benchmarks/{id}``."""
-    from app.adapters.bench.micro import available
+    from app.measure.adapters.micro import available
 
     keywords = body.only or available()
     unknown = sorted(set(keywords) - set(available()))

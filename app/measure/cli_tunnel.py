@@ -5,9 +5,9 @@ under a unique prefix) and its own SQLite database in a temporary directory (or 
 ``--database-url``), registers the two charons as gateways through the gateway service,
 and brings each suite's tunnel up and down through the tunnel service
 (:func:`app.services.tunnels.create_tunnel` / ``delete_tunnel``), pinned to the suite by
-the request's ``forbids`` (see :mod:`app.domain.bench_tunnel`). Everything it started is
+the request's ``forbids`` (see :mod:`app.measure.domain.tunnel`). Everything it started is
 stopped on exit, also on failure or Ctrl-C. ``--cpus`` pins both charons (every thread),
-iperf3 and ping to a CPU set for the run (:func:`app.adapters.bench.tunnel.run_bench`).
+iperf3 and ping to a CPU set for the run (:func:`app.measure.adapters.tunnel.run_bench`).
 """
 
 from __future__ import annotations
@@ -34,11 +34,11 @@ from app.domain.errors import QossError
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from app.adapters.bench.tunnel import OpenTunnel
     from app.adapters.lab import Lab, LabHost
     from app.adapters.vici.driver import ViciGateway
-    from app.domain.bench_tunnel import SuiteRun, SuiteSpec
     from app.domain.tunnels import Gateway
+    from app.measure.adapters.tunnel import OpenTunnel
+    from app.measure.domain.tunnel import SuiteRun, SuiteSpec
     from app.services.negotiation import MinLevelsIn
     from app.services.tunnels import TunnelIn
     from app.settings import Settings
@@ -83,8 +83,8 @@ class ServiceTunnels:
 
     def create(self, request: TunnelIn) -> OpenTunnel:
         """Create a tunnel through the service (one committed transaction)."""
-        from app.adapters.bench.tunnel import OpenTunnel
-        from app.domain.bench_tunnel import SuiteSpec
+        from app.measure.adapters.tunnel import OpenTunnel
+        from app.measure.domain.tunnel import SuiteSpec
         from app.services import tunnels
 
         with self.sessions() as session, session.begin():
@@ -111,9 +111,9 @@ class ServiceTunnels:
         Raises:
             BenchError: no attempt made the service choose ``suite`` (the last reason is given).
         """
-        from app.adapters.bench.tunnel import BenchError
-        from app.domain.bench_tunnel import pin_attempts
         from app.domain.errors import NoFeasibleSuite, UnsupportedProtection
+        from app.measure.adapters.tunnel import BenchError
+        from app.measure.domain.tunnel import pin_attempts
 
         last = "no attempt"
         for pin in pin_attempts(suite, self.candidates):
@@ -130,7 +130,7 @@ class ServiceTunnels:
 
     def feasible(self, suite: SuiteSpec) -> bool:
         """Whether the service can bring up ``suite`` under the minimums (it is taken down again)."""
-        from app.adapters.bench.tunnel import BenchError
+        from app.measure.adapters.tunnel import BenchError
 
         try:
             tunnel = self.open(suite)
@@ -163,7 +163,7 @@ class BenchLab:
 
     def candidates(self, rating_table: str | None = None) -> list[str]:
         """ESP transforms both gateways support, the back end can use and the table rates."""
-        from app.domain.bench_tunnel import esp_candidates
+        from app.measure.domain.tunnel import esp_candidates
         from app.services.ratings import get_table
 
         supported = set(self.gateways[0].algorithms) & set(self.gateways[1].algorithms)
@@ -272,7 +272,7 @@ def read_micro_prior(path: Path, machine: str) -> dict[str, float]:
     Raises:
         ValueError: unreadable, not such a document, from another machine, or without data-plane figures.
     """
-    from app.domain.bench_tunnel import micro_prior
+    from app.measure.domain.tunnel import micro_prior
 
     try:
         doc = json.loads(path.read_text())
@@ -292,7 +292,7 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
                  database_url: str | None, prior: Mapping[str, float] | None = None) -> dict[str, Any]:
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.adapters.files import dump_rating_table_yaml
-    from app.domain.bench_tunnel import tunnel_table
+    from app.measure.domain.tunnel import tunnel_table
     from app.services.bootstrap import prepare_database
     from app.services.ratings import get_table, import_table
     from app.settings import Settings
@@ -346,10 +346,10 @@ def bench_tunnel(
     charons and iperf3 share the given CPUs, so throughput reflects each suite's CPU cost
     rather than where the scheduler put them; the document records the set.
     """
-    from app.adapters.bench.micro import machine_id
-    from app.adapters.bench.tunnel import BenchError, parse_cpus, run_bench
-    from app.domain.bench_report import pinning
-    from app.domain.bench_tunnel import bench_document, default_suites, parse_suite
+    from app.measure.adapters.micro import machine_id
+    from app.measure.adapters.tunnel import BenchError, parse_cpus, run_bench
+    from app.measure.domain.report import pinning
+    from app.measure.domain.tunnel import bench_document, default_suites, parse_suite
 
     try:
         specs = [parse_suite(s) for s in suites.split(",") if s.strip()] if suites else None

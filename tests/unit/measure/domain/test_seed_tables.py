@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.domain.algorithms import CATALOGUE
-from app.domain.seed_tables import SEED_TABLES, SeedTable
+from app.measure.domain.seed_tables import SEED_TABLES, SeedTable
 
 
 def _table(key: str) -> SeedTable:

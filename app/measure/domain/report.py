@@ -20,7 +20,7 @@ from typing import Any
 from app.domain.algorithms import CATALOGUE, Kind, lookup
 from app.domain.errors import InvalidInput, UnknownAlgorithm
 from app.domain.scoring import MicroResult, kex_score, throughput_score
-from app.domain.seed_tables import SeedRow, SeedTable
+from app.measure.domain.seed_tables import SeedRow, SeedTable
 
 __all__ = [
     "Flip",

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from app.adapters.lab import LabHost
-from app.domain.bench_tunnel import PARALLEL_FLOWS, PING_SIZES, SuiteRun, SuiteSpec
 from app.domain.errors import GatewayError, QossError
+from app.measure.domain.tunnel import PARALLEL_FLOWS, PING_SIZES, SuiteRun, SuiteSpec
 
 __all__ = [
     "BenchError",

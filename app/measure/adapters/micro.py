@@ -16,7 +16,7 @@ figure kept is well within it) or the sweep's time is up.
 
 Key exchange: key generation + shared secret per group (an IKE_SA_INIT's DH work on one
 side): X25519/X448, every NIST and Brainpool curve the library offers, and the MODP groups
-from their published primes (``app.domain.modp_groups``; OpenSSL picks a short private
+from their published primes (``app.measure.domain.modp_groups``; OpenSSL picks a short private
 exponent for the RFC 3526/5114 groups it knows, a full-length one for the RFC 2409 groups
 1 and 2, so those two cost more than their size suggests). A key exchange counts twice in
 the sweep's time limit: one operation takes 0.05-15 ms, so fewer batches fit.
@@ -41,8 +41,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.utils import CryptographyDeprecationWarning
 
-from app.domain.modp_groups import MODP_GROUPS, ModpGroup
 from app.domain.scoring import SIZES, MicroResult, low_estimate, split_half_spread
+from app.measure.domain.modp_groups import MODP_GROUPS, ModpGroup
 
 __all__ = ["BACKEND", "KERNELS", "available", "library_version", "machine_id", "run_micro"]
 

@@ -1,6 +1,6 @@
 """`qoss bench report`: read the benchmark JSON, draw the plots (matplotlib, Agg), write report.md.
 
-The ranking, comparison and Markdown are pure (``app.domain.bench_report``); this module
+The ranking, comparison and Markdown are pure (``app.measure.domain.report``); this module
 does the files and the drawing. Figures are made with matplotlib's object API on the Agg
 canvas (no pyplot state, no display), at a size and resolution that keeps each PNG small.
 """
@@ -16,7 +16,9 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from app.domain.bench_report import (
+from app.domain.errors import InvalidInput
+from app.domain.scoring import SIZES
+from app.measure.domain.report import (
     MicroRun,
     TableComparison,
     TunnelRun,
@@ -29,9 +31,7 @@ from app.domain.bench_report import (
     today_from_tunnel,
     tunnel_spreads,
 )
-from app.domain.errors import InvalidInput
-from app.domain.scoring import SIZES
-from app.domain.seed_tables import SEED_TABLES
+from app.measure.domain.seed_tables import SEED_TABLES
 
 __all__ = ["LATENCY_KEYWORDS", "Report", "cpu_flags", "write_report"]
 

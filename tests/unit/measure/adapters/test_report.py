@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.bench.report import cpu_flags, write_report
 from app.cli import app
 from app.domain.errors import InvalidInput
+from app.measure.adapters.report import cpu_flags, write_report
 
 DATA = Path(__file__).parent / "data"
 PNG = b"\x89PNG\r\n\x1a\n"

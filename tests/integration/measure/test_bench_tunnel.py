@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.bench.micro import machine_id
-from app.adapters.bench.tunnel import charon_pids, run_bench
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.cli import app
-from app.cli_bench_tunnel import bench_lab
-from app.domain.bench_tunnel import SuiteSpec, bench_document
+from app.measure.adapters.micro import machine_id
+from app.measure.adapters.tunnel import charon_pids, run_bench
+from app.measure.cli_tunnel import bench_lab
+from app.measure.domain.tunnel import SuiteSpec, bench_document
 from app.services import tunnels
 from app.services.ratings import get_table
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.domain.bench_report import (
+from app.domain.errors import InvalidInput
+from app.measure.domain.report import (
     compare,
     esp_keywords,
     explain_flip,
@@ -21,8 +22,7 @@ from app.domain.bench_report import (
     today_from_tunnel,
     tunnel_spreads,
 )
-from app.domain.errors import InvalidInput
-from app.domain.seed_tables import SEED_TABLES, SeedRow, SeedTable
+from app.measure.domain.seed_tables import SEED_TABLES, SeedRow, SeedTable
 
 DATA = Path(__file__).parents[1] / "adapters" / "data"
 FLAGS = frozenset({"aes", "sha_ni", "pclmulqdq"})
@@ -216,7 +216,7 @@ def test_markdown_has_every_section_and_the_comparison_rows() -> None:
 
 def test_the_tunnel_benchmarks_own_document_parses() -> None:
     # The document `qoss bench tunnel --out` writes, built by its own code: the agreed format.
-    from app.domain.bench_tunnel import SuiteRun, SuiteSpec, bench_document
+    from app.measure.domain.tunnel import SuiteRun, SuiteSpec, bench_document
 
     base = SuiteRun(None, throughput_mbps=[900.0, 910.0, 905.0], rtt_ms={64: [0.05, 0.06]},
                     parallel_mbps={1: [900.0], 2: [950.0]})
@@ -278,7 +278,7 @@ def test_every_pair_is_classified_once_and_a_scaled_paper_never_flips(values: li
 
 
 def test_markdown_says_when_the_charons_and_iperf3_were_pinned() -> None:
-    from app.domain.bench_tunnel import SuiteRun, SuiteSpec, bench_document
+    from app.measure.domain.tunnel import SuiteRun, SuiteSpec, bench_document
 
     gcm = SuiteRun(SuiteSpec("aes128gcm16"), throughput_mbps=[210.0, 212.0])
     micro = parse_micro(_micro())

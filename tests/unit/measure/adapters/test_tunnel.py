@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.bench.tunnel import BenchError, OpenTunnel, check_cpus, parse_cpus, pin_threads, run_bench
 from app.adapters.lab import LabHost
 from app.cli import app
-from app.cli_bench_tunnel import read_micro_prior
-from app.domain.bench_tunnel import SuiteSpec
+from app.measure.adapters.tunnel import BenchError, OpenTunnel, check_cpus, parse_cpus, pin_threads, run_bench
+from app.measure.cli_tunnel import read_micro_prior
+from app.measure.domain.tunnel import SuiteSpec
 
 ALLOWED = frozenset(os.sched_getaffinity(0))
 #: Three sleeping threads; one more once a line arrives on stdin.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.domain.algorithms import CATALOGUE
-from app.domain.modp_groups import MODP_GROUPS
+from app.measure.domain.modp_groups import MODP_GROUPS
 
 #: RFC 2409 §6 and RFC 3526: the k in p = 2^N - 2^(N-64) - 1 + 2^64 * (floor(2^(N-130) pi) + k).
 RFC_K = {768: 149686, 1024: 129093, 1536: 741804, 2048: 124476, 3072: 1690314, 4096: 240904,

@@ -11,11 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.adapters.bench.tunnel import BenchError, OpenTunnel, iperf3_mbps, ping_mean_ms, run_bench
 from app.adapters.files import load_rating_table
 from app.adapters.lab import LabHost
 from app.domain.algorithms import CATALOGUE, Kind
-from app.domain.bench_tunnel import (
+from app.domain.errors import InvalidInput, NegotiationError
+from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
+from app.domain.policies import Levels, Policy, parse_objectives
+from app.domain.ratings import RatingTable
+from app.measure.adapters.tunnel import BenchError, OpenTunnel, iperf3_mbps, ping_mean_ms, run_bench
+from app.measure.domain.tunnel import (
     AH_OBJECTIVE_ID,
     INTEGRITY_FLOOR,
     SuiteRun,
@@ -31,10 +35,6 @@ from app.domain.bench_tunnel import (
     summarize,
     tunnel_table,
 )
-from app.domain.errors import InvalidInput, NegotiationError
-from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
-from app.domain.policies import Levels, Policy, parse_objectives
-from app.domain.ratings import RatingTable
 from app.resources import SHIPPED_RATINGS_DIR
 
 STANDARDS = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")

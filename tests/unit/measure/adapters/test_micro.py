@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.adapters.bench.micro import available, run_micro
 from app.domain.algorithms import CATALOGUE, Kind
-from app.domain.modp_groups import MODP_GROUPS
+from app.measure.adapters.micro import available, run_micro
+from app.measure.domain.modp_groups import MODP_GROUPS
 
 
 def test_every_measurable_keyword_is_a_catalogue_keyword() -> None:

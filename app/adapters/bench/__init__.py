@@ -1,1 +1,0 @@
-"""Measurement adapters (`qoss bench`)."""

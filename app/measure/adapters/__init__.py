@@ -1,0 +1,1 @@
+"""Measurement on this machine: OpenSSL micro benchmarks, tunnels, plots."""

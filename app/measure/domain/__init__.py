@@ -1,0 +1,1 @@
+"""Measurement rules: pure, standard library only."""

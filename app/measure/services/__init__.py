@@ -1,0 +1,1 @@
+"""Micro benchmarks as API jobs."""

@@ -1,0 +1,64 @@
+"""The layers, read from the imports of every module: the pure cores import only the
+standard library and each other, and no arrow runs back up (domain ← services ← api/cli)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import REPO_ROOT
+
+APP = REPO_ROOT / "app"
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO_ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path) -> set[str]:
+    """Absolute module names imported anywhere in the file, functions included."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            pytest.fail(f"{path}: relative import; the package uses absolute imports")
+    return names
+
+
+def _files(*packages: str) -> list[Path]:
+    return sorted(p for pkg in packages for p in (APP / pkg).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _files("domain", "measure/domain"), ids=lambda p: _module(p))
+def test_pure_cores_import_only_the_standard_library_and_the_domain(path: Path) -> None:
+    foreign = {name for name in _imports(path)
+               if name.partition(".")[0] not in sys.stdlib_module_names
+               and not name.startswith(("app.domain", "app.measure.domain"))
+               and name != "__future__"}
+    assert not foreign, f"{_module(path)} imports {sorted(foreign)}"
+
+
+@pytest.mark.parametrize("path", _files("domain", "measure/domain", "adapters", "services", "measure/adapters",
+                                        "measure/services"), ids=lambda p: _module(p))
+def test_no_layer_imports_the_api_or_the_command_line(path: Path) -> None:
+    upward = {name for name in _imports(path) if name.startswith(("app.api", "app.cli"))}
+    assert not upward, f"{_module(path)} imports {sorted(upward)}"
+
+
+@pytest.mark.parametrize("path", _files("domain", "measure/domain"), ids=lambda p: _module(p))
+def test_the_domain_imports_no_service_or_adapter(path: Path) -> None:
+    outward = {name for name in _imports(path)
+               if name.startswith(("app.services", "app.adapters", "app.measure.adapters", "app.measure.services"))}
+    assert not outward, f"{_module(path)} imports {sorted(outward)}"
+
+
+def test_the_layers_test_sees_a_foreign_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\nfrom sqlalchemy import select\n\ndef f():\n    from app.api import main\n")
+    assert _imports(bad) == {"json", "sqlalchemy", "app.api"}
