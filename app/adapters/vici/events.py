@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import vici.exception
 
-from app.adapters.vici.driver import unix_connect
 from app.adapters.vici.models import ChildSa, IkeSa, decode, parse_child_sa, parse_ike_sa
+from app.adapters.vici.session import unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 
 __all__ = ["EventKind", "EventListener", "ListenConnect", "ListenSession", "SaEvent", "parse_event"]
@@ -67,7 +67,7 @@ class ListenSession(Protocol):
         ...
 
 
-#: Opens the listener's session; same contract as :data:`app.adapters.vici.driver.Connect`.
+#: Opens the listener's session; same contract as :data:`app.adapters.vici.session.Connect`.
 ListenConnect = Callable[[str, float], Any]
 
 
@@ -120,7 +120,7 @@ class EventListener:
         callback: receives every :class:`SaEvent`.
         events: which events to register for (default: all of :class:`EventKind`).
         on_error: receives the mapped error if the connection fails after :meth:`start`.
-        connect: the I/O seam (default :func:`~app.adapters.vici.driver.unix_connect`).
+        connect: the I/O seam (default :func:`~app.adapters.vici.session.unix_connect`).
         timeout: seconds for connecting and registering.
         poll_interval: how often the thread checks whether to stop, in seconds.
     """

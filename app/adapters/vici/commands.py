@@ -1,0 +1,116 @@
+"""VICI commands as values: what :meth:`~app.adapters.vici.gateway.ViciGateway.batch` and
+:meth:`~app.adapters.vici.gateway.ViciGateway.pipeline` send, built by the ``*_command`` functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from app.adapters.vici.models import (
+    IkeSa,
+    parse_ike_sa,
+)
+
+__all__ = [
+    "Command",
+    "initiate_command",
+    "list_sas_command",
+    "load_conn_command",
+    "load_pool_command",
+    "load_shared_command",
+    "sas_of",
+    "unload_command",
+]
+
+
+_CMD_UNKNOWN = 2  # vici Packet.CMD_UNKNOWN
+#: Commands charon may safely receive twice (read-only, or load-and-replace): only these are
+#: sent again, on a new connection, when a reused connection fails with a socket error.
+_REPEATABLE = frozenset({
+    "version", "stats", "get-algorithms", "get-shared", "get-pools", "list-sas", "list-conns",
+    "load-conn", "load-shared", "load-pool",
+})
+
+
+class Command(NamedTuple):
+    """One VICI command for :meth:`ViciGateway.batch` (built by the ``*_command`` functions)."""
+
+    name: str
+    message: Mapping[str, Any] | None = None
+    #: Values that must never appear in a log line or an exception (a PSK).
+    secrets: tuple[str, ...] = ()
+    #: A streamed command's event (``control-log``, ``list-sa`` ...): registered just before the
+    #: command and unregistered just after it, in the same write. Its decoded reply carries the
+    #: events it streamed, decoded, under ``"events"``.
+    stream: str | None = None
+    #: Seconds charon may take on top of the gateway's timeout before it replies
+    #: (``initiate``'s own timeout).
+    wait: float = 0.0
+
+
+def load_conn_command(name: str, conn: Mapping[str, Any]) -> Command:
+    """``load-conn``: load or replace connection ``name`` with swanctl.conf-style settings."""
+    return Command("load-conn", {name: dict(conn)})
+
+
+def load_shared_command(id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> Command:
+    """``load-shared`` with a unique ``id``; the secret is kept out of every log and exception."""
+    data = secret if isinstance(secret, bytes) else secret.encode("utf-8")
+    hidden = [data.decode("utf-8", errors="replace")]
+    if isinstance(secret, str):
+        hidden.append(secret)
+    return Command("load-shared", {"id": id, "type": type, "data": data, "owners": list(owners)}, tuple(hidden))
+
+
+def load_pool_command(name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> Command:
+    """``load-pool``: load or replace virtual IP pool ``name`` (a subnet or a range)."""
+    pool: dict[str, Any] = {"addrs": addrs}
+    for key, values in (attributes or {}).items():
+        pool[key] = list(values)
+    return Command("load-pool", {name: pool})
+
+
+def _initiate_message(child: str | None, ike: str | None, timeout_ms: int, loglevel: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel, "init-limits": "no"}
+    if child is not None:
+        message["child"] = child
+    if ike is not None:
+        message["ike"] = ike
+    return message
+
+
+def initiate_command(child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                     loglevel: int = 1) -> Command:
+    """``initiate`` (streamed): see :meth:`ViciGateway.initiate`. In a batch, a failure is a
+    :class:`GatewayRejected` with charon's log lines that say why, as ``initiate`` gives."""
+    return Command("initiate", _initiate_message(child, ike, timeout_ms, loglevel), stream="control-log",
+                   wait=max(timeout_ms, 0) / 1000.0)
+
+
+def _list_sas_message(ike: str | None, ike_id: int | None) -> dict[str, Any]:
+    # Not ``noblock``: an IKE_SA a worker holds would be read half-updated (a CHILD_SA
+    # just reported established may be missing); charon waits for it instead.
+    message: dict[str, Any] = {}
+    if ike is not None:
+        message["ike"] = ike
+    if ike_id is not None:
+        message["ike-id"] = ike_id
+    return message
+
+
+def list_sas_command(ike: str | None = None, ike_id: int | None = None) -> Command:
+    """``list-sas`` (streamed): read the IKE_SAs from its reply's ``events`` with :func:`sas_of`."""
+    return Command("list-sas", _list_sas_message(ike, ike_id), stream="list-sa")
+
+
+def sas_of(events: Sequence[Mapping[str, Any]]) -> list[IkeSa]:
+    """The IKE_SAs in decoded ``list-sa`` events."""
+    return [parse_ike_sa(name, body) for event in events for name, body in event.items() if isinstance(body, Mapping)]
+
+
+def unload_command(what: str, name: str) -> Command:
+    """``unload-conn``/``unload-pool`` (by name) or ``unload-shared`` (by id)."""
+    if what not in ("conn", "pool", "shared"):
+        raise ValueError(f"nothing to unload called {what!r}")
+    return Command(f"unload-{what}", {"id" if what == "shared" else "name": name})
+

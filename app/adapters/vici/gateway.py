@@ -1,0 +1,416 @@
+"""One strongSwan charon driven through its VICI UNIX socket.
+
+:class:`ViciGateway` wraps the ``vici`` package (strongSwan's own client). Every
+operation takes a connection of its own: an idle one from a small per-socket pool
+(:class:`SessionPool`) or a new one, so one caller at a time uses a connection and a
+gateway object may be shared between threads. Streamed replies
+(``initiate``, ``terminate``, ``list-sas``, ``list-conns``) are always consumed to the
+end. Replies are decoded once into the dataclasses of :mod:`app.adapters.vici.models`.
+
+A connection goes back to the pool only when its command ended cleanly (a reply, or
+charon's own ``success = no``, after which a streamed command has unregistered its
+events); one that saw a socket error, a timeout or a protocol error is closed. An idle
+connection that charon closed (it restarted) is noticed before use and replaced; a
+read-only or replacing command (``version``, ``list-*``, ``load-*`` ...) that still
+fails on a reused connection with a socket error is sent once more on a new one, any
+other command never is.
+
+:meth:`ViciGateway.batch` sends several commands on one connection without waiting for
+each reply (charon answers one connection's requests strictly in order) and then reads
+the replies: one round trip instead of one per command; :meth:`ViciGateway.pipeline`
+does the same with the reading left for later. A streamed command (``initiate_command``,
+``list_sas_command``) goes out between its event's registration and unregistration in the
+same write, and its events come back with its reply. Each command's failure is its own; a
+socket error fails the whole batch.
+
+Every failure leaves as a project exception, chained to its cause:
+
+- socket missing, refused, closed or silent -> :class:`~app.domain.errors.GatewayUnreachable`
+  naming the socket;
+- charon answered ``success = no`` (or does not know the command) ->
+  :class:`~app.domain.errors.GatewayRejected` with charon's ``errmsg`` and, for
+  ``initiate``/``terminate``, the log lines that say why (``NO_PROPOSAL_CHOSEN`` ...).
+
+A pre-shared key handed to :meth:`ViciGateway.load_shared` is never logged, stored, or
+put into an exception message.
+
+Minimum strongSwan versions are noted per method; the lab and the project run 5.9.8.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import vici
+import vici.exception
+
+from app.adapters.vici.charon_log import _log_lines, _reasons, _scrub, _unreachable_reason
+from app.adapters.vici.commands import (
+    _CMD_UNKNOWN,
+    _REPEATABLE,
+    Command,
+    _initiate_message,
+    _list_sas_message,
+    load_conn_command,
+    load_pool_command,
+    load_shared_command,
+    sas_of,
+    unload_command,
+)
+from app.adapters.vici.models import (
+    Algorithms,
+    IkeSa,
+    Pool,
+    Stats,
+    VersionInfo,
+    decode,
+    parse_algorithms,
+    parse_pools,
+    parse_stats,
+    parse_version,
+)
+from app.adapters.vici.pipeline import Pipeline, _pipelined, _StreamFailed
+from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
+from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
+
+__all__ = ["ViciGateway"]
+
+_log = logging.getLogger(__name__)
+
+
+_T = TypeVar("_T")
+
+
+class ViciGateway:
+    """A charon reached through its VICI UNIX socket (synchronous, thread-safe).
+
+    Args:
+        socket_path: the VICI socket, e.g. ``/run/charon.vici``.
+        timeout: seconds to wait for connecting and for each reply (``initiate`` and
+            ``terminate`` wait their own ``timeout_ms`` on top).
+        connect: the I/O seam; opens a session. Defaults to :func:`unix_connect`.
+        pool: where idle sessions wait for reuse (default: the process-wide :data:`POOL`);
+            None opens a new session for every operation.
+    """
+
+    def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect,
+                 pool: SessionPool | None = POOL) -> None:
+        self.socket_path = socket_path
+        self.timeout = timeout
+        self._connect = connect
+        self._pool = pool
+
+    def __repr__(self) -> str:
+        return f"ViciGateway(socket_path={self.socket_path!r}, timeout={self.timeout!r})"
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _fail(
+        self,
+        exc: Exception,
+        command: str,
+        timeout: float,
+        *,
+        log: Sequence[str] = (),
+        secrets: Sequence[str] = (),
+    ) -> NoReturn:
+        """Raise the project exception for ``exc``, chained unless the cause names a secret."""
+        if isinstance(exc, GatewayError):
+            raise exc
+        error: GatewayError
+        if isinstance(exc, vici.exception.CommandException):
+            message = str(exc).removeprefix("Command failed: ").strip() or "command failed"
+            reasons = _reasons(log)
+            text = f"{command}: {message}"
+            if reasons:
+                text += " [charon log: " + " | ".join(reasons) + "]"
+            error = GatewayRejected(_scrub(text, secrets))
+        elif isinstance(exc, vici.exception.EventUnknownException):
+            error = GatewayRejected(f"{command}: charon does not know the event stream it needs ({exc})")
+        elif isinstance(exc, vici.exception.SessionException) and f"type {_CMD_UNKNOWN}," in str(exc):
+            error = GatewayRejected(f"{command}: charon does not know this VICI command (too old a strongSwan?)")
+        elif isinstance(exc, vici.exception.SessionException | vici.exception.DeserializationException):
+            error = GatewayUnreachable(self.socket_path, _scrub(f"VICI protocol error in {command}: {exc}", secrets))
+        elif isinstance(exc, OSError):
+            error = GatewayUnreachable(self.socket_path, _unreachable_reason(exc, timeout))
+        else:
+            error = GatewayUnreachable(
+                self.socket_path, _scrub(f"unexpected {type(exc).__name__} in {command}: {exc}", secrets)
+            )
+        _log.debug("vici %s on %s failed: %s", command, self.socket_path, error.message)
+        if any(s and s in str(exc) for s in secrets):
+            raise error from None
+        raise error from exc
+
+    def _run(self, command: str, wait: float, call: Callable[[ViciSession], _T]) -> _T:
+        """``call`` on a pooled session (or a new one), which goes back to the pool only if the
+        command ended cleanly. A repeatable command that hit a socket error on a reused session
+        is run once more on a new one."""
+        key = (self._connect, self.socket_path, wait)
+        held = self._pool.take(key) if self._pool is not None else None
+        if held is None:
+            return self._attempt(key, _Held(self._connect, self.socket_path, wait), call)
+        try:
+            return self._attempt(key, held, call)
+        except OSError as exc:
+            if command not in _REPEATABLE or isinstance(exc, TimeoutError):
+                raise
+            _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
+                       command, self.socket_path, type(exc).__name__)
+            return self._attempt(key, _Held(self._connect, self.socket_path, wait), call)
+
+    def _attempt(self, key: Hashable, held: _Held, call: Callable[[ViciSession], _T]) -> _T:
+        """``call`` on ``held``; the session goes back to the pool after a reply or charon's own
+        ``success = no`` (it is in step, events unregistered), and is closed after anything else."""
+        try:
+            result = call(held.session)
+        except vici.exception.CommandException:
+            self._give(key, held)
+            raise
+        except BaseException:
+            held.close()
+            raise
+        self._give(key, held)
+        return result
+
+    def _give(self, key: Hashable, held: _Held) -> None:
+        if self._pool is None:
+            held.close()
+        else:
+            self._pool.give(key, held)
+
+    def _request(
+        self,
+        command: str,
+        message: Mapping[str, Any] | None = None,
+        secrets: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        _log.debug("vici %s on %s", command, self.socket_path)
+        try:
+            reply = self._run(command, self.timeout, lambda session: session.request(command, message))
+        except Exception as exc:
+            self._fail(exc, command, self.timeout, secrets=secrets)
+        decoded: dict[str, Any] = decode(reply)
+        return decoded
+
+    def _one(self, command: Command) -> dict[str, Any]:
+        """One unstreamed :class:`Command` on its own."""
+        return self._request(command.name, command.message, command.secrets)
+
+    def batch(self, commands: Sequence[Command]) -> list[dict[str, Any] | GatewayRejected]:
+        """Run ``commands`` in order on one connection, pipelined (see the module's docstring).
+
+        Returns:
+            per command, its decoded reply or the :class:`GatewayRejected` charon's refusal
+            makes of it (the others still ran).
+
+        Raises:
+            GatewayUnreachable: the socket failed; which commands took effect is unknown (a
+                batch of only repeatable commands was sent once more on a new connection if a
+                reused one failed).
+        """
+        if not commands:
+            return []
+        names = ",".join(c.name for c in commands)
+        secrets = tuple(s for c in commands for s in c.secrets)
+        _log.debug("vici %s on %s", names, self.socket_path)
+        repeatable = all(c.name in _REPEATABLE for c in commands)
+        try:
+            replies = self._run(commands[0].name if repeatable else names, self.timeout,
+                                lambda session: _pipelined(session, commands))
+        except Exception as exc:
+            self._fail(exc, names, self.timeout, secrets=secrets)
+        return self._decoded(commands, replies)
+
+    def pipeline(self) -> Pipeline:
+        """A :class:`Pipeline` on one connection of this charon's (use it as a context manager)."""
+        return Pipeline(self)
+
+    def _decoded(self, commands: Sequence[Command], replies: Sequence[Mapping[str, Any] | Exception],
+                 secrets: Sequence[str] = ()) -> list[dict[str, Any] | GatewayRejected]:
+        """Replies decoded, refusals as :class:`GatewayRejected` (scrubbed of every secret sent
+        with them, not just the command's own: one connection's commands share a fate)."""
+        hidden = (*secrets, *(s for c in commands for s in c.secrets))
+        out: list[dict[str, Any] | GatewayRejected] = []
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, Exception):
+                streamed = decode(reply.events) if isinstance(reply, _StreamFailed) else []
+                log = _log_lines(streamed) if command.stream == "control-log" else []
+                try:
+                    self._fail(reply, command.name, self.timeout, log=log, secrets=hidden)
+                except GatewayRejected as rejected:
+                    out.append(rejected)
+            else:
+                out.append(decode(reply))
+        return out
+
+    def _streamed(
+        self,
+        command: str,
+        event: str,
+        message: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a streamed command, consuming every event; returns the decoded events."""
+        wait = self.timeout if timeout is None else timeout
+        _log.debug("vici %s on %s", command, self.socket_path)
+        events: list[dict[str, Any]] = []
+
+        def stream(session: ViciSession) -> None:
+            events.clear()  # a repeated list-* starts over
+            for raw in session.streamed_request(command, event, message):
+                events.append(decode(raw))
+
+        try:
+            self._run(command, wait, stream)
+        except Exception as exc:
+            log = _log_lines(events) if event == "control-log" else []
+            self._fail(exc, command, wait, log=log)
+        return events
+
+    def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
+        wait = self.timeout + max(timeout_ms, 0) / 1000.0
+        events = self._streamed(command, "control-log", message, timeout=wait)
+        return _log_lines(events)
+
+    # -- information ----------------------------------------------------------
+
+    def version(self) -> VersionInfo:
+        """Daemon and system version (VICI ``version``, strongSwan >= 5.2.0)."""
+        return parse_version(self._request("version"))
+
+    def stats(self) -> Stats:
+        """Load, plugins and IPsec back end (VICI ``stats``, strongSwan >= 5.2.0)."""
+        return parse_stats(self._request("stats"))
+
+    def get_algorithms(self) -> Algorithms:
+        """Algorithms the loaded plugins provide (VICI ``get-algorithms``, strongSwan >= 5.4.0).
+
+        The key-exchange section (``dh`` in 5.9, ``ke`` in 6.0) is returned as ``ke``.
+        """
+        return parse_algorithms(self._request("get-algorithms"))
+
+    def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[IkeSa]:
+        """The IKE_SAs and their CHILD_SAs (VICI ``list-sas``, streamed, strongSwan >= 5.2.0).
+
+        Args:
+            ike: only IKE_SAs of this connection.
+            ike_id: only the IKE_SA with this unique id.
+        """
+        return sas_of(self._streamed("list-sas", "list-sa", _list_sas_message(ike, ike_id)))
+
+    def list_conns(self) -> list[str]:
+        """Names of the loaded connections (VICI ``list-conns``, streamed, strongSwan >= 5.2.0)."""
+        names: list[str] = []
+        for event in self._streamed("list-conns", "list-conn"):
+            names.extend(name for name, body in event.items() if isinstance(body, Mapping))
+        return names
+
+    def get_shared(self) -> list[str]:
+        """Ids of the shared secrets loaded with an id (VICI ``get-shared``, strongSwan >= 5.5.2)."""
+        reply = self._request("get-shared")
+        keys = reply.get("keys", [])
+        return [str(k) for k in keys] if isinstance(keys, list) else []
+
+    def get_pools(self, leases: bool = True, name: str | None = None) -> list[Pool]:
+        """Virtual IP pools (VICI ``get-pools``, strongSwan >= 5.2.0; ``leases`` >= 5.4.0, ``name`` >= 5.6.3)."""
+        message: dict[str, Any] = {"leases": "yes" if leases else "no"}
+        if name is not None:
+            message["name"] = name
+        return parse_pools(self._request("get-pools", message))
+
+    # -- configuration ---------------------------------------------------------
+
+    def load_conn(self, name: str, conn: Mapping[str, Any]) -> None:
+        """Load or replace connection ``name`` (VICI ``load-conn``, strongSwan >= 5.2.0).
+
+        Args:
+            name: the connection name.
+            conn: its settings as in swanctl.conf (``local_addrs``, ``proposals``,
+                ``local``, ``remote``, ``children`` ...).
+        """
+        self._one(load_conn_command(name, conn))
+
+    def unload_conn(self, name: str) -> None:
+        """Unload connection ``name`` (VICI ``unload-conn``, strongSwan >= 5.2.0)."""
+        self._one(unload_command("conn", name))
+
+    def load_shared(self, id: str, secret: bytes | str, owners: Sequence[str], type: str = "IKE") -> None:
+        """Load a shared secret under a unique id (VICI ``load-shared`` with ``id``, strongSwan >= 5.5.2).
+
+        The secret is neither logged nor kept, and never appears in an exception.
+
+        Args:
+            id: unique id of the secret, for :meth:`unload_shared` and :meth:`get_shared`.
+            secret: the secret itself.
+            owners: the identities that share it.
+            type: ``IKE``, ``EAP``, ``XAUTH``, ``NTLM`` or ``PPK``.
+        """
+        self._one(load_shared_command(id, secret, owners, type))
+
+    def unload_shared(self, id: str) -> None:
+        """Unload the shared secret with this id (VICI ``unload-shared``, strongSwan >= 5.5.2)."""
+        self._one(unload_command("shared", id))
+
+    def load_pool(self, name: str, addrs: str, attributes: Mapping[str, Sequence[str]] | None = None) -> None:
+        """Load or replace a virtual IP pool (VICI ``load-pool``, strongSwan >= 5.2.0).
+
+        Args:
+            name: the pool name.
+            addrs: a subnet (``10.3.0.0/28``) or a range (``10.3.0.1-10.3.0.9``).
+            attributes: extra attributes such as ``dns``.
+        """
+        self._one(load_pool_command(name, addrs, attributes))
+
+    def unload_pool(self, name: str) -> None:
+        """Unload a virtual IP pool (VICI ``unload-pool``, strongSwan >= 5.2.0)."""
+        self._one(unload_command("pool", name))
+
+    # -- control ----------------------------------------------------------------
+
+    def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
+                 loglevel: int = 1) -> list[str]:
+        """Bring up a CHILD_SA (and its IKE_SA) and wait (VICI ``initiate``, streamed, strongSwan >= 5.2.0).
+
+        Args:
+            child: the CHILD_SA config to initiate.
+            ike: the connection it belongs to (needed if the child name is ambiguous).
+            timeout_ms: how long charon waits for the result; 0 waits without limit.
+            loglevel: verbosity of the ``control-log`` lines collected.
+
+        Returns:
+            charon's log lines for the operation.
+
+        Raises:
+            GatewayRejected: charon failed; the message carries its reason from the log.
+            GatewayUnreachable: the socket cannot be reached.
+        """
+        return self._control("initiate", _initiate_message(child, ike, timeout_ms, loglevel), timeout_ms)
+
+    def terminate(self, *, ike: str | None = None, child: str | None = None, ike_id: int | None = None,
+                  child_id: int | None = None, timeout_ms: int = 5_000, force: bool = False,
+                  loglevel: int = 1) -> list[str]:
+        """Close IKE_SAs or CHILD_SAs and wait (VICI ``terminate``, streamed, strongSwan >= 5.2.0).
+
+        ``force`` needs strongSwan >= 5.5.0. Name at least one of the selectors.
+
+        Returns:
+            charon's log lines for the operation.
+
+        Raises:
+            GatewayRejected: nothing matched, or charon failed.
+            GatewayUnreachable: the socket cannot be reached.
+        """
+        message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel}
+        for key, value in (("ike", ike), ("child", child), ("ike-id", ike_id), ("child-id", child_id)):
+            if value is not None:
+                message[key] = value
+        if len(message) == 2:
+            raise ValueError("terminate needs ike, child, ike_id or child_id")
+        if force:
+            message["force"] = "yes"
+        return self._control("terminate", message, timeout_ms)
+
