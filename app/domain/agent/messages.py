@@ -1,106 +1,40 @@
-"""The tunnel agent's messages (seed 001 §2.2): layout, canonical encoding and checks. Pure.
-
-Seed 001 lays a request out as ``Request ID || User ID || Objective-ID || Request Info ||
-Authentication Tag`` and a response as ``Request ID || Session Key || Tunneling Info ||
-Authentication Tag``. qoss keeps those fields and their order and carries them in
-canonical JSON (UTF-8, sorted keys, no whitespace, integers only, bytes as unpadded
-base64url). A decoder re-encodes what it parsed and refuses anything that does not come
-out byte-identical, so every message has exactly one encoding: a flipped bit either
-breaks the encoding or changes what is signed and sealed.
-
-The cryptography (Ed25519 signatures, HPKE seals) lives in ``app.adapters.agent.crypto``;
-this module says what is signed, what the sealed envelope's header is, which checks a
-receiver makes and in which order. Every failed check raises :class:`AgentRejected`,
-whose public text is the same for all of them (an attacker learns nothing from it);
-its ``reason`` is for the audit log only.
-"""
+"""The agent's messages: the client's request and what it asks for, an enrolled user, the
+Host's endorsement and revocation, the Target's response and the tunnelling information in
+it. Each knows its fields, their order and the checks a receiver makes."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from app.domain.errors import QossError
+from app.domain.agent.codec import *  # noqa: F403
+from app.domain.agent.codec import (
+    MAX_SEALED_BYTES,
+    AgentRejected,
+    _fields,
+    _int,
+    _str,
+    _str_list,
+    b64d,
+    b64e,
+    canonical,
+    decode_canonical,
+)
+from app.domain.agent.wire import Kind
 
 __all__ = [
-    "ENVELOPE_INFO",
-    "MAX_SEALED_BYTES",
-    "MAX_WIRE_BYTES",
-    "REPLAY_TTL",
-    "SIGNATURE_CONTEXT",
-    "WINDOW_BACK",
-    "WINDOW_SKEW",
-    "AgentRejected",
     "AgentSessionState",
     "ClientRequest",
     "Endorsement",
     "EnrolledUser",
-    "Kind",
     "RequestInfo",
     "Response",
     "Revocation",
     "TunnelingInfo",
-    "Wire",
-    "b64d",
-    "b64e",
-    "canonical",
-    "check_fresh",
-    "client_conn",
-    "decode_canonical",
-    "parse_wire",
-    "signed_bytes",
-    "target_conn",
-    "valid_id",
 ]
-
-VERSION = 1
-#: A message on the wire (header + sealed part) is refused above this size, before any decryption.
-MAX_WIRE_BYTES = 16_384
-#: The sealed part, decoded.
-MAX_SEALED_BYTES = 12_288
-#: Freshness: a message may be this many seconds old, or this far in the future (clock skew).
-WINDOW_BACK = 60
-WINDOW_SKEW = 30
-#: How long a (sender, nonce) stays in the replay cache: longer than the window.
-REPLAY_TTL = WINDOW_BACK + WINDOW_SKEW + 60
-#: HPKE ``info``: a context label, then the canonical header (binds the header to the seal).
-ENVELOPE_INFO = b"qoss-agent/v1 envelope\x00"
-#: What a signature covers: a context label, the message kind, then the canonical body.
-SIGNATURE_CONTEXT = b"qoss-agent/v1 signature\x00"
-
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_B64 = re.compile(r"^[A-Za-z0-9_-]*$")
-
-
-class AgentRejected(QossError, PermissionError):
-    """A message failed a check. The client sees one fixed text; ``reason`` goes to the audit log."""
-
-    PUBLIC = "the request was rejected"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(self.PUBLIC)
-        self.reason = reason
-
-    def detail(self) -> Any:
-        return self.PUBLIC
-
-
-class Kind(StrEnum):
-    """What a sealed message is; part of the header and of what is signed."""
-
-    CONNECT = "connect"          # client -> host
-    DISCONNECT = "disconnect"    # client -> host
-    ENDORSE = "endorse"          # host -> target (embeds the client's signed body)
-    REVOKE = "revoke"            # host -> target
-    RESPONSE = "response"        # target -> client (relayed by host)
-    CLOSED = "closed"            # target -> client: the ticket's tunnel is gone
-
 
 class AgentSessionState(StrEnum):
     """A tunnel Target set up for a client: active until closed, expired, revoked or failed."""
@@ -111,231 +45,6 @@ class AgentSessionState(StrEnum):
     REVOKED = "revoked"
     FAILED = "failed"
 
-
-def valid_id(value: object) -> bool:
-    """A party or user id: 1-63 of a-z, 0-9, '.', '_', '-', starting with a letter or digit."""
-    return isinstance(value, str) and bool(_ID.match(value))
-
-
-# --------------------------------------------------------------------------- encoding
-
-
-def b64e(data: bytes) -> str:
-    """Unpadded base64url."""
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def b64d(text: object, *, size: int | None = None, max_size: int = MAX_SEALED_BYTES) -> bytes:
-    """Decode unpadded base64url, refusing any other spelling of the same bytes.
-
-    Raises:
-        AgentRejected: not a string, wrong alphabet, padding, non-zero spare bits, wrong size.
-    """
-    if not isinstance(text, str) or not _B64.match(text) or len(text) > (max_size * 4 + 2) // 3 + 1:
-        raise AgentRejected("bad base64")
-    try:
-        data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (binascii.Error, ValueError) as exc:
-        raise AgentRejected("bad base64") from exc
-    if b64e(data) != text:
-        raise AgentRejected("non-canonical base64")
-    if size is not None and len(data) != size:
-        raise AgentRejected(f"a {size}-byte field has {len(data)} bytes")
-    if len(data) > max_size:
-        raise AgentRejected("field too large")
-    return data
-
-
-def canonical(obj: Mapping[str, Any]) -> bytes:
-    """The one encoding of a message: sorted keys, no whitespace, ASCII, no floats."""
-    _check_types(obj)
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
-def _check_types(value: Any, depth: int = 0) -> None:
-    if depth > 8:
-        raise AgentRejected("too deeply nested")
-    kind = type(value)
-    if kind is str or kind is bool or value is None:  # the common cases first, without isinstance
-        return
-    if kind is dict or kind is list or kind is tuple:
-        items = value.items() if kind is dict else enumerate(value)
-        for k, v in items:
-            if kind is dict and type(k) is not str:
-                raise AgentRejected("non-string key")
-            if type(v) is not str:  # most leaves are strings: no call for them
-                _check_types(v, depth + 1)
-        return
-    if isinstance(value, bool | str):
-        return
-    if isinstance(value, int):
-        if abs(value) > 2**53:
-            raise AgentRejected("integer out of range")
-        return
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise AgentRejected("non-string key")
-            _check_types(v, depth + 1)
-        return
-    if isinstance(value, list | tuple):
-        for v in value:
-            _check_types(v, depth + 1)
-        return
-    raise AgentRejected(f"{type(value).__name__} is not allowed in a message")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise AgentRejected("duplicate key")
-        out[k] = v
-    return out
-
-
-def _no_float(text: str) -> Any:
-    raise AgentRejected("floats are not allowed")
-
-
-def _no_constant(text: str) -> Any:
-    raise AgentRejected("NaN and Infinity are not allowed")
-
-
-def decode_canonical(data: bytes, *, max_size: int) -> dict[str, Any]:
-    """Parse a canonical JSON object, refusing any other encoding of it.
-
-    Raises:
-        AgentRejected: too large, not UTF-8 JSON, not an object, or not canonical.
-    """
-    if not isinstance(data, bytes | bytearray) or len(data) > max_size:
-        raise AgentRejected("message too large")
-    try:
-        obj = json.loads(bytes(data).decode("ascii"), object_pairs_hook=_no_duplicates,
-                         parse_float=_no_float, parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        if isinstance(exc, AgentRejected):
-            raise
-        raise AgentRejected("not canonical JSON") from exc
-    if not isinstance(obj, dict):
-        raise AgentRejected("a message is a JSON object")
-    if canonical(obj) != bytes(data):
-        raise AgentRejected("not canonical JSON")
-    return obj
-
-
-def _fields(obj: Mapping[str, Any], required: Sequence[str], optional: Sequence[str] = ()) -> None:
-    keys = set(obj)
-    missing = [k for k in required if k not in keys]
-    unknown = keys - set(required) - set(optional)
-    if missing or unknown:
-        raise AgentRejected(f"fields: missing {sorted(missing)}, unknown {sorted(unknown)}")
-
-
-def _str(obj: Mapping[str, Any], key: str, *, max_len: int = 64, pattern: re.Pattern[str] | None = _ID) -> str:
-    value = obj.get(key)
-    if not isinstance(value, str) or len(value) > max_len or (pattern is not None and not pattern.match(value)):
-        raise AgentRejected(f"bad {key}")
-    return value
-
-
-def _int(obj: Mapping[str, Any], key: str, lo: int, hi: int) -> int:
-    value = obj.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise AgentRejected(f"bad {key}")
-    return value
-
-
-def _str_list(obj: Mapping[str, Any], key: str, *, max_items: int, max_len: int = 64) -> tuple[str, ...]:
-    value = obj.get(key)
-    if not isinstance(value, list) or len(value) > max_items or not all(
-        isinstance(v, str) and 0 < len(v) <= max_len and v.isascii() and v.isprintable() for v in value
-    ):
-        raise AgentRejected(f"bad {key}")
-    return tuple(value)
-
-
-# --------------------------------------------------------------------------- wire
-
-
-@dataclass(frozen=True, slots=True)
-class Wire:
-    """A message on the wire: a cleartext header (kind, recipient) and the sealed part.
-
-    The header is bound to the seal (it is in the HPKE ``info``), so it cannot be changed
-    without the recipient's decryption failing.
-    """
-
-    kind: Kind
-    to: str
-    sealed: bytes
-
-    @property
-    def header(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "to": self.to, "v": VERSION}
-
-    def info(self) -> bytes:
-        """The HPKE ``info`` of this message."""
-        return ENVELOPE_INFO + canonical(self.header)
-
-    def encode(self) -> bytes:
-        return canonical({**self.header, "sealed": b64e(self.sealed)})
-
-
-def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
-    """Parse and check a wire message's header before anything is decrypted.
-
-    Raises:
-        AgentRejected: too large, malformed, another version, unexpected kind or recipient.
-    """
-    if len(data) > MAX_WIRE_BYTES:
-        raise AgentRejected("message too large")
-    obj = decode_canonical(data, max_size=MAX_WIRE_BYTES)
-    _fields(obj, ("kind", "sealed", "to", "v"))
-    if obj["v"] != VERSION or isinstance(obj["v"], bool):
-        raise AgentRejected("unknown version")
-    kind = obj["kind"]
-    if kind not in {k.value for k in kinds}:
-        raise AgentRejected("unexpected message kind")
-    if obj["to"] != to:
-        raise AgentRejected("wrong recipient")
-    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=MAX_SEALED_BYTES))
-
-
-def signed_bytes(kind: Kind, body: bytes) -> bytes:
-    """What a signature covers: context label, kind, canonical body."""
-    return SIGNATURE_CONTEXT + kind.value.encode() + b"\x00" + body
-
-
-def seal_plaintext(body: bytes, tag: bytes) -> bytes:
-    """The sealed plaintext: the signed body (exact bytes) and its authentication tag."""
-    return canonical({"body": b64e(body), "tag": b64e(tag)})
-
-
-def open_plaintext(plaintext: bytes) -> tuple[bytes, bytes]:
-    """(body, tag) from a decrypted plaintext.
-
-    Raises:
-        AgentRejected: malformed.
-    """
-    obj = decode_canonical(plaintext, max_size=MAX_SEALED_BYTES)
-    _fields(obj, ("body", "tag"))
-    return b64d(obj["body"]), b64d(obj["tag"], size=64)
-
-
-def check_fresh(timestamp: int, now: float) -> None:
-    """A message's timestamp must lie in ``[now - WINDOW_BACK, now + WINDOW_SKEW]``.
-
-    Raises:
-        AgentRejected: too old, or from the future.
-    """
-    if timestamp < now - WINDOW_BACK:
-        raise AgentRejected("expired timestamp")
-    if timestamp > now + WINDOW_SKEW:
-        raise AgentRejected("timestamp in the future")
-
-
-# --------------------------------------------------------------------------- messages
 
 
 _NONCE = 16
@@ -682,62 +391,3 @@ class Response:
     def __repr__(self) -> str:  # never show the session key
         return f"Response(kind={self.kind.value}, target={self.target}, user_id={self.user_id})"
 
-
-# --------------------------------------------------------------------------- strongSwan configuration
-
-
-def target_conn(*, name: str, target_address: str, target_identity: str, client_identity: str,
-                client_address: str | None, local_ts: Sequence[str], pool: str, ike_proposal: str,
-                esp_proposal: str, mode: str, ike_lifetime: int, child_lifetime: int) -> dict[str, Any]:
-    """Target's VICI ``load-conn`` body for one client (road warrior with a virtual IP from ``pool``).
-
-    The remote identity is this session's client identity, so the session key (the PSK
-    loaded for exactly these two identities) admits this client and no one else.
-    """
-    return {
-        "version": "2",
-        "local_addrs": [target_address],
-        "remote_addrs": [client_address or "%any"],
-        "proposals": [ike_proposal],
-        "pools": [pool],
-        "unique": "replace",
-        "mobike": "no",
-        "rekey_time": f"{ike_lifetime}s",
-        "local": {"auth": "psk", "id": target_identity},
-        "remote": {"auth": "psk", "id": client_identity},
-        "children": {name: {
-            "local_ts": list(local_ts),
-            "esp_proposals": [esp_proposal],
-            "mode": mode,
-            "start_action": "none",
-            "close_action": "none",
-            "dpd_action": "clear",
-            "rekey_time": f"{child_lifetime}s",
-            "life_time": f"{child_lifetime + child_lifetime // 10}s",
-        }},
-    }
-
-
-def client_conn(*, name: str, info: TunnelingInfo, client_address: str | None) -> dict[str, Any]:
-    """The client's VICI ``load-conn`` body: asks for a virtual IP, reaches Target's protected networks."""
-    if info.ike_proposal is None or info.esp_proposal is None:
-        raise AgentRejected("no IPsec to configure")
-    conn: dict[str, Any] = {
-        "version": "2",
-        "remote_addrs": [info.target_address],
-        "vips": ["0.0.0.0"],  # noqa: S104 - asks the responder for any virtual IP
-        "proposals": [info.ike_proposal],
-        "mobike": "no",
-        "local": {"auth": "psk", "id": info.client_identity},
-        "remote": {"auth": "psk", "id": info.target_identity},
-        "children": {name: {
-            "remote_ts": list(info.remote_ts),
-            "esp_proposals": [info.esp_proposal],
-            "mode": info.mode,
-            "start_action": "none",
-            "close_action": "none",
-        }},
-    }
-    if client_address is not None:
-        conn["local_addrs"] = [client_address]
-    return conn

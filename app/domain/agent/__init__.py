@@ -1,0 +1,81 @@
+"""The tunnel agent's messages: layout, canonical encoding and checks. Pure.
+
+The Client / Host / Target set-up (Liu, Lu, Kuo, Pang, Kuo: "The Performance Evaluation of a
+Dynamic Configuration Method over IPSEC", section 2.2) lays a request out as ``Request ID ||
+User ID || Objective-ID || Request Info || Authentication Tag`` and a response as ``Request
+ID || Session Key || Tunneling Info || Authentication Tag``. qoss keeps those fields and
+their order and carries them in canonical JSON (UTF-8, sorted keys, no whitespace, integers
+only, bytes as unpadded base64url). A decoder re-encodes what it parsed and refuses anything
+that does not come out byte-identical, so every message has exactly one encoding: a flipped
+bit either breaks the encoding or changes what is signed and sealed.
+
+The cryptography (Ed25519 signatures, HPKE seals) lives in ``app.adapters.agent.crypto``;
+this package says what is signed, what the sealed envelope's header is, which checks a
+receiver makes and in which order. Every failed check raises :class:`AgentRejected`,
+whose public text is the same for all of them (an attacker learns nothing from it);
+its ``reason`` is for the audit log only.
+
+``codec`` is the encoding, ``wire`` the sealed message and its header, ``messages`` the
+messages themselves, ``conns`` the strongSwan conns of a session.
+"""
+
+from app.domain.agent.codec import (
+    ENVELOPE_INFO,
+    MAX_SEALED_BYTES,
+    MAX_WIRE_BYTES,
+    REPLAY_TTL,
+    SIGNATURE_CONTEXT,
+    WINDOW_BACK,
+    WINDOW_SKEW,
+    AgentRejected,
+    b64d,
+    b64e,
+    canonical,
+    decode_canonical,
+    valid_id,
+)
+from app.domain.agent.conns import client_conn, target_conn
+from app.domain.agent.messages import (
+    AgentSessionState,
+    ClientRequest,
+    Endorsement,
+    EnrolledUser,
+    RequestInfo,
+    Response,
+    Revocation,
+    TunnelingInfo,
+)
+from app.domain.agent.wire import Kind, Wire, check_fresh, open_plaintext, parse_wire, seal_plaintext, signed_bytes
+
+__all__ = [
+    "ENVELOPE_INFO",
+    "MAX_SEALED_BYTES",
+    "MAX_WIRE_BYTES",
+    "REPLAY_TTL",
+    "SIGNATURE_CONTEXT",
+    "WINDOW_BACK",
+    "WINDOW_SKEW",
+    "AgentRejected",
+    "AgentSessionState",
+    "ClientRequest",
+    "Endorsement",
+    "EnrolledUser",
+    "Kind",
+    "RequestInfo",
+    "Response",
+    "Revocation",
+    "TunnelingInfo",
+    "Wire",
+    "b64d",
+    "b64e",
+    "canonical",
+    "check_fresh",
+    "client_conn",
+    "decode_canonical",
+    "open_plaintext",
+    "parse_wire",
+    "seal_plaintext",
+    "signed_bytes",
+    "target_conn",
+    "valid_id",
+]

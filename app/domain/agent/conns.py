@@ -1,0 +1,72 @@
+"""The strongSwan side of an agent session: the ``load-conn`` bodies Target and the client
+load for one session (a road warrior with a virtual IP)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.domain.agent.codec import AgentRejected
+from app.domain.agent.messages import TunnelingInfo
+
+__all__ = [
+    "client_conn",
+    "target_conn",
+]
+
+def target_conn(*, name: str, target_address: str, target_identity: str, client_identity: str,
+                client_address: str | None, local_ts: Sequence[str], pool: str, ike_proposal: str,
+                esp_proposal: str, mode: str, ike_lifetime: int, child_lifetime: int) -> dict[str, Any]:
+    """Target's VICI ``load-conn`` body for one client (road warrior with a virtual IP from ``pool``).
+
+    The remote identity is this session's client identity, so the session key (the PSK
+    loaded for exactly these two identities) admits this client and no one else.
+    """
+    return {
+        "version": "2",
+        "local_addrs": [target_address],
+        "remote_addrs": [client_address or "%any"],
+        "proposals": [ike_proposal],
+        "pools": [pool],
+        "unique": "replace",
+        "mobike": "no",
+        "rekey_time": f"{ike_lifetime}s",
+        "local": {"auth": "psk", "id": target_identity},
+        "remote": {"auth": "psk", "id": client_identity},
+        "children": {name: {
+            "local_ts": list(local_ts),
+            "esp_proposals": [esp_proposal],
+            "mode": mode,
+            "start_action": "none",
+            "close_action": "none",
+            "dpd_action": "clear",
+            "rekey_time": f"{child_lifetime}s",
+            "life_time": f"{child_lifetime + child_lifetime // 10}s",
+        }},
+    }
+
+
+def client_conn(*, name: str, info: TunnelingInfo, client_address: str | None) -> dict[str, Any]:
+    """The client's VICI ``load-conn`` body: asks for a virtual IP, reaches Target's protected networks."""
+    if info.ike_proposal is None or info.esp_proposal is None:
+        raise AgentRejected("no IPsec to configure")
+    conn: dict[str, Any] = {
+        "version": "2",
+        "remote_addrs": [info.target_address],
+        "vips": ["0.0.0.0"],  # noqa: S104 - asks the responder for any virtual IP
+        "proposals": [info.ike_proposal],
+        "mobike": "no",
+        "local": {"auth": "psk", "id": info.client_identity},
+        "remote": {"auth": "psk", "id": info.target_identity},
+        "children": {name: {
+            "remote_ts": list(info.remote_ts),
+            "esp_proposals": [info.esp_proposal],
+            "mode": info.mode,
+            "start_action": "none",
+            "close_action": "none",
+        }},
+    }
+    if client_address is not None:
+        conn["local_addrs"] = [client_address]
+    return conn
+

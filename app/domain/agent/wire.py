@@ -1,0 +1,116 @@
+"""A sealed message on the wire: its cleartext header (kind, recipient, version), what a
+signature covers, the sealed plaintext, and the freshness window."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from app.domain.agent.codec import (
+    ENVELOPE_INFO,
+    MAX_SEALED_BYTES,
+    MAX_WIRE_BYTES,
+    SIGNATURE_CONTEXT,
+    VERSION,
+    WINDOW_BACK,
+    WINDOW_SKEW,
+    AgentRejected,
+    _fields,
+    b64d,
+    b64e,
+    canonical,
+    decode_canonical,
+)
+
+__all__ = ["Kind", "Wire", "check_fresh", "open_plaintext", "parse_wire", "seal_plaintext", "signed_bytes"]
+
+class Kind(StrEnum):
+    """What a sealed message is; part of the header and of what is signed."""
+
+    CONNECT = "connect"          # client -> host
+    DISCONNECT = "disconnect"    # client -> host
+    ENDORSE = "endorse"          # host -> target (embeds the client's signed body)
+    REVOKE = "revoke"            # host -> target
+    RESPONSE = "response"        # target -> client (relayed by host)
+    CLOSED = "closed"            # target -> client: the ticket's tunnel is gone
+
+
+
+@dataclass(frozen=True, slots=True)
+class Wire:
+    """A message on the wire: a cleartext header (kind, recipient) and the sealed part.
+
+    The header is bound to the seal (it is in the HPKE ``info``), so it cannot be changed
+    without the recipient's decryption failing.
+    """
+
+    kind: Kind
+    to: str
+    sealed: bytes
+
+    @property
+    def header(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "to": self.to, "v": VERSION}
+
+    def info(self) -> bytes:
+        """The HPKE ``info`` of this message."""
+        return ENVELOPE_INFO + canonical(self.header)
+
+    def encode(self) -> bytes:
+        return canonical({**self.header, "sealed": b64e(self.sealed)})
+
+
+def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
+    """Parse and check a wire message's header before anything is decrypted.
+
+    Raises:
+        AgentRejected: too large, malformed, another version, unexpected kind or recipient.
+    """
+    if len(data) > MAX_WIRE_BYTES:
+        raise AgentRejected("message too large")
+    obj = decode_canonical(data, max_size=MAX_WIRE_BYTES)
+    _fields(obj, ("kind", "sealed", "to", "v"))
+    if obj["v"] != VERSION or isinstance(obj["v"], bool):
+        raise AgentRejected("unknown version")
+    kind = obj["kind"]
+    if kind not in {k.value for k in kinds}:
+        raise AgentRejected("unexpected message kind")
+    if obj["to"] != to:
+        raise AgentRejected("wrong recipient")
+    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=MAX_SEALED_BYTES))
+
+
+def signed_bytes(kind: Kind, body: bytes) -> bytes:
+    """What a signature covers: context label, kind, canonical body."""
+    return SIGNATURE_CONTEXT + kind.value.encode() + b"\x00" + body
+
+
+def seal_plaintext(body: bytes, tag: bytes) -> bytes:
+    """The sealed plaintext: the signed body (exact bytes) and its authentication tag."""
+    return canonical({"body": b64e(body), "tag": b64e(tag)})
+
+
+def open_plaintext(plaintext: bytes) -> tuple[bytes, bytes]:
+    """(body, tag) from a decrypted plaintext.
+
+    Raises:
+        AgentRejected: malformed.
+    """
+    obj = decode_canonical(plaintext, max_size=MAX_SEALED_BYTES)
+    _fields(obj, ("body", "tag"))
+    return b64d(obj["body"]), b64d(obj["tag"], size=64)
+
+
+def check_fresh(timestamp: int, now: float) -> None:
+    """A message's timestamp must lie in ``[now - WINDOW_BACK, now + WINDOW_SKEW]``.
+
+    Raises:
+        AgentRejected: too old, or from the future.
+    """
+    if timestamp < now - WINDOW_BACK:
+        raise AgentRejected("expired timestamp")
+    if timestamp > now + WINDOW_SKEW:
+        raise AgentRejected("timestamp in the future")
+
