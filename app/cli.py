@@ -158,31 +158,75 @@ def ratings_export(
 
 @ratings_app.command("import")
 def ratings_import(
-    path: Annotated[str, typer.Argument(help="YAML or CSV file, or - for stdin")],
+    path: Annotated[str | None, typer.Argument(help="YAML or CSV file, or - for stdin")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="yaml or csv (default: from the file name)")] = None,
     name: Annotated[str | None, typer.Option(help="table name (required for CSV)")] = None,
     revision: Annotated[int | None, typer.Option(help="replace this current revision of an existing table")] = None,
     author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    shipped: Annotated[str | None, typer.Option(
+        "--shipped", help="restore this shipped table (loaded once per database: deleted, it stays deleted)")] = None,
     database_url: DbUrl = None,
 ) -> None:
-    """Import a table (new, or a new revision with --revision)."""
+    """Import a table (new, or a new revision with --revision), or restore a shipped one with --shipped."""
+    from app.adapters import files
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.services.bootstrap import prepare_database
-    from app.services.ratings import import_table
+    from app.services.ratings import import_table, restore_shipped_table
 
+    if (path is None) == (shipped is None):
+        raise typer.BadParameter("give a file to import or --shipped NAME, not both")
     settings = _settings(database_url)
     prepare_database(settings)
-    kind = fmt or ("csv" if path.endswith(".csv") else "yaml")
+    kind = fmt or ("csv" if path and path.endswith(".csv") else "yaml")
     engine = make_engine(settings.database_url)
     try:
         with make_session_factory(engine)() as session, session.begin():
-            table = import_table(session=session, text=_read(path), fmt=kind, author=author, name=name,
-                                 expected_revision=revision)
+            if shipped is not None:
+                table = restore_shipped_table(session=session, tables=files.load_rating_tables(settings.ratings_dir),
+                                              name=shipped)
+            else:
+                table = import_table(session=session, text=_read(path or "-"), fmt=kind, author=author, name=name,
+                                     expected_revision=revision)
     except QossError as exc:
         _fail(exc)
     finally:
         engine.dispose()
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
+
+
+@policies_app.command("import")
+def policies_import(
+    path: Annotated[str | None, typer.Argument(help="policy YAML file, or - for stdin")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    shipped: Annotated[str | None, typer.Option(
+        "--shipped", help="restore this shipped policy (loaded once per database: deleted, it stays deleted)")] = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Store a new policy from a YAML file, or restore a shipped one with --shipped."""
+    from app.adapters import files
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.repositories import PolicyRepository
+    from app.services.bootstrap import prepare_database
+    from app.services.policies import restore_shipped_policy
+
+    if (path is None) == (shipped is None):
+        raise typer.BadParameter("give a file to import or --shipped NAME, not both")
+    settings = _settings(database_url)
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            if shipped is not None:
+                policy, revision = restore_shipped_policy(
+                    session=session, policies=files.load_policies(settings.policies_dir), name=shipped)
+            else:
+                policy = files.parse_policy_yaml(_read(path or "-"))
+                revision = PolicyRepository(session).create(policy, author=author)
+    except QossError as exc:
+        _fail(exc)
+    finally:
+        engine.dispose()
+    typer.echo(json.dumps({"name": policy.name, "revision": revision}))
 
 
 @policies_app.command("check")
