@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.body import loads
 from app.api.errors import error_body, qoss_error_parts
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
@@ -43,9 +44,10 @@ def request_id(supplied: str) -> str:
 
 
 def _message_of(body: bytes) -> str | None:
-    """The message of a body that is exactly ``{"message": <text within the limit>}``, else None."""
+    """The message of a body that is exactly ``{"message": <text within the limit>}``, else None
+    (a key given twice too: the full stack refuses it)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
     except ValueError:
         return None
     if type(doc) is not dict or len(doc) != 1:

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
+from app.api.body import UniqueKeysRoute
 from app.api.deps import reader
 from app.api.schemas import AlgorithmOut
 from app.domain.algorithms import CATALOGUE, Kind, Protocol, lookup
@@ -13,7 +14,7 @@ from app.domain.errors import NotFound, UnknownAlgorithm
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["algorithms"])
+router = APIRouter(tags=["algorithms"], route_class=UniqueKeysRoute)
 _READ = [Depends(reader)]
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
+from app.api.body import UniqueKeysRoute
 from app.api.deps import (
     MAX_DB_INT,
     ActorDep,
@@ -24,7 +25,7 @@ from app.services import ratings as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["rating tables"])
+router = APIRouter(tags=["rating tables"], route_class=UniqueKeysRoute)
 _RATINGS_WRITE = [Depends(require("ratings:write"))]
 _READ = [Depends(reader)]
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.api.body import UniqueKeysRoute
 from app.api.deps import CacheDep, Principal, ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
 from app.api.schemas import ErrorOut
 from app.services import idempotency as idem
@@ -14,7 +15,7 @@ from app.services import tunnels as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["tunnels"])
+router = APIRouter(tags=["tunnels"], route_class=UniqueKeysRoute)
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
 _TUNNELS_WRITE = [Depends(require("tunnels:write"))]
 
