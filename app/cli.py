@@ -55,8 +55,17 @@ def serve(
     database_url: DbUrl = None,
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
+    trusted_proxy: Annotated[list[str] | None, typer.Option(
+        "--trusted-proxy", help="a reverse proxy's address or network whose forwarded header names the client "
+        "(repeat for more; default QOSS_TRUSTED_PROXIES, none)")] = None,
+    forwarded_header: Annotated[str | None, typer.Option(
+        help="the header those proxies write: x-forwarded-for (default) or forwarded")] = None,
 ) -> None:
-    """Migrate the database, load the shipped tables, and serve the API."""
+    """Migrate the database, load the shipped tables, and serve the API.
+
+    Forwarded headers are read by qoss alone, from the trusted proxies only: uvicorn's own
+    proxy-header handling (which trusts 127.0.0.1 by default) is off.
+    """
     import uvicorn
 
     from app.api.http_protocol import OneWriteHttpProtocol
@@ -68,11 +77,18 @@ def serve(
         settings.host = host
     if port:
         settings.port = port
+    if trusted_proxy or forwarded_header:
+        try:
+            settings = type(settings).model_validate({
+                **settings.model_dump(), **({"trusted_proxies": trusted_proxy} if trusted_proxy else {}),
+                **({"forwarded_header": forwarded_header} if forwarded_header else {})})
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
     prepared = prepare_database(settings)
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http=OneWriteHttpProtocol)
+                http=OneWriteHttpProtocol, proxy_headers=False)
 
 
 @db_app.command("upgrade")

@@ -1,26 +1,23 @@
 """JSON request bodies with every key once.
 
 ``json.loads`` keeps the last of two equal keys, so ``{"confidentiality": 8,
-"confidentiality": 1}`` would be stored as 1 whatever the client meant. Every route is a
-:class:`UniqueKeysRoute`: a JSON body is parsed once, by :func:`loads`, before FastAPI
-reads it (FastAPI then takes the parsed document from the request), and a key given twice
-is a 422 in the API's one validation error shape, naming the key.
+"confidentiality": 1}`` would be stored as 1 whatever the client meant. Every route
+(:class:`app.api.routing.QossRoute`) parses a JSON body once, by :func:`parse_json_body`,
+before FastAPI reads it (FastAPI then takes the parsed document from the request), and a
+key given twice is a 422 in the API's one validation error shape, naming the key.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Coroutine
 from email.message import Message
 from typing import Any
 
 from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from starlette.requests import Request
-from starlette.responses import Response
 
-__all__ = ["DuplicateKey", "UniqueKeysRoute", "loads"]
+__all__ = ["DuplicateKey", "UniqueKeysRequest", "loads", "parse_json_body"]
 
 
 class DuplicateKey(ValueError):
@@ -63,32 +60,31 @@ def _is_json(request: Request) -> bool:
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
 
 
-class _UniqueKeysRequest(Request):
+class UniqueKeysRequest(Request):
+    """A request whose ``json()`` is :func:`loads` (parsed once, then cached)."""
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             self._json = loads(await self.body())
         return self._json
 
 
-class UniqueKeysRoute(APIRoute):
-    """A route whose JSON body is parsed once, refusing a key given twice (422)."""
+async def parse_json_body(request: UniqueKeysRequest) -> None:
+    """Parse a JSON body now, so that FastAPI reads the parsed document.
 
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def unique_keys(request: Request) -> Response:
-            request = _UniqueKeysRequest(request.scope, request.receive)
-            if _is_json(request):
-                try:
-                    await request.json()  # parsed here once; FastAPI reads the parsed document
-                except DuplicateKey as exc:
-                    raise RequestValidationError(
-                        [{"type": "duplicate_key", "loc": ("body",), "msg": str(exc), "input": exc.key}]
-                    ) from exc
-                except HTTPException:
-                    raise  # the body cap (413)
-                except Exception:  # noqa: S110 - not JSON, or the client went away: FastAPI answers as always
-                    pass
-            return await handler(request)
-
-        return unique_keys
+    Raises:
+        RequestValidationError: a key given twice (422, naming it).
+        HTTPException: the body is over the size cap (413).
+    """
+    if not _is_json(request):
+        return
+    try:
+        await request.json()
+    except DuplicateKey as exc:
+        raise RequestValidationError(
+            [{"type": "duplicate_key", "loc": ("body",), "msg": str(exc), "input": exc.key}]
+        ) from exc
+    except HTTPException:
+        raise
+    except Exception:  # noqa: S110 - not JSON, or the client went away: FastAPI answers that as always
+        pass

@@ -119,7 +119,7 @@ async def test_plain_decimals_still_import(client: httpx.AsyncClient) -> None:
 
 
 def test_every_route_parses_json_with_every_key_once(settings: Settings) -> None:
-    from app.api.body import UniqueKeysRoute
+    from app.api.routing import QossRoute
 
     def api_routes(routes: list[Any]) -> list[APIRoute]:
         found: list[APIRoute] = []
@@ -131,4 +131,4 @@ def test_every_route_parses_json_with_every_key_once(settings: Settings) -> None
 
     routes = api_routes(create_app(settings).router.routes)
     assert len(routes) > 30
-    assert [r.path for r in routes if not isinstance(r, UniqueKeysRoute)] == []
+    assert [r.path for r in routes if not isinstance(r, QossRoute)] == []

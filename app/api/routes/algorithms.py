@@ -6,15 +6,15 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from app.api.body import UniqueKeysRoute
 from app.api.deps import reader
+from app.api.routing import QossRoute
 from app.api.schemas import AlgorithmOut
 from app.domain.algorithms import CATALOGUE, Kind, Protocol, lookup
 from app.domain.errors import NotFound, UnknownAlgorithm
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["algorithms"], route_class=UniqueKeysRoute)
+router = APIRouter(tags=["algorithms"], route_class=QossRoute)
 _READ = [Depends(reader)]
 
 

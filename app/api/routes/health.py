@@ -8,12 +8,12 @@ from fastapi import APIRouter
 from sqlalchemy import text
 
 from app import __version__
-from app.api.body import UniqueKeysRoute
 from app.api.deps import ReadSessionDep
+from app.api.routing import QossRoute
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["health"], route_class=UniqueKeysRoute)
+router = APIRouter(tags=["health"], route_class=QossRoute)
 
 
 @router.get("/healthz")

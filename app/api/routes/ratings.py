@@ -7,7 +7,6 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from app.api.body import UniqueKeysRoute
 from app.api.deps import (
     MAX_DB_INT,
     ActorDep,
@@ -19,13 +18,14 @@ from app.api.deps import (
     reader,
     require,
 )
+from app.api.routing import QossRoute
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["rating tables"], route_class=UniqueKeysRoute)
+router = APIRouter(tags=["rating tables"], route_class=QossRoute)
 _RATINGS_WRITE = [Depends(require("ratings:write"))]
 _READ = [Depends(reader)]
 
