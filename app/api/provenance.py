@@ -22,7 +22,7 @@ from starlette.types import Scope
 
 __all__ = ["TrustedProxies", "audit_fields", "client_request_id", "new_request_id"]
 
-_TOKEN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_TOKEN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 _Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -34,7 +34,7 @@ def new_request_id() -> str:
 
 def client_request_id(supplied: str | None) -> str | None:
     """The client's ``X-Request-ID`` if it is a safe token (1-64 of ``[A-Za-z0-9._-]``), else None."""
-    return supplied if supplied and _TOKEN.match(supplied) else None
+    return supplied if supplied and _TOKEN.fullmatch(supplied) else None
 
 
 def _address(text: str) -> _Address | None:
