@@ -55,8 +55,17 @@ def serve(
     database_url: DbUrl = None,
     host: Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="port (default 8000)")] = None,
+    trusted_proxy: Annotated[list[str] | None, typer.Option(
+        "--trusted-proxy", help="a reverse proxy's address or network whose forwarded header names the client "
+        "(repeat for more; default QOSS_TRUSTED_PROXIES, none)")] = None,
+    forwarded_header: Annotated[str | None, typer.Option(
+        help="the header those proxies write: x-forwarded-for (default) or forwarded")] = None,
 ) -> None:
-    """Migrate the database, load the shipped tables, and serve the API."""
+    """Migrate the database, load the shipped tables, and serve the API.
+
+    Forwarded headers are read by qoss alone, from the trusted proxies only: uvicorn's own
+    proxy-header handling (which trusts 127.0.0.1 by default) is off.
+    """
     import uvicorn
 
     from app.api.http_protocol import OneWriteHttpProtocol
@@ -68,11 +77,18 @@ def serve(
         settings.host = host
     if port:
         settings.port = port
+    if trusted_proxy or forwarded_header:
+        try:
+            settings = type(settings).model_validate({
+                **settings.model_dump(), **({"trusted_proxies": trusted_proxy} if trusted_proxy else {}),
+                **({"forwarded_header": forwarded_header} if forwarded_header else {})})
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from exc
     prepared = prepare_database(settings)
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http=OneWriteHttpProtocol)
+                http=OneWriteHttpProtocol, proxy_headers=False)
 
 
 @db_app.command("upgrade")
@@ -158,31 +174,75 @@ def ratings_export(
 
 @ratings_app.command("import")
 def ratings_import(
-    path: Annotated[str, typer.Argument(help="YAML or CSV file, or - for stdin")],
+    path: Annotated[str | None, typer.Argument(help="YAML or CSV file, or - for stdin")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="yaml or csv (default: from the file name)")] = None,
     name: Annotated[str | None, typer.Option(help="table name (required for CSV)")] = None,
     revision: Annotated[int | None, typer.Option(help="replace this current revision of an existing table")] = None,
     author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    shipped: Annotated[str | None, typer.Option(
+        "--shipped", help="restore this shipped table (loaded once per database: deleted, it stays deleted)")] = None,
     database_url: DbUrl = None,
 ) -> None:
-    """Import a table (new, or a new revision with --revision)."""
+    """Import a table (new, or a new revision with --revision), or restore a shipped one with --shipped."""
+    from app.adapters import files
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.services.bootstrap import prepare_database
-    from app.services.ratings import import_table
+    from app.services.ratings import import_table, restore_shipped_table
 
+    if (path is None) == (shipped is None):
+        raise typer.BadParameter("give a file to import or --shipped NAME, not both")
     settings = _settings(database_url)
     prepare_database(settings)
-    kind = fmt or ("csv" if path.endswith(".csv") else "yaml")
+    kind = fmt or ("csv" if path and path.endswith(".csv") else "yaml")
     engine = make_engine(settings.database_url)
     try:
         with make_session_factory(engine)() as session, session.begin():
-            table = import_table(session=session, text=_read(path), fmt=kind, author=author, name=name,
-                                 expected_revision=revision)
+            if shipped is not None:
+                table = restore_shipped_table(session=session, tables=files.load_rating_tables(settings.ratings_dir),
+                                              name=shipped)
+            else:
+                table = import_table(session=session, text=_read(path or "-"), fmt=kind, author=author, name=name,
+                                     expected_revision=revision)
     except QossError as exc:
         _fail(exc)
     finally:
         engine.dispose()
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
+
+
+@policies_app.command("import")
+def policies_import(
+    path: Annotated[str | None, typer.Argument(help="policy YAML file, or - for stdin")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    shipped: Annotated[str | None, typer.Option(
+        "--shipped", help="restore this shipped policy (loaded once per database: deleted, it stays deleted)")] = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Store a new policy from a YAML file, or restore a shipped one with --shipped."""
+    from app.adapters import files
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.repositories import PolicyRepository
+    from app.services.bootstrap import prepare_database
+    from app.services.policies import restore_shipped_policy
+
+    if (path is None) == (shipped is None):
+        raise typer.BadParameter("give a file to import or --shipped NAME, not both")
+    settings = _settings(database_url)
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session, session.begin():
+            if shipped is not None:
+                policy, revision = restore_shipped_policy(
+                    session=session, policies=files.load_policies(settings.policies_dir), name=shipped)
+            else:
+                policy = files.parse_policy_yaml(_read(path or "-"))
+                revision = PolicyRepository(session).create(policy, author=author)
+    except QossError as exc:
+        _fail(exc)
+    finally:
+        engine.dispose()
+    typer.echo(json.dumps({"name": policy.name, "revision": revision}))
 
 
 @policies_app.command("check")

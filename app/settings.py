@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
@@ -63,3 +65,25 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="Host: agent requests per second per verified user (after the signature check)"
     )
     agent_user_burst: int = Field(default=10, ge=1, description="Host: agent requests a verified user may make at once")
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+        default=[], description="addresses or networks of the reverse proxies whose forwarded header names the "
+        "client (comma-separated in the environment); none by default: the peer's address is the client's")
+    forwarded_header: Literal["x-forwarded-for", "forwarded"] = Field(
+        default="x-forwarded-for", description="the header those proxies write (only that one is read)")
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ValueError(f"trusted_proxies: {item[:64]!r} is not an address or network") from exc
+        return value

@@ -337,10 +337,64 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+#: An integer as our documents write it: plain decimal digits, no leading zero, an optional sign.
+_PLAIN_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)", re.ASCII)
+_NOT_PLAIN = "is not a plain decimal number (write 10, not 1_0, 0x10, 0o12, 010 or 0:10)"
+
+
+class _StrictLoader(_YAML_LOADER):  # type: ignore[misc]
+    """The safe loader, stricter: a key given twice in one mapping is refused (YAML keeps the
+    last one silently), so are merge keys (``<<``), and so is an int or float YAML 1.1 reads
+    from anything but plain decimal notation (``1_0`` is 10, ``010`` is 8, ``0x10`` 16, ``1:30`` 90)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Node] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "merge keys (<<) are not accepted", key_node.start_mark)
+            key = self.construct_object(key_node, deep=True)
+            try:
+                earlier = first.get(key)
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if earlier is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {str(key)[:64]!r} (first at line {earlier.start_mark.line + 1})",
+                    key_node.start_mark)
+            first[key] = key_node
+            _check_number(value_node, f"{str(key)[:64]!r}: ")
+        return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+    def construct_plain_int(self, node: yaml.ScalarNode) -> int:
+        _check_number(node, "")
+        return super().construct_yaml_int(node)  # type: ignore[no-any-return]
+
+    def construct_plain_float(self, node: yaml.ScalarNode) -> float:
+        _check_number(node, "")
+        return super().construct_yaml_float(node)  # type: ignore[no-any-return]
+
+
+_StrictLoader.add_constructor(_INT_TAG, _StrictLoader.construct_plain_int)
+_StrictLoader.add_constructor(_FLOAT_TAG, _StrictLoader.construct_plain_float)
+
+
+def _check_number(node: yaml.Node, where: str) -> None:
+    if not isinstance(node, yaml.ScalarNode):
+        return
+    value = str(node.value)
+    if (node.tag == _INT_TAG and not _PLAIN_INT.fullmatch(value)) or (
+            node.tag == _FLOAT_TAG and ("_" in value or ":" in value)):
+        raise yaml.constructor.ConstructorError(None, None, f"{where}{value[:40]!r} {_NOT_PLAIN}", node.start_mark)
+
+
 def _load_yaml(text: str, error: type[_E]) -> Any:
     _check_yaml_shape(text, error)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - the safe loader, stricter
     except yaml.MarkedYAMLError as exc:
         raise error(f"not valid YAML{_yaml_where(exc)}") from exc
     except yaml.YAMLError as exc:
@@ -445,9 +499,15 @@ def _csv_row(cells: Mapping[str, str], line: int) -> dict[str, Any]:
     return row
 
 
+#: Numbers in a CSV cell: ASCII decimal digits (``int()`` and ``float()`` also take ``1_0``,
+#: other scripts' digits, ``nan`` and ``inf``); floats may carry an exponent (``repr`` writes one).
+_CSV_INT = re.compile(r"[-+]?[0-9]+", re.ASCII)
+_CSV_FLOAT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+
+
 def _parse_number(cell: str, kind: Callable[[str], _T], where: str) -> _T:
-    try:
-        return kind(cell.strip())
-    except ValueError as exc:
+    text = cell.strip()
+    if not (_CSV_INT if kind is int else _CSV_FLOAT).fullmatch(text):
         expected = "an integer" if kind is int else "a number"
-        raise InvalidRatingTable(f"{where}: {cell[:40]!r} is not {expected}") from exc
+        raise InvalidRatingTable(f"{where}: {cell[:40]!r} is not {expected} in plain decimals")
+    return kind(text)

@@ -5,47 +5,44 @@ middleware stack, routing and body model cost each about 70 us warm, several tim
 in a connect. A POST to one of :data:`~app.api.routes.agent.MESSAGE_PATHS` whose body is
 exactly ``{"message": "<text>"}`` within the size limit is answered here, by the same
 :func:`~app.api.routes.agent.handle_message` the routes use, with the same statuses, error
-documents, ``x-request-id`` and audit record as the full stack gives. Anything else (no
+documents, ``x-request-id`` and audit record as the full stack gives (an answered message is a
+change: its record is written before the answer is sent). Anything else (no
 Content-Length, too large, not that JSON object) goes to the full stack with its body
 replayed, so validation errors, 413 and the like have one implementation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-import re
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from starlette.types import Message, Receive, Scope, Send
 
+from app.api.body import loads
 from app.api.errors import error_body, qoss_error_parts
+from app.api.provenance import client_request_id, new_request_id
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
 from app.services.audit import Auditor
 
-__all__ = ["is_message_request", "request_id", "serve_message"]
+__all__ = ["is_message_request", "serve_message"]
 
 log = logging.getLogger("qoss.api")
 
 #: A body longer than this is left to the full stack (its 413 and its validation).
 _MAX_BODY = 2 * MAX_WIRE_BYTES + 64
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-def request_id(supplied: str) -> str:
-    """The caller's ``x-request-id`` if it is a safe token, else a new one."""
-    return supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
 
 
 def _message_of(body: bytes) -> str | None:
-    """The message of a body that is exactly ``{"message": <text within the limit>}``, else None."""
+    """The message of a body that is exactly ``{"message": <text within the limit>}``, else None
+    (a key given twice too: the full stack refuses it)."""
     try:
-        doc = json.loads(body)
+        doc = loads(body)
     except ValueError:
         return None
     if type(doc) is not dict or len(doc) != 1:
@@ -78,7 +75,7 @@ async def serve_message(
     if message is None:
         await full(scope, _replay(body, receive), send)
         return
-    rid = request_id(headers.get(b"x-request-id", b"").decode("latin-1"))
+    rid = new_request_id()
     client = scope.get("client")
     source = client[0] if client else "unknown"
     noted: list[str] = []
@@ -99,16 +96,23 @@ async def serve_message(
         content = json.dumps(error_body("InternalError", "internal error")).encode("utf-8")
     if noted:
         detail = noted[-1]
+    auditor: Auditor | None = getattr(state, "auditor", None)
+    record = {
+        "request_id": rid,
+        "client_request_id": client_request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
+        "token_id": None, "token_name": None, "scopes": [], "source": (client[0] if client else "")[:64],
+        "action": "POST", "object": scope["path"][:300], "outcome": status, "detail": str(detail)[:200],
+    }
+    if auditor is not None and status == 200:  # a change: its record is written before it is answered
+        await asyncio.to_thread(auditor.write, record)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-length", str(len(content)).encode("ascii")), (b"content-type", b"application/json"),
         *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),
         (b"x-request-id", rid.encode("ascii")),
     ]})
     await send({"type": "http.response.body", "body": content})
-    auditor: Auditor | None = getattr(state, "auditor", None)
-    if auditor is not None:
-        auditor.record_request(request_id=rid, principal=None, source=client[0] if client else "", action="POST",
-                               path=scope["path"], outcome=status, detail=str(detail))
+    if auditor is not None and status != 200:
+        auditor.record(**record)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

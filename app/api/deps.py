@@ -9,7 +9,9 @@ from typing import Annotated
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.provenance import audit_fields
 from app.domain.auth import TokenRecord, check_scopes
+from app.services.audit import attach
 from app.services.auth import authenticate
 from app.services.ratings import TableCache
 from app.services.tunnels import ViciFactory
@@ -32,11 +34,29 @@ __all__ = [
     "require",
 ]
 
+#: Methods that change nothing.
+_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _outcome(request: Request) -> int:
+    """The status this request answers (:class:`app.api.routing.QossRoute` notes it)."""
+    state = request.scope.get("state", {})
+    status: int = state.get("answer_status") or state.get("route_status") or 200
+    return status
+
 
 def get_session(request: Request) -> Iterator[Session]:
-    """A unit of work per request: commit on success, roll back on any error."""
+    """A unit of work per request: commit on success, roll back on any error.
+
+    It ends when the route has answered but before the answer is sent (``SessionDep`` is
+    function-scoped), so a client never sees a 2xx for a change that did not commit. A
+    request that may change something (not GET, HEAD, OPTIONS) has its audit record written
+    in the same transaction (:func:`app.services.audit.attach`).
+    """
     factory: sessionmaker[Session] = request.app.state.session_factory
     session = factory()
+    if request.method not in _SAFE:
+        request.state.audit = attach(session, lambda: audit_fields(request, _outcome(request)))
     try:
         yield session
         session.commit()
@@ -145,7 +165,7 @@ def reader(request: Request, authorization: Annotated[str | None, Header()] = No
     return principal
 
 
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[TableCache, Depends(get_cache)]

@@ -12,15 +12,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import load_keys
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.repositories import AuditRepository
 from app.adapters.vici.driver import ViciGateway
 from app.api.agent_fast import is_message_request, serve_message
-from app.api.agent_fast import request_id as make_request_id
 from app.api.errors import error_body, install_error_handlers
+from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 from app.api.routes import (
     admin,
     agent,
@@ -35,10 +37,11 @@ from app.api.routes import (
 )
 from app.measure.adapters.micro import machine_id, run_micro
 from app.measure.services.jobs import BenchmarkJobs
+from app.services import idempotency
 from app.services.agent_config import load_server_config
 from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
-from app.services.audit import Auditor
+from app.services.audit import Auditor, PendingRecord, install
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor
@@ -49,6 +52,8 @@ __all__ = ["create_app"]
 
 log = logging.getLogger("qoss.api")
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Requests that change nothing even though their method could: their records are batched.
+_COMPUTES = frozenset({("POST", "/v1/negotiations")})
 
 
 class QossApp(FastAPI):
@@ -56,11 +61,20 @@ class QossApp(FastAPI):
     around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            _forwarded_client(self, scope)
         if is_message_request(scope):
             scope["app"] = self
             await serve_message(self.state, scope, receive, send, super().__call__)
             return
         await super().__call__(scope, receive, send)
+
+
+def _forwarded_client(app: FastAPI, scope: Scope) -> None:
+    """Behind a trusted proxy, the client is the address it forwards for (see :mod:`app.api.provenance`)."""
+    trusted: TrustedProxies | None = getattr(app.state, "trusted_proxies", None)
+    if trusted:
+        trusted.rewrite(scope)
 
 
 def _reconcile_at_start(app: FastAPI) -> None:
@@ -69,16 +83,16 @@ def _reconcile_at_start(app: FastAPI) -> None:
     with app.state.session_factory() as session, session.begin():
         report = reconcile(session=session, cache=app.state.table_cache, vici=app.state.vici_factory,
                            default_table=app.state.settings.default_table)
+        changed = {"restored": len(report.restored), "failed": len(report.failed),
+                   "orphans_removed": len(report.orphans_removed)}
+        if any(changed.values()):  # a state change made by no request: its own record, in its transaction
+            AuditRepository(session).append(
+                request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
+                source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
+                detail="reconcile at start: " + " ".join(f"{k}={v}" for k, v in changed.items()),
+            )
     if any(report.as_dict().values()):
         log.info("reconcile at start: %s", report.as_dict())
-    changed = {"restored": len(report.restored), "failed": len(report.failed),
-               "orphans_removed": len(report.orphans_removed)}
-    if any(changed.values()):  # a state change made by no request: its own audit record
-        app.state.auditor.record(
-            request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
-            source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
-            detail="reconcile at start: " + " ".join(f"{k}={v}" for k, v in changed.items()),
-        )
 
 
 def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, TargetAgent | None]:
@@ -99,6 +113,11 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
     return host, target
 
 
+def _idempotency_key(factory: sessionmaker[Session]) -> bytes:
+    with factory() as session, session.begin():
+        return idempotency.server_key(session)
+
+
 async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
     """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded.
 
@@ -117,11 +136,15 @@ async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
 
 
 class _GuardAndAudit:
-    """Body-size cap (413), a request id, and an audit record per change or refusal.
+    """Body-size cap (413), our request id, and an audit record per change or refusal.
 
     The cap holds however a body is sent: a Content-Length over it is refused before
     anything is read, and the body is counted as it arrives (chunked, or a Content-Length
     that lies), reading past the cap raises 413 and nothing more is read.
+
+    Records: a change made in the request's unit of work was recorded in its transaction
+    (:func:`app.api.deps.get_session`); any other 2xx answer to a change is recorded before
+    the answer is sent (:meth:`Auditor.write`); refusals and computations are queued.
 
     Plain ASGI rather than ``BaseHTTPMiddleware``: no extra task and memory streams per
     request. What the handlers put on ``request.state`` (the principal, an error name) lives
@@ -137,13 +160,17 @@ class _GuardAndAudit:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        request_id = make_request_id(request.headers.get("x-request-id", ""))
+        request_id = new_request_id()
+        request.state.request_id = request_id
+        request.state.client_request_id = client_request_id(request.headers.get("x-request-id"))
         status = 500
+        recorded = False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, recorded
             if message["type"] == "http.response.start":
                 status = message["status"]
+                recorded = await _record_change(request, status)
                 headers = [*message.get("headers", []), (b"x-request-id", request_id.encode("ascii"))]
                 message = {**message, "headers": headers}
             await send(message)
@@ -173,23 +200,34 @@ class _GuardAndAudit:
             except Exception:
                 # A bug (the 500 is answered outside this middleware): still one record.
                 request.state.error_name = "InternalError"
-                _audit(request, request_id, 500)
+                _audit(request, 500)
                 raise
-        if request.method not in _SAFE or status in (401, 403, 413):
-            _audit(request, request_id, status)
+        if not recorded and (request.method not in _SAFE or status in (401, 403, 413)):
+            _audit(request, status)
 
 
-def _audit(request: Request, request_id: str, outcome: int) -> None:
-    """Queue the audit record of one request: who, what, the outcome (never a body or a secret)."""
+async def _record_change(request: Request, status: int) -> bool:
+    """Before a 2xx answer to a change leaves: make sure its record is in the database.
+
+    Returns whether the request's record is written (then nothing is queued for it).
+    """
+    pending: PendingRecord | None = getattr(request.state, "audit", None)
+    if pending is not None and pending.committed is not None:
+        return bool(pending.committed["outcome"] == status)  # else a later failure: queued as well
+    if request.method in _SAFE or not 200 <= status < 300 or (request.method, request.url.path) in _COMPUTES:
+        return False
     auditor: Auditor | None = getattr(request.app.state, "auditor", None)
     if auditor is None:
-        return
-    auditor.record_request(
-        request_id=request_id, principal=getattr(request.state, "principal", None),
-        source=request.client.host if request.client else "", action=request.method, path=request.url.path,
-        outcome=outcome,
-        detail=str(getattr(request.state, "audit_detail", "") or getattr(request.state, "error_name", "")),
-    )
+        return False
+    await asyncio.to_thread(auditor.write, audit_fields(request, status))
+    return True
+
+
+def _audit(request: Request, outcome: int) -> None:
+    """Queue the audit record of one request: who, what, the outcome (never a body or a secret)."""
+    auditor: Auditor | None = getattr(request.app.state, "auditor", None)
+    if auditor is not None:
+        auditor.record(**audit_fields(request, outcome))
 
 
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
@@ -214,7 +252,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
+        install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
+        app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
+        app.state.idempotency_key = await asyncio.to_thread(_idempotency_key, app.state.session_factory)
         app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
         app.state.benchmarks = BenchmarkJobs(
             runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,

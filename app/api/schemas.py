@@ -33,7 +33,9 @@ Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorOut(BaseModel):

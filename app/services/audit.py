@@ -1,8 +1,16 @@
-"""The audit log writer: requests append records; a background thread writes them in batches.
+"""The audit log: every change has its record before it is answered; refusals are batched.
 
-A negotiation must not pay a database write of its own, so records are queued and
-written every ``interval`` seconds (or at once by :meth:`Auditor.flush`, which the
-audit read endpoint and shutdown call, so a reader sees every record produced so far).
+- A change made in a request's own unit of work is recorded *in that transaction*
+  (:func:`attach`, :func:`install`): the change and its record commit together or not at
+  all, so a crash can never keep one without the other.
+- A change made elsewhere (its own transaction in a service) is recorded by
+  :meth:`Auditor.write` before the answer leaves, so every change a client saw succeed
+  has its record even if the process is killed right after.
+- What changes nothing (refusals, negotiations) must not pay a database write of its own:
+  :meth:`Auditor.record` queues it and a background thread writes the queue every
+  ``interval`` seconds (or at once by :meth:`Auditor.flush`, which the audit read endpoint
+  calls; :meth:`Auditor.close`, called on shutdown, writes what is left).
+
 Records never hold key material: no request bodies, only who, what object, outcome.
 """
 
@@ -14,12 +22,71 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, bindparam, event, insert
+from sqlalchemy.orm import Session, sessionmaker
 
-from app.adapters.db.models import utcnow
+from app.adapters.db.hot import HotStatement, engine_of, hot_transaction
+from app.adapters.db.models import AuditRow, utcnow
 from app.adapters.db.repositories import AuditRepository
 
-__all__ = ["Auditor"]
+__all__ = ["Auditor", "PendingRecord", "attach", "install"]
+
+_INFO_KEY = "qoss.audit"
+_COLUMNS = tuple(c for c in AuditRow.__table__.c if c.name != "id")
+#: One record, every column but the id a bind of its own name (see app.adapters.db.hot).
+_INSERT = HotStatement(lambda _: insert(AuditRow).values(
+    {c.name: bindparam(c.name, type_=c.type) for c in _COLUMNS}))
+_DEFAULTS: dict[str, Any] = {"token_id": None, "token_name": None, "client_request_id": None, "detail": ""}
+
+
+class PendingRecord:
+    """One request's audit record, written by the request's own transaction when it commits.
+
+    ``fields`` is called at commit time (the outcome and detail are known by then). After a
+    commit, :attr:`committed` holds what was written; a rolled-back commit leaves it None.
+    """
+
+    def __init__(self, fields: Callable[[], dict[str, Any]]) -> None:
+        self._fields = fields
+        self._staged: dict[str, Any] | None = None
+        self.committed: dict[str, Any] | None = None
+
+
+def attach(session: Session, fields: Callable[[], dict[str, Any]]) -> PendingRecord:
+    """Have ``session``'s first successful commit write the record ``fields()`` describes
+    (the session must come from a factory passed to :func:`install`)."""
+    pending = PendingRecord(fields)
+    session.info[_INFO_KEY] = pending
+    return pending
+
+
+def _before_commit(session: Session) -> None:
+    pending: PendingRecord | None = session.info.get(_INFO_KEY)
+    if pending is not None and pending.committed is None and pending._staged is None:
+        fields = pending._fields()
+        fields.setdefault("at", utcnow())
+        AuditRepository(session).append(**fields)
+        pending._staged = fields
+
+
+def _after_commit(session: Session) -> None:
+    pending: PendingRecord | None = session.info.get(_INFO_KEY)
+    if pending is not None and pending._staged is not None:
+        pending.committed, pending._staged = pending._staged, None
+
+
+def _after_rollback(session: Session) -> None:
+    pending: PendingRecord | None = session.info.get(_INFO_KEY)
+    if pending is not None:
+        pending._staged = None  # the insert went with the rollback
+
+
+def install(factory: sessionmaker[Session]) -> None:
+    """Let sessions of ``factory`` carry a :class:`PendingRecord` (see :func:`attach`)."""
+    if not event.contains(factory, "before_commit", _before_commit):
+        event.listen(factory, "before_commit", _before_commit)
+        event.listen(factory, "after_commit", _after_commit)
+        event.listen(factory, "after_rollback", _after_rollback)
 
 log = logging.getLogger("qoss.audit")
 
@@ -29,6 +96,7 @@ class Auditor:
 
     def __init__(self, session_factory: Callable[[], Session], interval: float = 0.1) -> None:
         self._factory = session_factory
+        self._engine: Engine | None = None
         self._interval = interval
         self._queue: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._write_lock = threading.Lock()
@@ -41,17 +109,21 @@ class Auditor:
         fields.setdefault("at", utcnow())
         self._queue.put(fields)
 
-    def record_request(self, *, request_id: str, principal: Any, source: str, action: str, path: str,
-                       outcome: int, detail: str) -> None:
-        """Queue the record of one HTTP request: who (``principal``, None when anonymous), what,
-        the outcome; each field cut to its column's length."""
-        self.record(
-            request_id=request_id,
-            token_id=principal.token_id if principal else None,
-            token_name=principal.name if principal else None,
-            scopes=sorted(principal.scopes) if principal else [],
-            source=source[:64], action=action[:16], object=path[:300], outcome=outcome, detail=detail[:200],
-        )
+    def write(self, fields: dict[str, Any]) -> None:
+        """Write one record now, in its own transaction (blocking: call it off the event loop).
+
+        For a change already committed elsewhere, before it is answered. If the database
+        refuses, the record is queued for the writer's next attempt (and the failure logged).
+        """
+        fields.setdefault("at", utcnow())
+        try:
+            if self._engine is None:
+                self._engine = engine_of(self._factory)
+            with hot_transaction(self._engine) as cursor:  # no ORM: this write is on an answer's path
+                cursor.execute(_INSERT, {**_DEFAULTS, **fields})
+        except Exception:
+            log.exception("audit write failed; the record is kept for retry")
+            self._queue.put(fields)
 
     def flush(self) -> int:
         """Write everything queued now; returns how many records were written."""

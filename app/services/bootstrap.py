@@ -1,4 +1,4 @@
-"""Bring a database to a usable state: migrate, then load the shipped tables and policies."""
+"""Bring a database to a usable state: migrate, then load the shipped tables and policies once."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ class Prepared:
 
 
 def prepare_database(settings: Settings) -> Prepared:
-    """Run the migrations; with ``load_shipped``, insert shipped data the database lacks."""
+    """Run the migrations; with ``load_shipped``, insert the shipped tables and policies this
+    database was never offered (each name once: what an operator deleted stays deleted)."""
     if settings.database_url.startswith("sqlite:///"):
         from pathlib import Path
 

@@ -4,24 +4,44 @@ The key is reserved (status 0, committed at once, unique per token) *before* any
 side effect, so a concurrent duplicate is refused with 409 instead of creating a
 second tunnel; the answer is stored when the work succeeds; a failure releases the key
 so the client can retry. Keys are per token: one client cannot read another's answers.
+
+A retry is the same request only if every field that decides the outcome is the same,
+secrets included (a peer's PSK): the :func:`fingerprint` covers the whole request, each
+secret as its HMAC under this database's own random key (:func:`server_key`, made once,
+never sent anywhere), so the stored fingerprint is neither the secret nor a plain hash of
+it that could be checked against guesses.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, SecretBytes, SecretStr
+from pydantic_core import to_jsonable_python
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import IdempotencyRow
+from app.adapters.db.repositories import ServerKeyRepository
 from app.domain.errors import Conflict, InvalidInput
 
-__all__ = ["IdempotencyInProgress", "Stored", "abandon", "begin", "complete", "request_hash"]
+__all__ = [
+    "IdempotencyInProgress",
+    "Stored",
+    "abandon",
+    "begin",
+    "canonical",
+    "complete",
+    "fingerprint",
+    "server_key",
+]
 
 _IN_PROGRESS = 0
 
@@ -36,8 +56,33 @@ class Stored:
     body: dict[str, Any]
 
 
-def request_hash(body: Any) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+def server_key(session: Session) -> bytes:
+    """This database's key for fingerprinting secrets: 32 random bytes, made by the first caller."""
+    return bytes.fromhex(ServerKeyRepository(session).get_or_create("idempotency", lambda: secrets.token_hex(32)))
+
+
+def _sealed(value: Any, key: bytes) -> Any:
+    """``value`` with every secret replaced by its HMAC-SHA-256 under ``key``."""
+    if isinstance(value, SecretStr | SecretBytes):
+        raw = value.get_secret_value()
+        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+        return {"hmac-sha256": hmac.new(key, data, hashlib.sha256).hexdigest()}
+    if isinstance(value, dict):
+        return {k: _sealed(v, key) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sealed(v, key) for v in value]
+    return value
+
+
+def canonical(body: BaseModel, *, key: bytes) -> str:
+    """The request as the fingerprint reads it: every field, each secret as its keyed hash."""
+    document = to_jsonable_python(_sealed(body.model_dump(mode="python"), key))
+    return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(body: BaseModel, *, key: bytes) -> str:
+    """What makes two requests with one Idempotency-Key the same request (SHA-256 of :func:`canonical`)."""
+    return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 
 
 def begin(factory: Callable[[], Session], *, token_id: str, key: str, digest: str) -> Stored | None:

@@ -34,7 +34,9 @@ Level = Annotated[int, Field(ge=0, le=10)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class MinLevelsIn(_Strict):

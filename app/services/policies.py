@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.adapters.db.repositories import PolicyRepository
+from app.adapters.db.repositories import PolicyRepository, ShippedLoadRepository
 from app.domain.errors import InvalidPolicy, NotFound
 from app.domain.policies import Policy
 
@@ -19,6 +19,7 @@ __all__ = [
     "load_shipped_policies",
     "policy_revisions",
     "replace_policy",
+    "restore_shipped_policy",
 ]
 
 
@@ -61,14 +62,42 @@ def policy_revisions(*, session: Session, name: str) -> list[dict[str, Any]]:
     return PolicyRepository(session).revisions(name)
 
 
+#: The kind under which shipped policies are recorded as loaded.
+SHIPPED_KIND = "policy"
+
+
 def load_shipped_policies(*, session: Session, policies: list[Policy], author: str = "shipped") -> list[str]:
-    """Insert the shipped policies the database does not have yet."""
+    """Insert the shipped policies this database was never offered; returns the names inserted.
+
+    Each shipped name is offered once (see :func:`app.services.ratings.load_shipped_tables`).
+    """
     repo = PolicyRepository(session)
+    loads = ShippedLoadRepository(session)
+    offered = loads.loaded(SHIPPED_KIND)
     added = []
     for policy in policies:
+        if policy.name in offered:
+            continue
         try:
             repo.get(policy.name)
         except NotFound:
             repo.create(policy, author=author)
             added.append(policy.name)
+        loads.record(SHIPPED_KIND, policy.name)
     return added
+
+
+def restore_shipped_policy(*, session: Session, policies: list[Policy], name: str,
+                           author: str = "shipped") -> tuple[Policy, int]:
+    """Insert the shipped policy ``name`` again (after it was deleted), at revision 1.
+
+    Raises:
+        NotFound: no shipped policy has that name.
+        AlreadyExists: the database has a policy of that name.
+    """
+    shipped = next((p for p in policies if p.name == name), None)
+    if shipped is None:
+        raise NotFound(f"no shipped policy is called {name!r}; shipped: {sorted(p.name for p in policies)}")
+    revision = PolicyRepository(session).create(shipped, author=author, message="restored from policies/")
+    ShippedLoadRepository(session).record(SHIPPED_KIND, name)
+    return shipped, revision

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.adapters import files
-from app.adapters.db.repositories import RatingTableRepository
+from app.adapters.db.repositories import RatingTableRepository, ShippedLoadRepository
 from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, NotFound, StaleRevision
 from app.domain.ratings import Rating, RatingTable
@@ -28,6 +28,7 @@ __all__ = [
     "list_tables",
     "load_shipped_tables",
     "replace_table",
+    "restore_shipped_table",
     "table_revision",
     "table_revisions",
     "update_rating",
@@ -171,14 +172,44 @@ def export_table(*, session: Session, name: str, fmt: str) -> str:
     raise InvalidRatingTable("format must be 'yaml' or 'csv'")
 
 
+#: The kind under which shipped rating tables are recorded as loaded.
+SHIPPED_KIND = "rating_table"
+
+
 def load_shipped_tables(*, session: Session, tables: list[RatingTable], author: str = "shipped") -> list[str]:
-    """Insert the shipped tables the database does not have yet (edits are never overwritten)."""
+    """Insert the shipped tables this database was never offered; returns the names inserted.
+
+    Each shipped name is offered once: afterwards it is recorded, so a table an operator
+    deleted stays deleted (:func:`restore_shipped_table` brings one back on purpose), and
+    a table of that name made by someone else is never overwritten.
+    """
     repo = RatingTableRepository(session)
+    loads = ShippedLoadRepository(session)
+    offered = loads.loaded(SHIPPED_KIND)
     added = []
     for table in tables:
+        if table.name in offered:
+            continue
         try:
             repo.current_revision(table.name)
         except NotFound:
             repo.create(table, author=author, message="loaded from ratings/")
             added.append(table.name)
+        loads.record(SHIPPED_KIND, table.name)
     return added
+
+
+def restore_shipped_table(*, session: Session, tables: list[RatingTable], name: str,
+                          author: str = "shipped") -> RatingTable:
+    """Insert the shipped table ``name`` again (after it was deleted), at revision 1.
+
+    Raises:
+        NotFound: no shipped table has that name.
+        AlreadyExists: the database has a table of that name.
+    """
+    shipped = next((t for t in tables if t.name == name), None)
+    if shipped is None:
+        raise NotFound(f"no shipped rating table is called {name!r}; shipped: {sorted(t.name for t in tables)}")
+    revision = RatingTableRepository(session).create(shipped, author=author, message="restored from ratings/")
+    ShippedLoadRepository(session).record(SHIPPED_KIND, name)
+    return RatingTable.from_dict(shipped.as_dict(), revision=revision)

@@ -86,7 +86,9 @@ _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qoss-vici")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class GatewayIn(_Strict):

@@ -84,7 +84,7 @@ async def test_a_genuine_request_with_charon_gone_is_503_and_leaves_nothing(
     assert str(socket) in r.json()["detail"]
     assert counts(settings.database_url) == {"agent_sessions": 0, "agent_leases": 0}
     assert (await c.get("/v1/agent/sessions")).json() == []
-    (record,) = [x for x in (await c.get("/v1/audit")).json() if x["request_id"] == "agent-503"]
+    (record,) = [x for x in (await c.get("/v1/audit")).json() if x["client_request_id"] == "agent-503"]
     assert (record["action"], record["object"], record["outcome"], record["detail"]) == (
         "POST", "/v1/agent/requests", 503, "GatewayUnreachable")
 

@@ -50,14 +50,17 @@ async def test_every_kind_of_change_and_refusal_writes_exactly_one_record(
     user = KeyPair.generate("alice")
     rows = [{"algorithm": "aes128", "confidentiality": 8, "performance": 8}]
     sent: list[tuple[str, str, str, int, str]] = []  # request id, method, path, expected outcome, label
+    client_ids: dict[str, str] = {}  # our request id -> the client's X-Request-ID
 
     async def call(label: str, method: str, path: str, expected: int, **kwargs: Any) -> httpx.Response:
-        rid = f"audit-{uuid.uuid4().hex[:12]}"
-        headers = {"X-Request-ID": rid, **kwargs.pop("headers", {})}
+        theirs = f"audit-{uuid.uuid4().hex[:12]}"
+        headers = {"X-Request-ID": theirs, **kwargs.pop("headers", {})}
         r = await c.request(method, path, headers=headers, **kwargs)
         assert r.status_code == expected, (label, r.text)
-        assert r.headers["x-request-id"] == rid
+        rid = r.headers["x-request-id"]
+        assert rid != theirs
         sent.append((rid, method, path.split("?")[0], expected, label))
+        client_ids[rid] = theirs
         return r
 
     await call("rating table created", "POST", "/v1/rating-tables", 201, json={"name": "aud", "ratings": rows})
@@ -101,6 +104,7 @@ async def test_every_kind_of_change_and_refusal_writes_exactly_one_record(
         assert len(mine) == 1, (label, mine)
         (record,) = mine
         assert (record["action"], record["object"], record["outcome"]) == (method, path, outcome), label
+        assert record["client_request_id"] == client_ids[rid], label
         assert record["source"], label
         if outcome in (401, 413) or label == "agent request rejected":  # no token read (agent: no token at all)
             assert record["token_id"] is None, label
@@ -125,7 +129,23 @@ async def test_reads_that_succeed_write_no_record(client: httpx.AsyncClient) -> 
         assert (await client.get(path, headers={"X-Request-ID": "read-only"})).status_code == 200
     records = await audit(client)
     assert len(records) == before
-    assert not [r for r in records if r["request_id"] == "read-only"]
+    assert not [r for r in records if r["client_request_id"] == "read-only"]
+
+
+async def test_the_request_id_is_ours_and_the_clients_is_kept_beside_it(client: httpx.AsyncClient) -> None:
+    answers = [await client.post("/v1/policies", json={"name": name}, headers={"X-Request-ID": "same-id"})
+               for name in ("prov-1", "prov-2")]
+    ours = [r.headers["x-request-id"] for r in answers]
+    assert [r.status_code for r in answers] == [201, 201]
+    assert len(set(ours)) == 2
+    assert all(len(rid) == 32 and int(rid, 16) >= 0 for rid in ours)
+    records = {r["request_id"]: r for r in await audit(client)}
+    assert [records[rid]["client_request_id"] for rid in ours] == ["same-id", "same-id"]
+    odd = await client.post("/v1/policies", json={"name": "prov-3"}, headers={"X-Request-ID": "not a token"})
+    assert odd.status_code == 201
+    assert {r["request_id"]: r for r in await audit(client)}[odd.headers["x-request-id"]]["client_request_id"] is None
+    plain = await client.post("/v1/policies", json={"name": "prov-4"})
+    assert {r["request_id"]: r for r in await audit(client)}[plain.headers["x-request-id"]]["client_request_id"] is None
 
 
 async def test_tokens_made_and_revoked_with_the_cli_are_audited(client: httpx.AsyncClient, settings: Settings) -> None:
@@ -166,7 +186,7 @@ async def test_a_bug_is_a_bare_500_and_still_audited(settings: Settings, admin_t
         r = await c.post("/v1/boom", headers={"X-Request-ID": "bug-1"})
         assert r.status_code == 500
         assert r.json() == {"error": "InternalError", "detail": "internal error"}
-        (record,) = [x for x in await audit(c) if x["request_id"] == "bug-1"]
+        (record,) = [x for x in await audit(c) if x["client_request_id"] == "bug-1"]
         assert (record["action"], record["object"], record["outcome"], record["detail"]) == (
             "POST", "/v1/boom", 500, "InternalError")
 

@@ -210,7 +210,7 @@ async def test_every_change_and_refusal_is_audited(client: httpx.AsyncClient, se
     async with httpx.AsyncClient(transport=client._transport, base_url="http://qoss.test") as anonymous:
         await anonymous.delete("/v1/policies/audited")
     records = (await client.get("/v1/audit")).json()
-    created = next(r for r in records if r["request_id"] == "req-123")
+    created = next(r for r in records if r["client_request_id"] == "req-123")
     assert created["action"] == "POST"
     assert created["object"] == "/v1/policies"
     assert created["outcome"] == 201

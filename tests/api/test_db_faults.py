@@ -106,7 +106,7 @@ async def test_connection_lost_part_way_through_a_write_is_503_and_writes_nothin
         # The service goes on: the same write succeeds, and the failed one is in the audit log.
         again = await c.request(method, path, json=body)
         assert again.status_code == 201, again.text
-        (record,) = [x for x in (await c.get("/v1/audit")).json() if x["request_id"] == "cut-1"]
+        (record,) = [x for x in (await c.get("/v1/audit")).json() if x["client_request_id"] == "cut-1"]
         assert (record["outcome"], record["detail"]) == (503, "DatabaseUnavailable")
 
 

@@ -55,7 +55,7 @@ async def test_oversized_bodies_are_audited(client: httpx.AsyncClient) -> None:
                                                                            "x-request-id": "too-big-1"})
     assert r.status_code == 413
     records = (await client.get("/v1/audit", params={"limit": 1000})).json()
-    (record,) = [x for x in records if x["request_id"] == "too-big-1"]
+    (record,) = [x for x in records if x["client_request_id"] == "too-big-1"]
     assert record["outcome"] == 413
     assert record["detail"] == "PayloadTooLarge"
 

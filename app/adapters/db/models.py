@@ -35,6 +35,8 @@ __all__ = [
     "PolicyRow",
     "RatingTableRevisionRow",
     "RatingTableRow",
+    "ServerKeyRow",
+    "ShippedLoadRow",
     "TunnelRow",
     "UtcDateTime",
     "utcnow",
@@ -201,7 +203,10 @@ class AuditRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    #: Ours, made per request (the ``X-Request-ID`` the service answers with).
     request_id: Mapped[str] = mapped_column(String(64))
+    #: The client's own ``X-Request-ID``, if it sent a well-formed one: kept, never trusted.
+    client_request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     token_id: Mapped[str | None] = mapped_column(String(12), nullable=True)
     token_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
     scopes: Mapped[list[str]] = mapped_column(Json)
@@ -224,4 +229,32 @@ class IdempotencyRow(Base):
     request_hash: Mapped[str] = mapped_column(String(64))
     status: Mapped[int] = mapped_column(Integer)
     body: Mapped[dict[str, Any]] = mapped_column(Json)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ShippedLoadRow(Base):
+    """A shipped rating table or policy offered to this database once: never loaded again by itself.
+
+    ``kind`` is ``rating_table`` or ``policy``. An operator who deletes a shipped one keeps it
+    deleted; ``qoss ratings import --shipped NAME`` (``qoss policies import --shipped NAME``)
+    brings it back on purpose.
+    """
+
+    __tablename__ = "shipped_loads"
+    __table_args__ = (UniqueConstraint("kind", "name", name="uq_shipped_loads_kind_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(64))
+    loaded_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class ServerKeyRow(Base):
+    """A random key of this database, made once and never sent anywhere (e.g. ``idempotency``:
+    the HMAC key that fingerprints a request's secrets)."""
+
+    __tablename__ = "server_keys"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)

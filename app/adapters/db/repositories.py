@@ -24,6 +24,8 @@ from app.adapters.db.models import (
     PolicyRow,
     RatingTableRevisionRow,
     RatingTableRow,
+    ServerKeyRow,
+    ShippedLoadRow,
     TunnelRow,
     utcnow,
 )
@@ -34,9 +36,13 @@ from app.domain.ratings import LEVEL_DIMENSIONS, RatingTable
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 
 __all__ = [
+    "AuditRepository",
     "GatewayRepository",
+    "IdempotencyRepository",
     "PolicyRepository",
     "RatingTableRepository",
+    "ServerKeyRepository",
+    "ShippedLoadRepository",
     "TunnelRepository",
     "diff_policies",
     "diff_tables",
@@ -585,7 +591,8 @@ class AuditRepository:
         if records:
             now = utcnow()
             self.session.execute(insert(AuditRow), [  # the same keys in each: one executemany
-                {"token_id": None, "token_name": None, "detail": "", **r, "at": r.get("at") or now}
+                {"token_id": None, "token_name": None, "client_request_id": None, "detail": "", **r,
+                 "at": r.get("at") or now}
                 for r in records])
 
     def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
@@ -593,7 +600,8 @@ class AuditRepository:
         if before_id is not None:
             query = query.where(AuditRow.id < before_id)
         return [
-            {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id, "token_id": r.token_id,
+            {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
+             "client_request_id": r.client_request_id, "token_id": r.token_id,
              "token_name": r.token_name, "scopes": r.scopes, "source": r.source, "action": r.action,
              "object": r.object, "outcome": r.outcome, "detail": r.detail}
             for r in self.session.scalars(query)
@@ -621,3 +629,43 @@ class IdempotencyRepository:
         except IntegrityError:
             return False
         return True
+
+
+class ServerKeyRepository:
+    """Random keys of this database, each made once (the first caller's wins a race)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get_or_create(self, name: str, make: Callable[[], str]) -> str:
+        """The key called ``name``; made with ``make()`` and stored if there is none yet."""
+        value = self.session.scalar(select(ServerKeyRow.value).where(ServerKeyRow.name == name))
+        if value is not None:
+            return value
+        try:
+            with self.session.begin_nested():
+                self.session.add(ServerKeyRow(name=name, value=make()))
+                self.session.flush()
+        except IntegrityError:
+            pass  # another process made it first: theirs is the key
+        stored: str = self.session.scalars(select(ServerKeyRow.value).where(ServerKeyRow.name == name)).one()
+        return stored
+
+
+class ShippedLoadRepository:
+    """Which shipped rating tables and policies were offered to this database (each once)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def loaded(self, kind: str) -> set[str]:
+        """The names of ``kind`` (``rating_table`` or ``policy``) offered already."""
+        return set(self.session.scalars(select(ShippedLoadRow.name).where(ShippedLoadRow.kind == kind)))
+
+    def record(self, kind: str, name: str) -> None:
+        """Note that the shipped ``name`` was offered (nothing if it was already)."""
+        exists = self.session.scalar(select(ShippedLoadRow.id).where(ShippedLoadRow.kind == kind,
+                                                                     ShippedLoadRow.name == name))
+        if exists is None:
+            self.session.add(ShippedLoadRow(kind=kind, name=name))
+            self.session.flush()

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import MAX_DB_INT, ActorDep, ReadSessionDep, SessionDep, require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.services import auth as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], route_class=QossRoute)
 _ADMIN = [Depends(require("admin"))]
 _AUDIT = [Depends(require("audit:read"))]
 _ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},

@@ -18,6 +18,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
 from app.domain.errors import NotFound
@@ -27,7 +28,7 @@ from app.services.ratelimit import RateLimited, RateLimiter
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["agent"])
+router = APIRouter(tags=["agent"], route_class=QossRoute)
 
 UserId = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from app.api.deps import reader
+from app.api.routing import QossRoute
 from app.api.schemas import AlgorithmOut
 from app.domain.algorithms import CATALOGUE, Kind, Protocol, lookup
 from app.domain.errors import NotFound, UnknownAlgorithm
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["algorithms"])
+router = APIRouter(tags=["algorithms"], route_class=QossRoute)
 _READ = [Depends(reader)]
 
 

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.measure.services.jobs import BenchmarkJobs
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["benchmarks"])
+router = APIRouter(tags=["benchmarks"], route_class=QossRoute)
 _WRITE = [Depends(require("ratings:write"))]
 _ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},
                                             404: {"model": ErrorOut}, 409: {"model": ErrorOut},

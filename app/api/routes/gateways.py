@@ -7,12 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 
 from app.api.deps import ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.services import tunnels as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["gateways"])
+router = APIRouter(tags=["gateways"], route_class=QossRoute)
 _GATEWAYS_WRITE = [Depends(require("gateways:write"))]
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
 

@@ -9,10 +9,11 @@ from sqlalchemy import text
 
 from app import __version__
 from app.api.deps import ReadSessionDep
+from app.api.routing import QossRoute
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=QossRoute)
 
 
 @router.get("/healthz")

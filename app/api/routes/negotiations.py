@@ -6,12 +6,13 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from app.api.deps import CacheDep, ReadSessionDep, SettingsDep, reader
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, NegotiationIn, NegotiationOut
 from app.services.negotiation import run_negotiation
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["negotiations"])
+router = APIRouter(tags=["negotiations"], route_class=QossRoute)
 _READ = [Depends(reader)]
 
 

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 
 from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep, reader, require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevisionOut
 from app.domain.policies import Policy
 from app.services import policies as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["policies"])
+router = APIRouter(tags=["policies"], route_class=QossRoute)
 _POLICIES_WRITE = [Depends(require("policies:write"))]
 _READ = [Depends(reader)]
 

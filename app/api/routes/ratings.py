@@ -18,13 +18,14 @@ from app.api.deps import (
     reader,
     require,
 )
+from app.api.routing import QossRoute
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["rating tables"])
+router = APIRouter(tags=["rating tables"], route_class=QossRoute)
 _RATINGS_WRITE = [Depends(require("ratings:write"))]
 _READ = [Depends(reader)]
 

@@ -8,13 +8,14 @@ from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.deps import CacheDep, Principal, ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
+from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.services import idempotency as idem
 from app.services import tunnels as svc
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["tunnels"])
+router = APIRouter(tags=["tunnels"], route_class=QossRoute)
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
 _TUNNELS_WRITE = [Depends(require("tunnels:write"))]
 
@@ -52,7 +53,7 @@ def create_tunnel(
     request.app.state.tunnel_limiter.take(token_id)
     if idempotency_key is not None:
         stored = idem.begin(factory, token_id=token_id, key=idempotency_key,
-                            digest=idem.request_hash(body.model_dump(mode="json")))
+                            digest=idem.fingerprint(body, key=request.app.state.idempotency_key))
         if stored is not None:
             return JSONResponse(stored.body, status_code=stored.status, headers={"Idempotent-Replayed": "true"})
     try:

@@ -1,0 +1,99 @@
+"""Idempotency-Key: a retry gets the first answer only when it asks for exactly the same thing,
+secrets included (judged by a keyed hash, never by the secret or a plain hash of it)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.models import IdempotencyRow
+from app.api.main import create_app
+from app.services import idempotency as idem
+from app.services.tunnels import TunnelIn
+from app.settings import Settings
+from tests.fakes.fake_charon import FakeCharon, Reply
+from tests.fixtures.secrets import register
+from tests.unit.services.test_tunnels_service import established
+
+pytestmark = pytest.mark.anyio
+
+PSK_A = "first-pre-shared-key-of-32-chars-or-more-A"
+PSK_B = "second-pre-shared-key-of-32-chars-or-more-B"
+
+
+def tunnel(psk: str) -> dict[str, object]:
+    return {"initiator": "left", "remote_ts": ["10.2.0.0/24"], "min_levels": {"integrity": 5},
+            "peer": {"address": "10.99.0.2", "identity": "peer.example", "psk": psk}}
+
+
+@pytest.fixture
+async def tunnel_client(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """An admin client with one gateway, ``left``, on a fake charon that brings every conn up."""
+    for psk in (PSK_A, PSK_B):
+        register(psk)
+    with FakeCharon(tmp_path / "left.vici") as fake:
+        def up(message: dict[str, object]) -> Reply:
+            established(fake, str(message["ike"]))
+            return Reply({"success": "yes"})
+
+        fake.script("initiate", up)  # type: ignore[arg-type]
+        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False}))
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+            headers={"Authorization": f"Bearer {admin_token}"},
+        ) as c:
+            r = await c.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
+                                                   "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
+            assert r.status_code == 201, r.text
+            yield c
+
+
+async def test_the_same_key_with_another_psk_is_a_key_reuse_not_the_first_answer(
+        tunnel_client: httpx.AsyncClient) -> None:
+    headers = {"Idempotency-Key": "peer-tunnel-1"}
+    first = await tunnel_client.post("/v1/tunnels", json=tunnel(PSK_A), headers=headers)
+    assert first.status_code == 201, first.text
+    again = await tunnel_client.post("/v1/tunnels", json=tunnel(PSK_A), headers=headers)
+    assert (again.status_code, again.headers.get("idempotent-replayed")) == (201, "true")
+    assert again.json()["id"] == first.json()["id"]
+    other = await tunnel_client.post("/v1/tunnels", json=tunnel(PSK_B), headers=headers)
+    assert other.status_code == 422, other.text
+    assert other.json()["error"] == "InvalidInput"
+    assert "idempotent-replayed" not in other.headers
+    assert len((await tunnel_client.get("/v1/tunnels")).json()) == 1
+
+
+async def test_the_stored_fingerprint_is_neither_the_psk_nor_a_plain_hash_of_it(
+        tunnel_client: httpx.AsyncClient, settings: Settings) -> None:
+    r = await tunnel_client.post("/v1/tunnels", json=tunnel(PSK_A), headers={"Idempotency-Key": "peer-tunnel-2"})
+    assert r.status_code == 201, r.text
+    engine = make_engine(settings.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            (row,) = session.scalars(select(IdempotencyRow).where(IdempotencyRow.key == "peer-tunnel-2"))
+            digest = row.request_hash
+            key = idem.server_key(session)
+    finally:
+        engine.dispose()
+    body = TunnelIn.model_validate(tunnel(PSK_A))
+    assert digest == idem.fingerprint(body, key=key)
+    assert PSK_A not in digest
+    assert hashlib.sha256(PSK_A.encode()).hexdigest() not in idem.canonical(body, key=key)
+    assert idem.fingerprint(body, key=key) != idem.fingerprint(body, key=b"another database's key" * 2)
+    assert idem.fingerprint(body, key=key) != idem.fingerprint(TunnelIn.model_validate(tunnel(PSK_B)), key=key)
+
+
+def test_the_server_key_is_made_once_per_database(session_factory: object) -> None:
+    factory = session_factory
+    with factory() as session, session.begin():  # type: ignore[operator]
+        first = idem.server_key(session)
+    with factory() as session, session.begin():  # type: ignore[operator]
+        second = idem.server_key(session)
+    assert first == second
+    assert len(first) >= 32

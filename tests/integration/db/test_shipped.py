@@ -1,0 +1,134 @@
+"""Shipped rating tables and policies load into a database once: what an operator deletes
+stays deleted across restarts and upgrades, unless they restore it on purpose."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
+
+from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.migrate import downgrade, upgrade
+from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
+from app.cli import app as cli
+from app.domain.errors import NotFound
+from app.services import policies as policy_svc
+from app.services import ratings as rating_svc
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
+
+SHIPPED_TABLES = {"esaf-2006", "standards-2026"}
+SHIPPED_POLICIES = {"bulk-backup", "high-security", "integrity-only", "mobile-default", "voip"}
+#: The schema before shipped data was recorded (what an existing database was migrated to).
+BEFORE = "0006"
+
+
+def _names(factory: sessionmaker[Session]) -> tuple[set[str], set[str]]:
+    with factory() as session:
+        return ({t["name"] for t in RatingTableRepository(session).list()},
+                {p["name"] for p in PolicyRepository(session).list()})
+
+
+def _delete(factory: sessionmaker[Session], *, table: str | None = None, policy: str | None = None) -> None:
+    with factory() as session, session.begin():
+        if table:
+            rating_svc.delete_table(session=session, name=table, default_table="standards-2026")
+        if policy:
+            policy_svc.delete_policy(session=session, name=policy)
+
+
+def test_a_deleted_shipped_table_or_policy_stays_deleted_at_the_next_start(
+        database_url: str, session_factory: sessionmaker[Session]) -> None:
+    settings = Settings(database_url=database_url)
+    first = prepare_database(settings)
+    assert (set(first.tables_added), set(first.policies_added)) == (SHIPPED_TABLES, SHIPPED_POLICIES)
+    _delete(session_factory, table="esaf-2006", policy="voip")
+    again = prepare_database(settings)
+    assert (again.tables_added, again.policies_added) == ([], [])
+    tables, policies = _names(session_factory)
+    assert "esaf-2006" not in tables
+    assert "voip" not in policies
+
+
+def test_the_cli_restores_a_shipped_table_and_policy_on_purpose(
+        database_url: str, session_factory: sessionmaker[Session]) -> None:
+    prepare_database(Settings(database_url=database_url))
+    _delete(session_factory, table="esaf-2006", policy="voip")
+    runner = CliRunner()
+    restored = runner.invoke(cli, ["ratings", "import", "--shipped", "esaf-2006", "--database-url", database_url])
+    assert restored.exit_code == 0, restored.output
+    assert json.loads(restored.output) == {"name": "esaf-2006", "revision": 1, "ratings": 9}
+    with session_factory() as session:
+        assert RatingTableRepository(session).get("esaf-2006") == files.load_rating_table(
+            Path(Settings().ratings_dir) / "esaf-2006.yaml")
+        (first,) = RatingTableRepository(session).revisions("esaf-2006")
+        assert first["author"] == "shipped"
+    twice = runner.invoke(cli, ["ratings", "import", "--shipped", "esaf-2006", "--database-url", database_url])
+    assert twice.exit_code == 2
+    assert "AlreadyExists" in twice.output
+    unknown = runner.invoke(cli, ["ratings", "import", "--shipped", "no-such-table", "--database-url", database_url])
+    assert unknown.exit_code == 2
+    assert "no-such-table" in unknown.output
+    policy = runner.invoke(cli, ["policies", "import", "--shipped", "voip", "--database-url", database_url])
+    assert policy.exit_code == 0, policy.output
+    assert json.loads(policy.output) == {"name": "voip", "revision": 1}
+    assert "voip" in _names(session_factory)[1]
+    # Restored on purpose, still loaded once: a later start neither duplicates nor re-adds it.
+    again = prepare_database(Settings(database_url=database_url))
+    assert (again.tables_added, again.policies_added) == ([], [])
+
+
+def test_a_database_from_before_the_record_keeps_its_deletions_after_upgrading(database_url: str) -> None:
+    """Migrated and loaded by the previous release, an operator deleted a shipped table and
+    a policy; the upgrade's data step must count them as loaded."""
+    downgrade(database_url, BEFORE)
+    engine = make_engine(database_url)
+    try:
+        factory = make_session_factory(engine)
+        settings = Settings(database_url=database_url)
+        with factory() as session, session.begin():  # what the previous release's start-up did
+            for table in files.load_rating_tables(settings.ratings_dir):
+                RatingTableRepository(session).create(table, author="shipped", message="loaded from ratings/")
+            for policy in files.load_policies(settings.policies_dir):
+                PolicyRepository(session).create(policy, author="shipped")
+        _delete(factory, table="esaf-2006", policy="voip")
+        upgrade(database_url)
+        prepared = prepare_database(settings)
+        assert (prepared.tables_added, prepared.policies_added) == ([], [])
+        tables, policies = _names(factory)
+        assert tables == SHIPPED_TABLES - {"esaf-2006"}
+        assert policies == SHIPPED_POLICIES - {"voip"}
+    finally:
+        engine.dispose()
+
+
+def test_a_database_from_before_the_record_that_was_never_started_gets_everything(database_url: str) -> None:
+    downgrade(database_url, BEFORE)
+    upgrade(database_url)
+    prepared = prepare_database(Settings(database_url=database_url))
+    assert (set(prepared.tables_added), set(prepared.policies_added)) == (SHIPPED_TABLES, SHIPPED_POLICIES)
+
+
+def test_a_new_shipped_table_of_a_later_release_still_loads(database_url: str, tmp_path: Path) -> None:
+    """Names already offered are never offered again; a name never offered is."""
+    settings = Settings(database_url=database_url)
+    prepare_database(settings)
+    extra = tmp_path / "ratings"
+    extra.mkdir()
+    for table in files.load_rating_tables(settings.ratings_dir):
+        (extra / f"{table.name}.yaml").write_text(files.dump_rating_table_yaml(table))
+    text = files.dump_rating_table_yaml(files.load_rating_table(extra / "esaf-2006.yaml")).replace(
+        "name: esaf-2006", "name: esaf-2007")
+    (extra / "esaf-2007.yaml").write_text(text)
+    prepared = prepare_database(settings.model_copy(update={"ratings_dir": extra}))
+    assert prepared.tables_added == ["esaf-2007"]
+
+
+def test_restoring_needs_a_shipped_name(session_factory: sessionmaker[Session], database_url: str) -> None:
+    prepare_database(Settings(database_url=database_url))
+    with session_factory() as session, pytest.raises(NotFound, match="no-such"):
+        rating_svc.restore_shipped_table(session=session, tables=[], name="no-such")
