@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from app.domain.agent.conns import AGENT_CONN_PREFIX
 from app.domain.algorithms import CATALOGUE, Kind, lookup
 from app.domain.errors import InvalidInput
 
@@ -30,11 +31,15 @@ __all__ = [
     "conn_name",
     "conn_payload",
     "expected_sa",
+    "is_tunnel_conn",
     "keywords_from_charon",
     "mismatches",
     "parse_traffic_selectors",
     "shared_payload",
 ]
+
+#: Every conn and secret qoss loads into a charon starts with this.
+_TUNNEL_PREFIX = "qoss-"
 
 
 class TunnelState(StrEnum):
@@ -167,7 +172,16 @@ def conn_name(tunnel_id: str) -> str:
     """The strongSwan connection (and CHILD_SA and secret) name of a tunnel."""
     if not tunnel_id or len(tunnel_id) > 40 or not all(c.isascii() and (c.isalnum() or c == "-") for c in tunnel_id):
         raise InvalidInput("a tunnel id is 1-40 ASCII letters, digits or '-'")
-    return f"qoss-{tunnel_id}"
+    name = f"{_TUNNEL_PREFIX}{tunnel_id}"
+    if not is_tunnel_conn(name):
+        raise InvalidInput(f"a tunnel id may not start with {AGENT_CONN_PREFIX.removeprefix(_TUNNEL_PREFIX)!r}")
+    return name
+
+
+def is_tunnel_conn(name: str) -> bool:
+    """Whether a conn or secret on a charon is the tunnels service's: ``qoss-*`` outside the
+    tunnel agent's namespace (``qoss-agent-*``), which shares the charons."""
+    return name.startswith(_TUNNEL_PREFIX) and not name.startswith(AGENT_CONN_PREFIX)
 
 
 def parse_traffic_selectors(values: Sequence[str], where: str) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from app.domain.agent import (
     RequestInfo,
     Response,
     TunnelingInfo,
+    agent_conn_name,
     check_fresh,
     client_conn,
 )
@@ -229,7 +230,7 @@ class AgentClient:
         }
         if tunnel.protection == "native":
             return report
-        name = f"qoss-agent-{tunnel.ticket[:16]}"
+        name = agent_conn_name(tunnel.ticket)
         report["conn"] = name
         try:
             vip = self._bring_up(name, response, steps, report, objective_id)

@@ -55,6 +55,7 @@ from app.adapters.vici.driver import (
     unload_command,
 )
 from app.domain.agent import (
+    AGENT_CONN_PREFIX,
     REPLAY_TTL,
     AgentRejected,
     AgentSessionState,
@@ -64,6 +65,7 @@ from app.domain.agent import (
     Response,
     Revocation,
     TunnelingInfo,
+    agent_conn_name,
     check_fresh,
     target_conn,
 )
@@ -299,7 +301,7 @@ class TargetAgent:
         session as failed and frees its lease.
         """
         ticket = secrets.token_hex(16)
-        conn = f"qoss-agent-{ticket[:16]}"
+        conn = agent_conn_name(ticket)
         capabilities = self._capabilities()  # may ask charon: never while holding the transaction
         # Negotiation only reads (rating tables, a stored policy; normally from the cache, with no
         # query) in a Session of its own, before the write transaction; its refusal is raised only
@@ -586,7 +588,7 @@ class TargetAgent:
             active = [(r.ticket, r.conn, r.created_at, r.protection)
                       for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
         owned = {conn for _, conn, _, _ in active}
-        unowned = {c for c in loaded if c.startswith("qoss-agent-") and c not in owned and c not in inflight}
+        unowned = {c for c in loaded if c.startswith(AGENT_CONN_PREFIX) and c not in owned and c not in inflight}
         orphans = sorted(unowned & self._suspects)
         self._suspects = unowned - self._suspects
         for conn in orphans:

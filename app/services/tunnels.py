@@ -47,6 +47,7 @@ from app.domain.tunnels import (
     conn_name,
     conn_payload,
     expected_sa,
+    is_tunnel_conn,
     keywords_from_charon,
     mismatches,
     parse_traffic_selectors,
@@ -583,7 +584,8 @@ def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default
       PSK and the suite recorded at creation, re-verified; if that fails it is marked
       ``failed`` with the reason (its partial configuration is removed).
     - A ``qoss-*`` conn or secret on a charon with no record: an orphan of a crash
-      part-way, unloaded.
+      part-way, unloaded. The tunnel agent's ``qoss-agent-*`` ones are not this service's
+      (the agent shares the charons and reconciles its own).
     - A tunnel to an unmanaged peer that is no longer established: its remains on the
       gateway are removed and it is marked ``failed`` (its PSK was never kept).
     - A gateway that does not answer: its tunnels are left as they are and reported.
@@ -602,7 +604,7 @@ def reconcile(*, session: Session, cache: TableCache, vici: ViciFactory, default
         except GatewayError as exc:
             report.unreachable[name] = exc.message
             continue
-        for orphan in sorted({c for c in conns[name] | shared if c.startswith("qoss-")} - known):
+        for orphan in sorted({c for c in conns[name] | shared if is_tunnel_conn(c)} - known):
             with contextlib.suppress(GatewayRejected, ValueError):
                 v.terminate(ike=orphan, timeout_ms=3000, force=True)
             with contextlib.suppress(GatewayRejected):

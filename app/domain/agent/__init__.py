@@ -34,7 +34,7 @@ from app.domain.agent.codec import (
     decode_canonical,
     valid_id,
 )
-from app.domain.agent.conns import client_conn, target_conn
+from app.domain.agent.conns import AGENT_CONN_PREFIX, agent_conn_name, client_conn, target_conn
 from app.domain.agent.messages import (
     AgentSessionState,
     ClientRequest,
@@ -48,6 +48,7 @@ from app.domain.agent.messages import (
 from app.domain.agent.wire import Kind, Wire, check_fresh, open_plaintext, parse_wire, seal_plaintext, signed_bytes
 
 __all__ = [
+    "AGENT_CONN_PREFIX",
     "ENVELOPE_INFO",
     "MAX_SEALED_BYTES",
     "MAX_WIRE_BYTES",
@@ -66,6 +67,7 @@ __all__ = [
     "Revocation",
     "TunnelingInfo",
     "Wire",
+    "agent_conn_name",
     "b64d",
     "b64e",
     "canonical",

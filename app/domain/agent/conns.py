@@ -10,9 +10,21 @@ from app.domain.agent.codec import AgentRejected
 from app.domain.agent.messages import TunnelingInfo
 
 __all__ = [
+    "AGENT_CONN_PREFIX",
+    "agent_conn_name",
     "client_conn",
     "target_conn",
 ]
+
+#: The agent's conns, secrets and pools on a charon are named with this prefix: its namespace,
+#: which the tunnels service's reconcile never touches.
+AGENT_CONN_PREFIX = "qoss-agent-"
+
+
+def agent_conn_name(ticket: str) -> str:
+    """The conn (and secret) name of the agent session holding ``ticket``."""
+    return f"{AGENT_CONN_PREFIX}{ticket[:16]}"
+
 
 def target_conn(*, name: str, target_address: str, target_identity: str, client_identity: str,
                 client_address: str | None, local_ts: Sequence[str], pool: str, ike_proposal: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.domain.algorithms import CATALOGUE
+from app.domain.errors import GatewayRejected
 from tests.integration.tunnels.conftest import Calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
@@ -169,6 +171,28 @@ async def test_reconcile_removes_orphan_conns(client: httpx.AsyncClient, lab: La
     report = (await client.post("/v1/tunnels/reconcile")).json()
     assert "left:qoss-orphan1" in report["orphans_removed"]
     assert "qoss-orphan1" not in left.list_conns()
+
+
+async def test_reconcile_leaves_the_tunnel_agents_conns_and_secrets_alone(client: httpx.AsyncClient, lab: Lab) -> None:
+    """The agent shares the charons: its ``qoss-agent-*`` conns are its own, never orphans of ours."""
+    left = ViciGateway(lab.host("left").vici_socket, 5)
+    conn = {"version": "2", "local_addrs": ["10.99.0.1"], "remote_addrs": ["%any"],
+            "proposals": ["aes128-sha256-modp2048"], "local": {"auth": "psk"}, "remote": {"auth": "psk", "id": "alice"}}
+    agent_conn = "qoss-agent-0123456789abcdef"
+    left.load_conn(agent_conn, conn)
+    left.load_shared(agent_conn, "agent-session-key-" + "k" * 32, ["alice", "10.99.0.1"])
+    left.load_conn("qoss-orphan2", conn)
+    try:
+        report = (await client.post("/v1/tunnels/reconcile")).json()
+        assert "left:qoss-orphan2" in report["orphans_removed"]
+        assert not [o for o in report["orphans_removed"] if "qoss-agent-" in o]
+        assert agent_conn in left.list_conns()
+        assert agent_conn in left.get_shared()
+    finally:
+        with contextlib.suppress(GatewayRejected):
+            left.unload_conn(agent_conn)
+        with contextlib.suppress(GatewayRejected):
+            left.unload_shared(agent_conn)
 
 
 async def test_unknown_gateway_is_404_and_bad_selector_422(client: httpx.AsyncClient) -> None:
