@@ -177,10 +177,11 @@ def disconnect(
 
 @agent_app.command("status")
 def status(config: ClientConfigOpt) -> None:
-    """Client: the tunnels this client has up (and whether its charon still has them)."""
+    """Client: the tunnels this client brought up, and whether charon has each one's SA up now.
+
+    A tunnel the target closed (expired ticket, revoked user) has no SA left: it is cleaned up
+    here (conn and secret unloaded) and listed once more with ``closed``."""
     try:
-        client = _client(config)
-        conns = set(client.vici.list_conns())
-        _emit([{**t, "in_charon": t.get("conn") in conns} for t in client.tunnels()])
+        _emit(_client(config).status())
     except QossError as exc:
         _fail(exc)

@@ -364,6 +364,33 @@ class AgentClient:
             except OSError as exc:  # the record without the address stays: disconnect still works
                 log.warning("could not record the virtual IP of the last tunnel: %s", exc.strerror or exc)
 
+    def status(self) -> list[dict[str, Any]]:
+        """The tunnels this client brought up, each with ``in_charon``: whether charon has its
+        IKE_SA ESTABLISHED with a CHILD_SA INSTALLED now (one ``list-sas``).
+
+        A tunnel of which charon has no IKE_SA at all was closed from the other side (Target
+        revoked the user, the ticket expired, or charon restarted): it is cleaned up here, its
+        conn and secret unloaded and its record forgotten, and reported once with ``closed``
+        saying why. One whose IKE_SA exists but is not up (connecting, rekeying) is left as it is.
+        """
+        known = self.tunnels()
+        if not known:
+            return []
+        sas = {sa.name: sa for sa in self.vici.list_sas()}
+        out: list[dict[str, Any]] = []
+        for t in known:
+            sa = sas.get(str(t.get("conn")))
+            if sa is not None:
+                up = sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
+                out.append({**t, "in_charon": up})
+                continue
+            self._teardown(str(t["conn"]))
+            self._forget(str(t["ticket"]))
+            out.append({**t, "in_charon": False,
+                        "closed": "charon has no IKE_SA for it: closed by the target (the ticket expired or "
+                                  "the user was revoked) or charon restarted; its conn and secret were unloaded"})
+        return out
+
     def tunnels(self) -> list[dict[str, Any]]:
         """The tunnels this client brought up and has not torn down (from ``state_dir``)."""
         self._settle()

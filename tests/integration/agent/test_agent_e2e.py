@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -71,3 +73,30 @@ def test_unknown_objective_is_refused_uniformly(topo: Topology) -> None:
     assert "AgentRejected" in done.stderr
     assert "the request was rejected" in done.stderr
     assert agent_conns(topo.target.gateway(5.0)) == ([], [], [])
+
+
+def test_after_a_revoke_status_tells_the_truth_and_cleans_up(topo: Topology) -> None:
+    """Host revokes alice: Target takes her tunnel down, so her charon loses the SA. ``agent status``
+    then says so (not a loaded conn taken for a tunnel), unloads what is left, and forgets it.
+    Runs last: alice stays revoked."""
+    client = topo.client.gateway(5.0)
+    report = topo.agent("connect", "--target", "target-1", "--objective", "3", "--confidentiality", "6")
+    assert [t["in_charon"] for t in topo.agent("status")] == [True]
+    token = topo.qoss("token", "create", "--name", "revoker", "--scopes", "agent:enroll", "--plain",
+                      "--database-url", topo.db("host")).stdout.strip()
+    revoke = ("import httpx, sys; r = httpx.delete(sys.argv[1], headers={'Authorization': 'Bearer ' + sys.argv[2]},"
+              " timeout=30); print(r.status_code, r.text)")
+    done = subprocess.run(["ip", "netns", "exec", topo.client.netns, sys.executable, "-c", revoke,
+                           f"{topo.url(topo.host)}/v1/agent/users/alice", token],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.startswith("200"), done.stdout + done.stderr
+    deadline = time.monotonic() + 20  # Target's DELETE reaches the client's charon
+    while client.list_sas(ike=report["conn"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.list_sas(ike=report["conn"]) == []
+    (entry,) = topo.agent("status")
+    assert entry["ticket"] == report["ticket"]
+    assert entry["in_charon"] is False
+    assert "closed by the target" in entry["closed"]
+    assert agent_conns(client)[:2] == ([], [])
+    assert topo.agent("status") == []
