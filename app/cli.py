@@ -210,6 +210,64 @@ def ratings_import(
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
 
 
+@ratings_app.command("history")
+def ratings_history(name: str, database_url: DbUrl = None) -> None:
+    """A table's revisions, oldest first: who, when, why, what changed."""
+    from app.services.ratings import table_revisions
+
+    _emit(_Unit(database_url).run(lambda **kw: table_revisions(session=kw["session"], name=name)))
+
+
+@ratings_app.command("revert")
+def ratings_revert(
+    name: str,
+    to: Annotated[int, typer.Option("--to", min=1, help="the revision whose content to restore")],
+    message: Annotated[str | None, typer.Option(help="why, for the history")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    database_url: DbUrl = None,
+) -> None:
+    """Go back to revision --to: a new revision with its content ("reverted to N"), history kept."""
+    from app.adapters.db.repositories import RatingTableRepository
+    from app.services.ratings import revert_table
+
+    def revert(**kw: Any) -> dict[str, Any]:
+        session = kw["session"]
+        table = revert_table(session=session, name=name, revision=to, author=author, message=message,
+                             expected_revision=RatingTableRepository(session).current_revision(name))
+        return {"table": table.name, "revision": table.revision, "reverted_to": to}
+
+    _emit(_Unit(database_url).run(revert))
+
+
+@policies_app.command("history")
+def policies_history(name: str, database_url: DbUrl = None) -> None:
+    """A policy's revisions, oldest first: who, when, why, what changed."""
+    from app.services.policies import policy_revisions
+
+    _emit(_Unit(database_url).run(lambda **kw: policy_revisions(session=kw["session"], name=name)))
+
+
+@policies_app.command("revert")
+def policies_revert(
+    name: str,
+    to: Annotated[int, typer.Option("--to", min=1, help="the revision whose content to restore")],
+    message: Annotated[str | None, typer.Option(help="why, for the history")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    database_url: DbUrl = None,
+) -> None:
+    """Go back to revision --to of a policy: a new revision with its content."""
+    from app.adapters.db.repositories import PolicyRepository
+    from app.services.policies import revert_policy
+
+    def revert(**kw: Any) -> dict[str, Any]:
+        session = kw["session"]
+        _, revision = revert_policy(session=session, name=name, revision=to, author=author, message=message,
+                                    expected_revision=PolicyRepository(session).current_revision(name))
+        return {"policy": name, "revision": revision, "reverted_to": to}
+
+    _emit(_Unit(database_url).run(revert))
+
+
 @policies_app.command("import")
 def policies_import(
     path: Annotated[str | None, typer.Argument(help="policy YAML file, or - for stdin")] = None,

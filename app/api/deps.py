@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.provenance import audit_fields
@@ -102,7 +103,15 @@ async def get_actor(request: Request) -> str:
     return principal.name if principal is not None and principal.name else "anonymous"
 
 
-async def get_if_match(if_match: Annotated[str | None, Header()] = None) -> int:
+#: Declares the bearer scheme in the OpenAPI document (the "Authorize" button of /docs). It
+#: never refuses anything itself: the token is read and checked by :func:`require` / :func:`reader`.
+_BEARER = HTTPBearer(auto_error=False, scheme_name="bearer",
+                     description="An API token (`qoss token create`), sent as `Authorization: Bearer <token>`.")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+
+
+async def get_if_match(if_match: Annotated[str | None, Header(
+        description='The current revision\'s ETag, e.g. "3" (required: 428 without it)')] = None) -> int:
     """The revision a write is based on, from ``If-Match: "<revision>"`` (428 without it)."""
     if if_match is None:
         raise HTTPException(428, "If-Match with the revision's ETag is required for this write")
@@ -144,7 +153,8 @@ def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
 def require(scope: str) -> Callable[..., Principal]:
     """A dependency: a valid token with ``scope`` (or ``admin``); 401 / 403 otherwise."""
 
-    def dependency(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+    def dependency(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+                   ) -> Principal:
         record = _authenticate(request, authorization)
         principal = Principal(record.id, record.name, record.scopes)
         request.state.principal = principal
@@ -154,7 +164,7 @@ def require(scope: str) -> Callable[..., Principal]:
     return dependency
 
 
-def reader(request: Request, authorization: Annotated[str | None, Header()] = None) -> Principal:
+def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None) -> Principal:
     """Public reads: open unless ``reads_require_token``; a presented token is still checked."""
     settings: Settings = request.app.state.settings
     if authorization is None and not settings.reads_require_token:

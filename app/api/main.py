@@ -9,8 +9,9 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -306,6 +307,50 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.include_router(health.router)
     # The agent's message routes first: routing tries each route in order, and they are the
     # ones a connect waits for (their paths overlap no other router's).
-    for module in (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks):
+    routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks)
+    for module in routers:
         app.include_router(module.router, prefix="/v1")
+    _declare_if_match(app, [("/v1", m.router) for m in routers])
     return app
+
+
+def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> None:
+    """Make the OpenAPI document say what the dependencies enforce.
+
+    - ``If-Match`` is required where a route refuses without it. The header stays optional to
+      FastAPI itself so that its absence is the API's 428 with a message, not a 422.
+    - Public reads (``reader``) take a token but do not need one (unless ``reads_require_token``):
+      their security requirement lists "none" beside the bearer scheme.
+    """
+    from fastapi.dependencies.models import Dependant
+    from fastapi.routing import APIRoute
+
+    from app.api.deps import get_if_match, reader
+
+    def uses(dependant: Dependant, call: object) -> bool:
+        return any(d.call is call or uses(d, call) for d in dependant.dependencies)
+
+    def operations(call: object) -> set[tuple[str, str]]:
+        return {(prefix + r.path_format, m.lower()) for prefix, router in routers for r in router.routes
+                if isinstance(r, APIRoute) and uses(r.dependant, call) for m in r.methods or ()}
+
+    guarded, public = operations(get_if_match), operations(reader)
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        settings: Settings | None = getattr(app.state, "settings", None)  # set by the lifespan
+        optional_token = settings is None or not settings.reads_require_token
+        for path, ops in schema.get("paths", {}).items():
+            for method, op in ops.items():
+                if (path, method) in guarded:
+                    for param in op.get("parameters", []):
+                        if param.get("in") == "header" and param.get("name", "").lower() == "if-match":
+                            param["required"] = True
+                if (path, method) in public and optional_token:
+                    op["security"] = [{}, *op.get("security", [])]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -21,6 +21,7 @@ __all__ = [
     "RatingPatch",
     "RatingTableIn",
     "RatingTableOut",
+    "RevertIn",
     "RevisionOut",
 ]
 
@@ -108,6 +109,13 @@ class RatingTableOut(BaseModel):
     description: str
     source: str
     ratings: list[dict[str, Any]]
+
+
+class RevertIn(_Strict):
+    """Go back to a past revision: a new revision with its content."""
+
+    revision: Annotated[int, Field(ge=1, le=2**31 - 1, description="the revision whose content to restore")]
+    message: Short | None = Field(default=None, description="why, for the history (after 'reverted to N')")
 
 
 class RevisionOut(BaseModel):

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from app.adapters.db.repositories import PolicyRepository, ShippedLoadRepository
 from app.domain.errors import InvalidPolicy, NotFound
 from app.domain.policies import Policy
+from app.domain.revisions import check_revert, revert_message
 
 __all__ = [
     "create_policy",
@@ -20,6 +21,7 @@ __all__ = [
     "policy_revisions",
     "replace_policy",
     "restore_shipped_policy",
+    "revert_policy",
 ]
 
 
@@ -50,6 +52,24 @@ def replace_policy(
     policy = Policy.from_dict(document, name=name)
     revision = PolicyRepository(session).update(policy, expected_revision=expected_revision, author=author)
     return policy, revision
+
+
+def revert_policy(*, session: Session, name: str, revision: int, expected_revision: int, author: str,
+                  message: str | None = None) -> tuple[Policy, int]:
+    """Go back to a past revision of a policy, as :func:`app.services.ratings.revert_table` does
+    for a table: a new revision with revision ``revision``'s content, "reverted to N".
+
+    Raises:
+        NotFound: no such policy, or no such revision of it.
+        StaleRevision: ``expected_revision`` is not the current revision.
+        InvalidInput: ``revision`` is the current revision.
+    """
+    repo = PolicyRepository(session)
+    check_revert(name, revision, expected_revision, repo.current_revision(name))
+    past = repo.get_revision(name, revision)
+    new = repo.update(past, expected_revision=expected_revision, author=author,
+                      message=revert_message(revision, message))
+    return past, new
 
 
 def delete_policy(*, session: Session, name: str) -> None:

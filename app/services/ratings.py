@@ -17,6 +17,7 @@ from app.adapters.db.repositories import RatingTableRepository, ShippedLoadRepos
 from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, NotFound, StaleRevision
 from app.domain.ratings import Rating, RatingTable
+from app.domain.revisions import check_revert, revert_message
 
 __all__ = [
     "TableCache",
@@ -29,6 +30,7 @@ __all__ = [
     "load_shipped_tables",
     "replace_table",
     "restore_shipped_table",
+    "revert_table",
     "table_revision",
     "table_revisions",
     "update_rating",
@@ -87,6 +89,25 @@ def table_revision(*, session: Session, name: str, revision: int) -> RatingTable
 def table_revisions(*, session: Session, name: str) -> list[dict[str, Any]]:
     """The history of a table: who changed what, when."""
     return RatingTableRepository(session).revisions(name)
+
+
+def revert_table(*, session: Session, name: str, revision: int, expected_revision: int, author: str,
+                 message: str | None = None) -> RatingTable:
+    """Go back to a past revision: a new revision whose content is revision ``revision``'s.
+
+    History is kept: the new revision's message is "reverted to N" (and ``message``).
+
+    Raises:
+        NotFound: no such table, or no such revision of it.
+        StaleRevision: ``expected_revision`` is not the current revision.
+        InvalidInput: ``revision`` is the current revision (nothing to revert).
+    """
+    repo = RatingTableRepository(session)
+    check_revert(name, revision, expected_revision, repo.current_revision(name))
+    past = repo.get_revision(name, revision)
+    new = repo.update(past, expected_revision=expected_revision, author=author,
+                      message=revert_message(revision, message))
+    return RatingTable.from_dict(past.as_dict(), revision=new)
 
 
 def create_table(*, session: Session, document: Mapping[str, Any], author: str) -> RatingTable:

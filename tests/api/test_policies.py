@@ -53,3 +53,21 @@ async def test_negotiation_with_stored_policy(client: httpx.AsyncClient) -> None
     r = await client.post("/v1/negotiations", json={"peers": [{"name": "phone", "policy": "my-voip"}]})
     assert r.status_code == 200, r.text
     assert r.json()["levels"]["confidentiality"] >= 6
+
+
+async def test_policy_revert_restores_an_old_revision(client: httpx.AsyncClient) -> None:
+    first = (await client.get("/v1/policies/voip")).json()
+    r = await client.put("/v1/policies/voip", json={**first["policy"], "description": "changed"},
+                         headers={"If-Match": f'"{first["revision"]}"'})
+    assert r.status_code == 200, r.text
+    current = r.json()["revision"]
+    r = await client.post("/v1/policies/voip/revert", json={"revision": first["revision"]},
+                          headers={"If-Match": f'"{current}"'})
+    assert r.status_code == 200, r.text
+    assert r.json()["revision"] == current + 1
+    assert r.json()["policy"] == first["policy"]
+    history = (await client.get("/v1/policies/voip/revisions")).json()
+    assert history[-1]["message"] == f"reverted to {first['revision']}"
+    again = await client.post("/v1/policies/voip/revert", json={"revision": first["revision"]},
+                              headers={"If-Match": f'"{current}"'})
+    assert again.status_code == 409

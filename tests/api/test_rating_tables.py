@@ -137,3 +137,77 @@ async def test_algorithms_catalogue(client: httpx.AsyncClient) -> None:
 async def test_healthz(client: httpx.AsyncClient) -> None:
     r = await client.get("/healthz")
     assert r.json()["status"] == "ok"
+
+
+# ----------------------------------------------------------------------------- revert
+
+
+async def _edit_md5(client: httpx.AsyncClient, integrity: int, revision: int) -> None:
+    r = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": integrity},
+                           headers={"If-Match": f'"{revision}"'})
+    assert r.status_code == 200, r.text
+
+
+async def test_revert_writes_a_new_revision_with_the_old_content(client: httpx.AsyncClient) -> None:
+    original = (await client.get("/v1/rating-tables/esaf-2006")).json()
+    await _edit_md5(client, 3, 1)
+    await _edit_md5(client, 1, 2)
+    r = await client.post("/v1/rating-tables/esaf-2006/revert", json={"revision": 1, "message": "bad edits"},
+                          headers={"If-Match": '"3"'})
+    assert r.status_code == 200, r.text
+    assert r.json()["revision"] == 4
+    assert r.headers["etag"] == '"4"'
+    assert r.json()["ratings"] == original["ratings"]
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["ratings"] == original["ratings"]
+    history = (await client.get("/v1/rating-tables/esaf-2006/revisions")).json()
+    assert [h["revision"] for h in history] == [1, 2, 3, 4]
+    assert history[3]["message"] == "reverted to 1: bad edits"
+    md5 = {r["algorithm"]: r for r in original["ratings"]}["md5"]["integrity"]
+    assert {"algorithm": "md5", "field": "integrity", "old": 1, "new": md5} in history[3]["changes"]
+    entries = [e for e in (await client.get("/v1/audit", params={"limit": 50})).json()
+               if e["object"] == "/v1/rating-tables/esaf-2006/revert"]
+    assert [e["outcome"] for e in entries] == [200]
+
+
+async def test_revert_needs_the_current_revision_in_if_match(client: httpx.AsyncClient) -> None:
+    await _edit_md5(client, 3, 1)
+    missing = await client.post("/v1/rating-tables/esaf-2006/revert", json={"revision": 1})
+    assert missing.status_code == 428
+    stale = await client.post("/v1/rating-tables/esaf-2006/revert", json={"revision": 1}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 409
+    assert stale.json()["error"] == "StaleRevision"
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 2
+
+
+@pytest.mark.parametrize(("path", "body", "status"), [
+    ("/v1/rating-tables/esaf-2006/revert", {"revision": 7}, 404),        # no such revision
+    ("/v1/rating-tables/nowhere/revert", {"revision": 1}, 404),          # no such table
+    ("/v1/rating-tables/esaf-2006/revert", {"revision": 2}, 422),        # already the current revision
+    ("/v1/rating-tables/esaf-2006/revert", {"revision": "1"}, 422),      # not an integer
+    ("/v1/rating-tables/esaf-2006/revert", {"revision": 1, "x": 1}, 422),  # unknown field
+])
+async def test_revert_refusals_change_nothing(client: httpx.AsyncClient, path: str, body: dict[str, object],
+                                              status: int) -> None:
+    await _edit_md5(client, 3, 1)
+    r = await client.post(path, json=body, headers={"If-Match": '"2"'})
+    assert r.status_code == status, r.text
+    assert [h["revision"] for h in (await client.get("/v1/rating-tables/esaf-2006/revisions")).json()] == [1, 2]
+
+
+async def test_revert_needs_the_write_scope(client: httpx.AsyncClient, settings: Settings) -> None:
+    reader = make_token(settings.database_url, "reader", ["tunnels:read"])
+    r = await client.post("/v1/rating-tables/esaf-2006/revert", json={"revision": 1},
+                          headers={"If-Match": '"1"', "Authorization": f"Bearer {reader}"})
+    assert r.status_code == 403
+
+
+async def test_openapi_declares_the_bearer_scheme_and_required_if_match(client: httpx.AsyncClient) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    scheme = doc["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    revert = doc["paths"]["/v1/rating-tables/{name}/revert"]["post"]
+    assert {"bearer": []} in revert["security"]
+    (if_match,) = [p for p in revert["parameters"] if p["name"].lower() == "if-match"]
+    assert if_match["required"] is True
+    assert not [p for p in doc["paths"]["/v1/rating-tables"]["post"].get("parameters", [])
+                if p["name"].lower() == "if-match"]

@@ -131,3 +131,30 @@ def test_tunnel_up_to_a_peer_refuses_bad_input_without_echoing_the_psk(tmp_path:
     both = qoss("tunnel", "up", "left", "right", "--peer", "10.99.0.2", "--psk-file", str(no_ts), db=db)
     assert both.returncode == 2
     assert "exactly one of responder" in both.stderr
+
+
+def test_ratings_history_and_revert(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    edited = tmp_path / "esaf.yaml"
+    exported = qoss("ratings", "export", "esaf-2006", db=db)
+    assert exported.returncode == 0, exported.stderr
+    edited.write_text(exported.stdout.replace("Blowfish", "Blowfish (edited)", 1))
+    assert qoss("ratings", "import", str(edited), "--revision", "1", db=db).returncode == 0
+    out = qoss("ratings", "revert", "esaf-2006", "--to", "1", "--message", "undo", db=db)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"table": "esaf-2006", "revision": 3, "reverted_to": 1}
+    history = json.loads(qoss("ratings", "history", "esaf-2006", db=db).stdout)
+    assert [(h["revision"], h["message"]) for h in history][-1] == (3, "reverted to 1: undo")
+    assert qoss("ratings", "export", "esaf-2006", db=db).stdout == exported.stdout
+    again = qoss("ratings", "revert", "esaf-2006", "--to", "3", db=db)
+    assert again.returncode == 2
+    assert json.loads(again.stderr)["error"] == "InvalidInput"
+
+
+def test_policies_history_and_revert(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    out = qoss("policies", "revert", "voip", "--to", "1", db=db)
+    assert out.returncode == 2  # the current revision: nothing to revert
+    missing = qoss("policies", "revert", "voip", "--to", "9", db=db)
+    assert json.loads(missing.stderr)["error"] == "NotFound"
+    assert [h["revision"] for h in json.loads(qoss("policies", "history", "voip", db=db).stdout)] == [1]

@@ -363,6 +363,15 @@ class PolicyRepository(_Revisioned):
         content, revision = self._revision_content(name)
         return Policy.from_dict(content), revision
 
+    def get_revision(self, name: str, revision: int) -> Policy:
+        """A past (or the current) revision of a policy.
+
+        Raises:
+            NotFound: No such policy, or no such revision of it.
+        """
+        content, _ = self._revision_content(name, revision)
+        return Policy.from_dict(content)
+
     def list(self) -> builtins.list[dict[str, Any]]:
         """A summary of every policy, by name.
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Response
 
 from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep, reader, require
 from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevisionOut
+from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
 from app.services import policies as svc
 
@@ -55,6 +55,17 @@ def replace_policy(name: PolicyName, body: PolicyIn, session: SessionDep, actor:
     """Replace a policy; ``If-Match`` must name the current revision."""
     policy, revision = svc.replace_policy(session=session, name=name, document=body.model_dump(exclude_none=True),
                                           expected_revision=expected, author=actor)
+    return _out(policy, revision, response)
+
+
+@router.post("/policies/{name}/revert", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
+def revert_policy(name: PolicyName, body: RevertIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+                  response: Response) -> dict[str, Any]:
+    """Go back to revision ``revision``: a new revision with its content ("reverted to N").
+    ``If-Match`` must name the current revision (409 if stale); reverting to the current
+    revision is refused (422); an unknown policy or revision is 404."""
+    policy, revision = svc.revert_policy(session=session, name=name, revision=body.revision,
+                                         expected_revision=expected, author=actor, message=body.message)
     return _out(policy, revision, response)
 
 

@@ -19,7 +19,7 @@ from app.api.deps import (
     require,
 )
 from app.api.routing import QossRoute
-from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevisionOut
+from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
 from app.domain.ratings import RatingTable
 from app.services import ratings as svc
 
@@ -142,6 +142,23 @@ def delete_table(name: TableName, session: SessionDep, settings: SettingsDep, ca
 def list_revisions(name: TableName, session: ReadSessionDep) -> list[dict[str, Any]]:
     """The table's history, oldest first: who, when, what changed."""
     return svc.table_revisions(session=session, name=name)
+
+
+@router.post(
+    "/rating-tables/{name}/revert",
+    dependencies=_RATINGS_WRITE,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
+def revert_table(name: TableName, body: RevertIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+                 response: Response, cache: CacheDep) -> dict[str, Any]:
+    """Go back to revision ``revision``: a new revision with its content, history kept
+    ("reverted to N"). ``If-Match`` must name the current revision (409 if stale); reverting to
+    the current revision is refused (422); an unknown table or revision is 404."""
+    table = svc.revert_table(session=session, name=name, revision=body.revision, expected_revision=expected,
+                             author=actor, message=body.message)
+    cache.invalidate(table.name)
+    return _out(table, response)
 
 
 @router.get(
