@@ -158,3 +158,27 @@ def test_policies_history_and_revert(tmp_path: Path) -> None:
     missing = qoss("policies", "revert", "voip", "--to", "9", db=db)
     assert json.loads(missing.stderr)["error"] == "NotFound"
     assert [h["revision"] for h in json.loads(qoss("policies", "history", "voip", db=db).stdout)] == [1]
+
+
+@pytest.mark.parametrize("command", [["agent", "users"], ["agent", "revoke", "alice"]])
+def test_agent_commands_on_a_database_never_migrated_say_so_and_create_nothing(tmp_path: Path,
+                                                                                command: list[str]) -> None:
+    db = tmp_path / "never.db"
+    out = qoss(*command, db=db, env={"QOSS_AGENT_CONFIG": str(tmp_path / "absent.yaml")})
+    assert out.returncode == 2
+    assert "Traceback" not in out.stderr
+    assert "run 'qoss db upgrade'" in out.stderr
+    assert not db.exists()
+
+
+def test_agent_enroll_on_a_database_never_migrated_says_so(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    assert qoss("agent", "keygen", "alice", "--dir", str(keys), db=tmp_path / "x.db").returncode == 0
+    db = tmp_path / "never.db"
+    out = qoss("agent", "enroll", str(keys / "alice.pub.json"), "--objective", "3", db=db)
+    assert out.returncode == 2, out.stdout
+    assert "Traceback" not in out.stderr
+    assert json.loads(out.stderr)["error"] == "DatabaseNotReady"
+    assert not db.exists()
+    assert qoss("db", "upgrade", db=db).returncode == 0
+    assert qoss("agent", "enroll", str(keys / "alice.pub.json"), "--objective", "3", db=db).returncode == 0

@@ -6,14 +6,17 @@ the database URL is passed in, never read from ``alembic.ini``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 from app.resources import MIGRATIONS_DIR
 
-__all__ = ["MIGRATIONS", "alembic_config", "current", "downgrade", "upgrade"]
+__all__ = ["MIGRATIONS", "alembic_config", "current", "downgrade", "is_at_head", "upgrade"]
 
 #: The migrations' directory.
 MIGRATIONS = MIGRATIONS_DIR
@@ -70,3 +73,16 @@ def current(url: str) -> str | None:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
+
+
+def is_at_head(url: str) -> bool:
+    """Whether the database at ``url`` exists and is migrated to the newest revision.
+
+    A SQLite file that does not exist is not created by asking.
+    """
+    if url.startswith("sqlite:///"):
+        path = url.removeprefix("sqlite:///")
+        if path and path != ":memory:" and not Path(path).exists():
+            return False
+    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
+    return current(url) == head
