@@ -574,7 +574,7 @@ def bench_report(
     levels_from: Annotated[str, typer.Option(help="shipped rating table for today's security levels")] =
         "standards-2026",
 ) -> None:
-    """Markdown report with plots: throughput, latency fits, key exchange, today beside seeds 000 and 004."""
+    """Markdown report with plots: throughput, latency fits, key exchange, today beside the published tables."""
     try:
         from app.measure.adapters.report import write_report
     except ModuleNotFoundError as exc:

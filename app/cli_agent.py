@@ -158,7 +158,7 @@ def _client(config: Path) -> Any:
 def connect(
     config: ClientConfigOpt,
     target: Annotated[str, typer.Option(help="the target's id")],
-    objective: Annotated[int, typer.Option(min=1, max=4, help="Objective-ID (seed 001 Table 2-2)")] = 3,
+    objective: Annotated[int, typer.Option(min=1, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,

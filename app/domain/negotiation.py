@@ -5,12 +5,12 @@ Semantics (DESIGN.md "Negotiation"):
 - Each peer states minimum levels, judged in *its own* rating table; the requirement
   is met when every peer's minimum is met. Objectives raise the minimums (an ESP
   objective implies confidentiality >= 1, an AH objective integrity >= 1) and pick the
-  IPsec option (seed 001 Table 2-2).
+  IPsec option (Liu et al. Table 2-2).
 - Candidates are the algorithms every peer supports, every policy allows and no peer
   forbids, rated in the negotiating table (for a family that table does not rate at
   all, the default table is used and the answer says so).
 - Cost is judged in the negotiating table only: a suite's cost is the sum of its
-  transforms' costs (seed 000 Table 3), a transform's cost being its measured time per
+  transforms' costs (Niedermayer et al. Table 3), a transform's cost being its measured time per
   byte at the traffic's packet size where every candidate is measured, else
   ``1 / performance``.
 - Ties go to the higher security levels, then to the catalogue order.
@@ -387,7 +387,7 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
     requirement = {peer: levels.as_dict() for peer, levels in ctx.mins.items()}
 
     if option is IpsecOption.NATIVE:
-        ctx.notes.append("Objective-ID 1 (Native): no IPsec protection (seed 001 Table 2-2)")
+        ctx.notes.append("Objective-ID 1 (Native): no IPsec protection (Liu et al. Table 2-2)")
         ctx.borrowed_note()
         return NegotiationResult(
             suite=Suite("none", None, None, None),

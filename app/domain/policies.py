@@ -1,6 +1,6 @@
 """Policies: what a party requires, and Common Criteria objectives mapped to IPsec.
 
-Objectives and Objective-IDs come from seed 001 (Liu et al.) Tables 2-1 and 2-2:
+Objectives and Objective-IDs come from Liu et al. Tables 2-1 and 2-2:
 
     Objective-ID  IPsec option  objectives
     1             Native        (none)
@@ -38,7 +38,7 @@ __all__ = [
 
 
 class IpsecOption(StrEnum):
-    """The rows of seed 001 Table 2-2."""
+    """The rows of Liu et al. Table 2-2."""
 
     NATIVE = "native"
     AH = "ah"
@@ -51,7 +51,7 @@ class Mode(StrEnum):
     TRANSPORT = "transport"
 
 
-#: Seed 001 Table 2-1: objective -> the threat it counters.
+#: Liu et al. Table 2-1: objective -> the threat it counters.
 OBJECTIVE_THREATS: dict[str, str] = {
     "O.Crypto_Comm_Channel": "T.Spoofing",
     "O.Data_Exchange_Conf": "T.Hack_Comm_Eavesdrop",
@@ -62,7 +62,7 @@ OBJECTIVE_THREATS: dict[str, str] = {
 ESP_OBJECTIVES = frozenset({"O.Comm_Trusted_Channel", "O.Data_Exchange_Conf", "O.Crypto_Comm_Channel"})
 AH_OBJECTIVES = frozenset({"O.Integrity_Attr_Exch", "O.Non-repudiation"})
 
-#: Seed 001 Table 2-2 rows, by Objective-ID.
+#: Liu et al. Table 2-2 rows, by Objective-ID.
 OBJECTIVE_IDS: dict[int, tuple[IpsecOption, frozenset[str]]] = {
     1: (IpsecOption.NATIVE, frozenset()),
     2: (IpsecOption.AH, AH_OBJECTIVES),
@@ -72,14 +72,14 @@ OBJECTIVE_IDS: dict[int, tuple[IpsecOption, frozenset[str]]] = {
 
 
 def objectives_for_id(objective_id: int) -> frozenset[str]:
-    """The objectives of one Objective-ID (seed 001 Table 2-2)."""
+    """The objectives of one Objective-ID (Liu et al. Table 2-2)."""
     if isinstance(objective_id, bool) or not isinstance(objective_id, int) or objective_id not in OBJECTIVE_IDS:
         raise InvalidPolicy(f"objective_id must be one of {sorted(OBJECTIVE_IDS)}")
     return OBJECTIVE_IDS[objective_id][1]
 
 
 def ipsec_option(objectives: frozenset[str]) -> IpsecOption:
-    """The IPsec option that satisfies a set of objectives (seed 001 Table 2-2)."""
+    """The IPsec option that satisfies a set of objectives (Liu et al. Table 2-2)."""
     esp = bool(objectives & ESP_OBJECTIVES)
     ah = bool(objectives & AH_OBJECTIVES)
     if esp and ah:

@@ -1,6 +1,6 @@
 """strongSwan proposal strings: build them from keywords, parse and check them.
 
-Grammar (strongSwan 5.9, REFERENCE.md §2):
+Grammar (strongSwan 5.9,):
 
 - ESP: ``encr-integ[-ke]`` or ``aead[-ke]``; AH: ``integ[-ke]``; the key exchange in a
   CHILD_SA proposal only applies to rekeying (PFS).

@@ -64,7 +64,7 @@ _MEASUREMENT_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """Measured cost of one transform (seed 000 §5.5: ``ns = a * bytes + b``)."""
+    """Measured cost of one transform (Niedermayer et al. §5.5: ``ns = a * bytes + b``)."""
 
     throughput_mbps: float | None = None
     a_ns_per_byte: float | None = None

@@ -1,8 +1,8 @@
 """From measurements to ratings (pure): the linear latency model and the 0-10 performance score.
 
-- Seed 000 §5.5: the time to process a packet is linear in its size,
+- Niedermayer et al. §5.5: the time to process a packet is linear in its size,
   ``ns = a * bytes + b`` (``a``: per-byte cost, ``b``: per-packet overhead); fitted by
-  least squares over the sizes of seed 000 Table 4 (64, 300, 700, 1400 B).
+  least squares over the sizes of Niedermayer et al. Table 4 (64, 300, 700, 1400 B).
 - The score keeps ``standards-2026``'s documented mapping, so measured and published
   tables sit on one scale. Both maps are logarithmic, so equal speed *ratios* are equal
   score steps (as ESAF's Table 14 steps are), and clamped to 0-10:
@@ -47,7 +47,7 @@ __all__ = [
     "throughput_score",
 ]
 
-#: Packet sizes of seed 000 Table 4.
+#: Packet sizes of Niedermayer et al. Table 4.
 SIZES: tuple[int, ...] = (64, 300, 700, 1400)
 
 

@@ -1,4 +1,4 @@
-"""The agent's Client role (seed 001 §2.2 steps 1 and 6): ask, verify the answer, bring the tunnel up.
+"""The agent's Client role (Liu et al. §2.2 steps 1 and 6): ask, verify the answer, bring the tunnel up.
 
 ``connect`` signs a request with the user's Ed25519 key and seals it to Host, then
 opens Target's answer with the user's X25519 key and checks it: Target's signature,

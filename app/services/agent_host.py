@@ -1,4 +1,4 @@
-"""The agent's Host role (seed 001 §2.2 steps 1-3 and 5): enrolment, checks, endorsement, relay.
+"""The agent's Host role (Liu et al. §2.2 steps 1-3 and 5): enrolment, checks, endorsement, relay.
 
 Host holds the enrolled users' public keys and the Objective-IDs each may ask for. It
 opens a client's sealed request, checks recipient, enrolment, revocation, signature,
@@ -86,7 +86,7 @@ class HostAgent:
         """
         keys = PublicKeys.from_text(sign_public_key, kem_public_key)
         if not objectives or any(o not in (1, 2, 3, 4) for o in objectives):
-            raise InvalidInput("objectives are Objective-IDs 1-4 (seed 001 Table 2-2)")
+            raise InvalidInput("objectives are Objective-IDs 1-4 (Liu et al. Table 2-2)")
         user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
                             objectives=frozenset(objectives))
         with self._sessions() as session, session.begin():

@@ -1,4 +1,4 @@
-"""The agent's Target role (seed 001 §2.2 steps 3-5): authorise, negotiate, configure charon, answer.
+"""The agent's Target role (Liu et al. §2.2 steps 3-5): authorise, negotiate, configure charon, answer.
 
 Target accepts only envelopes sealed to it and signed by a Host it trusts, which embed
 the client's own signed request unchanged. It checks both signatures, the recipients,

@@ -86,7 +86,7 @@ async def test_contract_example_with_stored_policy_peer(client: httpx.AsyncClien
 
 
 async def test_editing_md5_to_4_makes_it_the_choice(client: httpx.AsyncClient) -> None:
-    """Seed 000 §7.4: 'If HMAC-MD5 would possess a security rating of 4, it would be selected'."""
+    """Niedermayer et al. §7.4: 'If HMAC-MD5 would possess a security rating of 4, it would be selected'."""
     table = await client.get("/v1/rating-tables/esaf-2006")
     r = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 4},
                            headers={"If-Match": table.headers["etag"]})

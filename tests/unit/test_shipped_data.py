@@ -56,7 +56,7 @@ def test_shipped_policies_are_the_documented_examples(policies: dict[str, Policy
     assert {"voip", "bulk-backup", "mobile-default", "integrity-only", "high-security"} <= set(policies)
 
 
-# --------------------------------------------------------------------------- esaf-2006 = seed 000 Table 14
+# --------------------------------------------------------------------------- esaf-2006 = Niedermayer et al. Table 14
 
 TABLE_14 = {
     # keyword: (dimension, security level, performance)
@@ -79,7 +79,7 @@ def test_esaf_2006_is_table_14(esaf: RatingTable) -> None:
         levels = {d: rating.level(d) for d in ("confidentiality", "integrity", "key_exchange")}
         assert levels == {d: (level if d == dimension else None) for d in levels}, keyword
         assert rating.performance == performance, keyword
-        assert (rating.source, rating.reason) == ("paper", "seed 000 Table 14"), keyword
+        assert (rating.source, rating.reason) == ("paper", "Niedermayer et al. Table 14"), keyword
         assert rating.requirement is None
         assert rating.measurement is None
 
@@ -95,14 +95,14 @@ def test_esaf_2006_rates_no_key_exchange_or_prf(esaf: RatingTable) -> None:
 
 
 def test_esaf_2006_min_integrity_4_picks_sha1_by_performance(esaf: RatingTable) -> None:
-    """Seed 000 §7.4: SHA-256 is secure enough but slower, MD5 is too weak."""
+    """Niedermayer et al. §7.4: SHA-256 is secure enough but slower, MD5 is too weak."""
     enough = [r for r in esaf.ratings.values() if r.integrity is not None and r.integrity >= 4]
     assert max(enough, key=lambda r: r.performance).algorithm == "sha1"
 
 
 # --------------------------------------------------------------------------- standards-2026
 
-#: REFERENCE.md section 1, "Proposed levels", for every catalogue keyword.
+#: today's standards section 1, "Proposed levels", for every catalogue keyword.
 PROPOSED: dict[str, dict[str, int]] = {
     "null": {"confidentiality": 0},
     "des": {"confidentiality": 1},
@@ -180,7 +180,7 @@ def test_standards_2026_requirement_levels(standards: RatingTable, keyword: str,
 
 
 def test_standards_2026_where_it_departs_from_esaf(standards: RatingTable, esaf: RatingTable) -> None:
-    """REFERENCE.md §1: 3DES 8 -> 3, Blowfish 9/10 -> 2; HMAC-MD5/SHA-1 security agrees."""
+    """today's standards: 3DES 8 -> 3, Blowfish 9/10 -> 2; HMAC-MD5/SHA-1 security agrees."""
     assert (esaf.ratings["3des"].confidentiality, standards.ratings["3des"].confidentiality) == (8, 3)
     assert standards.ratings["blowfish128"].confidentiality == standards.ratings["blowfish192"].confidentiality == 2
     for keyword in ("md5", "sha1", "sha256", "aes128"):
@@ -193,7 +193,7 @@ def perf(table: RatingTable, *keywords: str) -> list[float]:
 
 
 def test_standards_2026_performance_follows_measured_speed(standards: RatingTable) -> None:
-    # openssl speed (LAB.md, REFERENCE.md): GCM > SHA-1 > SHA-256 > CBC > ChaCha > MD5 > Blowfish > 3DES
+    # openssl speed (the lab set-up, today's standards): GCM > SHA-1 > SHA-256 > CBC > ChaCha > MD5 > Blowfish > 3DES
     assert perf(standards, "aes128gcm16", "sha1", "sha256", "aes128", "chacha20poly1305", "md5",
                 "blowfish128", "3des") == sorted(perf(standards, "aes128gcm16", "sha1", "sha256", "aes128",
                                                       "chacha20poly1305", "md5", "blowfish128", "3des"),

@@ -1,4 +1,4 @@
-"""Keys, signatures and seals of the tunnel agent (REFERENCE.md §3).
+"""Keys, signatures and seals of the tunnel agent .
 
 Every party has an Ed25519 key to sign and a separate X25519 key to be sealed to.
 A message is signed (Ed25519 over a context label, its kind and its canonical body) and

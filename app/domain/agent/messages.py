@@ -52,7 +52,7 @@ _NONCE = 16
 
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """Seed 001's "Request Info": which target, what the client's charon can do, what it needs.
+    """Liu et al.'s "Request Info": which target, what the client's charon can do, what it needs.
 
     ``supports`` are the client charon's algorithm keywords (empty: not declared);
     ``ike_address`` is where the client's IKE packets come from (optional; narrows the
@@ -288,7 +288,7 @@ class Revocation:
 
 @dataclass(frozen=True, slots=True)
 class TunnelingInfo:
-    """Seed 001's "Tunneling Info": everything the client needs to bring the tunnel up."""
+    """Liu et al.'s "Tunneling Info": everything the client needs to bring the tunnel up."""
 
     ticket: str
     protection: str                 # "esp" or "native" (Objective-ID 1: no IPsec)

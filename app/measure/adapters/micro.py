@@ -1,6 +1,6 @@
 """Micro benchmark: per-packet cost of each transform the `cryptography` library offers.
 
-Measured the way ESP uses them and the engine costs them (seed 000 Table 3: costs add):
+Measured the way ESP uses them and the engine costs them (Niedermayer et al. Table 3: costs add):
 a cipher alone (CBC/CTR encryption of the payload), a MAC alone (HMAC / CMAC over it),
 an AEAD as one seal. Keys are set up once per SA as in ESP (one cipher context, a keyed
 MAC state copied per packet), so the per-packet term ``b`` is the call itself plus, for

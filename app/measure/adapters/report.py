@@ -124,7 +124,8 @@ def _plot_latency(micro: MicroRun, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("ns per packet")
-    fig.suptitle("Micro: ns per packet against size, with the fitted ns = a·bytes + b (seed 000 §5.5)", fontsize=11)
+    fig.suptitle("Micro: ns per packet against size, with the fitted ns = a·bytes + b (Niedermayer et al. §5.5)",
+                 fontsize=11)
     return _save(fig, path)
 
 

@@ -3,7 +3,7 @@
 - :func:`parse_micro` / :func:`parse_tunnel` read the JSON of ``qoss bench micro --out`` and
   ``qoss bench tunnel --out`` (optional keys may be missing).
 - :func:`today_from_micro` / :func:`today_from_tunnel` give each seed row (``seed_tables``)
-  today's figure: from the micro, the row's transforms' costs at 1400 B added (seed 000
+  today's figure: from the micro, the row's transforms' costs at 1400 B added (Niedermayer et al.
   Table 3: costs add) as MB/s; from the tunnel, the ESP suite made of the same transforms.
 - :func:`compare` ranks a seed table both ways and finds, for every pair of rows, whether
   the order agrees or flips; :func:`explain_flip` gives a one-line reason per flip.
@@ -425,7 +425,7 @@ def explain_flip(faster_then: SeedRow, faster_now: SeedRow, cpu_flags: frozenset
                        if then & _MACS else "CCM's two AES-NI passes against one serial CBC pass: per-packet "
                        "overhead decides")
     if not reasons and "blowfish" in then and "blowfish" in now:
-        reasons.append("Blowfish's speed does not depend on its key size (seed 000 §6.2): noise")
+        reasons.append("Blowfish's speed does not depend on its key size (Niedermayer et al. §6.2): noise")
     if not reasons and "aes" in then and "aes" in now:
         reasons.append("AES-128 and AES-192 differ by two rounds in 10-12: a small difference either way")
     return "; ".join(reasons) if reasons else "no single known cause; see the figures above"
@@ -579,7 +579,8 @@ def render_markdown(
     out += ["## Today beside the papers", "",
             "Each paper's rows ranked by the paper's figure and by today's (1 = fastest). A pair of rows *flips* "
             "when the faster one changed; the line says why. Rows made of several transforms add their costs "
-            "(seed 000 Table 3). Seed 000 measured Linux 2.6 on 2.6 GHz Pentium 4s (2006), seed 004 strongSwan "
+            "(Niedermayer et al. Table 3). Niedermayer et al. measured Linux 2.6 on 2.6 GHz Pentium 4s (2006), "
+            "Thiruvasagam and George strongSwan "
             "on 2019 hardware; today's micro is per-transform userspace crypto, so only the *order* is comparable.",
             ""]
     for c in comparisons:

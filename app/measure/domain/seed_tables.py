@@ -1,12 +1,12 @@
 """The seed papers' performance tables, transcribed (pure data), for `qoss bench report`.
 
 Each row names the catalogue keywords its transform set is made of (an ESP cipher, a MAC,
-or an AEAD; costs add, seed 000 Table 3), the paper's figure, and where it is printed.
+or an AEAD; costs add, Niedermayer et al. Table 3), the paper's figure, and where it is printed.
 
-- Seed 000: Niedermayer, Klenk, Carle, "The Networking Perspective of Security Performance -
+- Niedermayer et al.: Niedermayer, Klenk, Carle, "The Networking Perspective of Security Performance -
   a Measurement Study" (2006): Table 8 (ESP, transport mode, iperf Mbit/s, kernels 2.6.9 and
   2.6.13), Table 10 (ESP+AH, transport mode, kernel 2.6.9), Table 14 (ESAF performance levels).
-- Seed 004: Thiruvasagam, George, "IPSec: Performance Analysis in IPv4 and IPv6" (2019):
+- Thiruvasagam and George: Thiruvasagam, George, "IPSec: Performance Analysis in IPv4 and IPv6" (2019):
   Table 5 (strongSwan ESP tunnel mode, iperf3 Mbit/s, TCP and UDP over IPv4 and IPv6).
 """
 
@@ -48,11 +48,11 @@ class SeedTable:
 
 
 def _t8(label: str, keyword: str, k269: float, k2613: float) -> SeedRow:
-    return SeedRow(label, (keyword,), k269, f"seed 000 Table 8, row 'ESP with {label}', kernel 2.6.9",
+    return SeedRow(label, (keyword,), k269, f"Niedermayer et al. Table 8, row 'ESP with {label}', kernel 2.6.9",
                    {"kernel 2.6.13": k2613})
 
 
-_TABLE_8 = SeedTable("000-T8", "Seed 000 Table 8: ESP, transport mode, kernel 2.6.9", "Mbit/s", (
+_TABLE_8 = SeedTable("000-T8", "Niedermayer et al. Table 8: ESP, transport mode, kernel 2.6.9", "Mbit/s", (
     _t8("AES-128", "aes128", 314, 456),
     _t8("AES-192", "aes192", 295, 419),
     _t8("Blowfish-128", "blowfish128", 192, 336),
@@ -66,19 +66,20 @@ _T10_CIPHERS = (("AES-128", "aes128"), ("AES-192", "aes192"), ("Blowfish-128", "
 _T10_MACS = (("MD5", "md5"), ("SHA-1", "sha1"), ("SHA-2-256", "sha256"))
 _T10_VALUES = ((231, 166, 123), (225, 160, 120), (164, 127, 99), (163, 127, 99), (60, 56, 50))
 
-_TABLE_10 = SeedTable("000-T10", "Seed 000 Table 10: ESP+AH, transport mode, kernel 2.6.9", "Mbit/s", tuple(
+_TABLE_10 = SeedTable("000-T10", "Niedermayer et al. Table 10: ESP+AH, transport mode, kernel 2.6.9", "Mbit/s", tuple(
     SeedRow(f"{cipher} + {mac}", (ck, mk), _T10_VALUES[i][j],
-            f"seed 000 Table 10, row '{cipher}', column '{mac}'")
+            f"Niedermayer et al. Table 10, row '{cipher}', column '{mac}'")
     for i, (cipher, ck) in enumerate(_T10_CIPHERS) for j, (mac, mk) in enumerate(_T10_MACS)
 ))
 
 
 def _t14(label: str, keyword: str, security: float, performance: float, column: str) -> SeedRow:
     return SeedRow(label, (keyword,), performance,
-                   f"seed 000 Table 14, row '{label}', column 'Performance'", {column: security})
+                   f"Niedermayer et al. Table 14, row '{label}', column 'Performance'", {column: security})
 
 
-_TABLE_14_ENC = SeedTable("000-T14-enc", "Seed 000 Table 14: ESAF performance levels, encryption", "level 0-10", (
+_TABLE_14_ENC = SeedTable("000-T14-enc", "Niedermayer et al. Table 14: ESAF performance levels, encryption",
+                          "level 0-10", (
     _t14("AES-128", "aes128", 8, 8, "confidentiality"),
     _t14("AES-192", "aes192", 9, 7, "confidentiality"),
     _t14("DES", "des", 2, 4, "confidentiality"),
@@ -87,7 +88,7 @@ _TABLE_14_ENC = SeedTable("000-T14-enc", "Seed 000 Table 14: ESAF performance le
     _t14("Blowfish-192", "blowfish192", 10, 6, "confidentiality"),
 ))
 
-_TABLE_14_AUTH = SeedTable("000-T14-auth", "Seed 000 Table 14: ESAF performance levels, authentication",
+_TABLE_14_AUTH = SeedTable("000-T14-auth", "Niedermayer et al. Table 14: ESAF performance levels, authentication",
                            "level 0-10", (
     _t14("HMAC-MD5", "md5", 2, 9, "integrity"),
     _t14("HMAC-SHA-1", "sha1", 5, 6, "integrity"),
@@ -96,11 +97,12 @@ _TABLE_14_AUTH = SeedTable("000-T14-auth", "Seed 000 Table 14: ESAF performance 
 
 
 def _t5(label: str, keywords: tuple[str, ...], tcp4: float, udp4: float, tcp6: float, udp6: float) -> SeedRow:
-    return SeedRow(label, keywords, tcp4, f"seed 004 Table 5, row '{label}', column 'IPv4 Throughput (TCP)'",
+    return SeedRow(label, keywords, tcp4,
+                   f"Thiruvasagam and George Table 5, row '{label}', column 'IPv4 Throughput (TCP)'",
                    {"IPv4 UDP": udp4, "IPv6 TCP": tcp6, "IPv6 UDP": udp6})
 
 
-_TABLE_5 = SeedTable("004-T5", "Seed 004 Table 5: strongSwan ESP tunnel mode, IPv4 TCP", "Mbit/s", (
+_TABLE_5 = SeedTable("004-T5", "Thiruvasagam and George Table 5: strongSwan ESP tunnel mode, IPv4 TCP", "Mbit/s", (
     _t5("No IPSec", (), 935, 951, 921, 933),
     _t5("AES128-GCM16", ("aes128gcm16",), 899, 942, 873, 885),
     _t5("AES128-CCM16", ("aes128ccm16",), 773, 817, 737, 807),

@@ -6,7 +6,7 @@ measured suite throughputs turned into per-transform rating rows.
 - The default suite list covers every ESP transform both gateways can use with the fewest
   tunnels (a "star"): every AEAD alone, every cipher with a reference integrity algorithm,
   every integrity algorithm with a reference cipher. Under the additive cost model
-  (seed 000 Table 3: costs add) any other pair is predicted from these.
+  (Niedermayer et al. Table 3: costs add) any other pair is predicted from these.
 - *Pinning*: the tunnel service picks the cheapest feasible suite, so a benchmark asks
   for one suite by forbidding every other ESP candidate (the request's ``forbids``).
   IKE must still find a proposal; where the suite alone cannot give one (``null``, an
@@ -65,15 +65,15 @@ __all__ = [
     "tunnel_table",
 ]
 
-#: ICMP payload sizes for RTT by packet size (seed 003 Table 3; seed 000 Table 4's sizes).
+#: ICMP payload sizes for RTT by packet size (Al Boloushi and Al Dhaheri Table 3; Niedermayer et al. Table 4's sizes).
 PING_SIZES: tuple[int, ...] = (64, 300, 700, 1400)
-#: Parallel TCP flows (seed 003 Table 4).
+#: Parallel TCP flows (Al Boloushi and Al Dhaheri Table 4).
 PARALLEL_FLOWS: tuple[int, ...] = (1, 2, 4)
 REFERENCE_CIPHER = "aes128"
 REFERENCE_INTEGRITY = "sha256"
 #: Share of the fastest pair's time charged to the cheapest integrity algorithm (see the module doc).
 INTEGRITY_FLOOR = 0.05
-#: Seed 001 Table 2-2, Objective-ID 2 (AH): on kernel-libipsec, integrity-only ESP.
+#: Liu et al. Table 2-2, Objective-ID 2 (AH): on kernel-libipsec, integrity-only ESP.
 AH_OBJECTIVE_ID = 2
 _NS_PER_BYTE_AT_1_MBPS = 8000.0
 

@@ -50,7 +50,7 @@ def test_connect_ping_disconnect(agent_env: AgentEnv) -> None:
 
 @pytest.mark.parametrize("objective", [1, 2, 3, 4])
 def test_objective_ids_give_table_2_2_protection(agent_env: AgentEnv, objective: int) -> None:
-    """Seed 001 Table 2-2 on a kernel-libipsec Target: 1 Native (no tunnel), 2 AH -> ESP-NULL with
+    """Liu et al. Table 2-2 on a kernel-libipsec Target: 1 Native (no tunnel), 2 AH -> ESP-NULL with
     integrity, 3 ESP, 4 AH+ESP -> ESP with integrity; each fallback is reported."""
     user = f"obj{objective}"
     agent_env.enroll(user, [objective])

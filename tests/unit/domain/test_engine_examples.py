@@ -1,4 +1,4 @@
-"""Worked examples of the engine: seed 000 §7.4, seed 001 Table 2-2, back-end fallbacks, measured costs."""
+"""Worked examples of the engine: Niedermayer et al. §7.4, Liu et al. Table 2-2, back-end fallbacks, measured costs."""
 
 from __future__ import annotations
 

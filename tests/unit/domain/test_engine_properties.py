@@ -1,4 +1,4 @@
-"""Hypothesis properties of the negotiation engine (REFERENCE.md §4).
+"""Hypothesis properties of the negotiation engine .
 
 Soundness (every minimum met, only supported and allowed algorithms), optimality against
 a brute-force oracle, monotonicity (raising a minimum never lowers the level reached),

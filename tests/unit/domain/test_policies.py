@@ -1,4 +1,4 @@
-"""app.domain.policies: objectives to IPsec options (seed 001 Table 2-2) and policy validation."""
+"""app.domain.policies: objectives to IPsec options (Liu et al. Table 2-2) and policy validation."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from app.domain.policies import (
     parse_objectives,
 )
 
-# --------------------------------------------------------------------------- seed 001 Table 2-2
+# --------------------------------------------------------------------------- Liu et al. Table 2-2
 
 
 @pytest.mark.parametrize(

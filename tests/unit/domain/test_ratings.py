@@ -24,9 +24,10 @@ SHA1 = {"algorithm": "sha1", "integrity": 5, "performance": 6}
 
 
 def test_rating_from_dict_keeps_what_it_was_given() -> None:
-    rating = Rating.from_dict({**AES128, "source": "paper", "reason": "seed 000 Table 14", "requirement": "MUST"})
+    rating = Rating.from_dict({**AES128, "source": "paper", "reason": "Niedermayer et al. Table 14",
+                               "requirement": "MUST"})
     assert rating == Rating(algorithm="aes128", confidentiality=8, performance=8.0, source="paper",
-                            reason="seed 000 Table 14", requirement="MUST")
+                            reason="Niedermayer et al. Table 14", requirement="MUST")
     assert rating.kind is Kind.ENCRYPTION
 
 

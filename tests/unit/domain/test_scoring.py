@@ -1,4 +1,4 @@
-"""The latency model and the score mapping, on recorded data (seed 000 Table 4)."""
+"""The latency model and the score mapping, on recorded data (Niedermayer et al. Table 4)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from app.domain.scoring import (
 )
 from app.resources import SHIPPED_RATINGS_DIR
 
-#: Seed 000 Table 4, ESP AES-128 + AH SHA-1, transport mode: cycles per packet.
+#: Niedermayer et al. Table 4, ESP AES-128 + AH SHA-1, transport mode: cycles per packet.
 TABLE_4_AES_SHA1 = [(64, 24587), (300, 43944), (700, 74956), (1400, 131012)]
 
 
@@ -128,7 +128,7 @@ RECORDED_NS = {
 def test_throughput_scores_and_fits_on_recorded_packets() -> None:
     results = {k: MicroResult(k, ns, 0.01, 1000, "m") for k, ns in RECORDED_NS.items()}
     for r in results.values():
-        assert r.fit.r2 > 0.98  # seed 000 §5.5: linear is enough
+        assert r.fit.r2 > 0.98  # Niedermayer et al. §5.5: linear is enough
         assert r.fit.a > 0
     scores = {k: throughput_score(r.mb_per_s) for k, r in results.items()}
     assert scores["aes128gcm16"] > scores["sha256"] > scores["3des"]

@@ -31,7 +31,7 @@ def test_short_real_run_fits_and_orders_sensibly() -> None:
         assert sorted(r.ns_by_size) == [64, 300, 700, 1400]
         assert r.ns_by_size[1400] > r.ns_by_size[64]  # bigger packets cost more
         assert r.fit.a > 0
-    assert results["3des"].mb_per_s < results["aes128gcm16"].mb_per_s  # 3DES is cipher-bound (LAB.md)
+    assert results["3des"].mb_per_s < results["aes128gcm16"].mb_per_s  # 3DES is cipher-bound (the lab set-up)
     assert results["x25519"].ops_per_s is not None
     assert results["x25519"].ops_per_s > 100
     modp2048, modp3072 = results["modp2048"].ops_per_s, results["modp3072"].ops_per_s

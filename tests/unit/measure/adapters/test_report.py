@@ -98,7 +98,7 @@ def test_short_real_micro_then_report_through_the_cli(tmp_path: Path) -> None:
     text = Path(written["report"]).read_text()
     assert "| modp2048 |" in text
     assert doc["command"] in text
-    assert "#### Seed 000 Table 14: ESAF performance levels, authentication — against the micro" in text
+    assert "#### Niedermayer et al. Table 14: ESAF performance levels, authentication — against the micro" in text
 
 
 def test_report_command_refuses_a_bad_document(tmp_path: Path) -> None:

@@ -201,7 +201,8 @@ def test_markdown_has_every_section_and_the_comparison_rows() -> None:
                            plots={"Key exchange per group": "kex.png"}, commands=["qoss bench report --micro m"],
                            levels={"3des": 3, "md5": 2})
     for heading in ("# qoss measurements", "## Data plane (micro)", "## Key exchange", "## Tunnel",
-                    "## Today beside the papers", "#### Seed 000 Table 8", "#### Seed 004 Table 5"):
+                    "## Today beside the papers", "#### Niedermayer et al. Table 8",
+                    "#### Thiruvasagam and George Table 5"):
         assert heading in text
     assert "![Key exchange per group](kex.png)" in text
     assert "| modp8192 | 65 | 15.385 |" in text
