@@ -88,7 +88,7 @@ def serve(
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http=OneWriteHttpProtocol, proxy_headers=False)
+                http=OneWriteHttpProtocol, proxy_headers=False, backlog=settings.listen_backlog)
 
 
 @db_app.command("upgrade")

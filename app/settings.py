@@ -56,6 +56,30 @@ class Settings(BaseSettings):
     monitor_interval: float = Field(
         default=5.0, gt=0, description="seconds between the monitor's look at the gateways (new ones, lost listeners)"
     )
+    negotiation_rate: float = Field(
+        default=50.0, gt=0, description="anonymous negotiations per second per client address (average)")
+    negotiation_burst: int = Field(
+        default=200, ge=1, description="anonymous negotiations a client address may make at once")
+    negotiation_total_rate: float = Field(
+        default=500.0, gt=0, description="anonymous negotiations per second from all clients together (average)")
+    negotiation_total_burst: int = Field(
+        default=2000, ge=1, description="anonymous negotiations all clients may make at once")
+    listen_backlog: int = Field(
+        default=4096, ge=16, le=65535,
+        description="connections the kernel queues before qoss accepts them (capped by net.core.somaxconn); "
+                    "a burst larger than this waits for SYN retransmits")
+    max_in_flight: int = Field(
+        default=64, ge=1, le=100_000,
+        description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
+                    "(/healthz and /livez are never counted or queued)")
+    worker_threads: int = Field(
+        default=40, ge=1, le=1000,
+        description="threads that run blocking work (database, VICI, files) off the event loop")
+    db_pool_size: int = Field(default=20, ge=1, le=1000, description="database connections kept open per process")
+    db_pool_overflow: int = Field(default=40, ge=0, le=1000, description="extra connections opened under load")
+    db_pool_timeout: float = Field(
+        default=0.5, gt=0, le=60,
+        description="seconds a request waits for a database connection before 503 DatabaseUnavailable")
     agent_config: Path | None = Field(
         default=None, description="the tunnel agent's YAML config: enables the Host and/or Target roles"
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -68,10 +68,11 @@ def get_session(request: Request) -> Iterator[Session]:
         session.close()
 
 
-async def get_read_session(request: Request) -> AsyncIterator[Session]:
+def get_read_session(request: Request) -> Iterator[Session]:
     """A read-only unit of work: never commits (SQLite: deferred BEGIN, readers never queue).
 
-    Made on the event loop (no thread hop); nothing is queried until the route uses it.
+    A plain generator, so FastAPI runs it, and closes the session, in a worker thread: the
+    event loop never waits on the database.
     """
     factory: sessionmaker[Session] = request.app.state.read_session_factory
     session = factory()

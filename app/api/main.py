@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,6 +22,7 @@ from app.adapters.agent.crypto import load_keys
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.repositories import AuditRepository
 from app.adapters.vici.driver import ViciGateway
+from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.errors import error_body, install_error_handlers
 from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
@@ -242,10 +244,17 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         resolved = settings or Settings()
-        engine = make_engine(resolved.database_url)
+        pool: dict[str, Any] = {"pool_size": resolved.db_pool_size, "max_overflow": resolved.db_pool_overflow,
+                "pool_timeout": resolved.db_pool_timeout}
+        engine = make_engine(resolved.database_url, **pool)
         read_engine = (
-            make_engine(resolved.database_url, writes=False) if resolved.database_url.startswith("sqlite") else engine
+            make_engine(resolved.database_url, writes=False, **pool)
+            if resolved.database_url.startswith("sqlite") else engine
         )
+        # Blocking work runs in this many threads; the admission limit and the pool are sized
+        # against it, so a burst waits in front of the door (503), not inside on a lock.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = resolved.worker_threads
+        app.state.health = HealthProbe(resolved.database_url)
         app.state.settings = resolved
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
@@ -258,6 +267,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
         app.state.idempotency_key = await asyncio.to_thread(_idempotency_key, app.state.session_factory)
         app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
+        app.state.negotiation_limiter = RateLimiter(resolved.negotiation_rate, resolved.negotiation_burst)
+        app.state.negotiation_total_limiter = RateLimiter(resolved.negotiation_total_rate,
+                                                          resolved.negotiation_total_burst)
         app.state.benchmarks = BenchmarkJobs(
             runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,
                                                                 progress=progress),
@@ -290,6 +302,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if monitor is not None:
                 await asyncio.to_thread(monitor.stop)
             app.state.auditor.close()
+            app.state.health.close()
             engine.dispose()
             read_engine.dispose()
 
@@ -303,6 +316,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     install_error_handlers(app)
 
     app.add_middleware(_GuardAndAudit, settings=settings)
+    # Outermost: a request over the in-flight limit is answered before anything else runs.
+    app.add_middleware(AdmissionControl, settings=settings)
 
     app.include_router(health.router)
     # The agent's message routes first: routing tries each route in order, and they are the

@@ -12,6 +12,7 @@ from app.api.main import create_app
 from app.services.auth import create_token
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
+from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.secrets import register
 
 
@@ -51,5 +52,8 @@ async def client(settings: Settings, admin_token: str) -> AsyncIterator[httpx.As
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {admin_token}"}
-        async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test", headers=headers) as c:
-            yield c
+        # Every API test also checks that no route waits on the database on the event loop.
+        with no_database_on_the_loop([app.state.engine, app.state.read_session_factory.kw["bind"]]) as blocked:
+            async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test", headers=headers) as c:
+                yield c
+        assert not blocked, blocked[0]

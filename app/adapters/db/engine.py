@@ -30,6 +30,8 @@ def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
         The engine; dispose of it when done.
     """
     if url.startswith("sqlite"):
+        if ":memory:" not in url and url != "sqlite://":
+            kwargs = {"pool_size": 20, "max_overflow": 40, **kwargs}
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **kwargs)
 
         @event.listens_for(engine, "connect")
@@ -50,7 +52,7 @@ def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=20, max_overflow=20, **kwargs)
+    return create_engine(url, **{"pool_pre_ping": True, "pool_size": 20, "max_overflow": 20, **kwargs})
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

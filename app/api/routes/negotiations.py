@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import CacheDep, ReadSessionDep, SettingsDep, reader
@@ -20,17 +20,22 @@ _READ = [Depends(reader)]
     "/negotiations", dependencies=_READ,
     response_class=JSONResponse,
     responses={200: {"model": NegotiationOut}, 409: {"model": ErrorOut}, 404: {"model": ErrorOut},
-               422: {"model": ErrorOut}},
+               422: {"model": ErrorOut}, 429: {"model": ErrorOut}},
 )
-async def create_negotiation(body: NegotiationIn, session: ReadSessionDep, cache: CacheDep,
-                             settings: SettingsDep) -> JSONResponse:
+def create_negotiation(body: NegotiationIn, session: ReadSessionDep, cache: CacheDep,
+                       settings: SettingsDep, request: Request) -> JSONResponse:
     """Negotiate a suite. 409 ``NoFeasibleSuite`` names every unmet requirement.
 
     The answer is the engine's own JSON-ready document (documented by ``NegotiationOut``),
     serialised once, without a second validation pass over a document built by our code.
-    Runs on the event loop: the work is CPU-bound (a worker thread would only add a hop
-    under the GIL), and rating tables come from the in-process cache, so a request
-    normally makes no database query; a stored policy costs one indexed read.
+    Runs in a worker thread, like every route that may touch the database: rating tables
+    usually come from the in-process cache, but a stale cache entry or a stored policy is a
+    query, and the event loop never waits on the database.
     """
+    principal = getattr(request.state, "principal", None)
+    if principal is None or principal.token_id is None:  # anonymous: limited per address and in total
+        request.app.state.negotiation_limiter.take(
+            f"negotiation:{request.client.host if request.client else ''}", who="this address")
+        request.app.state.negotiation_total_limiter.take("negotiation", who="anonymous clients")
     result = run_negotiation(session=session, cache=cache, request=body, default_table=settings.default_table)
     return JSONResponse(result.as_dict())
