@@ -218,25 +218,33 @@ def ratings_history(name: str, database_url: DbUrl = None) -> None:
     _emit(_Unit(database_url).run(lambda **kw: table_revisions(session=kw["session"], name=name)))
 
 
-@ratings_app.command("revert")
-def ratings_revert(
-    name: str,
-    to: Annotated[int, typer.Option("--to", min=1, help="the revision whose content to restore")],
-    message: Annotated[str | None, typer.Option(help="why, for the history")] = None,
-    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
-    database_url: DbUrl = None,
-) -> None:
-    """Go back to revision --to: a new revision with its content ("reverted to N"), history kept."""
-    from app.adapters.db.repositories import RatingTableRepository
+RevertTo = Annotated[int, typer.Option("--to", min=1, help="the revision whose content to restore")]
+RevertWhy = Annotated[str | None, typer.Option(help="why, for the history")]
+RevertAuthor = Annotated[str, typer.Option(help="recorded as the revision's author")]
+
+
+def _revert(kind: str, name: str, to: int, message: str | None, author: str, database_url: str | None) -> None:
+    """Revert a rating table or policy to revision ``to``, based on its current revision."""
+    from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
+    from app.services.policies import revert_policy
     from app.services.ratings import revert_table
 
     def revert(**kw: Any) -> dict[str, Any]:
         session = kw["session"]
-        table = revert_table(session=session, name=name, revision=to, author=author, message=message,
-                             expected_revision=RatingTableRepository(session).current_revision(name))
-        return {"table": table.name, "revision": table.revision, "reverted_to": to}
+        repo = RatingTableRepository(session) if kind == "table" else PolicyRepository(session)
+        args = {"session": session, "name": name, "revision": to, "author": author, "message": message,
+                "expected_revision": repo.current_revision(name)}
+        revision = revert_table(**args).revision if kind == "table" else revert_policy(**args)[1]
+        return {kind: name, "revision": revision, "reverted_to": to}
 
     _emit(_Unit(database_url).run(revert))
+
+
+@ratings_app.command("revert")
+def ratings_revert(name: str, to: RevertTo, message: RevertWhy = None, author: RevertAuthor = "cli",
+                   database_url: DbUrl = None) -> None:
+    """Go back to revision --to: a new revision with its content ("reverted to N"), history kept."""
+    _revert("table", name, to, message, author, database_url)
 
 
 @policies_app.command("history")
@@ -248,24 +256,10 @@ def policies_history(name: str, database_url: DbUrl = None) -> None:
 
 
 @policies_app.command("revert")
-def policies_revert(
-    name: str,
-    to: Annotated[int, typer.Option("--to", min=1, help="the revision whose content to restore")],
-    message: Annotated[str | None, typer.Option(help="why, for the history")] = None,
-    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
-    database_url: DbUrl = None,
-) -> None:
+def policies_revert(name: str, to: RevertTo, message: RevertWhy = None, author: RevertAuthor = "cli",
+                    database_url: DbUrl = None) -> None:
     """Go back to revision --to of a policy: a new revision with its content."""
-    from app.adapters.db.repositories import PolicyRepository
-    from app.services.policies import revert_policy
-
-    def revert(**kw: Any) -> dict[str, Any]:
-        session = kw["session"]
-        _, revision = revert_policy(session=session, name=name, revision=to, author=author, message=message,
-                                    expected_revision=PolicyRepository(session).current_revision(name))
-        return {"policy": name, "revision": revision, "reverted_to": to}
-
-    _emit(_Unit(database_url).run(revert))
+    _revert("policy", name, to, message, author, database_url)
 
 
 @policies_app.command("import")

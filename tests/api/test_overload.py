@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +18,7 @@ from sqlalchemy import create_engine
 
 from tests import REPO_ROOT
 from tests.fixtures.loop_guard import no_database_on_the_loop
+from tests.fixtures.served import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -47,44 +44,16 @@ async def test_the_detector_sees_a_connection_taken_on_the_loop_and_not_one_take
         engine.dispose()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
     env = {**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{tmp_path / 'q.db'}", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning",
            "QOSS_MAX_IN_FLIGHT": "8", "QOSS_WORKER_THREADS": "4", "QOSS_DB_POOL_SIZE": "2",
            "QOSS_DB_POOL_OVERFLOW": "0", "QOSS_NEGOTIATION_BURST": "60", "QOSS_NEGOTIATION_RATE": "20"}
     log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=REPO_ROOT,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"qoss serve did not come up: {log.read_text()[-2000:]}")
+    with serving([sys.executable, "-m", "app.cli", "serve"], env=env, log=log, cwd=REPO_ROOT, timeout=60) as (base, _):
         yield base
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
 
 
 async def test_a_burst_gets_fast_answers_never_a_500_or_a_hang(server: str) -> None:

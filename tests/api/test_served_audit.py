@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from app.adapters.db.models import AuditRow, RatingTableRow
 from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.served import serving
 
 QOSS = Path(sys.executable).parent / "qoss"
 WORKERS = 6
@@ -30,42 +30,13 @@ EDITS_PER_WORKER = 200  # a bound on the load whatever happens
 KILL_AFTER = 60  # answered edits before the SIGKILL
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def served(tmp_path: Path, database_url: str, **env: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``qoss serve`` on a free loopback port; stopped (SIGTERM, then SIGKILL) on the way out."""
-    port = _free_port()
-    log = tmp_path / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(QOSS), "serve", "--port", str(port), "--database-url", database_url],
-            env={**os.environ, "QOSS_MONITOR_TUNNELS": "false", **env}, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail(f"qoss serve did not answer within 30 s: {log.read_text()}")
-        yield base, proc
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    with serving([str(QOSS), "serve", "--database-url", database_url],
+                 env={**os.environ, "QOSS_MONITOR_TUNNELS": "false", **env},
+                 log=tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log") as running:
+        yield running
 
 
 @pytest.fixture

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +15,7 @@ import httpx
 import pytest
 
 from tests import REPO_ROOT
+from tests.fixtures.served import serving
 
 UV = ["bash", str(REPO_ROOT / "scripts" / "uv.sh")]
 
@@ -27,12 +25,6 @@ def _run(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: floa
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, f"{args}: {out.stdout}\n{out.stderr}"
     return out.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -92,31 +84,9 @@ def served(venv: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     env = {"QOSS_DATABASE_URL": "sqlite:///./qoss.db", "PYTHONPATH": "", "PATH": f"{venv / 'bin'}:/usr/bin:/bin"}
     upgraded = _run(str(venv / "bin/qoss"), "db", "upgrade", cwd=work, env=env)
     assert "esaf-2006" in upgraded
-    port = _free_port()
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(venv / "bin/qoss"), "serve", "--port", str(port)], cwd=work,
-                                env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("qoss serve did not answer /healthz within 30 s")
+    with serving([str(venv / "bin/qoss"), "serve"], env={**os.environ, **env}, log=tmp_path / "serve.log",
+                 cwd=work) as (base, _):
         yield base, work
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_the_installed_wheel_migrates_serves_and_negotiates_from_an_empty_directory(
