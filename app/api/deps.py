@@ -120,7 +120,7 @@ async def get_if_match(if_match: Annotated[str | None, Header(
     if value.startswith("W/"):
         value = value[2:]
     value = value.strip('"')
-    if not value.isdigit() or len(value) > 10 or int(value) > MAX_DB_INT:
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or int(value) > MAX_DB_INT:
         raise HTTPException(428, "If-Match must be an ETag of this API, e.g. \"3\"")
     return int(value)
 

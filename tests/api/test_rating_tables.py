@@ -211,3 +211,11 @@ async def test_openapi_declares_the_bearer_scheme_and_required_if_match(client: 
     assert if_match["required"] is True
     assert not [p for p in doc["paths"]["/v1/rating-tables"]["post"].get("parameters", [])
                 if p["name"].lower() == "if-match"]
+
+
+@pytest.mark.parametrize("etag", [b'"\xb2"', b"\xb9", b'"1\xb2"', b'"\xb3\xb3"'])
+async def test_if_match_of_non_ascii_digits_is_428_not_a_crash(client: httpx.AsyncClient, etag: bytes) -> None:
+    """Header bytes are read as Latin-1, where \xb2 is a superscript two: a digit to str.isdigit."""
+    r = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 3},
+                           headers={"If-Match": etag})
+    assert r.status_code == 428, r.text
