@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
 
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
+from app.services.bootstrap import prepare_database
+from app.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
 
 N = 200
+
+
+@pytest.fixture
+def settings(tmp_path: Path, lab: Lab) -> Settings:
+    """All 200 admitted at once (admission control would turn most away with 503, as it should:
+    tests/api/test_overload.py), and no pool timeout: this test is about correctness under concurrency."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path}/qoss.db", vici_socket_dirs=[lab.state_dir],
+                        reconcile_on_start=False, max_in_flight=N + 50, db_pool_timeout=30)
+    prepare_database(settings)
+    return settings
 
 
 def local_ts(i: int) -> str:
