@@ -61,6 +61,10 @@ def attach(session: Session, fields: Callable[[], dict[str, Any]]) -> PendingRec
 
 
 def _before_commit(session: Session) -> None:
+    # SQLAlchemy also calls this when a savepoint is released: the record is built at the
+    # outermost commit only, when the request has said all it will (its outcome, its detail).
+    if session.in_nested_transaction():
+        return
     pending: PendingRecord | None = session.info.get(_INFO_KEY)
     if pending is not None and pending.committed is None and pending._staged is None:
         fields = pending._fields()
