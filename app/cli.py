@@ -10,18 +10,22 @@ from typing import Annotated, Any
 
 import typer
 
+from app.cli_db import DatabaseGroup, require_database, settings_for, setup_database
 from app.domain.errors import NotFound, QossError
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(help="qoss: Quality-of-Security-Service negotiation for IPsec.", no_args_is_help=True)
+app = typer.Typer(help="qoss: Quality-of-Security-Service negotiation for IPsec.", no_args_is_help=True,
+                  cls=DatabaseGroup)
 ratings_app = typer.Typer(help="Rating tables.", no_args_is_help=True)
 policies_app = typer.Typer(help="Policies.", no_args_is_help=True)
 db_app = typer.Typer(help="The database.", no_args_is_help=True)
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(policies_app, name="policies")
 app.add_typer(db_app, name="db")
-lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (root).", no_args_is_help=True)
+lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (root). `lab up` builds two "
+                      "gateways (left, right); `lab up --agent` builds the tunnel agent's client, Host and Target, "
+                      "which users then `lab join`.", no_args_is_help=True)
 tunnel_app = typer.Typer(help="Tunnels between registered gateways.", no_args_is_help=True)
 app.add_typer(lab_app, name="lab")
 app.add_typer(tunnel_app, name="tunnel")
@@ -34,9 +38,10 @@ DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABA
 
 
 def _settings(database_url: str | None) -> Any:
-    from app.settings import Settings
-
-    return Settings(database_url=database_url) if database_url else Settings()
+    """The settings of a command that works on an existing database: it must be at this
+    version's newest migration, else the command stops with one line naming `qoss db upgrade`
+    (app/cli_db.py; set-up commands call :func:`setup_database` instead)."""
+    return require_database(database_url)
 
 
 def _fail(exc: QossError, code: int = 2) -> None:
@@ -70,9 +75,8 @@ def serve(
 
     from app.api.http_protocol import OneWriteHttpProtocol
     from app.api.main import create_app
-    from app.services.bootstrap import prepare_database
 
-    settings = _settings(database_url)
+    settings = settings_for(database_url)
     if host:
         settings.host = host
     if port:
@@ -84,7 +88,7 @@ def serve(
                 **({"forwarded_header": forwarded_header} if forwarded_header else {})})
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from exc
-    prepared = prepare_database(settings)
+    prepared = setup_database(settings.database_url)[1]
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
@@ -93,10 +97,8 @@ def serve(
 
 @db_app.command("upgrade")
 def db_upgrade(database_url: DbUrl = None) -> None:
-    """Run the migrations and load shipped data the database lacks."""
-    from app.services.bootstrap import prepare_database
-
-    prepared = prepare_database(_settings(database_url))
+    """Run the migrations (creating a SQLite database if there is none) and load shipped data the database lacks."""
+    _, prepared = setup_database(database_url)
     typer.echo(json.dumps({"tables_added": prepared.tables_added, "policies_added": prepared.policies_added}))
 
 
@@ -109,17 +111,15 @@ def negotiate(
     from pydantic import ValidationError
 
     from app.adapters.db.engine import make_engine, make_session_factory
-    from app.services.bootstrap import prepare_database
     from app.services.negotiation import NegotiationIn, run_negotiation
     from app.services.ratings import TableCache
 
-    settings = _settings(database_url)
     try:
         body = NegotiationIn.model_validate_json(_read(request))
     except ValidationError as exc:
         typer.echo(json.dumps({"error": "ValidationError", "detail": json.loads(exc.json())}, indent=2), err=True)
         raise typer.Exit(2) from exc
-    prepare_database(settings)
+    settings = _settings(database_url)
     engine = make_engine(settings.database_url)
     try:
         with make_session_factory(engine)() as session:
@@ -316,13 +316,11 @@ def policies_check(paths: Annotated[list[Path], typer.Argument(help="policy YAML
 
 
 class _Unit:
-    """A migrated database and one unit of work, for CLI commands that act in-process."""
+    """A database at this version's migration head and one unit of work, for CLI commands that act
+    in-process; ``setup``: a set-up command, which migrates the database (app/cli_db.py)."""
 
-    def __init__(self, database_url: str | None) -> None:
-        from app.services.bootstrap import prepare_database
-
-        self.settings = _settings(database_url)
-        prepare_database(self.settings)
+    def __init__(self, database_url: str | None, *, setup: bool = False) -> None:
+        self.settings = setup_database(database_url)[0] if setup else _settings(database_url)
 
     def run(self, fn: Any, **kw: Any) -> Any:
         from app.adapters.db.engine import make_engine, make_session_factory
@@ -345,20 +343,48 @@ def _emit(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
+LabPrefix = Annotated[str, typer.Option(
+    "--prefix", envvar="QOSS_LAB_PREFIX", help="namespace names start with PREFIX- (distinct prefixes: independent "
+    "labs on one machine)")]
+
+
 @lab_app.command("up")
 def lab_up(
     database_url: DbUrl = None,
     hosts: Annotated[int, typer.Option(help="number of hosts (2: left, right)")] = 2,
+    agent: Annotated[bool, typer.Option(
+        "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers")] = False,
+    prefix: LabPrefix = "qoss",
 ) -> None:
-    """Create the namespaces, start one charon each, and register them as gateways."""
+    """Create the namespaces, start one charon each, and register them as gateways (migrating the database).
+
+    With --agent: three namespaces PREFIX-client, PREFIX-host and PREFIX-target (a bridge in
+    PREFIX-hub joins them), a charon in each, key pairs for Host and Target, their agent
+    configs and SQLite databases, and Host's and Target's `qoss serve` in the background,
+    all under QOSS_LAB_DIR/agent; the database of --database-url is not used. Prints where
+    each part is (namespaces, addresses, URLs, pids, logs) as JSON. Then `qoss lab join
+    NAME` for each user; `qoss lab down` removes it all, also after a failed `up`.
+    """
     from app.adapters.lab import Lab, LabError
     from app.services import tunnels
 
-    unit = _Unit(database_url)
-    lab = Lab(unit.settings.lab_dir)
+    if agent:
+        if hosts != 2:
+            raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
+        from app.adapters.lab_agent import AgentLab
+
+        try:
+            _emit(AgentLab(settings_for(database_url).lab_dir / "agent", prefix=prefix).up())
+        except (LabError, ValueError) as exc:
+            typer.echo(f"lab up failed: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        return
+
+    unit = _Unit(database_url, setup=True)
     try:
+        lab = Lab(unit.settings.lab_dir, prefix=prefix)
         made = lab.up(n_hosts=hosts)
-    except LabError as exc:
+    except (LabError, ValueError) as exc:
         typer.echo(f"lab up failed: {exc}", err=True)
         raise typer.Exit(1) from exc
 
@@ -378,30 +404,113 @@ def lab_up(
     _emit(unit.run(lambda **kw: register(**kw)))
 
 
+@lab_app.command("join")
+def lab_join(
+    name: Annotated[str, typer.Argument(help="the user (a-z, 0-9, . _ -): enrolled at Host on first join")],
+    objective: Annotated[int, typer.Option(min=1, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+) -> None:
+    """A user joins the agent lab (`qoss lab up --agent`): a tunnel on demand, then a ping through it.
+
+    On first join, makes NAME's key pair and client config and enrols NAME at Host (every
+    Objective-ID). Then runs `qoss agent connect` as NAME in the client's namespace (Host
+    vouches, Target negotiates and hands out a virtual IP) and pings Target's protected
+    address from the virtual IP. Prints JSON: user, enrolled (now), virtual_ip, suite (as
+    the client's charon reports it: ike, child), proposals (what Target negotiated), ticket,
+    conn, ping (transmitted, received, rtt_avg_ms, esp_packets, crossed) and client_config
+    (for `ip netns exec PREFIX-client qoss agent status|disconnect --config FILE`).
+    Several users join one after another, each with their own virtual IP. Exit status 0 when
+    the ping crossed the tunnel, 1 when it did not, 2 when NAME could not connect.
+    """
+    from app.adapters.lab import LabError
+    from app.adapters.lab_agent import AgentLab
+
+    try:
+        lab = AgentLab(settings_for(None).lab_dir / "agent")
+        if not lab.state_file.exists():
+            raise LabError(f"no agent lab is up in {lab.state_dir}: run 'qoss lab up --agent' first")
+        levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+        result = lab.join(name, objective=objective, min_levels={k: v for k, v in levels.items() if v})
+    except (LabError, ValueError) as exc:
+        typer.echo(f"lab join failed: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    _emit(result)
+    if not (result["ping"] or {}).get("crossed"):
+        raise typer.Exit(1)
+
+
 @lab_app.command("down")
 def lab_down(database_url: DbUrl = None) -> None:
-    """Stop the lab's charons, delete its namespaces, forget its tunnels and gateways."""
-    from app.adapters.lab import Lab
+    """Take down everything `lab up` built, also after a failed or partial `up`.
+
+    The agent lab: its servers (and any client still running), charons, namespaces and its
+    state directory. The gateway lab: its charons and namespaces, and its tunnels and
+    gateways in the database (which must be migrated). Prints "lab down"; exit status 1,
+    with one line per problem, if something could not be removed.
+    """
+    from app.adapters.lab import Lab, LabError
+    from app.adapters.lab_agent import AgentLab
+    from app.cli_db import DatabaseUnusable
     from app.services import tunnels
 
-    unit = _Unit(database_url)
-    lab = Lab(unit.settings.lab_dir)
-    names = [h.name for h in lab.hosts]
-
-    unit.run(lambda **kw: tunnels.forget_gateways(session=kw["session"], names=names))
-    lab.down()
+    lab_dir = settings_for(database_url).lab_dir
+    problems = []
+    try:
+        AgentLab(lab_dir / "agent").down()
+    except (LabError, ValueError) as exc:
+        problems.append(f"agent lab: {exc}")
+    names: list[str] = []
+    try:
+        lab = Lab(lab_dir)
+        names = [h.name for h in lab.hosts]
+        lab.down()
+    except (LabError, ValueError) as exc:
+        problems.append(f"lab: {exc}")
+    if names:
+        try:
+            _Unit(database_url).run(lambda **kw: tunnels.forget_gateways(session=kw["session"], names=names))
+        except DatabaseUnusable as exc:
+            problems.append(f"gateways {', '.join(names)} are still registered: {exc.message}")
+    for problem in problems:
+        typer.echo(f"lab down: {problem}", err=True)
     typer.echo("lab down")
+    if problems:
+        raise typer.Exit(1)
 
 
 @lab_app.command("status")
 def lab_status(database_url: DbUrl = None) -> None:
-    """Namespaces, charons and sockets of the lab."""
-    from app.adapters.lab import Lab
+    """Namespaces, charons and sockets of the lab, and of the agent lab with its servers and users (JSON).
 
-    status = Lab(_settings(database_url).lab_dir).status()
-    _emit({"healthy": status.healthy, "namespaces": status.namespaces, "charons": status.charons,
-           "sockets": status.sockets})
-    if not status.healthy:
+    Top level: the gateway lab (healthy, namespaces, charons, sockets); "agent": null, or the
+    agent lab (healthy, prefix, namespaces, charons, sockets, servers with running, pid and
+    url, users). "healthy" at the top: something is up and every part of it is well. Exit
+    status 1 when not healthy.
+    """
+    from app.adapters.lab import Lab
+    from app.adapters.lab_agent import AgentLab
+
+    lab_dir = settings_for(database_url).lab_dir
+    status = Lab(lab_dir).status()
+    agent_lab = AgentLab(lab_dir / "agent")
+    agent = None
+    parts = [status.healthy] if status.namespaces else []
+    if agent_lab.recorded:
+        got = agent_lab.status()
+        described = agent_lab.describe()
+        agent = {"healthy": got.healthy, "prefix": agent_lab.prefix, "namespaces": got.lab.namespaces,
+                 "charons": got.lab.charons, "sockets": got.lab.sockets,
+                 "servers": {role: {"running": running, "pid": described.get(role, {}).get("pid"),
+                                    "url": described.get(role, {}).get("url")}
+                             for role, running in got.servers.items()},
+                 "users": got.users}
+        parts.append(got.healthy)
+    healthy = bool(parts) and all(parts)
+    _emit({"healthy": healthy, "namespaces": status.namespaces, "charons": status.charons,
+           "sockets": status.sockets, "agent": agent})
+    if not healthy:
         raise typer.Exit(1)
 
 
@@ -506,6 +615,7 @@ def bench_micro(
     from app.measure.adapters.micro import BACKEND, available, library_version, machine_id, run_micro
 
     keywords = [k.strip() for k in only.split(",")] if only else available()
+    unit = _Unit(database_url, setup=True) if write_table is not None else None  # before a minute of measuring
     began = time.monotonic()
     with typer.progressbar(length=len(keywords) * repeat, label="measuring") as bar:
         try:
@@ -536,9 +646,8 @@ def bench_micro(
             + "\n")
     typer.echo(json.dumps({"machine": machine_id(), "algorithms": len(rows), "elapsed_s": elapsed,
                            "worst_spread": max(r["spread"] for r in rows)}))
-    if write_table is None:
+    if write_table is None or unit is None:
         return
-    unit = _Unit(database_url)
 
     def write(**kw: Any) -> dict[str, Any]:
         from app.services.ratings import get_table, import_table
@@ -613,7 +722,7 @@ def token_create(
         return create_token(session=kw["session"], name=name, scopes=[s.strip() for s in scopes.split(",")],
                             expires_in=expires_in, created_by="cli")
 
-    token, record = _Unit(database_url).run(make)
+    token, record = _Unit(database_url, setup=True).run(make)  # the first admin token: a set-up command
     if plain:
         typer.echo(token)
     else:

@@ -33,30 +33,13 @@ def _fail(exc: QossError, code: int = 2) -> None:
 
 
 def _session_factory(database_url: str | None) -> Any:
+    """Sessions on the Host's or Target's database, which must be migrated already: these
+    commands set nothing up (``qoss db upgrade`` does; app/cli_db.py says it in one line)."""
     from app.adapters.db.engine import make_engine, make_session_factory
-    from app.settings import Settings
+    from app.cli_db import require_database
 
-    settings = Settings(database_url=database_url) if database_url else Settings()
-    _require_migrated(settings.database_url)
+    settings = require_database(database_url)
     return make_session_factory(make_engine(settings.database_url)), settings
-
-
-def _require_migrated(url: str) -> None:
-    """Refuse, in one clear message, a database that was never migrated or is behind (nothing is
-    created or changed: the Host's and Target's databases are set up with ``qoss db upgrade``)."""
-    from sqlalchemy.engine import make_url
-
-    from app.adapters.db.migrate import is_at_head
-    from app.domain.errors import DatabaseNotReady
-
-    try:
-        ready = is_at_head(url)
-    except Exception as exc:  # a database that cannot be reached or read says so, never a traceback
-        _fail(DatabaseNotReady(f"cannot read the database {make_url(url).render_as_string(hide_password=True)}: "
-                               f"{type(exc).__name__}"))
-    if not ready:
-        _fail(DatabaseNotReady(f"the database {make_url(url).render_as_string(hide_password=True)} is not migrated "
-                               "to this version: run 'qoss db upgrade' (with the same --database-url) first"))
 
 
 @agent_app.command("keygen")

@@ -1,7 +1,7 @@
 """Agent join time: ``connect`` -> tunnel up, against a bare VICI ``initiate`` of a prepared road warrior.
 
-Three namespaces (tests/integration/agent/topology.py): Host and Target each a real
-``qoss serve``, the client's charon in its own namespace. In one run:
+Three namespaces (``app.adapters.lab_agent``, as ``qoss lab up --agent`` builds them): Host and
+Target each a real ``qoss serve``, the client's charon in its own namespace. In one run:
 
 * **agent**: the client (a Python process inside the client's namespace, the same code
   as ``qoss agent connect`` without the interpreter start-up) signs and seals a request,
@@ -39,7 +39,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.agent.topology import Topology
+from app.adapters.lab_agent import AgentLab
 
 INNER = r"""
 import gc, json, os, sys, time
@@ -129,24 +129,25 @@ print(json.dumps({"firsts": firsts, "ms": times, "cpu": cpu, "bare_ms": bare_ms,
 """
 
 
-def prepare_bare(topo: Topology, ike: str, esp: str) -> None:
+def prepare_bare(lab: AgentLab, ike: str, esp: str) -> None:
     """The bare road warrior ``bare-rw``: pool, key and conn in Target's charon, key and conn in the client's."""
     from app.domain.agent import TunnelingInfo, client_conn, target_conn
 
-    t, c = topo.target.gateway(10.0), topo.client.gateway(10.0)
+    target, client = lab.host("target"), lab.host("client")
+    t, c = target.gateway(10.0), client.gateway(10.0)
     name, key = "bare-rw", b"k" * 32
-    info = TunnelingInfo(ticket="0" * 32, protection="esp", target_address=topo.target.ike_address,
+    info = TunnelingInfo(ticket="0" * 32, protection="esp", target_address=target.ike_address,
                          target_identity="bare.target", client_identity="bare.client",
-                         remote_ts=(f"{topo.target.inside_address}/32",), ike_proposal=ike, esp_proposal=esp,
+                         remote_ts=(f"{target.inside_address}/32",), ike_proposal=ike, esp_proposal=esp,
                          mode="tunnel", suite={}, notes=(), expires=0)
     t.load_pool(name, "10.8.0.14/32")
     for v in (t, c):
         v.load_shared(name, key, owners=["bare.target", "bare.client"])
-    t.load_conn(name, target_conn(name=name, target_address=topo.target.ike_address, target_identity="bare.target",
-                                  client_identity="bare.client", client_address=topo.client.ike_address,
-                                  local_ts=[f"{topo.target.inside_address}/32"], pool=name, ike_proposal=ike,
+    t.load_conn(name, target_conn(name=name, target_address=target.ike_address, target_identity="bare.target",
+                                  client_identity="bare.client", client_address=client.ike_address,
+                                  local_ts=[f"{target.inside_address}/32"], pool=name, ike_proposal=ike,
                                   esp_proposal=esp, mode="tunnel", ike_lifetime=3600, child_lifetime=1200))
-    c.load_conn(name, client_conn(name=name, info=info, client_address=topo.client.ike_address))
+    c.load_conn(name, client_conn(name=name, info=info, client_address=client.ike_address))
 
 
 def _cpu_ms(pid: int) -> float:
@@ -155,17 +156,18 @@ def _cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _pids(topo: Topology) -> dict[str, int]:
-    charons = json.loads(topo.lab.state_file.read_text())["pids"]
-    names = ("host+target server",) if topo.combined else ("target server", "host server")
-    servers = dict(zip(names, (s.pid for s in topo.servers), strict=True))
-    return {**servers, "client charon": charons["client"], "target charon": charons["target"]}
+def _pids(lab: AgentLab) -> dict[str, int]:
+    charons = lab.lab.pids
+    servers = lab.server_pids()
+    named = ({"host+target server": servers["target"]} if lab.combined
+             else {"target server": servers["target"], "host server": servers["host"]})
+    return {**named, "client charon": charons["client"], "target charon": charons["target"]}
 
 
-def _run(topo: Topology, n: int, breakdown: bool, bare: bool = False, order: str = "alternate") -> dict[str, object]:
-    done = subprocess.run(["ip", "netns", "exec", topo.client.netns, sys.executable, "-c", INNER,
-                           str(topo.dir / "client.yaml"), str(n), "1" if breakdown else "0", "1" if bare else "0",
-                           order],
+def _run(lab: AgentLab, n: int, breakdown: bool, bare: bool = False, order: str = "alternate") -> dict[str, object]:
+    done = subprocess.run(["ip", "netns", "exec", lab.host("client").netns, sys.executable, "-c", INNER,
+                           str(lab.client_config_path("alice")), str(n), "1" if breakdown else "0",
+                           "1" if bare else "0", order],
                           capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0:
         raise SystemExit(f"agent runs failed: {done.stderr[-3000:]}")
@@ -194,20 +196,17 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still stop the servers and the lab
     n = max(1, min(args.n, 500))
-    topo = Topology(server_env={"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000",
-                                "QOSS_AGENT_USER_RATE": "1000", "QOSS_AGENT_USER_BURST": "1000"},
-                    combined=args.combined)
-    try:
-        topo.open()
-        pids = _pids(topo)
-        first = _run(topo, 1, breakdown=False)  # learns the suite Target negotiates (untimed)
-        prepare_bare(topo, str(first["ike"]), str(first["esp"]))
+    server_env = {"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000", "QOSS_AGENT_USER_RATE": "1000",
+                  "QOSS_AGENT_USER_BURST": "1000"}
+    with AgentLab.temporary("qj", server_env=server_env, combined=args.combined) as lab:
+        lab.enroll("alice", objectives=(3, 2))
+        pids = _pids(lab)
+        first = _run(lab, 1, breakdown=False)  # learns the suite Target negotiates (untimed)
+        prepare_bare(lab, str(first["ike"]), str(first["esp"]))
         before = {k: _cpu_ms(p) for k, p in pids.items()}
-        agent = _run(topo, n, breakdown=False, bare=True, order=args.order)
+        agent = _run(lab, n, breakdown=False, bare=True, order=args.order)
         cpu = {k: (_cpu_ms(p) - before[k]) / n for k, p in pids.items()}
-        local = _run(topo, n, breakdown=True) if args.breakdown else None
-    finally:
-        topo.close()
+        local = _run(lab, n, breakdown=True) if args.breakdown else None
     ms, base_ms = list(agent["ms"]), list(agent["bare_ms"])  # type: ignore[call-overload]
     a, b = statistics.median(ms), statistics.median(base_ms)
     layout = "Host and Target in one server" if args.combined else "Host and Target in two servers"

@@ -10,8 +10,11 @@ gives up on a silent peer after two quick retransmits, so failing tests fail fas
 
 Nothing in the root namespace is touched. The lab's state (namespaces, pids, sockets,
 addresses) is written to ``state_dir/lab.json`` as it is built, so :meth:`Lab.down`
-works from another process and after a partial :meth:`Lab.up`. Needs root, iproute2,
-util-linux ``unshare`` and strongSwan >= 5.9 (``kernel-libipsec``).
+works from another process and after a partial :meth:`Lab.up`; it also stops any charon
+whose ``strongswan.conf`` lies under ``state_dir`` that the record missed (a process killed
+between starting a charon and writing its pid). Needs root, iproute2, util-linux
+``unshare`` and strongSwan >= 5.9 (``kernel-libipsec``). The tunnel agent's lab (Client,
+Host, Target and their servers) builds on it: :mod:`app.adapters.lab_agent`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 from app.adapters.vici.driver import ViciGateway
 from app.domain.errors import GatewayError
 
-__all__ = ["CHARON", "Lab", "LabError", "LabHost", "LabStatus"]
+__all__ = ["CHARON", "Lab", "LabError", "LabHost", "LabStatus", "processes_with_env", "stop_processes"]
 
 _log = logging.getLogger(__name__)
 
@@ -102,6 +105,51 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def _netns_exists(name: str) -> bool:
     return Path("/run/netns", name).exists()
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not exited (zombies count as exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def processes_with_env(variable: str, under: Path, *, exact: bool = False) -> list[int]:
+    """The running processes whose environment sets ``variable`` to a path under ``under``
+    (or, with ``exact``, to ``under`` itself): how a lab finds every process it started,
+    whatever its record says. Reads ``/proc/<pid>/environ`` (root reads every process's).
+    """
+    base = str(Path(under))
+    wanted = f"{variable}={base}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        matches = any(v == wanted or (not exact and v.startswith(wanted + b"/")) for v in environ)
+        if matches and _running(int(entry.name)):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def stop_processes(pids: Sequence[int], grace: float = 3.0, *, group: bool = False) -> None:
+    """SIGTERM each process (its process group with ``group``), SIGKILL what still runs after ``grace`` s."""
+    kill = os.killpg if group else os.kill
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
+        time.sleep(0.02)
+    for pid in pids:
+        if _running(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
 
 
 def _is_our_charon(pid: int, conf: str) -> bool:
@@ -219,6 +267,11 @@ class Lab:
     def hosts(self) -> list[LabHost]:
         """The hosts of the lab that is up (from ``lab.json``)."""
         return [LabHost(**h) for h in self._load().hosts]
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """Each host's charon pid as recorded (from ``lab.json``)."""
+        return dict(self._load().pids)
 
     def host(self, name: str) -> LabHost:
         """The host called ``name``.
@@ -421,6 +474,9 @@ class Lab:
         for proc_name, proc in self._procs.items():
             if proc.poll() is None:
                 victims.setdefault(proc_name, proc.pid)
+        for pid in processes_with_env("STRONGSWAN_CONF", self.state_dir):  # started, never recorded
+            if pid not in victims.values():
+                victims[f"pid {pid}"] = pid
         for pid in victims.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -453,8 +509,4 @@ class Lab:
         proc = self._procs.get(name)
         if proc is not None and proc.pid == pid:
             return proc.poll() is None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+        return _running(pid)

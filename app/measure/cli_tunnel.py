@@ -369,6 +369,10 @@ def bench_tunnel(
     except ValueError as exc:
         typer.echo(f"--micro: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if write_table is not None or database_url is not None:
+        from app.cli_db import setup_database
+
+        setup_database(database_url)  # before minutes of measuring; one it cannot use is one line (app/cli_db.py)
     try:
         with bench_lab(database_url) as bl:
             candidates = bl.candidates()

@@ -6,35 +6,35 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
 from app.resources import SHIPPED_POLICIES_DIR
-from tests import REPO_ROOT
+from tests.cli.run import qoss
 
 
-def qoss(*args: str, db: Path, stdin: str | None = None, env: dict[str, str] | None = None,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args], cwd=REPO_ROOT, input=stdin, capture_output=True, text=True,
-        timeout=timeout, check=False,
-        env={**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{db}", **(env or {})},
-    )
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A migrated SQLite database with the shipped tables and policies (the commands below need one)."""
+    path = tmp_path / "q.db"
+    done = qoss("db", "upgrade", db=path)
+    assert done.returncode == 0, done.stderr
+    return path
 
 
-def test_negotiate_reads_the_api_document_and_prints_the_answer(tmp_path: Path) -> None:
+def test_negotiate_reads_the_api_document_and_prints_the_answer(db: Path) -> None:
     body = {"rating_table": "esaf-2006", "peers": [{"name": "app", "min_levels": {"integrity": 4}}]}
-    out = qoss("negotiate", "-", db=tmp_path / "q.db", stdin=json.dumps(body))
+    out = qoss("negotiate", "-", db=db, stdin=json.dumps(body))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["suite"]["integrity"] == "sha1"
 
 
-def test_negotiate_infeasible_exits_2_with_the_error_document(tmp_path: Path) -> None:
+def test_negotiate_infeasible_exits_2_with_the_error_document(db: Path) -> None:
     body = {"rating_table": "esaf-2006", "peers": [{"name": "app", "min_levels": {"integrity": 9}}]}
-    out = qoss("negotiate", "-", db=tmp_path / "q.db", stdin=json.dumps(body))
+    out = qoss("negotiate", "-", db=db, stdin=json.dumps(body))
     assert out.returncode == 2
     assert json.loads(out.stderr)["error"] == "NoFeasibleSuite"
 
@@ -54,8 +54,7 @@ def test_policies_check_flags_invalid_files(tmp_path: Path) -> None:
     assert "bad.yaml: INVALID" in out.stdout
 
 
-def test_ratings_export_import_round_trip(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
+def test_ratings_export_import_round_trip(tmp_path: Path, db: Path) -> None:
     exported = qoss("ratings", "export", "esaf-2006", "--format", "csv", db=db)
     assert exported.returncode == 0, exported.stderr
     csv_file = tmp_path / "copy.csv"
@@ -72,7 +71,7 @@ def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
     db = tmp_path / "q.db"
     # Short path under /tmp: UNIX socket paths are limited to 107 bytes.
     lab_dir = Path(tempfile.mkdtemp(prefix="qoss-cli-lab-", dir="/tmp"))
-    env = {"QOSS_LAB_DIR": str(lab_dir)}
+    env = {"QOSS_LAB_DIR": str(lab_dir), "QOSS_LAB_PREFIX": f"qcl{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}"}
     try:
         up = qoss("lab", "up", db=db, env=env)
         assert up.returncode == 0, up.stderr
@@ -133,8 +132,7 @@ def test_tunnel_up_to_a_peer_refuses_bad_input_without_echoing_the_psk(tmp_path:
     assert "exactly one of responder" in both.stderr
 
 
-def test_ratings_history_and_revert(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
+def test_ratings_history_and_revert(tmp_path: Path, db: Path) -> None:
     edited = tmp_path / "esaf.yaml"
     exported = qoss("ratings", "export", "esaf-2006", db=db)
     assert exported.returncode == 0, exported.stderr
@@ -151,8 +149,7 @@ def test_ratings_history_and_revert(tmp_path: Path) -> None:
     assert json.loads(again.stderr)["error"] == "InvalidInput"
 
 
-def test_policies_history_and_revert(tmp_path: Path) -> None:
-    db = tmp_path / "q.db"
+def test_policies_history_and_revert(db: Path) -> None:
     out = qoss("policies", "revert", "voip", "--to", "1", db=db)
     assert out.returncode == 2  # the current revision: nothing to revert
     missing = qoss("policies", "revert", "voip", "--to", "9", db=db)
@@ -160,25 +157,56 @@ def test_policies_history_and_revert(tmp_path: Path) -> None:
     assert [h["revision"] for h in json.loads(qoss("policies", "history", "voip", db=db).stdout)] == [1]
 
 
-@pytest.mark.parametrize("command", [["agent", "users"], ["agent", "revoke", "alice"]])
-def test_agent_commands_on_a_database_never_migrated_say_so_and_create_nothing(tmp_path: Path,
-                                                                                command: list[str]) -> None:
-    db = tmp_path / "never.db"
-    out = qoss(*command, db=db, env={"QOSS_AGENT_CONFIG": str(tmp_path / "absent.yaml")})
-    assert out.returncode == 2
-    assert "Traceback" not in out.stderr
-    assert "run 'qoss db upgrade'" in out.stderr
-    assert not db.exists()
+def _namespaces(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.startswith(f"{prefix}-")]
 
 
-def test_agent_enroll_on_a_database_never_migrated_says_so(tmp_path: Path) -> None:
-    keys = tmp_path / "keys"
-    assert qoss("agent", "keygen", "alice", "--dir", str(keys), db=tmp_path / "x.db").returncode == 0
-    db = tmp_path / "never.db"
-    out = qoss("agent", "enroll", str(keys / "alice.pub.json"), "--objective", "3", db=db)
-    assert out.returncode == 2, out.stdout
-    assert "Traceback" not in out.stderr
-    assert json.loads(out.stderr)["error"] == "DatabaseNotReady"
-    assert not db.exists()
-    assert qoss("db", "upgrade", db=db).returncode == 0
-    assert qoss("agent", "enroll", str(keys / "alice.pub.json"), "--objective", "3", db=db).returncode == 0
+def _charons_of(lab_dir: Path) -> list[int]:
+    """Live charons whose STRONGSWAN_CONF lies under ``lab_dir`` (the lab's own)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if "charon" not in (proc / "comm").read_text() or " Z " in (proc / "stat").read_text():
+                continue
+            env = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"STRONGSWAN_CONF={lab_dir}".encode() in env:
+            found.append(int(proc.name))
+    return found
+
+
+def test_lab_up_agent_join_two_users_down_leaves_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    lab_dir = Path(tempfile.mkdtemp(prefix="qoss-cli-agent-", dir="/tmp"))
+    prefix = f"qca{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}"
+    env = {"QOSS_LAB_DIR": str(lab_dir), "QOSS_LAB_PREFIX": prefix}
+    try:
+        refused = qoss("lab", "join", "alice", db=db, env=env)
+        assert refused.returncode != 0
+        assert "qoss lab up --agent" in refused.stderr
+        up = qoss("lab", "up", "--agent", db=db, env=env)
+        assert up.returncode == 0, up.stderr
+        assert sorted(_namespaces(prefix)) == sorted(f"{prefix}-{n}" for n in ("client", "host", "target", "hub"))
+        ips = set()
+        for user in ("alice", "bob"):
+            joined = qoss("lab", "join", user, db=db, env=env)
+            assert joined.returncode == 0, joined.stderr
+            report = json.loads(joined.stdout)
+            assert report["user"] == user
+            assert report["enrolled"] is True
+            assert report["suite"]["child"].startswith("ESP:")
+            assert report["ping"]["received"] == report["ping"]["transmitted"] > 0
+            assert report["ping"]["esp_packets"]["in"] > 0  # the ping went through the SA, not around it
+            ips.add(report["virtual_ip"])
+        assert len(ips) == 2
+    finally:
+        down = qoss("lab", "down", db=db, env=env)
+        leftover_ns, leftover_charons = _namespaces(prefix), _charons_of(lab_dir)
+        shutil.rmtree(lab_dir, ignore_errors=True)
+    assert down.returncode == 0, down.stderr
+    assert leftover_ns == []
+    assert leftover_charons == []

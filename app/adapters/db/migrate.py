@@ -6,17 +6,21 @@ the database URL is passed in, never read from ``alembic.ini``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import make_url
 
 from app.resources import MIGRATIONS_DIR
 
-__all__ = ["MIGRATIONS", "alembic_config", "current", "downgrade", "is_at_head", "upgrade"]
+__all__ = ["MIGRATIONS", "SchemaState", "alembic_config", "current", "downgrade", "is_at_head", "schema_state",
+           "sqlite_path", "upgrade"]
 
 #: The migrations' directory.
 MIGRATIONS = MIGRATIONS_DIR
@@ -75,14 +79,52 @@ def current(url: str) -> str | None:
         engine.dispose()
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for other databases and in-memory SQLite)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    """Where a database stands against this version's migrations.
+
+    ``kind``: ``missing`` (a SQLite file that does not exist), ``empty`` (never migrated),
+    ``behind`` (an older revision: ``qoss db upgrade`` brings it forward), ``unknown`` (a
+    revision these migrations do not know, e.g. written by a newer version), ``current``.
+    """
+
+    kind: Literal["missing", "empty", "behind", "unknown", "current"]
+    revision: str | None
+    head: str
+
+
+def schema_state(url: str) -> SchemaState:
+    """Where the database at ``url`` stands; reads only: a SQLite file is never created by asking.
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be reached or read.
+    """
+    script = ScriptDirectory.from_config(alembic_config(url))
+    head = script.get_current_head()
+    assert head is not None  # the package ships its migrations
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return SchemaState("missing", None, head)
+    revision = current(url)
+    if revision is None:
+        return SchemaState("empty", None, head)
+    if revision == head:
+        return SchemaState("current", revision, head)
+    known = {r.revision for r in script.walk_revisions()}
+    return SchemaState("behind" if revision in known else "unknown", revision, head)
+
+
 def is_at_head(url: str) -> bool:
     """Whether the database at ``url`` exists and is migrated to the newest revision.
 
     A SQLite file that does not exist is not created by asking.
     """
-    if url.startswith("sqlite:///"):
-        path = url.removeprefix("sqlite:///")
-        if path and path != ":memory:" and not Path(path).exists():
-            return False
-    head = ScriptDirectory.from_config(alembic_config(url)).get_current_head()
-    return current(url) == head
+    return schema_state(url).kind == "current"

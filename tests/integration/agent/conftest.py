@@ -18,10 +18,11 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-import yaml
 
+from app.adapters import lab_agent
 from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
 from app.adapters.lab import Lab
+from app.adapters.lab_agent import client_config, host_role, target_role, write_config
 from app.adapters.vici.driver import ViciGateway
 from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
@@ -82,15 +83,11 @@ class AgentEnv:
         return keys
 
     def client(self, user: str) -> AgentClient:
-        left = self.lab.host("left")
-        path = self.dir / f"client-{user}.yaml"
-        path.write_text(yaml.safe_dump({
-            "user": user, "key_dir": str(self.dir / "keys"),
-            "host": {"id": "hq", "url": self.url, "public_key_file": str(self.dir / "keys" / "hq.pub.json")},
-            "targets": {"hq": {"public_key_file": str(self.dir / "keys" / "hq.pub.json")}},
-            "vici_socket": left.vici_socket, "state_dir": str(self.dir / f"state-{user}"),
-            "ike_address": left.ike_address,
-        }))
+        left, pub = self.lab.host("left"), self.dir / "keys" / "hq.pub.json"
+        path = write_config(self.dir / f"client-{user}.yaml", client_config(
+            user=user, key_dir=self.dir / "keys", host_id="hq", host_url=self.url, host_key=pub,
+            targets={"hq": pub}, vici_socket=left.vici_socket, state_dir=self.dir / f"state-{user}",
+            ike_address=left.ike_address), client=True)
         config = load_client_config(path)
         return AgentClient(config=config, keys=load_keys(config.key_dir, user),
                            vici=RegisteringVici(config.vici_socket, timeout=20.0))
@@ -109,17 +106,12 @@ class AgentEnv:
 
 
 def server_config(dir: Path, lab: Lab) -> Path:
-    right = lab.host("right")
-    pub = str(dir / "keys" / "hq.pub.json")
-    path = dir / "agent.yaml"
-    path.write_text(yaml.safe_dump({
-        "id": "hq", "key_dir": str(dir / "keys"),
-        "host": {"targets": {"hq": {"url": "local", "public_key_file": pub}}},
-        "target": {"hosts": {"hq": {"public_key_file": pub}}, "vici_socket": right.vici_socket,
-                   "ike_address": right.ike_address, "protected": [f"{right.inside_address}/32"],
-                   "pool": POOL, "sweep_interval": 0.2},
-    }))
-    return path
+    """One server playing Host and Target (``url: local``) with the lab's ``right`` charon."""
+    right, pub = lab.host("right"), dir / "keys" / "hq.pub.json"
+    return write_config(dir / "agent.yaml", lab_agent.server_config(
+        id="hq", key_dir=dir / "keys", host=host_role({"hq": ("local", pub)}),
+        target=target_role(hosts={"hq": pub}, vici_socket=right.vici_socket, ike_address=right.ike_address,
+                           protected=[f"{right.inside_address}/32"], pool=POOL, sweep_interval=0.2)))
 
 
 @pytest.fixture(scope="module")
