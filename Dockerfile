@@ -1,12 +1,17 @@
 # The qoss API image: Debian 12's Python 3.11, the locked runtime packages (hash-checked,
-# nothing else), and qoss built from this checkout. scripts/compose-check.sh builds it on a
-# base image made locally with debootstrap (BASE); with a registry at hand the default works.
+# nothing else), and qoss built from this checkout without dependencies. It migrates its
+# database at start, then serves on port 8000 (deploy/api/qoss-container).
+#
+# BASE is the Debian 12 image to build on: debian:bookworm-slim where a registry is at hand;
+# scripts/compose-check.sh builds FROM localhost/qoss-base:bookworm (deploy/base/), made
+# locally with debootstrap, and mounts the host's CA bundle for pip (PIP_CERT).
 ARG BASE=debian:bookworm-slim
 FROM ${BASE}
+ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
  && rm -rf /var/lib/apt/lists/*
-# A CA bundle for pip behind an intercepting proxy (mounted at build time by compose-check.sh).
+# A CA bundle for pip, e.g. behind an intercepting proxy: a path mounted at build time.
 ARG PIP_CERT
 WORKDIR /srv/qoss
 COPY requirements/runtime.txt requirements/runtime.txt
@@ -16,7 +21,7 @@ RUN python3 -m venv /opt/qoss \
 COPY pyproject.toml ./
 COPY app ./app
 RUN /opt/qoss/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
- && rm -rf build ./*.egg-info
+ && rm -rf /srv/qoss
 COPY deploy/api/qoss-container /usr/local/bin/qoss-container
 ENV PATH=/opt/qoss/bin:$PATH
 WORKDIR /var/lib/qoss

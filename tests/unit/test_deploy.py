@@ -12,55 +12,144 @@ import yaml
 from tests import REPO_ROOT
 
 COMPOSE = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+CHECK = (REPO_ROOT / "scripts/compose-check.sh").read_text()
+BASE_BUILDER = (REPO_ROOT / "deploy/base/build-base.sh").read_text()
 DOCKERFILES = [REPO_ROOT / "Dockerfile", *sorted((REPO_ROOT / "deploy").glob("*/Dockerfile"))]
+GATEWAYS = ("gw-left", "gw-right")
+
+
+def _dockerfile(service: str) -> Path:
+    build = SERVICES[service]["build"]
+    return REPO_ROOT / build["context"] / build.get("dockerfile", "Dockerfile")
+
+
+def _joined(text: str) -> str:
+    """A Dockerfile or script with its continuation lines joined and its spaces squeezed."""
+    return " ".join(text.replace("\\\n", " ").split())
 
 
 def test_compose_has_postgres_api_and_two_gateways() -> None:
-    assert set(COMPOSE["services"]) == {"postgres", "api", "gw-left", "gw-right"}
-    assert COMPOSE["services"]["api"]["ports"] == ["127.0.0.1:${QOSS_PORT:-8000}:8000"]
+    assert set(SERVICES) == {"postgres", "api", *GATEWAYS}
+    assert SERVICES["api"]["ports"] == ["127.0.0.1:${QOSS_PORT:-8000}:8000"]  # loopback only
+    assert set(SERVICES["api"]["depends_on"]) == {"postgres", *GATEWAYS}
+
+
+def test_every_image_builds_from_the_one_base_argument() -> None:
+    for name, service in SERVICES.items():
+        assert _dockerfile(name).is_file(), name
+        assert service["build"]["args"] == {"BASE": "${QOSS_BASE_IMAGE:-debian:bookworm-slim}"}, name
+    for dockerfile in DOCKERFILES:
+        lines = [line for line in dockerfile.read_text().splitlines() if line and not line.startswith("#")]
+        froms = [line for line in lines if line.startswith("FROM ")]
+        if dockerfile.parent.name == "base":  # the base itself: the debootstrapped root file system
+            assert froms == ["FROM ${ROOTFS}"]
+            continue
+        assert lines[0] == "ARG BASE=debian:bookworm-slim", dockerfile
+        assert froms == ["FROM ${BASE}"], dockerfile
+
+
+def test_the_check_builds_each_compose_image_from_its_context() -> None:
+    built = dict(re.findall(r"^build (localhost/\S+) (\S+)", CHECK, re.MULTILINE))
+    for name, service in SERVICES.items():
+        assert built[service["image"]] == service["build"]["context"], name
+    assert set(built) == {s["image"] for s in SERVICES.values()}
+
+
+def test_the_check_and_the_base_builder_agree_on_the_base_image() -> None:
+    (default,) = re.findall(r"base=\$\{QOSS_BASE_IMAGE:-(\S+)\}", CHECK)
+    assert f"image=${{1:-{default}}}" in BASE_BUILDER
+    assert 'bash deploy/base/build-base.sh "$base"' in CHECK
+
+
+def test_the_base_comes_from_this_machines_apt_sources_only() -> None:
+    assert "/etc/apt/sources.list" in BASE_BUILDER
+    assert not re.search(r"https?://", BASE_BUILDER), "no mirror is hard-coded: apt's own sources name it"
+    assert set(re.findall(r"https?://([^/:\s\"']+)", CHECK)) == {"127.0.0.1"}  # the API, on loopback
 
 
 def test_gateway_vici_sockets_reach_the_api_through_volumes() -> None:
     conf = (REPO_ROOT / "deploy/strongswan/strongswan.conf").read_text()
     (socket,) = re.findall(r"socket = unix://(\S+)", conf)
-    api_volumes = dict(v.split(":") for v in COMPOSE["services"]["api"]["volumes"])
+    api_volumes = dict(v.split(":") for v in SERVICES["api"]["volumes"])
     for side in ("left", "right"):
-        (gw_volume,) = COMPOSE["services"][f"gw-{side}"]["volumes"]
+        (gw_volume,) = SERVICES[f"gw-{side}"]["volumes"]
         name, mount = gw_volume.split(":")
-        assert socket.startswith(mount + "/")
+        assert socket == f"{mount}/charon.vici"
         assert api_volumes[name] == f"/var/run/qoss/{side}"
-    assert "/var/run/qoss" in COMPOSE["services"]["api"]["environment"]["QOSS_VICI_SOCKET_DIRS"]
+        assert "/var/run/qoss/$side/charon.vici" in CHECK  # what the check registers
+    assert SERVICES["api"]["environment"]["QOSS_VICI_SOCKET_DIRS"] == '["/var/run/qoss"]'
 
 
 def test_pinned_addresses_are_in_the_network_and_none_is_its_gateway() -> None:
     (ipam,) = COMPOSE["networks"]["ike"]["ipam"]["config"]
     subnet, gateway = ipaddress.ip_network(ipam["subnet"]), ipaddress.ip_address(ipam["gateway"])
-    pinned = [ipaddress.ip_address(s["networks"]["ike"]["ipv4_address"]) for s in COMPOSE["services"].values()]
-    assert all(a in subnet for a in pinned)
+    assert subnet.is_private
+    pinned = [ipaddress.ip_address(s["networks"]["ike"]["ipv4_address"]) for s in SERVICES.values()]
+    assert len(pinned) == len(SERVICES)  # every service is pinned
+    assert all(a in subnet and a not in (subnet.network_address, subnet.broadcast_address) for a in pinned)
+    assert gateway in subnet
     assert gateway not in pinned
     assert len(set(pinned)) == len(pinned)
-    assert COMPOSE["services"]["api"]["environment"]["QOSS_DB_HOST"] == \
-        COMPOSE["services"]["postgres"]["networks"]["ike"]["ipv4_address"]
+    assert SERVICES["api"]["environment"]["QOSS_DB_HOST"] == SERVICES["postgres"]["networks"]["ike"]["ipv4_address"]
+
+
+def test_gateways_have_tun_net_admin_and_distinct_inside_addresses_off_the_network() -> None:
+    (ipam,) = COMPOSE["networks"]["ike"]["ipam"]["config"]
+    subnet = ipaddress.ip_network(ipam["subnet"])
+    inside = [ipaddress.ip_address(SERVICES[g]["environment"]["INSIDE_ADDRESS"]) for g in GATEWAYS]
+    assert len(set(inside)) == 2
+    assert all(a not in subnet for a in inside)
+    for gateway in GATEWAYS:
+        assert SERVICES[gateway]["cap_add"] == ["NET_ADMIN"]
+        assert SERVICES[gateway]["devices"] == ["/dev/net/tun:/dev/net/tun"]
+        assert SERVICES[gateway]["image"] == SERVICES["gw-left"]["image"]
 
 
 def test_no_password_in_the_compose_file_or_the_images() -> None:
-    assert COMPOSE["services"]["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/")
-    assert COMPOSE["services"]["api"]["environment"]["QOSS_DB_PASSWORD_FILE"].startswith("/run/secrets/")
+    assert COMPOSE["secrets"]["pg_password"]["file"].startswith("./secrets/")
+    assert "/secrets/" in (REPO_ROOT / ".gitignore").read_text().split()
+    for service in ("postgres", "api"):
+        assert SERVICES[service]["secrets"] == ["pg_password"]
+    assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/pg_password"
+    assert SERVICES["api"]["environment"]["QOSS_DB_PASSWORD_FILE"] == "/run/secrets/pg_password"
     for text in [(REPO_ROOT / "docker-compose.yml").read_text(), *(d.read_text() for d in DOCKERFILES)]:
         assert not re.search(r"PASSWORD\s*[:=]\s*[^/\s$]", text)
 
 
+def test_the_api_build_context_holds_only_what_the_image_copies() -> None:
+    ignore = [line.strip() for line in (REPO_ROOT / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert ignore[0] == "*", "everything is excluded first"
+    copied = [src for line in (REPO_ROOT / "Dockerfile").read_text().splitlines() if line.startswith("COPY ")
+              for src in line.split()[1:-1]]
+    kept = {p[1:].rstrip("/") for p in ignore if p.startswith("!")}
+    assert {c.rstrip("/") for c in copied} == kept
+    assert not any(k.startswith(("secrets", ".venv", "var")) for k in kept)
+
+
 def test_the_api_image_installs_only_from_the_lock() -> None:
-    text = (REPO_ROOT / "Dockerfile").read_text()
-    assert "--require-hashes -r requirements/runtime.txt" in " ".join(text.replace("\\\n", " ").split())
-    assert "--no-deps" in text
+    text = _joined((REPO_ROOT / "Dockerfile").read_text())
+    assert "--require-hashes -r requirements/runtime.txt" in text
+    assert "--no-deps --no-build-isolation ." in text
+
+
+def test_the_api_waits_for_postgresql_itself_with_a_bound() -> None:
+    entry = (REPO_ROOT / "deploy/api/qoss-container").read_text()
+    assert "psycopg.connect(" in entry
+    assert 'os.environ.get("QOSS_DB_WAIT", "90")' in entry
+    assert entry.index("psycopg.connect(") < entry.index("qoss db upgrade") < entry.index("exec qoss serve")
+    assert all("healthcheck" not in s and "condition" not in str(s.get("depends_on")) for s in SERVICES.values())
 
 
 def test_the_gateway_image_has_the_vici_plugin_and_kernel_libipsec() -> None:
     text = (REPO_ROOT / "deploy/strongswan/Dockerfile").read_text()
     assert "strongswan-swanctl" in text  # the VICI plugin: without it there is no charon.vici
     assert "libcharon-extra-plugins" in text  # kernel-libipsec
-    assert "load = yes" in (REPO_ROOT / "deploy/strongswan/strongswan.conf").read_text()
+    conf = (REPO_ROOT / "deploy/strongswan/strongswan.conf").read_text()
+    assert re.search(r"kernel-libipsec \{\s*load = yes", conf)
+    assert "ENV STRONGSWAN_CONF=/etc/qoss/strongswan.conf" in text
+    assert "COPY strongswan.conf /etc/qoss/strongswan.conf" in text
 
 
 def test_dockerfiles_copy_only_what_exists() -> None:
@@ -72,6 +161,19 @@ def test_dockerfiles_copy_only_what_exists() -> None:
                     assert (context / src).exists(), f"{dockerfile}: {src}"
 
 
-def test_entrypoints_are_executable() -> None:
-    for script in [REPO_ROOT / "deploy/api/qoss-container", *Path(REPO_ROOT / "deploy").glob("*/*-entrypoint")]:
+def test_scripts_and_entrypoints_are_executable() -> None:
+    scripts = [REPO_ROOT / "deploy/api/qoss-container", REPO_ROOT / "deploy/base/build-base.sh",
+               *Path(REPO_ROOT / "deploy").glob("*/*-entrypoint")]
+    assert len(scripts) == 4
+    for script in scripts:
         assert script.stat().st_mode & 0o111, script
+
+
+def test_the_check_cleans_up_and_bounds_its_waits() -> None:
+    assert "trap finish EXIT" in CHECK
+    assert re.search(r"down\(\) \{\n.*down -v", CHECK)
+    for wait in re.findall(r"for _ in \$\(seq 1 (\d+)\)", CHECK):
+        assert int(wait) <= 120
+    for line in CHECK.splitlines():
+        if re.search(r"\bpodman (exec|build|logs)\b", line) and "podman build --help" not in line:
+            assert "timeout " in line, line
