@@ -28,7 +28,7 @@ import typer
 from typer.core import TyperGroup
 
 if TYPE_CHECKING:
-    from app.services.bootstrap import Prepared
+    from app.bootstrap import Prepared
     from app.settings import Settings
 
 __all__ = ["DatabaseGroup", "DatabaseUnusable", "require_database", "settings_for", "setup_database"]
@@ -108,8 +108,8 @@ def setup_database(database_url: str | None) -> tuple[Settings, Prepared]:
     from sqlalchemy.exc import SQLAlchemyError
 
     from app.adapters.db.migrate import sqlite_path
+    from app.bootstrap import prepare_database
     from app.domain.errors import QossError
-    from app.services.bootstrap import prepare_database
 
     settings = settings_for(database_url)
     url = _shown(settings.database_url)

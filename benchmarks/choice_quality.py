@@ -65,7 +65,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.files import dump_rating_table_yaml, parse_rating_table_yaml  # noqa: E402
+from app.adapters.db.unit_of_work import SqlUnitOfWork  # noqa: E402
+from app.adapters.files import parse_rating_table_yaml  # noqa: E402
 from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
 from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
 from app.measure.adapters.micro import KERNELS, machine_id, run_micro  # noqa: E402
@@ -82,7 +83,8 @@ from app.measure.domain.tunnel import (  # noqa: E402
     summarize,
     tunnel_table,
 )
-from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation  # noqa: E402
+from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn  # noqa: E402
+from app.services.negotiation import run_negotiation  # noqa: E402
 from app.services.ratings import TableCache, get_table, import_table  # noqa: E402
 
 #: Requirement vectors (confidentiality, integrity, key exchange), low to high.
@@ -108,7 +110,7 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec], prio
     """The negotiating table's name in the bench database: given, or measured now."""
     if args.table and not args.table.endswith((".yaml", ".yml")):
         return str(args.table)
-    with bl.sessions() as session, session.begin():
+    with SqlUnitOfWork(bl.sessions(), owned=True) as uow:
         if args.table:
             table = parse_rating_table_yaml(Path(args.table).read_text())
         else:
@@ -120,10 +122,11 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec], prio
                                          flows=(1,), sizes=(), baseline=False, cpus=args.cpus)
             for name, reason in skipped.items():
                 print(f"  table: skipped {name}: {reason}", file=sys.stderr)
-            table = tunnel_table(name="choice-measured", base=get_table(session=session, name=BASE), runs=runs,
+            table = tunnel_table(name="choice-measured", base=get_table(uow=uow, name=BASE), runs=runs,
                                  machine=machine_id(), backend=bl.backend, date=time.strftime("%Y-%m-%d"),
                                  prior=prior)
-        imported = import_table(session=session, text=dump_rating_table_yaml(table), fmt="yaml", author="bench")
+        imported = import_table(uow=uow, table=table, fmt="yaml", author="bench")
+        uow.commit()
     return imported.name
 
 
@@ -131,7 +134,7 @@ def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: MinLevelsIn, c
     """Whether the tunnel negotiation (same peers as ``create_tunnel``) can be pinned to ``suite``."""
     left, right = bl.gateways
     cache = TableCache(ttl=3600)
-    with bl.sessions() as session:
+    with SqlUnitOfWork(bl.sessions(), owned=True) as uow:
         for pin in pin_attempts(suite, candidates):
             body = NegotiationIn(
                 rating_table=table, backend=BackendIn(name=bl.backend, ah=False, ah_esp_bundle=False, transport=False),
@@ -140,7 +143,7 @@ def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: MinLevelsIn, c
                        PeerIn(name="request", min_levels=levels, forbids=list(pin.forbids),
                               objective_id=pin.objective_id)])
             try:
-                result = run_negotiation(session=session, cache=cache, request=body,
+                result = run_negotiation(uow=uow, cache=cache, request=body,
                                          default_table=bl.settings.default_table)
             except NegotiationError:
                 continue

@@ -32,6 +32,7 @@ __all__ = [
     "CSV_COLUMNS",
     "MAX_DOCUMENT_BYTES",
     "dump_policy_yaml",
+    "dump_rating_table",
     "dump_rating_table_csv",
     "dump_rating_table_yaml",
     "load_policies",
@@ -39,6 +40,7 @@ __all__ = [
     "load_rating_table",
     "load_rating_tables",
     "parse_policy_yaml",
+    "parse_rating_table",
     "parse_rating_table_csv",
     "parse_rating_table_yaml",
 ]
@@ -68,29 +70,14 @@ _Path = str | os.PathLike[str]
 
 
 def load_rating_table(path: _Path) -> RatingTable:
-    """Read and validate one rating table from a YAML file.
-
-    A document without a ``name`` takes the file's stem as its name.
-
-    Args:
-        path: the YAML file.
-
-    Returns:
-        The table, at revision 1.
+    """Read and validate one rating table from a YAML file (:func:`_load_file`).
 
     Raises:
         InvalidRatingTable: the file is too large, not UTF-8, not YAML, or not a valid
             table; the message starts with the file name.
         OSError: the file cannot be read.
     """
-    file = Path(path)
-    text = _read_capped(file, InvalidRatingTable)
-    try:
-        data = _load_yaml(text, InvalidRatingTable)
-        name = file.stem if isinstance(data, Mapping) and "name" not in data else None
-        return RatingTable.from_dict(data, name=name)
-    except InvalidRatingTable as exc:
-        raise InvalidRatingTable(f"{file.name}: {exc.message}") from exc
+    return _load_file(Path(path), RatingTable.from_dict, InvalidRatingTable)
 
 
 def load_rating_tables(directory: _Path) -> list[RatingTable]:
@@ -123,6 +110,31 @@ def parse_rating_table_yaml(text: str, name: str | None = None) -> RatingTable:
     """
     _check_size(text, InvalidRatingTable)
     return RatingTable.from_dict(_load_yaml(text, InvalidRatingTable), name=name)
+
+
+def parse_rating_table(text: str, fmt: str, *, name: str | None = None, description: str = "",
+                       source: str = "") -> RatingTable:
+    """A rating table from YAML or CSV text (``fmt``); CSV needs the table's ``name``.
+
+    Raises:
+        InvalidRatingTable: an unknown format, a CSV without a name, or what the parser says.
+    """
+    if fmt == "yaml":
+        return parse_rating_table_yaml(text, name=name)
+    if fmt == "csv":
+        if not name:
+            raise InvalidRatingTable("a CSV import needs the table's name")
+        return parse_rating_table_csv(text, name=name, description=description, source=source)
+    raise InvalidRatingTable("format must be 'yaml' or 'csv'")
+
+
+def dump_rating_table(table: RatingTable, fmt: str) -> str:
+    """A rating table as YAML or CSV text (``fmt``)."""
+    if fmt == "yaml":
+        return dump_rating_table_yaml(table)
+    if fmt == "csv":
+        return dump_rating_table_csv(table)
+    raise InvalidRatingTable("format must be 'yaml' or 'csv'")
 
 
 def dump_rating_table_yaml(table: RatingTable) -> str:
@@ -196,23 +208,14 @@ def parse_rating_table_csv(text: str, *, name: str, description: str = "", sourc
 
 
 def load_policy(path: _Path) -> Policy:
-    """Read and validate one policy from a YAML file.
-
-    A document without a ``name`` takes the file's stem as its name.
+    """Read and validate one policy from a YAML file (:func:`_load_file`).
 
     Raises:
         InvalidPolicy: the file is too large, not UTF-8, not YAML, or not a valid
             policy; the message starts with the file name.
         OSError: the file cannot be read.
     """
-    file = Path(path)
-    text = _read_capped(file, InvalidPolicy)
-    try:
-        data = _load_yaml(text, InvalidPolicy)
-        name = file.stem if isinstance(data, Mapping) and "name" not in data else None
-        return Policy.from_dict(data, name=name)
-    except InvalidPolicy as exc:
-        raise InvalidPolicy(f"{file.name}: {exc.message}") from exc
+    return _load_file(Path(path), Policy.from_dict, InvalidPolicy)
 
 
 def load_policies(directory: _Path) -> list[Policy]:
@@ -253,6 +256,21 @@ def dump_policy_yaml(policy: Policy) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _load_file(file: Path, from_dict: Callable[..., _T], error: type[_E]) -> _T:
+    """One YAML document of a file, made into its object by ``from_dict(data, name=...)``.
+
+    A document without a ``name`` takes the file's stem as its name; an error's message
+    starts with the file name.
+    """
+    text = _read_capped(file, error)
+    try:
+        data = _load_yaml(text, error)
+        name = file.stem if isinstance(data, Mapping) and "name" not in data else None
+        return from_dict(data, name=name)
+    except error as exc:
+        raise error(f"{file.name}: {exc.message}") from exc
 
 
 def _load_all(

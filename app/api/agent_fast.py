@@ -22,13 +22,13 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 from starlette.types import Message, Receive, Scope, Send
 
+from app.adapters.db.audit import Auditor
 from app.api.body import loads
 from app.api.errors import error_body, qoss_error_parts
 from app.api.provenance import client_request_id, new_request_id
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
-from app.services.audit import Auditor
 
 __all__ = ["is_message_request", "serve_message"]
 

@@ -10,12 +10,13 @@ from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.db.audit import attach
+from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.api.provenance import audit_fields
 from app.domain.auth import TokenRecord, check_scopes
-from app.services.audit import attach
 from app.services.auth import authenticate
+from app.services.ports import ViciFactory
 from app.services.ratings import TableCache
-from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
 __all__ = [
@@ -24,13 +25,13 @@ __all__ = [
     "CacheDep",
     "IfMatchDep",
     "Principal",
-    "ReadSessionDep",
+    "ReadUnitDep",
     "ReaderDep",
-    "SessionDep",
     "SettingsDep",
+    "UnitDep",
     "ViciDep",
-    "get_read_session",
-    "get_session",
+    "get_read_unit",
+    "get_unit",
     "reader",
     "require",
 ]
@@ -46,20 +47,20 @@ def _outcome(request: Request) -> int:
     return status
 
 
-def get_session(request: Request) -> Iterator[Session]:
+def get_unit(request: Request) -> Iterator[SqlUnitOfWork]:
     """A unit of work per request: commit on success, roll back on any error.
 
-    It ends when the route has answered but before the answer is sent (``SessionDep`` is
+    It ends when the route has answered but before the answer is sent (``UnitDep`` is
     function-scoped), so a client never sees a 2xx for a change that did not commit. A
     request that may change something (not GET, HEAD, OPTIONS) has its audit record written
-    in the same transaction (:func:`app.services.audit.attach`).
+    in the same transaction (:func:`app.adapters.db.audit.attach`).
     """
     factory: sessionmaker[Session] = request.app.state.session_factory
     session = factory()
     if request.method not in _SAFE:
         request.state.audit = attach(session, lambda: audit_fields(request, _outcome(request)))
     try:
-        yield session
+        yield SqlUnitOfWork(session)
         session.commit()
     except BaseException:
         session.rollback()
@@ -68,7 +69,7 @@ def get_session(request: Request) -> Iterator[Session]:
         session.close()
 
 
-def get_read_session(request: Request) -> Iterator[Session]:
+def get_read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
     """A read-only unit of work: never commits (SQLite: deferred BEGIN, readers never queue).
 
     A plain generator, so FastAPI runs it, and closes the session, in a worker thread: the
@@ -77,7 +78,7 @@ def get_read_session(request: Request) -> Iterator[Session]:
     factory: sessionmaker[Session] = request.app.state.read_session_factory
     session = factory()
     try:
-        yield session
+        yield SqlUnitOfWork(session)
     finally:
         session.rollback()
         session.close()
@@ -147,8 +148,8 @@ def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
     if authorization is not None and authorization[:7].lower() == "bearer ":
         presented = authorization[7:].strip()
     factory: sessionmaker[Session] = request.app.state.read_session_factory
-    with factory() as session:
-        return authenticate(session=session, presented=presented)
+    with SqlUnitOfWork(factory(), owned=True) as uow:
+        return authenticate(uow=uow, presented=presented)
 
 
 def require(scope: str) -> Callable[..., Principal]:
@@ -176,8 +177,8 @@ def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | Non
     return principal
 
 
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]
-ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+UnitDep = Annotated[SqlUnitOfWork, Depends(get_unit, scope="function")]
+ReadUnitDep = Annotated[SqlUnitOfWork, Depends(get_read_unit)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]

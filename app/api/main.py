@@ -14,14 +14,15 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import load_keys
+from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.repositories import AuditRepository
+from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.events import updown_listener
 from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.errors import error_body, install_error_handlers
@@ -44,11 +45,10 @@ from app.services import idempotency
 from app.services.agent_config import load_server_config
 from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
-from app.services.audit import Auditor, PendingRecord, install
+from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor
-from app.services.tunnels import ViciFactory
 from app.settings import Settings
 
 __all__ = ["create_app"]
@@ -81,19 +81,20 @@ def _forwarded_client(app: FastAPI, scope: Scope) -> None:
 
 
 def _reconcile_at_start(app: FastAPI) -> None:
-    from app.services.tunnels import reconcile
+    from app.services.reconcile import reconcile
 
-    with app.state.session_factory() as session, session.begin():
-        report = reconcile(session=session, cache=app.state.table_cache, vici=app.state.vici_factory,
+    with app.state.units() as uow:
+        report = reconcile(uow=uow, cache=app.state.table_cache, vici=app.state.vici_factory,
                            default_table=app.state.settings.default_table)
         changed = {"restored": len(report.restored), "failed": len(report.failed),
                    "orphans_removed": len(report.orphans_removed)}
         if any(changed.values()):  # a state change made by no request: its own record, in its transaction
-            AuditRepository(session).append(
+            uow.audit.append(
                 request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
                 source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
                 detail="reconcile at start: " + " ".join(f"{k}={v}" for k, v in changed.items()),
             )
+        uow.commit()
     if any(report.as_dict().values()):
         log.info("reconcile at start: %s", report.as_dict())
 
@@ -116,9 +117,11 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
     return host, target
 
 
-def _idempotency_key(factory: sessionmaker[Session]) -> bytes:
-    with factory() as session, session.begin():
-        return idempotency.server_key(session)
+def _idempotency_key(units: UnitOfWorkFactory) -> bytes:
+    with units() as uow:
+        key = idempotency.server_key(uow)
+        uow.commit()
+        return key
 
 
 async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
@@ -146,7 +149,7 @@ class _GuardAndAudit:
     that lies), reading past the cap raises 413 and nothing more is read.
 
     Records: a change made in the request's unit of work was recorded in its transaction
-    (:func:`app.api.deps.get_session`); any other 2xx answer to a change is recorded before
+    (:func:`app.api.deps.get_unit`); any other 2xx answer to a change is recorded before
     the answer is sent (:meth:`Auditor.write`); refusals and computations are queued.
 
     Plain ASGI rather than ``BaseHTTPMiddleware``: no extra task and memory streams per
@@ -259,13 +262,14 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
         app.state.read_session_factory = make_session_factory(read_engine)
+        app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
-        app.state.idempotency_key = await asyncio.to_thread(_idempotency_key, app.state.session_factory)
+        app.state.idempotency_key = await asyncio.to_thread(_idempotency_key, app.state.units)
         app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
         app.state.negotiation_limiter = RateLimiter(resolved.negotiation_rate, resolved.negotiation_burst)
         app.state.negotiation_total_limiter = RateLimiter(resolved.negotiation_total_rate,
@@ -282,7 +286,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             await asyncio.to_thread(_reconcile_at_start, app)
         monitor = None
         if resolved.monitor_tunnels:
-            monitor = TunnelMonitor(session_factory=app.state.session_factory, vici=app.state.vici_factory,
+            monitor = TunnelMonitor(units=app.state.units, vici=app.state.vici_factory, listen=updown_listener,
                                     resync=resolved.monitor_interval)
             monitor.start()
         app.state.tunnel_monitor = monitor

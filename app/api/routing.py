@@ -2,7 +2,7 @@
 
 Around each handler: the JSON body is parsed once with every key once
 (:mod:`app.api.body`), and the status the route answers is noted on the request, for the
-audit record its unit of work writes when it commits (:func:`app.api.deps.get_session`).
+audit record its unit of work writes when it commits (:func:`app.api.deps.get_unit`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.services.negotiation import MinLevelsIn, NegotiationIn, TrafficIn
+from app.services.inputs import MinLevelsIn, NegotiationIn, TrafficIn
 
 __all__ = [
     "NO_NUL",

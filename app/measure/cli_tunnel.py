@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,13 +34,13 @@ from app.domain.errors import QossError
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
+    from app.adapters.db.unit_of_work import SqlUnitOfWork
     from app.adapters.lab import Lab, LabHost
     from app.adapters.vici.driver import ViciGateway
     from app.domain.tunnels import Gateway
     from app.measure.adapters.tunnel import OpenTunnel
     from app.measure.domain.tunnel import SuiteRun, SuiteSpec
-    from app.services.negotiation import MinLevelsIn
-    from app.services.tunnels import TunnelIn
+    from app.services.inputs import MinLevelsIn, TunnelIn
     from app.settings import Settings
 
 # Everything heavier than typer is imported where it is used, so that loading the
@@ -87,15 +87,15 @@ class ServiceTunnels:
         from app.measure.domain.tunnel import SuiteSpec
         from app.services import tunnels
 
-        with self.sessions() as session, session.begin():
-            record = tunnels.create_tunnel(session=session, cache=self.cache, vici=self._vici, request=request,
+        with _unit(self.sessions) as uow:
+            record = tunnels.create_tunnel(uow=uow, cache=self.cache, vici=self._vici, request=request,
                                            default_table=self.settings.default_table)
         suite = record.negotiation["suite"]
         esp = SuiteSpec(suite["encryption"], None if suite.get("aead") else suite["integrity"]).name
         return OpenTunnel(id=record.id, conn=record.conn, esp=esp, ike=str(record.negotiation["proposals"]["ike"]))
 
     def request(self, *, forbids: Sequence[str] = (), objective_id: int | None = None) -> TunnelIn:
-        from app.services.tunnels import TunnelIn
+        from app.services.inputs import TunnelIn
 
         return TunnelIn(initiator=self.initiator, responder=self.responder, forbids=list(forbids),
                                 objective_id=objective_id, rating_table=self.rating_table,
@@ -142,8 +142,8 @@ class ServiceTunnels:
     def close(self, tunnel: OpenTunnel) -> None:
         from app.services import tunnels
 
-        with self.sessions() as session, session.begin():
-            tunnels.delete_tunnel(session=session, vici=self._vici, tunnel_id=tunnel.id)
+        with _unit(self.sessions) as uow:
+            tunnels.delete_tunnel(uow=uow, vici=self._vici, tunnel_id=tunnel.id)
 
 
 @dataclass
@@ -167,8 +167,8 @@ class BenchLab:
         from app.services.ratings import get_table
 
         supported = set(self.gateways[0].algorithms) & set(self.gateways[1].algorithms)
-        with self.sessions() as session:
-            table = get_table(session=session, name=rating_table or self.settings.default_table)
+        with _unit(self.sessions) as uow:
+            table = get_table(uow=uow, name=rating_table or self.settings.default_table)
         rated = [k for k, r in table.ratings.items() if r.performance > 0]
         return esp_candidates(supported, libipsec=self.backend == "kernel-libipsec", rated=rated)
 
@@ -184,8 +184,9 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.adapters.lab import Lab
     from app.adapters.vici.driver import ViciGateway
-    from app.services import tunnels
-    from app.services.bootstrap import prepare_database
+    from app.bootstrap import prepare_database
+    from app.services import gateways
+    from app.services.inputs import GatewayIn
     from app.settings import Settings
 
     previous = _exit_on_sigterm()
@@ -203,11 +204,11 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
         left, right = lab.host("left"), lab.host("right")
         registered = []
         for host in (left, right):
-            body = tunnels.GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
+            body = GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
                                      ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
-            with sessions() as session, session.begin():
-                registered.append(tunnels.register_gateway(
-                    session=session, vici=lambda p: ViciGateway(p, settings.vici_timeout), body=body,
+            with _unit(sessions) as uow:
+                registered.append(gateways.register_gateway(
+                    uow=uow, vici=lambda p: ViciGateway(p, settings.vici_timeout), body=body,
                     allowed_socket_dirs=[lab.state_dir]))
             names.append(body.name)
         yield BenchLab(lab, left, right, (registered[0], registered[1]), settings, sessions)
@@ -238,12 +239,23 @@ def _exit_on_sigterm() -> Any:
     return signal.signal(signal.SIGTERM, stop)
 
 
+@contextlib.contextmanager
+def _unit(sessions: Callable[[], Session]) -> Iterator[SqlUnitOfWork]:
+    """A unit of work on a fresh session, committed when the block ends without an error."""
+    from app.adapters.db.unit_of_work import SqlUnitOfWork
+
+    with SqlUnitOfWork(sessions(), owned=True) as uow:
+        yield uow
+        uow.commit()
+
+
 def _forget(sessions: sessionmaker[Session], names: Sequence[str]) -> None:
     """Remove the bench's tunnel records and gateways from a database that outlives the run."""
-    from app.services import tunnels
+    from app.services import gateways
 
-    with sessions() as session, session.begin():
-        tunnels.forget_gateways(session=session, names=names)
+
+    with _unit(sessions) as uow:
+        gateways.forget_gateways(uow=uow, names=names)
 
 
 def _fmt(stat: dict[str, Any] | None, digits: int = 0) -> str:
@@ -292,8 +304,8 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
                  database_url: str | None, prior: Mapping[str, float] | None = None) -> dict[str, Any]:
     from app.adapters.db.engine import make_engine, make_session_factory
     from app.adapters.files import dump_rating_table_yaml
+    from app.bootstrap import prepare_database
     from app.measure.domain.tunnel import tunnel_table
-    from app.services.bootstrap import prepare_database
     from app.services.ratings import get_table, import_table
     from app.settings import Settings
 
@@ -301,8 +313,8 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
     prepare_database(settings)
     engine = make_engine(settings.database_url)
     try:
-        with make_session_factory(engine)() as session, session.begin():
-            table = tunnel_table(name=name, base=get_table(session=session, name=base), runs=runs,
+        with _unit(make_session_factory(engine)) as uow:
+            table = tunnel_table(name=name, base=get_table(uow=uow, name=base), runs=runs,
                                  machine=machine, backend=backend, date=date, prior=prior)
             text = dump_rating_table_yaml(table)
             target = Path("var/bench")
@@ -310,8 +322,8 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
             (target / f"{table.name}.yaml").write_text(text)
             existing = None
             with contextlib.suppress(QossError):
-                existing = get_table(session=session, name=name).revision
-            imported = import_table(session=session, text=text, fmt="yaml", author="qoss bench",
+                existing = get_table(uow=uow, name=name).revision
+            imported = import_table(uow=uow, table=table, fmt="yaml", author="qoss bench",
                                     expected_revision=existing)
     finally:
         engine.dispose()

@@ -46,6 +46,7 @@ from app.adapters.db.agent import (
     take_lease,
 )
 from app.adapters.db.hot import HotCursor, HotTransaction, engine_of, hot_transaction
+from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.adapters.vici.driver import (
     Pipeline,
     ViciGateway,
@@ -74,7 +75,8 @@ from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import keywords_from_charon
 from app.services.agent_config import AgentConfig, TargetRole
 from app.services.agent_timing import Steps
-from app.services.negotiation import BackendIn, MinLevelsIn, NegotiationIn, PeerIn, run_negotiation
+from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
+from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 
 __all__ = ["RECONCILE_GRACE", "Outcome", "Reconciled", "TargetAgent"]
@@ -284,7 +286,8 @@ class TargetAgent:
             backend=BackendIn(name=backend or "strongswan", ah=info.ah and not libipsec, ah_esp_bundle=False,
                               transport=info.transport and not libipsec),
         )
-        return run_negotiation(session=session, cache=self._cache, request=body, default_table=self._default_table)
+        return run_negotiation(uow=SqlUnitOfWork(session), cache=self._cache, request=body,
+                               default_table=self._default_table)
 
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
                  steps: Steps, answer_with: Callable[[TunnelingInfo], bytes]) -> tuple[TunnelingInfo, bytes]:

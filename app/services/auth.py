@@ -7,27 +7,25 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.adapters.db.repositories import AuditRepository, TokenRepository
 from app.domain.auth import TokenRecord, Unauthenticated, hash_secret, parse_token, secret_matches, validate_scopes
 from app.domain.errors import InvalidInput
+from app.services.ports import UnitOfWork
 
 __all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_audit", "revoke_token"]
 
 _MAX_TTL = timedelta(days=366)
 
 
-def _audit_local(session: Session, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
+def _audit_local(uow: UnitOfWork, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
     """The audit record of a token change made outside the API (``qoss token ...``)."""
-    AuditRepository(session).append(
+    uow.audit.append(
         request_id=f"local-{secrets.token_hex(8)}", token_id=None, token_name=by[:64], scopes=[], source="local",
         action=action, object=f"/v1/tokens/{token_id}", outcome=outcome, detail=detail[:200],
     )
 
 
 def create_token(
-    *, session: Session, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str,
+    *, uow: UnitOfWork, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str,
     audit: bool = True,
 ) -> tuple[str, TokenRecord]:
     """A new token; the plaintext is returned here and nowhere else, ever.
@@ -47,14 +45,14 @@ def create_token(
     now = datetime.now(UTC)
     record = TokenRecord(id=token_id, name=name, scopes=validate_scopes(scopes), secret_hash=hash_secret(secret),
                          created_at=now, expires_at=now + ttl, revoked_at=None)
-    TokenRepository(session).add(record, created_by=created_by)
+    uow.tokens.add(record, created_by=created_by)
     if audit:
-        _audit_local(session, action="POST", token_id=token_id, outcome=201, by=created_by,
+        _audit_local(uow, action="POST", token_id=token_id, outcome=201, by=created_by,
                      detail=f"token {token_id} created, scopes {','.join(sorted(record.scopes))}")
     return f"qoss_{token_id}_{secret}", record
 
 
-def authenticate(*, session: Session, presented: str | None) -> TokenRecord:
+def authenticate(*, uow: UnitOfWork, presented: str | None) -> TokenRecord:
     """The token record behind a presented token.
 
     Raises:
@@ -62,7 +60,7 @@ def authenticate(*, session: Session, presented: str | None) -> TokenRecord:
             all alike, so a caller learns nothing about which.
     """
     token_id, secret = parse_token(presented)
-    record = TokenRepository(session).find(token_id)
+    record = uow.tokens.find(token_id)
     if record is None:
         secret_matches(secret, "0" * 64)  # same work as a real comparison
         raise Unauthenticated()
@@ -71,17 +69,17 @@ def authenticate(*, session: Session, presented: str | None) -> TokenRecord:
     return record
 
 
-def list_tokens(*, session: Session) -> list[dict[str, Any]]:
+def list_tokens(*, uow: UnitOfWork) -> list[dict[str, Any]]:
     """Tokens without their secrets."""
     return [
         {"id": t.id, "name": t.name, "scopes": sorted(t.scopes), "created_at": t.created_at.isoformat(),
          "expires_at": t.expires_at.isoformat() if t.expires_at else None,
          "revoked": t.revoked_at is not None}
-        for t in TokenRepository(session).list()
+        for t in uow.tokens.list()
     ]
 
 
-def revoke_token(*, session: Session, token_id: str, revoked_by: str = "local", audit: bool = True) -> None:
+def revoke_token(*, uow: UnitOfWork, token_id: str, revoked_by: str = "local", audit: bool = True) -> None:
     """Revoke a token at once.
 
     Args:
@@ -90,16 +88,16 @@ def revoke_token(*, session: Session, token_id: str, revoked_by: str = "local", 
     Raises:
         NotFound: no such token.
     """
-    TokenRepository(session).revoke(token_id)
+    uow.tokens.revoke(token_id)
     if audit:
-        _audit_local(session, action="DELETE", token_id=token_id, outcome=204, by=revoked_by,
+        _audit_local(uow, action="DELETE", token_id=token_id, outcome=204, by=revoked_by,
                      detail=f"token {token_id} revoked")
 
 
-def record_audit(*, session: Session, **fields: Any) -> None:
+def record_audit(*, uow: UnitOfWork, **fields: Any) -> None:
     """Append one audit record (the caller commits)."""
-    AuditRepository(session).append(**fields)
+    uow.audit.append(**fields)
 
 
-def list_audit(*, session: Session, limit: int, before_id: int | None) -> list[dict[str, Any]]:
-    return AuditRepository(session).list(limit=limit, before_id=before_id)
+def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None) -> list[dict[str, Any]]:
+    return uow.audit.list(limit=limit, before_id=before_id)

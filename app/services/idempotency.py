@@ -18,19 +18,14 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 from pydantic_core import to_jsonable_python
-from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
-from app.adapters.db.models import IdempotencyRow
-from app.adapters.db.repositories import ServerKeyRepository
 from app.domain.errors import Conflict, InvalidInput
+from app.services.ports import UnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "IdempotencyInProgress",
@@ -43,6 +38,7 @@ __all__ = [
     "server_key",
 ]
 
+#: The status of a claimed key whose request has not answered yet.
 _IN_PROGRESS = 0
 
 
@@ -56,9 +52,9 @@ class Stored:
     body: dict[str, Any]
 
 
-def server_key(session: Session) -> bytes:
+def server_key(uow: UnitOfWork) -> bytes:
     """This database's key for fingerprinting secrets: 32 random bytes, made by the first caller."""
-    return bytes.fromhex(ServerKeyRepository(session).get_or_create("idempotency", lambda: secrets.token_hex(32)))
+    return bytes.fromhex(uow.server_keys.get_or_create("idempotency", lambda: secrets.token_hex(32)))
 
 
 def _sealed(value: Any, key: bytes) -> Any:
@@ -85,45 +81,38 @@ def fingerprint(body: BaseModel, *, key: bytes) -> str:
     return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 
 
-def begin(factory: Callable[[], Session], *, token_id: str, key: str, digest: str) -> Stored | None:
-    """Reserve ``key`` for this token, or return the answer already stored for it.
+def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> Stored | None:
+    """Reserve ``key`` for this token (committed at once), or return the answer already stored for it.
 
     Raises:
         InvalidInput: the key was used with a different request body (422).
         IdempotencyInProgress: the first request with this key is still running (409).
     """
-    with factory() as session, session.begin():
-        row = session.scalar(select(IdempotencyRow).where(IdempotencyRow.token_id == token_id,
-                                                          IdempotencyRow.key == key))
-        if row is None:
-            try:
-                with session.begin_nested():
-                    session.add(IdempotencyRow(token_id=token_id, key=key, request_hash=digest,
-                                               status=_IN_PROGRESS, body={}))
-                    session.flush()
+    with units() as uow:
+        found = uow.idempotency.find(token_id, key)
+        if found is None:
+            if uow.idempotency.reserve(token_id, key, digest):
+                uow.commit()
                 return None
-            except IntegrityError:
-                row = session.scalar(select(IdempotencyRow).where(IdempotencyRow.token_id == token_id,
-                                                                  IdempotencyRow.key == key))
-                if row is None:  # released meanwhile
-                    raise IdempotencyInProgress("a request with this Idempotency-Key is in progress") from None
-        if row.request_hash != digest:
+            found = uow.idempotency.find(token_id, key)
+            if found is None:  # released meanwhile
+                raise IdempotencyInProgress("a request with this Idempotency-Key is in progress")
+        if found.request_hash != digest:
             raise InvalidInput("this Idempotency-Key was used with a different request")
-        if row.status == _IN_PROGRESS:
+        if found.status == _IN_PROGRESS:
             raise IdempotencyInProgress("a request with this Idempotency-Key is in progress")
-        return Stored(row.status, dict(row.body))
+        return Stored(found.status, found.body)
 
 
-def complete(factory: Callable[[], Session], *, token_id: str, key: str, status: int, body: dict[str, Any]) -> None:
+def complete(units: UnitOfWorkFactory, *, token_id: str, key: str, status: int, body: dict[str, Any]) -> None:
     """Store the answer for later retries."""
-    with factory() as session, session.begin():
-        session.execute(update(IdempotencyRow)
-                        .where(IdempotencyRow.token_id == token_id, IdempotencyRow.key == key)
-                        .values(status=status, body=body))
+    with units() as uow:
+        uow.idempotency.complete(token_id, key, status=status, body=body)
+        uow.commit()
 
 
-def abandon(factory: Callable[[], Session], *, token_id: str, key: str) -> None:
+def abandon(units: UnitOfWorkFactory, *, token_id: str, key: str) -> None:
     """Release a reservation after a failure, so a retry can run."""
-    with factory() as session, session.begin():
-        session.execute(delete(IdempotencyRow).where(IdempotencyRow.token_id == token_id, IdempotencyRow.key == key,
-                                                     IdempotencyRow.status == _IN_PROGRESS))
+    with units() as uow:
+        uow.idempotency.release(token_id, key)
+        uow.commit()

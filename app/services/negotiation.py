@@ -1,94 +1,23 @@
 """The negotiation use case: resolve policies and tables, run the pure engine.
 
-The input model is shared by the HTTP API and the CLI (``qoss negotiate``), so both
-accept exactly the same documents.
+Its input is :class:`app.services.inputs.NegotiationIn`, the same document for the HTTP
+API and the CLI (``qoss negotiate``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.orm import Session
-
-from app.adapters.db.repositories import PolicyRepository
 from app.domain.negotiation import Backend, NegotiationRequest, NegotiationResult, Peer, negotiate
 from app.domain.policies import Levels, Policy, TrafficProfile, keyword_set, parse_objectives
 from app.domain.ratings import RatingTable
+from app.services.inputs import MinLevelsIn, NegotiationIn, PeerIn
+from app.services.ports import UnitOfWork
 from app.services.ratings import TableCache
 
-__all__ = [
-    "BackendIn",
-    "MinLevelsIn",
-    "NegotiationIn",
-    "PeerIn",
-    "TrafficIn",
-    "run_negotiation",
-]
-
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-Keyword = Annotated[str, Field(min_length=1, max_length=64)]
-Level = Annotated[int, Field(ge=0, le=10)]
-
-
-class _Strict(BaseModel):
-    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class MinLevelsIn(_Strict):
-    """Minimum security levels (0-10); an absent level is 0."""
-
-    confidentiality: Level = 0
-    integrity: Level = 0
-    key_exchange: Level = 0
-
-
-class TrafficIn(_Strict):
-    """The traffic profile: typical packet size, needed throughput."""
-
-    packet_size: Annotated[int, Field(ge=20, le=65535)] = 1400
-    min_throughput_mbps: Annotated[float, Field(ge=0, le=1e6)] | None = None
-
-
-class BackendIn(_Strict):
-    """What the data plane can do; the default is strongSwan with kernel-netlink."""
-
-    name: Annotated[str, Field(min_length=1, max_length=64)] = "strongswan"
-    ah: bool = True
-    ah_esp_bundle: bool = False
-    transport: bool = True
-
-
-class PeerIn(_Strict):
-    """One party. Inline fields combine with a named stored policy: levels take the
-    maximum, objectives and forbidden algorithms the union; inline flags override."""
-
-    name: Name
-    policy: Name | None = None
-    min_levels: MinLevelsIn | None = None
-    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
-    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
-    supports: Annotated[list[Keyword], Field(max_length=200)] | None = None
-    forbids: Annotated[list[Keyword], Field(max_length=200)] = []
-    rating_table: Name | None = None
-    strict: bool | None = None
-    pfs: bool | None = None
-    mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] | None = None
-
-
-class NegotiationIn(_Strict):
-    """A negotiation request (POST /v1/negotiations, ``qoss negotiate``)."""
-
-    rating_table: Name | None = None
-    peers: Annotated[list[PeerIn], Field(min_length=1, max_length=16)]
-    traffic: TrafficIn | None = None
-    backend: BackendIn | None = None
-    alternatives: Annotated[int, Field(ge=0, le=20)] = 5
-
+__all__ = ["run_negotiation"]
 
 def _peer_policy(peer: PeerIn, stored: Policy | None) -> Policy:
     base = stored or Policy(name="inline")
@@ -158,7 +87,7 @@ _RESULTS = _Results(256)
 
 
 def run_negotiation(
-    *, session: Session, cache: TableCache, request: NegotiationIn, default_table: str
+    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str
 ) -> NegotiationResult:
     """Resolve the request's policies and tables, then negotiate (or reuse the result of the
     same inputs: see :class:`_Results`; callers must not change a result).
@@ -168,16 +97,16 @@ def run_negotiation(
         InvalidPolicy: an unknown objective or algorithm keyword.
         NoFeasibleSuite: nothing meets the minimums (409).
     """
-    default = cache.get(session, default_table)
-    table = cache.get(session, request.rating_table) if request.rating_table else default
-    policies = PolicyRepository(session)
+    default = cache.get(uow.tables, default_table)
+    table = cache.get(uow.tables, request.rating_table) if request.rating_table else default
+    policies = uow.policies
     stored_policies: list[Policy | None] = []
     resolved: list[tuple[PeerIn, Policy, RatingTable]] = []
     for p in request.peers:
         stored = policies.get(p.policy)[0] if p.policy else None
         stored_policies.append(stored)
         policy = _peer_policy(p, stored)
-        resolved.append((p, policy, cache.get(session, policy.rating_table) if policy.rating_table else table))
+        resolved.append((p, policy, cache.get(uow.tables, policy.rating_table) if policy.rating_table else table))
     tables = (default, table, *(peer_table for _, _, peer_table in resolved))
     key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))
     cached = _RESULTS.get(key)

@@ -1,6 +1,6 @@
 """Use cases for rating tables: list, read, edit with revisions, import and export.
 
-Services never commit: the caller's unit of work (the request-scoped session) does.
+Services never commit: the caller's unit of work does.
 """
 
 from __future__ import annotations
@@ -10,20 +10,16 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.adapters import files
-from app.adapters.db.repositories import RatingTableRepository, ShippedLoadRepository
 from app.domain.algorithms import resolve
-from app.domain.errors import Conflict, InvalidRatingTable, NotFound, StaleRevision
+from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
 from app.domain.ratings import Rating, RatingTable
-from app.domain.revisions import check_revert, revert_message
+from app.services.ports import RatingTableStore, UnitOfWork
+from app.services.revisions import load_shipped, restore_shipped, revert
 
 __all__ = [
     "TableCache",
     "create_table",
     "delete_table",
-    "export_table",
     "get_table",
     "import_table",
     "list_tables",
@@ -52,13 +48,13 @@ class TableCache:
         self._ttl = ttl
         self._clock = clock
 
-    def get(self, session: Session, name: str) -> RatingTable:
+    def get(self, store: RatingTableStore, name: str) -> RatingTable:
         now = self._clock()
         with self._lock:
             cached = self._tables.get(name)
         if cached is not None and now - cached[1] < self._ttl:
             return cached[0]
-        repo = RatingTableRepository(session)
+        repo = store
         revision = repo.current_revision(name)
         table = cached[0] if cached is not None and cached[0].revision == revision else repo.get(name)
         with self._lock:
@@ -71,54 +67,43 @@ class TableCache:
             self._tables.pop(name, None)
 
 
-def list_tables(*, session: Session) -> list[dict[str, Any]]:
+def list_tables(*, uow: UnitOfWork) -> list[dict[str, Any]]:
     """Summaries of every table."""
-    return RatingTableRepository(session).list()
+    return uow.tables.list()
 
 
-def get_table(*, session: Session, name: str) -> RatingTable:
+def get_table(*, uow: UnitOfWork, name: str) -> RatingTable:
     """The current revision of one table."""
-    return RatingTableRepository(session).get(name)
+    return uow.tables.get(name)
 
 
-def table_revision(*, session: Session, name: str, revision: int) -> RatingTable:
+def table_revision(*, uow: UnitOfWork, name: str, revision: int) -> RatingTable:
     """One past revision of a table."""
-    return RatingTableRepository(session).get_revision(name, revision)
+    return uow.tables.get_revision(name, revision)
 
 
-def table_revisions(*, session: Session, name: str) -> list[dict[str, Any]]:
+def table_revisions(*, uow: UnitOfWork, name: str) -> list[dict[str, Any]]:
     """The history of a table: who changed what, when."""
-    return RatingTableRepository(session).revisions(name)
+    return uow.tables.revisions(name)
 
 
-def revert_table(*, session: Session, name: str, revision: int, expected_revision: int, author: str,
+def revert_table(*, uow: UnitOfWork, name: str, revision: int, expected_revision: int, author: str,
                  message: str | None = None) -> RatingTable:
-    """Go back to a past revision: a new revision whose content is revision ``revision``'s.
-
-    History is kept: the new revision's message is "reverted to N" (and ``message``).
-
-    Raises:
-        NotFound: no such table, or no such revision of it.
-        StaleRevision: ``expected_revision`` is not the current revision.
-        InvalidInput: ``revision`` is the current revision (nothing to revert).
-    """
-    repo = RatingTableRepository(session)
-    check_revert(name, revision, expected_revision, repo.current_revision(name))
-    past = repo.get_revision(name, revision)
-    new = repo.update(past, expected_revision=expected_revision, author=author,
-                      message=revert_message(revision, message))
+    """Go back to a past revision of a table (see :func:`app.services.revisions.revert`)."""
+    past, new = revert(uow.tables, name=name, revision=revision, expected_revision=expected_revision,
+                       author=author, message=message)
     return RatingTable.from_dict(past.as_dict(), revision=new)
 
 
-def create_table(*, session: Session, document: Mapping[str, Any], author: str) -> RatingTable:
+def create_table(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) -> RatingTable:
     """Create a table from its document form."""
     table = RatingTable.from_dict(document)
-    revision = RatingTableRepository(session).create(table, author=author, message="created")
+    revision = uow.tables.create(table, author=author, message="created")
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 
 def replace_table(
-    *, session: Session, name: str, document: Mapping[str, Any], expected_revision: int, author: str,
+    *, uow: UnitOfWork, name: str, document: Mapping[str, Any], expected_revision: int, author: str,
     message: str = "replaced",
 ) -> RatingTable:
     """Replace a whole table; ``expected_revision`` must be the current one."""
@@ -126,18 +111,18 @@ def replace_table(
     if body_name is not None and body_name != name:
         raise InvalidRatingTable(f"the body names table {str(body_name)[:64]!r} but the path names {name!r}")
     table = RatingTable.from_dict(document, name=name)
-    revision = RatingTableRepository(session).update(
+    revision = uow.tables.update(
         table, expected_revision=expected_revision, author=author, message=message
     )
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 
 def update_rating(
-    *, session: Session, name: str, algorithm: str, changes: Mapping[str, Any], expected_revision: int,
+    *, uow: UnitOfWork, name: str, algorithm: str, changes: Mapping[str, Any], expected_revision: int,
     author: str,
 ) -> RatingTable:
     """Edit (or add) one algorithm's row; fields not given keep their value."""
-    repo = RatingTableRepository(session)
+    repo = uow.tables
     table = repo.get(name)
     if table.revision != expected_revision:
         raise StaleRevision(name, expected_revision, table.revision)
@@ -154,73 +139,37 @@ def update_rating(
     return RatingTable.from_dict(updated.as_dict(), revision=revision)
 
 
-def delete_table(*, session: Session, name: str, default_table: str) -> None:
+def delete_table(*, uow: UnitOfWork, name: str, default_table: str) -> None:
     """Delete a table; the service's default table cannot be deleted."""
     if name == default_table:
         raise Conflict(f"{name} is the service's default rating table and cannot be deleted")
-    RatingTableRepository(session).delete(name)
+    uow.tables.delete(name)
 
 
-def import_table(
-    *, session: Session, text: str, fmt: str, author: str, name: str | None = None,
-    expected_revision: int | None = None, description: str = "", source: str = "",
-) -> RatingTable:
-    """Import a table from YAML or CSV: a new table, or a new revision with ``expected_revision``."""
-    if fmt == "yaml":
-        table = files.parse_rating_table_yaml(text, name=name)
-    elif fmt == "csv":
-        if not name:
-            raise InvalidRatingTable("a CSV import needs the table's name")
-        table = files.parse_rating_table_csv(text, name=name, description=description, source=source)
-    else:
-        raise InvalidRatingTable("format must be 'yaml' or 'csv'")
-    repo = RatingTableRepository(session)
+def import_table(*, uow: UnitOfWork, table: RatingTable, fmt: str, author: str,
+                 expected_revision: int | None = None) -> RatingTable:
+    """Store an imported table (read from YAML or CSV by the caller): a new table, or a new
+    revision with ``expected_revision``."""
     if expected_revision is None:
-        revision = repo.create(table, author=author, message=f"imported ({fmt})")
+        revision = uow.tables.create(table, author=author, message=f"imported ({fmt})")
     else:
-        revision = repo.update(table, expected_revision=expected_revision, author=author,
-                               message=f"imported ({fmt})")
+        revision = uow.tables.update(table, expected_revision=expected_revision, author=author,
+                                     message=f"imported ({fmt})")
     return RatingTable.from_dict(table.as_dict(), revision=revision)
-
-
-def export_table(*, session: Session, name: str, fmt: str) -> str:
-    """A table as YAML or CSV text."""
-    table = RatingTableRepository(session).get(name)
-    if fmt == "yaml":
-        return files.dump_rating_table_yaml(table)
-    if fmt == "csv":
-        return files.dump_rating_table_csv(table)
-    raise InvalidRatingTable("format must be 'yaml' or 'csv'")
 
 
 #: The kind under which shipped rating tables are recorded as loaded.
 SHIPPED_KIND = "rating_table"
 
 
-def load_shipped_tables(*, session: Session, tables: list[RatingTable], author: str = "shipped") -> list[str]:
-    """Insert the shipped tables this database was never offered; returns the names inserted.
-
-    Each shipped name is offered once: afterwards it is recorded, so a table an operator
-    deleted stays deleted (:func:`restore_shipped_table` brings one back on purpose), and
-    a table of that name made by someone else is never overwritten.
-    """
-    repo = RatingTableRepository(session)
-    loads = ShippedLoadRepository(session)
-    offered = loads.loaded(SHIPPED_KIND)
-    added = []
-    for table in tables:
-        if table.name in offered:
-            continue
-        try:
-            repo.current_revision(table.name)
-        except NotFound:
-            repo.create(table, author=author, message="loaded from ratings/")
-            added.append(table.name)
-        loads.record(SHIPPED_KIND, table.name)
-    return added
+def load_shipped_tables(*, uow: UnitOfWork, tables: list[RatingTable], author: str = "shipped") -> list[str]:
+    """Insert the shipped tables this database was never offered, each name once
+    (see :func:`app.services.revisions.load_shipped`); returns the names inserted."""
+    return load_shipped(uow.tables, uow.shipped, kind=SHIPPED_KIND, documents=tables, name_of=_name,
+                        author=author, message="loaded from ratings/")
 
 
-def restore_shipped_table(*, session: Session, tables: list[RatingTable], name: str,
+def restore_shipped_table(*, uow: UnitOfWork, tables: list[RatingTable], name: str,
                           author: str = "shipped") -> RatingTable:
     """Insert the shipped table ``name`` again (after it was deleted), at revision 1.
 
@@ -228,9 +177,11 @@ def restore_shipped_table(*, session: Session, tables: list[RatingTable], name: 
         NotFound: no shipped table has that name.
         AlreadyExists: the database has a table of that name.
     """
-    shipped = next((t for t in tables if t.name == name), None)
-    if shipped is None:
-        raise NotFound(f"no shipped rating table is called {name!r}; shipped: {sorted(t.name for t in tables)}")
-    revision = RatingTableRepository(session).create(shipped, author=author, message="restored from ratings/")
-    ShippedLoadRepository(session).record(SHIPPED_KIND, name)
-    return RatingTable.from_dict(shipped.as_dict(), revision=revision)
+    table, revision = restore_shipped(uow.tables, uow.shipped, kind=SHIPPED_KIND, noun="rating table",
+                                      documents=tables, name_of=_name, name=name, author=author,
+                                      message="restored from ratings/")
+    return RatingTable.from_dict(table.as_dict(), revision=revision)
+
+
+def _name(table: RatingTable) -> str:
+    return table.name

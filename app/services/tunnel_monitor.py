@@ -1,6 +1,6 @@
 """Tunnel state from charon's own events: a tunnel that goes down is shown ``down``.
 
-One :class:`~app.adapters.vici.events.EventListener` per registered gateway (its own
+One event listener per registered gateway (``app.adapters.vici.events.EventListener``) (its own
 VICI connection, never carrying commands) receives ``ike-updown`` and ``child-updown``.
 An event about a ``qoss-*`` connection only *schedules* a check of that tunnel a short
 ``settle`` time later; the check reads the record and, when it is ``up`` or ``down``,
@@ -25,23 +25,43 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from app.adapters.db.repositories import GatewayRepository, TunnelRepository
-from app.adapters.vici.events import EventKind, EventListener, SaEvent
 from app.domain.errors import GatewayError, NotFound
 from app.domain.tunnels import TunnelState
-from app.services.tunnels import ViciFactory, established_everywhere
+from app.services.ports import UnitOfWorkFactory, ViciFactory
+from app.services.tunnel_setup import established_everywhere
 
-__all__ = ["Listener", "ListenerFactory", "TunnelMonitor"]
+__all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]
 
 log = logging.getLogger("qoss.monitor")
 
 _PREFIX = "qoss-"
 
 
+#: The SA events the monitor acts on (VICI's names).
+UPDOWN = ("ike-updown", "child-updown")
+
+
+class SaNotice(Protocol):
+    """What the monitor reads of one SA event (``app.adapters.vici.events.SaEvent`` has it)."""
+
+    @property
+    def kind(self) -> str:
+        """The VICI event name, e.g. ``ike-updown``."""
+        ...
+
+    @property
+    def ike_name(self) -> str:
+        """The connection it is about."""
+        ...
+
+    @property
+    def up(self) -> bool | None:
+        """For up/down events whether it came up."""
+        ...
+
+
 class Listener(Protocol):
-    """What the monitor needs of an event listener (:class:`EventListener` has it)."""
+    """What the monitor needs of an event listener (``app.adapters.vici.events.EventListener`` has it)."""
 
     @property
     def running(self) -> bool:
@@ -58,20 +78,17 @@ class Listener(Protocol):
 
 
 #: (socket path, callback) -> a listener not yet started.
-ListenerFactory = Callable[[str, Callable[[SaEvent], None]], Listener]
-
-
-def _listener(socket_path: str, callback: Callable[[SaEvent], None]) -> Listener:
-    return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0)
+ListenerFactory = Callable[[str, Callable[[SaNotice], None]], Listener]
 
 
 class TunnelMonitor:
     """Watches every gateway's SA events and keeps the tunnel records' ``up``/``down`` true.
 
     Args:
-        session_factory: sessions on the service's database (the monitor commits its own).
+        units: units of work on the service's database (the monitor commits its own).
         vici: socket path -> VICI gateway, for the ``list-sas`` checks.
-        listen: the I/O seam for event listeners (production: a real VICI connection).
+        listen: makes an event listener for a socket (production: a VICI connection that
+            delivers ``ike-updown`` and ``child-updown``).
         settle: seconds between an event and the check it triggers.
         resync: seconds between re-reading the gateways (and reconnecting lost listeners).
     """
@@ -79,13 +96,13 @@ class TunnelMonitor:
     def __init__(
         self,
         *,
-        session_factory: sessionmaker[Session],
+        units: UnitOfWorkFactory,
         vici: ViciFactory,
-        listen: ListenerFactory = _listener,
+        listen: ListenerFactory,
         settle: float = 1.0,
         resync: float = 5.0,
     ) -> None:
-        self._sessions = session_factory
+        self._units = units
         self._vici = vici
         self._listen = listen
         self._settle = settle
@@ -124,9 +141,9 @@ class TunnelMonitor:
 
     # ------------------------------------------------------------------ events
 
-    def on_event(self, event: SaEvent) -> None:
+    def on_event(self, event: SaNotice) -> None:
         """Schedule a check of the tunnel an up/down event is about (other events are ignored)."""
-        if event.kind not in (EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN):
+        if event.kind not in UPDOWN:
             return
         if not event.ike_name.startswith(_PREFIX):
             return
@@ -166,8 +183,8 @@ class TunnelMonitor:
 
     def sync_listeners(self) -> None:
         """Watch every registered gateway; reconnect listeners that stopped; drop removed ones."""
-        with self._sessions() as session:
-            sockets = {g.vici_socket for g in GatewayRepository(session).list()}
+        with self._units() as uow:
+            sockets = {g.vici_socket for g in uow.gateways.list()}
         for path in sorted(set(self._listeners) - sockets):
             self._listeners.pop(path).stop(timeout=1.0)
         for path in sorted(sockets):
@@ -186,9 +203,9 @@ class TunnelMonitor:
             self._check_all_on(path)
 
     def _check_all_on(self, socket_path: str) -> None:
-        with self._sessions() as session:
-            gateways = {g.name: g.vici_socket for g in GatewayRepository(session).list()}
-            records = TunnelRepository(session).list()
+        with self._units() as uow:
+            gateways = {g.name: g.vici_socket for g in uow.gateways.list()}
+            records = uow.tunnels.list()
         for record in records:
             if socket_path in (gateways.get(record.initiator), gateways.get(record.responder or "")):
                 self.check(record.id)
@@ -201,8 +218,8 @@ class TunnelMonitor:
         (``down_seen``) an ``up`` tunnel is left unasked: set-ups and restores, which
         bring many up events, cost charon nothing extra.
         """
-        with self._sessions() as session, session.begin():
-            tunnels = TunnelRepository(session)
+        with self._units() as uow:
+            tunnels = uow.tunnels
             try:
                 record = tunnels.get(tunnel_id)
             except NotFound:
@@ -211,7 +228,7 @@ class TunnelMonitor:
                 return
             if record.state is TunnelState.UP and not down_seen:
                 return
-            gateways = GatewayRepository(session)
+            gateways = uow.gateways
             ends = [gateways.get(record.initiator)]
             if record.responder is not None:
                 ends.append(gateways.get(record.responder))
@@ -226,5 +243,6 @@ class TunnelMonitor:
             detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
             with contextlib.suppress(NotFound):
                 tunnels.set_state(tunnel_id, new, detail)
+                uow.commit()
                 self.changes += 1
                 log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)

@@ -8,9 +8,10 @@ import httpx
 import pytest
 
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.unit_of_work import sql_units_of_work
 from app.api.main import create_app
+from app.bootstrap import prepare_database
 from app.services.auth import create_token
-from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.secrets import register
@@ -36,9 +37,9 @@ def admin_token(settings: Settings) -> str:
 def make_token(database_url: str, name: str, scopes: list[str], expires_in: int | None = None) -> str:
     engine = make_engine(database_url)
     try:
-        with make_session_factory(engine)() as session, session.begin():
-            token, _ = create_token(session=session, name=name, scopes=scopes, expires_in=expires_in,
-                                    created_by="tests")
+        with sql_units_of_work(make_session_factory(engine))() as uow:
+            token, _ = create_token(uow=uow, name=name, scopes=scopes, expires_in=expires_in, created_by="tests")
+            uow.commit()
     finally:
         engine.dispose()
     register(token)

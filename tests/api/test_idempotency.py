@@ -13,9 +13,10 @@ from sqlalchemy import select
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import IdempotencyRow
+from app.adapters.db.unit_of_work import SqlUnitOfWork, sql_units_of_work
 from app.api.main import create_app
 from app.services import idempotency as idem
-from app.services.tunnels import TunnelIn
+from app.services.inputs import TunnelIn
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon, Reply
 from tests.fixtures.secrets import register
@@ -78,7 +79,7 @@ async def test_the_stored_fingerprint_is_neither_the_psk_nor_a_plain_hash_of_it(
         with make_session_factory(engine)() as session:
             (row,) = session.scalars(select(IdempotencyRow).where(IdempotencyRow.key == "peer-tunnel-2"))
             digest = row.request_hash
-            key = idem.server_key(session)
+            key = idem.server_key(SqlUnitOfWork(session))
     finally:
         engine.dispose()
     body = TunnelIn.model_validate(tunnel(PSK_A))
@@ -90,10 +91,11 @@ async def test_the_stored_fingerprint_is_neither_the_psk_nor_a_plain_hash_of_it(
 
 
 def test_the_server_key_is_made_once_per_database(session_factory: object) -> None:
-    factory = session_factory
-    with factory() as session, session.begin():  # type: ignore[operator]
-        first = idem.server_key(session)
-    with factory() as session, session.begin():  # type: ignore[operator]
-        second = idem.server_key(session)
+    units = sql_units_of_work(session_factory)  # type: ignore[arg-type]
+    with units() as uow:
+        first = idem.server_key(uow)
+        uow.commit()
+    with units() as uow:
+        second = idem.server_key(uow)
     assert first == second
     assert len(first) >= 32

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow, RatingTableRow
-from app.services.bootstrap import prepare_database
+from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.served import serving

@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 
 from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
+from app.bootstrap import prepare_database
 from app.measure.services.jobs import BenchmarkJobs
-from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config

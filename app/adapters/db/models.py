@@ -91,10 +91,8 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
-class RatingTableRow(Base):
-    """A rating table: its name and which revision is current (the compare-and-set target)."""
-
-    __tablename__ = "rating_tables"
+class _Document:
+    """A named document: its name and which revision is current (the compare-and-set target)."""
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
@@ -103,14 +101,10 @@ class RatingTableRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
-class RatingTableRevisionRow(Base):
-    """One revision: the whole ``RatingTable.as_dict()`` and its changes against the one before."""
-
-    __tablename__ = "rating_table_revisions"
-    __table_args__ = (UniqueConstraint("table_id", "revision", name="uq_rating_table_revisions_table_revision"),)
+class _Revision:
+    """One revision of a document: the whole document and its changes against the one before."""
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    table_id: Mapped[int] = mapped_column(ForeignKey("rating_tables.id", ondelete="CASCADE"), index=True)
     revision: Mapped[int] = mapped_column(Integer)
     author: Mapped[str] = mapped_column(String(64))
     message: Mapped[str] = mapped_column(Text, default="")
@@ -119,31 +113,34 @@ class RatingTableRevisionRow(Base):
     changes: Mapped[list[dict[str, Any]]] = mapped_column(Json)
 
 
-class PolicyRow(Base):
-    """A policy: its name and which revision is current."""
+class RatingTableRow(_Document, Base):
+    """A rating table."""
+
+    __tablename__ = "rating_tables"
+
+
+class RatingTableRevisionRow(_Revision, Base):
+    """One revision of a rating table: ``RatingTable.as_dict()``, changes per algorithm and field."""
+
+    __tablename__ = "rating_table_revisions"
+    __table_args__ = (UniqueConstraint("table_id", "revision", name="uq_rating_table_revisions_table_revision"),)
+
+    table_id: Mapped[int] = mapped_column(ForeignKey("rating_tables.id", ondelete="CASCADE"), index=True)
+
+
+class PolicyRow(_Document, Base):
+    """A policy."""
 
     __tablename__ = "policies"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
-    current_revision: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
-
-class PolicyRevisionRow(Base):
-    """One revision of a policy: the whole ``Policy.as_dict()``."""
+class PolicyRevisionRow(_Revision, Base):
+    """One revision of a policy: ``Policy.as_dict()``, changes per field."""
 
     __tablename__ = "policy_revisions"
     __table_args__ = (UniqueConstraint("policy_id", "revision", name="uq_policy_revisions_policy_revision"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
     policy_id: Mapped[int] = mapped_column(ForeignKey("policies.id", ondelete="CASCADE"), index=True)
-    revision: Mapped[int] = mapped_column(Integer)
-    author: Mapped[str] = mapped_column(String(64))
-    message: Mapped[str] = mapped_column(Text, default="")
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    content: Mapped[dict[str, Any]] = mapped_column(Json)
 
 
 class GatewayRow(Base):

@@ -22,7 +22,7 @@ from app.adapters.vici.models import ChildSa, IkeSa, decode, parse_child_sa, par
 from app.adapters.vici.session import unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 
-__all__ = ["EventKind", "EventListener", "ListenConnect", "ListenSession", "SaEvent", "parse_event"]
+__all__ = ["EventKind", "EventListener", "ListenConnect", "ListenSession", "SaEvent", "parse_event", "updown_listener"]
 
 _log = logging.getLogger(__name__)
 
@@ -232,3 +232,9 @@ class EventListener:
                 self._callback(event)
             except Exception:
                 _log.exception("event callback failed for %s %s", event.kind.value, event.ike_name)
+
+
+def updown_listener(socket_path: str, callback: Callable[[SaEvent], None]) -> EventListener:
+    """A listener (not yet started) for ``ike-updown`` and ``child-updown`` on one charon: the
+    tunnel monitor's (``app.services.tunnel_monitor.ListenerFactory``)."""
+    return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import MAX_DB_INT, ActorDep, ReadSessionDep, SessionDep, require
+from app.api.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.services import auth as svc
@@ -30,9 +30,9 @@ class TokenIn(BaseModel):
 
 
 @router.post("/tokens", dependencies=_ADMIN, status_code=201, responses=_ERRORS)
-def create_token(body: TokenIn, session: SessionDep, actor: ActorDep, request: Request) -> dict[str, Any]:
+def create_token(body: TokenIn, uow: UnitDep, actor: ActorDep, request: Request) -> dict[str, Any]:
     """A new token. ``token`` is shown in this answer only; qoss keeps its hash."""
-    token, record = svc.create_token(session=session, name=body.name, scopes=body.scopes,
+    token, record = svc.create_token(uow=uow, name=body.name, scopes=body.scopes,
                                      expires_in=body.expires_in, created_by=actor, audit=False)
     request.state.audit_detail = f"token {record.id} created, scopes {','.join(sorted(record.scopes))}"
     return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
@@ -40,25 +40,25 @@ def create_token(body: TokenIn, session: SessionDep, actor: ActorDep, request: R
 
 
 @router.get("/tokens", dependencies=_ADMIN, responses=_ERRORS)
-def list_tokens(session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_tokens(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every token, without secrets."""
-    return svc.list_tokens(session=session)
+    return svc.list_tokens(uow=uow)
 
 
 @router.delete("/tokens/{token_id}", dependencies=_ADMIN, status_code=204, responses=_ERRORS)
-def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], session: SessionDep) -> Response:
+def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], uow: UnitDep) -> Response:
     """Revoke a token at once."""
-    svc.revoke_token(session=session, token_id=token_id, audit=False)
+    svc.revoke_token(uow=uow, token_id=token_id, audit=False)
     return Response(status_code=204)
 
 
 @router.get("/audit", dependencies=_AUDIT, responses=_ERRORS)
 def list_audit(
     request: Request,
-    session: ReadSessionDep,
+    uow: ReadUnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="records older than this id")] = None,
 ) -> list[dict[str, Any]]:
     """Audit records, newest first (pending records are written first)."""
     request.app.state.auditor.flush()
-    return svc.list_audit(session=session, limit=limit, before_id=before)
+    return svc.list_audit(uow=uow, limit=limit, before_id=before)

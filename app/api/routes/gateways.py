@@ -6,10 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
-from app.api.deps import ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
+from app.api.deps import ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
-from app.services import tunnels as svc
+from app.services import gateways as svc
+from app.services.inputs import GatewayIn
 
 __all__ = ["router"]
 
@@ -24,34 +25,34 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 @router.get("/gateways", dependencies=_TUNNELS_READ)
-def list_gateways(session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_gateways(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every registered gateway with its back end and algorithms."""
-    return [g.as_dict() for g in svc.list_gateways(session=session)]
+    return [g.as_dict() for g in svc.list_gateways(uow=uow)]
 
 
 @router.post("/gateways", dependencies=_GATEWAYS_WRITE, status_code=201, responses=_ERRORS)
-def register_gateway(body: svc.GatewayIn, session: SessionDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
+def register_gateway(body: GatewayIn, uow: UnitDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
     """Register a charon; its back end and algorithms are read over VICI (503 if it does not answer)."""
-    gateway = svc.register_gateway(session=session, vici=vici, body=body,
+    gateway = svc.register_gateway(uow=uow, vici=vici, body=body,
                                    allowed_socket_dirs=settings.vici_socket_dirs,
                                    allowed_networks=settings.gateway_networks)
     return gateway.as_dict()
 
 
 @router.get("/gateways/{name}", dependencies=_TUNNELS_READ, responses=_ERRORS)
-def get_gateway(name: GatewayName, session: ReadSessionDep) -> dict[str, Any]:
+def get_gateway(name: GatewayName, uow: ReadUnitDep) -> dict[str, Any]:
     """One gateway."""
-    return svc.get_gateway(session=session, name=name).as_dict()
+    return svc.get_gateway(uow=uow, name=name).as_dict()
 
 
 @router.post("/gateways/{name}/refresh", dependencies=_GATEWAYS_WRITE, responses=_ERRORS)
-def refresh_gateway(name: GatewayName, session: SessionDep, vici: ViciDep) -> dict[str, Any]:
+def refresh_gateway(name: GatewayName, uow: UnitDep, vici: ViciDep) -> dict[str, Any]:
     """Read the gateway's back end and algorithms again."""
-    return svc.refresh_gateway(session=session, vici=vici, name=name).as_dict()
+    return svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict()
 
 
 @router.delete("/gateways/{name}", dependencies=_GATEWAYS_WRITE, status_code=204, responses=_ERRORS)
-def delete_gateway(name: GatewayName, session: SessionDep) -> Response:
+def delete_gateway(name: GatewayName, uow: UnitDep) -> Response:
     """Forget a gateway (409 while tunnels use it)."""
-    svc.delete_gateway(session=session, name=name)
+    svc.delete_gateway(uow=uow, name=name)
     return Response(status_code=204)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, ReadSessionDep, SettingsDep, reader
+from app.api.deps import CacheDep, ReadUnitDep, SettingsDep, reader
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, NegotiationIn, NegotiationOut
 from app.services.negotiation import run_negotiation
@@ -22,7 +22,7 @@ _READ = [Depends(reader)]
     responses={200: {"model": NegotiationOut}, 409: {"model": ErrorOut}, 404: {"model": ErrorOut},
                422: {"model": ErrorOut}, 429: {"model": ErrorOut}},
 )
-def create_negotiation(body: NegotiationIn, session: ReadSessionDep, cache: CacheDep,
+def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
                        settings: SettingsDep, request: Request) -> JSONResponse:
     """Negotiate a suite. 409 ``NoFeasibleSuite`` names every unmet requirement.
 
@@ -37,5 +37,5 @@ def create_negotiation(body: NegotiationIn, session: ReadSessionDep, cache: Cach
         request.app.state.negotiation_limiter.take(
             f"negotiation:{request.client.host if request.client else ''}", who="this address")
         request.app.state.negotiation_total_limiter.take("negotiation", who="anonymous clients")
-    result = run_negotiation(session=session, cache=cache, request=body, default_table=settings.default_table)
+    result = run_negotiation(uow=uow, cache=cache, request=body, default_table=settings.default_table)
     return JSONResponse(result.as_dict())

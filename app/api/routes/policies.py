@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
-from app.api.deps import ActorDep, IfMatchDep, ReadSessionDep, SessionDep, reader, require
+from app.api.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
@@ -30,53 +30,53 @@ def _out(policy: Policy, revision: int, response: Response) -> dict[str, Any]:
 
 
 @router.get("/policies", dependencies=_READ)
-def list_policies(session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_policies(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every stored policy."""
-    return svc.list_policies(session=session)
+    return svc.list_policies(uow=uow)
 
 
 @router.post("/policies", dependencies=_POLICIES_WRITE, status_code=201, response_model=PolicyOut, responses=_ERRORS)
-def create_policy(body: PolicyIn, session: SessionDep, actor: ActorDep, response: Response) -> dict[str, Any]:
+def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Response) -> dict[str, Any]:
     """Store a policy."""
-    policy, revision = svc.create_policy(session=session, document=body.model_dump(exclude_none=True), author=actor)
+    policy, revision = svc.create_policy(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
     return _out(policy, revision, response)
 
 
 @router.get("/policies/{name}", dependencies=_READ, response_model=PolicyOut, responses=_ERRORS)
-def get_policy(name: PolicyName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
+def get_policy(name: PolicyName, uow: ReadUnitDep, response: Response) -> dict[str, Any]:
     """One policy; its ETag is the revision."""
-    policy, revision = svc.get_policy(session=session, name=name)
+    policy, revision = svc.get_policy(uow=uow, name=name)
     return _out(policy, revision, response)
 
 
 @router.put("/policies/{name}", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
-def replace_policy(name: PolicyName, body: PolicyIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+def replace_policy(name: PolicyName, body: PolicyIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
                    response: Response) -> dict[str, Any]:
     """Replace a policy; ``If-Match`` must name the current revision."""
-    policy, revision = svc.replace_policy(session=session, name=name, document=body.model_dump(exclude_none=True),
+    policy, revision = svc.replace_policy(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                                           expected_revision=expected, author=actor)
     return _out(policy, revision, response)
 
 
 @router.post("/policies/{name}/revert", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
-def revert_policy(name: PolicyName, body: RevertIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+def revert_policy(name: PolicyName, body: RevertIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
                   response: Response) -> dict[str, Any]:
     """Go back to revision ``revision``: a new revision with its content ("reverted to N").
     ``If-Match`` must name the current revision (409 if stale); reverting to the current
     revision is refused (422); an unknown policy or revision is 404."""
-    policy, revision = svc.revert_policy(session=session, name=name, revision=body.revision,
+    policy, revision = svc.revert_policy(uow=uow, name=name, revision=body.revision,
                                          expected_revision=expected, author=actor, message=body.message)
     return _out(policy, revision, response)
 
 
 @router.delete("/policies/{name}", dependencies=_POLICIES_WRITE, status_code=204, responses=_ERRORS)
-def delete_policy(name: PolicyName, session: SessionDep) -> Response:
+def delete_policy(name: PolicyName, uow: UnitDep) -> Response:
     """Delete a policy."""
-    svc.delete_policy(session=session, name=name)
+    svc.delete_policy(uow=uow, name=name)
     return Response(status_code=204)
 
 
 @router.get("/policies/{name}/revisions", dependencies=_READ, response_model=list[RevisionOut], responses=_ERRORS)
-def policy_revisions(name: PolicyName, session: ReadSessionDep) -> list[dict[str, Any]]:
+def policy_revisions(name: PolicyName, uow: ReadUnitDep) -> list[dict[str, Any]]:
     """A policy's history."""
-    return svc.policy_revisions(session=session, name=name)
+    return svc.policy_revisions(uow=uow, name=name)

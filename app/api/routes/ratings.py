@@ -7,14 +7,15 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Depends, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
+from app.adapters import files
 from app.api.deps import (
     MAX_DB_INT,
     ActorDep,
     CacheDep,
     IfMatchDep,
-    ReadSessionDep,
-    SessionDep,
+    ReadUnitDep,
     SettingsDep,
+    UnitDep,
     reader,
     require,
 )
@@ -48,9 +49,9 @@ def _out(table: RatingTable, response: Response) -> dict[str, Any]:
 
 
 @router.get("/rating-tables", dependencies=_READ)
-def list_tables(session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_tables(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every table with its current revision."""
-    return svc.list_tables(session=session)
+    return svc.list_tables(uow=uow)
 
 
 @router.post(
@@ -61,10 +62,10 @@ def list_tables(session: ReadSessionDep) -> list[dict[str, Any]]:
     responses=_ERRORS,
 )
 def create_table(
-    body: RatingTableIn, session: SessionDep, actor: ActorDep, response: Response, cache: CacheDep
+    body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, cache: CacheDep
 ) -> dict[str, Any]:
     """Create a table (revision 1)."""
-    table = svc.create_table(session=session, document=body.model_dump(exclude_none=True), author=actor)
+    table = svc.create_table(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
     cache.invalidate(table.name)
     return _out(table, response)
 
@@ -77,7 +78,7 @@ def create_table(
     responses=_ERRORS,
 )
 def import_table(
-    session: SessionDep,
+    uow: UnitDep,
     actor: ActorDep,
     response: Response,
     cache: CacheDep,
@@ -90,24 +91,24 @@ def import_table(
 
     YAML anchors and aliases are refused: a few lines of them expand to billions of nodes.
     """
-    table = svc.import_table(session=session, text=text, fmt=format, author=actor, name=name,
-                             expected_revision=revision)
+    table = svc.import_table(uow=uow, table=files.parse_rating_table(text, format, name=name), fmt=format,
+                             author=actor, expected_revision=revision)
     cache.invalidate(table.name)
     return _out(table, response)
 
 
 @router.get("/rating-tables/{name}", dependencies=_READ, response_model=RatingTableOut, responses=_ERRORS)
-def get_table(name: TableName, session: ReadSessionDep, response: Response) -> dict[str, Any]:
+def get_table(name: TableName, uow: ReadUnitDep, response: Response) -> dict[str, Any]:
     """The current revision; its ETag is the revision number."""
-    return _out(svc.get_table(session=session, name=name), response)
+    return _out(svc.get_table(uow=uow, name=name), response)
 
 
 @router.put("/rating-tables/{name}", dependencies=_RATINGS_WRITE, response_model=RatingTableOut, responses=_ERRORS)
 def replace_table(
-    name: TableName, body: RatingTableIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+    name: TableName, body: RatingTableIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
     response: Response, cache: CacheDep) -> dict[str, Any]:
     """Replace the whole table. ``If-Match`` must name the current revision (409 if stale)."""
-    table = svc.replace_table(session=session, name=name, document=body.model_dump(exclude_none=True),
+    table = svc.replace_table(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
     cache.invalidate(table.name)
     return _out(table, response)
@@ -121,9 +122,9 @@ def replace_table(
 )
 def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
-    session: SessionDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep) -> dict[str, Any]:
+    uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep) -> dict[str, Any]:
     """Edit (or add) one algorithm's rating: a new revision of the table."""
-    table = svc.update_rating(session=session, name=name, algorithm=algorithm,
+    table = svc.update_rating(uow=uow, name=name, algorithm=algorithm,
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
     cache.invalidate(table.name)
@@ -131,17 +132,17 @@ def update_rating(
 
 
 @router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
-def delete_table(name: TableName, session: SessionDep, settings: SettingsDep, cache: CacheDep) -> Response:
+def delete_table(name: TableName, uow: UnitDep, settings: SettingsDep, cache: CacheDep) -> Response:
     """Delete a table and its history (never the default table)."""
-    svc.delete_table(session=session, name=name, default_table=settings.default_table)
+    svc.delete_table(uow=uow, name=name, default_table=settings.default_table)
     cache.invalidate(name)
     return Response(status_code=204)
 
 
 @router.get("/rating-tables/{name}/revisions", dependencies=_READ, response_model=list[RevisionOut], responses=_ERRORS)
-def list_revisions(name: TableName, session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_revisions(name: TableName, uow: ReadUnitDep) -> list[dict[str, Any]]:
     """The table's history, oldest first: who, when, what changed."""
-    return svc.table_revisions(session=session, name=name)
+    return svc.table_revisions(uow=uow, name=name)
 
 
 @router.post(
@@ -150,12 +151,12 @@ def list_revisions(name: TableName, session: ReadSessionDep) -> list[dict[str, A
     response_model=RatingTableOut,
     responses=_ERRORS,
 )
-def revert_table(name: TableName, body: RevertIn, session: SessionDep, actor: ActorDep, expected: IfMatchDep,
+def revert_table(name: TableName, body: RevertIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
                  response: Response, cache: CacheDep) -> dict[str, Any]:
     """Go back to revision ``revision``: a new revision with its content, history kept
     ("reverted to N"). ``If-Match`` must name the current revision (409 if stale); reverting to
     the current revision is refused (422); an unknown table or revision is 404."""
-    table = svc.revert_table(session=session, name=name, revision=body.revision, expected_revision=expected,
+    table = svc.revert_table(uow=uow, name=name, revision=body.revision, expected_revision=expected,
                              author=actor, message=body.message)
     cache.invalidate(table.name)
     return _out(table, response)
@@ -167,17 +168,17 @@ def revert_table(name: TableName, body: RevertIn, session: SessionDep, actor: Ac
     response_model=RatingTableOut,
     responses=_ERRORS,
 )
-def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)], session: ReadSessionDep,
+def get_revision(name: TableName, revision: Annotated[int, Path(ge=1, le=10**9)], uow: ReadUnitDep,
                  response: Response) -> dict[str, Any]:
     """One past revision."""
-    return _out(svc.table_revision(session=session, name=name, revision=revision), response)
+    return _out(svc.table_revision(uow=uow, name=name, revision=revision), response)
 
 
 @router.get(
     "/rating-tables/{name}/export", dependencies=_READ, response_class=PlainTextResponse, responses=_JSON_ERRORS
 )
-def export_table(name: TableName, session: ReadSessionDep, format: Format = "yaml") -> PlainTextResponse:
+def export_table(name: TableName, uow: ReadUnitDep, format: Format = "yaml") -> PlainTextResponse:
     """The table as YAML or CSV."""
-    text = svc.export_table(session=session, name=name, fmt=format)
+    text = files.dump_rating_table(svc.get_table(uow=uow, name=name), format)
     media = "text/csv" if format == "csv" else "application/yaml"
     return PlainTextResponse(text, media_type=media)

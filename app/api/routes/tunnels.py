@@ -7,11 +7,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Path, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, Principal, ReadSessionDep, SessionDep, SettingsDep, ViciDep, require
+from app.api.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
-from app.services import idempotency as idem
+from app.services import reconcile as reconciling
 from app.services import tunnels as svc
+from app.services.inputs import TunnelIn
 
 __all__ = ["router"]
 
@@ -28,9 +29,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 @router.post("/tunnels", status_code=201, responses=_ERRORS)
 def create_tunnel(
-    body: svc.TunnelIn,
+    body: TunnelIn,
     request: Request,
-    session: SessionDep,
+    uow: UnitDep,
     cache: CacheDep,
     vici: ViciDep,
     settings: SettingsDep,
@@ -48,51 +49,37 @@ def create_tunnel(
     On any failure nothing stays loaded. With ``Idempotency-Key`` a retry returns the first
     answer instead of making a second tunnel.
     """
-    factory = request.app.state.session_factory
-    token_id = principal.token_id or ""
-    request.app.state.tunnel_limiter.take(token_id)
-    if idempotency_key is not None:
-        stored = idem.begin(factory, token_id=token_id, key=idempotency_key,
-                            digest=idem.fingerprint(body, key=request.app.state.idempotency_key))
-        if stored is not None:
-            return JSONResponse(stored.body, status_code=stored.status, headers={"Idempotent-Replayed": "true"})
-    try:
-        record = svc.create_tunnel(session=session, cache=cache, vici=vici, request=body,
-                                   default_table=settings.default_table, allowed_networks=settings.gateway_networks)
-        out = record.as_dict()
-        out["ike"] = record.negotiation.get("ike")
-        out["notes"] = record.negotiation.get("notes")
-        session.commit()
-    except BaseException:
-        session.rollback()  # release this request's write lock before releasing the key
-        if idempotency_key is not None:
-            idem.abandon(factory, token_id=token_id, key=idempotency_key)
-        raise
-    if idempotency_key is not None:
-        idem.complete(factory, token_id=token_id, key=idempotency_key, status=201, body=out)
-    return out
+    request.app.state.tunnel_limiter.take(principal.token_id or "")
+    answer = svc.request_tunnel(
+        uow=uow, units=request.app.state.units, cache=cache, vici=vici, request=body,
+        default_table=settings.default_table, allowed_networks=settings.gateway_networks,
+        token_id=principal.token_id or "", idempotency_key=idempotency_key,
+        fingerprint_key=request.app.state.idempotency_key)
+    if answer.replayed:
+        return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
+    return answer.body
 
 
 @router.get("/tunnels", dependencies=_TUNNELS_READ)
-def list_tunnels(session: ReadSessionDep) -> list[dict[str, Any]]:
+def list_tunnels(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every tunnel qoss made."""
-    return [t.as_dict() for t in svc.list_tunnels(session=session)]
+    return [t.as_dict() for t in svc.list_tunnels(uow=uow)]
 
 
 @router.get("/tunnels/{tunnel_id}", dependencies=_TUNNELS_READ, responses=_ERRORS)
-def get_tunnel(tunnel_id: TunnelId, session: ReadSessionDep, vici: ViciDep) -> dict[str, Any]:
+def get_tunnel(tunnel_id: TunnelId, uow: ReadUnitDep, vici: ViciDep) -> dict[str, Any]:
     """The tunnel and what charon says of it now (state, algorithms, bytes in/out)."""
-    return svc.tunnel_status(session=session, vici=vici, tunnel_id=tunnel_id)
+    return svc.tunnel_status(uow=uow, vici=vici, tunnel_id=tunnel_id)
 
 
 @router.delete("/tunnels/{tunnel_id}", dependencies=_TUNNELS_WRITE, status_code=204, responses=_ERRORS)
-def delete_tunnel(tunnel_id: TunnelId, session: SessionDep, vici: ViciDep) -> Response:
+def delete_tunnel(tunnel_id: TunnelId, uow: UnitDep, vici: ViciDep) -> Response:
     """Terminate and unload conn and secret on both ends."""
-    svc.delete_tunnel(session=session, vici=vici, tunnel_id=tunnel_id)
+    svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
     return Response(status_code=204)
 
 
 @router.post("/tunnels/reconcile", dependencies=_TUNNELS_WRITE, responses=_ERRORS)
-def reconcile_tunnels(session: SessionDep, cache: CacheDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
+def reconcile_tunnels(uow: UnitDep, cache: CacheDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
     """Make records and charons agree (see the README): restore, mark failed, remove orphans."""
-    return svc.reconcile(session=session, cache=cache, vici=vici, default_table=settings.default_table).as_dict()
+    return reconciling.reconcile(uow=uow, cache=cache, vici=vici, default_table=settings.default_table).as_dict()

@@ -26,9 +26,9 @@ from app.adapters.lab_agent import client_config, host_role, target_role, write_
 from app.adapters.vici.driver import ViciGateway
 from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
+from app.bootstrap import prepare_database
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
-from app.services.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import register_keys

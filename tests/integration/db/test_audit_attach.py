@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.db.audit import attach, install
 from app.adapters.db.models import AuditRow
-from app.services.audit import attach, install
 
 
 def test_the_record_is_built_at_the_outermost_commit(session_factory: sessionmaker[Session]) -> None:

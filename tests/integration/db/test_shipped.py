@@ -4,9 +4,11 @@ stays deleted across restarts and upgrades, unless they restore it on purpose.""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
@@ -14,11 +16,12 @@ from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import downgrade, upgrade
 from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
+from app.adapters.db.unit_of_work import sql_units_of_work
+from app.bootstrap import prepare_database
 from app.cli import app as cli
 from app.domain.errors import NotFound
 from app.services import policies as policy_svc
 from app.services import ratings as rating_svc
-from app.services.bootstrap import prepare_database
 from app.settings import Settings
 
 SHIPPED_TABLES = {"esaf-2006", "standards-2026"}
@@ -34,11 +37,12 @@ def _names(factory: sessionmaker[Session]) -> tuple[set[str], set[str]]:
 
 
 def _delete(factory: sessionmaker[Session], *, table: str | None = None, policy: str | None = None) -> None:
-    with factory() as session, session.begin():
+    with sql_units_of_work(factory)() as uow:
         if table:
-            rating_svc.delete_table(session=session, name=table, default_table="standards-2026")
+            rating_svc.delete_table(uow=uow, name=table, default_table="standards-2026")
         if policy:
-            policy_svc.delete_policy(session=session, name=policy)
+            policy_svc.delete_policy(uow=uow, name=policy)
+        uow.commit()
 
 
 def test_a_deleted_shipped_table_or_policy_stays_deleted_at_the_next_start(
@@ -82,6 +86,18 @@ def test_the_cli_restores_a_shipped_table_and_policy_on_purpose(
     assert (again.tables_added, again.policies_added) == ([], [])
 
 
+def _insert_as_before(conn: Connection, rows: str, revisions: str, owner: str, document: dict[str, object],
+                      message: str, *, changes: bool = False) -> None:
+    """A document at revision 1, written with plain SQL: the repositories speak today's schema."""
+    now = datetime.now(UTC)
+    insert = f"INSERT INTO {rows} (name, current_revision, created_at, updated_at) VALUES (:n, 1, :t, :t) RETURNING id"  # noqa: S608 - our own names
+    row_id = conn.execute(text(insert), {"n": document["name"], "t": now}).scalar_one()
+    columns = f"{owner}, revision, author, message, created_at, content" + (", changes" if changes else "")
+    values = ":o, 1, 'shipped', :m, :t, :c" + (", '[]'" if changes else "")
+    conn.execute(text(f"INSERT INTO {revisions} ({columns}) VALUES ({values})"),  # noqa: S608 - our own names
+                 {"o": row_id, "m": message, "t": now, "c": json.dumps(document)})
+
+
 def test_a_database_from_before_the_record_keeps_its_deletions_after_upgrading(database_url: str) -> None:
     """Migrated and loaded by the previous release, an operator deleted a shipped table and
     a policy; the upgrade's data step must count them as loaded."""
@@ -90,11 +106,12 @@ def test_a_database_from_before_the_record_keeps_its_deletions_after_upgrading(d
     try:
         factory = make_session_factory(engine)
         settings = Settings(database_url=database_url)
-        with factory() as session, session.begin():  # what the previous release's start-up did
+        with engine.begin() as conn:  # what the previous release's start-up did, in that release's schema
             for table in files.load_rating_tables(settings.ratings_dir):
-                RatingTableRepository(session).create(table, author="shipped", message="loaded from ratings/")
+                _insert_as_before(conn, "rating_tables", "rating_table_revisions", "table_id", table.as_dict(),
+                                  "loaded from ratings/", changes=True)
             for policy in files.load_policies(settings.policies_dir):
-                PolicyRepository(session).create(policy, author="shipped")
+                _insert_as_before(conn, "policies", "policy_revisions", "policy_id", policy.as_dict(), "created")
         _delete(factory, table="esaf-2006", policy="voip")
         upgrade(database_url)
         prepared = prepare_database(settings)
@@ -130,5 +147,5 @@ def test_a_new_shipped_table_of_a_later_release_still_loads(database_url: str, t
 
 def test_restoring_needs_a_shipped_name(session_factory: sessionmaker[Session], database_url: str) -> None:
     prepare_database(Settings(database_url=database_url))
-    with session_factory() as session, pytest.raises(NotFound, match="no-such"):
-        rating_svc.restore_shipped_table(session=session, tables=[], name="no-such")
+    with sql_units_of_work(session_factory)() as uow, pytest.raises(NotFound, match="no-such"):
+        rating_svc.restore_shipped_table(uow=uow, tables=[], name="no-such")

@@ -14,12 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.unit_of_work import sql_units_of_work
 from app.cli import app
 from app.measure.adapters.micro import machine_id
 from app.measure.adapters.tunnel import charon_pids, run_bench
 from app.measure.cli_tunnel import bench_lab
 from app.measure.domain.tunnel import SuiteSpec, bench_document
-from app.services import tunnels
+from app.services import gateways, tunnels
 from app.services.ratings import get_table
 
 pytestmark = pytest.mark.charon
@@ -84,9 +85,9 @@ def test_the_command_writes_the_document_and_the_measured_table(tmp_path: Path,
     assert result.exit_code == 0, result.output
     engine = make_engine(url)
     try:
-        with make_session_factory(engine)() as session:
-            table = get_table(session=session, name="tunnel-test")
-            left_behind = (tunnels.list_tunnels(session=session), tunnels.list_gateways(session=session))
+        with sql_units_of_work(make_session_factory(engine))() as uow:
+            table = get_table(uow=uow, name="tunnel-test")
+            left_behind = (tunnels.list_tunnels(uow=uow), gateways.list_gateways(uow=uow))
     finally:
         engine.dispose()
     assert set(table.ratings) == {"aes128", "sha1"}

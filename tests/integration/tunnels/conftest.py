@@ -13,7 +13,7 @@ import pytest
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
-from app.services.bootstrap import prepare_database
+from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests.fixtures.secrets import register
 from tests.integration.charon.conftest import temporary_lab

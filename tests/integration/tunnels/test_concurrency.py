@@ -11,7 +11,7 @@ import pytest
 
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
-from app.services.bootstrap import prepare_database
+from app.bootstrap import prepare_database
 from app.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]

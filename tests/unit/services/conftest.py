@@ -1,37 +1,32 @@
-"""A migrated SQLite database with the shipped rating tables, copied fresh for each test."""
+"""Service tests run on the in-memory unit of work (``tests/fakes/uow.py``): no database.
+The same stores are held to the SQL adapters' behaviour by ``tests/contract``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from sqlalchemy.orm import Session
 
 from app.adapters import files
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.migrate import upgrade
 from app.resources import SHIPPED_RATINGS_DIR
 from app.services.ratings import load_shipped_tables
+from tests.fakes.uow import FakeDatabase, FakeUnitOfWork
 
-
-@pytest.fixture(scope="module")
-def migrated(tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("db") / "template.db"
-    url = f"sqlite:///{path}"
-    upgrade(url)
-    engine = make_engine(url)
-    with make_session_factory(engine)() as session, session.begin():
-        load_shipped_tables(session=session, tables=files.load_rating_tables(SHIPPED_RATINGS_DIR))
-    engine.dispose()
-    return str(path)
+_SHIPPED = files.load_rating_tables(SHIPPED_RATINGS_DIR)
 
 
 @pytest.fixture
-def session(migrated: str, tmp_path: Path) -> Iterator[Session]:
-    copy = tmp_path / "qoss.db"
-    copy.write_bytes(Path(migrated).read_bytes())
-    engine = make_engine(f"sqlite:///{copy}")
-    with make_session_factory(engine)() as s:
-        yield s
-    engine.dispose()
+def database() -> FakeDatabase:
+    """A fresh in-memory database holding the shipped rating tables."""
+    db = FakeDatabase()
+    with db.unit() as uow:
+        load_shipped_tables(uow=uow, tables=_SHIPPED)
+        uow.commit()
+    return db
+
+
+@pytest.fixture
+def uow(database: FakeDatabase) -> Iterator[FakeUnitOfWork]:
+    """One unit of work on :func:`database` (committed by the test where it matters)."""
+    with database.unit() as unit:
+        yield unit

@@ -11,14 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
-from app.adapters.db.repositories import GatewayRepository, TunnelRepository
 from app.adapters.vici.events import EventKind, SaEvent
 from app.adapters.vici.models import IkeSa, parse_ike_sa
 from app.domain.errors import GatewayUnreachable
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.services.tunnel_monitor import TunnelMonitor
+from tests.fakes.uow import FakeDatabase
 
 
 @dataclass
@@ -62,30 +61,31 @@ class FakeListener:
 
 
 @pytest.fixture
-def world(session_factory: sessionmaker[Session]) -> tuple[dict[str, Charon], list[FakeListener]]:
+def world(database: FakeDatabase) -> tuple[dict[str, Charon], list[FakeListener]]:
     charons = {"/run/left.vici": Charon("/run/left.vici"), "/run/right.vici": Charon("/run/right.vici")}
-    with session_factory() as session, session.begin():
-        gateways = GatewayRepository(session)
+    with database.unit() as uow:
+        gateways = uow.gateways
         for name, path, addr in (("left", "/run/left.vici", "10.99.0.1"), ("right", "/run/right.vici", "10.99.0.2")):
             gateways.create(Gateway(name=name, vici_socket=path, ike_address=addr, identity=f"{name}.qoss",
                                     inside_networks=("10.1.0.1/32",), backend="kernel-libipsec"))
-        tunnels = TunnelRepository(session)
+        tunnels = uow.tunnels
         for tid, state in (("aaa", TunnelState.UP), ("bbb", TunnelState.FAILED)):
             tunnels.add(TunnelRecord(id=tid, initiator="left", responder="right", local_ts=("10.1.0.1/32",),
                                      remote_ts=("10.2.0.1/32",), state=state, negotiation={}))
+        uow.commit()
     for c in charons.values():
         c.established.add("qoss-aaa")
     return charons, []
 
 
-def _monitor(session_factory: sessionmaker[Session], charons: dict[str, Charon],
+def _monitor(database: FakeDatabase, charons: dict[str, Charon],
              listeners: list[FakeListener]) -> TunnelMonitor:
     def listen(path: str, callback: Callable[[SaEvent], None]) -> FakeListener:
         listener = FakeListener(path, callback)
         listeners.append(listener)
         return listener
 
-    return TunnelMonitor(session_factory=session_factory, vici=lambda path: charons[path],
+    return TunnelMonitor(units=database.unit, vici=lambda path: charons[path],
                          listen=listen, settle=0.05, resync=0.2)
 
 
@@ -93,9 +93,9 @@ def _event(name: str, up: bool, kind: EventKind = EventKind.CHILD_UPDOWN) -> SaE
     return SaEvent(kind=kind, ike_name=name, up=up, ike_sa=None)
 
 
-def _state(session_factory: sessionmaker[Session], tid: str) -> tuple[TunnelState, str]:
-    with session_factory() as session:
-        record = TunnelRepository(session).get(tid)
+def _state(database: FakeDatabase, tid: str) -> tuple[TunnelState, str]:
+    with database.unit() as uow:
+        record = uow.tunnels.get(tid)
         return record.state, record.detail
 
 
@@ -108,30 +108,30 @@ def _wait(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
     return condition()
 
 
-def test_sa_going_down_marks_the_tunnel_down_and_coming_back_up(session_factory: sessionmaker[Session],
+def test_sa_going_down_marks_the_tunnel_down_and_coming_back_up(database: FakeDatabase,
                                                                 world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
-    monitor = _monitor(session_factory, charons, listeners)
+    monitor = _monitor(database, charons, listeners)
     monitor.start()
     try:
         assert _wait(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
         charons["/run/right.vici"].established.clear()  # the peer end went away
         listeners[0].callback(_event("qoss-aaa", up=False))
-        assert _wait(lambda: _state(session_factory, "aaa")[0] is TunnelState.DOWN)
-        assert _state(session_factory, "aaa")[1] == "SA went down (charon event)"
+        assert _wait(lambda: _state(database, "aaa")[0] is TunnelState.DOWN)
+        assert _state(database, "aaa")[1] == "SA went down (charon event)"
         charons["/run/right.vici"].established.add("qoss-aaa")
         listeners[1].callback(_event("qoss-aaa", up=True, kind=EventKind.IKE_UPDOWN))
-        assert _wait(lambda: _state(session_factory, "aaa")[0] is TunnelState.UP)
+        assert _wait(lambda: _state(database, "aaa")[0] is TunnelState.UP)
         assert monitor.changes == 2
     finally:
         monitor.stop()
     assert not any(listener.running for listener in listeners)
 
 
-def test_events_that_change_nothing_leave_records_alone(session_factory: sessionmaker[Session],
+def test_events_that_change_nothing_leave_records_alone(database: FakeDatabase,
                                                         world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
-    monitor = _monitor(session_factory, charons, listeners)
+    monitor = _monitor(database, charons, listeners)
     # Not ours, a record that does not exist, a failed tunnel, an up event while up, a rekey.
     for event in (_event("roadwarrior", up=False), _event("qoss-zzz", up=False), _event("qoss-bbb", up=False),
                   _event("qoss-aaa", up=True), SaEvent(kind=EventKind.CHILD_REKEY, ike_name="qoss-aaa", up=None,
@@ -139,25 +139,25 @@ def test_events_that_change_nothing_leave_records_alone(session_factory: session
         monitor.on_event(event)
     for tid in ("zzz", "bbb", "aaa"):
         monitor.check(tid)
-    assert _state(session_factory, "aaa")[0] is TunnelState.UP
-    assert _state(session_factory, "bbb")[0] is TunnelState.FAILED
+    assert _state(database, "aaa")[0] is TunnelState.UP
+    assert _state(database, "bbb")[0] is TunnelState.FAILED
     assert monitor.changes == 0
     assert charons["/run/left.vici"].asked == 1  # only the up tunnel was looked at
 
 
-def test_unreachable_charon_changes_nothing(session_factory: sessionmaker[Session],
+def test_unreachable_charon_changes_nothing(database: FakeDatabase,
                                             world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
-    monitor = _monitor(session_factory, charons, listeners)
+    monitor = _monitor(database, charons, listeners)
     charons["/run/left.vici"].down = True
     monitor.check("aaa")
-    assert _state(session_factory, "aaa")[0] is TunnelState.UP
+    assert _state(database, "aaa")[0] is TunnelState.UP
 
 
-def test_lost_listeners_are_reconnected_and_their_tunnels_rechecked(session_factory: sessionmaker[Session],
+def test_lost_listeners_are_reconnected_and_their_tunnels_rechecked(database: FakeDatabase,
                                                                      world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
-    monitor = _monitor(session_factory, charons, listeners)
+    monitor = _monitor(database, charons, listeners)
     monitor.sync_listeners()
     assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
     listeners[0].alive = False  # charon restarted: the connection is gone, and so is the SA
@@ -165,11 +165,11 @@ def test_lost_listeners_are_reconnected_and_their_tunnels_rechecked(session_fact
     monitor.sync_listeners()
     assert len(listeners) == 3
     assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
-    assert _state(session_factory, "aaa")[0] is TunnelState.DOWN  # events missed meanwhile: checked anyway
+    assert _state(database, "aaa")[0] is TunnelState.DOWN  # events missed meanwhile: checked anyway
     monitor.stop()
 
 
-def test_a_charon_that_is_not_there_yet_is_tried_again(session_factory: sessionmaker[Session],
+def test_a_charon_that_is_not_there_yet_is_tried_again(database: FakeDatabase,
                                                        world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
     refused: list[str] = []
@@ -180,7 +180,7 @@ def test_a_charon_that_is_not_there_yet_is_tried_again(session_factory: sessionm
         listeners.append(listener)
         return listener
 
-    monitor = TunnelMonitor(session_factory=session_factory, vici=lambda path: charons[path],
+    monitor = TunnelMonitor(units=database.unit, vici=lambda path: charons[path],
                             listen=listen, settle=0.05, resync=0.2)
     monitor.sync_listeners()
     assert monitor.watched == []

@@ -1,4 +1,5 @@
-"""The tunnel use case against two fake charons speaking VICI: stage, verify, roll back."""
+"""The tunnel use case against two fake charons speaking VICI (and the in-memory unit of work):
+stage, verify, roll back."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.orm import Session
 
 from app.adapters.vici.driver import ViciGateway
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
-from app.services import tunnels
-from app.services.negotiation import MinLevelsIn
+from app.domain.tunnels import TunnelRecord
+from app.services import gateways, tunnels
+from app.services.inputs import GatewayIn, MinLevelsIn, TunnelIn
 from app.services.ratings import TableCache
 from tests.fakes.fake_charon import FakeCharon, child_sa_message, ike_sa_message
+from tests.fakes.uow import FakeUnitOfWork
 
 
 @pytest.fixture
@@ -28,20 +30,20 @@ def vici(path: str) -> ViciGateway:
 
 
 @pytest.fixture
-def registered(session: Session, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path) -> None:
+def registered(uow: FakeUnitOfWork, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path) -> None:
     for fake, name, addr, net in ((fakes[0], "left", "10.99.0.1", "10.1.0.1/32"),
                                   (fakes[1], "right", "10.99.0.2", "10.2.0.1/32")):
-        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
             name=name, vici_socket=fake.socket_path, ike_address=addr, inside_networks=[net]))
 
 
-def request(**kw: object) -> tunnels.TunnelIn:
-    return tunnels.TunnelIn(initiator="left", responder="right",
+def request(**kw: object) -> TunnelIn:
+    return TunnelIn(initiator="left", responder="right",
                             min_levels=MinLevelsIn(confidentiality=8, integrity=8), **kw)  # type: ignore[arg-type]
 
 
-def create(session: Session) -> tunnels.TunnelRecord:  # type: ignore[name-defined]
-    return tunnels.create_tunnel(session=session, cache=TableCache(), vici=vici, request=request(),
+def create(uow: FakeUnitOfWork) -> TunnelRecord:
+    return tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, request=request(),
                                  default_table="standards-2026")
 
 
@@ -66,35 +68,35 @@ def established(fake: FakeCharon, name: str, *, encr: str | None = None, integ: 
     )
 
 
-def test_registration_reads_backend_and_algorithms(session: Session, registered: None) -> None:
-    gw = tunnels.get_gateway(session=session, name="left")
+def test_registration_reads_backend_and_algorithms(uow: FakeUnitOfWork, registered: None) -> None:
+    gw = gateways.get_gateway(uow=uow, name="left")
     assert gw.backend == "kernel-libipsec"
     assert {"aes128", "aes256", "aes128gcm16", "sha256", "modp2048", "x25519"} <= gw.algorithms
     assert "camellia128" not in gw.algorithms
 
 
-def test_unreachable_gateway_is_not_registered(session: Session, tmp_path: Path) -> None:
+def test_unreachable_gateway_is_not_registered(uow: FakeUnitOfWork, tmp_path: Path) -> None:
     with pytest.raises(GatewayUnreachable, match=str(tmp_path / "none.vici")):
-        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
             name="ghost", vici_socket=str(tmp_path / "none.vici"), ike_address="10.99.0.9",
             inside_networks=["10.9.0.0/24"]))
-    assert tunnels.list_gateways(session=session) == []
+    assert gateways.list_gateways(uow=uow) == []
 
 
-def test_socket_outside_allowed_dirs_is_refused(session: Session, tmp_path: Path) -> None:
+def test_socket_outside_allowed_dirs_is_refused(uow: FakeUnitOfWork, tmp_path: Path) -> None:
     from app.domain.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="vici_socket"):
-        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path / "only"],
-                                 body=tunnels.GatewayIn(name="x", vici_socket="/etc/x.vici", ike_address="10.0.0.1",
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path / "only"],
+                                 body=GatewayIn(name="x", vici_socket="/etc/x.vici", ike_address="10.0.0.1",
                                                         inside_networks=["10.0.0.0/24"]))
 
 
-def test_infeasible_request_sends_no_load_command(session: Session, registered: None,
+def test_infeasible_request_sends_no_load_command(uow: FakeUnitOfWork, registered: None,
                                                   fakes: tuple[FakeCharon, FakeCharon]) -> None:
     with pytest.raises(NoFeasibleSuite):
-        tunnels.create_tunnel(session=session, cache=TableCache(), vici=vici, default_table="standards-2026",
-                              request=tunnels.TunnelIn(initiator="left", responder="right",
+        tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, default_table="standards-2026",
+                              request=TunnelIn(initiator="left", responder="right",
                                                        min_levels=MinLevelsIn(integrity=10, confidentiality=10),
                                                        forbids=["sha512"]))
     for fake in fakes:
@@ -102,31 +104,31 @@ def test_infeasible_request_sends_no_load_command(session: Session, registered: 
         assert fake.count("load-shared") == 0
 
 
-def test_initiator_load_failure_unloads_the_responder(session: Session, registered: None,
+def test_initiator_load_failure_unloads_the_responder(uow: FakeUnitOfWork, registered: None,
                                                       fakes: tuple[FakeCharon, FakeCharon]) -> None:
     left, right = fakes
     left.fail("load-conn", "invalid configuration")
     with pytest.raises(GatewayRejected, match="invalid configuration"):
-        create(session)
+        create(uow)
     assert right.conns == {}
     assert right.shared == {}
     assert left.shared == {}
-    assert tunnels.list_tunnels(session=session) == []
+    assert tunnels.list_tunnels(uow=uow) == []
 
 
-def test_initiate_failure_rolls_back_both_ends(session: Session, registered: None,
+def test_initiate_failure_rolls_back_both_ends(uow: FakeUnitOfWork, registered: None,
                                                fakes: tuple[FakeCharon, FakeCharon]) -> None:
     left, _ = fakes
     left.fail("initiate", "establishing CHILD_SA failed", log=["received NO_PROPOSAL_CHOSEN notify"])
     with pytest.raises(GatewayRejected, match="NO_PROPOSAL_CHOSEN"):
-        create(session)
+        create(uow)
     for fake in fakes:
         assert fake.conns == {}
         assert fake.shared == {}
 
 
 def test_negotiated_algorithms_differing_from_the_choice_fail_and_roll_back(
-    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon]
 ) -> None:
     left, _ = fakes
 
@@ -140,14 +142,14 @@ def test_negotiated_algorithms_differing_from_the_choice_fail_and_roll_back(
 
     left.script("initiate", up_with_wrong_suite)  # type: ignore[arg-type]
     with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):
-        create(session)
+        create(uow)
     for fake in fakes:
         assert fake.conns == {}
         assert fake.shared == {}
 
 
 def test_success_records_the_tunnel_and_never_logs_the_psk(
-    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon], caplog: pytest.LogCaptureFixture
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], caplog: pytest.LogCaptureFixture
 ) -> None:
     left, right = fakes
 
@@ -161,7 +163,7 @@ def test_success_records_the_tunnel_and_never_logs_the_psk(
 
     left.script("initiate", up)  # type: ignore[arg-type]
     caplog.set_level(logging.DEBUG)
-    record = create(session)
+    record = create(uow)
     assert record.negotiation["proposals"]["esp"].startswith("aes128gcm16")
     (shared,) = right.messages("load-shared")
     assert set(shared["owners"]) == {f"{record.id}.left.qoss", f"{record.id}.right.qoss"}
@@ -176,7 +178,7 @@ def test_success_records_the_tunnel_and_never_logs_the_psk(
 
 
 def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
-    session: Session, registered: None, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path
 ) -> None:
     def up(message: dict[str, object]) -> object:
         from tests.fakes.fake_charon import Reply
@@ -186,11 +188,11 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
         return Reply({"success": "yes"})
 
     fakes[0].script("initiate", up)  # type: ignore[arg-type]
-    create(session)
+    create(uow)
     with FakeCharon(tmp_path / "other.vici") as other:
-        tunnels.register_gateway(session=session, vici=vici, allowed_socket_dirs=[tmp_path], body=tunnels.GatewayIn(
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
             name="other", vici_socket=other.socket_path, ike_address="10.99.0.3", inside_networks=["10.3.0.1/32"]))
-    tunnels.forget_gateways(session=session, names=["left", "right", "never-registered"])
-    assert tunnels.list_tunnels(session=session) == []
-    assert [g.name for g in tunnels.list_gateways(session=session)] == ["other"]
+    gateways.forget_gateways(uow=uow, names=["left", "right", "never-registered"])
+    assert tunnels.list_tunnels(uow=uow) == []
+    assert [g.name for g in gateways.list_gateways(uow=uow)] == ["other"]
     assert not any(c.command.startswith("unload") for f in fakes for c in f.calls)  # charon is not touched

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.db.audit import Auditor
 from app.adapters.db.repositories import AuditRepository
-from app.services.audit import Auditor
 
 
 def _record(auditor: Auditor, request_id: str, **extra: object) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import upgrade
+from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.services.policies import load_shipped_policies
 from app.services.ratings import load_shipped_tables
 from app.settings import Settings
@@ -36,9 +37,10 @@ def prepare_database(settings: Settings) -> Prepared:
     policies = files.load_policies(settings.policies_dir)
     engine = make_engine(settings.database_url)
     try:
-        with make_session_factory(engine)() as session, session.begin():
-            added_t = load_shipped_tables(session=session, tables=tables)
-            added_p = load_shipped_policies(session=session, policies=policies)
+        with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
+            added_t = load_shipped_tables(uow=uow, tables=tables)
+            added_p = load_shipped_policies(uow=uow, policies=policies)
+            uow.commit()
     finally:
         engine.dispose()
     return Prepared(added_t, added_p)

@@ -1,0 +1,19 @@
+"""Repositories: domain objects in and out of the database, one module per kind of thing.
+Each satisfies a store protocol of ``app.services.ports``; they flush, never commit."""
+
+from app.adapters.db.repositories.access import AuditRepository, TokenRepository
+from app.adapters.db.repositories.keys import IdempotencyRepository, ServerKeyRepository, ShippedLoadRepository
+from app.adapters.db.repositories.network import GatewayRepository, TunnelRepository
+from app.adapters.db.repositories.revisioned import PolicyRepository, RatingTableRepository
+
+__all__ = [
+    "AuditRepository",
+    "GatewayRepository",
+    "IdempotencyRepository",
+    "PolicyRepository",
+    "RatingTableRepository",
+    "ServerKeyRepository",
+    "ShippedLoadRepository",
+    "TokenRepository",
+    "TunnelRepository",
+]

@@ -1,0 +1,80 @@
+"""API tokens and the audit log. Repositories flush, never commit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session
+
+from app.adapters.db.models import ApiTokenRow, AuditRow, utcnow
+from app.domain.auth import TokenRecord
+from app.domain.errors import NotFound
+
+__all__ = ["AuditRepository", "TokenRepository"]
+
+
+class TokenRepository:
+    """API tokens (hash only)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    @staticmethod
+    def _record(row: ApiTokenRow) -> TokenRecord:
+        return TokenRecord(id=row.id, name=row.name, scopes=frozenset(row.scopes), secret_hash=row.secret_hash,
+                           created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at)
+
+    def add(self, record: TokenRecord, *, created_by: str) -> None:
+        self.session.add(ApiTokenRow(
+            id=record.id, name=record.name, scopes=sorted(record.scopes), secret_hash=record.secret_hash,
+            created_by=created_by, created_at=record.created_at, expires_at=record.expires_at,
+        ))
+        self.session.flush()
+
+    def find(self, token_id: str) -> TokenRecord | None:
+        row = self.session.get(ApiTokenRow, token_id)
+        return self._record(row) if row is not None else None
+
+    def list(self) -> list[TokenRecord]:
+        return [self._record(r) for r in self.session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at))]
+
+    def revoke(self, token_id: str) -> None:
+        row = self.session.get(ApiTokenRow, token_id)
+        if row is None:
+            raise NotFound(f"token {token_id!r} does not exist")
+        if row.revoked_at is None:
+            row.revoked_at = utcnow()
+        self.session.flush()
+
+
+class AuditRepository:
+    """The append-only audit log."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def append(self, **fields: Any) -> None:
+        self.append_many([fields])
+
+    def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Insert records in one statement (``at`` defaults to now, ``detail`` to empty)."""
+        if records:
+            now = utcnow()
+            self.session.execute(insert(AuditRow), [  # the same keys in each: one executemany
+                {"token_id": None, "token_name": None, "client_request_id": None, "detail": "", **r,
+                 "at": r.get("at") or now}
+                for r in records])
+
+    def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+        query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
+        if before_id is not None:
+            query = query.where(AuditRow.id < before_id)
+        return [
+            {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
+             "client_request_id": r.client_request_id, "token_id": r.token_id,
+             "token_name": r.token_name, "scopes": r.scopes, "source": r.source, "action": r.action,
+             "object": r.object, "outcome": r.outcome, "detail": r.detail}
+            for r in self.session.scalars(query)
+        ]

@@ -1,0 +1,153 @@
+"""Registered gateways and the tunnels between them. Repositories flush, never commit."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
+from app.domain.errors import AlreadyExists, NotFound
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
+
+__all__ = ["GatewayRepository", "TunnelRepository"]
+
+
+def _gateway(row: GatewayRow) -> Gateway:
+    return Gateway(
+        name=row.name, vici_socket=row.vici_socket, ike_address=row.ike_address, identity=row.identity,
+        inside_networks=tuple(row.inside_networks), backend=row.backend, version=row.version,
+        algorithms=frozenset(row.algorithms),
+    )
+
+
+class GatewayRepository:
+    """Registered strongSwan gateways."""
+
+    def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session`` (committed by the caller, never here)."""
+        self.session = session
+
+    def _row(self, name: str) -> GatewayRow:
+        row = self.session.scalar(select(GatewayRow).where(GatewayRow.name == name))
+        if row is None:
+            raise NotFound(f"gateway {name!r} does not exist")
+        return row
+
+    def create(self, gateway: Gateway) -> None:
+        """Register a gateway.
+
+        Raises:
+            AlreadyExists: A gateway of that name exists (nothing is written).
+        """
+        if self.session.scalar(select(GatewayRow.id).where(GatewayRow.name == gateway.name)) is not None:
+            raise AlreadyExists(f"gateway {gateway.name!r} exists already")
+        try:
+            with self.session.begin_nested():
+                self.session.add(GatewayRow(
+                    name=gateway.name, vici_socket=gateway.vici_socket, ike_address=gateway.ike_address,
+                    identity=gateway.identity, inside_networks=list(gateway.inside_networks),
+                    backend=gateway.backend, version=gateway.version, algorithms=sorted(gateway.algorithms),
+                ))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"gateway {gateway.name!r} exists already") from exc
+
+    def get(self, name: str) -> Gateway:
+        """One gateway.
+
+        Raises:
+            NotFound: No such gateway.
+        """
+        return _gateway(self._row(name))
+
+    def list(self) -> list[Gateway]:
+        """Every gateway, by name."""
+        return [_gateway(r) for r in self.session.scalars(select(GatewayRow).order_by(GatewayRow.name))]
+
+    def update(self, gateway: Gateway) -> None:
+        """Store what was read from a gateway: back end, version, algorithms.
+
+        Raises:
+            NotFound: No such gateway.
+        """
+        row = self._row(gateway.name)
+        row.backend, row.version = gateway.backend, gateway.version
+        row.algorithms = sorted(gateway.algorithms)
+        row.updated_at = utcnow()
+        self.session.flush()
+
+    def delete(self, name: str) -> None:
+        """Forget a gateway.
+
+        Raises:
+            NotFound: No such gateway.
+        """
+        self.session.delete(self._row(name))
+        self.session.flush()
+
+
+def _tunnel(row: TunnelRow) -> TunnelRecord:
+    return TunnelRecord(
+        id=row.id, initiator=row.initiator, responder=row.responder, local_ts=tuple(row.local_ts),
+        remote_ts=tuple(row.remote_ts), state=TunnelState(row.state), negotiation=row.negotiation,
+        detail=row.detail, created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
+        peer=PeerEnd(**row.peer) if row.peer else None,
+    )
+
+
+class TunnelRepository:
+    """Tunnel records (never the PSK)."""
+
+    def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session`` (committed by the caller, never here)."""
+        self.session = session
+
+    def _row(self, tunnel_id: str) -> TunnelRow:
+        row = self.session.get(TunnelRow, tunnel_id)
+        if row is None:
+            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+        return row
+
+    def add(self, record: TunnelRecord) -> TunnelRecord:
+        """Store a new tunnel record and return it with its timestamps."""
+        row = TunnelRow(
+            id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
+            remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
+            negotiation=dict(record.negotiation), peer=record.peer.as_dict() if record.peer is not None else None,
+        )
+        self.session.add(row)
+        self.session.flush()
+        return _tunnel(row)
+
+    def get(self, tunnel_id: str) -> TunnelRecord:
+        """One tunnel.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
+        return _tunnel(self._row(tunnel_id))
+
+    def list(self) -> list[TunnelRecord]:
+        """Every tunnel, oldest first."""
+        return [_tunnel(r) for r in self.session.scalars(select(TunnelRow).order_by(TunnelRow.created_at,
+                                                                                    TunnelRow.id))]
+
+    def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
+        """Move a tunnel to ``state`` with a human-readable ``detail``.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
+        row = self._row(tunnel_id)
+        row.state, row.detail, row.updated_at = state.value, detail, utcnow()
+        self.session.flush()
+
+    def delete(self, tunnel_id: str) -> None:
+        """Forget a tunnel.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
+        self.session.delete(self._row(tunnel_id))
+        self.session.flush()

@@ -1,0 +1,315 @@
+"""Rating tables and policies: named documents with their whole revision history.
+
+Optimistic concurrency is decided by the database itself: a write moves the current
+revision with ``UPDATE ... WHERE current_revision = :expected``; zero rows means someone
+else wrote first (StaleRevision). The unique (object, revision) constraint is the backstop.
+Repositories flush, never commit.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Update, delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow, utcnow
+from app.domain.errors import AlreadyExists, NotFound, StaleRevision
+from app.domain.policies import Policy
+from app.domain.ratings import RatingTable
+from app.domain.revisions import diff_policies, diff_tables
+
+__all__ = ["PolicyRepository", "RatingTableRepository"]
+
+
+def _rowcount(session: Session, statement: Update) -> int:
+    """Execute a bulk UPDATE and return how many rows it matched."""
+    result = cast(CursorResult[Any], session.execute(statement.execution_options(synchronize_session=False)))
+    return result.rowcount
+
+
+class _Revisioned:
+    """Named documents with full revision history (rating tables, policies).
+
+    Each object is a row (name, current revision) and one revision row per revision with
+    the whole document and its changes against the revision before. Subclasses name their
+    two models, the revision row's key column, the noun used in messages and the diff.
+    """
+
+    _row_model: Any
+    _rev_model: Any
+    _owner: str
+    _noun: str
+    _diff: Callable[[dict[str, Any] | None, dict[str, Any]], builtins.list[dict[str, Any]]]
+
+    def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session``.
+
+        Args:
+            session: The unit of work; committed by the caller, never here.
+        """
+        self.session = session
+
+    def _row(self, name: str) -> Any:
+        row = self.session.scalar(select(self._row_model).where(self._row_model.name == name))
+        if row is None:
+            raise NotFound(f"{self._noun} {name!r} does not exist")
+        return row
+
+    def _owner_of(self) -> Any:
+        return getattr(self._rev_model, self._owner)
+
+    def _content(self, owner_id: int, revision: int) -> dict[str, Any] | None:
+        content = self.session.scalar(
+            select(self._rev_model.content).where(self._owner_of() == owner_id, self._rev_model.revision == revision))
+        return cast(dict[str, Any] | None, content)
+
+    def _revision_content(self, name: str, revision: int | None = None) -> tuple[dict[str, Any], int]:
+        """A revision's document (the current one by default) and its number."""
+        row = self._row(name)
+        wanted = row.current_revision if revision is None else revision
+        content = self._content(row.id, wanted)
+        if content is None:
+            raise NotFound(f"{self._noun} {name!r} has no revision {wanted}")
+        return content, wanted
+
+    def _create(self, name: str, content: dict[str, Any], *, author: str, message: str) -> int:
+        """Store a new object at revision 1 (nothing is written if the name is taken)."""
+        if self.session.scalar(select(self._row_model.id).where(self._row_model.name == name)) is not None:
+            raise AlreadyExists(f"{self._noun} {name!r} exists already")
+        try:
+            with self.session.begin_nested():
+                row = self._row_model(name=name, current_revision=1)
+                self.session.add(row)
+                self.session.flush()
+                self.session.add(self._rev_model(**{self._owner: row.id}, revision=1, author=author,
+                                                 message=message, content=content,
+                                                 changes=type(self)._diff(None, content)))
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"{self._noun} {name!r} exists already") from exc
+        return 1
+
+    def _update(self, name: str, content: dict[str, Any], *, expected_revision: int, author: str,
+                message: str) -> int:
+        """Store ``content`` as the next revision if ``expected_revision`` is still current."""
+        row_id = self.session.scalar(select(self._row_model.id).where(self._row_model.name == name))
+        if row_id is None:
+            raise NotFound(f"{self._noun} {name!r} does not exist")
+        new = expected_revision + 1
+        try:
+            with self.session.begin_nested():
+                moved = _rowcount(self.session, (
+                    update(self._row_model)
+                    .where(self._row_model.id == row_id, self._row_model.current_revision == expected_revision)
+                    .values(current_revision=new, updated_at=utcnow())
+                ))
+                if moved == 1:
+                    changes = type(self)._diff(self._content(row_id, expected_revision), content)
+                    self.session.add(self._rev_model(**{self._owner: row_id}, revision=new, author=author,
+                                                     message=message, content=content, changes=changes))
+                    self.session.flush()
+        except IntegrityError as exc:
+            raise StaleRevision(name, expected_revision, new) from exc
+        if moved != 1:
+            raise StaleRevision(name, expected_revision, self.current_revision(name))
+        return new
+
+    def current_revision(self, name: str) -> int:
+        """The current revision number, in one cheap query (for cache validation).
+
+        Raises:
+            NotFound: No such object.
+        """
+        revision = self.session.scalar(select(self._row_model.current_revision).where(self._row_model.name == name))
+        if revision is None:
+            raise NotFound(f"{self._noun} {name!r} does not exist")
+        return cast(int, revision)
+
+    def _current(self) -> builtins.list[tuple[Any, dict[str, Any]]]:
+        """Every object with its current document, by name."""
+        rows = self.session.execute(
+            select(self._row_model, self._rev_model.content)
+            .join(self._rev_model, (self._owner_of() == self._row_model.id)
+                  & (self._rev_model.revision == self._row_model.current_revision))
+            .order_by(self._row_model.name)
+        ).all()
+        return [(r, c) for r, c in rows]
+
+    def _revision_rows(self, name: str) -> builtins.list[Any]:
+        row = self._row(name)
+        return list(self.session.scalars(
+            select(self._rev_model).where(self._owner_of() == row.id).order_by(self._rev_model.revision)).all())
+
+    def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The history, oldest first.
+
+        Returns:
+            ``{"revision", "author", "created_at" (ISO 8601, UTC), "message", "changes"}``
+            per revision, ``changes`` against the revision before (the subclass's diff).
+
+        Raises:
+            NotFound: No such object.
+        """
+        return [
+            {"revision": r.revision, "author": r.author, "created_at": r.created_at.isoformat(),
+             "message": r.message, "changes": r.changes}
+            for r in self._revision_rows(name)
+        ]
+
+    def delete(self, name: str) -> None:
+        """Delete an object and its whole history.
+
+        Raises:
+            NotFound: No such object.
+        """
+        row = self._row(name)
+        self.session.execute(delete(self._rev_model).where(self._owner_of() == row.id))
+        self.session.delete(row)
+        self.session.flush()
+
+
+class RatingTableRepository(_Revisioned):
+    """Rating tables with full revision history.
+
+    Every revision stores the whole ``RatingTable.as_dict()`` document and its changes
+    against the previous revision. The repository flushes and never commits: the caller's
+    (request-scoped) session commits or rolls back.
+    """
+
+    _row_model = RatingTableRow
+    _rev_model = RatingTableRevisionRow
+    _owner = "table_id"
+    _noun = "rating table"
+    _diff = staticmethod(diff_tables)
+
+    def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
+        """Store a new table at revision 1.
+
+        Args:
+            table: The table; its ``revision`` is ignored.
+            author: Who made it.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, 1.
+
+        Raises:
+            AlreadyExists: A table of that name exists (nothing is written: the rows go in
+                under a savepoint that is rolled back on the unique-name violation).
+        """
+        return self._create(table.name, table.as_dict(), author=author, message=message)
+
+    def get(self, name: str) -> RatingTable:
+        """The current revision of a table, its ``revision`` set.
+
+        Raises:
+            NotFound: No such table.
+        """
+        content, revision = self._revision_content(name)
+        return RatingTable.from_dict(content, revision=revision)
+
+    def get_revision(self, name: str, revision: int) -> RatingTable:
+        """A past (or the current) revision of a table.
+
+        Raises:
+            NotFound: No such table, or no such revision of it.
+        """
+        content, _ = self._revision_content(name, revision)
+        return RatingTable.from_dict(content, revision=revision)
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """A summary of every table, by name.
+
+        Returns:
+            ``{"name", "revision", "description", "ratings" (count), "updated_at" (ISO 8601)}``
+            per table.
+        """
+        return [
+            {"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
+             "ratings": len(c.get("ratings", [])), "updated_at": r.updated_at.isoformat()}
+            for r, c in self._current()
+        ]
+
+    def update(self, table: RatingTable, *, expected_revision: int, author: str, message: str = "") -> int:
+        """Store ``table`` as the next revision if ``expected_revision`` is still current.
+
+        The check is one atomic ``UPDATE ... WHERE current_revision = :expected`` in the
+        database, so of concurrent writers based on the same revision exactly one wins.
+        The unique (table, revision) constraint is the backstop.
+
+        Args:
+            table: The new content; ``table.name`` names the table to update.
+            expected_revision: The revision the caller based its edit on (If-Match).
+            author: Who made the edit.
+            message: Why, for the history.
+
+        Returns:
+            The new revision, ``expected_revision + 1``.
+
+        Raises:
+            NotFound: No such table.
+            StaleRevision: Another write came first (nothing is written).
+        """
+        return self._update(table.name, table.as_dict(), expected_revision=expected_revision, author=author,
+                            message=message)
+
+
+
+class PolicyRepository(_Revisioned):
+    """Policies with full revision history, like :class:`RatingTableRepository`."""
+
+    _row_model = PolicyRow
+    _rev_model = PolicyRevisionRow
+    _owner = "policy_id"
+    _noun = "policy"
+    _diff = staticmethod(diff_policies)
+
+    def create(self, policy: Policy, *, author: str, message: str = "created") -> int:
+        """Store a new policy at revision 1.
+
+        Raises:
+            AlreadyExists: A policy of that name exists (nothing is written).
+        """
+        return self._create(policy.name, policy.as_dict(), author=author, message=message)
+
+    def get(self, name: str) -> tuple[Policy, int]:
+        """The current revision of a policy and its number.
+
+        Raises:
+            NotFound: No such policy.
+        """
+        content, revision = self._revision_content(name)
+        return Policy.from_dict(content), revision
+
+    def get_revision(self, name: str, revision: int) -> Policy:
+        """A past (or the current) revision of a policy.
+
+        Raises:
+            NotFound: No such policy, or no such revision of it.
+        """
+        content, _ = self._revision_content(name, revision)
+        return Policy.from_dict(content)
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """A summary of every policy, by name.
+
+        Returns:
+            ``{"name", "revision", "description", "min_levels", "objectives"}`` per policy.
+        """
+        return [{"name": r.name, "revision": r.current_revision, "description": c.get("description", ""),
+                 "min_levels": c.get("min_levels"), "objectives": c.get("objectives")} for r, c in self._current()]
+
+    def update(self, policy: Policy, *, expected_revision: int, author: str, message: str = "replaced") -> int:
+        """Store ``policy`` as the next revision if ``expected_revision`` is still current
+        (the same atomic compare-and-set as :meth:`RatingTableRepository.update`).
+
+        Raises:
+            NotFound: No such policy.
+            StaleRevision: Another write came first (nothing is written).
+        """
+        return self._update(policy.name, policy.as_dict(), expected_revision=expected_revision, author=author,
+                            message=message)

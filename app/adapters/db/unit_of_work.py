@@ -1,0 +1,93 @@
+"""The unit of work on SQLAlchemy: one session, its repositories (``app.services.ports.UnitOfWork``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+
+from sqlalchemy.orm import Session
+
+from app.adapters.db.repositories import (
+    AuditRepository,
+    GatewayRepository,
+    IdempotencyRepository,
+    PolicyRepository,
+    RatingTableRepository,
+    ServerKeyRepository,
+    ShippedLoadRepository,
+    TokenRepository,
+    TunnelRepository,
+)
+
+__all__ = ["SqlUnitOfWork", "sql_units_of_work"]
+
+
+class SqlUnitOfWork:
+    """The stores of one SQLAlchemy session.
+
+    Args:
+        session: the transaction. A request's session is the request's (its dependency
+            commits or rolls back, and closes it); one made by :func:`sql_units_of_work`
+            is this unit of work's own and closed by ``with``.
+        owned: close the session on leaving ``with``.
+    """
+
+    def __init__(self, session: Session, *, owned: bool = False) -> None:
+        self.session = session
+        self._owned = owned
+
+    @cached_property
+    def tables(self) -> RatingTableRepository:
+        return RatingTableRepository(self.session)
+
+    @cached_property
+    def policies(self) -> PolicyRepository:
+        return PolicyRepository(self.session)
+
+    @cached_property
+    def gateways(self) -> GatewayRepository:
+        return GatewayRepository(self.session)
+
+    @cached_property
+    def tunnels(self) -> TunnelRepository:
+        return TunnelRepository(self.session)
+
+    @cached_property
+    def tokens(self) -> TokenRepository:
+        return TokenRepository(self.session)
+
+    @cached_property
+    def audit(self) -> AuditRepository:
+        return AuditRepository(self.session)
+
+    @cached_property
+    def idempotency(self) -> IdempotencyRepository:
+        return IdempotencyRepository(self.session)
+
+    @cached_property
+    def server_keys(self) -> ServerKeyRepository:
+        return ServerKeyRepository(self.session)
+
+    @cached_property
+    def shipped(self) -> ShippedLoadRepository:
+        return ShippedLoadRepository(self.session)
+
+    def commit(self) -> None:
+        self.session.commit()
+
+    def rollback(self) -> None:
+        self.session.rollback()
+
+    def __enter__(self) -> SqlUnitOfWork:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owned:
+            self.session.close()  # rolls back what was not committed
+        elif self.session.in_transaction():
+            self.session.rollback()
+
+
+def sql_units_of_work(session_factory: Callable[[], Session]) -> Callable[[], SqlUnitOfWork]:
+    """A factory of units of work, each with a fresh session of ``session_factory``."""
+    return lambda: SqlUnitOfWork(session_factory(), owned=True)

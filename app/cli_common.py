@@ -1,0 +1,90 @@
+"""What the command-line modules share: the database option, settings, failures as JSON,
+input files and one unit of work."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.cli_db import require_database, setup_database
+from app.domain.errors import QossError
+
+__all__ = ["DbUrl", "Unit", "emit", "fail", "prepared", "read_input", "settings_of"]
+
+DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
+
+
+def settings_of(database_url: str | None) -> Any:
+    """The settings of a command that works on an existing database: it must be at this
+    version's newest migration, else the command stops with one line naming `qoss db upgrade`
+    (app/cli_db.py; set-up commands call :func:`setup_database` instead)."""
+    return require_database(database_url)
+
+
+def fail(exc: QossError, code: int = 2) -> None:
+    typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def prepared(database_url: str | None) -> Iterator[tuple[Any, Any]]:
+    """The settings and one unit of work on the database, migrated and loaded as at a start;
+    committed when the block ends without an error. A refusal exits with its message."""
+    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.unit_of_work import SqlUnitOfWork
+    from app.bootstrap import prepare_database
+
+    settings = settings_of(database_url)
+    prepare_database(settings)
+    engine = make_engine(settings.database_url)
+    try:
+        with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
+            yield settings, uow
+            uow.commit()
+    except QossError as exc:
+        fail(exc)
+    finally:
+        engine.dispose()
+
+
+def read_input(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read(1_048_577)
+    return Path(path).read_text(encoding="utf-8")
+
+
+class Unit:
+    """A database at this version's migration head and one unit of work, for CLI commands that act
+    in-process; ``setup``: a set-up command, which migrates the database (app/cli_db.py)."""
+
+    def __init__(self, database_url: str | None, *, setup: bool = False) -> None:
+        self.settings = setup_database(database_url)[0] if setup else settings_of(database_url)
+
+    def run(self, fn: Any, **kw: Any) -> Any:
+        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.adapters.db.unit_of_work import SqlUnitOfWork
+        from app.adapters.vici.driver import ViciGateway
+        from app.services.ratings import TableCache
+
+        engine = make_engine(self.settings.database_url)
+        timeout = self.settings.vici_timeout
+        try:
+            with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
+                done = fn(uow=uow, cache=TableCache(), vici=lambda p: ViciGateway(p, timeout),
+                          default_table=self.settings.default_table, **kw)
+                uow.commit()
+                return done
+        except QossError as exc:
+            fail(exc)
+        finally:
+            engine.dispose()
+
+
+def emit(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))

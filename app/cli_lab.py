@@ -1,0 +1,189 @@
+"""``qoss lab``: the strongSwan lab in network namespaces (root), and the tunnel agent's lab."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Annotated, Any
+
+import typer
+
+from app.cli_common import DbUrl, Unit, emit
+from app.cli_db import settings_for
+from app.domain.errors import NotFound
+
+__all__ = ["lab_app"]
+
+lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (root). `lab up` builds two "
+                      "gateways (left, right); `lab up --agent` builds the tunnel agent's client, Host and Target, "
+                      "which users then `lab join`.", no_args_is_help=True)
+
+LabPrefix = Annotated[str, typer.Option(
+    "--prefix", envvar="QOSS_LAB_PREFIX", help="namespace names start with PREFIX- (distinct prefixes: independent "
+    "labs on one machine)")]
+
+
+@lab_app.command("up")
+def lab_up(
+    database_url: DbUrl = None,
+    hosts: Annotated[int, typer.Option(help="number of hosts (2: left, right)")] = 2,
+    agent: Annotated[bool, typer.Option(
+        "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers")] = False,
+    prefix: LabPrefix = "qoss",
+) -> None:
+    """Create the namespaces, start one charon each, and register them as gateways (migrating the database).
+
+    With --agent: three namespaces PREFIX-client, PREFIX-host and PREFIX-target (a bridge in
+    PREFIX-hub joins them), a charon in each, key pairs for Host and Target, their agent
+    configs and SQLite databases, and Host's and Target's `qoss serve` in the background,
+    all under QOSS_LAB_DIR/agent; the database of --database-url is not used. Prints where
+    each part is (namespaces, addresses, URLs, pids, logs) as JSON. Then `qoss lab join
+    NAME` for each user; `qoss lab down` removes it all, also after a failed `up`.
+    """
+    from app.adapters.lab import Lab, LabError
+    from app.services import gateways
+    from app.services.inputs import GatewayIn
+
+    if agent:
+        if hosts != 2:
+            raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
+        from app.adapters.lab_agent import AgentLab
+
+        try:
+            emit(AgentLab(settings_for(database_url).lab_dir / "agent", prefix=prefix).up())
+        except (LabError, ValueError) as exc:
+            typer.echo(f"lab up failed: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        return
+
+    unit = Unit(database_url, setup=True)
+    try:
+        lab = Lab(unit.settings.lab_dir, prefix=prefix)
+        made = lab.up(n_hosts=hosts)
+    except (LabError, ValueError) as exc:
+        typer.echo(f"lab up failed: {exc}", err=True)
+        raise typer.Exit(1) from exc
+
+    def register(**kw: Any) -> list[dict[str, Any]]:
+        out = []
+        for h in made:
+            with contextlib.suppress(NotFound):
+                gateways.delete_gateway(uow=kw["uow"], name=h.name)
+            body = GatewayIn(name=h.name, vici_socket=h.vici_socket, ike_address=h.ike_address,
+                                     inside_networks=[f"{h.inside_address}/32"])
+            gw = gateways.register_gateway(uow=kw["uow"], vici=kw["vici"], body=body,
+                                          allowed_socket_dirs=[unit.settings.lab_dir])
+            out.append({**gw.as_dict(), "netns": h.netns, "inside_address": h.inside_address,
+                        "log": h.log_path})
+        return out
+
+    emit(unit.run(lambda **kw: register(**kw)))
+
+
+@lab_app.command("join")
+def lab_join(
+    name: Annotated[str, typer.Argument(help="the user (a-z, 0-9, . _ -): enrolled at Host on first join")],
+    objective: Annotated[int, typer.Option(min=1, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+) -> None:
+    """A user joins the agent lab (`qoss lab up --agent`): a tunnel on demand, then a ping through it.
+
+    On first join, makes NAME's key pair and client config and enrols NAME at Host (every
+    Objective-ID). Then runs `qoss agent connect` as NAME in the client's namespace (Host
+    vouches, Target negotiates and hands out a virtual IP) and pings Target's protected
+    address from the virtual IP. Prints JSON: user, enrolled (now), virtual_ip, suite (as
+    the client's charon reports it: ike, child), proposals (what Target negotiated), ticket,
+    conn, ping (transmitted, received, rtt_avg_ms, esp_packets, crossed) and client_config
+    (for `ip netns exec PREFIX-client qoss agent status|disconnect --config FILE`).
+    Several users join one after another, each with their own virtual IP. Exit status 0 when
+    the ping crossed the tunnel, 1 when it did not, 2 when NAME could not connect.
+    """
+    from app.adapters.lab import LabError
+    from app.adapters.lab_agent import AgentLab
+
+    try:
+        lab = AgentLab(settings_for(None).lab_dir / "agent")
+        if not lab.state_file.exists():
+            raise LabError(f"no agent lab is up in {lab.state_dir}: run 'qoss lab up --agent' first")
+        levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+        result = lab.join(name, objective=objective, min_levels={k: v for k, v in levels.items() if v})
+    except (LabError, ValueError) as exc:
+        typer.echo(f"lab join failed: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    emit(result)
+    if not (result["ping"] or {}).get("crossed"):
+        raise typer.Exit(1)
+
+
+@lab_app.command("down")
+def lab_down(database_url: DbUrl = None) -> None:
+    """Take down everything `lab up` built, also after a failed or partial `up`.
+
+    The agent lab: its servers (and any client still running), charons, namespaces and its
+    state directory. The gateway lab: its charons and namespaces, and its tunnels and
+    gateways in the database (which must be migrated). Prints "lab down"; exit status 1,
+    with one line per problem, if something could not be removed.
+    """
+    from app.adapters.lab import Lab, LabError
+    from app.adapters.lab_agent import AgentLab
+    from app.cli_db import DatabaseUnusable
+    from app.services import gateways
+
+    lab_dir = settings_for(database_url).lab_dir
+    problems = []
+    try:
+        AgentLab(lab_dir / "agent").down()
+    except (LabError, ValueError) as exc:
+        problems.append(f"agent lab: {exc}")
+    names: list[str] = []
+    try:
+        lab = Lab(lab_dir)
+        names = [h.name for h in lab.hosts]
+        lab.down()
+    except (LabError, ValueError) as exc:
+        problems.append(f"lab: {exc}")
+    if names:
+        try:
+            Unit(database_url).run(lambda **kw: gateways.forget_gateways(uow=kw["uow"], names=names))
+        except DatabaseUnusable as exc:
+            problems.append(f"gateways {', '.join(names)} are still registered: {exc.message}")
+    for problem in problems:
+        typer.echo(f"lab down: {problem}", err=True)
+    typer.echo("lab down")
+    if problems:
+        raise typer.Exit(1)
+
+
+@lab_app.command("status")
+def lab_status(database_url: DbUrl = None) -> None:
+    """Namespaces, charons and sockets of the lab, and of the agent lab with its servers and users (JSON).
+
+    Top level: the gateway lab (healthy, namespaces, charons, sockets); "agent": null, or the
+    agent lab (healthy, prefix, namespaces, charons, sockets, servers with running, pid and
+    url, users). "healthy" at the top: something is up and every part of it is well. Exit
+    status 1 when not healthy.
+    """
+    from app.adapters.lab import Lab
+    from app.adapters.lab_agent import AgentLab
+
+    lab_dir = settings_for(database_url).lab_dir
+    status = Lab(lab_dir).status()
+    agent_lab = AgentLab(lab_dir / "agent")
+    agent = None
+    parts = [status.healthy] if status.namespaces else []
+    if agent_lab.recorded:
+        got = agent_lab.status()
+        described = agent_lab.describe()
+        agent = {"healthy": got.healthy, "prefix": agent_lab.prefix, "namespaces": got.lab.namespaces,
+                 "charons": got.lab.charons, "sockets": got.lab.sockets,
+                 "servers": {role: {"running": running, "pid": described.get(role, {}).get("pid"),
+                                    "url": described.get(role, {}).get("url")}
+                             for role, running in got.servers.items()},
+                 "users": got.users}
+        parts.append(got.healthy)
+    healthy = bool(parts) and all(parts)
+    emit({"healthy": healthy, "namespaces": status.namespaces, "charons": status.charons,
+           "sockets": status.sockets, "agent": agent})
+    if not healthy:
+        raise typer.Exit(1)

@@ -1,0 +1,307 @@
+"""What the services need from the world, as protocols: the stores behind a unit of work,
+a strongSwan gateway, the clock and the event sink.
+
+Services are written against these and nothing concrete: the database adapters
+(``app.adapters.db.unit_of_work``), the VICI driver (``app.adapters.vici``) and the
+in-memory fakes of ``tests/fakes`` all satisfy them, and the same contract tests run
+against the real adapters and the fakes (``tests/contract``).
+
+A unit of work is one transaction: its stores flush, never commit; whoever opened the unit
+of work commits it or rolls it back. Every store raises the domain's errors (``NotFound``,
+``AlreadyExists``, ``StaleRevision``), never a database's.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from app.domain.auth import TokenRecord
+from app.domain.policies import Policy
+from app.domain.ratings import RatingTable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+
+__all__ = [
+    "AuditStore",
+    "Clock",
+    "EventSink",
+    "GatewayStore",
+    "IdempotencyStore",
+    "PolicyStore",
+    "RatingTableStore",
+    "RevisionedStore",
+    "ServerKeyStore",
+    "ShippedLoadStore",
+    "StoredAnswer",
+    "TokenStore",
+    "TunnelStore",
+    "UnitOfWork",
+    "UnitOfWorkFactory",
+    "ViciFactory",
+    "ViciPort",
+]
+
+D = TypeVar("D")
+
+
+class RevisionedStore(Protocol[D]):
+    """Named documents with their whole history; a write names the revision it was based on.
+
+    ``update`` is a compare-and-set: of concurrent writers based on the same revision exactly
+    one wins, the others get ``StaleRevision`` and nothing of theirs is written.
+    """
+
+    def current_revision(self, name: str) -> int:
+        """The current revision number (``NotFound`` if there is no such document)."""
+        ...
+
+    def get_revision(self, name: str, revision: int) -> D:
+        """A past (or the current) revision (``NotFound``: no such document or revision)."""
+        ...
+
+    def create(self, document: D, *, author: str, message: str = ...) -> int:
+        """Store a new document at revision 1 (``AlreadyExists`` if the name is taken)."""
+        ...
+
+    def update(self, document: D, *, expected_revision: int, author: str, message: str = ...) -> int:
+        """Store the next revision if ``expected_revision`` is still current; returns it."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Forget a document and its history (``NotFound`` if there is none)."""
+        ...
+
+    def revisions(self, name: str) -> builtins.list[dict[str, Any]]:
+        """The history, oldest first: ``{"revision", "author", "created_at", "message", "changes"}``."""
+        ...
+
+
+class RatingTableStore(RevisionedStore[RatingTable], Protocol):
+    """Rating tables; a table read carries its ``revision``."""
+
+    def get(self, name: str) -> RatingTable:
+        """The current revision of a table."""
+        ...
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """``{"name", "revision", "description", "ratings" (count), "updated_at"}`` per table, by name."""
+        ...
+
+
+class PolicyStore(RevisionedStore[Policy], Protocol):
+    """Policies (a policy does not carry its revision: ``get`` returns it beside)."""
+
+    def get(self, name: str) -> tuple[Policy, int]:
+        """The current revision of a policy and its number."""
+        ...
+
+    def list(self) -> builtins.list[dict[str, Any]]:
+        """``{"name", "revision", "description", "min_levels", "objectives"}`` per policy, by name."""
+        ...
+
+
+class GatewayStore(Protocol):
+    """Registered strongSwan gateways."""
+
+    def create(self, gateway: Gateway) -> None: ...
+
+    def get(self, name: str) -> Gateway: ...
+
+    def list(self) -> builtins.list[Gateway]:
+        """Every gateway, by name."""
+        ...
+
+    def update(self, gateway: Gateway) -> None:
+        """Store what was read from it: back end, version, algorithms."""
+        ...
+
+    def delete(self, name: str) -> None: ...
+
+
+class TunnelStore(Protocol):
+    """Tunnel records (never a PSK)."""
+
+    def add(self, record: TunnelRecord) -> TunnelRecord:
+        """Store a new record; returns it with its timestamps."""
+        ...
+
+    def get(self, tunnel_id: str) -> TunnelRecord: ...
+
+    def list(self) -> builtins.list[TunnelRecord]:
+        """Every tunnel, oldest first."""
+        ...
+
+    def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None: ...
+
+    def delete(self, tunnel_id: str) -> None: ...
+
+
+class TokenStore(Protocol):
+    """API tokens, by their hash only."""
+
+    def add(self, record: TokenRecord, *, created_by: str) -> None: ...
+
+    def find(self, token_id: str) -> TokenRecord | None: ...
+
+    def list(self) -> builtins.list[TokenRecord]:
+        """Every token, oldest first."""
+        ...
+
+    def revoke(self, token_id: str) -> None:
+        """Revoke at once (``NotFound`` if there is no such token; revoking twice keeps the first time)."""
+        ...
+
+
+class AuditStore(Protocol):
+    """The append-only audit log."""
+
+    def append(self, **fields: Any) -> None: ...
+
+    def append_many(self, records: Sequence[Mapping[str, Any]]) -> None: ...
+
+    def list(self, *, limit: int = 100, before_id: int | None = None) -> builtins.list[dict[str, Any]]:
+        """The newest entries first, ``before_id`` for the next page."""
+        ...
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """What an idempotent request answered: status 0 while it is still running."""
+
+    request_hash: str
+    status: int
+    body: dict[str, Any]
+
+
+class IdempotencyStore(Protocol):
+    """Answers remembered by (token, Idempotency-Key)."""
+
+    def find(self, token_id: str, key: str) -> StoredAnswer | None: ...
+
+    def reserve(self, token_id: str, key: str, request_hash: str) -> bool:
+        """Claim the key (status 0); False if it is claimed already (a concurrent request won)."""
+        ...
+
+    def complete(self, token_id: str, key: str, *, status: int, body: dict[str, Any]) -> None:
+        """Store the answer of a claimed key."""
+        ...
+
+    def release(self, token_id: str, key: str) -> None:
+        """Drop a claim that has no answer yet (the request failed: a retry may run)."""
+        ...
+
+
+class ServerKeyStore(Protocol):
+    """Random keys of this database, each made once (the first writer's wins a race)."""
+
+    def get_or_create(self, name: str, make: Callable[[], str]) -> str: ...
+
+
+class ShippedLoadStore(Protocol):
+    """Which shipped tables and policies were offered to this database (each name once)."""
+
+    def loaded(self, kind: str) -> set[str]: ...
+
+    def record(self, kind: str, name: str) -> None: ...
+
+
+class UnitOfWork(Protocol):
+    """One transaction and its stores. Its opener commits or rolls back; the stores never do."""
+
+    @property
+    def tables(self) -> RatingTableStore: ...
+
+    @property
+    def policies(self) -> PolicyStore: ...
+
+    @property
+    def gateways(self) -> GatewayStore: ...
+
+    @property
+    def tunnels(self) -> TunnelStore: ...
+
+    @property
+    def tokens(self) -> TokenStore: ...
+
+    @property
+    def audit(self) -> AuditStore: ...
+
+    @property
+    def idempotency(self) -> IdempotencyStore: ...
+
+    @property
+    def server_keys(self) -> ServerKeyStore: ...
+
+    @property
+    def shipped(self) -> ShippedLoadStore: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def __enter__(self) -> UnitOfWork: ...
+
+    def __exit__(self, *exc: object) -> None:
+        """Roll back what was not committed, and let go of the connection."""
+        ...
+
+
+#: Opens a fresh unit of work (its own transaction).
+UnitOfWorkFactory = Callable[[], UnitOfWork]
+
+
+class ViciPort(Protocol):
+    """What the services ask of one strongSwan charon (``app.adapters.vici.ViciGateway`` has it).
+
+    Failures are the domain's ``GatewayUnreachable`` (charon does not answer) and
+    ``GatewayRejected`` (charon refused), both ``GatewayError``.
+    """
+
+    socket_path: str
+
+    def version(self) -> Any:
+        """``.daemon`` and ``.version``."""
+        ...
+
+    def stats(self) -> Any:
+        """``.backend``: the IPsec back end (``kernel-netlink``, ``kernel-libipsec``)."""
+        ...
+
+    def get_algorithms(self) -> Any:
+        """``.as_sections()``: charon's algorithms by section, as its ``get-algorithms`` lists them."""
+        ...
+
+    def load_shared(self, name: str, secret: bytes, /, owners: Sequence[str]) -> None: ...
+
+    def unload_shared(self, name: str, /) -> None: ...
+
+    def get_shared(self) -> builtins.list[str]: ...
+
+    def load_conn(self, name: str, conn: Mapping[str, Any], /) -> None: ...
+
+    def unload_conn(self, name: str, /) -> None: ...
+
+    def list_conns(self) -> builtins.list[str]: ...
+
+    def initiate(self, *, child: str, ike: str, timeout_ms: int = ...) -> Any: ...
+
+    def terminate(self, *, ike: str, timeout_ms: int = ..., force: bool = ...) -> Any: ...
+
+    def list_sas(self, *, ike: str | None = ...) -> builtins.list[Any]:
+        """The IKE_SAs (``app.adapters.vici.models.IkeSa`` shape: name, state, algorithms, children)."""
+        ...
+
+
+#: A charon by its VICI socket path.
+ViciFactory = Callable[[str], ViciPort]
+
+#: Seconds on a monotonic clock.
+Clock = Callable[[], float]
+
+
+class EventSink(Protocol):
+    """Where the services tell what happened (a tunnel's state, a new revision, ...)."""
+
+    def emit(self, kind: str, subject: str, data: Mapping[str, Any]) -> None: ...

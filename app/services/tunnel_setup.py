@@ -1,0 +1,209 @@
+"""Making a negotiated suite real in strongSwan, and undoing it: the charon side of a tunnel.
+
+Changing strongSwan follows stage -> verify -> commit or roll back: the responder's
+secret and conn are loaded, then the initiator's, the initiator initiates, and both
+ends' ``list-sas`` must show exactly the chosen algorithms. Any failure on the way
+unloads everything that was loaded, on both ends, before the error reaches the caller.
+The PSK is 32 fresh random bytes per tunnel, handed to charon and otherwise forgotten:
+never stored, logged or returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
+from app.domain.negotiation import NegotiationResult
+from app.domain.tunnels import (
+    Gateway,
+    ObservedSa,
+    PeerEnd,
+    TunnelEnd,
+    TunnelRecord,
+    conn_name,
+    conn_payload,
+    expected_sa,
+    mismatches,
+)
+from app.services.ports import ViciFactory, ViciPort
+
+__all__ = ["bring_up", "established", "established_everywhere", "observed_sa", "teardown"]
+
+log = logging.getLogger("qoss.tunnels")
+
+_INITIATE_TIMEOUT_MS = 15_000
+#: Runs a tunnel's independent VICI calls (the two loads of one side, the two list-sas)
+#: concurrently: each is a separate UNIX-socket connection to a charon.
+_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qoss-vici")
+
+
+def _ends(tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
+          remote_ts: tuple[str, ...]) -> tuple[TunnelEnd, TunnelEnd]:
+    if isinstance(far, PeerEnd):  # identities the peer's administrator configured
+        return (TunnelEnd(initiator.ike_address, far.local_identity, local_ts),
+                TunnelEnd(far.address, far.identity, remote_ts))
+    # Identities are per tunnel, so each tunnel's PSK is the only one matching its pair.
+    left = TunnelEnd(initiator.ike_address, f"{tunnel_id}.{initiator.identity}", local_ts)
+    right = TunnelEnd(far.ike_address, f"{tunnel_id}.{far.identity}", remote_ts)
+    return left, right
+
+
+def observed_sa(sas: Sequence[Any], name: str) -> ObservedSa | None:
+    for sa in sas:
+        if sa.name != name:
+            continue
+        child = next((c for c in sa.children if c.name == name), None)
+        return ObservedSa(
+            ike_state=sa.state,
+            ike_encr=sa.encr_alg,
+            ike_encr_keysize=sa.encr_keysize,
+            ike_integ=sa.integ_alg,
+            ike_prf=sa.prf_alg,
+            ike_dh=sa.dh_group,
+            child_state=child.state if child else None,
+            child_protocol=child.protocol if child else None,
+            child_encr=child.encr_alg if child else None,
+            child_encr_keysize=child.encr_keysize if child else None,
+            child_integ=child.integ_alg if child else None,
+        )
+    return None
+
+
+def _rollback(name: str, initiator: ViciPort, responder: ViciPort | None,
+              loaded: list[tuple[str, ViciPort]]) -> None:
+    """Undo a partial set-up: terminate, then unload every conn and secret that was loaded."""
+    for v in (initiator, responder):
+        if v is not None:
+            with contextlib.suppress(GatewayError, ValueError):
+                v.terminate(ike=name, timeout_ms=3000, force=True)
+    for what, v in reversed(loaded):
+        try:
+            if what == "conn":
+                v.unload_conn(name)
+            else:
+                v.unload_shared(name)
+        except GatewayError as exc:
+            log.warning("rollback of %s %s on %s failed: %s", what, name, v.socket_path, exc.message)
+
+
+def bring_up(
+    *, tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
+    remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory, psk: bytes | None = None,
+) -> None:
+    """Load, initiate, verify; on any failure unload what was loaded (stage -> verify -> commit).
+
+    ``far`` is a managed gateway (both ends loaded and verified, fresh PSK) or an unmanaged
+    peer (only the initiator loaded and verified, with the peer's write-only ``psk``).
+    """
+    name = conn_name(tunnel_id)
+    v_init = vici(initiator.vici_socket)
+    v_resp = None if isinstance(far, PeerEnd) else vici(far.vici_socket)
+    left, right = _ends(tunnel_id, initiator, far, local_ts, remote_ts)
+    ike_proposal = result.proposals["ike"]
+    assert ike_proposal is not None
+    if psk is None:
+        psk = secrets.token_bytes(32)
+    loaded: list[tuple[str, ViciPort]] = []
+    try:
+        # Both ends' secrets and conns are independent of each other and nothing starts
+        # before ``initiate`` (start_action none), so all four loads go at once.
+        steps: list[tuple[str, ViciPort, Callable[[], None]]] = []
+        ends = [(v_init, left, right)] if v_resp is None else [(v_resp, right, left), (v_init, left, right)]
+        for v, local, remote in ends:
+            conn = conn_payload(
+                name=name, local=local, remote=remote, ike_proposal=ike_proposal,
+                esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
+                ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+            )
+            owners = [local.identity, remote.identity]
+            steps += [("shared", v, partial(v.load_shared, name, psk, owners=owners)),
+                      ("conn", v, partial(v.load_conn, name, conn))]
+        _together(loaded, steps)
+        v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
+                               encryption=result.suite.encryption, integrity=result.suite.integrity)
+        sides = [(v_init, initiator.name)]
+        if v_resp is not None:
+            sides.append((v_resp, str(getattr(far, "name", "responder"))))
+        observed_sas = list(_POOL.map(lambda side: side[0].list_sas(ike=name), sides))
+        for (_, side_name), sas in zip(sides, observed_sas, strict=True):
+            observed = observed_sa(sas, name)
+            if observed is None:
+                raise TunnelVerificationFailed(f"{side_name}: no IKE_SA {name} after initiate")
+            wrong = mismatches(expected, observed)
+            if wrong:
+                raise TunnelVerificationFailed(f"{side_name}: " + "; ".join(wrong))
+    except BaseException:
+        _rollback(name, v_init, v_resp, loaded)
+        raise
+
+
+def _together(loaded: list[tuple[str, ViciPort]],
+              steps: Sequence[tuple[str, ViciPort, Callable[[], None]]]) -> None:
+    """Run independent VICI loads concurrently; record each that succeeded; re-raise the first failure."""
+    futures = [(what, v, _POOL.submit(fn)) for what, v, fn in steps]
+    first: BaseException | None = None
+    for what, v, future in futures:
+        try:
+            future.result()
+        except BaseException as exc:
+            first = first or exc
+        else:
+            loaded.append((what, v))
+    if first is not None:
+        raise first
+
+
+def teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None, vici: ViciFactory,
+              *, strict: bool) -> None:
+    """Terminate and unload conn and secret on both ends; ``strict`` re-raises unreachable charons.
+
+    Unloads directly (no listing first, which would make tearing down n tunnels cost
+    O(n^2)); charon answering "not found" means it is already gone.
+    """
+    name = record.conn
+    errors: list[GatewayError] = []
+    for gw in (initiator, responder):
+        if gw is None:  # an unmanaged peer: its administrator's to undo
+            continue
+        v = vici(gw.vici_socket)
+        try:
+            with contextlib.suppress(GatewayRejected):  # "no matching SAs": nothing up
+                v.terminate(ike=name, timeout_ms=3000, force=True)
+            try:
+                v.unload_conn(name)
+            except GatewayRejected as exc:
+                if "not found" not in exc.message:
+                    raise
+            v.unload_shared(name)
+        except GatewayError as exc:
+            errors.append(exc)
+    if errors and strict:
+        raise errors[0]
+
+
+def established_everywhere(vici: ViciFactory, gateways: Sequence[Gateway], name: str) -> bool:
+    """Whether conn ``name``'s IKE_SA is ESTABLISHED with its CHILD_SA INSTALLED on every gateway.
+
+    Raises:
+        GatewayUnreachable: a charon does not answer (nothing can be said).
+    """
+    for gateway in gateways:
+        observed = observed_sa(vici(gateway.vici_socket).list_sas(ike=name), name)
+        if observed is None or observed.ike_state != "ESTABLISHED" or observed.child_state != "INSTALLED":
+            return False
+    return True
+
+
+def established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:
+    """As :func:`established_everywhere` on one gateway; an unreachable charon counts as not established."""
+    try:
+        return established_everywhere(vici, [gateway], name)
+    except GatewayError:
+        return False

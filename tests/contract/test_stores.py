@@ -1,0 +1,275 @@
+"""The unit-of-work contract (``app.services.ports``): the SQL adapters on SQLite and
+PostgreSQL and the in-memory fakes of ``tests/fakes`` pass the same tests, so a service test
+on the fakes says something about the service on a database."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.adapters import files
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.migrate import upgrade
+from app.adapters.db.unit_of_work import sql_units_of_work
+from app.domain.auth import TokenRecord
+from app.domain.errors import AlreadyExists, NotFound, StaleRevision
+from app.domain.policies import Policy
+from app.domain.ratings import RatingTable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
+from app.services.ports import UnitOfWork, UnitOfWorkFactory
+from tests.fakes.uow import FakeDatabase
+from tests.fixtures.db import postgres_database
+
+Units = Callable[[], UnitOfWork]
+
+
+@pytest.fixture(params=["fake", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def units(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitOfWorkFactory]:
+    """Units of work on an empty, migrated store of each kind."""
+    if request.param == "fake":
+        yield FakeDatabase().unit
+        return
+    with postgres_database() if request.param == "postgresql" else _sqlite(tmp_path) as url:
+        engine = make_engine(url)
+        try:
+            yield sql_units_of_work(make_session_factory(engine))
+        finally:
+            engine.dispose()
+
+
+class _sqlite:
+    def __init__(self, tmp_path: Path) -> None:
+        self.url = f"sqlite:///{tmp_path / 'contract.db'}"
+
+    def __enter__(self) -> str:
+        upgrade(self.url)
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _table(name: str = "t1") -> RatingTable:
+    shipped = files.load_rating_tables(SHIPPED_RATINGS_DIR)[0]
+    return RatingTable.from_dict({**shipped.as_dict(), "name": name})
+
+
+def _policy(name: str = "p1") -> Policy:
+    shipped = files.load_policies(SHIPPED_POLICIES_DIR)[0]
+    return Policy.from_dict({**shipped.as_dict(), "name": name})
+
+
+# ------------------------------------------------------------------ transactions
+
+
+def test_what_is_committed_is_seen_by_the_next_unit_and_a_rollback_leaves_nothing(units: Units) -> None:
+    with units() as uow:
+        uow.tables.create(_table("kept"), author="a", message="m")
+        uow.commit()
+    with units() as uow:
+        uow.tables.create(_table("dropped"), author="a", message="m")
+        uow.rollback()
+    with units() as uow:
+        uow.policies.create(_policy("left-uncommitted"), author="a")
+    with units() as uow:
+        assert [t["name"] for t in uow.tables.list()] == ["kept"]
+        assert uow.policies.list() == []
+
+
+# ------------------------------------------------------------------ revisioned documents
+
+
+def test_revisions_move_by_compare_and_set(units: Units) -> None:
+    with units() as uow:
+        assert uow.tables.create(_table(), author="alice", message="created") == 1
+        uow.commit()
+    with units() as uow:
+        table = uow.tables.get("t1")
+        assert table.revision == 1
+        edited = table.with_rating(table.ratings[sorted(table.ratings)[0]])
+        assert uow.tables.update(edited, expected_revision=1, author="bob", message="edit") == 2
+        with pytest.raises(StaleRevision):
+            uow.tables.update(edited, expected_revision=1, author="carol", message="late")
+        uow.commit()
+    with units() as uow:
+        assert uow.tables.current_revision("t1") == 2
+        assert uow.tables.get_revision("t1", 1).revision == 1
+        history = uow.tables.revisions("t1")
+        assert [(h["revision"], h["author"], h["message"]) for h in history] == [(1, "alice", "created"),
+                                                                                (2, "bob", "edit")]
+        assert {"revision", "author", "created_at", "message", "changes"} <= set(history[0])
+
+
+def test_documents_refuse_duplicates_and_name_what_is_missing(units: Units) -> None:
+    with units() as uow:
+        uow.tables.create(_table(), author="a", message="")
+        uow.policies.create(_policy(), author="a")
+        with pytest.raises(AlreadyExists):
+            uow.tables.create(_table(), author="a", message="")
+        with pytest.raises(AlreadyExists):
+            uow.policies.create(_policy(), author="a")
+        for call in (lambda: uow.tables.get("nope"), lambda: uow.tables.current_revision("nope"),
+                     lambda: uow.tables.get_revision("t1", 9), lambda: uow.policies.get("nope"),
+                     lambda: uow.policies.revisions("nope"), lambda: uow.tables.delete("nope")):
+            with pytest.raises(NotFound):
+                call()
+        uow.commit()
+    with units() as uow:
+        uow.tables.delete("t1")
+        uow.commit()
+    with units() as uow:
+        with pytest.raises(NotFound):
+            uow.tables.get("t1")
+        assert uow.tables.create(_table(), author="a", message="again") == 1  # a name can be used again
+
+
+def test_policy_history_names_each_changed_field(units: Units) -> None:
+    with units() as uow:
+        policy = _policy()
+        uow.policies.create(policy, author="a")
+        changed = Policy.from_dict({**policy.as_dict(), "description": "changed"})
+        assert uow.policies.update(changed, expected_revision=1, author="b") == 2
+        assert uow.policies.get("p1") == (changed, 2)
+        history = uow.policies.revisions("p1")
+        assert history[0]["changes"] == []
+        assert history[1]["changes"] == [{"field": "description", "old": policy.description, "new": "changed"}]
+        assert [p["name"] for p in uow.policies.list()] == ["p1"]
+
+
+def test_one_winner_among_concurrent_writers(units: Units) -> None:
+    with units() as uow:
+        uow.tables.create(_table(), author="a", message="")
+        uow.commit()
+    outcomes: list[str] = []
+
+    def write(i: int) -> None:
+        with units() as uow:
+            try:
+                table = uow.tables.get_revision("t1", 1)
+                uow.tables.update(table, expected_revision=1, author=f"w{i}", message="race")
+                uow.commit()
+                outcomes.append("won")
+            except StaleRevision:
+                outcomes.append("stale")
+            except Exception as exc:  # a database that reports its lock instead of waiting
+                outcomes.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcomes.count("won") == 1, outcomes
+    with units() as uow:
+        assert uow.tables.current_revision("t1") == 2
+
+
+# ------------------------------------------------------------------ gateways and tunnels
+
+
+def _gateway(name: str = "left") -> Gateway:
+    return Gateway(name=name, vici_socket=f"/run/{name}.vici", ike_address="10.0.0.1", identity=f"{name}.qoss",
+                   inside_networks=("10.1.0.0/24",))
+
+
+def test_gateways_and_tunnels(units: Units) -> None:
+    with units() as uow:
+        uow.gateways.create(_gateway("right"))
+        uow.gateways.create(_gateway("left"))
+        with pytest.raises(AlreadyExists):
+            uow.gateways.create(_gateway("left"))
+        uow.gateways.update(Gateway(**{**_gateway("left").__dict__, "backend": "kernel-libipsec",
+                                       "version": "charon 5.9", "algorithms": frozenset({"aes128gcm16"})}))
+        record = TunnelRecord(id="abc123", initiator="left", responder="right", local_ts=("10.1.0.0/24",),
+                              remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}})
+        stored = uow.tunnels.add(record)
+        assert stored.created_at is not None
+        uow.commit()
+    with units() as uow:
+        assert [g.name for g in uow.gateways.list()] == ["left", "right"]
+        left = uow.gateways.get("left")
+        assert (left.backend, left.algorithms) == ("kernel-libipsec", frozenset({"aes128gcm16"}))
+        uow.tunnels.set_state("abc123", TunnelState.DOWN, "went down")
+        got = uow.tunnels.get("abc123")
+        assert (got.state, got.detail, got.local_ts) == (TunnelState.DOWN, "went down", ("10.1.0.0/24",))
+        assert [t.id for t in uow.tunnels.list()] == ["abc123"]
+        uow.tunnels.delete("abc123")
+        uow.gateways.delete("right")
+        for call in (lambda: uow.tunnels.get("abc123"), lambda: uow.gateways.get("right"),
+                     lambda: uow.tunnels.set_state("abc123", TunnelState.UP, ""), lambda: uow.gateways.delete("x")):
+            with pytest.raises(NotFound):
+                call()
+
+
+# ------------------------------------------------------------------ tokens, audit, keys
+
+
+def test_tokens_revoke_once(units: Units) -> None:
+    now = datetime.now(UTC)
+    record = TokenRecord(id="0123456789ab", name="ops", scopes=frozenset({"admin"}), secret_hash="h" * 64,
+                         created_at=now, expires_at=now + timedelta(days=1), revoked_at=None)
+    with units() as uow:
+        uow.tokens.add(record, created_by="test")
+        uow.commit()
+    with units() as uow:
+        assert uow.tokens.find("0123456789ab") == record
+        assert uow.tokens.find("ffffffffffff") is None
+        uow.tokens.revoke("0123456789ab")
+        first = uow.tokens.find("0123456789ab")
+        assert first is not None and first.revoked_at is not None  # noqa: PT018
+        uow.tokens.revoke("0123456789ab")
+        assert uow.tokens.find("0123456789ab") == first
+        with pytest.raises(NotFound):
+            uow.tokens.revoke("ffffffffffff")
+        assert [t.id for t in uow.tokens.list()] == ["0123456789ab"]
+
+
+def test_the_audit_log_pages_newest_first(units: Units) -> None:
+    with units() as uow:
+        uow.audit.append_many([{"request_id": f"r{i}", "scopes": [], "source": "local", "action": "POST",
+                                "object": f"/v1/x/{i}", "outcome": 200} for i in range(5)])
+        uow.commit()
+    with units() as uow:
+        page = uow.audit.list(limit=2)
+        assert [e["object"] for e in page] == ["/v1/x/4", "/v1/x/3"]
+        older = uow.audit.list(limit=10, before_id=page[-1]["id"])
+        assert [e["object"] for e in older] == ["/v1/x/2", "/v1/x/1", "/v1/x/0"]
+        assert older[0]["detail"] == "" and older[0]["token_id"] is None  # noqa: PT018
+
+
+def test_idempotency_claims_are_unique_and_released_only_unanswered(units: Units) -> None:
+    with units() as uow:
+        assert uow.idempotency.reserve("tok", "k1", "h1") is True
+        uow.commit()
+    with units() as uow:
+        assert uow.idempotency.reserve("tok", "k1", "h2") is False
+        assert uow.idempotency.reserve("other", "k1", "h2") is True  # keys are per token
+        found = uow.idempotency.find("tok", "k1")
+        assert found is not None and (found.request_hash, found.status) == ("h1", 0)  # noqa: PT018
+        uow.idempotency.complete("tok", "k1", status=201, body={"id": "x"})
+        uow.idempotency.release("tok", "k1")  # answered: stays
+        uow.idempotency.release("other", "k1")  # unanswered: gone
+        uow.commit()
+    with units() as uow:
+        answered = uow.idempotency.find("tok", "k1")
+        assert answered is not None and (answered.status, answered.body) == (201, {"id": "x"})  # noqa: PT018
+        assert uow.idempotency.find("other", "k1") is None
+
+
+def test_server_keys_are_made_once_and_shipped_loads_remembered(units: Units) -> None:
+    with units() as uow:
+        first = uow.server_keys.get_or_create("idempotency", lambda: "aa" * 32)
+        assert uow.server_keys.get_or_create("idempotency", lambda: "bb" * 32) == first == "aa" * 32
+        uow.shipped.record("rating_table", "esaf-2006")
+        uow.shipped.record("rating_table", "esaf-2006")
+        uow.shipped.record("policy", "voip")
+        uow.commit()
+    with units() as uow:
+        assert uow.server_keys.get_or_create("idempotency", lambda: "cc" * 32) == "aa" * 32
+        assert uow.shipped.loaded("rating_table") == {"esaf-2006"}
+        assert uow.shipped.loaded("policy") == {"voip"}
