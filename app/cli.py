@@ -159,6 +159,54 @@ def ratings_import(
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
 
 
+@ratings_app.command("edit")
+def ratings_edit(
+    name: str,
+    algorithm: str,
+    confidentiality: Annotated[int | None, typer.Option(min=0, max=10)] = None,
+    integrity: Annotated[int | None, typer.Option(min=0, max=10)] = None,
+    key_exchange: Annotated[int | None, typer.Option("--key-exchange", min=0, max=10)] = None,
+    performance: Annotated[float | None, typer.Option(min=0, max=10)] = None,
+    reason: Annotated[str | None, typer.Option(help="why, kept with the rating")] = None,
+    author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="change nothing: print the impact on running tunnels")]
+    = False,
+    database_url: DbUrl = None,
+) -> None:
+    """Edit one algorithm's rating (a new revision), as PATCH /v1/rating-tables/NAME/ratings/ALG does.
+
+    With --dry-run nothing is kept: prints which running tunnels would fall below their
+    minimums, get a cheaper or different choice, or stay. Otherwise the edit is committed and
+    the tunnels below their minimums are moved to a compliant suite (make-before-break) by
+    this command; the moves are printed.
+    """
+    from app.services.ratings import get_table, update_rating
+    from app.services.rekey import assess
+
+    changes = {k: v for k, v in {"confidentiality": confidentiality, "integrity": integrity,
+                                 "key_exchange": key_exchange, "performance": performance,
+                                 "reason": reason}.items() if v is not None}
+    if not changes:
+        raise typer.BadParameter("give at least one of --confidentiality --integrity --key-exchange --performance "
+                                 "--reason")
+
+    def edit(**kw: Any) -> dict[str, Any]:
+        uow = kw["uow"]
+        table = update_rating(uow=uow, name=name, algorithm=algorithm, changes=changes, author=author,
+                              expected_revision=get_table(uow=uow, name=name).revision)
+        out: dict[str, Any] = {"table": name, "revision": table.revision}
+        if dry_run:
+            out.update(dry_run=True, impact=[i.as_dict() for i in assess(uow, default_table=kw["default_table"])])
+            uow.rollback()
+        return out
+
+    unit = Unit(database_url)
+    out = unit.run(edit)
+    if not dry_run and unit.settings.rekey:
+        out.update(unit.rekey(f"rating table {name} revision {out['revision']}"))
+    emit(out)
+
+
 @ratings_app.command("history")
 def ratings_history(name: str, database_url: DbUrl = None) -> None:
     """A table's revisions, oldest first: who, when, why, what changed."""

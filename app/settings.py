@@ -50,6 +50,16 @@ class Settings(BaseSettings):
         description="a gateway's IKE address must be inside one of these networks",
     )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
+    rekey: bool = Field(
+        default=True, description="after a rating, policy or gateway edit, negotiate the running tunnels again and "
+                                  "move those below their minimums to a compliant suite (make-before-break)")
+    rekey_cheaper: Literal["never", "now"] = Field(
+        default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
+                                     "stays as it is (never) or moves at once (now)")
+    rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
+    rekey_teardown_noncompliant: bool = Field(
+        default=False, description="take down a tunnel that cannot be brought into compliance (default: keep it "
+                                   "running, marked noncompliant with the reason)")
     monitor_tunnels: bool = Field(
         default=True, description="watch every gateway's SA events and keep tunnel records up/down accordingly"
     )

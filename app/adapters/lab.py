@@ -36,7 +36,7 @@ from typing import Any
 from app.adapters.vici.driver import ViciGateway
 from app.domain.errors import GatewayError
 
-__all__ = ["CHARON", "Lab", "LabError", "LabHost", "LabStatus", "processes_with_env", "stop_processes"]
+__all__ = ["CHARON", "IKE_INTERFACE", "Lab", "LabError", "LabHost", "LabStatus", "processes_with_env", "stop_processes"]
 
 _log = logging.getLogger(__name__)
 
@@ -46,7 +46,9 @@ _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,23}$")
 #: Runs charon in a fresh mount namespace with a private /run. The script is constant:
 #: the charon path arrives as ``$0``, the config through the environment.
 _START_SCRIPT = 'mount -t tmpfs tmpfs /run && exec "$0"'
-_IKE_IF = "ike0"
+#: The interface IKE and ESP-in-UDP travel on between lab hosts (inside addresses live on ``lo``).
+IKE_INTERFACE = "ike0"
+_IKE_IF = IKE_INTERFACE
 #: Characters allowed in the state directory: it is written into strongswan.conf.
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
 _MAX_SOCKET_PATH = 107

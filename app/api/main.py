@@ -48,6 +48,7 @@ from app.services.agent_target import TargetAgent
 from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
+from app.services.rekey import LogEvents, Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
 
@@ -290,6 +291,14 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                                     resync=resolved.monitor_interval)
             monitor.start()
         app.state.tunnel_monitor = monitor
+        rekeyer = None
+        if resolved.rekey:
+            rekeyer = Rekeyer(units=app.state.units, vici=app.state.vici_factory, default_table=resolved.default_table,
+                              events=LogEvents(), cheaper=resolved.rekey_cheaper,
+                              concurrency=resolved.rekey_concurrency,
+                              teardown_noncompliant=resolved.rekey_teardown_noncompliant)
+            rekeyer.start()
+        app.state.rekeyer = rekeyer
         stop_sweeping = asyncio.Event()
         sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
                    if app.state.agent_target else None)
@@ -305,6 +314,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 await sweeper  # the sweep under way ends first
             if monitor is not None:
                 await asyncio.to_thread(monitor.stop)
+            if rekeyer is not None:
+                await asyncio.to_thread(rekeyer.stop)
             app.state.auditor.close()
             app.state.health.close()
             engine.dispose()

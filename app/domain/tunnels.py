@@ -43,7 +43,9 @@ _TUNNEL_PREFIX = "qoss-"
 
 
 class TunnelState(StrEnum):
-    """requested -> negotiated -> configuring -> up -> down, or failed from any step."""
+    """requested -> negotiated -> configuring -> up -> down, or failed from any step;
+    ``noncompliant``: up, but on a suite that no longer meets its minimums (a rating or policy
+    changed) and could not be moved to one that does."""
 
     REQUESTED = "requested"
     NEGOTIATED = "negotiated"
@@ -51,15 +53,19 @@ class TunnelState(StrEnum):
     UP = "up"
     DOWN = "down"
     FAILED = "failed"
+    NONCOMPLIANT = "noncompliant"
 
 
 TRANSITIONS: dict[TunnelState, frozenset[TunnelState]] = {
     TunnelState.REQUESTED: frozenset({TunnelState.NEGOTIATED, TunnelState.FAILED}),
     TunnelState.NEGOTIATED: frozenset({TunnelState.CONFIGURING, TunnelState.FAILED}),
     TunnelState.CONFIGURING: frozenset({TunnelState.UP, TunnelState.FAILED}),
-    TunnelState.UP: frozenset({TunnelState.DOWN, TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING}),
+    TunnelState.UP: frozenset({TunnelState.DOWN, TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING,
+                               TunnelState.NONCOMPLIANT}),
     TunnelState.DOWN: frozenset({TunnelState.CONFIGURING, TunnelState.UP}),
     TunnelState.FAILED: frozenset({TunnelState.CONFIGURING}),
+    TunnelState.NONCOMPLIANT: frozenset({TunnelState.UP, TunnelState.DOWN, TunnelState.FAILED,
+                                         TunnelState.NONCOMPLIANT}),
 }
 
 
@@ -144,6 +150,11 @@ class TunnelRecord:
     created_at: str | None = None
     updated_at: str | None = None
     peer: PeerEnd | None = None
+    #: What it was negotiated under, to negotiate it again when a rating, a policy or a
+    #: gateway changes: the request (never a PSK), the rating table and its revision, the
+    #: stored policy and its revision, both ends' algorithms. None for tunnels made before
+    #: it was recorded.
+    provenance: Mapping[str, Any] | None = None
 
     @property
     def conn(self) -> str:
@@ -163,6 +174,7 @@ class TunnelRecord:
             "suite": self.negotiation.get("suite"),
             "proposals": self.negotiation.get("proposals"),
             "levels": self.negotiation.get("levels"),
+            "provenance": dict(self.provenance) if self.provenance is not None else None,
             "created_at": self.created_at,
             "updated_at": self.updated_at,
         }

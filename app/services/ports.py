@@ -135,6 +135,11 @@ class TunnelStore(Protocol):
 
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None: ...
 
+    def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
+                        detail: str) -> None:
+        """Record the suite a tunnel runs on now (after a move) and what it was negotiated under; state ``up``."""
+        ...
+
     def delete(self, tunnel_id: str) -> None: ...
 
 
@@ -287,7 +292,8 @@ class ViciPort(Protocol):
 
     def initiate(self, *, child: str, ike: str, timeout_ms: int = ...) -> Any: ...
 
-    def terminate(self, *, ike: str, timeout_ms: int = ..., force: bool = ...) -> Any: ...
+    def terminate(self, *, ike: str | None = ..., ike_id: int | None = ..., child_id: int | None = ...,
+                  timeout_ms: int = ..., force: bool = ...) -> Any: ...
 
     def list_sas(self, *, ike: str | None = ...) -> builtins.list[Any]:
         """The IKE_SAs (``app.adapters.vici.models.IkeSa`` shape: name, state, algorithms, children)."""

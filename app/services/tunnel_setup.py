@@ -33,7 +33,7 @@ from app.domain.tunnels import (
 )
 from app.services.ports import ViciFactory, ViciPort
 
-__all__ = ["bring_up", "established", "established_everywhere", "observed_sa", "teardown"]
+__all__ = ["bring_up", "established", "established_everywhere", "move", "observed_sa", "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
@@ -54,11 +54,15 @@ def _ends(tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: 
     return left, right
 
 
-def observed_sa(sas: Sequence[Any], name: str) -> ObservedSa | None:
+def observed_sa(sas: Sequence[Any], name: str, *, besides: frozenset[int] = frozenset()) -> ObservedSa | None:
+    """What ``list-sas`` shows of conn ``name``: its IKE_SA and CHILD_SA (with ``besides``, the
+    first CHILD_SA whose unique id is not among them: the one a move has just made)."""
     for sa in sas:
         if sa.name != name:
             continue
-        child = next((c for c in sa.children if c.name == name), None)
+        child = next((c for c in sa.children if c.name == name and c.uniqueid not in besides), None)
+        if besides and child is None:
+            continue
         return ObservedSa(
             ike_state=sa.state,
             ike_encr=sa.encr_alg,
@@ -207,3 +211,77 @@ def established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:
         return established_everywhere(vici, [gateway], name)
     except GatewayError:
         return False
+
+
+def _conn(name: str, local: TunnelEnd, remote: TunnelEnd, result: NegotiationResult) -> dict[str, Any]:
+    ike_proposal = result.proposals["ike"]
+    assert ike_proposal is not None
+    return conn_payload(name=name, local=local, remote=remote, ike_proposal=ike_proposal,
+                        esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
+                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"])
+
+
+def _ours(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
+    """The unique ids of conn ``name``'s IKE_SAs and CHILD_SAs in a ``list-sas`` answer."""
+    ikes = frozenset(sa.uniqueid for sa in sas if sa.name == name)
+    children = frozenset(c.uniqueid for sa in sas if sa.name == name for c in sa.children if c.name == name)
+    return ikes, children
+
+
+def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: NegotiationResult,
+         new: NegotiationResult, vici: ViciFactory) -> None:
+    """Move a running tunnel to another suite, make-before-break.
+
+    Both ends get the conn with the new proposals (responder first); the initiator then
+    initiates the CHILD_SA again: charon negotiates it beside the old one (inside the same
+    IKE_SA, or in a new IKE_SA when the IKE proposal changed), and both ends' ``list-sas``
+    must show the new CHILD_SA with exactly the new algorithms. Only then are the old
+    CHILD_SAs (or the old IKE_SA) closed: traffic always has an installed SA. If anything
+    fails before that, the old proposals are loaded back and whatever new SA came up is
+    closed: the tunnel keeps running on its old suite and the error reaches the caller.
+
+    Raises:
+        GatewayUnreachable, GatewayRejected, TunnelVerificationFailed: as :func:`bring_up`.
+    """
+    name = record.conn
+    v_init, v_resp = vici(initiator.vici_socket), vici(responder.vici_socket)
+    left, right = _ends(record.id, initiator, responder, record.local_ts, record.remote_ts)
+    sides = [(v_init, initiator.name), (v_resp, responder.name)]
+    before = [_ours(v.list_sas(ike=name), name) for v, _ in sides]
+
+    def load(result: NegotiationResult) -> None:
+        for v, local, remote in ((v_resp, right, left), (v_init, left, right)):
+            v.load_conn(name, _conn(name, local, remote, result))
+
+    try:
+        load(new)
+        v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+        expected = expected_sa(ike=new.ike, protocol=new.suite.protocol, encryption=new.suite.encryption,
+                               integrity=new.suite.integrity)
+        for (v, side_name), (_, old_children) in zip(sides, before, strict=True):
+            seen = observed_sa(v.list_sas(ike=name), name, besides=old_children)
+            if seen is None:
+                raise TunnelVerificationFailed(f"{side_name}: no new CHILD_SA {name} after initiate")
+            wrong = mismatches(expected, seen)
+            if wrong:
+                raise TunnelVerificationFailed(f"{side_name}: " + "; ".join(wrong))
+    except BaseException:
+        with contextlib.suppress(GatewayError, ValueError):
+            load(old)
+        with contextlib.suppress(GatewayError, ValueError):
+            old_ikes, old_children = before[0]
+            now_ikes, now_children = _ours(v_init.list_sas(ike=name), name)
+            for ike_id in sorted(now_ikes - old_ikes):
+                v_init.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
+            for child_id in sorted(now_children - old_children):
+                v_init.terminate(child_id=child_id, timeout_ms=3000, force=True)
+        raise
+    old_ikes, old_children = before[0]
+    if new.proposals["ike"] != old.proposals["ike"]:  # the new CHILD_SA lives in a new IKE_SA
+        for ike_id in sorted(old_ikes):
+            with contextlib.suppress(GatewayRejected):
+                v_init.terminate(ike_id=ike_id, timeout_ms=3000)
+    else:
+        for child_id in sorted(old_children):
+            with contextlib.suppress(GatewayRejected):
+                v_init.terminate(child_id=child_id, timeout_ms=3000)

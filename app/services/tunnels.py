@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,9 @@ __all__ = [
     "create_tunnel",
     "delete_tunnel",
     "list_tunnels",
+    "negotiate_tunnel",
+    "negotiation_inputs",
+    "provenance",
     "request_tunnel",
     "result_from",
     "tunnel_status",
@@ -36,32 +39,62 @@ def _backend(gateways: Sequence[Gateway]) -> BackendIn:
     return BackendIn(name=gateways[0].backend or "strongswan", ah=True, ah_esp_bundle=False, transport=True)
 
 
-def _negotiate_for(
-    *, uow: UnitOfWork, cache: TableCache, request: TunnelIn, initiator: Gateway, responder: Gateway | None,
-    default_table: str,
+def negotiation_inputs(request: TunnelIn) -> dict[str, Any]:
+    """What of a tunnel request decides its negotiation, as a document (never the peer's PSK):
+    kept in the record's provenance, so the tunnel can be negotiated again after an edit."""
+    inputs = request.model_dump(mode="json", include={"policy", "min_levels", "objective_id", "objectives",
+                                                      "forbids", "rating_table", "traffic", "strict"})
+    inputs["peer_supports"] = request.peer.supports if request.peer is not None else None
+    return inputs
+
+
+def negotiate_tunnel(
+    *, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], initiator: Gateway, responder: Gateway | None,
+    default_table: str, pinned: Sequence[str] | None = None,
 ) -> NegotiationResult:
+    """Negotiate a tunnel between ``initiator`` and ``responder`` (None: an unmanaged peer) for
+    the request ``inputs`` (:func:`negotiation_inputs`), each gateway's algorithms a peer's.
+
+    ``pinned``: also only these algorithms (the suite a tunnel runs on), to ask whether that
+    suite still meets the minimums: ``NoFeasibleSuite`` if it does not.
+
+    Raises:
+        NoFeasibleSuite: nothing meets the minimums (409).
+        UnsupportedProtection: the request asks for no IPsec.
+    """
     peers = [PeerIn(name=f"gw-{initiator.name}"[:64], supports=sorted(initiator.algorithms))]
     if responder is not None:
         peers.append(PeerIn(name=f"gw-{responder.name}"[:64], supports=sorted(responder.algorithms)))
-    elif request.peer is not None and request.peer.supports is not None:
-        peers.append(PeerIn(name="peer", supports=request.peer.supports))
-    peers.append(
-        PeerIn(
-            name="request",
-            policy=request.policy,
-            min_levels=request.min_levels,
-            objective_id=request.objective_id,
-            objectives=request.objectives,
-            forbids=request.forbids,
-            strict=request.strict,
-        )
-    )
-    body = NegotiationIn(rating_table=request.rating_table, peers=peers, traffic=request.traffic,
-                         backend=_backend([initiator] if responder is None else [initiator, responder]))
+    elif inputs.get("peer_supports") is not None:
+        peers.append(PeerIn(name="peer", supports=list(inputs["peer_supports"])))
+    if pinned is not None:
+        peers.append(PeerIn(name="current-suite", supports=list(pinned)))
+    peers.append(PeerIn.model_validate({
+        "name": "request", **{k: inputs[k] for k in ("policy", "min_levels", "objective_id", "objectives",
+                                                      "forbids", "strict") if inputs.get(k) is not None}}))
+    body = NegotiationIn.model_validate({
+        "rating_table": inputs.get("rating_table"), "traffic": inputs.get("traffic"),
+        "peers": [p.model_dump(exclude_none=True) for p in peers],
+        "backend": _backend([initiator] if responder is None else [initiator, responder]).model_dump()})
     result = run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
     if result.suite.protocol == "none":
         raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")
     return result
+
+
+def provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: NegotiationResult, initiator: Gateway,
+               responder: Gateway | None) -> dict[str, Any]:
+    """What a tunnel was negotiated under: its request, each table's and the stored policy's
+    revision at that moment, both ends' algorithms."""
+    tables = {name: uow.tables.current_revision(name) for name in sorted(set(result.tables.values()))}
+    policy = inputs.get("policy")
+    return {
+        "request": dict(inputs),
+        "tables": tables,
+        "policy_revision": uow.policies.current_revision(policy) if policy else None,
+        "capabilities": {initiator.name: sorted(initiator.algorithms),
+                         **({responder.name: sorted(responder.algorithms)} if responder is not None else {})},
+    }
 
 
 def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence[str],
@@ -114,8 +147,9 @@ def create_tunnel(
     local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
     remote_ts = parse_traffic_selectors(
         request.remote_ts or (list(responder.inside_networks) if responder is not None else []), "remote_ts")
-    result = _negotiate_for(uow=uow, cache=cache, request=request, initiator=initiator,
-                            responder=responder, default_table=default_table)
+    inputs = negotiation_inputs(request)
+    result = negotiate_tunnel(uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder,
+                              default_table=default_table)
     tunnel_id = secrets.token_hex(6)
     far: Gateway | PeerEnd
     if responder is not None:
@@ -129,6 +163,7 @@ def create_tunnel(
     record = TunnelRecord(
         id=tunnel_id, initiator=initiator.name, responder=responder.name if responder is not None else None,
         local_ts=local_ts, remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(), peer=peer,
+        provenance=provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder),
     )
     try:
         return uow.tunnels.add(record)

@@ -210,3 +210,24 @@ def test_lab_up_agent_join_two_users_down_leaves_nothing(tmp_path: Path) -> None
     assert down.returncode == 0, down.stderr
     assert leftover_ns == []
     assert leftover_charons == []
+
+
+def test_ratings_edit_dry_run_keeps_nothing_then_the_edit_is_a_revision(db: Path) -> None:
+    def revision() -> int:
+        tables = json.loads(qoss("ratings", "list", db=db).stdout)
+        return int(next(t["revision"] for t in tables if t["name"] == "standards-2026"))
+
+    start = revision()
+    dry = qoss("ratings", "edit", "standards-2026", "aes128gcm16", "--confidentiality", "5", "--dry-run", db=db)
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout) == {"table": "standards-2026", "revision": start + 1, "dry_run": True, "impact": []}
+    assert revision() == start
+    done = qoss("ratings", "edit", "standards-2026", "aes128gcm16", "--confidentiality", "5", db=db)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"table": "standards-2026", "revision": start + 1, "impact": [], "moved": 0,
+                                       "not_moved": 0}
+    assert revision() == start + 1
+    history = json.loads(qoss("ratings", "history", "standards-2026", db=db).stdout)
+    assert history[-1]["changes"] == [{"algorithm": "aes128gcm16", "field": "confidentiality", "old": 8, "new": 5}]
+    refused = qoss("ratings", "edit", "standards-2026", "aes128gcm16", db=db)
+    assert refused.returncode != 0

@@ -186,7 +186,8 @@ def test_gateways_and_tunnels(units: Units) -> None:
         uow.gateways.update(Gateway(**{**_gateway("left").__dict__, "backend": "kernel-libipsec",
                                        "version": "charon 5.9", "algorithms": frozenset({"aes128gcm16"})}))
         record = TunnelRecord(id="abc123", initiator="left", responder="right", local_ts=("10.1.0.0/24",),
-                              remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}})
+                              remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}},
+                              provenance={"request": {"min_levels": {"confidentiality": 8}}})
         stored = uow.tunnels.add(record)
         assert stored.created_at is not None
         uow.commit()
@@ -197,7 +198,13 @@ def test_gateways_and_tunnels(units: Units) -> None:
         uow.tunnels.set_state("abc123", TunnelState.DOWN, "went down")
         got = uow.tunnels.get("abc123")
         assert (got.state, got.detail, got.local_ts) == (TunnelState.DOWN, "went down", ("10.1.0.0/24",))
+        assert got.provenance == {"request": {"min_levels": {"confidentiality": 8}}}
         assert [t.id for t in uow.tunnels.list()] == ["abc123"]
+        uow.tunnels.set_negotiation("abc123", {"suite": {"encryption": "x"}}, {"table": "t", "table_revision": 2},
+                                    "moved")
+        moved = uow.tunnels.get("abc123")
+        assert (moved.state, moved.negotiation, moved.provenance, moved.detail) == (
+            TunnelState.UP, {"suite": {"encryption": "x"}}, {"table": "t", "table_revision": 2}, "moved")
         uow.tunnels.delete("abc123")
         uow.gateways.delete("right")
         for call in (lambda: uow.tunnels.get("abc123"), lambda: uow.gateways.get("right"),

@@ -247,6 +247,13 @@ class FakeTunnels(_Store):
         record = self.get(tunnel_id)
         self._write()[tunnel_id] = replace(record, state=state, detail=detail, updated_at=_now().isoformat())
 
+    def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
+                        detail: str) -> None:
+        record = self.get(tunnel_id)
+        self._write()[tunnel_id] = replace(record, negotiation=copy.deepcopy(dict(negotiation)),
+                                           provenance=copy.deepcopy(dict(provenance)) if provenance else None,
+                                           state=TunnelState.UP, detail=detail, updated_at=_now().isoformat())
+
     def delete(self, tunnel_id: str) -> None:
         self.get(tunnel_id)
         del self._write()[tunnel_id]

@@ -176,6 +176,8 @@ class TunnelRow(Base):
     state: Mapped[str] = mapped_column(String(16))
     detail: Mapped[str] = mapped_column(Text, default="")
     negotiation: Mapped[dict[str, Any]] = mapped_column(Json)
+    #: What it was negotiated under (``TunnelRecord.provenance``); never a PSK.
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 
 from app.api.deps import ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
+from app.api.edits import EditDep
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.services import gateways as svc
@@ -46,9 +47,11 @@ def get_gateway(name: GatewayName, uow: ReadUnitDep) -> dict[str, Any]:
 
 
 @router.post("/gateways/{name}/refresh", dependencies=_GATEWAYS_WRITE, responses=_ERRORS)
-def refresh_gateway(name: GatewayName, uow: UnitDep, vici: ViciDep) -> dict[str, Any]:
-    """Read the gateway's back end and algorithms again."""
-    return svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict()
+def refresh_gateway(name: GatewayName, uow: UnitDep, vici: ViciDep, edit: EditDep) -> Any:
+    """Read the gateway's back end and algorithms again; the tunnels on it are negotiated again
+    (and moved) afterwards. ``?dry_run=true``: nothing is kept; the answer is what would be
+    stored and its impact on the running tunnels."""
+    return edit.finish(uow, f"gateway {name} refreshed", svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict())
 
 
 @router.delete("/gateways/{name}", dependencies=_GATEWAYS_WRITE, status_code=204, responses=_ERRORS)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Response
 
 from app.api.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
+from app.api.edits import EditDep
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
@@ -51,22 +52,24 @@ def get_policy(name: PolicyName, uow: ReadUnitDep, response: Response) -> dict[s
 
 @router.put("/policies/{name}", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
 def replace_policy(name: PolicyName, body: PolicyIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-                   response: Response) -> dict[str, Any]:
-    """Replace a policy; ``If-Match`` must name the current revision."""
+                   response: Response, edit: EditDep) -> Any:
+    """Replace a policy; ``If-Match`` must name the current revision. ``?dry_run=true``: nothing
+    is kept; the answer is what it would make and its impact on the running tunnels. Otherwise
+    the tunnels it concerns are negotiated again (and moved) after it."""
     policy, revision = svc.replace_policy(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                                           expected_revision=expected, author=actor)
-    return _out(policy, revision, response)
+    return edit.finish(uow, f"policy {name} revision {revision}", _out(policy, revision, response))
 
 
 @router.post("/policies/{name}/revert", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
 def revert_policy(name: PolicyName, body: RevertIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-                  response: Response) -> dict[str, Any]:
+                  response: Response, edit: EditDep) -> Any:
     """Go back to revision ``revision``: a new revision with its content ("reverted to N").
     ``If-Match`` must name the current revision (409 if stale); reverting to the current
     revision is refused (422); an unknown policy or revision is 404."""
     policy, revision = svc.revert_policy(uow=uow, name=name, revision=body.revision,
                                          expected_revision=expected, author=actor, message=body.message)
-    return _out(policy, revision, response)
+    return edit.finish(uow, f"policy {name} revision {revision}", _out(policy, revision, response))
 
 
 @router.delete("/policies/{name}", dependencies=_POLICIES_WRITE, status_code=204, responses=_ERRORS)

@@ -19,6 +19,7 @@ from app.api.deps import (
     reader,
     require,
 )
+from app.api.edits import EditDep
 from app.api.routing import QossRoute
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
 from app.domain.ratings import RatingTable
@@ -106,12 +107,14 @@ def get_table(name: TableName, uow: ReadUnitDep, response: Response) -> dict[str
 @router.put("/rating-tables/{name}", dependencies=_RATINGS_WRITE, response_model=RatingTableOut, responses=_ERRORS)
 def replace_table(
     name: TableName, body: RatingTableIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-    response: Response, cache: CacheDep) -> dict[str, Any]:
-    """Replace the whole table. ``If-Match`` must name the current revision (409 if stale)."""
+    response: Response, cache: CacheDep, edit: EditDep) -> Any:
+    """Replace the whole table. ``If-Match`` must name the current revision (409 if stale).
+    ``?dry_run=true``: nothing is kept; the answer is what it would make and its impact on the
+    running tunnels. Otherwise the tunnels it concerns are negotiated again (and moved) after it."""
     table = svc.replace_table(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
     cache.invalidate(table.name)
-    return _out(table, response)
+    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
 
 
 @router.patch(
@@ -122,13 +125,18 @@ def replace_table(
 )
 def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
-    uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep) -> dict[str, Any]:
-    """Edit (or add) one algorithm's rating: a new revision of the table."""
+    uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep,
+    edit: EditDep) -> Any:
+    """Edit (or add) one algorithm's rating: a new revision of the table. ``?dry_run=true``:
+    nothing is kept; the answer is the table it would make and, for every running tunnel,
+    whether it would fall below its minimums, get a cheaper or different choice, or stay
+    (old and new suite). Otherwise the tunnels it concerns are negotiated again after it: one
+    below its minimums moves to its new suite make-before-break."""
     table = svc.update_rating(uow=uow, name=name, algorithm=algorithm,
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
     cache.invalidate(table.name)
-    return _out(table, response)
+    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
 
 
 @router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
@@ -152,14 +160,14 @@ def list_revisions(name: TableName, uow: ReadUnitDep) -> list[dict[str, Any]]:
     responses=_ERRORS,
 )
 def revert_table(name: TableName, body: RevertIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-                 response: Response, cache: CacheDep) -> dict[str, Any]:
+                 response: Response, cache: CacheDep, edit: EditDep) -> Any:
     """Go back to revision ``revision``: a new revision with its content, history kept
     ("reverted to N"). ``If-Match`` must name the current revision (409 if stale); reverting to
     the current revision is refused (422); an unknown table or revision is 404."""
     table = svc.revert_table(uow=uow, name=name, revision=body.revision, expected_revision=expected,
                              author=actor, message=body.message)
     cache.invalidate(table.name)
-    return _out(table, response)
+    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
 
 
 @router.get(

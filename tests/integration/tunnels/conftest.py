@@ -91,6 +91,7 @@ async def client(settings: Settings, calls: Calls, lab: Lab) -> AsyncIterator[ht
         app.router.lifespan_context(app),
         httpx.AsyncClient(transport=transport, base_url="http://qoss.test", timeout=30, headers=headers) as c,
     ):
+            c.qoss_app = app  # type: ignore[attr-defined]  # for tests that wait on the app's background work
             for host in lab.hosts:
                 r = await c.post("/v1/gateways", json={
                     "name": host.name, "vici_socket": host.vici_socket, "ike_address": host.ike_address,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -92,7 +95,7 @@ def _tunnel(row: TunnelRow) -> TunnelRecord:
         id=row.id, initiator=row.initiator, responder=row.responder, local_ts=tuple(row.local_ts),
         remote_ts=tuple(row.remote_ts), state=TunnelState(row.state), negotiation=row.negotiation,
         detail=row.detail, created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
-        peer=PeerEnd(**row.peer) if row.peer else None,
+        peer=PeerEnd(**row.peer) if row.peer else None, provenance=row.provenance,
     )
 
 
@@ -115,6 +118,7 @@ class TunnelRepository:
             id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
             remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
             negotiation=dict(record.negotiation), peer=record.peer.as_dict() if record.peer is not None else None,
+            provenance=dict(record.provenance) if record.provenance is not None else None,
         )
         self.session.add(row)
         self.session.flush()
@@ -141,6 +145,18 @@ class TunnelRepository:
         """
         row = self._row(tunnel_id)
         row.state, row.detail, row.updated_at = state.value, detail, utcnow()
+        self.session.flush()
+
+    def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
+                        detail: str) -> None:
+        """Record the suite a tunnel runs on now (after a move), what it was negotiated under, and ``up``.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
+        row = self._row(tunnel_id)
+        row.negotiation, row.provenance = dict(negotiation), dict(provenance) if provenance is not None else None
+        row.state, row.detail, row.updated_at = TunnelState.UP.value, detail, utcnow()
         self.session.flush()
 
     def delete(self, tunnel_id: str) -> None:

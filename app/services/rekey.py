@@ -1,0 +1,270 @@
+"""Close the loop: when a rating, a policy or a gateway's algorithms change, the running
+tunnels that relied on them are negotiated again under the inputs they were made with.
+
+:func:`assess` says what an edit does to each tunnel — ``noncompliant`` (its suite no longer
+meets its minimums), ``cheaper`` or ``different`` (it still does, but the engine would now
+choose another suite), ``stays`` — and is what ``?dry_run=true`` answers before an edit is
+committed. :class:`Rekeyer` acts after a commit, in the background: a noncompliant tunnel is
+moved to its new suite make-before-break (:func:`app.services.tunnel_setup.move`); a merely
+cheaper or different choice follows the ``cheaper`` policy (``never`` by default, ``now``).
+A tunnel that cannot be brought into compliance is marked ``noncompliant`` with the reason
+(and torn down if so configured). Each move is audited and evented; one tunnel's failure
+never holds up the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.domain.algorithms import CATALOGUE
+from app.domain.errors import GatewayError, NegotiationError, NotFound, QossError
+from app.domain.negotiation import NegotiationResult
+from app.domain.tunnels import TunnelRecord, TunnelState
+from app.services.ports import EventSink, UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.services.ratings import TableCache
+from app.services.tunnel_setup import move, teardown
+from app.services.tunnels import negotiate_tunnel, provenance, result_from
+
+__all__ = ["Cheaper", "Impact", "Rekeyer", "assess", "assess_one"]
+
+log = logging.getLogger("qoss.rekey")
+
+ImpactKind = Literal["noncompliant", "cheaper", "different", "stays", "unassessed"]
+#: What a tunnel with a cheaper or otherwise different choice does: stay as it is, or move now.
+Cheaper = Literal["never", "now"]
+
+#: Tunnel states whose suite is running (the others belong to a request or to reconcile).
+_RUNNING = (TunnelState.UP, TunnelState.NONCOMPLIANT)
+
+
+@dataclass(frozen=True)
+class Impact:
+    """What an edit does to one tunnel."""
+
+    tunnel: str
+    kind: ImpactKind
+    old: Mapping[str, Any]
+    new: Mapping[str, Any] | None
+    reason: str
+    #: The new negotiation (when there is one), to move the tunnel to.
+    result: NegotiationResult | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tunnel": self.tunnel, "kind": self.kind, "old": dict(self.old),
+                "new": dict(self.new) if self.new is not None else None, "reason": self.reason}
+
+
+def _suite(document: Mapping[str, Any]) -> dict[str, Any]:
+    return {"suite": document.get("suite"), "proposals": document.get("proposals"), "cost": document.get("cost")}
+
+
+def _keywords(proposals: Mapping[str, str | None]) -> list[str]:
+    """The algorithm keywords of a tunnel's proposals (``aes128gcm16-prfsha1-x25519`` -> three)."""
+    found = {part for proposal in proposals.values() if proposal for part in proposal.split("-")}
+    return sorted(k for k in found if k in CATALOGUE)
+
+
+def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str,
+               cache: TableCache | None = None) -> Impact:
+    """Negotiate ``record`` again under its recorded request, with the tables, policies and
+    gateways as ``uow`` sees them now (an uncommitted edit included)."""
+    old = _suite(record.negotiation)
+    if record.provenance is None:
+        return Impact(record.id, "unassessed", old, None, "made before qoss recorded what tunnels are negotiated "
+                                                          "under: create it again to have it follow edits")
+    cache = cache or TableCache()  # reads this unit of work's tables, an uncommitted edit included
+    inputs = record.provenance["request"]
+    try:
+        initiator = uow.gateways.get(record.initiator)
+        responder = uow.gateways.get(record.responder) if record.responder is not None else None
+    except NotFound as exc:
+        return Impact(record.id, "unassessed", old, None, exc.message)
+    current = result_from(record)
+    args: dict[str, Any] = {"uow": uow, "cache": cache, "inputs": inputs, "initiator": initiator,
+                            "responder": responder, "default_table": default_table}
+    try:
+        pinned = negotiate_tunnel(**args, pinned=_keywords(current.proposals))
+    except NegotiationError as exc:
+        pinned = None
+        why = exc.message
+    except QossError as exc:
+        return Impact(record.id, "unassessed", old, None, exc.message)
+    try:
+        chosen = negotiate_tunnel(**args)
+    except NegotiationError as exc:
+        return Impact(record.id, "noncompliant", old, None, f"nothing meets its minimums any more: {exc.message}")
+    new = _suite(chosen.as_dict())
+    if pinned is None:
+        return Impact(record.id, "noncompliant", old, new, f"its suite no longer meets its minimums: {why}",
+                      chosen)
+    if chosen.proposals == current.proposals:
+        return Impact(record.id, "stays", old, None, "its suite is still the choice")
+    if chosen.cost < pinned.cost:
+        return Impact(record.id, "cheaper", old, new, f"still compliant; the choice now costs {chosen.cost:.4g} "
+                                                      f"against {pinned.cost:.4g} {chosen.cost_unit}", chosen)
+    return Impact(record.id, "different", old, new, "still compliant; the engine now chooses another suite", chosen)
+
+
+def assess(uow: UnitOfWork, *, default_table: str, tunnels: Iterable[TunnelRecord] | None = None) -> list[Impact]:
+    """:func:`assess_one` for every running tunnel (or ``tunnels``), in one unit of work."""
+    cache = TableCache()
+    records = list(tunnels) if tunnels is not None else [t for t in uow.tunnels.list() if t.state in _RUNNING]
+    return [assess_one(uow, r, default_table=default_table, cache=cache) for r in records]
+
+
+class Rekeyer:
+    """Moves the tunnels an edit concerns, in the background (see the module's description).
+
+    Args:
+        units: units of work on the service's database (each move commits its own).
+        vici: socket path -> charon.
+        default_table: the service's default rating table.
+        events: where moves and refusals are told.
+        cheaper: ``never`` (default) or ``now``: what a still-compliant tunnel with another
+            choice does.
+        concurrency: tunnels moved at once.
+        teardown_noncompliant: take down a tunnel that cannot be brought into compliance
+            (default: keep it running, marked ``noncompliant``).
+    """
+
+    def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str, events: EventSink,
+                 cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False) -> None:
+        self._units, self._vici, self._default_table, self._events = units, vici, default_table, events
+        self._cheaper, self._teardown = cheaper, teardown_noncompliant
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qoss-rekey")
+        self._wake = threading.Condition()
+        self._causes: list[str] = []
+        self._stopping = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        #: Moves made and refused since start (for tests and logs).
+        self.moved = 0
+        self.refused = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("the rekeyer was started already")
+        self._thread = threading.Thread(target=self._run, name="qoss-rekeyer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def schedule(self, cause: str) -> None:
+        """Assess every running tunnel again (soon, in the background) because of ``cause``."""
+        with self._wake:
+            self._causes.append(cause)
+            self._wake.notify_all()
+
+    def idle(self, timeout: float) -> bool:
+        """Wait until nothing is scheduled or running (True), or ``timeout`` seconds (False)."""
+        with self._wake:
+            return self._wake.wait_for(lambda: not self._causes and not self._busy, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._stopping or bool(self._causes))
+                if self._stopping:
+                    return
+                causes, self._causes = self._causes, []
+                self._busy = True
+            try:
+                self.run_once("; ".join(dict.fromkeys(causes)))
+            except Exception:  # the loop must outlive any one failure; the next edit retries
+                log.exception("rekey: assessing the tunnels failed")
+            finally:
+                with self._wake:
+                    self._busy = False
+                    self._wake.notify_all()
+
+    def run_once(self, cause: str) -> list[Impact]:
+        """Assess every running tunnel and act on each (in the pool); returns the impacts."""
+        with self._units() as uow:
+            impacts = assess(uow, default_table=self._default_table)
+        todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
+                                                                     and self._cheaper == "now")]
+        for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
+            future.result()
+        return impacts
+
+    def _act(self, impact: Impact, cause: str) -> None:
+        try:
+            self._move(impact, cause)
+        except Exception as exc:  # one tunnel's failure never stops the others
+            reason = exc.message if isinstance(exc, QossError) else f"{type(exc).__name__}: {exc}"
+            self._refuse(impact, cause, reason)
+
+    def _move(self, impact: Impact, cause: str) -> None:
+        with self._units() as uow:
+            record = uow.tunnels.get(impact.tunnel)
+            if impact.result is None:
+                raise NegotiationError(impact.reason)
+            if record.responder is None:
+                raise GatewayError("its far end is an unmanaged peer: its administrator must configure the new "
+                                   f"proposals ({impact.result.proposals}); create the tunnel again then")
+            initiator, responder = uow.gateways.get(record.initiator), uow.gateways.get(record.responder)
+            old = result_from(record)
+            move(record=record, initiator=initiator, responder=responder, old=old, new=impact.result,
+                 vici=self._vici)
+            origin = provenance(uow=uow, inputs=record.provenance["request"] if record.provenance else {},
+                                result=impact.result, initiator=initiator, responder=responder)
+            detail = (f"moved from {old.proposals['esp'] or old.proposals['ah']} to "
+                      f"{impact.result.proposals['esp'] or impact.result.proposals['ah']} ({impact.kind}: {cause})")
+            uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
+            uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
+                             source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
+                             detail=detail[:200])
+            uow.commit()
+        self.moved += 1
+        log.info("tunnel %s %s", impact.tunnel, detail)
+        self._events.emit("tunnel.moved", impact.tunnel, {"kind": impact.kind, "cause": cause,
+                                                          "old": dict(impact.old), "new": dict(impact.new or {})})
+
+    def _refuse(self, impact: Impact, cause: str, reason: str) -> None:
+        self.refused += 1
+        log.warning("tunnel %s not moved (%s): %s", impact.tunnel, impact.kind, reason)
+        if impact.kind != "noncompliant":
+            return  # still compliant: it keeps running as it is
+        with self._units() as uow:
+            try:
+                record = uow.tunnels.get(impact.tunnel)
+            except NotFound:
+                return  # deleted meanwhile
+            detail = f"noncompliant since {cause}: {impact.reason}; not moved: {reason}"[:500]
+            if self._teardown and record.responder is not None:
+                with contextlib.suppress(GatewayError, NotFound):
+                    teardown(record, uow.gateways.get(record.initiator), uow.gateways.get(record.responder),
+                             self._vici, strict=False)
+                uow.tunnels.delete(record.id)
+                detail = f"torn down: {detail}"[:500]
+            else:
+                uow.tunnels.set_state(record.id, TunnelState.NONCOMPLIANT, detail)
+            uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
+                             source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=409,
+                             detail=detail[:200])
+            uow.commit()
+        self._events.emit("tunnel.noncompliant", impact.tunnel, {"cause": cause, "reason": reason,
+                                                                 "torn_down": self._teardown})
+
+
+class LogEvents:
+    """An event sink that writes each event to the log (until a live event stream consumes them)."""
+
+    def __init__(self, logger: Callable[..., None] | None = None) -> None:
+        self._log = logger or logging.getLogger("qoss.events").info
+
+    def emit(self, kind: str, subject: str, data: Mapping[str, Any]) -> None:
+        self._log("%s %s %s", kind, subject, dict(data))

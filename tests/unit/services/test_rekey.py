@@ -1,0 +1,137 @@
+"""What an edit does to the running tunnels (app.services.rekey), on the in-memory unit of work:
+which fall below their minimums, which would get another choice, which stay; and what the
+rekeyer does when a move cannot be made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.domain.algorithms import CATALOGUE
+from app.domain.errors import GatewayUnreachable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.services import ratings
+from app.services.rekey import Rekeyer, assess, assess_one
+from app.services.tunnels import negotiate_tunnel, provenance
+from tests.fakes.uow import FakeDatabase, FakeUnitOfWork
+
+TABLE = "standards-2026"
+ALL = frozenset(CATALOGUE)
+
+
+def _gateway(name: str) -> Gateway:
+    return Gateway(name=name, vici_socket=f"/run/{name}.vici", ike_address="10.0.0.1", identity=f"{name}.qoss",
+                   inside_networks=("10.1.0.0/24",), backend="kernel-netlink", algorithms=ALL)
+
+
+def _tunnel(uow: FakeUnitOfWork, tid: str, min_levels: dict[str, int], *, recorded: bool = True) -> TunnelRecord:
+    left, right = uow.gateways.get("left"), uow.gateways.get("right")
+    inputs: dict[str, Any] = {"min_levels": min_levels, "forbids": []}
+    result = negotiate_tunnel(uow=uow, cache=ratings.TableCache(), inputs=inputs, initiator=left, responder=right,
+                              default_table=TABLE)
+    record = TunnelRecord(
+        id=tid, initiator="left", responder="right", local_ts=("10.1.0.0/24",), remote_ts=("10.2.0.0/24",),
+        state=TunnelState.UP, negotiation=result.as_dict(),
+        provenance=provenance(uow=uow, inputs=inputs, result=result, initiator=left, responder=right)
+        if recorded else None)
+    return uow.tunnels.add(record)
+
+
+@pytest.fixture
+def world(database: FakeDatabase) -> FakeDatabase:
+    with database.unit() as uow:
+        uow.gateways.create(_gateway("left"))
+        uow.gateways.create(_gateway("right"))
+        _tunnel(uow, "strong", {"confidentiality": 8, "integrity": 8})
+        _tunnel(uow, "old", {"confidentiality": 8, "integrity": 8}, recorded=False)
+        uow.commit()
+    return database
+
+
+def _esp(uow: FakeUnitOfWork, tid: str) -> str:
+    return str(uow.tunnels.get(tid).negotiation["proposals"]["esp"])
+
+
+def _weaken(uow: FakeUnitOfWork, algorithm: str, **changes: object) -> None:
+    table = ratings.get_table(uow=uow, name=TABLE)
+    ratings.update_rating(uow=uow, name=TABLE, algorithm=algorithm, changes=changes,
+                          expected_revision=table.revision, author="test")
+
+
+def test_without_an_edit_every_tunnel_stays(world: FakeDatabase) -> None:
+    with world.unit() as uow:
+        kinds = {i.tunnel: i.kind for i in assess(uow, default_table=TABLE)}
+    assert kinds == {"strong": "stays", "old": "unassessed"}
+
+
+def test_an_algorithm_rated_below_the_minimum_makes_its_tunnels_noncompliant(world: FakeDatabase) -> None:
+    with world.unit() as uow:
+        chosen = uow.tunnels.get("strong").negotiation["suite"]["encryption"]
+        _weaken(uow, chosen, confidentiality=5)
+        impact = assess_one(uow, uow.tunnels.get("strong"), default_table=TABLE)
+    assert impact.kind == "noncompliant"
+    assert impact.result is not None and impact.new is not None  # noqa: PT018
+    assert impact.result.suite.encryption != chosen
+    assert impact.result.levels.confidentiality >= 8
+    assert "no longer meets its minimums" in impact.reason
+
+
+def test_a_slower_choice_is_a_cheaper_alternative_not_a_violation(world: FakeDatabase) -> None:
+    with world.unit() as uow:
+        chosen = uow.tunnels.get("strong").negotiation["suite"]["encryption"]
+        _weaken(uow, chosen, performance=0.001)
+        impact = assess_one(uow, uow.tunnels.get("strong"), default_table=TABLE)
+    assert impact.kind == "cheaper", impact
+    assert impact.result is not None and impact.result.suite.encryption != chosen  # noqa: PT018
+
+
+def test_nothing_meeting_the_minimums_any_more_is_noncompliant_without_a_new_suite(world: FakeDatabase) -> None:
+    with world.unit() as uow:
+        table = ratings.get_table(uow=uow, name=TABLE)
+        for keyword, rating in table.ratings.items():
+            if (rating.confidentiality or 0) >= 8:
+                _weaken(uow, keyword, confidentiality=1)
+        impact = assess_one(uow, uow.tunnels.get("strong"), default_table=TABLE)
+    assert (impact.kind, impact.new, impact.result) == ("noncompliant", None, None)
+    assert "nothing meets its minimums" in impact.reason
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, dict[str, Any]]] = []
+
+    def emit(self, kind: str, subject: str, data: Any) -> None:
+        self.events.append((kind, subject, dict(data)))
+
+
+def _unreachable(path: str) -> Any:
+    raise GatewayUnreachable(path, "no such socket (is charon running?)")
+
+
+@pytest.mark.parametrize("teardown", [False, True])
+def test_a_tunnel_that_cannot_be_moved_is_marked_noncompliant_or_torn_down(world: FakeDatabase, teardown: bool
+                                                                          ) -> None:
+    with world.unit() as uow:
+        _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], confidentiality=5)
+        uow.commit()
+    sink = Sink()
+    rekeyer = Rekeyer(units=world.unit, vici=_unreachable, default_table=TABLE, events=sink,
+                      teardown_noncompliant=teardown)
+    try:
+        impacts = rekeyer.run_once("test edit")
+    finally:
+        rekeyer.stop()
+    assert {i.tunnel: i.kind for i in impacts} == {"strong": "noncompliant", "old": "unassessed"}
+    assert (rekeyer.moved, rekeyer.refused) == (0, 1)
+    with world.unit() as uow:
+        ids = [t.id for t in uow.tunnels.list()]
+        if teardown:
+            assert ids == ["old"]
+        else:
+            record = uow.tunnels.get("strong")
+            assert record.state is TunnelState.NONCOMPLIANT
+            assert "test edit" in record.detail and "unreachable" in record.detail  # noqa: PT018
+        (entry,) = [e for e in uow.audit.list() if e["object"] == "/v1/tunnels/strong"]
+        assert entry["outcome"] == 409
+    assert [(k, s) for k, s, _ in sink.events] == [("tunnel.noncompliant", "strong")]
