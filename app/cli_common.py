@@ -98,7 +98,7 @@ class Unit:
         rekeyer = Rekeyer(units=sql_units_of_work(make_session_factory(engine)),
                           vici=lambda p: ViciGateway(p, s.vici_timeout), default_table=s.default_table,
                           events=LogEvents(), cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
-                          teardown_noncompliant=s.rekey_teardown_noncompliant)
+                          teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain)
         try:
             impacts = rekeyer.run_once(cause)
         finally:

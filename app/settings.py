@@ -57,6 +57,9 @@ class Settings(BaseSettings):
         default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
                                      "stays as it is (never) or moves at once (now)")
     rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
+    rekey_drain: float = Field(
+        default=2.0, ge=0, le=60, description="seconds a moved tunnel's old SA stays after its new one is verified, "
+                                              "for the packets already sealed with it")
     rekey_teardown_noncompliant: bool = Field(
         default=False, description="take down a tunnel that cannot be brought into compliance (default: keep it "
                                    "running, marked noncompliant with the reason)")

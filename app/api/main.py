@@ -293,10 +293,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.tunnel_monitor = monitor
         rekeyer = None
         if resolved.rekey:
-            rekeyer = Rekeyer(units=app.state.units, vici=app.state.vici_factory, default_table=resolved.default_table,
+            rekeyer = Rekeyer(units=app.state.units, reads=sql_units_of_work(app.state.read_session_factory),
+                              vici=app.state.vici_factory, default_table=resolved.default_table,
                               events=LogEvents(), cheaper=resolved.rekey_cheaper,
                               concurrency=resolved.rekey_concurrency,
-                              teardown_noncompliant=resolved.rekey_teardown_noncompliant)
+                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain)
             rekeyer.start()
         app.state.rekeyer = rekeyer
         stop_sweeping = asyncio.Event()

@@ -15,9 +15,11 @@ never holds up the others.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -124,18 +126,27 @@ class Rekeyer:
 
     Args:
         units: units of work on the service's database (each move commits its own).
+        reads: units of work that only read (default: ``units``); on SQLite they never take
+            the write lock, so assessing a thousand tunnels holds up no edit.
         vici: socket path -> charon.
         default_table: the service's default rating table.
         events: where moves and refusals are told.
         cheaper: ``never`` (default) or ``now``: what a still-compliant tunnel with another
             choice does.
         concurrency: tunnels moved at once.
+        drain: seconds between a moved tunnel's new SA being verified and its old one being
+            closed, for the packets already sealed with the old SA.
         teardown_noncompliant: take down a tunnel that cannot be brought into compliance
             (default: keep it running, marked ``noncompliant``).
     """
 
     def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str, events: EventSink,
-                 cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False) -> None:
+                 cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
+                 reads: UnitOfWorkFactory | None = None, drain: float = 2.0) -> None:
+        self._reads = reads or units
+        self._drain = drain
+        self._closing: list[tuple[float, int, Callable[[], None]]] = []  # a heap: (when, order, close)
+        self._order = 0
         self._units, self._vici, self._default_table, self._events = units, vici, default_table, events
         self._cheaper, self._teardown = cheaper, teardown_noncompliant
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qoss-rekey")
@@ -153,6 +164,8 @@ class Rekeyer:
             raise RuntimeError("the rekeyer was started already")
         self._thread = threading.Thread(target=self._run, name="qoss-rekeyer", daemon=True)
         self._thread.start()
+        self._closer = threading.Thread(target=self._close_loop, name="qoss-rekey-close", daemon=True)
+        self._closer.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         with self._wake:
@@ -160,6 +173,7 @@ class Rekeyer:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+            self._closer.join(timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def schedule(self, cause: str) -> None:
@@ -169,9 +183,16 @@ class Rekeyer:
             self._wake.notify_all()
 
     def idle(self, timeout: float) -> bool:
-        """Wait until nothing is scheduled or running (True), or ``timeout`` seconds (False)."""
+        """Wait until nothing is scheduled, running or waiting to be closed (True), or ``timeout`` seconds (False)."""
         with self._wake:
-            return self._wake.wait_for(lambda: not self._causes and not self._busy, timeout)
+            return self._wake.wait_for(lambda: not self._causes and not self._busy and not self._closing, timeout)
+
+    def _due(self, everything: bool = False) -> list[Callable[[], None]]:
+        """The old SAs to close now (called with the lock held)."""
+        now, due = time.monotonic(), []
+        while self._closing and (everything or self._closing[0][0] <= now):
+            due.append(heapq.heappop(self._closing)[2])
+        return due
 
     def _run(self) -> None:
         while True:
@@ -192,7 +213,7 @@ class Rekeyer:
 
     def run_once(self, cause: str) -> list[Impact]:
         """Assess every running tunnel and act on each (in the pool); returns the impacts."""
-        with self._units() as uow:
+        with self._reads() as uow:
             impacts = assess(uow, default_table=self._default_table)
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
                                                                      and self._cheaper == "now")]
@@ -208,7 +229,9 @@ class Rekeyer:
             self._refuse(impact, cause, reason)
 
     def _move(self, impact: Impact, cause: str) -> None:
-        with self._units() as uow:
+        # Three steps, so that no transaction (on SQLite: the database's one write lock) is
+        # open while charon works: read what the move needs, move, record the move.
+        with self._reads() as uow:
             record = uow.tunnels.get(impact.tunnel)
             if impact.result is None:
                 raise NegotiationError(impact.reason)
@@ -216,48 +239,83 @@ class Rekeyer:
                 raise GatewayError("its far end is an unmanaged peer: its administrator must configure the new "
                                    f"proposals ({impact.result.proposals}); create the tunnel again then")
             initiator, responder = uow.gateways.get(record.initiator), uow.gateways.get(record.responder)
-            old = result_from(record)
-            move(record=record, initiator=initiator, responder=responder, old=old, new=impact.result,
-                 vici=self._vici)
             origin = provenance(uow=uow, inputs=record.provenance["request"] if record.provenance else {},
                                 result=impact.result, initiator=initiator, responder=responder)
-            detail = (f"moved from {old.proposals['esp'] or old.proposals['ah']} to "
-                      f"{impact.result.proposals['esp'] or impact.result.proposals['ah']} ({impact.kind}: {cause})")
+        old = result_from(record)
+        close_old = move(record=record, initiator=initiator, responder=responder, old=old, new=impact.result,
+                         vici=self._vici)
+        detail = (f"moved from {old.proposals['esp'] or old.proposals['ah']} to "
+                  f"{impact.result.proposals['esp'] or impact.result.proposals['ah']} ({impact.kind}: {cause})")
+        with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
                              detail=detail[:200])
             uow.commit()
+        self._close_later(close_old)
         self.moved += 1
         log.info("tunnel %s %s", impact.tunnel, detail)
         self._events.emit("tunnel.moved", impact.tunnel, {"kind": impact.kind, "cause": cause,
                                                           "old": dict(impact.old), "new": dict(impact.new or {})})
+
+    def _close_loop(self) -> None:
+        """Close each moved tunnel's old SAs once their drain time is over (all of them at stop)."""
+        while True:
+            with self._wake:
+                while not self._stopping and not (self._closing and self._closing[0][0] <= time.monotonic()):
+                    self._wake.wait(self._closing[0][0] - time.monotonic() if self._closing else None)
+                stopping = self._stopping
+                due = self._due(everything=stopping)
+            for close in due:
+                try:
+                    close()
+                except Exception:
+                    log.exception("rekey: closing an old SA failed")
+            with self._wake:
+                self._wake.notify_all()
+            if stopping:
+                return
+
+    def _close_later(self, close: Callable[[], None]) -> None:
+        if self._thread is None:  # not running in the background (one run from the command line)
+            time.sleep(self._drain)
+            close()
+            return
+        with self._wake:
+            self._order += 1
+            heapq.heappush(self._closing, (time.monotonic() + self._drain, self._order, close))
+            self._wake.notify_all()
 
     def _refuse(self, impact: Impact, cause: str, reason: str) -> None:
         self.refused += 1
         log.warning("tunnel %s not moved (%s): %s", impact.tunnel, impact.kind, reason)
         if impact.kind != "noncompliant":
             return  # still compliant: it keeps running as it is
-        with self._units() as uow:
+        detail = f"noncompliant since {cause}: {impact.reason}; not moved: {reason}"[:500]
+        with self._reads() as uow:
             try:
                 record = uow.tunnels.get(impact.tunnel)
+                ends = (uow.gateways.get(record.initiator),
+                        uow.gateways.get(record.responder) if record.responder is not None else None)
             except NotFound:
                 return  # deleted meanwhile
-            detail = f"noncompliant since {cause}: {impact.reason}; not moved: {reason}"[:500]
-            if self._teardown and record.responder is not None:
-                with contextlib.suppress(GatewayError, NotFound):
-                    teardown(record, uow.gateways.get(record.initiator), uow.gateways.get(record.responder),
-                             self._vici, strict=False)
-                uow.tunnels.delete(record.id)
-                detail = f"torn down: {detail}"[:500]
-            else:
-                uow.tunnels.set_state(record.id, TunnelState.NONCOMPLIANT, detail)
+        torn_down = self._teardown and ends[1] is not None
+        if torn_down:
+            with contextlib.suppress(GatewayError):
+                teardown(record, ends[0], ends[1], self._vici, strict=False)
+            detail = f"torn down: {detail}"[:500]
+        with self._units() as uow:
+            with contextlib.suppress(NotFound):
+                if torn_down:
+                    uow.tunnels.delete(record.id)
+                else:
+                    uow.tunnels.set_state(record.id, TunnelState.NONCOMPLIANT, detail)
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=409,
                              detail=detail[:200])
             uow.commit()
         self._events.emit("tunnel.noncompliant", impact.tunnel, {"cause": cause, "reason": reason,
-                                                                 "torn_down": self._teardown})
+                                                                 "torn_down": torn_down})
 
 
 class LogEvents:

@@ -229,16 +229,20 @@ def _ours(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]
 
 
 def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: NegotiationResult,
-         new: NegotiationResult, vici: ViciFactory) -> None:
+         new: NegotiationResult, vici: ViciFactory) -> Callable[[], None]:
     """Move a running tunnel to another suite, make-before-break.
 
     Both ends get the conn with the new proposals (responder first); the initiator then
     initiates the CHILD_SA again: charon negotiates it beside the old one (inside the same
     IKE_SA, or in a new IKE_SA when the IKE proposal changed), and both ends' ``list-sas``
-    must show the new CHILD_SA with exactly the new algorithms. Only then are the old
-    CHILD_SAs (or the old IKE_SA) closed: traffic always has an installed SA. If anything
+    must show the new CHILD_SA with exactly the new algorithms. Only then may the old
+    CHILD_SAs (or the old IKE_SA) be closed: traffic always has an installed SA. If anything
     fails before that, the old proposals are loaded back and whatever new SA came up is
     closed: the tunnel keeps running on its old suite and the error reaches the caller.
+
+    Returns:
+        What closes the old SAs. Call it a little later (packets already sealed with the old
+        SA are still on their way), or at once.
 
     Raises:
         GatewayUnreachable, GatewayRejected, TunnelVerificationFailed: as :func:`bring_up`.
@@ -277,11 +281,14 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
                 v_init.terminate(child_id=child_id, timeout_ms=3000, force=True)
         raise
     old_ikes, old_children = before[0]
-    if new.proposals["ike"] != old.proposals["ike"]:  # the new CHILD_SA lives in a new IKE_SA
-        for ike_id in sorted(old_ikes):
-            with contextlib.suppress(GatewayRejected):
+    new_ike = new.proposals["ike"] != old.proposals["ike"]  # then the new CHILD_SA lives in a new IKE_SA
+
+    def close_old() -> None:
+        for ike_id in sorted(old_ikes) if new_ike else ():
+            with contextlib.suppress(GatewayError):
                 v_init.terminate(ike_id=ike_id, timeout_ms=3000)
-    else:
-        for child_id in sorted(old_children):
-            with contextlib.suppress(GatewayRejected):
+        for child_id in () if new_ike else sorted(old_children):
+            with contextlib.suppress(GatewayError):
                 v_init.terminate(child_id=child_id, timeout_ms=3000)
+
+    return close_old
