@@ -751,6 +751,10 @@ from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so
 
 app.add_typer(agent_app, name="agent")
 
+from app.cli_audit import audit_app  # noqa: E402 - after the commands above, so the order of --help stays
+
+app.add_typer(audit_app, name="audit")
+
 from app.measure.cli_tunnel import bench_tunnel  # noqa: E402
 
 bench_app.command("tunnel")(bench_tunnel)

@@ -101,5 +101,6 @@ def record_audit(*, session: Session, **fields: Any) -> None:
     AuditRepository(session).append(**fields)
 
 
-def list_audit(*, session: Session, limit: int, before_id: int | None) -> list[dict[str, Any]]:
-    return AuditRepository(session).list(limit=limit, before_id=before_id)
+def list_audit(*, session: Session, limit: int, before_id: int | None,
+               after_id: int | None = None) -> list[dict[str, Any]]:
+    return AuditRepository(session).list(limit=limit, before_id=before_id, after_id=after_id)

@@ -11,10 +11,11 @@ import builtins
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, delete, insert, select, update
+from sqlalchemy import CursorResult, Update, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.adapters.db import audit_chain
 from app.adapters.db.models import (
     ApiTokenRow,
     AuditRow,
@@ -596,18 +597,17 @@ class AuditRepository:
         self.append_many([fields])
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Insert records in one statement (``at`` defaults to now, ``detail`` to empty)."""
-        if records:
-            now = utcnow()
-            self.session.execute(insert(AuditRow), [  # the same keys in each: one executemany
-                {"token_id": None, "token_name": None, "client_request_id": None, "detail": "", **r,
-                 "at": r.get("at") or now}
-                for r in records])
+        """Append records to the hash chain (``at`` defaults to now, ``detail`` to empty;
+        see :mod:`app.adapters.db.audit_chain`)."""
+        audit_chain.append_in(self.session, records)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+    def list(self, *, limit: int = 100, before_id: int | None = None,
+             after_id: int | None = None) -> list[dict[str, Any]]:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if before_id is not None:
             query = query.where(AuditRow.id < before_id)
+        if after_id is not None:
+            query = query.where(AuditRow.id > after_id)
         return [
             {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
              "client_request_id": r.client_request_id, "token_id": r.token_id,
