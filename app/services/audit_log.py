@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import closing
 
 from sqlalchemy.orm import Session
 
@@ -21,7 +22,8 @@ def verify_log(*, session: Session) -> ChainReport:
     """
     audit_chain.snapshot(session)
     head = audit_chain.head(session)
-    report = verify(audit_chain.entries(session), head=head)
+    with closing(audit_chain.entries(session)) as entries:  # verify stops at the first break
+        report = verify(entries, head=head)
     if head is None and report.intact:
         return ChainReport(report.entries, report.last_id, report.last_hash, ChainBreak(
             "head", report.last_id, "the recorded chain head is missing: entries removed from the end of the "
@@ -35,5 +37,6 @@ def export_lines(
     """Entries after id ``since`` (all if None) and before id ``before``, oldest first, at most
     ``limit``, each one line of JSON with its ``prev_hash`` and ``hash``
     (:func:`app.domain.audit_chain.json_line`), streamed."""
-    for entry in audit_chain.entries(session, after=since, before=before, limit=limit):
-        yield json_line(entry)
+    with closing(audit_chain.entries(session, after=since, before=before, limit=limit)) as entries:
+        for entry in entries:
+            yield json_line(entry)

@@ -25,7 +25,7 @@ Reading (:func:`entries`, :func:`head`) streams in id order, constant memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import Integer, Table, bindparam, column, func, insert, select, text, update
@@ -134,8 +134,9 @@ def head(session: Session) -> ChainHead | None:
 
 def entries(
     session: Session, *, after: int | None = None, before: int | None = None, limit: int | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Entries in id order (every column), streamed: ids above ``after`` and below ``before``, at most ``limit``."""
+) -> Generator[dict[str, Any], None, None]:
+    """Entries in id order (every column), streamed: ids above ``after`` and below ``before``, at most
+    ``limit``. Close the iterator if you stop early (``contextlib.closing``)."""
     query = select(*_AUDIT.c).order_by(_AUDIT.c.id)
     if after is not None:
         query = query.where(_AUDIT.c.id > after)
@@ -143,5 +144,9 @@ def entries(
         query = query.where(_AUDIT.c.id < before)
     if limit is not None:
         query = query.limit(limit)
-    for row in session.execute(query, execution_options={"yield_per": 1000}):
-        yield dict(row._mapping)
+    result = session.execute(query, execution_options={"yield_per": 1000})  # PostgreSQL: a server-side cursor
+    try:
+        for row in result:
+            yield dict(row._mapping)
+    finally:
+        result.close()
