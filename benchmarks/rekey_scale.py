@@ -114,14 +114,15 @@ def main() -> None:
         pending = set(ids)
         while pending and time.monotonic() < deadline:
             listed = client.get("/v1/tunnels").json()
-            pending = {t["id"] for t in listed if t["id"] in pending and t["proposals"]["esp"].startswith("aes128gcm")}
+            pending = {t["id"] for t in listed if t["id"] in pending and t["state"] != "noncompliant"
+                       and t["proposals"]["esp"].startswith("aes128gcm")}
             time.sleep(0.2)
         moved_in = time.perf_counter() - t0
         time.sleep(1)
         lost_move = _lost(pings)
         cpu_move, rss_move = _cpu_seconds(svc.pid) - cpu0, svc.rss_kib()
         states = [t["state"] for t in client.get("/v1/tunnels").json()]
-        print(f"move: {len(ids) - len(pending)} of {len(ids)} compliant again in {moved_in:.1f} s "
+        print(f"move: {states.count('up')} of {len(ids)} compliant again in {moved_in:.1f} s "
               f"({states.count('up')} up, {states.count('noncompliant')} noncompliant); service CPU {cpu_move:.1f} s, "
               f"RSS {rss0 / 1024:.0f} -> {rss_move / 1024:.0f} MiB; sample pings: {lost_move}")
 

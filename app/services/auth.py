@@ -99,5 +99,6 @@ def record_audit(*, uow: UnitOfWork, **fields: Any) -> None:
     uow.audit.append(**fields)
 
 
-def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None) -> list[dict[str, Any]]:
-    return uow.audit.list(limit=limit, before_id=before_id)
+def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None,
+               after_id: int | None = None) -> list[dict[str, Any]]:
+    return uow.audit.list(limit=limit, before_id=before_id, after_id=after_id)

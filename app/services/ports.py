@@ -166,8 +166,9 @@ class AuditStore(Protocol):
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None: ...
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> builtins.list[dict[str, Any]]:
-        """The newest entries first, ``before_id`` for the next page."""
+    def list(self, *, limit: int = 100, before_id: int | None = None,
+             after_id: int | None = None) -> builtins.list[dict[str, Any]]:
+        """The newest entries first: older than ``before_id`` (the next page), newer than ``after_id``."""
         ...
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.domain.algorithms import CATALOGUE
-from app.domain.errors import GatewayError, NegotiationError, NotFound, QossError
+from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.ports import EventSink, UnitOfWork, UnitOfWorkFactory, ViciFactory
@@ -41,6 +41,9 @@ log = logging.getLogger("qoss.rekey")
 ImpactKind = Literal["noncompliant", "cheaper", "different", "stays", "unassessed"]
 #: What a tunnel with a cheaper or otherwise different choice does: stay as it is, or move now.
 Cheaper = Literal["never", "now"]
+
+#: Tries of a move whose charon could not be reached (a busy charon refuses connections for a moment).
+_ATTEMPTS = 3
 
 #: Tunnel states whose suite is running (the others belong to a request or to reconcile).
 _RUNNING = (TunnelState.UP, TunnelState.NONCOMPLIANT)
@@ -222,11 +225,20 @@ class Rekeyer:
         return impacts
 
     def _act(self, impact: Impact, cause: str) -> None:
-        try:
-            self._move(impact, cause)
-        except Exception as exc:  # one tunnel's failure never stops the others
-            reason = exc.message if isinstance(exc, QossError) else f"{type(exc).__name__}: {exc}"
-            self._refuse(impact, cause, reason)
+        for attempt in range(_ATTEMPTS):
+            try:
+                self._move(impact, cause)
+                return
+            except GatewayUnreachable as exc:  # a charon too busy to accept: worth another try
+                if attempt + 1 < _ATTEMPTS:
+                    log.info("tunnel %s: %s; trying again", impact.tunnel, exc.message)
+                    time.sleep(0.5 * 2**attempt)
+                    continue
+                self._refuse(impact, cause, exc.message)
+            except Exception as exc:  # one tunnel's failure never stops the others
+                why = exc.message if isinstance(exc, QossError) else f"{type(exc).__name__}: {exc}"
+                self._refuse(impact, cause, why)
+            return
 
     def _move(self, impact: Impact, cause: str) -> None:
         # Three steps, so that no transaction (on SQLite: the database's one write lock) is

@@ -81,6 +81,8 @@ WORKING = {
     "tunnel down": lambda f: ["tunnel", "down", "t-1"],
     "token list": lambda f: ["token", "list"],
     "token revoke": lambda f: ["token", "revoke", "tok-1"],
+    "audit verify": lambda f: ["audit", "verify"],
+    "audit export": lambda f: ["audit", "export"],
 }
 
 

@@ -294,8 +294,10 @@ class FakeAudit(_Store):
             entry["id"] = len(entries) + 1
             entries.append(entry)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> builtins.list[dict[str, Any]]:
-        newest = [e for e in reversed(self._read()) if before_id is None or e["id"] < before_id]
+    def list(self, *, limit: int = 100, before_id: int | None = None,
+             after_id: int | None = None) -> builtins.list[dict[str, Any]]:
+        newest = [e for e in reversed(self._read()) if (before_id is None or e["id"] < before_id)
+                  and (after_id is None or e["id"] > after_id)]
         return [dict(e) for e in newest[:limit]]
 
 

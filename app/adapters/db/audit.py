@@ -22,22 +22,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, event, insert
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.adapters.db.hot import HotStatement, engine_of, hot_transaction
-from app.adapters.db.models import AuditRow, utcnow
+from app.adapters.db import audit_chain
+from app.adapters.db.hot import engine_of, hot_transaction
+from app.adapters.db.models import utcnow
 from app.adapters.db.repositories import AuditRepository
 
 __all__ = ["Auditor", "PendingRecord", "attach", "install"]
 
 _INFO_KEY = "qoss.audit"
-_COLUMNS = tuple(c for c in AuditRow.__table__.c if c.name != "id")
-#: One record, every column but the id a bind of its own name (see app.adapters.db.hot).
-_INSERT = HotStatement(lambda _: insert(AuditRow).values(
-    {c.name: bindparam(c.name, type_=c.type) for c in _COLUMNS}))
-_DEFAULTS: dict[str, Any] = {"token_id": None, "token_name": None, "client_request_id": None, "detail": ""}
-
 
 class PendingRecord:
     """One request's audit record, written by the request's own transaction when it commits.
@@ -124,7 +119,7 @@ class Auditor:
             if self._engine is None:
                 self._engine = engine_of(self._factory)
             with hot_transaction(self._engine) as cursor:  # no ORM: this write is on an answer's path
-                cursor.execute(_INSERT, {**_DEFAULTS, **fields})
+                audit_chain.append(cursor, [fields])
         except Exception:
             log.exception("audit write failed; the record is kept for retry")
             self._queue.put(fields)

@@ -27,7 +27,7 @@ the error shows to be dead is invalidated, not pooled again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -142,6 +142,20 @@ class HotCursor:
         """Run a statement that returns no rows; the row count."""
         self._execute(statement, params)
         return int(self._cursor.rowcount)
+
+    def execute_many(self, statement: HotStatement, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Run a statement that returns no rows once per parameter set (the DBAPI's ``executemany``)."""
+        c = statement.compiled(self.dialect)
+        values = []
+        for params in rows:
+            if c.fixed:
+                params = {**c.fixed, **params}
+            one = [params[n] if p is None else p(params[n]) for n, p in zip(c.names, c.binds, strict=True)]
+            values.append(one if c.positional else dict(zip(c.names, one, strict=True)))
+        try:
+            self._cursor.executemany(c.sql, values)
+        except self.dialect.loaded_dbapi.Error as exc:
+            raise _wrapped(c.sql, exc, self.dialect) from exc
 
     def close(self) -> None:
         self._cursor.close()

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    CheckConstraint,
     DateTime,
     Dialect,
     ForeignKey,
@@ -27,6 +28,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "NAMING_CONVENTION",
+    "AuditChainHeadRow",
+    "AuditRow",
     "Base",
     "GatewayRow",
     "IdempotencyRow",
@@ -214,6 +217,24 @@ class AuditRow(Base):
     object: Mapped[str] = mapped_column(String(300))
     outcome: Mapped[int] = mapped_column(Integer)
     detail: Mapped[str] = mapped_column(String(200), default="")
+    #: The hash chain (app.domain.audit_chain): the previous entry's ``hash`` (unique: the
+    #: chain cannot fork), and SHA-256 over this entry's other columns.
+    prev_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    hash: Mapped[str] = mapped_column(String(64))
+
+
+class AuditChainHeadRow(Base):
+    """One row (id 1): where the audit chain ends, updated with every append (its lock serialises appends).
+
+    A chain whose last entry is not this one lost entries at its end (``qoss audit verify``).
+    """
+
+    __tablename__ = "audit_chain_head"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    last_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    hash: Mapped[str] = mapped_column(String(64))
 
 
 class IdempotencyRow(Base):

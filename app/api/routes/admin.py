@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.adapters.db import audit_log
 from app.api.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
@@ -52,13 +53,28 @@ def revoke_token(token_id: Annotated[str, Path(pattern=r"^[0-9a-f]{12}$")], uow:
     return Response(status_code=204)
 
 
-@router.get("/audit", dependencies=_AUDIT, responses=_ERRORS)
+_NDJSON = "application/x-ndjson"
+_AUDIT_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_ERRORS, 200: {"content": {_NDJSON: {"schema": {"type": "string"}}},
+                     "description": "JSON records, or with format=jsonl (or Accept: application/x-ndjson) "
+                                    "one JSON line per record, oldest first, with prev_hash and hash"}}
+
+
+@router.get("/audit", dependencies=_AUDIT, responses=_AUDIT_RESPONSES, response_model=list[dict[str, Any]])
 def list_audit(
     request: Request,
     uow: ReadUnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="records older than this id")] = None,
-) -> list[dict[str, Any]]:
-    """Audit records, newest first (pending records are written first)."""
+    since: Annotated[int | None, Query(ge=0, le=MAX_DB_INT, description="records newer than this id")] = None,
+    format: Annotated[Literal["json", "jsonl"] | None, Query(
+        description="jsonl: the hash chain's export for a SIEM, oldest first")] = None,
+) -> Any:
+    """Audit records, newest first (pending records are written first). As JSON lines (``format=jsonl``
+    or ``Accept: application/x-ndjson``): oldest first, each with its ``prev_hash`` and ``hash``;
+    page on with ``since`` = the last id received."""
     request.app.state.auditor.flush()
-    return svc.list_audit(uow=uow, limit=limit, before_id=before)
+    if format == "jsonl" or (format is None and _NDJSON in request.headers.get("accept", "")):
+        lines = audit_log.export_lines(session=uow.session, since=since, before=before, limit=limit)
+        return Response("".join(line + "\n" for line in lines), media_type=_NDJSON)
+    return svc.list_audit(uow=uow, limit=limit, before_id=before, after_id=since)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.adapters.db import audit_chain
 from app.adapters.db.models import ApiTokenRow, AuditRow, utcnow
 from app.domain.auth import TokenRecord
 from app.domain.errors import NotFound
@@ -59,18 +60,17 @@ class AuditRepository:
         self.append_many([fields])
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None:
-        """Insert records in one statement (``at`` defaults to now, ``detail`` to empty)."""
-        if records:
-            now = utcnow()
-            self.session.execute(insert(AuditRow), [  # the same keys in each: one executemany
-                {"token_id": None, "token_name": None, "client_request_id": None, "detail": "", **r,
-                 "at": r.get("at") or now}
-                for r in records])
+        """Append records to the hash chain (``at`` defaults to now, ``detail`` to empty;
+        see :mod:`app.adapters.db.audit_chain`)."""
+        audit_chain.append_in(self.session, records)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+    def list(self, *, limit: int = 100, before_id: int | None = None,
+             after_id: int | None = None) -> list[dict[str, Any]]:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if before_id is not None:
             query = query.where(AuditRow.id < before_id)
+        if after_id is not None:
+            query = query.where(AuditRow.id > after_id)
         return [
             {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
              "client_request_id": r.client_request_id, "token_id": r.token_id,
