@@ -424,6 +424,7 @@ from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so
 app.add_typer(agent_app, name="agent")
 
 from app.cli_audit import audit_app  # noqa: E402 - after the commands above, so the order of --help stays
+from app.cli_events import events as events_command  # noqa: E402
 from app.cli_lab import lab_app  # noqa: E402
 from app.measure.cli_bench import bench_micro, bench_report  # noqa: E402
 
@@ -432,6 +433,7 @@ app.add_typer(audit_app, name="audit")
 from app.measure.cli_tunnel import bench_tunnel  # noqa: E402
 
 app.add_typer(lab_app, name="lab")
+app.command("events")(events_command)
 bench_app.command("micro")(bench_micro)
 bench_app.command("report")(bench_report)
 bench_app.command("tunnel")(bench_tunnel)

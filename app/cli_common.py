@@ -91,13 +91,13 @@ class Unit:
         from app.adapters.db.engine import make_engine, make_session_factory
         from app.adapters.db.unit_of_work import sql_units_of_work
         from app.adapters.vici.driver import ViciGateway
-        from app.services.rekey import LogEvents, Rekeyer
+        from app.services.rekey import Rekeyer
 
         s = self.settings
         engine = make_engine(s.database_url)
         rekeyer = Rekeyer(units=sql_units_of_work(make_session_factory(engine)),
                           vici=lambda p: ViciGateway(p, s.vici_timeout), default_table=s.default_table,
-                          events=LogEvents(), cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
+                          cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
                           teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain)
         try:
             impacts = rekeyer.run_once(cause)

@@ -50,6 +50,9 @@ class Settings(BaseSettings):
         description="a gateway's IKE address must be inside one of these networks",
     )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
+    max_event_streams: int = Field(
+        default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
+    events_keep_days: float = Field(default=30.0, gt=0, le=3650, description="days events are kept for resuming")
     rekey: bool = Field(
         default=True, description="after a rating, policy or gateway edit, negotiate the running tunnels again and "
                                   "move those below their minimums to a compliant suite (make-before-break)")

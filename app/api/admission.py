@@ -23,8 +23,9 @@ from app.settings import Settings
 
 __all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "HealthProbe"]
 
-#: Answered whatever the load: they do no work that can queue.
-UNCOUNTED_PATHS = frozenset({"/healthz", "/livez"})
+#: Answered whatever the load: they do no work that can queue. The event stream is long-lived
+#: by design: it has a limit of its own (``max_event_streams``) instead.
+UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/v1/events"})
 
 
 class AdmissionControl:

@@ -34,6 +34,7 @@ __all__ = [
     "get_unit",
     "reader",
     "require",
+    "require_token",
 ]
 
 #: Methods that change nothing.
@@ -171,6 +172,15 @@ def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | Non
     settings: Settings = request.app.state.settings
     if authorization is None and not settings.reads_require_token:
         return _ANONYMOUS
+    record = _authenticate(request, authorization)
+    principal = Principal(record.id, record.name, record.scopes)
+    request.state.principal = principal
+    return principal
+
+
+def require_token(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+                  ) -> Principal:
+    """A dependency: any valid token (what it may see is its scopes' business); 401 otherwise."""
     record = _authenticate(request, authorization)
     principal = Principal(record.id, record.name, record.scopes)
     request.state.principal = principal

@@ -16,7 +16,7 @@ from app.adapters.agent.transport import RemoteRefused
 from app.domain import errors as e
 from app.domain.agent import AgentRejected
 from app.domain.auth import Forbidden, Unauthenticated
-from app.services.ratelimit import RateLimited
+from app.services.ratelimit import Overloaded, RateLimited
 
 __all__ = ["STATUS", "install_error_handlers", "qoss_error_parts", "status_for"]
 
@@ -27,6 +27,7 @@ STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (Unauthenticated, 401),
     (AgentRejected, 403),
     (RateLimited, 429),
+    (Overloaded, 503),
     (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
     (e.UnsupportedProtection, 409),
@@ -63,7 +64,7 @@ def qoss_error_parts(exc: e.QossError) -> tuple[int, dict[str, Any], dict[str, s
         headers["ETag"] = f'"{exc.current}"'
     if isinstance(exc, Unauthenticated):
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, RateLimited):
+    if isinstance(exc, RateLimited | Overloaded):
         headers["Retry-After"] = str(exc.retry_after)
     detail = f"AgentRejected: {exc.reason}" if isinstance(exc, AgentRejected) else type(exc).__name__
     return status_for(exc), error_body(type(exc).__name__, exc.detail()), headers, detail
@@ -111,7 +112,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _database(request: Request, exc: OperationalError) -> JSONResponse:
         request.state.error_name = "DatabaseUnavailable"
         log.error("database unavailable: %s", type(exc.orig).__name__ if exc.orig else "OperationalError")
-        return JSONResponse(error_body("DatabaseUnavailable", "the database is unavailable"), status_code=503)
+        return JSONResponse(error_body("DatabaseUnavailable", "the database is unavailable"), status_code=503,
+                            headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -32,6 +32,7 @@ from app.api.routes import (
     agent,
     algorithms,
     benchmarks,
+    events,
     gateways,
     health,
     negotiations,
@@ -45,10 +46,11 @@ from app.services import idempotency
 from app.services.agent_config import load_server_config
 from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
+from app.services.events import prune_events
 from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
-from app.services.rekey import LogEvents, Rekeyer
+from app.services.rekey import Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
 
@@ -116,6 +118,14 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
         host = HostAgent(config=config, keys=keys, session_factory=app.state.session_factory, local_target=target)
     log.info("agent roles: host=%s target=%s (id %s)", host is not None, target is not None, config.id)
     return host, target
+
+
+def _prune_events(units: UnitOfWorkFactory, keep_days: float) -> None:
+    with units() as uow:
+        gone = prune_events(uow, keep_days)
+        uow.commit()
+    if gone:
+        log.info("events older than %g days forgotten: %d", keep_days, gone)
 
 
 def _idempotency_key(units: UnitOfWorkFactory) -> bytes:
@@ -264,6 +274,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.session_factory = make_session_factory(engine)
         app.state.read_session_factory = make_session_factory(read_engine)
         app.state.units = sql_units_of_work(app.state.session_factory)
+        app.state.read_units = sql_units_of_work(app.state.read_session_factory)
+        app.state.event_streams = 0
+        await asyncio.to_thread(_prune_events, app.state.units, resolved.events_keep_days)
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
@@ -293,9 +306,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.tunnel_monitor = monitor
         rekeyer = None
         if resolved.rekey:
-            rekeyer = Rekeyer(units=app.state.units, reads=sql_units_of_work(app.state.read_session_factory),
+            rekeyer = Rekeyer(units=app.state.units, reads=app.state.read_units,
                               vici=app.state.vici_factory, default_table=resolved.default_table,
-                              events=LogEvents(), cheaper=resolved.rekey_cheaper,
+                              cheaper=resolved.rekey_cheaper,
                               concurrency=resolved.rekey_concurrency,
                               teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain)
             rekeyer.start()
@@ -338,7 +351,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.include_router(health.router)
     # The agent's message routes first: routing tries each route in order, and they are the
     # ones a connect waits for (their paths overlap no other router's).
-    routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks)
+    routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, events)
     for module in routers:
         app.include_router(module.router, prefix="/v1")
     _declare_if_match(app, [("/v1", m.router) for m in routers])

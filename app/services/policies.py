@@ -8,7 +8,7 @@ from typing import Any
 from app.domain.errors import InvalidPolicy
 from app.domain.policies import Policy
 from app.services.ports import UnitOfWork
-from app.services.revisions import load_shipped, restore_shipped, revert
+from app.services.revisions import load_shipped, restore_shipped, revert, tell
 
 __all__ = [
     "create_policy",
@@ -37,6 +37,7 @@ def create_policy(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) 
     """Store a new policy."""
     policy = Policy.from_dict(document)
     revision = uow.policies.create(policy, author=author)
+    tell(uow, "policy", policy.name, revision, author)
     return policy, revision
 
 
@@ -49,6 +50,7 @@ def replace_policy(
         raise InvalidPolicy(f"the body names policy {str(body_name)[:64]!r} but the path names {name!r}")
     policy = Policy.from_dict(document, name=name)
     revision = uow.policies.update(policy, expected_revision=expected_revision, author=author)
+    tell(uow, "policy", name, revision, author)
     return policy, revision
 
 
@@ -62,13 +64,16 @@ def revert_policy(*, uow: UnitOfWork, name: str, revision: int, expected_revisio
         StaleRevision: ``expected_revision`` is not the current revision.
         InvalidInput: ``revision`` is the current revision.
     """
-    return revert(uow.policies, name=name, revision=revision, expected_revision=expected_revision, author=author,
-                  message=message)
+    past, new = revert(uow.policies, name=name, revision=revision, expected_revision=expected_revision,
+                       author=author, message=message)
+    tell(uow, "policy", name, new, author)
+    return past, new
 
 
 def delete_policy(*, uow: UnitOfWork, name: str) -> None:
     """Delete a policy."""
     uow.policies.delete(name)
+    tell(uow, "policy", name, None, "")
 
 
 def policy_revisions(*, uow: UnitOfWork, name: str) -> list[dict[str, Any]]:
@@ -95,8 +100,11 @@ def restore_shipped_policy(*, uow: UnitOfWork, policies: list[Policy], name: str
         NotFound: no shipped policy has that name.
         AlreadyExists: the database has a policy of that name.
     """
-    return restore_shipped(uow.policies, uow.shipped, kind=SHIPPED_KIND, noun="policy", documents=policies,
-                           name_of=_name, name=name, author=author, message="restored from policies/")
+    policy, revision = restore_shipped(uow.policies, uow.shipped, kind=SHIPPED_KIND, noun="policy",
+                                       documents=policies, name_of=_name, name=name, author=author,
+                                       message="restored from policies/")
+    tell(uow, "policy", name, revision, author)
+    return policy, revision
 
 
 def _name(policy: Policy) -> str:

@@ -1,5 +1,5 @@
-"""What the services need from the world, as protocols: the stores behind a unit of work,
-a strongSwan gateway, the clock and the event sink.
+"""What the services need from the world, as protocols: the stores behind a unit of work
+(the event log among them), a strongSwan gateway and the clock.
 
 Services are written against these and nothing concrete: the database adapters
 (``app.adapters.db.unit_of_work``), the VICI driver (``app.adapters.vici``) and the
@@ -14,8 +14,9 @@ of work commits it or rolls it back. Every store raises the domain's errors (``N
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from app.domain.auth import TokenRecord
@@ -26,7 +27,7 @@ from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 __all__ = [
     "AuditStore",
     "Clock",
-    "EventSink",
+    "EventStore",
     "GatewayStore",
     "IdempotencyStore",
     "PolicyStore",
@@ -172,6 +173,27 @@ class AuditStore(Protocol):
         ...
 
 
+class EventStore(Protocol):
+    """What happened, in order: written in the transaction of the change it tells of."""
+
+    def append(self, kind: str, subject: str, data: Mapping[str, Any], *, scope: str | None = None) -> None:
+        """One event; ``scope``: what a token needs to see it (None: any token)."""
+        ...
+
+    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = ...) -> builtins.list[dict[str, Any]]:
+        """Events with an id above ``last_id``, oldest first, those ``scopes`` may see (None: all):
+        ``{"id", "at", "kind", "subject", "data"}``."""
+        ...
+
+    def last_id(self) -> int:
+        """The newest event's id (0: none yet)."""
+        ...
+
+    def prune(self, before: datetime) -> int:
+        """Forget events older than ``before``; how many."""
+        ...
+
+
 @dataclass(frozen=True)
 class StoredAnswer:
     """What an idempotent request answered: status 0 while it is still running."""
@@ -233,6 +255,9 @@ class UnitOfWork(Protocol):
 
     @property
     def audit(self) -> AuditStore: ...
+
+    @property
+    def events(self) -> EventStore: ...
 
     @property
     def idempotency(self) -> IdempotencyStore: ...
@@ -306,9 +331,3 @@ ViciFactory = Callable[[str], ViciPort]
 
 #: Seconds on a monotonic clock.
 Clock = Callable[[], float]
-
-
-class EventSink(Protocol):
-    """Where the services tell what happened (a tunnel's state, a new revision, ...)."""
-
-    def emit(self, kind: str, subject: str, data: Mapping[str, Any]) -> None: ...

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from app.domain.errors import QossError
 
-__all__ = ["RateLimited", "RateLimiter"]
+__all__ = ["Overloaded", "RateLimited", "RateLimiter"]
 
 
 class RateLimited(QossError):
@@ -25,6 +25,14 @@ class RateLimited(QossError):
     def __init__(self, retry_after: float, *, who: str = "this token") -> None:
         super().__init__(f"rate limit exceeded for {who}")
         self.retry_after = max(1, math.ceil(retry_after))
+
+
+class Overloaded(QossError):
+    """The process is at one of its limits of work at once: retry after ``retry_after`` seconds (503)."""
+
+    def __init__(self, detail: str, retry_after: int = 1) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
 
 
 class RateLimiter:

@@ -14,7 +14,7 @@ from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
 from app.domain.ratings import Rating, RatingTable
 from app.services.ports import RatingTableStore, UnitOfWork
-from app.services.revisions import load_shipped, restore_shipped, revert
+from app.services.revisions import load_shipped, restore_shipped, revert, tell
 
 __all__ = [
     "TableCache",
@@ -92,6 +92,7 @@ def revert_table(*, uow: UnitOfWork, name: str, revision: int, expected_revision
     """Go back to a past revision of a table (see :func:`app.services.revisions.revert`)."""
     past, new = revert(uow.tables, name=name, revision=revision, expected_revision=expected_revision,
                        author=author, message=message)
+    tell(uow, "rating_table", name, new, author)
     return RatingTable.from_dict(past.as_dict(), revision=new)
 
 
@@ -99,6 +100,7 @@ def create_table(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) -
     """Create a table from its document form."""
     table = RatingTable.from_dict(document)
     revision = uow.tables.create(table, author=author, message="created")
+    tell(uow, "rating_table", table.name, revision, author)
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 
@@ -114,6 +116,7 @@ def replace_table(
     revision = uow.tables.update(
         table, expected_revision=expected_revision, author=author, message=message
     )
+    tell(uow, "rating_table", name, revision, author)
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 
@@ -136,6 +139,7 @@ def update_rating(
     updated = table.with_rating(rating)
     revision = repo.update(updated, expected_revision=expected_revision, author=author,
                            message=f"edited {keyword}")
+    tell(uow, "rating_table", name, revision, author)
     return RatingTable.from_dict(updated.as_dict(), revision=revision)
 
 
@@ -144,6 +148,7 @@ def delete_table(*, uow: UnitOfWork, name: str, default_table: str) -> None:
     if name == default_table:
         raise Conflict(f"{name} is the service's default rating table and cannot be deleted")
     uow.tables.delete(name)
+    tell(uow, "rating_table", name, None, "")
 
 
 def import_table(*, uow: UnitOfWork, table: RatingTable, fmt: str, author: str,
@@ -155,6 +160,7 @@ def import_table(*, uow: UnitOfWork, table: RatingTable, fmt: str, author: str,
     else:
         revision = uow.tables.update(table, expected_revision=expected_revision, author=author,
                                      message=f"imported ({fmt})")
+    tell(uow, "rating_table", table.name, revision, author)
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 
@@ -180,6 +186,7 @@ def restore_shipped_table(*, uow: UnitOfWork, tables: list[RatingTable], name: s
     table, revision = restore_shipped(uow.tables, uow.shipped, kind=SHIPPED_KIND, noun="rating table",
                                       documents=tables, name_of=_name, name=name, author=author,
                                       message="restored from ratings/")
+    tell(uow, "rating_table", name, revision, author)
     return RatingTable.from_dict(table.as_dict(), revision=revision)
 
 

@@ -85,14 +85,14 @@ def reconcile(*, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, default_
         if present and established(vici, initiator, record.conn):
             report.healthy.append(record.id)
             if record.state is not TunnelState.UP:
-                tunnels.set_state(record.id, TunnelState.UP, "")
+                _set_state(uow, record.id, TunnelState.UP, "")
             continue
         teardown(record, initiator, responder, vici, strict=False)
         if record.peer is not None:
             # The peer's PSK is write-only (never stored), so this tunnel cannot be rebuilt.
             reason = "the tunnel to an unmanaged peer is gone and its PSK is not kept: create it again"
             report.failed[record.id] = reason
-            tunnels.set_state(record.id, TunnelState.FAILED, f"reconcile: {reason}")
+            _set_state(uow, record.id, TunnelState.FAILED, f"reconcile: {reason}")
             continue
         assert responder is not None
         result = result_from(record)
@@ -101,8 +101,13 @@ def reconcile(*, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, default_
                       remote_ts=record.remote_ts, result=result, vici=vici)
         except GatewayError as exc:
             report.failed[record.id] = exc.message
-            tunnels.set_state(record.id, TunnelState.FAILED, f"reconcile: {exc.message}"[:500])
+            _set_state(uow, record.id, TunnelState.FAILED, f"reconcile: {exc.message}"[:500])
             continue
         report.restored.append(record.id)
-        tunnels.set_state(record.id, TunnelState.UP, "restored by reconcile")
+        _set_state(uow, record.id, TunnelState.UP, "restored by reconcile")
     return report
+
+
+def _set_state(uow: UnitOfWork, tunnel_id: str, state: TunnelState, detail: str) -> None:
+    uow.tunnels.set_state(tunnel_id, state, detail)
+    uow.events.append("tunnel.state", tunnel_id, {"state": state.value, "detail": detail}, scope="tunnels:read")

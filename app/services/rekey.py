@@ -8,7 +8,7 @@ committed. :class:`Rekeyer` acts after a commit, in the background: a noncomplia
 moved to its new suite make-before-break (:func:`app.services.tunnel_setup.move`); a merely
 cheaper or different choice follows the ``cheaper`` policy (``never`` by default, ``now``).
 A tunnel that cannot be brought into compliance is marked ``noncompliant`` with the reason
-(and torn down if so configured). Each move is audited and evented; one tunnel's failure
+(and torn down if so configured). Each move is audited and has its event; one tunnel's failure
 never holds up the others.
 """
 
@@ -29,7 +29,7 @@ from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import TunnelRecord, TunnelState
-from app.services.ports import EventSink, UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.services.ports import UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
@@ -133,7 +133,6 @@ class Rekeyer:
             the write lock, so assessing a thousand tunnels holds up no edit.
         vici: socket path -> charon.
         default_table: the service's default rating table.
-        events: where moves and refusals are told.
         cheaper: ``never`` (default) or ``now``: what a still-compliant tunnel with another
             choice does.
         concurrency: tunnels moved at once.
@@ -143,14 +142,14 @@ class Rekeyer:
             (default: keep it running, marked ``noncompliant``).
     """
 
-    def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str, events: EventSink,
+    def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
                  cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
                  reads: UnitOfWorkFactory | None = None, drain: float = 2.0) -> None:
         self._reads = reads or units
         self._drain = drain
         self._closing: list[tuple[float, int, Callable[[], None]]] = []  # a heap: (when, order, close)
         self._order = 0
-        self._units, self._vici, self._default_table, self._events = units, vici, default_table, events
+        self._units, self._vici, self._default_table = units, vici, default_table
         self._cheaper, self._teardown = cheaper, teardown_noncompliant
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qoss-rekey")
         self._wake = threading.Condition()
@@ -260,6 +259,8 @@ class Rekeyer:
                   f"{impact.result.proposals['esp'] or impact.result.proposals['ah']} ({impact.kind}: {cause})")
         with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
+            uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),
+                                                          "new": dict(impact.new or {})}, scope="tunnels:read")
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
                              detail=detail[:200])
@@ -267,8 +268,6 @@ class Rekeyer:
         self._close_later(close_old)
         self.moved += 1
         log.info("tunnel %s %s", impact.tunnel, detail)
-        self._events.emit("tunnel.moved", impact.tunnel, {"kind": impact.kind, "cause": cause,
-                                                          "old": dict(impact.old), "new": dict(impact.new or {})})
 
     def _close_loop(self) -> None:
         """Close each moved tunnel's old SAs once their drain time is over (all of them at stop)."""
@@ -320,21 +319,12 @@ class Rekeyer:
             with contextlib.suppress(NotFound):
                 if torn_down:
                     uow.tunnels.delete(record.id)
+                    uow.events.append("tunnel.deleted", record.id, {"detail": detail}, scope="tunnels:read")
                 else:
                     uow.tunnels.set_state(record.id, TunnelState.NONCOMPLIANT, detail)
+                    uow.events.append("tunnel.state", record.id, {"state": TunnelState.NONCOMPLIANT.value,
+                                                                  "detail": detail}, scope="tunnels:read")
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=409,
                              detail=detail[:200])
             uow.commit()
-        self._events.emit("tunnel.noncompliant", impact.tunnel, {"cause": cause, "reason": reason,
-                                                                 "torn_down": torn_down})
-
-
-class LogEvents:
-    """An event sink that writes each event to the log (until a live event stream consumes them)."""
-
-    def __init__(self, logger: Callable[..., None] | None = None) -> None:
-        self._log = logger or logging.getLogger("qoss.events").info
-
-    def emit(self, kind: str, subject: str, data: Mapping[str, Any]) -> None:
-        self._log("%s %s %s", kind, subject, dict(data))

@@ -8,9 +8,9 @@ from typing import TypeVar
 
 from app.domain.errors import NotFound
 from app.domain.revisions import check_revert, revert_message
-from app.services.ports import RevisionedStore, ShippedLoadStore
+from app.services.ports import RevisionedStore, ShippedLoadStore, UnitOfWork
 
-__all__ = ["load_shipped", "restore_shipped", "revert"]
+__all__ = ["load_shipped", "restore_shipped", "revert", "tell"]
 
 D = TypeVar("D")
 
@@ -74,3 +74,9 @@ def restore_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kin
     revision = store.create(document, author=author, message=message)
     shipped.record(kind, name)
     return document, revision
+
+
+def tell(uow: UnitOfWork, kind: str, name: str, revision: int | None, author: str) -> None:
+    """The event of a new revision (``revision``) or a deletion (None) of a rating table or policy."""
+    uow.events.append(f"{kind}.{'revision' if revision is not None else 'deleted'}", name,
+                      {"revision": revision, "author": author})

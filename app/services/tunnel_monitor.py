@@ -243,6 +243,8 @@ class TunnelMonitor:
             detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
             with contextlib.suppress(NotFound):
                 tunnels.set_state(tunnel_id, new, detail)
+                uow.events.append("tunnel.state", tunnel_id, {"state": new.value, "detail": detail},
+                                  scope="tunnels:read")
                 uow.commit()
                 self.changes += 1
                 log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)

@@ -166,7 +166,11 @@ def create_tunnel(
         provenance=provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder),
     )
     try:
-        return uow.tunnels.add(record)
+        stored = uow.tunnels.add(record)
+        uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": result.as_dict()["suite"],
+                                                        "initiator": initiator.name, "responder": record.responder},
+                          scope="tunnels:read")
+        return stored
     except BaseException:
         # The record could not be written: take the tunnel down again, leave nothing behind.
         teardown(record, initiator, responder, vici, strict=False)
@@ -215,6 +219,7 @@ def delete_tunnel(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> None
     responder = gateways.get(record.responder) if record.responder is not None else None
     teardown(record, gateways.get(record.initiator), responder, vici, strict=True)
     tunnels.delete(tunnel_id)
+    uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
 
 
 def result_from(record: TunnelRecord) -> NegotiationResult:

@@ -280,3 +280,34 @@ def test_server_keys_are_made_once_and_shipped_loads_remembered(units: Units) ->
         assert uow.server_keys.get_or_create("idempotency", lambda: "cc" * 32) == "aa" * 32
         assert uow.shipped.loaded("rating_table") == {"esaf-2006"}
         assert uow.shipped.loaded("policy") == {"voip"}
+
+
+def test_events_come_in_order_filtered_by_scope_and_are_pruned(units: Units) -> None:
+    with units() as uow:
+        assert uow.events.last_id() == 0
+        uow.events.append("tunnel.state", "t1", {"state": "down"}, scope="tunnels:read")
+        uow.events.append("rating_table.revision", "esaf-2006", {"revision": 2})
+        uow.events.append("audit", "7", {"outcome": 200}, scope="audit:read")
+        uow.commit()
+    with units() as uow:
+        everything = uow.events.after(0, scopes=None)
+        assert [e["kind"] for e in everything] == ["tunnel.state", "rating_table.revision", "audit"]
+        assert everything[0]["data"] == {"state": "down"}
+        assert set(everything[0]) == {"id", "at", "kind", "subject", "data"}
+        ids = [e["id"] for e in everything]
+        assert ids == sorted(ids)
+        assert uow.events.last_id() == ids[-1]
+        seen = uow.events.after(0, scopes={"tunnels:read"})
+        assert [e["kind"] for e in seen] == ["tunnel.state", "rating_table.revision"]
+        assert [e["kind"] for e in uow.events.after(ids[0], scopes=set())] == ["rating_table.revision"]
+        assert uow.events.after(ids[-1], scopes=None) == []
+        assert len(uow.events.after(0, scopes=None, limit=2)) == 2
+    with units() as uow:
+        assert uow.events.prune(datetime.now(UTC) + timedelta(seconds=1)) == 3
+        uow.commit()
+    with units() as uow:
+        uow.events.append("tunnel.state", "t2", {}, scope="tunnels:read")
+        uow.commit()
+    with units() as uow:
+        (later,) = uow.events.after(0, scopes=None)
+        assert later["id"] > ids[-1]  # ids are never given twice

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import copy
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -53,6 +53,8 @@ class _State:
     tokens: dict[str, TokenRecord] = field(default_factory=dict)
     audit: list[dict[str, Any]] = field(default_factory=list)
     idempotency: dict[tuple[str, str], StoredAnswer] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    event_seq: int = 0
     server_keys: dict[str, str] = field(default_factory=dict)
     shipped: set[tuple[str, str]] = field(default_factory=set)
 
@@ -301,6 +303,32 @@ class FakeAudit(_Store):
         return [dict(e) for e in newest[:limit]]
 
 
+class FakeEvents(_Store):
+    _attribute = "events"
+
+    def append(self, kind: str, subject: str, data: Mapping[str, Any], *, scope: str | None = None) -> None:
+        state = self._uow.write()
+        state.event_seq += 1
+        state.events.append({"id": state.event_seq, "at": _now().isoformat(), "kind": kind, "subject": subject[:200],
+                       "data": copy.deepcopy(dict(data)), "scope": scope})
+
+    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = 500) -> builtins.list[dict[str, Any]]:
+        seen = [e for e in self._read() if e["id"] > last_id and (scopes is None or e["scope"] is None
+                                                                   or e["scope"] in scopes)]
+        return [{k: v for k, v in e.items() if k != "scope"} for e in seen[:limit]]
+
+    def last_id(self) -> int:
+        events = self._read()
+        return int(events[-1]["id"]) if events else 0
+
+    def prune(self, before: datetime) -> int:
+        events = self._write()
+        kept = [e for e in events if datetime.fromisoformat(e["at"]) >= before]
+        gone = len(events) - len(kept)
+        events[:] = kept
+        return gone
+
+
 class FakeIdempotency(_Store):
     _attribute = "idempotency"
 
@@ -370,6 +398,7 @@ class FakeUnitOfWork:
         self.tokens = FakeTokens(self)
         self.audit = FakeAudit(self)
         self.idempotency = FakeIdempotency(self)
+        self.events = FakeEvents(self)
         self.server_keys = FakeServerKeys(self)
         self.shipped = FakeShippedLoads(self)
 

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.sql.expression import ClauseElement
 
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
-from app.adapters.db.models import AuditChainHeadRow, AuditRow, utcnow
+from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow, utcnow
 from app.domain.audit_chain import GENESIS, ChainHead, link
 
 __all__ = ["append", "append_in", "entries", "head", "snapshot"]
@@ -56,6 +56,10 @@ _SETVAL = HotStatement(lambda _: text(
     "SELECT setval(pg_get_serial_sequence('audit_events', 'id'), :value)",
 ).bindparams(bindparam("value", type_=Integer)).columns(column("id", Integer)))
 #: One entry, every column a bind of its own name (the id included: taken under the lock).
+_EVENTS = cast(Table, EventRow.__table__)
+#: Each audit entry is also an event of the live stream (``audit``, for ``audit:read``).
+_INSERT_EVENT = HotStatement(lambda _: insert(EventRow).values(
+    {c.name: bindparam(c.name, type_=c.type) for c in _EVENTS.c if c.name != "id"}))
 _INSERT = HotStatement(lambda _: insert(AuditRow).values({c.name: bindparam(c.name, type_=c.type) for c in _AUDIT.c}))
 _SET_HEAD = HotStatement(lambda _: update(_HEAD).where(_HEAD.c.id == 1).values(
     last_id=bindparam("last_id", type_=Integer), hash=bindparam("hash", type_=_HEAD.c.hash.type)))
@@ -92,6 +96,10 @@ def append(cursor: HotCursor, records: Sequence[Mapping[str, Any]]) -> list[dict
     last_id, prev_hash = found
     linked = link(rows, ids=_ids(cursor, len(rows), last_id), prev_hash=prev_hash)
     cursor.execute_many(_INSERT, linked)
+    cursor.execute_many(_INSERT_EVENT, [
+        {"at": r["at"], "kind": "audit", "subject": str(r["id"]), "scope": "audit:read",
+         "data": {k: r[k] for k in ("id", "action", "object", "outcome", "token_name", "source", "detail")}}
+        for r in linked])
     cursor.execute(_SET_HEAD, {"last_id": linked[-1]["id"], "hash": linked[-1]["hash"]})
     return linked
 

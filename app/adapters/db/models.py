@@ -31,6 +31,7 @@ __all__ = [
     "AuditChainHeadRow",
     "AuditRow",
     "Base",
+    "EventRow",
     "GatewayRow",
     "IdempotencyRow",
     "Json",
@@ -278,3 +279,23 @@ class ServerKeyRow(Base):
     name: Mapped[str] = mapped_column(String(32), primary_key=True)
     value: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class EventRow(Base):
+    """One thing that happened, for the live event stream (``GET /v1/events``): written in the
+    transaction of the change it tells of, so a committed change always has its event.
+
+    ``scope``: the scope a token needs to see it (None: any valid token).
+    """
+
+    __tablename__ = "events"
+    #: Ids are never given twice (SQLite reuses the largest after a delete without this):
+    #: a client resuming after event N must not miss a new event numbered N or lower.
+    __table_args__ = {"sqlite_autoincrement": True}
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    subject: Mapped[str] = mapped_column(String(200))
+    scope: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(Json)

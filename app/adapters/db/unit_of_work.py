@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db.repositories import (
     AuditRepository,
+    EventRepository,
     GatewayRepository,
     IdempotencyRepository,
     PolicyRepository,
@@ -59,6 +60,10 @@ class SqlUnitOfWork:
     @cached_property
     def audit(self) -> AuditRepository:
         return AuditRepository(self.session)
+
+    @cached_property
+    def events(self) -> EventRepository:
+        return EventRepository(self.session)
 
     @cached_property
     def idempotency(self) -> IdempotencyRepository:

@@ -2,12 +2,14 @@
 Each satisfies a store protocol of ``app.services.ports``; they flush, never commit."""
 
 from app.adapters.db.repositories.access import AuditRepository, TokenRepository
+from app.adapters.db.repositories.events import EventRepository
 from app.adapters.db.repositories.keys import IdempotencyRepository, ServerKeyRepository, ShippedLoadRepository
 from app.adapters.db.repositories.network import GatewayRepository, TunnelRepository
 from app.adapters.db.repositories.revisioned import PolicyRepository, RatingTableRepository
 
 __all__ = [
     "AuditRepository",
+    "EventRepository",
     "GatewayRepository",
     "IdempotencyRepository",
     "PolicyRepository",

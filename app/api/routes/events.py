@@ -1,0 +1,94 @@
+"""Live events as Server-Sent Events: ``GET /v1/events``.
+
+Every change qoss makes has its event, written in the change's own transaction: tunnels
+created, deleted, changing state or moved to another suite, rating-table and policy
+revisions, audit entries. A client sees the events its token's scopes allow (tunnel events:
+``tunnels:read``; audit entries: ``audit:read``; revisions: any token; ``admin``: all). Each
+event has an id; a client that reconnects with ``Last-Event-ID`` (or ``?after=``) gets every
+event after it from the database, so nothing is missed across reconnects, restarts or
+replicas (they share the database). Without either the stream starts at the newest event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import MAX_DB_INT, Principal, require_token
+from app.api.routing import QossRoute
+from app.api.schemas import ErrorOut
+from app.services.events import events_after, last_event_id, visible_scopes
+from app.services.ratelimit import Overloaded
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["events"], route_class=QossRoute)
+
+_SSE = "text/event-stream"
+#: Seconds between looks at the database while nothing happens, and between keep-alive comments.
+POLL, KEEPALIVE = 0.5, 15.0
+
+
+def _frame(event: dict[str, Any]) -> str:
+    data = json.dumps({k: event[k] for k in ("id", "at", "kind", "subject", "data")}, separators=(",", ":"))
+    return f"id: {event['id']}\nevent: {event['kind']}\ndata: {data}\n\n"
+
+
+@router.get("/events", responses={200: {"content": {_SSE: {"schema": {"type": "string"}}},
+                                        "description": "Server-Sent Events, one per change"},
+                                  401: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+async def stream_events(
+    request: Request,
+    principal: Annotated[Principal, Depends(require_token)],
+    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID", max_length=12,
+                                                       pattern=r"^[0-9]+$")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_DB_INT, description="events after this id")] = None,
+) -> StreamingResponse:
+    """Follow what happens, as Server-Sent Events (``id``, ``event`` = kind, ``data`` = JSON)."""
+    state = request.app.state
+    if state.event_streams >= state.settings.max_event_streams:
+        raise Overloaded("the service follows as many event streams as it may: retry shortly")
+    scopes = visible_scopes(principal.scopes)
+    units = state.read_units
+
+    def read(last: int) -> list[dict[str, Any]]:
+        with units() as uow:
+            return events_after(uow, last, scopes)
+
+    def newest() -> int:
+        with units() as uow:
+            return last_event_id(uow)
+
+    start = after if after is not None else int(last_event_id_header) if last_event_id_header else None
+    if start is None:
+        start = await anyio.to_thread.run_sync(newest)
+
+    async def frames() -> AsyncIterator[str]:
+        last, quiet_since = start, time.monotonic()
+        state.event_streams += 1
+        try:
+            yield f"retry: 2000\n: following events after {last}\n\n"
+            while not await request.is_disconnected():
+                batch = await anyio.to_thread.run_sync(read, last)
+                for event in batch:
+                    yield _frame(event)
+                    last = int(event["id"])
+                if batch:
+                    quiet_since = time.monotonic()
+                    continue
+                if time.monotonic() - quiet_since > KEEPALIVE:
+                    yield ": keep-alive\n\n"
+                    quiet_since = time.monotonic()
+                await asyncio.sleep(POLL)
+        finally:
+            state.event_streams -= 1
+
+    return StreamingResponse(frames(), media_type=_SSE, headers={"Cache-Control": "no-store",
+                                                                 "X-Accel-Buffering": "no"})

@@ -1,0 +1,48 @@
+"""``qoss events``: follow a running qoss's live events (``GET /v1/events``) as JSON lines."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated
+
+import typer
+
+__all__ = ["events"]
+
+
+def events(
+    url: Annotated[str, typer.Option(envvar="QOSS_URL", help="the qoss API")] = "http://127.0.0.1:8000",
+    token: Annotated[str | None, typer.Option(envvar="QOSS_TOKEN", help="an API token (QOSS_TOKEN)")] = None,
+    after: Annotated[int | None, typer.Option(min=0, help="start after this event id (default: from now)")] = None,
+    count: Annotated[int | None, typer.Option(min=1, help="stop after this many events")] = None,
+) -> None:
+    """Print each event as one JSON line as it happens; reconnect and resume where it stopped."""
+    import httpx
+
+    if not token:
+        raise typer.BadParameter("give an API token with --token or QOSS_TOKEN")
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    last, seen, wait = after, 0, 1.0
+    while True:
+        params = {"after": last} if last is not None else {}
+        try:
+            with httpx.stream("GET", f"{url.rstrip('/')}/v1/events", headers=headers, params=params,
+                              timeout=httpx.Timeout(10.0, read=60.0)) as answer:
+                if answer.status_code in (401, 403):
+                    typer.echo(f"events: refused ({answer.status_code}): check the token", err=True)
+                    raise typer.Exit(2)
+                answer.raise_for_status()
+                wait = 1.0
+                for line in answer.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    event = json.loads(line[6:])
+                    typer.echo(json.dumps(event, separators=(",", ":")))
+                    last, seen = int(event["id"]), seen + 1
+                    if count is not None and seen >= count:
+                        return
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            typer.echo(f"events: {type(exc).__name__}: {exc}; reconnecting in {wait:g} s", err=True)
+        time.sleep(wait)
+        wait = min(wait * 2, 30.0)

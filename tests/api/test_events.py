@@ -1,0 +1,139 @@
+"""The live event stream of a real ``qoss serve`` (GET /v1/events, Server-Sent Events): every
+change has its event, a token sees what its scopes allow, a reconnect with Last-Event-ID
+misses nothing, and ``qoss events`` follows it."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.bootstrap import prepare_database
+from app.settings import Settings
+from tests import REPO_ROOT
+from tests.api.conftest import make_token
+from tests.fixtures.served import serving
+
+TABLE = "/v1/rating-tables/esaf-2006"
+
+
+@contextmanager
+def served(tmp_path: Path, url: str, **env: str) -> Iterator[str]:
+    with serving([sys.executable, "-m", "app.cli", "serve", "--database-url", url], cwd=REPO_ROOT,
+                 env={**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false", **env},
+                 log=tmp_path / f"serve-{len(list(tmp_path.glob('serve-*.log')))}.log") as (base, _):
+        yield base
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> tuple[str, str, str]:
+    """A prepared SQLite database, an admin token and a tunnels:read token on it."""
+    url = f"sqlite:///{tmp_path / 'qoss.db'}"
+    prepare_database(Settings(database_url=url))
+    return url, make_token(url, "events-admin", ["admin"]), make_token(url, "events-reader", ["tunnels:read"])
+
+
+class Follower:
+    """Reads an event stream in a thread; ``take`` waits (bounded) for the next events."""
+
+    def __init__(self, base: str, token: str, last_event_id: int | None = None) -> None:
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.status: queue.Queue[int] = queue.Queue()
+        self._stop = threading.Event()
+        headers = {"Authorization": f"Bearer {token}"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        self._thread = threading.Thread(target=self._read, args=(base, headers), daemon=True)
+        self._thread.start()
+
+    def _read(self, base: str, headers: dict[str, str]) -> None:
+        with httpx.stream("GET", f"{base}/v1/events", headers=headers, timeout=httpx.Timeout(5, read=30)) as r:
+            self.status.put(r.status_code)
+            for line in r.iter_lines():
+                if self._stop.is_set():
+                    return
+                if line.startswith("data: "):
+                    self.events.put(json.loads(line[6:]))
+
+    def started(self) -> int:
+        return self.status.get(timeout=10)
+
+    def take(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        return [self.events.get(timeout=timeout) for _ in range(n)]
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+def _edit(c: httpx.Client, admin: str, performance: float) -> int:
+    revision = c.get(TABLE).headers["ETag"]
+    r = c.patch(f"{TABLE}/ratings/3des", json={"performance": performance},
+                headers={"Authorization": f"Bearer {admin}", "If-Match": revision})
+    assert r.status_code == 200, r.text
+    return int(r.json()["revision"])
+
+
+def test_changes_stream_to_followers_by_scope_and_a_reconnect_misses_nothing(
+        tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, admin, reader = database
+    with served(tmp_path, url) as base, httpx.Client(base_url=base, timeout=10) as c:
+        everything, limited = Follower(base, admin), Follower(base, reader)
+        try:
+            assert (everything.started(), limited.started()) == (200, 200)
+            revision = _edit(c, admin, 0.5)
+            seen = everything.take(2)  # the revision and the edit's audit entry, in that order
+            assert [(e["kind"], e["subject"]) for e in seen] == [("rating_table.revision", "esaf-2006"),
+                                                                  ("audit", seen[1]["subject"])]
+            assert seen[0]["data"] == {"revision": revision, "author": "events-admin"}
+            assert seen[1]["data"]["object"] == f"{TABLE}/ratings/3des"
+            assert seen[0]["id"] < seen[1]["id"]
+            (only,) = limited.take(1)  # no audit:read: the audit entry is not shown
+            assert only["kind"] == "rating_table.revision"
+            with pytest.raises(queue.Empty):
+                limited.take(1, timeout=1.5)
+        finally:
+            everything.close()
+            limited.close()
+        last = seen[-1]["id"]
+        later = [_edit(c, admin, 0.4), _edit(c, admin, 0.3)]  # while nobody follows
+        resumed = Follower(base, admin, last_event_id=last)
+        try:
+            assert resumed.started() == 200
+            got = resumed.take(4)
+            assert [e["kind"] for e in got] == ["rating_table.revision", "audit"] * 2
+            assert [e["data"]["revision"] for e in got[::2]] == later
+            assert all(e["id"] > last for e in got)
+        finally:
+            resumed.close()
+        follow = subprocess.run([sys.executable, "-m", "app.cli", "events", "--url", base, "--after", str(last),
+                                 "--count", "2"], cwd=REPO_ROOT, env={**os.environ, "QOSS_TOKEN": admin},
+                                capture_output=True, text=True, timeout=60, check=False)
+        assert follow.returncode == 0, follow.stderr
+        lines = [json.loads(line) for line in follow.stdout.splitlines()]
+        assert [e["id"] for e in lines] == [e["id"] for e in got[:2]]
+
+
+def test_a_stream_needs_a_token_and_their_number_is_bounded(tmp_path: Path, database: tuple[str, str, str]
+                                                            ) -> None:
+    url, admin, _ = database
+    with served(tmp_path, url, QOSS_MAX_EVENT_STREAMS="1") as base:
+        assert httpx.get(f"{base}/v1/events", timeout=5).status_code == 401
+        first = Follower(base, admin)
+        try:
+            assert first.started() == 200
+            r = httpx.get(f"{base}/v1/events", headers={"Authorization": f"Bearer {admin}"}, timeout=5)
+            assert r.status_code == 503
+            assert r.headers["Retry-After"] == "1"
+            assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        finally:
+            first.close()
