@@ -60,6 +60,8 @@ class Settings(BaseSettings):
         default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
                                      "stays as it is (never) or moves at once (now)")
     rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
+    rekey_retry: float = Field(
+        default=60.0, gt=0, le=86_400, description="seconds before tunnels an edit left noncompliant are tried again")
     rekey_drain: float = Field(
         default=2.0, ge=0, le=60, description="seconds a moved tunnel's old SA stays after its new one is verified, "
                                               "for the packets already sealed with it")

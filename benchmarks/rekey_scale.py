@@ -121,7 +121,10 @@ def main() -> None:
         time.sleep(1)
         lost_move = _lost(pings)
         cpu_move, rss_move = _cpu_seconds(svc.pid) - cpu0, svc.rss_kib()
-        states = [t["state"] for t in client.get("/v1/tunnels").json()]
+        listed = client.get("/v1/tunnels").json()
+        states = [t["state"] for t in listed]
+        for t in [t for t in listed if t["state"] != "up"][:3]:
+            print(f"  not moved: {t['id']} {t['state']}: {t['detail'][:300]}")
         print(f"move: {states.count('up')} of {len(ids)} compliant again in {moved_in:.1f} s "
               f"({states.count('up')} up, {states.count('noncompliant')} noncompliant); service CPU {cpu_move:.1f} s, "
               f"RSS {rss0 / 1024:.0f} -> {rss_move / 1024:.0f} MiB; sample pings: {lost_move}")

@@ -310,7 +310,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                               vici=app.state.vici_factory, default_table=resolved.default_table,
                               cheaper=resolved.rekey_cheaper,
                               concurrency=resolved.rekey_concurrency,
-                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain)
+                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain,
+                              retry=resolved.rekey_retry)
             rekeyer.start()
         app.state.rekeyer = rekeyer
         stop_sweeping = asyncio.Event()

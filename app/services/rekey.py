@@ -138,13 +138,20 @@ class Rekeyer:
         concurrency: tunnels moved at once.
         drain: seconds between a moved tunnel's new SA being verified and its old one being
             closed, for the packets already sealed with the old SA.
+        retry: seconds after a run that left tunnels noncompliant before they are tried again
+            (a charon that was busy or unreachable may take them then).
+        attempts: tries of one move whose charon cannot be reached, within a run.
         teardown_noncompliant: take down a tunnel that cannot be brought into compliance
             (default: keep it running, marked ``noncompliant``).
     """
 
     def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
                  cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
-                 reads: UnitOfWorkFactory | None = None, drain: float = 2.0) -> None:
+                 reads: UnitOfWorkFactory | None = None, drain: float = 2.0, retry: float = 60.0,
+                 attempts: int = _ATTEMPTS) -> None:
+        self._attempts = attempts
+        self._retry = retry
+        self._left_noncompliant = False
         self._reads = reads or units
         self._drain = drain
         self._closing: list[tuple[float, int, Callable[[], None]]] = []  # a heap: (when, order, close)
@@ -199,10 +206,12 @@ class Rekeyer:
     def _run(self) -> None:
         while True:
             with self._wake:
-                self._wake.wait_for(lambda: self._stopping or bool(self._causes))
+                woken = self._wake.wait_for(lambda: self._stopping or bool(self._causes),
+                                            self._retry if self._left_noncompliant else None)
                 if self._stopping:
                     return
-                causes, self._causes = self._causes, []
+                causes = self._causes if woken else ["another try for the tunnels left noncompliant"]
+                self._causes = []
                 self._busy = True
             try:
                 self.run_once("; ".join(dict.fromkeys(causes)))
@@ -219,17 +228,19 @@ class Rekeyer:
             impacts = assess(uow, default_table=self._default_table)
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
                                                                      and self._cheaper == "now")]
+        refused = self.refused
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
             future.result()
+        self._left_noncompliant = self.refused > refused
         return impacts
 
     def _act(self, impact: Impact, cause: str) -> None:
-        for attempt in range(_ATTEMPTS):
+        for attempt in range(self._attempts):
             try:
                 self._move(impact, cause)
                 return
             except GatewayUnreachable as exc:  # a charon too busy to accept: worth another try
-                if attempt + 1 < _ATTEMPTS:
+                if attempt + 1 < self._attempts:
                     log.info("tunnel %s: %s; trying again", impact.tunnel, exc.message)
                     time.sleep(0.5 * 2**attempt)
                     continue

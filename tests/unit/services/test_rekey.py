@@ -4,6 +4,7 @@ rekeyer does when a move cannot be made."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -107,7 +108,8 @@ def test_a_tunnel_that_cannot_be_moved_is_marked_noncompliant_or_torn_down(world
     with world.unit() as uow:
         _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], confidentiality=5)
         uow.commit()
-    rekeyer = Rekeyer(units=world.unit, vici=_unreachable, default_table=TABLE, teardown_noncompliant=teardown)
+    rekeyer = Rekeyer(units=world.unit, vici=_unreachable, default_table=TABLE, teardown_noncompliant=teardown,
+                      attempts=1)
     try:
         impacts = rekeyer.run_once("test edit")
     finally:
@@ -127,3 +129,21 @@ def test_a_tunnel_that_cannot_be_moved_is_marked_noncompliant_or_torn_down(world
         told = [(e["kind"], e["subject"]) for e in uow.events.after(0, scopes={"tunnels:read"})
                 if e["kind"].startswith("tunnel.")]
     assert told == [("tunnel.deleted" if teardown else "tunnel.state", "strong")]
+
+
+def test_tunnels_left_noncompliant_are_tried_again_later(world: FakeDatabase) -> None:
+    with world.unit() as uow:
+        _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], confidentiality=5)
+        uow.commit()
+    rekeyer = Rekeyer(units=world.unit, vici=_unreachable, default_table=TABLE, retry=0.1, attempts=1)
+    rekeyer.start()
+    try:
+        rekeyer.schedule("test edit")
+        deadline = time.monotonic() + 10
+        while rekeyer.refused < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        rekeyer.stop()
+    assert rekeyer.refused >= 3  # the edit's run, then tries every 0.1 s while it stays noncompliant
+    with world.unit() as uow:
+        assert "another try" in uow.tunnels.get("strong").detail
