@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
     max_event_streams: int = Field(
         default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
+    event_stream_seconds: float = Field(
+        default=3600.0, ge=0.1, le=86_400, description="seconds one GET /v1/events stream lasts; the client then "
+                                                      "reconnects with Last-Event-ID and misses nothing")
     events_keep_days: float = Field(default=30.0, gt=0, le=3650, description="days events are kept for resuming")
     rekey: bool = Field(
         default=True, description="after a rating, policy or gateway edit, negotiate the running tunnels again and "

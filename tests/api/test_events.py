@@ -57,13 +57,17 @@ class Follower:
         self._thread.start()
 
     def _read(self, base: str, headers: dict[str, str]) -> None:
-        with httpx.stream("GET", f"{base}/v1/events", headers=headers, timeout=httpx.Timeout(5, read=30)) as r:
-            self.status.put(r.status_code)
-            for line in r.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("data: "):
-                    self.events.put(json.loads(line[6:]))
+        try:
+            with httpx.stream("GET", f"{base}/v1/events", headers=headers, timeout=httpx.Timeout(5, read=30)) as r:
+                self.status.put(r.status_code)
+                for line in r.iter_lines():
+                    if self._stop.is_set():
+                        return
+                    if line.startswith("data: "):
+                        self.events.put(json.loads(line[6:]))
+        except httpx.HTTPError:
+            if not self._stop.is_set():  # the server went away while followed: the test sees no more events
+                self.status.put(0)
 
     def started(self) -> int:
         return self.status.get(timeout=10)
@@ -137,3 +141,21 @@ def test_a_stream_needs_a_token_and_their_number_is_bounded(tmp_path: Path, data
             assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
         finally:
             first.close()
+
+
+def test_a_stream_ends_after_its_time_and_the_client_resumes(tmp_path: Path, database: tuple[str, str, str]
+                                                             ) -> None:
+    url, admin, _ = database
+    with served(tmp_path, url, QOSS_EVENT_STREAM_SECONDS="1") as base, httpx.Client(base_url=base, timeout=10) as c:
+        with c.stream("GET", "/v1/events", headers={"Authorization": f"Bearer {admin}"},
+                      params={"after": 0}) as r:
+            ids = [int(line[4:]) for line in r.iter_lines() if line.startswith("id: ")]  # returns: the stream ended
+        assert ids == sorted(ids)
+        assert ids  # the token creation's audit entry at least
+        revision = _edit(c, admin, 0.2)
+        with c.stream("GET", "/v1/events", headers={"Authorization": f"Bearer {admin}",
+                                                    "Last-Event-ID": str(ids[-1])}) as r:
+            rest = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        assert [e["kind"] for e in rest] == ["rating_table.revision", "audit"]
+        assert rest[0]["data"]["revision"] == revision
+

@@ -41,7 +41,13 @@ def _frame(event: dict[str, Any]) -> str:
     return f"id: {event['id']}\nevent: {event['kind']}\ndata: {data}\n\n"
 
 
-@router.get("/events", responses={200: {"content": {_SSE: {"schema": {"type": "string"}}},
+#: One Server-Sent Event as the stream carries it: its id, its kind, and its JSON as text.
+_EVENT_SCHEMA = {"type": "object", "properties": {
+    "id": {"type": "string", "pattern": "^[0-9]+$"}, "event": {"type": "string"},
+    "data": {"type": "string", "description": 'JSON: {"id", "at", "kind", "subject", "data"}'}}}
+
+
+@router.get("/events", responses={200: {"content": {_SSE: {"schema": _EVENT_SCHEMA}},
                                         "description": "Server-Sent Events, one per change"},
                                   401: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 async def stream_events(
@@ -72,10 +78,11 @@ async def stream_events(
 
     async def frames() -> AsyncIterator[str]:
         last, quiet_since = start, time.monotonic()
+        ends = quiet_since + state.settings.event_stream_seconds
         state.event_streams += 1
         try:
             yield f"retry: 2000\n: following events after {last}\n\n"
-            while not await request.is_disconnected():
+            while time.monotonic() < ends and not await request.is_disconnected():
                 batch = await anyio.to_thread.run_sync(read, last)
                 for event in batch:
                     yield _frame(event)

@@ -112,7 +112,13 @@ def test_a_database_from_before_the_record_keeps_its_deletions_after_upgrading(d
                                   "loaded from ratings/", changes=True)
             for policy in files.load_policies(settings.policies_dir):
                 _insert_as_before(conn, "policies", "policy_revisions", "policy_id", policy.as_dict(), "created")
-        _delete(factory, table="esaf-2006", policy="voip")
+        with engine.begin() as conn:  # the operator's deletions, in that release's schema
+            for rows, revisions, owner, name in (("rating_tables", "rating_table_revisions", "table_id", "esaf-2006"),
+                                                 ("policies", "policy_revisions", "policy_id", "voip")):
+                row_id = conn.execute(text(f"SELECT id FROM {rows} WHERE name = :n"),  # noqa: S608 - our own names
+                                      {"n": name}).scalar_one()
+                conn.execute(text(f"DELETE FROM {revisions} WHERE {owner} = :i"), {"i": row_id})  # noqa: S608
+                conn.execute(text(f"DELETE FROM {rows} WHERE id = :i"), {"i": row_id})  # noqa: S608
         upgrade(database_url)
         prepared = prepare_database(settings)
         assert (prepared.tables_added, prepared.policies_added) == ([], [])
