@@ -50,6 +50,10 @@ class Settings(BaseSettings):
         description="a gateway's IKE address must be inside one of these networks",
     )
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
+    table_cache_ttl: float | None = Field(
+        default=None, ge=0, le=60, description="seconds a rating table read is trusted without asking the database "
+                                               "its revision (default: 0 on PostgreSQL, where replicas may edit, so "
+                                               "the next negotiation anywhere uses an edit; 1 on SQLite)")
     max_event_streams: int = Field(
         default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
     event_stream_seconds: float = Field(
@@ -63,6 +67,12 @@ class Settings(BaseSettings):
         default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
                                      "stays as it is (never) or moves at once (now)")
     rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
+    rekey_watch: float = Field(
+        default=0.5, gt=0, le=60, description="seconds between the leader's looks at the event log for edits made "
+                                             "by any replica (rating tables, policies, gateway refreshes)")
+    leader_interval: float = Field(
+        default=2.0, gt=0, le=60, description="seconds between a replica's tries to take the lead (PostgreSQL: an "
+                                             "advisory lock), and the leader's checks that it still holds it")
     rekey_retry: float = Field(
         default=60.0, gt=0, le=86_400, description="seconds before tunnels an edit left noncompliant are tried again")
     rekey_drain: float = Field(

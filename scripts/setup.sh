@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
 # Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
-# groups, gcm for AES-GCM —, iperf3, iproute2, PostgreSQL)
+# groups, gcm for AES-GCM —, iperf3, iproute2, iptables, PostgreSQL, and HAProxy for the test of
+# several replicas behind a load balancer)
 # and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
 # (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   strongswan-charon strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins libstrongswan-extra-plugins
-  iperf3 iproute2 iputils-ping postgresql python3-venv
+  iperf3 iproute2 iptables iputils-ping postgresql python3-venv haproxy
 )
 
 missing=()
@@ -27,7 +28,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   # The Debian packages start services we do not want: qoss starts its own charons
   # and its own PostgreSQL for tests.
-  systemctl disable --now strongswan-starter postgresql >/dev/null 2>&1 || true
+  systemctl disable --now strongswan-starter postgresql haproxy >/dev/null 2>&1 || true
 fi
 
 # Python packages come only from the lock (requirements/, see scripts/lock.sh), hash-checked;

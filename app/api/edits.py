@@ -1,14 +1,14 @@
-"""What follows an edit of a rating table or a policy: with ``?dry_run=true`` the edit is made,
-its impact on the running tunnels assessed, and all of it rolled back; otherwise, once it has
-committed, the tunnels it concerns are negotiated again in the background
-(:mod:`app.services.rekey`)."""
+"""What follows an edit of a rating table, a policy or a gateway: with ``?dry_run=true`` the
+edit is made, its impact on the running tunnels assessed, and all of it rolled back. Otherwise
+it commits with its event, which the leading replica's rekeyer reads to negotiate the running
+tunnels again (:mod:`app.services.rekey`), whichever replica took the edit."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import BackgroundTasks, Depends, Query, Request
+from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
 from app.services.ports import UnitOfWork
@@ -24,9 +24,8 @@ class Edit:
 
     dry_run: bool
     request: Request
-    background: BackgroundTasks
 
-    def finish(self, uow: UnitOfWork, cause: str, document: dict[str, Any]) -> Any:
+    def finish(self, uow: UnitOfWork, document: dict[str, Any]) -> Any:
         """The answer of an edit made in ``uow``: the document, or with ``dry_run`` the document
         it would have made and its impact on every running tunnel, nothing kept."""
         if self.dry_run:
@@ -34,17 +33,14 @@ class Edit:
             impact = [i.as_dict() for i in assess(uow, default_table=settings.default_table)]
             uow.rollback()
             return JSONResponse({"dry_run": True, "would_be": document, "impact": impact})
-        rekeyer = getattr(self.request.app.state, "rekeyer", None)
-        if rekeyer is not None:  # runs after the answer, so after the request's unit of work committed
-            self.background.add_task(rekeyer.schedule, cause)
-        return document
+        return document  # committed, its event reaches the leading replica's rekeyer (app.services.rekey)
 
 
-def get_edit(request: Request, background: BackgroundTasks, dry_run: Annotated[bool, Query(
+def get_edit(request: Request, dry_run: Annotated[bool, Query(
         description="make nothing: answer what the edit would make and which running tunnels it would "
                     "leave below their minimums (noncompliant), give a cheaper or different choice, or leave as "
                     "they are")] = False) -> Edit:
-    return Edit(dry_run, request, background)
+    return Edit(dry_run, request)
 
 
 EditDep = Annotated[Edit, Depends(get_edit)]

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -20,12 +19,13 @@ from app import __version__
 from app.adapters.agent.crypto import load_keys
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.leader import Leadership
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.vici.driver import ViciGateway
-from app.adapters.vici.events import updown_listener
 from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.errors import error_body, install_error_handlers
+from app.api.leader_duties import LeaderDuties
 from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 from app.api.routes import (
     admin,
@@ -50,8 +50,6 @@ from app.services.events import prune_events
 from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
-from app.services.rekey import Rekeyer
-from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
 
 __all__ = ["create_app"]
@@ -81,25 +79,6 @@ def _forwarded_client(app: FastAPI, scope: Scope) -> None:
     trusted: TrustedProxies | None = getattr(app.state, "trusted_proxies", None)
     if trusted:
         trusted.rewrite(scope)
-
-
-def _reconcile_at_start(app: FastAPI) -> None:
-    from app.services.reconcile import reconcile
-
-    with app.state.units() as uow:
-        report = reconcile(uow=uow, cache=app.state.table_cache, vici=app.state.vici_factory,
-                           default_table=app.state.settings.default_table)
-        changed = {"restored": len(report.restored), "failed": len(report.failed),
-                   "orphans_removed": len(report.orphans_removed)}
-        if any(changed.values()):  # a state change made by no request: its own record, in its transaction
-            uow.audit.append(
-                request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
-                source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
-                detail="reconcile at start: " + " ".join(f"{k}={v}" for k, v in changed.items()),
-            )
-        uow.commit()
-    if any(report.as_dict().values()):
-        log.info("reconcile at start: %s", report.as_dict())
 
 
 def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, TargetAgent | None]:
@@ -277,7 +256,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.read_units = sql_units_of_work(app.state.read_session_factory)
         app.state.event_streams = 0
         await asyncio.to_thread(_prune_events, app.state.units, resolved.events_keep_days)
-        app.state.table_cache = TableCache()
+        ttl = resolved.table_cache_ttl
+        app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
+            0.0 if resolved.database_url.startswith("postgresql") else 1.0))
         timeout = resolved.vici_timeout
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
         install(app.state.session_factory)  # a request's unit of work writes its audit record
@@ -296,24 +277,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.agent_limiter = RateLimiter(resolved.agent_rate, resolved.agent_burst)
         app.state.agent_user_limiter = RateLimiter(resolved.agent_user_rate, resolved.agent_user_burst)
         app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
-        if resolved.reconcile_on_start:
-            await asyncio.to_thread(_reconcile_at_start, app)
-        monitor = None
-        if resolved.monitor_tunnels:
-            monitor = TunnelMonitor(units=app.state.units, vici=app.state.vici_factory, listen=updown_listener,
-                                    resync=resolved.monitor_interval)
-            monitor.start()
-        app.state.tunnel_monitor = monitor
-        rekeyer = None
-        if resolved.rekey:
-            rekeyer = Rekeyer(units=app.state.units, reads=app.state.read_units,
-                              vici=app.state.vici_factory, default_table=resolved.default_table,
-                              cheaper=resolved.rekey_cheaper,
-                              concurrency=resolved.rekey_concurrency,
-                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain,
-                              retry=resolved.rekey_retry)
-            rekeyer.start()
-        app.state.rekeyer = rekeyer
+        duties = LeaderDuties(app.state, resolved)
+        leadership = Leadership(resolved.database_url, on_elected=duties.elected, on_deposed=duties.deposed,
+                                interval=resolved.leader_interval)
+        await asyncio.to_thread(leadership.start)  # the first replica leads at once
+        app.state.leadership = leadership
         stop_sweeping = asyncio.Event()
         sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
                    if app.state.agent_target else None)
@@ -327,10 +295,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if sweeper is not None:
                 stop_sweeping.set()
                 await sweeper  # the sweep under way ends first
-            if monitor is not None:
-                await asyncio.to_thread(monitor.stop)
-            if rekeyer is not None:
-                await asyncio.to_thread(rekeyer.stop)
+            await asyncio.to_thread(leadership.stop)
             app.state.auditor.close()
             app.state.health.close()
             engine.dispose()

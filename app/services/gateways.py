@@ -81,6 +81,8 @@ def refresh_gateway(*, uow: UnitOfWork, vici: ViciFactory, name: str) -> Gateway
     repo = uow.gateways
     gateway = _read_capabilities(repo.get(name), vici)
     repo.update(gateway)
+    uow.events.append("gateway.refreshed", name, {"backend": gateway.backend, "version": gateway.version,
+                                                  "algorithms": len(gateway.algorithms)}, scope="tunnels:read")
     return gateway
 
 

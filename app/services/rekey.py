@@ -42,6 +42,10 @@ ImpactKind = Literal["noncompliant", "cheaper", "different", "stays", "unassesse
 #: What a tunnel with a cheaper or otherwise different choice does: stay as it is, or move now.
 Cheaper = Literal["never", "now"]
 
+#: The events that are edits a running tunnel may depend on.
+_EDITS = frozenset({"rating_table.revision", "rating_table.deleted", "policy.revision", "policy.deleted",
+                    "gateway.refreshed"})
+
 #: Tries of a move whose charon could not be reached (a busy charon refuses connections for a moment).
 _ATTEMPTS = 3
 
@@ -141,6 +145,8 @@ class Rekeyer:
         retry: seconds after a run that left tunnels noncompliant before they are tried again
             (a charon that was busy or unreachable may take them then).
         attempts: tries of one move whose charon cannot be reached, within a run.
+        watch: seconds between looks at the event log for edits (rating tables, policies,
+            gateway refreshes) made by any replica; None: only :meth:`schedule` starts a run.
         teardown_noncompliant: take down a tunnel that cannot be brought into compliance
             (default: keep it running, marked ``noncompliant``).
     """
@@ -148,8 +154,10 @@ class Rekeyer:
     def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
                  cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
                  reads: UnitOfWorkFactory | None = None, drain: float = 2.0, retry: float = 60.0,
-                 attempts: int = _ATTEMPTS) -> None:
+                 attempts: int = _ATTEMPTS, watch: float | None = None) -> None:
         self._attempts = attempts
+        self._watch = watch
+        self._retry_at = 0.0
         self._retry = retry
         self._left_noncompliant = False
         self._reads = reads or units
@@ -203,21 +211,47 @@ class Rekeyer:
             due.append(heapq.heappop(self._closing)[2])
         return due
 
+    def _edits_after(self, last: int) -> tuple[list[str], int]:
+        """The edits in the event log after event ``last`` (any replica's), and the newest id seen."""
+        with self._reads() as uow:
+            events = uow.events.after(last, scopes=None, limit=1000)
+        causes = [f"{e['kind'].replace('_', ' ')} {e['subject']}" + (f" revision {e['data']['revision']}"
+                                                                    if e["data"].get("revision") else "")
+                  for e in events if e["kind"] in _EDITS]
+        return causes, max((int(e["id"]) for e in events), default=last)
+
     def _run(self) -> None:
+        last = 0
+        if self._watch is not None:
+            with self._reads() as uow:
+                last = uow.events.last_id()  # edits from now on: earlier ones were acted on by then
         while True:
             with self._wake:
-                woken = self._wake.wait_for(lambda: self._stopping or bool(self._causes),
-                                            self._retry if self._left_noncompliant else None)
+                timeout = self._watch if self._watch is not None else (
+                    self._retry if self._left_noncompliant else None)
+                self._wake.wait_for(lambda: self._stopping or bool(self._causes), timeout)
                 if self._stopping:
                     return
-                causes = self._causes if woken else ["another try for the tunnels left noncompliant"]
-                self._causes = []
+                causes, self._causes = self._causes, []
+            if self._watch is not None:
+                try:
+                    found, last = self._edits_after(last)
+                except Exception:  # the database is away for a moment: look again next time
+                    log.exception("rekey: reading the event log failed")
+                    found = []
+                causes += found
+            if not causes and self._left_noncompliant and time.monotonic() >= self._retry_at:
+                causes = ["another try for the tunnels left noncompliant"]
+            if not causes:
+                continue
+            with self._wake:
                 self._busy = True
             try:
                 self.run_once("; ".join(dict.fromkeys(causes)))
             except Exception:  # the loop must outlive any one failure; the next edit retries
                 log.exception("rekey: assessing the tunnels failed")
             finally:
+                self._retry_at = time.monotonic() + self._retry
                 with self._wake:
                     self._busy = False
                     self._wake.notify_all()

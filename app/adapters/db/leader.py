@@ -46,6 +46,8 @@ class Leadership:
         self.leading = False
 
     def start(self) -> None:
+        """Try once now (the first replica to start leads before it serves), then keep trying."""
+        self._step()
         self._thread = threading.Thread(target=self._run, name="qoss-leader", daemon=True)
         self._thread.start()
 
@@ -58,17 +60,19 @@ class Leadership:
             self._engine.dispose()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if not self.leading and self._try():
-                    self._take_office()
-                elif self.leading and not self._still():
-                    log.warning("leadership lost (the database connection that held it is gone)")
-                    self._step_down()
-            except Exception:  # the loop must outlive any one failure
-                log.exception("leadership: a try failed")
+        while not self._stop.wait(self._interval):
+            self._step()
+
+    def _step(self) -> None:
+        try:
+            if not self.leading and self._try():
+                self._take_office()
+            elif self.leading and not self._still():
+                log.warning("leadership lost (the database connection that held it is gone)")
                 self._step_down()
-            self._stop.wait(self._interval)
+        except Exception:  # the loop must outlive any one failure
+            log.exception("leadership: a try failed")
+            self._step_down()
 
     def _try(self) -> bool:
         """Whether this process holds the lock now (taking it if it is free)."""

@@ -51,7 +51,7 @@ def refresh_gateway(name: GatewayName, uow: UnitDep, vici: ViciDep, edit: EditDe
     """Read the gateway's back end and algorithms again; the tunnels on it are negotiated again
     (and moved) afterwards. ``?dry_run=true``: nothing is kept; the answer is what would be
     stored and its impact on the running tunnels."""
-    return edit.finish(uow, f"gateway {name} refreshed", svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict())
+    return edit.finish(uow, svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict())
 
 
 @router.delete("/gateways/{name}", dependencies=_GATEWAYS_WRITE, status_code=204, responses=_ERRORS)

@@ -25,7 +25,8 @@ async def healthz(request: Request) -> dict[str, Any] | JSONResponse:
     if not await request.app.state.health.database_answers():
         return JSONResponse(error_body("DatabaseUnavailable", "the database does not answer"), status_code=503,
                             headers={"Retry-After": "1"})
-    return {"status": "ok", "version": __version__}
+    leadership = getattr(request.app.state, "leadership", None)
+    return {"status": "ok", "version": __version__, "leader": bool(leadership and leadership.leading)}
 
 
 @router.get("/livez", include_in_schema=False)

@@ -58,7 +58,7 @@ def replace_policy(name: PolicyName, body: PolicyIn, uow: UnitDep, actor: ActorD
     the tunnels it concerns are negotiated again (and moved) after it."""
     policy, revision = svc.replace_policy(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                                           expected_revision=expected, author=actor)
-    return edit.finish(uow, f"policy {name} revision {revision}", _out(policy, revision, response))
+    return edit.finish(uow, _out(policy, revision, response))
 
 
 @router.post("/policies/{name}/revert", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
@@ -69,7 +69,7 @@ def revert_policy(name: PolicyName, body: RevertIn, uow: UnitDep, actor: ActorDe
     revision is refused (422); an unknown policy or revision is 404."""
     policy, revision = svc.revert_policy(uow=uow, name=name, revision=body.revision,
                                          expected_revision=expected, author=actor, message=body.message)
-    return edit.finish(uow, f"policy {name} revision {revision}", _out(policy, revision, response))
+    return edit.finish(uow, _out(policy, revision, response))
 
 
 @router.delete("/policies/{name}", dependencies=_POLICIES_WRITE, status_code=204, responses=_ERRORS)

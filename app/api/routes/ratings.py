@@ -114,7 +114,7 @@ def replace_table(
     table = svc.replace_table(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
     cache.invalidate(table.name)
-    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
+    return edit.finish(uow, _out(table, response))
 
 
 @router.patch(
@@ -136,7 +136,7 @@ def update_rating(
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
     cache.invalidate(table.name)
-    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
+    return edit.finish(uow, _out(table, response))
 
 
 @router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
@@ -167,7 +167,7 @@ def revert_table(name: TableName, body: RevertIn, uow: UnitDep, actor: ActorDep,
     table = svc.revert_table(uow=uow, name=name, revision=body.revision, expected_revision=expected,
                              author=actor, message=body.message)
     cache.invalidate(table.name)
-    return edit.finish(uow, f"rating table {name} revision {table.revision}", _out(table, response))
+    return edit.finish(uow, _out(table, response))
 
 
 @router.get(
