@@ -21,6 +21,7 @@ from typing import Any
 from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import (
+    ExpectedSa,
     Gateway,
     ObservedSa,
     PeerEnd,
@@ -137,15 +138,26 @@ def bring_up(
             sides.append((v_resp, str(getattr(far, "name", "responder"))))
         observed_sas = list(_POOL.map(lambda side: side[0].list_sas(ike=name), sides))
         for (_, side_name), sas in zip(sides, observed_sas, strict=True):
-            observed = observed_sa(sas, name)
-            if observed is None:
-                raise TunnelVerificationFailed(f"{side_name}: no IKE_SA {name} after initiate")
-            wrong = mismatches(expected, observed)
-            if wrong:
-                raise TunnelVerificationFailed(f"{side_name}: " + "; ".join(wrong))
+            _verify(side_name, sas, name, expected)
     except BaseException:
         _rollback(name, v_init, v_resp, loaded)
         raise
+
+
+def _verify(side: str, sas: Sequence[Any], name: str, expected: ExpectedSa, *,
+            besides: frozenset[int] = frozenset()) -> None:
+    """``list-sas`` of one end shows conn ``name`` (its CHILD_SA not among ``besides``) with
+    exactly the ``expected`` algorithms.
+
+    Raises:
+        TunnelVerificationFailed: it does not (the message names the end and every difference).
+    """
+    seen = observed_sa(sas, name, besides=besides)
+    if seen is None:
+        raise TunnelVerificationFailed(f"{side}: no {'new CHILD_SA' if besides else 'IKE_SA'} {name} after initiate")
+    wrong = mismatches(expected, seen)
+    if wrong:
+        raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
 
 
 def _together(loaded: list[tuple[str, ViciPort]],
@@ -263,12 +275,7 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
         expected = expected_sa(ike=new.ike, protocol=new.suite.protocol, encryption=new.suite.encryption,
                                integrity=new.suite.integrity)
         for (v, side_name), (_, old_children) in zip(sides, before, strict=True):
-            seen = observed_sa(v.list_sas(ike=name), name, besides=old_children)
-            if seen is None:
-                raise TunnelVerificationFailed(f"{side_name}: no new CHILD_SA {name} after initiate")
-            wrong = mismatches(expected, seen)
-            if wrong:
-                raise TunnelVerificationFailed(f"{side_name}: " + "; ".join(wrong))
+            _verify(side_name, v.list_sas(ike=name), name, expected, besides=old_children)
     except BaseException:
         with contextlib.suppress(GatewayError, ValueError):
             load(old)

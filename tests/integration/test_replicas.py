@@ -12,8 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,21 +25,12 @@ from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fixtures.db import postgres_database
 from tests.fixtures.served import free_port, serving
+from tests.fixtures.waiting import until
 
 pytestmark = pytest.mark.postgres
 
 TABLE = "/v1/rating-tables/standards-2026"
 STRONG = {"peers": [{"name": "a", "min_levels": {"confidentiality": 8, "integrity": 8}}]}
-
-
-def _until(condition: Callable[[], bool], seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if condition():
-                return True
-        time.sleep(0.1)
-    return condition()
 
 
 @contextlib.contextmanager
@@ -74,8 +64,8 @@ backend replicas
                                 stdout=subprocess.DEVNULL, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
-        assert _until(lambda: httpx.get(f"{base}/livez", timeout=1).status_code == 200), \
-            (tmp_path / "haproxy.log").read_text()
+        up = until(lambda: httpx.get(f"{base}/livez", timeout=1).status_code == 200, 15, ignoring=(httpx.HTTPError,))
+        assert up, (tmp_path / "haproxy.log").read_text()
         yield base
     finally:
         proc.terminate()
@@ -136,6 +126,6 @@ def test_replicas_share_one_database_behind_a_load_balancer(tmp_path: Path) -> N
         assert len(answered) == 300, statuses.count(0)
         failed = [s for s in answered if s != 200]
         assert len(failed) <= 8, failed  # at most the requests in flight on the killed replica at that moment
-        assert _until(lambda: len(leaders()) == 1 and leaders()[0] in (1, 2), 10), leaders()
+        assert until(lambda: len(leaders()) == 1 and leaders()[0] in (1, 2), 10, ignoring=(httpx.HTTPError,)), leaders()
         assert all(httpx.post(f"{lb}/v1/negotiations", json=STRONG, timeout=10).status_code == 200
                    for _ in range(20))

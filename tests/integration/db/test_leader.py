@@ -4,20 +4,11 @@ and SQLite: exactly one leads, and another takes over when it goes."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from app.adapters.db.leader import Leadership
 from tests.fixtures.db import postgres_database
-
-
-def _until(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+from tests.fixtures.waiting import until
 
 
 def test_one_replica_leads_and_another_takes_over_when_it_goes() -> None:
@@ -33,7 +24,7 @@ def test_one_replica_leads_and_another_takes_over_when_it_goes() -> None:
             time.sleep(0.5)  # the others keep trying and keep failing
             assert [r.leading for r in replicas] == [True, False, False]
             replicas[0].stop()
-            assert _until(lambda: sum(r.leading for r in replicas[1:]) == 1)
+            assert until(lambda: sum(r.leading for r in replicas[1:]) == 1)
             time.sleep(0.5)
             assert sum(r.leading for r in replicas) == 1
         finally:

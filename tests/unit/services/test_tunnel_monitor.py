@@ -6,7 +6,6 @@ database and the monitor's own thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ from app.domain.errors import GatewayUnreachable
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.services.tunnel_monitor import TunnelMonitor
 from tests.fakes.uow import FakeDatabase
+from tests.fixtures.waiting import until
 
 
 @dataclass
@@ -99,29 +99,20 @@ def _state(database: FakeDatabase, tid: str) -> tuple[TunnelState, str]:
         return record.state, record.detail
 
 
-def _wait(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
-
-
 def test_sa_going_down_marks_the_tunnel_down_and_coming_back_up(database: FakeDatabase,
                                                                 world: tuple[dict[str, Charon], list]) -> None:
     charons, listeners = world
     monitor = _monitor(database, charons, listeners)
     monitor.start()
     try:
-        assert _wait(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
+        assert until(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
         charons["/run/right.vici"].established.clear()  # the peer end went away
         listeners[0].callback(_event("qoss-aaa", up=False))
-        assert _wait(lambda: _state(database, "aaa")[0] is TunnelState.DOWN)
+        assert until(lambda: _state(database, "aaa")[0] is TunnelState.DOWN)
         assert _state(database, "aaa")[1] == "SA went down (charon event)"
         charons["/run/right.vici"].established.add("qoss-aaa")
         listeners[1].callback(_event("qoss-aaa", up=True, kind=EventKind.IKE_UPDOWN))
-        assert _wait(lambda: _state(database, "aaa")[0] is TunnelState.UP)
+        assert until(lambda: _state(database, "aaa")[0] is TunnelState.UP)
         assert monitor.changes == 2
     finally:
         monitor.stop()
