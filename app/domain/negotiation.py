@@ -1,6 +1,6 @@
 """The negotiation engine: the cheapest suite that meets every peer's minimums (ESAF).
 
-Semantics (DESIGN.md "Negotiation"):
+Semantics:
 
 - Each peer states minimum levels, judged in *its own* rating table; the requirement
   is met when every peer's minimum is met. Objectives raise the minimums (an ESP
