@@ -27,14 +27,16 @@ class LeaderDuties:
     def __init__(self, state: Any, settings: Settings) -> None:
         self._state, self._settings = state, settings
         self._lock = threading.Lock()
+        self._started = False  # the first election is at start; a later one is a takeover
         state.tunnel_monitor = None
         state.rekeyer = None
 
     def elected(self) -> None:
         s, state = self._settings, self._state
         with self._lock:
+            first, self._started = not self._started, True
             if s.reconcile_on_start:
-                self._reconcile()
+                self._reconcile("at start" if first else "on taking the lead")
             if s.monitor_tunnels:
                 state.tunnel_monitor = TunnelMonitor(units=state.units, vici=state.vici_factory,
                                                      listen=updown_listener, resync=s.monitor_interval)
@@ -55,7 +57,7 @@ class LeaderDuties:
                 if worker is not None:
                     worker.stop()
 
-    def _reconcile(self) -> None:
+    def _reconcile(self, when: str) -> None:
         from app.services.reconcile import reconcile
 
         state = self._state
@@ -68,8 +70,8 @@ class LeaderDuties:
                 uow.audit.append(
                     request_id=f"startup-{uuid.uuid4().hex[:12]}", token_id=None, token_name=None, scopes=[],
                     source="local", action="POST", object="/v1/tunnels/reconcile", outcome=200,
-                    detail="reconcile on taking the lead: " + " ".join(f"{k}={v}" for k, v in changed.items()),
+                    detail=f"reconcile {when}: " + " ".join(f"{k}={v}" for k, v in changed.items()),
                 )
             uow.commit()
         if any(report.as_dict().values()):
-            log.info("reconcile on taking the lead: %s", report.as_dict())
+            log.info("reconcile %s: %s", when, report.as_dict())
