@@ -132,6 +132,9 @@ def test_a_stream_needs_a_token_and_their_number_is_bounded(tmp_path: Path, data
     url, admin, _ = database
     with served(tmp_path, url, QOSS_MAX_EVENT_STREAMS="1") as base:
         assert httpx.get(f"{base}/v1/events", timeout=5).status_code == 401
+        too_far = httpx.get(f"{base}/v1/events", headers={"Authorization": f"Bearer {admin}",
+                                                          "Last-Event-ID": "999999999999"}, timeout=5)
+        assert too_far.status_code == 422, too_far.text
         first = Follower(base, admin)
         try:
             assert first.started() == 200

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -24,12 +25,14 @@ from fastapi.responses import StreamingResponse
 from app.api.deps import MAX_DB_INT, Principal, require_token
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
+from app.domain.errors import InvalidInput
 from app.services.events import events_after, last_event_id, visible_scopes
 from app.services.ratelimit import Overloaded
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["events"], route_class=QossRoute)
+log = logging.getLogger("qoss.events")
 
 _SSE = "text/event-stream"
 #: Seconds between looks at the database while nothing happens, and between keep-alive comments.
@@ -49,7 +52,7 @@ _EVENT_SCHEMA = {"type": "object", "properties": {
 
 @router.get("/events", responses={200: {"content": {_SSE: {"schema": _EVENT_SCHEMA}},
                                         "description": "Server-Sent Events, one per change"},
-                                  401: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+                                  401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
 async def stream_events(
     request: Request,
     principal: Annotated[Principal, Depends(require_token)],
@@ -73,6 +76,8 @@ async def stream_events(
             return last_event_id(uow)
 
     start = after if after is not None else int(last_event_id_header) if last_event_id_header else None
+    if start is not None and start > MAX_DB_INT:
+        raise InvalidInput(f"Last-Event-ID {start} is not an event id of this service")
     if start is None:
         start = await anyio.to_thread.run_sync(newest)
 
@@ -83,7 +88,11 @@ async def stream_events(
         try:
             yield f"retry: 2000\n: following events after {last}\n\n"
             while time.monotonic() < ends and not await request.is_disconnected():
-                batch = await anyio.to_thread.run_sync(read, last)
+                try:
+                    batch = await anyio.to_thread.run_sync(read, last)
+                except Exception as exc:  # the database went away: end cleanly; the client resumes
+                    log.warning("event stream ended: %s", type(exc).__name__)
+                    return
                 for event in batch:
                     yield _frame(event)
                     last = int(event["id"])
