@@ -6,7 +6,7 @@ import ipaddress
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
@@ -104,8 +104,16 @@ class Settings(BaseSettings):
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
                     "(/healthz and /livez are never counted or queued)")
     worker_threads: int = Field(
-        default=40, ge=1, le=1000,
+        default=40, ge=2, le=1000,
         description="threads that run blocking work (database, VICI, files) off the event loop")
+    max_writes_in_flight: int | None = Field(
+        default=None, ge=1, le=1000,
+        description="requests that may hold or wait for a write transaction at once (default: a quarter of "
+                    "worker_threads); must be below worker_threads, so that writers waiting on the database's "
+                    "lock never hold every worker thread while the one holding it needs one to answer and commit")
+    write_wait_timeout: float = Field(
+        default=5.0, gt=0, le=60,
+        description="seconds a change waits for one of max_writes_in_flight before 503 Overloaded")
     db_pool_size: int = Field(default=20, ge=1, le=1000, description="database connections kept open per process")
     db_pool_overflow: int = Field(default=40, ge=0, le=1000, description="extra connections opened under load")
     db_pool_timeout: float = Field(
@@ -125,6 +133,18 @@ class Settings(BaseSettings):
         "client (comma-separated in the environment); none by default: the peer's address is the client's")
     forwarded_header: Literal["x-forwarded-for", "forwarded"] = Field(
         default="x-forwarded-for", description="the header those proxies write (only that one is read)")
+
+    @model_validator(mode="after")
+    def _writers_leave_a_thread(self) -> Settings:
+        if self.max_writes_in_flight is not None and self.max_writes_in_flight >= self.worker_threads:
+            raise ValueError(f"max_writes_in_flight ({self.max_writes_in_flight}) must be below worker_threads "
+                             f"({self.worker_threads})")
+        return self
+
+    @property
+    def writes_in_flight(self) -> int:
+        """``max_writes_in_flight``, or its default: a quarter of ``worker_threads`` (at least 1)."""
+        return self.max_writes_in_flight or max(1, self.worker_threads // 4)
 
     @field_validator("trusted_proxies", mode="before")
     @classmethod

@@ -52,8 +52,9 @@ async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
     peak = _rss_mb(pid)
     done = threading.Event()
     async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
-        async def one(i: int) -> int | str:
+        async def one(i: int) -> tuple[str, int | str]:
             auth = {"Authorization": f"Bearer {token}"} if i % 10 == 0 else {}
+            kind = "edit" if i % 50 == 0 else ("negotiation" if i % 2 else "read") + (" (token)" if auth else "")
             try:
                 if i % 50 == 0:
                     r = await client.get("/v1/rating-tables/esaf-2006")
@@ -64,9 +65,9 @@ async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
                     r = await client.post("/v1/negotiations", json=NEGOTIATION, headers=auth)
                 else:
                     r = await client.get("/v1/rating-tables/standards-2026/revisions", headers=auth)
-                return r.status_code
+                return kind, r.status_code
             except httpx.HTTPError as exc:
-                return type(exc).__name__
+                return kind, type(exc).__name__
 
         def probe() -> None:  # its own thread and client: the burst's event loop does not delay it
             nonlocal peak
@@ -92,8 +93,8 @@ async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
             t = time.perf_counter()
             await client.get("/healthz", timeout=10)
             after.append(time.perf_counter() - t)
-    return {"statuses": Counter(results), "seconds": elapsed, "health_max_during": max(health, default=0.0),
-            "health_max_after": max(after), "rss_peak": peak}
+    return {"statuses": Counter(status for _, status in results), "by_kind": Counter(results), "seconds": elapsed,
+            "health_max_during": max(health, default=0.0), "health_max_after": max(after), "rss_peak": peak}
 
 
 def main() -> None:
@@ -105,13 +106,13 @@ def main() -> None:
     url = args.postgres or f"sqlite:///{work / 'q.db'}"
     env = {**os.environ, "QOSS_DATABASE_URL": url, "QOSS_RECONCILE_ON_START": "false",
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning"}
-    qoss = str(Path(sys.executable).parent / "qoss")
-    subprocess.run([qoss, "db", "upgrade"], env=env, check=True, capture_output=True)
-    token = subprocess.run([qoss, "token", "create", "--name", "overload", "--scopes", "admin", "--plain"],
-                           env=env, check=True, capture_output=True, text=True).stdout.strip()
+    qoss = [sys.executable, "-m", "app.cli"]  # this checkout's code, whatever the venv's install points at
+    subprocess.run([*qoss, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
+    token = subprocess.run([*qoss, "token", "create", "--name", "overload", "--scopes", "admin", "--plain"],
+                           env=env, check=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
     port = _port()
     with (work / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([qoss, "serve", "--port", str(port)], env=env, stdout=log, stderr=log)
+        proc = subprocess.Popen([*qoss, "serve", "--port", str(port)], env=env, stdout=log, stderr=log, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -134,6 +135,11 @@ def main() -> None:
                   f"{r['health_max_after'] * 1000:.0f} ms right after; "
                   f"RSS peak {r['rss_peak']:.0f} MB, after {_rss_mb(proc.pid):.0f} MB "
                   f"({_rss_mb(proc.pid) / start:.2f}x start)")
+            by_kind = r["by_kind"]
+            assert isinstance(by_kind, Counter)
+            for kind in sorted({k for k, _ in by_kind}):
+                print(f"  {kind}: " + ", ".join(f"{status} x {count}" for (k, status), count
+                                                 in sorted(by_kind.items(), key=str) if k == kind))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

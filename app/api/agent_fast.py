@@ -13,7 +13,6 @@ replayed, so validation errors, 413 and the like have one implementation.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -24,6 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from app.adapters.db.audit import Auditor
 from app.api.body import loads
+from app.api.deps import in_worker_thread
 from app.api.errors import error_body, qoss_error_parts
 from app.api.provenance import client_request_id, new_request_id
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
@@ -104,7 +104,7 @@ async def serve_message(
         "action": "POST", "object": scope["path"][:300], "outcome": status, "detail": str(detail)[:200],
     }
     if auditor is not None and status == 200:  # a change: its record is written before it is answered
-        await asyncio.to_thread(auditor.write, record)
+        await in_worker_thread(auditor.write, record)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-length", str(len(content)).encode("ascii")), (b"content-type", b"application/json"),
         *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),

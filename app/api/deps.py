@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, ParamSpec, TypeVar
 
+import anyio
 from fastapi import Depends, Header, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
@@ -16,6 +19,7 @@ from app.api.provenance import audit_fields
 from app.domain.auth import TokenRecord, check_scopes
 from app.services.auth import authenticate
 from app.services.ports import ViciFactory
+from app.services.ratelimit import Overloaded
 from app.services.ratings import TableCache
 from app.settings import Settings
 
@@ -32,13 +36,25 @@ __all__ = [
     "ViciDep",
     "get_read_unit",
     "get_unit",
+    "in_worker_thread",
     "reader",
     "require",
     "require_token",
+    "write_slot",
 ]
 
 #: Methods that change nothing.
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+async def in_worker_thread(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """Run a blocking call (database, VICI, a file, a peer over HTTP) in one of the
+    ``worker_threads`` that also run the sync routes and dependencies: the one way async code
+    here leaves the event loop, so every blocking call is counted against the same limit."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
 
 def _outcome(request: Request) -> int:
@@ -48,7 +64,33 @@ def _outcome(request: Request) -> int:
     return status
 
 
-def get_unit(request: Request) -> Iterator[SqlUnitOfWork]:
+async def write_slot(request: Request) -> AsyncIterator[None]:
+    """One of the ``max_writes_in_flight`` places of the requests that hold (or wait for) a
+    write transaction, taken on the event loop before the unit of work takes a worker thread.
+
+    A writer waiting on the database's lock (SQLite's single writer, a PostgreSQL row lock)
+    waits in a worker thread, and the writer holding the lock needs a worker thread after its
+    route has run (FastAPI validates the answer in one) before its unit of work commits. With
+    fewer writers than threads, those waiting can never hold every thread: the holder always
+    finds one. A change that finds no place within ``write_wait_timeout`` is 503 ``Overloaded``.
+    """
+    slots: asyncio.Semaphore | None = getattr(request.app.state, "write_slots", None)
+    if slots is None:
+        yield
+        return
+    settings: Settings = request.app.state.settings
+    try:
+        await asyncio.wait_for(slots.acquire(), settings.write_wait_timeout)
+    except TimeoutError:
+        raise Overloaded("the service is at its limit of changes in flight: retry shortly") from None
+    try:
+        yield
+    finally:
+        slots.release()
+
+
+def get_unit(request: Request,
+             _slot: Annotated[None, Depends(write_slot, scope="function")]) -> Iterator[SqlUnitOfWork]:
     """A unit of work per request: commit on success, roll back on any error.
 
     It ends when the route has answered but before the answer is sent (``UnitDep`` is

@@ -24,6 +24,7 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.vici.driver import ViciGateway
 from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
+from app.api.deps import in_worker_thread
 from app.api.errors import error_body, install_error_handlers
 from app.api.leader_duties import LeaderDuties
 from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
@@ -122,7 +123,7 @@ async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
     """
     while not stop.is_set():
         try:
-            ended = await asyncio.to_thread(target.sweep)
+            ended = await in_worker_thread(target.sweep)
             if ended:
                 log.info("agent sessions expired: %d", len(ended))
         except Exception:
@@ -215,7 +216,7 @@ async def _record_change(request: Request, status: int) -> bool:
     auditor: Auditor | None = getattr(request.app.state, "auditor", None)
     if auditor is None:
         return False
-    await asyncio.to_thread(auditor.write, audit_fields(request, status))
+    await in_worker_thread(auditor.write, audit_fields(request, status))
     return True
 
 
@@ -245,8 +246,16 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if resolved.database_url.startswith("sqlite") else engine
         )
         # Blocking work runs in this many threads; the admission limit and the pool are sized
-        # against it, so a burst waits in front of the door (503), not inside on a lock.
+        # against it, so a burst waits in front of the door (503), not inside on a lock:
+        # - at most max_in_flight requests are inside; those beyond worker_threads wait for a
+        #   thread on the loop, holding nothing;
+        # - a thread holds at most one pooled connection at a time, so each engine's pool
+        #   (db_pool_size + db_pool_overflow, 60 by default) covers every worker thread plus
+        #   the audit writer and the monitor: the pool timeout is a stalled database, not load;
+        # - fewer writers than threads (write_slot): writers queued on the database's lock
+        #   never hold every thread while the one holding it needs one to answer and commit.
         anyio.to_thread.current_default_thread_limiter().total_tokens = resolved.worker_threads
+        app.state.write_slots = asyncio.Semaphore(resolved.writes_in_flight)
         app.state.health = HealthProbe(resolved.database_url)
         app.state.settings = resolved
         app.state.engine = engine
@@ -255,7 +264,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.read_units = sql_units_of_work(app.state.read_session_factory)
         app.state.event_streams = 0
-        await asyncio.to_thread(_prune_events, app.state.units, resolved.events_keep_days)
+        await in_worker_thread(_prune_events, app.state.units, resolved.events_keep_days)
         ttl = resolved.table_cache_ttl
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
             0.0 if resolved.database_url.startswith("postgresql") else 1.0))
@@ -264,7 +273,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
-        app.state.idempotency_key = await asyncio.to_thread(_idempotency_key, app.state.units)
+        app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
         app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
         app.state.negotiation_limiter = RateLimiter(resolved.negotiation_rate, resolved.negotiation_burst)
         app.state.negotiation_total_limiter = RateLimiter(resolved.negotiation_total_rate,
@@ -280,7 +289,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         duties = LeaderDuties(app.state, resolved)
         leadership = Leadership(resolved.database_url, on_elected=duties.elected, on_deposed=duties.deposed,
                                 interval=resolved.leader_interval)
-        await asyncio.to_thread(leadership.start)  # the first replica leads at once
+        await in_worker_thread(leadership.start)  # the first replica leads at once
         app.state.leadership = leadership
         stop_sweeping = asyncio.Event()
         sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
@@ -295,7 +304,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if sweeper is not None:
                 stop_sweeping.set()
                 await sweeper  # the sweep under way ends first
-            await asyncio.to_thread(leadership.stop)
+            await in_worker_thread(leadership.stop)
             app.state.auditor.close()
             app.state.health.close()
             engine.dispose()

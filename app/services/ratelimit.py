@@ -36,12 +36,33 @@ class Overloaded(QossError):
 
 
 class RateLimiter:
-    """``rate`` requests per second on average, bursts of up to ``burst``, per key."""
+    """``rate`` requests per second on average, bursts of up to ``burst``, per key.
 
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self._rate, self._burst, self._clock = rate, burst, clock
+    At most ``max_keys`` buckets are kept, however many keys (client addresses) come: past
+    it, the buckets that have refilled (the same as no bucket) are forgotten, and if that is
+    not enough, all but the emptiest half, so that a key being held back stays held back.
+    """
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic,
+                 max_keys: int = 100_000) -> None:
+        self._rate, self._burst, self._clock, self._max_keys = rate, burst, clock, max_keys
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _forget(self, now: float) -> None:
+        """Make room (called with the lock held, when there are more than ``max_keys`` buckets)."""
+        def tokens(item: tuple[str, tuple[float, float]]) -> float:
+            held, last = item[1]
+            return held + (now - last) * self._rate
+
+        full = float(self._burst)
+        kept = [item for item in self._buckets.items() if tokens(item) < full]
+        if len(kept) > self._max_keys // 2:  # keep the emptiest: those a limit is holding back
+            kept = sorted(kept, key=tokens)[: self._max_keys // 2]
+        self._buckets = dict(kept)
 
     def take(self, key: str, *, who: str = "this token") -> None:
         """Spend one request for ``key``.
@@ -61,3 +82,5 @@ class RateLimiter:
                 self._buckets[key] = (tokens, now)
                 raise RateLimited((1 - tokens) / self._rate, who=who)
             self._buckets[key] = (tokens - 1, now)
+            if len(self._buckets) > self._max_keys:
+                self._forget(now)

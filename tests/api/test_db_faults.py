@@ -42,6 +42,7 @@ async def test_database_unavailable_is_503_and_nothing_is_half_written(
         for r in (write, read):
             assert r.status_code == 503, r.text
             assert r.json() == {"error": "DatabaseUnavailable", "detail": "the database is unavailable"}
+            assert r.headers["retry-after"] == "1"
     finally:
         set_connections(database_url, True)
     tally("faults injected: PostgreSQL refusing connections (503, no partial write)")

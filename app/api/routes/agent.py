@@ -9,7 +9,6 @@ Every rejection is the same 403 with the same text; the audit log records the re
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -17,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import require
+from app.api.deps import in_worker_thread, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
@@ -107,10 +106,10 @@ async def handle_message(state: Any, path: str, data: bytes, source: str, note: 
                 note(f"rate limited: user={user_id}")
                 raise
 
-        return await asyncio.to_thread(agent.handle, data, admit=admit)
+        return await in_worker_thread(agent.handle, data, admit=admit)
     if role == "target":
-        return await asyncio.to_thread(agent.handle, data)
-    return await asyncio.to_thread(agent.revoke, data)
+        return await in_worker_thread(agent.handle, data)
+    return await in_worker_thread(agent.revoke, data)
 
 
 def answer_body(outcome: Outcome) -> bytes:
@@ -158,7 +157,7 @@ async def target_sessions(request: Request, state: AgentSessionState | None = No
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: the tunnels it set up for clients, newest first."""
     target = _target(request.app.state)
-    return await asyncio.to_thread(target.sessions, state=state, limit=limit)
+    return await in_worker_thread(target.sessions, state=state, limit=limit)
 
 
 @router.get("/agent/revocations", dependencies=[Depends(require("tunnels:read"))],
@@ -167,7 +166,7 @@ async def target_revocations(request: Request,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: its own revocation list (users and signing keys it refuses whatever a Host says), newest first."""
     target = _target(request.app.state)
-    return await asyncio.to_thread(target.revocations, limit=limit)
+    return await in_worker_thread(target.revocations, limit=limit)
 
 
 @router.post("/agent/users", status_code=201, dependencies=[Depends(require("agent:enroll"))],
@@ -176,7 +175,7 @@ async def target_revocations(request: Request,
 async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
     """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
     host = _host(request.app.state)
-    return await asyncio.to_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
+    return await in_worker_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
                                    kem_public_key=body.kem_public_key, objectives=body.objectives)
 
 
@@ -184,11 +183,11 @@ async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
             responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
 async def list_users(request: Request) -> list[dict[str, Any]]:
     """Host: the enrolled users (public keys only)."""
-    return await asyncio.to_thread(_host(request.app.state).users)
+    return await in_worker_thread(_host(request.app.state).users)
 
 
 @router.delete("/agent/users/{user_id}", dependencies=[Depends(require("agent:enroll"))],
                responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
 async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
     """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
-    return await asyncio.to_thread(_host(request.app.state).revoke, user_id)
+    return await in_worker_thread(_host(request.app.state).revoke, user_id)

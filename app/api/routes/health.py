@@ -30,6 +30,8 @@ async def healthz(request: Request) -> dict[str, Any] | JSONResponse:
 
 
 @router.get("/livez", include_in_schema=False)
-def livez() -> dict[str, str]:
-    """The process answers (no dependencies): the trivial endpoint of the benchmarks."""
+async def livez() -> dict[str, str]:
+    """The process answers (no dependencies): the trivial endpoint of the benchmarks.
+
+    On the event loop, like ``/healthz``: it never waits for a worker thread behind work."""
     return {"status": "ok"}

@@ -22,9 +22,10 @@ N = 200
 @pytest.fixture
 def settings(tmp_path: Path, lab: Lab) -> Settings:
     """All 200 admitted at once (admission control would turn most away with 503, as it should:
-    tests/api/test_overload.py), and no pool timeout: this test is about correctness under concurrency."""
+    tests/api/test_overload.py), and no pool or write-slot timeout: this test is about correctness under
+    concurrency."""
     settings = Settings(database_url=f"sqlite:///{tmp_path}/qoss.db", vici_socket_dirs=[lab.state_dir],
-                        reconcile_on_start=False, max_in_flight=N + 50, db_pool_timeout=30)
+                        reconcile_on_start=False, max_in_flight=N + 50, db_pool_timeout=30, write_wait_timeout=60)
     prepare_database(settings)
     return settings
 
