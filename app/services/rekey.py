@@ -220,11 +220,17 @@ class Rekeyer:
                   for e in events if e["kind"] in _EDITS]
         return causes, max((int(e["id"]) for e in events), default=last)
 
-    def _run(self) -> None:
-        last = 0
-        if self._watch is not None:
+    def _newest_event(self) -> int | None:
+        """The newest event's id (edits after it are this rekeyer's), None if the database is away."""
+        try:
             with self._reads() as uow:
-                last = uow.events.last_id()  # edits from now on: earlier ones were acted on by then
+                return uow.events.last_id()
+        except Exception:  # a pool timeout or a restarting database: asked again on the next look
+            log.exception("rekey: reading the event log failed")
+            return None
+
+    def _run(self) -> None:
+        last = self._newest_event() if self._watch is not None else 0
         while True:
             with self._wake:
                 timeout = self._watch if self._watch is not None else (
@@ -233,7 +239,9 @@ class Rekeyer:
                 if self._stopping:
                     return
                 causes, self._causes = self._causes, []
-            if self._watch is not None:
+            if self._watch is not None and last is None:
+                last = self._newest_event()
+            elif self._watch is not None and last is not None:
                 try:
                     found, last = self._edits_after(last)
                 except Exception:  # the database is away for a moment: look again next time

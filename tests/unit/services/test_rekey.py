@@ -16,6 +16,7 @@ from app.services import ratings
 from app.services.rekey import Rekeyer, assess, assess_one
 from app.services.tunnels import negotiate_tunnel, provenance
 from tests.fakes.uow import FakeDatabase, FakeUnitOfWork
+from tests.fixtures.waiting import until
 
 TABLE = "standards-2026"
 ALL = frozenset(CATALOGUE)
@@ -147,3 +148,26 @@ def test_tunnels_left_noncompliant_are_tried_again_later(world: FakeDatabase) ->
     assert rekeyer.refused >= 3  # the edit's run, then tries every 0.1 s while it stays noncompliant
     with world.unit() as uow:
         assert "another try" in uow.tunnels.get("strong").detail
+
+
+def test_a_database_away_when_the_rekeyer_starts_delays_it_and_never_stops_it(world: FakeDatabase) -> None:
+    looks = 0
+
+    def reads() -> FakeUnitOfWork:
+        nonlocal looks
+        looks += 1
+        if looks == 1:
+            raise TimeoutError("no connection was free")  # the pool timeout of a saturated process
+        return world.unit()
+
+    rekeyer = Rekeyer(units=world.unit, reads=reads, vici=_unreachable, default_table=TABLE, attempts=1,
+                      watch=0.05)
+    rekeyer.start()
+    try:
+        assert until(lambda: looks >= 3)  # it looks again after the failed first look
+        with world.unit() as uow:
+            _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], confidentiality=5)
+            uow.commit()
+        assert until(lambda: rekeyer.refused >= 1)  # and acts on an edit made after it
+    finally:
+        rekeyer.stop()
