@@ -102,6 +102,21 @@ def lab_and_service() -> Iterator[Service]:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def left_sources(svc: Service, count: int) -> list[str]:
+    """``count`` addresses (10.10.x.y) on the left host, one for each tunnel to protect as its
+    own /32: kernel-libipsec installs a policy only for a local source address."""
+    sources = [f"10.10.{i // 250}.{i % 250 + 1}" for i in range(count)]
+    left = svc.lab.host("left")
+    batch = "".join(f"addr add {a}/32 dev lo\n" for a in sources)
+    subprocess.run(["ip", "-n", left.netns, "-batch", "-"], input=batch, text=True, check=True, timeout=120)
+    # charon learns addresses from netlink events; a burst of 1,000 overflows its socket and
+    # some are lost ("no local address found in traffic selector"). Restarting it makes it
+    # read the whole list.
+    svc.lab.stop_charon("left")
+    svc.lab.start_charon("left")
+    return sources
+
+
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]

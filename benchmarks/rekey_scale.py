@@ -26,14 +26,10 @@ from pathlib import Path
 import httpx
 
 from app.adapters.lab import IKE_INTERFACE
-from benchmarks._harness import lab_and_service
+from benchmarks._harness import lab_and_service, left_sources
 
 TABLE = "/v1/rating-tables/standards-2026"
 LEVELS = {"confidentiality": 8, "integrity": 8}
-
-
-def _local_ts(i: int) -> str:
-    return f"10.10.{i // 250}.{i % 250 + 1}"
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -71,10 +67,7 @@ def main() -> None:
     deadline = time.monotonic() + args.budget
     with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=120, headers=svc.headers) as client:
         left, right = svc.lab.host("left"), svc.lab.host("right")
-        batch = "".join(f"addr add {_local_ts(i)}/32 dev lo\n" for i in range(args.tunnels))
-        subprocess.run(["ip", "-n", left.netns, "-batch", "-"], input=batch, text=True, check=True, timeout=120)
-        svc.lab.stop_charon("left")  # charon then reads every address at once (see tunnel_scale.py)
-        svc.lab.start_charon("left")
+        addresses = left_sources(svc, args.tunnels)
         # A ping that finds no SA would cross the link in clear text and still be answered:
         # the right host drops clear ICMP, so only pings the tunnels carried count.
         subprocess.run(["ip", "netns", "exec", right.netns, "iptables", "-A", "INPUT", "-i", IKE_INTERFACE, "-p",
@@ -82,7 +75,7 @@ def main() -> None:
 
         def create(i: int) -> str:
             r = client.post("/v1/tunnels", json={"initiator": "left", "responder": "right", "min_levels": LEVELS,
-                                                 "local_ts": [f"{_local_ts(i)}/32"],
+                                                 "local_ts": [f"{addresses[i]}/32"],
                                                  "remote_ts": [f"{right.inside_address}/32"]})
             r.raise_for_status()
             return str(r.json()["id"])
@@ -104,7 +97,7 @@ def main() -> None:
         print(f"dry run: {kinds.count('noncompliant')} of {len(kinds)} tunnels noncompliant "
               f"({time.perf_counter() - t0:.2f} s)")
 
-        sources = [_local_ts(i) for i in range(min(args.sample, len(ids)))]
+        sources = addresses[:min(args.sample, len(ids))]
         seconds = 30 + len(ids) * 0.05
         rss0, cpu0 = svc.rss_kib(), _cpu_seconds(svc.pid)
         pings = _pings(left.netns, sources, right.inside_address, seconds)

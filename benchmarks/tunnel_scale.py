@@ -13,16 +13,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 
 import httpx
 
-from benchmarks._harness import lab_and_service, percentile
-
-
-def _local_ts(i: int) -> str:
-    return f"10.10.{i // 250}.{i % 250 + 1}/32"
+from benchmarks._harness import lab_and_service, left_sources, percentile
 
 
 def main() -> None:
@@ -33,16 +28,8 @@ def main() -> None:
     args = parser.parse_args()
     deadline = time.monotonic() + args.budget
     with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=60, headers=svc.headers) as client:
-        left, right = svc.lab.host("left"), svc.lab.host("right")
-        # kernel-libipsec installs a policy only for a local source address: give the
-        # left host the /32 each tunnel protects (one `ip -batch` call).
-        batch = "".join(f"addr add {_local_ts(i)} dev lo\n" for i in range(args.tunnels))
-        subprocess.run(["ip", "-n", left.netns, "-batch", "-"], input=batch, text=True, check=True, timeout=120)
-        # charon learns addresses from netlink events; a burst of 1,000 overflows its
-        # socket and some are lost ("no local address found in traffic selector").
-        # Restarting it makes it read the whole list.
-        svc.lab.stop_charon("left")
-        svc.lab.start_charon("left")
+        right = svc.lab.host("right")
+        sources = left_sources(svc, args.tunnels)
         # Warm up the service (imports, caches) before the baseline reading.
         for _ in range(5):
             r = client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
@@ -58,7 +45,7 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     print(f"time budget reached after {i} tunnels")
                     break
-                body = {"initiator": "left", "responder": "right", "local_ts": [_local_ts(i)],
+                body = {"initiator": "left", "responder": "right", "local_ts": [f"{sources[i]}/32"],
                         "remote_ts": [f"{right.inside_address}/32"]}
                 t0 = time.perf_counter()
                 r = client.post("/v1/tunnels", json=body)
