@@ -18,18 +18,16 @@ import hashlib
 import hmac
 import json
 import secrets
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
 from pydantic_core import to_jsonable_python
 
 from app.domain.errors import Conflict, InvalidInput
-from app.services.ports import UnitOfWork, UnitOfWorkFactory
+from app.services.ports import StoredAnswer, UnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "IdempotencyInProgress",
-    "Stored",
     "abandon",
     "begin",
     "canonical",
@@ -44,12 +42,6 @@ _IN_PROGRESS = 0
 
 class IdempotencyInProgress(Conflict):
     """A request with this key is still being processed."""
-
-
-@dataclass(frozen=True)
-class Stored:
-    status: int
-    body: dict[str, Any]
 
 
 def server_key(uow: UnitOfWork) -> bytes:
@@ -81,7 +73,7 @@ def fingerprint(body: BaseModel, *, key: bytes) -> str:
     return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 
 
-def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> Stored | None:
+def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> StoredAnswer | None:
     """Reserve ``key`` for this token (committed at once), or return the answer already stored for it.
 
     Raises:
@@ -101,7 +93,7 @@ def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> 
             raise InvalidInput("this Idempotency-Key was used with a different request")
         if found.status == _IN_PROGRESS:
             raise IdempotencyInProgress("a request with this Idempotency-Key is in progress")
-        return Stored(found.status, found.body)
+        return found
 
 
 def complete(units: UnitOfWorkFactory, *, token_id: str, key: str, status: int, body: dict[str, Any]) -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
 
 from app.domain.errors import QossError
+from app.services.ports import Clock
 
 __all__ = ["Overloaded", "RateLimited", "RateLimiter"]
 
@@ -43,7 +43,7 @@ class RateLimiter:
     not enough, all but the emptiest half, so that a key being held back stays held back.
     """
 
-    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, rate: float, burst: int, clock: Clock = time.monotonic,
                  max_keys: int = 100_000) -> None:
         self._rate, self._burst, self._clock, self._max_keys = rate, burst, clock, max_keys
         self._buckets: dict[str, tuple[float, float]] = {}

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
 from app.domain.ratings import Rating, RatingTable
-from app.services.ports import RatingTableStore, UnitOfWork
+from app.services.ports import Clock, RatingTableStore, UnitOfWork
 from app.services.revisions import load_shipped, restore_shipped, revert, tell
 
 __all__ = [
@@ -42,7 +42,7 @@ class TableCache:
     within ``ttl`` (bounded staleness, documented in the README).
     """
 
-    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = 1.0, clock: Clock = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[RatingTable, float]] = {}
         self._ttl = ttl

@@ -274,6 +274,14 @@ class Rekeyer:
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
             future.result()
         self._left_noncompliant = self.refused > refused
+        if self._thread is None:  # one run, not in the background (the command line): close the old SAs here
+            with self._wake:
+                last = max((when for when, _, _ in self._closing), default=0.0)
+            time.sleep(max(0.0, last - time.monotonic()))
+            with self._wake:
+                due = self._due(everything=True)
+            for close in due:
+                close()
         return impacts
 
     def _act(self, impact: Impact, cause: str) -> None:
@@ -341,10 +349,6 @@ class Rekeyer:
                 return
 
     def _close_later(self, close: Callable[[], None]) -> None:
-        if self._thread is None:  # not running in the background (one run from the command line)
-            time.sleep(self._drain)
-            close()
-            return
         with self._wake:
             self._order += 1
             heapq.heappush(self._closing, (time.monotonic() + self._drain, self._order, close))

@@ -171,3 +171,28 @@ def test_a_database_away_when_the_rekeyer_starts_delays_it_and_never_stops_it(wo
         assert until(lambda: rekeyer.refused >= 1)  # and acts on an edit made after it
     finally:
         rekeyer.stop()
+
+
+def test_one_run_outside_the_background_closes_every_old_sa_itself(world: FakeDatabase,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.services import rekey
+
+    closed: list[str] = []
+
+    def moved(*, record: TunnelRecord, **_: Any) -> Any:
+        return lambda: closed.append(record.id)
+
+    monkeypatch.setattr(rekey, "move", moved)
+    with world.unit() as uow:
+        _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], confidentiality=5)
+        uow.commit()
+    rekeyer = Rekeyer(units=world.unit, vici=_unreachable, default_table=TABLE, drain=0.05)
+    try:
+        rekeyer.run_once("test edit")  # as the command line runs it: no background threads
+    finally:
+        rekeyer.stop()
+    assert (rekeyer.moved, closed) == (1, ["strong"])
+    with world.unit() as uow:
+        record = uow.tunnels.get("strong")
+        assert record.state is TunnelState.UP
+        assert record.detail.startswith("moved from")
