@@ -113,18 +113,21 @@ def test_replicas_share_one_database_behind_a_load_balancer(tmp_path: Path) -> N
         assert (event["subject"], event["data"]["revision"]) == ("standards-2026", edited.json()["revision"])
 
         # Clients of the load balancer keep being answered while the leader is killed.
-        def ask(i: int) -> int:
+        def ask(i: int) -> int | str:
             if i == 60:
                 replicas[0][1].send_signal(signal.SIGKILL)
             try:
                 return httpx.post(f"{lb}/v1/negotiations", json=STRONG, timeout=15).status_code
-            except httpx.HTTPError:
-                return 0
+            except httpx.HTTPError as e:
+                return f"{type(e).__name__}: {e}"
         with ThreadPoolExecutor(max_workers=8) as pool:
             statuses = list(pool.map(ask, range(300)))
-        answered = [s for s in statuses if s]
-        assert len(answered) == 300, statuses.count(0)
-        failed = [s for s in answered if s != 200]
+        # A request whose answer was part-way out when its replica died can only see the connection
+        # close (the load balancer cannot send it again once a byte of the answer has passed); no
+        # request waits for its time-out, and any other failure is a status.
+        dropped = [s for s in statuses if isinstance(s, str)]
+        assert not [s for s in dropped if "Timeout" in s], dropped
+        failed = [s for s in statuses if s != 200]
         assert len(failed) <= 8, failed  # at most the requests in flight on the killed replica at that moment
         assert until(lambda: len(leaders()) == 1 and leaders()[0] in (1, 2), 10, ignoring=(httpx.HTTPError,)), leaders()
         assert all(httpx.post(f"{lb}/v1/negotiations", json=STRONG, timeout=10).status_code == 200
