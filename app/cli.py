@@ -49,7 +49,6 @@ def serve(
     """
     import uvicorn
 
-    from app.api.http_protocol import OneWriteHttpProtocol
     from app.api.main import create_app
 
     settings = settings_for(database_url)
@@ -68,7 +67,7 @@ def serve(
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http=OneWriteHttpProtocol, proxy_headers=False, backlog=settings.listen_backlog)
+                http="httptools", proxy_headers=False, backlog=settings.listen_backlog)
 
 
 @db_app.command("upgrade")
