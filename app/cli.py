@@ -97,7 +97,7 @@ def negotiate(
         typer.echo(json.dumps({"error": "ValidationError", "detail": json.loads(exc.json())}, indent=2), err=True)
         raise typer.Exit(2) from exc
     settings = settings_of(database_url)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             result = run_negotiation(uow=uow, cache=TableCache(), request=body, default_table=settings.default_table)

@@ -8,8 +8,13 @@ failure :class:`GatewayUnreachable` naming the URL.
 A plain ``http://`` peer is reached over a kept-alive connection per origin: the request
 goes out in one write and the answer is read with httptools' parser (uvicorn's; a fraction
 of httpx's or :mod:`http.client`'s cost per request, which a connect pays twice);
-``https://``, a proxy from the environment, or an explicit ``client`` go through httpx. A
-kept connection the peer closed while idle is noticed before use and replaced.
+``https://``, a proxy from the environment, an explicit ``client``, or ``fast_paths=False``
+(the ``QOSS_FAST_PATHS`` setting) go through httpx. A kept connection the peer closed while
+idle is noticed before use and replaced.
+
+What of httptools this relies on (the response parser's callbacks, ``should_keep_alive``,
+``get_status_code``, ``HttpParserError``) and that it answers as httpx does are checked by
+``tests/unit/adapters/test_transport_library_shape.py`` against the pinned version.
 """
 
 from __future__ import annotations
@@ -214,8 +219,16 @@ def _proxied() -> bool:
     return any(k in urllib.request.getproxies() for k in ("http", "all"))
 
 
-def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None) -> bytes:
+def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None,
+                 fast_paths: bool = True) -> bytes:
     """POST one agent message; the answer's message bytes.
+
+    Args:
+        url: the peer's message route.
+        wire: the sealed message.
+        timeout: seconds for the connection and each read.
+        client: an httpx client to send it with (else one shared per process).
+        fast_paths: the ``fast_paths`` setting: plain HTTP on kept sockets (see the module); False: httpx.
 
     Raises:
         AgentRejected: the remote side rejected it (403: deliberately without a reason).
@@ -223,7 +236,7 @@ def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.
         PeerUnreachable: no answer.
     """
     parts = urllib.parse.urlsplit(url)
-    if client is None and parts.scheme == "http" and not _proxied():
+    if fast_paths and client is None and parts.scheme == "http" and not _proxied():
         body = json.dumps({"message": wire.decode("ascii")}, separators=(",", ":")).encode("ascii")
         try:
             status, content = _plain_post(url, parts, body, timeout)
