@@ -35,7 +35,7 @@ def prepare_database(settings: Settings) -> Prepared:
         return Prepared([], [])
     tables = files.load_rating_tables(settings.ratings_dir)
     policies = files.load_policies(settings.policies_dir)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             added_t = load_shipped_tables(uow=uow, tables=tables)

@@ -49,7 +49,6 @@ def serve(
     """
     import uvicorn
 
-    from app.api.http_protocol import OneWriteHttpProtocol
     from app.api.main import create_app
 
     settings = settings_for(database_url)
@@ -68,7 +67,7 @@ def serve(
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http=OneWriteHttpProtocol, proxy_headers=False, backlog=settings.listen_backlog)
+                http="httptools", proxy_headers=False, backlog=settings.listen_backlog)
 
 
 @db_app.command("upgrade")
@@ -98,7 +97,7 @@ def negotiate(
         typer.echo(json.dumps({"error": "ValidationError", "detail": json.loads(exc.json())}, indent=2), err=True)
         raise typer.Exit(2) from exc
     settings = settings_of(database_url)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             result = run_negotiation(uow=uow, cache=TableCache(), request=body, default_table=settings.default_table)

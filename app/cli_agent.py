@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 from pathlib import Path
@@ -39,7 +40,7 @@ def _session_factory(database_url: str | None) -> Any:
     from app.cli_db import require_database
 
     settings = require_database(database_url)
-    return make_session_factory(make_engine(settings.database_url)), settings
+    return make_session_factory(make_engine(settings.database_url, fast_paths=settings.fast_paths)), settings
 
 
 @agent_app.command("keygen")
@@ -101,6 +102,7 @@ def users(database_url: DbUrl = None) -> None:
 def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None) -> None:
     """Host: revoke a user and tell every target to take the user's tunnels down."""
     from app.adapters.agent.crypto import load_keys
+    from app.adapters.agent.transport import post_message
     from app.adapters.vici.driver import ViciGateway
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
@@ -119,20 +121,26 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
             target = TargetAgent(config=agent_config, keys=keys, session_factory=factory,
                                  vici=lambda path: ViciGateway(path, settings.vici_timeout), cache=TableCache(),
                                  default_table=settings.default_table)
-        host = HostAgent(config=agent_config, keys=keys, session_factory=factory, local_target=target)
+        host = HostAgent(config=agent_config, keys=keys, session_factory=factory, local_target=target,
+                         post=functools.partial(post_message, fast_paths=settings.fast_paths))
         _emit(host.revoke(user_id))
     except QossError as exc:
         _fail(exc)
 
 
 def _client(config: Path) -> Any:
+    """The user's client; its HTTP to Host takes the fast path unless ``QOSS_FAST_PATHS`` is false."""
     from app.adapters.agent.crypto import load_keys
+    from app.adapters.agent.transport import post_message
     from app.adapters.vici.driver import ViciGateway
     from app.services.agent_client import AgentClient
     from app.services.agent_config import load_client_config
+    from app.settings import Settings
 
     cfg = load_client_config(config)
-    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+    post = functools.partial(post_message, fast_paths=Settings().fast_paths)
+    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
+                         post=post)
     gc.freeze()  # the modules' objects: no full collection over them during the connect
     return client
 

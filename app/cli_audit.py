@@ -22,7 +22,7 @@ def _read_session(database_url: str | None) -> Any:
     from app.cli_db import require_database
 
     settings = require_database(database_url)
-    engine = make_engine(settings.database_url, writes=False)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths, writes=False)
     return engine, make_session_factory(engine)
 
 

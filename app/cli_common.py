@@ -42,7 +42,7 @@ def prepared(database_url: str | None) -> Iterator[tuple[Any, Any]]:
 
     settings = settings_of(database_url)
     prepare_database(settings)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             yield settings, uow
@@ -72,7 +72,7 @@ class Unit:
         from app.adapters.vici.driver import ViciGateway
         from app.services.ratings import TableCache
 
-        engine = make_engine(self.settings.database_url)
+        engine = make_engine(self.settings.database_url, fast_paths=self.settings.fast_paths)
         timeout = self.settings.vici_timeout
         try:
             with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
@@ -94,7 +94,7 @@ class Unit:
         from app.services.rekey import Rekeyer
 
         s = self.settings
-        engine = make_engine(s.database_url)
+        engine = make_engine(s.database_url, fast_paths=s.fast_paths)
         rekeyer = Rekeyer(units=sql_units_of_work(make_session_factory(engine)),
                           vici=lambda p: ViciGateway(p, s.vici_timeout), default_table=s.default_table,
                           cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,

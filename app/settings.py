@@ -128,6 +128,10 @@ class Settings(BaseSettings):
         default=1.0, gt=0, description="Host: agent requests per second per verified user (after the signature check)"
     )
     agent_user_burst: int = Field(default=10, ge=1, description="Host: agent requests a verified user may make at once")
+    fast_paths: bool = Field(
+        default=True, description="the agent's fast paths (message routes answered without the framework, database "
+        "statements on the DBAPI cursor, agent HTTP on kept sockets); false: each through its library's public API, "
+        "slower (docs/performance.md)")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(
         default=[], description="addresses or networks of the reverse proxies whose forwarded header names the "
         "client (comma-separated in the environment); none by default: the peer's address is the client's")

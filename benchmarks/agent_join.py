@@ -26,20 +26,32 @@ the machine is shared), and with ``--breakdown`` the same connects with Client, 
 Target in ONE process (no HTTP, no uvicorn): each role's steps (median ms, from the
 ``qoss.agent.timing`` DEBUG log). Real minus in-process is what the HTTP hops cost.
 ``--combined``: one ``qoss serve`` plays Host and Target (``url: local``), one hop fewer.
+
+``--fast-paths on|off`` sets ``QOSS_FAST_PATHS`` for the servers and the client;
+``--fast-paths compare`` runs both: a second pair of servers with the fast paths off beside
+the lab's own (same namespaces and charons, port + 1, databases, configs and a pool of their
+own) and a second client, one connect of each per round, the order rotating; it prints each
+arm's median and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from app.adapters.lab_agent import AgentLab
+import yaml
+
+from app.adapters.lab_agent import MARK, AgentLab
 
 INNER = r"""
 import gc, json, os, sys, time
@@ -48,7 +60,8 @@ from app.adapters.agent.crypto import load_keys
 from app.adapters.vici.driver import ViciGateway
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
-cfg = load_client_config(Path(sys.argv[1]))
+arms = json.loads(sys.argv[1])  # [{"config", "fast"}]: the first one's config is the breakdown's and bare's
+cfg = load_client_config(Path(arms[0]["config"]))
 n, breakdown, bare = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 steps = {}
 connecting = [False]  # the breakdown keeps the roles' steps of connects only, not of disconnects
@@ -71,7 +84,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     log = logging.getLogger("qoss.agent.timing")
     log.setLevel(logging.DEBUG)
     log.addHandler(Collect())
-    d = Path(sys.argv[1]).parent
+    d = Path(arms[0]["config"]).parent
     def role(name):
         c = load_server_config(d / f"{name}.yaml")
         return c, load_keys(c.key_dir, c.id), make_session_factory(make_engine(f"sqlite:///{d}/{name}.db"))
@@ -84,26 +97,35 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     else:  # --combined: one process is Host and Target
         host = HostAgent(config=tc, keys=tk, session_factory=tf, local_target=target)
     post = lambda url, wire: host.handle(wire).answer
-    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
-                         post=post)
+    clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
+                           post=post)]
 else:
-    client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0))
+    import functools
+    from app.adapters.agent.transport import post_message
+
+    def client_of(arm):  # each arm's client posts with its arm's QOSS_FAST_PATHS, as qoss agent connect would
+        c = load_client_config(Path(arm["config"]))
+        return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), vici=ViciGateway(c.vici_socket, 20.0),
+                           post=functools.partial(post_message, fast_paths=arm["fast"]))
+    clients = [client_of(arm) for arm in arms]
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)
 gc.freeze()  # as qoss agent connect does once its client is made
-times, cpu, bare_ms, last = [], [], [], None
+times, cpu, bare_ms, last = [[] for _ in clients], [[] for _ in clients], [], None
 alternate = sys.argv[5] == "alternate"
 
 
-def agent_round():
+def agent_round(k):
     global last
+    client = clients[k]
     start, start_cpu = time.perf_counter(), time.process_time()
     connecting[0] = True
     last = client.connect(target="target-1", objective_id=3)
     connecting[0] = False
-    times.append((time.perf_counter() - start) * 1000)
-    cpu.append((time.process_time() - start_cpu) * 1000)
-    steps.setdefault("client", []).append(client.last_steps)
-    steps.setdefault("client cpu", []).append(client.last_steps_cpu)
+    times[k].append((time.perf_counter() - start) * 1000)
+    cpu[k].append((time.process_time() - start_cpu) * 1000)
+    if k == 0:
+        steps.setdefault("client", []).append(client.last_steps)
+        steps.setdefault("client cpu", []).append(client.last_steps_cpu)
     client.disconnect(last["ticket"])
 
 
@@ -114,17 +136,27 @@ def bare_round():  # the prepared road warrior: initiate alone timed
     bare_vici.terminate(ike="bare-rw", timeout_ms=5000, force=True)
 
 
-firsts = []  # per round: whether the agent went first
+# Each round runs every arm once: the agent arms (one per configuration) and, with bare, the
+# bare initiate. Alternately, the arms take turns going first (the order rotates by one each
+# round); with agent-first, the agent arms rotate among themselves and the bare initiate goes last.
+agent_arms = list(range(len(clients)))
+if len(clients) > 1:  # untimed: each client's first connect builds what it keeps (connections, an httpx client)
+    for k in agent_arms:
+        agent_round(k)
+    times, cpu = [[] for _ in clients], [[] for _ in clients]
+    steps.clear()
+orders = []  # per round: the arms in the order they ran ("bare" for the bare initiate)
 for i in range(n):
-    agent_first = not bare or not alternate or i % 2 == 0
-    firsts.append(agent_first)
-    if bare:
-        for arm in (agent_round, bare_round) if agent_first else (bare_round, agent_round):
-            arm()
+    if bare and alternate:
+        order = [*agent_arms, "bare"]
+        order = order[i % len(order):] + order[:i % len(order)]
     else:
-        agent_round()
+        order = agent_arms[i % len(agent_arms):] + agent_arms[:i % len(agent_arms)] + (["bare"] if bare else [])
+    orders.append(order)
+    for arm in order:
+        bare_round() if arm == "bare" else agent_round(arm)
     time.sleep(0.02)
-print(json.dumps({"firsts": firsts, "ms": times, "cpu": cpu, "bare_ms": bare_ms, "esp": last["esp_proposal"],
+print(json.dumps({"orders": orders, "ms": times, "cpu": cpu, "bare_ms": bare_ms, "esp": last["esp_proposal"],
                   "ike": last["ike_proposal"], "steps": steps}))
 """
 
@@ -156,22 +188,90 @@ def _cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _pids(lab: AgentLab) -> dict[str, int]:
-    charons = lab.lab.pids
+@dataclass(frozen=True)
+class Arm:
+    """One configuration of the servers and the client: QOSS_FAST_PATHS on or off."""
+
+    name: str
+    fast: bool
+    config: str  # the client's config for this arm's Host
+    pids: dict[str, int]  # this arm's servers, by what they play
+
+
+def _server_pids(lab: AgentLab) -> dict[str, int]:
     servers = lab.server_pids()
-    named = ({"host+target server": servers["target"]} if lab.combined
-             else {"target server": servers["target"], "host server": servers["host"]})
-    return {**named, "client charon": charons["client"], "target charon": charons["target"]}
+    return ({"host+target server": servers["target"]} if lab.combined
+            else {"target server": servers["target"], "host server": servers["host"]})
 
 
-def _run(lab: AgentLab, n: int, breakdown: bool, bare: bool = False, order: str = "alternate") -> dict[str, object]:
-    done = subprocess.run(["ip", "netns", "exec", lab.host("client").netns, sys.executable, "-c", INNER,
-                           str(lab.client_config_path("alice")), str(n), "1" if breakdown else "0",
-                           "1" if bare else "0", order],
-                          capture_output=True, text=True, timeout=600, check=False)
+def _start_arm(lab: AgentLab, k: int, name: str, fast: bool, procs: list[subprocess.Popen[bytes]]) -> Arm:
+    """Servers for arm ``k`` >= 1 beside the lab's own (arm 0): the same namespaces, charons and keys,
+    port + k, databases and configs of their own (``ROLE-k``), a pool of their own; alice enrolled."""
+    port, suffix = lab.port + k, f"-{k}"
+    pool = f"{ipaddress.ip_network(lab.pool).network_address + 32 * k}/28"
+    for role in lab.roles:
+        config = yaml.safe_load(lab.config_path(role).read_text())
+        if "target" in config:
+            config["target"]["pool"] = pool
+        if "host" in config and not lab.combined:
+            config["host"]["targets"]["target-1"]["url"] = f"http://{lab.host('target').ike_address}:{port}"
+        (lab.state_dir / f"{role}{suffix}.yaml").write_text(yaml.safe_dump(config))
+    client = yaml.safe_load(lab.client_config_path("alice").read_text())
+    front = lab.host(lab.host_server)
+    client["host"]["url"] = f"http://{front.ike_address}:{port}"
+    client["state_dir"] = str(lab.state_dir / f"client-alice{suffix}")
+    config_path = lab.state_dir / f"client-alice{suffix}.yaml"
+    config_path.write_text(yaml.safe_dump(client))
+    front_db = f"sqlite:///{lab.state_dir}/{lab.host_server}{suffix}.db"
+    pids = {}
+    for role in lab.roles:
+        db = f"sqlite:///{lab.state_dir}/{role}{suffix}.db"
+        lab.qoss("db", "upgrade", "--database-url", db)
+        if db == front_db:
+            lab.qoss("agent", "enroll", str(lab.key_dir / "alice.pub.json"), "--objective", "3", "--objective", "2",
+                     "--database-url", db)
+        h = lab.host(role)
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("QOSS_")},
+               MARK: str(lab.state_dir),  # qoss lab down (and the lab's own down) stops it too
+               "QOSS_DATABASE_URL": db, "QOSS_AGENT_CONFIG": str(lab.state_dir / f"{role}{suffix}.yaml"),
+               "QOSS_RECONCILE_ON_START": "false", "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning",
+               "QOSS_VICI_SOCKET_DIRS": json.dumps([str(lab.state_dir)]), **lab.server_env,
+               "QOSS_FAST_PATHS": "true" if fast else "false"}
+        with open(lab.state_dir / f"{role}{suffix}.log", "ab") as log:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", h.netns, sys.executable, "-m", "app.cli", "serve", "--host", h.ike_address,
+                 "--port", str(port)], env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=lab.state_dir)
+        procs.append(proc)
+        pids[("host+target" if lab.combined else role) + f" server {k}"] = proc.pid
+    for role in lab.roles:
+        _wait(lab, f"http://{lab.host(role).ike_address}:{port}/healthz")
+    return Arm(name, fast, str(config_path), pids)
+
+
+def _wait(lab: AgentLab, url: str, timeout: float = 60.0) -> None:
+    probe = "import urllib.request,sys; sys.exit(urllib.request.urlopen(sys.argv[1], timeout=1).status != 200)"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = subprocess.run(["ip", "netns", "exec", lab.host("client").netns, sys.executable, "-c", probe, url],
+                              capture_output=True, timeout=30, check=False)
+        if done.returncode == 0:
+            return
+        time.sleep(0.3)
+    raise RuntimeError(f"server at {url} did not come up: see {lab.state_dir}")
+
+
+def _run(lab: AgentLab, arms: list[Arm], n: int, breakdown: bool, bare: bool = False,
+         order: str = "alternate") -> dict[str, Any]:
+    spec = json.dumps([{"config": a.config, "fast": a.fast} for a in arms])
+    done = subprocess.run(["ip", "netns", "exec", lab.host("client").netns, sys.executable, "-c", INNER, spec,
+                           str(n), "1" if breakdown else "0", "1" if bare else "0", order],
+                          capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"agent runs failed: {done.stderr[-3000:]}")
-    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+        logs = "".join(f"\n--- {log.name} ---\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+                       for log in sorted(lab.state_dir.glob("*.log")))
+        raise SystemExit(f"agent runs failed: {done.stderr[-3000:]}{logs}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -186,51 +286,95 @@ def _p90(values: list[float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=25, help="runs of each (>= 20)")
+    parser.add_argument("-n", type=int, default=25, help="rounds (>= 20)")
     parser.add_argument("--breakdown", action="store_true",
                         help="also run Client, Host and Target in one process and show each role's steps")
     parser.add_argument("--combined", action="store_true",
                         help="one qoss serve plays Host and Target (url: local): one HTTP hop instead of two")
     parser.add_argument("--order", choices=["alternate", "agent-first"], default="alternate",
-                        help="which arm goes first in a round: alternately (default) or always the agent")
+                        help="which arm goes first in a round: each in turn (default) or always an agent arm")
+    parser.add_argument("--fast-paths", choices=["on", "off", "compare"], default="on",
+                        help="QOSS_FAST_PATHS of the servers and the client: on (default), off, or compare: both, "
+                             "each with servers of its own, one connect of each per round")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still stop the servers and the lab
     n = max(1, min(args.n, 500))
+    first_fast = args.fast_paths != "off"
     server_env = {"QOSS_AGENT_RATE": "1000", "QOSS_AGENT_BURST": "1000", "QOSS_AGENT_USER_RATE": "1000",
                   "QOSS_AGENT_USER_BURST": "1000"}
-    with AgentLab.temporary("qj", server_env=server_env, combined=args.combined) as lab:
-        lab.enroll("alice", objectives=(3, 2))
-        pids = _pids(lab)
-        first = _run(lab, 1, breakdown=False)  # learns the suite Target negotiates (untimed)
-        prepare_bare(lab, str(first["ike"]), str(first["esp"]))
-        before = {k: _cpu_ms(p) for k, p in pids.items()}
-        agent = _run(lab, n, breakdown=False, bare=True, order=args.order)
-        cpu = {k: (_cpu_ms(p) - before[k]) / n for k, p in pids.items()}
-        local = _run(lab, n, breakdown=True) if args.breakdown else None
-    ms, base_ms = list(agent["ms"]), list(agent["bare_ms"])  # type: ignore[call-overload]
-    a, b = statistics.median(ms), statistics.median(base_ms)
+    procs: list[subprocess.Popen[bytes]] = []
+    with AgentLab.temporary("qj", server_env={**server_env, "QOSS_FAST_PATHS": str(first_fast).lower()},
+                            combined=args.combined) as lab:
+        try:
+            lab.enroll("alice", objectives=(3, 2))
+            arms = [Arm("fast paths on" if first_fast else "fast paths off", first_fast,
+                        str(lab.client_config_path("alice")), _server_pids(lab))]
+            if args.fast_paths == "compare":
+                arms.append(_start_arm(lab, 1, "fast paths off", False, procs))
+            charons = lab.lab.pids
+            pids = {**{k: v for a in arms for k, v in a.pids.items()}, "client charon": charons["client"],
+                    "target charon": charons["target"]}
+            for arm in arms:
+                first = _run(lab, [arm], 1, breakdown=False)  # warms each arm up; learns the suite (untimed)
+            prepare_bare(lab, str(first["ike"]), str(first["esp"]))
+            before = {k: _cpu_ms(p) for k, p in pids.items()}
+            agent = _run(lab, arms, n, breakdown=False, bare=True, order=args.order)
+            cpu = {k: (_cpu_ms(p) - before[k]) / n for k, p in pids.items()}
+            local = _run(lab, arms[:1], n, breakdown=True) if args.breakdown else None
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    _report(args, arms, n, agent, cpu, local)
+
+
+def _report(args: argparse.Namespace, arms: list[Arm], n: int, agent: dict[str, Any], cpu: dict[str, float],
+            local: dict[str, Any] | None) -> None:
+    ms: list[list[float]] = agent["ms"]
+    base_ms: list[float] = agent["bare_ms"]
+    b = statistics.median(base_ms)
     layout = "Host and Target in one server" if args.combined else "Host and Target in two servers"
-    print(f"suite: ike {agent['ike']}, esp {agent['esp']}; {n} runs each; {layout}")
-    print(f"agent connect -> tunnel up: median {a:.1f} ms, p90 {_p90(ms):.1f} ms")
-    print(f"bare VICI initiate:         median {b:.1f} ms, p90 {_p90(base_ms):.1f} ms (same rounds, interleaved)")
-    print(f"ratio {a / b:.2f} (goal <= 3) {'OK' if a / b <= 3 else 'MISSED'}")
-    firsts = [bool(f) for f in agent["firsts"]]  # type: ignore[attr-defined]
-    if any(firsts) and not all(firsts):
-        def med(values: list[float], agent_first: bool) -> float:
-            return statistics.median(v for v, f in zip(values, firsts, strict=True) if f == agent_first)
-        print(f"by order (median ms): agent first {med(ms, True):.1f}, second {med(ms, False):.1f}; "
-              f"bare first {med(base_ms, False):.1f}, second {med(base_ms, True):.1f}")
-    steps: dict[str, list[dict[str, object]]] = agent["steps"]  # type: ignore[assignment]
-    print(f"client steps (median ms): {_median_steps(steps['client'])}")
-    print(f"client steps (median CPU ms of its thread): {_median_steps(steps['client cpu'])}")
+    print(f"suite: ike {agent['ike']}, esp {agent['esp']}; {n} rounds; {layout}")
+    width = max(len(a.name) for a in arms) + 2
+    for arm, values in zip(arms, ms, strict=True):
+        a = statistics.median(values)
+        print(f"{arm.name + ':':<{width}} connect -> tunnel up median {a:.1f} ms, p90 {_p90(values):.1f} ms, "
+              f"ratio to bare {a / b:.2f} (goal <= 3) {'OK' if a / b <= 3 else 'MISSED'}")
+    print(f"{'bare:':<{width}} VICI initiate median {b:.1f} ms, p90 {_p90(base_ms):.1f} ms (same rounds)")
+    for k in range(1, len(arms)):
+        diffs = [x - y for x, y in zip(ms[k], ms[0], strict=True)]
+        m0, mk = statistics.median(ms[0]), statistics.median(ms[k])
+        print(f"{arms[k].name} vs {arms[0].name}: medians {mk:.2f} vs {m0:.2f} ms, ratio {mk / m0:.3f}; "
+              f"per round, median difference {statistics.median(diffs):+.2f} ms "
+              f"({statistics.median(diffs) / m0 * 100:+.1f} % of {arms[0].name})")
+    orders: list[list[int | str]] = agent["orders"]
+    keys: list[int | str] = [*range(len(arms)), "bare"]
+    names = [a.name for a in arms] + ["bare"]
+    by_position = []
+    for key, name, values in zip(keys, names, [*ms, base_ms], strict=True):
+        at: dict[int, list[float]] = {}
+        for round_order, value in zip(orders, values, strict=True):
+            at.setdefault(round_order.index(key), []).append(value)
+        if len(at) > 1:
+            by_position.append(f"{name} " + "/".join(f"{statistics.median(at[p]):.1f}" for p in sorted(at)))
+    if by_position:
+        print(f"by position in the round (median ms, 1st/2nd/...): {'; '.join(by_position)}")
+    steps: dict[str, list[dict[str, object]]] = agent["steps"]
+    print(f"client steps of {arms[0].name} (median ms): {_median_steps(steps['client'])}")
+    print(f"client steps of {arms[0].name} (median CPU ms of its thread): {_median_steps(steps['client cpu'])}")
     print("CPU per round (ms): client process "
-          f"{statistics.median(agent['cpu']):.1f} (connect only), "  # type: ignore[arg-type]
-          + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+          + ", ".join(f"{a.name} {statistics.median(c):.1f}" for a, c in zip(arms, agent["cpu"], strict=True))
+          + " (connect only), " + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
           + " (the servers: connect + disconnect; the charons: that and the bare initiate + terminate)")
     if local is not None:
-        lm = statistics.median(local["ms"])  # type: ignore[arg-type]
-        print(f"in one process (no HTTP): median {lm:.1f} ms; the HTTP hops cost {a - lm:.1f} ms")
-        for who, rows in local["steps"].items():  # type: ignore[attr-defined]
+        lm = statistics.median(local["ms"][0])
+        print(f"in one process (no HTTP): median {lm:.1f} ms; the HTTP hops cost "
+              f"{statistics.median(ms[0]) - lm:.1f} ms")
+        for who, rows in local["steps"].items():
             kind = "CPU ms of the thread" if who.endswith(" cpu") else "ms"
             print(f"  {who.removesuffix(' cpu')} steps (median {kind}): {_median_steps(rows)}")
 

@@ -221,6 +221,7 @@ class AgentLab:
         pool: the virtual IPs Target hands out.
         combined: one server in Target's namespace plays Host and Target.
         server_env: extra environment for the servers (e.g. rate limits).
+        client_env: extra environment for the client's ``qoss agent`` commands (e.g. ``QOSS_FAST_PATHS``).
         startup_timeout: seconds for the servers to answer ``/healthz``.
 
     A lab recorded in ``state_dir`` keeps the prefix, port, pool and layout it was built with.
@@ -228,7 +229,7 @@ class AgentLab:
 
     def __init__(self, state_dir: Path, prefix: str = "qoss", *, port: int = PORT, pool: str = POOL,
                  combined: bool = False, server_env: Mapping[str, str] | None = None,
-                 startup_timeout: float = 60.0) -> None:
+                 client_env: Mapping[str, str] | None = None, startup_timeout: float = 60.0) -> None:
         self.state_dir = Path(state_dir).resolve()
         recorded = self._load()
         self.prefix = str(recorded.get("prefix", prefix))
@@ -236,6 +237,7 @@ class AgentLab:
         self.pool = str(recorded.get("pool", pool))
         self.combined = bool(recorded.get("combined", combined))
         self.server_env = dict(server_env or {})
+        self.client_env = dict(client_env or {})
         self.startup_timeout = startup_timeout
         self.lab = Lab(self.state_dir / "lab", prefix=self.prefix)
         self._servers: dict[str, subprocess.Popen[bytes]] = {}
@@ -353,7 +355,7 @@ class AgentLab:
     def agent(self, user: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``qoss agent ARGS --config client-USER.yaml`` in the client's namespace, as the user would run it."""
         return self.qoss("agent", *args, "--config", str(self.client_config_path(user)),
-                         netns=self.host("client").netns, check=check)
+                         netns=self.host("client").netns, check=check, env=self.client_env)
 
     # -- up -------------------------------------------------------------------------------
 

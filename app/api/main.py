@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import load_keys
+from app.adapters.agent.transport import post_message
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.leader import Leadership
@@ -62,13 +64,13 @@ _COMPUTES = frozenset({("POST", "/v1/negotiations")})
 
 
 class QossApp(FastAPI):
-    """The application: the agent's message routes take a fast path (:mod:`app.api.agent_fast`)
-    around the middleware stack; everything else goes through it."""
+    """The application: with the ``fast_paths`` setting on, the agent's message routes take a fast
+    path (:mod:`app.api.agent_fast`) around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             _forwarded_client(self, scope)
-        if is_message_request(scope):
+        if is_message_request(scope) and getattr(self.state, "fast_paths", False):
             scope["app"] = self
             await serve_message(self.state, scope, receive, send, super().__call__)
             return
@@ -95,7 +97,8 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
                              default_table=settings.default_table)
     host = None
     if config.host is not None:
-        host = HostAgent(config=config, keys=keys, session_factory=app.state.session_factory, local_target=target)
+        host = HostAgent(config=config, keys=keys, session_factory=app.state.session_factory, local_target=target,
+                         post=functools.partial(post_message, fast_paths=settings.fast_paths))
     log.info("agent roles: host=%s target=%s (id %s)", host is not None, target is not None, config.id)
     return host, target
 
@@ -240,9 +243,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         resolved = settings or Settings()
         pool: dict[str, Any] = {"pool_size": resolved.db_pool_size, "max_overflow": resolved.db_pool_overflow,
                 "pool_timeout": resolved.db_pool_timeout}
-        engine = make_engine(resolved.database_url, **pool)
+        engine = make_engine(resolved.database_url, fast_paths=resolved.fast_paths, **pool)
         read_engine = (
-            make_engine(resolved.database_url, writes=False, **pool)
+            make_engine(resolved.database_url, writes=False, fast_paths=resolved.fast_paths, **pool)
             if resolved.database_url.startswith("sqlite") else engine
         )
         # Blocking work runs in this many threads; the admission limit and the pool are sized
@@ -258,6 +261,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.write_slots = asyncio.Semaphore(resolved.writes_in_flight)
         app.state.health = HealthProbe(resolved.database_url)
         app.state.settings = resolved
+        app.state.fast_paths = resolved.fast_paths
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
         app.state.read_session_factory = make_session_factory(read_engine)

@@ -198,7 +198,7 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
     names: list[str] = []
     try:
         prepare_database(settings)
-        engine = make_engine(settings.database_url)
+        engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
         sessions = make_session_factory(engine)
         lab.up()
         left, right = lab.host("left"), lab.host("right")
@@ -311,7 +311,7 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
 
     settings = Settings(database_url=database_url) if database_url else Settings()
     prepare_database(settings)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
     try:
         with _unit(make_session_factory(engine)) as uow:
             table = tunnel_table(name=name, base=get_table(uow=uow, name=base), runs=runs,

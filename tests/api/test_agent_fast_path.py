@@ -128,3 +128,26 @@ async def test_not_json_and_too_large_go_to_the_full_stack(clients: Clients, set
         r = await c.post("/v1/agent/requests", content=big, headers={"Content-Type": "application/json"})
         assert (r.status_code, r.json()["error"]) == (413, "PayloadTooLarge")
     assert (await fast.get("/v1/agent/requests")).status_code == 405  # other methods: the full stack
+
+
+async def test_with_fast_paths_off_every_message_goes_through_the_full_stack(
+    settings: Settings, admin_token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, server = agent_server_config(tmp_path)
+    app = create_app(settings.model_copy(update={"agent_config": config, "fast_paths": False}))
+    entered: list[str] = []
+    guard = api_main._GuardAndAudit.__call__
+
+    async def counting(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
+        entered.append(scope["path"])
+        await guard(self, scope, receive, send)
+
+    monkeypatch.setattr(api_main._GuardAndAudit, "__call__", counting)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+        headers={"Authorization": f"Bearer {admin_token}"},
+    ) as c:
+        entered.clear()
+        r = await c.post("/v1/agent/requests", json=sealed_request(KeyPair.generate("mallory"), server))
+        assert r.status_code == 403
+        assert entered == ["/v1/agent/requests"]  # the middleware stack answered, not the fast path

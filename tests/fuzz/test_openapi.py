@@ -26,7 +26,6 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, given, settings
 
-from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
 from app.bootstrap import prepare_database
 from app.measure.services.jobs import BenchmarkJobs
@@ -84,7 +83,7 @@ def _serve(tmp: Path, database_url: str, backend: str) -> Iterator[Server]:
     port = _free_port()
     app = create_app(cfg)
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                        http=OneWriteHttpProtocol))
+                                        http="httptools"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -8,8 +8,14 @@ failure :class:`GatewayUnreachable` naming the URL.
 A plain ``http://`` peer is reached over a kept-alive connection per origin: the request
 goes out in one write and the answer is read with httptools' parser (uvicorn's; a fraction
 of httpx's or :mod:`http.client`'s cost per request, which a connect pays twice);
-``https://``, a proxy from the environment, or an explicit ``client`` go through httpx. A
-kept connection the peer closed while idle is noticed before use and replaced.
+``https://``, a proxy from the environment, an explicit ``client``, or ``fast_paths=False``
+(the ``QOSS_FAST_PATHS`` setting) go through httpx. A kept connection the peer closed while
+idle is noticed before use and replaced. An answer framed by neither Content-Length nor
+chunked encoding ends where the peer closes the connection (RFC 9112 §6.3), as httpx reads it.
+
+What of httptools this relies on (the response parser's callbacks, ``should_keep_alive``,
+``get_status_code``, ``HttpParserError``) and that it answers as httpx does are checked by
+``tests/unit/adapters/test_transport_library_shape.py`` against the pinned version.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ def _shared() -> httpx.Client:
 class _Connection:
     """One kept-alive HTTP/1.1 connection to a plain-HTTP peer (used by one request at a time)."""
 
-    __slots__ = ("_body", "_done", "_host", "_keep", "_parser", "_size", "sock")
+    __slots__ = ("_body", "_done", "_framed", "_headed", "_host", "_keep", "_parser", "_size", "sock")
 
     def __init__(self, origin: tuple[str, int], timeout: float) -> None:
         self.sock: socket.socket | None = socket.create_connection(origin, timeout=timeout)
@@ -79,7 +85,7 @@ class _Connection:
         self._host = f"{host}:{origin[1]}".encode("idna")
         self._body: list[bytes] = []
         self._size = 0
-        self._done = self._keep = False
+        self._done = self._keep = self._framed = self._headed = False
         self._parser: httptools.HttpResponseParser | None = None
 
     def close(self) -> None:
@@ -88,9 +94,14 @@ class _Connection:
             self.sock = None
 
     # httptools' callbacks
+    def on_header(self, name: bytes, _value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
     def on_headers_complete(self) -> None:
         assert self._parser is not None
         self._keep = self._parser.should_keep_alive()
+        self._headed = True
 
     def on_body(self, chunk: bytes) -> None:
         self._size += len(chunk)
@@ -105,7 +116,8 @@ class _Connection:
 
         Raises:
             _TooLarge: the answer's body is over :data:`_MAX_REPLY_BYTES` (the rest is unread).
-            ConnectionResetError: the peer closed the connection before the answer was complete.
+            ConnectionResetError: the peer closed the connection before the answer was complete
+                (an answer without Content-Length or chunked encoding is complete when it closes).
             OSError, httptools.HttpParserError: the network or the answer failed.
         """
         assert self.sock is not None
@@ -114,11 +126,14 @@ class _Connection:
             b"POST " + path.encode("ascii") + b" HTTP/1.1\r\nHost: " + self._host
             + b"\r\nContent-Type: application/json\r\nAccept: application/json\r\nContent-Length: "
             + str(len(body)).encode("ascii") + b"\r\n\r\n" + body)
-        self._body, self._size, self._done, self._keep = [], 0, False, False
+        self._body, self._size = [], 0
+        self._done = self._keep = self._framed = self._headed = False
         self._parser = parser = httptools.HttpResponseParser(self)
         while not self._done:
             data = self.sock.recv(65536)
             if not data:
+                if self._headed and not self._framed:  # read until close: this is its end
+                    return parser.get_status_code(), b"".join(self._body), False
                 raise ConnectionResetError("the peer closed the connection")
             parser.feed_data(data)
             if self._size > _MAX_REPLY_BYTES:
@@ -214,8 +229,16 @@ def _proxied() -> bool:
     return any(k in urllib.request.getproxies() for k in ("http", "all"))
 
 
-def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None) -> bytes:
+def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.Client | None = None,
+                 fast_paths: bool = True) -> bytes:
     """POST one agent message; the answer's message bytes.
+
+    Args:
+        url: the peer's message route.
+        wire: the sealed message.
+        timeout: seconds for the connection and each read.
+        client: an httpx client to send it with (else one shared per process).
+        fast_paths: the ``fast_paths`` setting: plain HTTP on kept sockets (see the module); False: httpx.
 
     Raises:
         AgentRejected: the remote side rejected it (403: deliberately without a reason).
@@ -223,7 +246,7 @@ def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.
         PeerUnreachable: no answer.
     """
     parts = urllib.parse.urlsplit(url)
-    if client is None and parts.scheme == "http" and not _proxied():
+    if fast_paths and client is None and parts.scheme == "http" and not _proxied():
         body = json.dumps({"message": wire.decode("ascii")}, separators=(",", ":")).encode("ascii")
         try:
             status, content = _plain_post(url, parts, body, timeout)

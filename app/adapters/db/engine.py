@@ -7,10 +7,13 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["make_engine", "make_session_factory"]
+__all__ = ["FAST_PATHS_OPTION", "make_engine", "make_session_factory"]
+
+#: The engine execution option that carries the ``fast_paths`` setting (see :mod:`app.adapters.db.hot`).
+FAST_PATHS_OPTION = "qoss_fast_paths"
 
 
-def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwargs: Any) -> Engine:
     """An engine for ``url``.
 
     SQLite: usable from any thread, foreign keys on, a 30 s busy timeout, WAL for file
@@ -24,11 +27,14 @@ def make_engine(url: str, *, writes: bool = True, **kwargs: Any) -> Engine:
         url: SQLAlchemy URL, e.g. ``sqlite:///./var/qoss.db`` or
             ``postgresql+psycopg://user@host/db``.
         writes: SQLite only: open transactions with ``BEGIN IMMEDIATE``.
+        fast_paths: the ``fast_paths`` setting: False makes :mod:`app.adapters.db.hot` run its
+            statements through SQLAlchemy's public execution path (an execution option of the engine).
         **kwargs: Passed on to :func:`sqlalchemy.create_engine`.
 
     Returns:
         The engine; dispose of it when done.
     """
+    kwargs["execution_options"] = {**kwargs.get("execution_options", {}), FAST_PATHS_OPTION: fast_paths}
     if url.startswith("sqlite"):
         if ":memory:" not in url and url != "sqlite://":
             kwargs = {"pool_size": 20, "max_overflow": 40, **kwargs}

@@ -22,6 +22,21 @@ SQLAlchemy for the engine's dialect (its SQL, its parameter style, its type conv
 DBAPI errors come out as SQLAlchemy's (``IntegrityError``, ``OperationalError``...), with
 parameters hidden, so callers handle them as they would any SQLAlchemy error; a connection
 the error shows to be dead is invalidated, not pooled again.
+
+The same statements also run through SQLAlchemy's public execution path
+(``Connection.execute``), with the same results and errors, where the hot path steps aside:
+
+* the engine was made with ``fast_paths=False`` (:func:`~app.adapters.db.engine.make_engine`,
+  from the ``QOSS_FAST_PATHS`` setting; the engine's execution option
+  :data:`~app.adapters.db.engine.FAST_PATHS_OPTION`);
+* the engine (or the Session's connection) has a listener for an event that would see the
+  statements or the transaction (:data:`WATCHED_EVENTS`, :data:`WATCHED_DIALECT_EVENTS`:
+  ``before_cursor_execute``, ``handle_error`` and the like, as query logs and tracers use),
+  or ``echo`` on: such listeners see every statement.
+
+What of SQLAlchemy this relies on beyond its public API (``SQLCompiler.positiontup`` and
+``binds``, ``DBAPIError.instance``, the dialect's ``loaded_dbapi`` and ``is_disconnect``) is
+checked by ``tests/unit/adapters/test_hot_library_shape.py`` against the pinned version.
 """
 
 from __future__ import annotations
@@ -32,15 +47,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.expression import ClauseElement
+from sqlalchemy.sql.expression import ClauseElement, Executable
+from sqlalchemy.types import TypeEngine
+
+from app.adapters.db.engine import FAST_PATHS_OPTION
 
 __all__ = [
-    "HOT_DIALECTS", "HotCursor", "HotStatement", "HotTransaction", "engine_of", "hot_transaction", "session_cursor",
+    "HOT_DIALECTS", "WATCHED_DIALECT_EVENTS", "WATCHED_EVENTS", "HotCursor", "HotStatement", "HotTransaction",
+    "engine_of", "goes_hot", "hot_transaction", "session_cursor",
 ]
 
 Processor = Callable[[Any], Any]
@@ -53,11 +72,41 @@ class _Compiled:
     positional: bool
     fixed: dict[str, Any]  # the values of the statement's own literals (anonymous binds)
     binds: tuple[Processor | None, ...]
-    results: tuple[Processor | None, ...]
+    columns: tuple[TypeEngine[Any], ...]  # the result columns' types (the dialect's implementations)
+    #: The result columns' processors by the type codes the DBAPI reports for them (a
+    #: processor may depend on it: PostgreSQL's ``Numeric`` gives ``Decimal`` or ``float`` by OID).
+    results: dict[tuple[Any, ...], tuple[Processor | None, ...]]
+
+    def processors(self, description: Sequence[Sequence[Any]], dialect: Dialect) -> tuple[Processor | None, ...]:
+        codes = tuple(d[1] for d in description)
+        found = self.results.get(codes)
+        if found is None:
+            found = self.results.setdefault(codes, tuple(
+                t.result_processor(dialect, code) for t, code in zip(self.columns, codes, strict=False)))
+        return found
 
 
 #: The databases the hot path runs on (the ones qoss supports and tests).
 HOT_DIALECTS = frozenset({"sqlite", "postgresql"})
+#: Engine events whose listeners must see what the hot path would run unseen: with one
+#: registered, statements go through ``Connection.execute`` (``begin`` is not among them:
+#: :func:`~app.adapters.db.engine.make_engine` listens to it on SQLite, and the hot path
+#: opens its transactions the way that listener does).
+WATCHED_EVENTS = ("before_execute", "after_execute", "before_cursor_execute", "after_cursor_execute", "commit",
+                  "rollback")
+#: The same for the engine's dialect events (``handle_error`` and the ``do_execute`` hooks).
+WATCHED_DIALECT_EVENTS = ("handle_error", "do_execute", "do_execute_no_params", "do_executemany")
+
+
+def goes_hot(bind: Engine | Connection) -> bool:
+    """Whether statements on ``bind`` take the hot path: the fast paths are on for it, no listener
+    of :data:`WATCHED_EVENTS` or :data:`WATCHED_DIALECT_EVENTS` is registered (on the engine or
+    the connection), ``echo`` is off."""
+    if not bind.get_execution_options().get(FAST_PATHS_OPTION, True) or bind.engine.echo:
+        return False
+    dispatch, dialect = bind.dispatch, bind.dialect.dispatch
+    return not (any(getattr(dispatch, name) for name in WATCHED_EVENTS)
+                or any(getattr(dialect, name) for name in WATCHED_DIALECT_EVENTS))
 
 
 class HotStatement:
@@ -67,12 +116,20 @@ class HotStatement:
     statement may use a dialect's own constructs (``ON CONFLICT DO NOTHING``).
     """
 
-    __slots__ = ("_build", "_by_dialect", "_lock")
+    __slots__ = ("_build", "_built", "_by_dialect", "_lock")
 
     def __init__(self, build: Callable[[str], ClauseElement]) -> None:
         self._build = build
         self._by_dialect: dict[str, _Compiled] = {}
+        self._built: dict[str, ClauseElement] = {}
         self._lock = threading.Lock()
+
+    def statement(self, dialect: Dialect) -> ClauseElement:
+        """The Core statement for ``dialect`` (built once; what the public path executes)."""
+        found = self._built.get(dialect.name)
+        if found is None:
+            found = self._built.setdefault(dialect.name, self._build(dialect.name))
+        return found
 
     def compiled(self, dialect: Dialect) -> _Compiled:
         found = self._by_dialect.get(dialect.name)
@@ -84,25 +141,28 @@ class HotStatement:
             found = self._by_dialect.get(dialect.name)
             if found is not None:  # another thread compiled it meanwhile
                 return found
-            statement = self._build(dialect.name)
+            statement = self.statement(dialect)
             compiled = cast(SQLCompiler, statement.compile(dialect=dialect))  # a statement: an SQLCompiler
             names = tuple(compiled.positiontup or ()) if dialect.positional else tuple(compiled.binds)
             binds = tuple(compiled.binds[n].type.dialect_impl(dialect).bind_processor(dialect) for n in names)
             columns = getattr(statement, "exported_columns", ())  # SELECT's columns, or RETURNING's
-            results = tuple(c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns)
+            types = tuple(c.type.dialect_impl(dialect) for c in columns)
             fixed = {n: b.effective_value for n, b in compiled.binds.items() if not b.required}
-            found = _Compiled(compiled.string, names, dialect.positional, fixed, binds, results)
+            found = _Compiled(compiled.string, names, dialect.positional, fixed, binds, types, {})
             self._by_dialect[dialect.name] = found
         return found
 
 
 class HotCursor:
-    """Runs :class:`HotStatement` s on one DBAPI connection (inside a transaction someone else owns)."""
+    """Runs :class:`HotStatement` s on one DBAPI connection (inside a transaction someone else
+    owns), or, given a SQLAlchemy ``connection`` instead, through ``Connection.execute`` (the
+    public path: the same results, and errors with their parameters hidden alike)."""
 
-    __slots__ = ("_cursor", "dialect")
+    __slots__ = ("_connection", "_cursor", "dialect")
 
-    def __init__(self, dbapi_connection: Any, dialect: Dialect) -> None:
-        self._cursor = dbapi_connection.cursor()
+    def __init__(self, dbapi_connection: Any, dialect: Dialect, *, connection: Connection | None = None) -> None:
+        self._connection = connection
+        self._cursor: Any = dbapi_connection.cursor() if connection is None else None
         self.dialect = dialect
 
     def _execute(self, statement: HotStatement, params: Mapping[str, Any]) -> _Compiled:
@@ -116,35 +176,58 @@ class HotCursor:
             raise _wrapped(c.sql, exc, self.dialect) from exc
         return c
 
+    def _public(self, statement: HotStatement, params: Mapping[str, Any] | list[dict[str, Any]]) -> Any:
+        assert self._connection is not None
+        try:
+            return self._connection.execute(cast(Executable, statement.statement(self.dialect)), params)
+        except StatementError as exc:
+            exc.hide_parameters = True  # as the hot path's errors: never the values
+            raise
+
     def first(self, statement: HotStatement, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """The first row (converted by the columns' types), or None; the rest is discarded."""
+        if self._connection is not None:
+            found = self._public(statement, dict(params)).first()
+            return None if found is None else tuple(found)
         c = self._execute(statement, params)
         try:
             row = self._cursor.fetchone()
-            if self._cursor.description is not None:
+            description = self._cursor.description
+            if description is not None:
                 self._cursor.fetchall()  # psycopg: leave nothing pending on the cursor
         except self.dialect.loaded_dbapi.Error as exc:
             raise _wrapped(c.sql, exc, self.dialect) from exc
         if row is None:
             return None
-        return tuple(v if p is None else p(v) for v, p in zip(row, c.results, strict=False))
+        processors = c.processors(description, self.dialect)
+        return tuple(v if p is None else p(v) for v, p in zip(row, processors, strict=False))
 
     def all(self, statement: HotStatement, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Every row (converted by the columns' types)."""
+        if self._connection is not None:
+            return [tuple(r) for r in self._public(statement, dict(params))]
         c = self._execute(statement, params)
         try:
             rows = self._cursor.fetchall()
         except self.dialect.loaded_dbapi.Error as exc:
             raise _wrapped(c.sql, exc, self.dialect) from exc
-        return [tuple(v if p is None else p(v) for v, p in zip(row, c.results, strict=False)) for row in rows]
+        if not rows:
+            return []
+        processors = c.processors(self._cursor.description, self.dialect)
+        return [tuple(v if p is None else p(v) for v, p in zip(row, processors, strict=False)) for row in rows]
 
     def execute(self, statement: HotStatement, params: Mapping[str, Any]) -> int:
         """Run a statement that returns no rows; the row count."""
+        if self._connection is not None:
+            return int(self._public(statement, dict(params)).rowcount)
         self._execute(statement, params)
         return int(self._cursor.rowcount)
 
     def execute_many(self, statement: HotStatement, rows: Sequence[Mapping[str, Any]]) -> None:
         """Run a statement that returns no rows once per parameter set (the DBAPI's ``executemany``)."""
+        if self._connection is not None:
+            self._public(statement, [dict(r) for r in rows])
+            return
         c = statement.compiled(self.dialect)
         values = []
         for params in rows:
@@ -158,7 +241,8 @@ class HotCursor:
             raise _wrapped(c.sql, exc, self.dialect) from exc
 
     def close(self) -> None:
-        self._cursor.close()
+        if self._cursor is not None:
+            self._cursor.close()
 
 
 def _wrapped(sql: str, exc: Exception, dialect: Dialect) -> StatementError:
@@ -171,17 +255,30 @@ class HotTransaction:
     IMMEDIATE`` on SQLite). End it with :meth:`commit` or :meth:`rollback`; :meth:`close`
     (always) rolls back what was not ended and gives the connection back, or drops it if an
     error showed it dead.
+
+    Where the hot path steps aside (:func:`goes_hot`), the transaction is an engine
+    ``Connection``'s own (its events, its invalidation of a dead connection).
     """
 
-    __slots__ = ("_dead", "_ended", "_raw", "cursor", "dialect")
+    __slots__ = ("_connection", "_dead", "_ended", "_raw", "_transaction", "cursor", "dialect")
 
     def __init__(self, engine: Engine) -> None:
         self.dialect = dialect = engine.dialect
+        self._dead = self._ended = False
+        self._connection: Connection | None = None
+        if not goes_hot(engine):
+            self._connection = connection = engine.connect()
+            try:
+                self._transaction = connection.begin()
+            except BaseException:
+                connection.close()
+                raise
+            self.cursor = HotCursor(None, dialect, connection=connection)
+            return
         try:
             self._raw = engine.raw_connection()
         except dialect.loaded_dbapi.Error as exc:  # raw_connection() leaves a failed connect unwrapped
             raise _wrapped("connect", exc, dialect) from exc
-        self._dead = self._ended = False
         try:
             self.cursor = HotCursor(self._raw.driver_connection, dialect)
             if dialect.name == "sqlite":  # isolation_level None (make_engine): we open it, IMMEDIATE
@@ -198,10 +295,20 @@ class HotTransaction:
         Raises:
             sqlalchemy.exc.DBAPIError: the commit failed.
         """
+        if self._connection is not None:
+            if not self._ended:
+                self._ended = True
+                self._transaction.commit()
+            return
         self._end(self._raw.commit, "COMMIT")
 
     def rollback(self) -> None:
         """Roll back (a failure to is logged by the pool when the connection is dropped)."""
+        if self._connection is not None:
+            if not self._ended:
+                self._ended = True
+                self._transaction.rollback()
+            return
         try:
             self._end(self._raw.rollback, "ROLLBACK")
         except DBAPIError:
@@ -223,13 +330,17 @@ class HotTransaction:
     def abort(self, exc: BaseException) -> None:
         """Roll back after ``exc`` was raised inside the transaction: a DBAPI error that shows
         the connection dead keeps it out of the pool."""
-        orig = exc.orig if isinstance(exc, DBAPIError) else None
-        if orig is not None and _is_disconnect(self.dialect, orig, self._raw):
-            self._dead = True
+        if self._connection is None:
+            orig = exc.orig if isinstance(exc, DBAPIError) else None
+            if orig is not None and _is_disconnect(self.dialect, orig, self._raw):
+                self._dead = True
         self.rollback()
 
     def close(self) -> None:
         """Roll back what was not ended; give the connection back (or drop a dead one)."""
+        if self._connection is not None:
+            self._connection.close()  # rolls back what was not ended
+            return
         if not self._ended:
             self.rollback()
         try:
@@ -264,9 +375,12 @@ def _is_disconnect(dialect: Dialect, exc: BaseException, raw: Any) -> bool:
 @contextmanager
 def session_cursor(session: Session) -> Iterator[HotCursor]:
     """A :class:`HotCursor` on the Session's connection: statements run in its transaction
-    (begun if it was not); closed after the block."""
+    (begun if it was not); closed after the block. The public path where :func:`goes_hot` says so."""
     connection = session.connection()
-    cursor = HotCursor(connection.connection.driver_connection, connection.dialect)
+    if goes_hot(connection):
+        cursor = HotCursor(connection.connection.driver_connection, connection.dialect)
+    else:
+        cursor = HotCursor(None, connection.dialect, connection=connection)
     try:
         yield cursor
     finally:

@@ -24,7 +24,6 @@ from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
 from app.adapters.lab import Lab
 from app.adapters.lab_agent import client_config, host_role, target_role, write_config
 from app.adapters.vici.driver import ViciGateway
-from app.api.http_protocol import OneWriteHttpProtocol
 from app.api.main import create_app
 from app.bootstrap import prepare_database
 from app.services.agent_client import AgentClient
@@ -129,7 +128,7 @@ def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
         port = free_port()
         app = create_app(settings, vici_factory=lambda p: RegisteringVici(p, 15.0))
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                               log_level="warning", http=OneWriteHttpProtocol))
+                                               log_level="warning", http="httptools"))
         thread = threading.Thread(target=server.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + 30

@@ -1,7 +1,7 @@
 """End to end in three namespaces: ``qoss agent connect`` in the client's namespace gets a real
 tunnel from Target through Host (each its own ``qoss serve``), pings through it from its virtual IP,
 and ``qoss agent disconnect`` leaves nothing on Target. The lab is ``app.adapters.lab_agent``'s,
-as ``qoss lab up --agent`` builds it."""
+as ``qoss lab up --agent`` builds it; every test runs with the fast paths on and off (QOSS_FAST_PATHS)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ from tests.fixtures.secrets import keep_log
 pytestmark = pytest.mark.charon
 
 
-@pytest.fixture(scope="module")
-def lab() -> Iterator[AgentLab]:
-    with AgentLab.temporary("qe") as lab:
+@pytest.fixture(scope="module", params=["fast-paths-on", "fast-paths-off"])
+def lab(request: pytest.FixtureRequest) -> Iterator[AgentLab]:
+    """The lab, once with QOSS_FAST_PATHS on (servers and client) and once off: both paths stay correct."""
+    env = {"QOSS_FAST_PATHS": "true" if request.param == "fast-paths-on" else "false"}
+    with AgentLab.temporary("qe", server_env=env, client_env=env) as lab:
         try:
             lab.enroll("alice", objectives=(3, 2))
             for name in (HOST_ID, TARGET_ID, "alice"):  # the leak sweep looks for them in every log kept
@@ -37,7 +39,7 @@ def lab() -> Iterator[AgentLab]:
             logs = [lab.state_dir / f"{role}.log" for role in lab.roles]
             for log in logs + [Path(lab.host(n).log_path) for n in ("client", "target")]:
                 if log.exists():
-                    keep_log(log, f"agent-e2e-{log.parent.name}-{log.name}")
+                    keep_log(log, f"agent-e2e-{request.param}-{log.parent.name}-{log.name}")
 
 
 def agent(lab: AgentLab, *args: str, check: bool = True) -> Any:

@@ -1,15 +1,19 @@
 """The hot path (app/adapters/db/hot.py) on SQLite and PostgreSQL: what it writes reads back
 through the ORM exactly as the ORM would have written it; transactions commit or leave nothing;
-errors come out as SQLAlchemy's, without the values; a dead connection is not pooled again."""
+errors come out as SQLAlchemy's, without the values; a dead connection is not pooled again.
+Engine listeners see its statements (it steps aside for them), Numeric columns convert, and
+with QOSS_FAST_PATHS off the public path gives the same rows and errors."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from decimal import Decimal
+from typing import Any, cast
 
 import pytest
-from sqlalchemy import Engine, Table, bindparam, create_engine, select, text
+from sqlalchemy import Engine, Float, Integer, Numeric, Table, bindparam, create_engine, event, select, text
+from sqlalchemy import cast as sa_cast
 from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -23,8 +27,15 @@ from app.adapters.db.agent import (
     claim_nonce,
     find_user,
 )
-from app.adapters.db.engine import make_engine
-from app.adapters.db.hot import HotStatement, HotTransaction, engine_of, hot_transaction, session_cursor
+from app.adapters.db.engine import FAST_PATHS_OPTION, make_engine
+from app.adapters.db.hot import (
+    HotStatement,
+    HotTransaction,
+    engine_of,
+    goes_hot,
+    hot_transaction,
+    session_cursor,
+)
 from app.domain.agent import AgentSessionState, b64e
 from tests.fixtures.db import postgres_database
 
@@ -227,5 +238,139 @@ def test_a_commit_the_database_refuses_is_sqlalchemys_error_and_leaves_the_conne
             cursor.execute(insert_one, {})
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM deferred_check")).scalar() == 1
+    finally:
+        engine.dispose()
+
+
+# -- what the hot path must not hide, and its public twin -------------------------------
+
+
+def _seen_statements(engine: Engine) -> list[str]:
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        seen.append(statement)
+
+    return seen
+
+
+def test_a_before_cursor_execute_listener_sees_every_hot_statement(
+    engine: Engine, session_factory: sessionmaker[Session]
+) -> None:
+    """Query logs and tracers listen on the engine: with a listener there, the hot path steps
+    aside and every statement goes through SQLAlchemy's execution, where the listener sees it."""
+    _enrol(session_factory, "alice")
+    seen = _seen_statements(engine)
+    assert not goes_hot(engine)
+    with hot_transaction(engine) as cursor:
+        assert claim_nonce(cursor, "host", "user:alice", b"\x07" * 16, datetime.now(UTC))
+        found = find_user(cursor, "alice")
+    assert found is not None
+    assert found.objectives == frozenset({1, 3})
+    with session_factory() as session, session.begin():
+        assert NonceRepository(session).claim("host", "user:alice", b"\x08" * 16, datetime.now(UTC))
+    assert sum("agent_nonces" in s for s in seen) == 2, seen
+    assert any("agent_users" in s for s in seen), seen
+
+
+def test_a_handle_error_listener_sees_a_hot_statements_error(engine: Engine) -> None:
+    users = cast(Table, AgentUserRow.__table__)
+    plain_insert = HotStatement(lambda _: users.insert())
+    values = {"user_id": "alice", "sign_public_key": "s", "kem_public_key": "k", "objectives": [1],
+              "created_at": datetime.now(UTC), "revoked_at": None}
+    errors: list[type[BaseException]] = []
+    event.listen(engine, "handle_error", lambda context: errors.append(type(context.sqlalchemy_exception)))
+    with hot_transaction(engine) as cursor:
+        cursor.execute(plain_insert, values)
+    with pytest.raises(IntegrityError), hot_transaction(engine) as cursor:
+        cursor.execute(plain_insert, values)
+    assert errors == [IntegrityError]
+
+
+def test_without_listeners_and_with_fast_paths_on_statements_go_hot(engine: Engine) -> None:
+    assert goes_hot(engine)
+    with engine.connect() as conn:
+        assert goes_hot(conn)
+        assert not goes_hot(conn.execution_options(**{FAST_PATHS_OPTION: False}))
+
+
+_NUMBERS = HotStatement(lambda _: select(
+    sa_cast(bindparam("amount", type_=Numeric(10, 2)), Numeric(10, 2)).label("amount"),
+    sa_cast(bindparam("ratio", type_=Float()), Float()).label("ratio"),
+    sa_cast(bindparam("count", type_=Integer()), Numeric(12, 0)).label("count"),
+))
+
+
+@pytest.mark.parametrize("fast_paths", [True, False], ids=["hot", "public"])
+def test_numeric_result_columns_are_converted_on_both_databases(database_url: str, fast_paths: bool) -> None:
+    """PostgreSQL's Numeric needs the column's type code (Decimal or float by OID): the hot
+    path takes it from the cursor's description, as SQLAlchemy's results do."""
+    engine = make_engine(database_url, fast_paths=fast_paths)
+    try:
+        assert goes_hot(engine) is fast_paths
+        with hot_transaction(engine) as cursor:
+            row = cursor.first(_NUMBERS, {"amount": Decimal("12.34"), "ratio": 0.5, "count": 7})
+            rows = cursor.all(_NUMBERS, {"amount": Decimal("-1.50"), "ratio": 2.25, "count": 0})
+        assert row == (Decimal("12.34"), 0.5, Decimal("7"))
+        assert isinstance(row[0], Decimal)
+        assert rows == [(Decimal("-1.50"), 2.25, Decimal("0"))]
+    finally:
+        engine.dispose()
+
+
+def test_the_hot_and_the_public_path_give_the_same_rows_and_errors(
+    database_url: str, session_factory: sessionmaker[Session]
+) -> None:
+    """The same statements, inputs and failures through both paths (QOSS_FAST_PATHS on and off)."""
+    _enrol(session_factory, "alice")
+    _enrol(session_factory, "bob", revoked=True)
+    users = cast(Table, AgentUserRow.__table__)
+    plain_insert = HotStatement(lambda _: users.insert())
+    expires = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    outcomes = []
+    for fast_paths in (True, False):
+        engine = make_engine(database_url, fast_paths=fast_paths)
+        nonce = b"\x09" if fast_paths else b"\x0a"
+        try:
+            assert goes_hot(engine) is fast_paths
+            with hot_transaction(engine) as cursor:
+                claimed = (claim_nonce(cursor, "host", "user:alice", nonce * 16, expires),
+                           claim_nonce(cursor, "host", "user:alice", nonce * 16, expires))
+                found = (find_user(cursor, "alice"), find_user(cursor, "bob"), find_user(cursor, "carol"))
+                many = cursor.execute_many(HotStatement(lambda _: users.update().where(
+                    users.c.user_id == bindparam("who")).values(kem_public_key=bindparam("kem"))),
+                    [{"who": "alice", "kem": b64e(b"k" * 32)}, {"who": "bob", "kem": b64e(b"k" * 32)}])
+            values = {"user_id": "alice", "sign_public_key": "secret-looking-value", "kem_public_key": "k",
+                      "objectives": [1], "created_at": datetime.now(UTC), "revoked_at": None}
+            with pytest.raises(IntegrityError) as caught, hot_transaction(engine) as cursor:
+                cursor.execute(plain_insert, values)
+            assert "secret-looking-value" not in str(caught.value)
+            with session_factory() as session:
+                row = session.get(AgentNonceRow, ("host", "user:alice", nonce.hex() * 16))
+                assert row is not None
+                written = row.expires_at
+            outcomes.append((claimed, found, many, type(caught.value.orig).__name__, written))
+        finally:
+            engine.dispose()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == (True, False)
+    assert outcomes[0][4] == expires
+
+
+def test_with_fast_paths_off_a_session_cursor_runs_in_the_sessions_transaction(database_url: str) -> None:
+    engine = make_engine(database_url, fast_paths=False)
+    try:
+        factory = sessionmaker(engine, expire_on_commit=False)
+        with factory() as session:
+            session.begin()
+            connection = session.connection()
+            assert not goes_hot(connection)
+            assert NonceRepository(session).claim("host", "user:a", b"\x0b" * 16, datetime.now(UTC))
+            session.rollback()
+            assert NonceRepository(session).claim("host", "user:a", b"\x0b" * 16, datetime.now(UTC))
+            session.commit()
+        with factory() as session:
+            assert len(session.scalars(select(AgentNonceRow)).all()) == 1
     finally:
         engine.dispose()

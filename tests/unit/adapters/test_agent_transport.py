@@ -191,6 +191,7 @@ def test_a_proxy_in_the_environment_sends_plain_http_through_httpx(monkeypatch: 
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
     monkeypatch.delenv("no_proxy", raising=False)
     monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.setattr(transport, "_SHARED", None)  # a client of its own: it takes the proxy along
     transport._proxied.cache_clear()
     with server:
         try:
@@ -198,6 +199,92 @@ def test_a_proxy_in_the_environment_sends_plain_http_through_httpx(monkeypatch: 
                 post_message(url, b"hello", timeout=2.0)
         finally:
             transport._proxied.cache_clear()
+            if transport._SHARED is not None:
+                transport._SHARED.close()
+                transport._SHARED = None
         monkeypatch.delenv("http_proxy")
         assert post_message(url, b"hello") == b"olleh"  # read again without the proxy: straight there
     thread.join(timeout=5)
+
+
+def scripted_peer(connections: list[list[bytes]]) -> tuple[str, threading.Thread, socket.socket, list[int]]:
+    """A peer that takes ``len(connections)`` connections one after another and answers each
+    request on the n-th with the n-th script's next answer, then closes that connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def read_request(conn: socket.socket, pending: bytes) -> bytes:
+        while b"\r\n\r\n" not in pending:
+            pending += conn.recv(65536)
+        head, _, rest = pending.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:")))
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        return rest[length:]
+
+    def serve() -> None:
+        for script in connections:
+            conn, _ = server.accept()
+            accepted.append(1)
+            with conn:
+                pending = b""
+                for answer in script:
+                    pending = read_request(conn, pending)
+                    conn.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return f"http://127.0.0.1:{server.getsockname()[1]}/v1/agent/requests", thread, server, accepted
+
+
+_DOC = b'{"message":"olleh"}'
+_FRAMED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n" + _DOC
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n",
+    b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n",
+], ids=["1.1-close", "1.1-no-length", "1.0"])
+def test_an_answer_ended_by_closing_the_connection_is_read_whole(head: bytes) -> None:
+    """No Content-Length, not chunked: the body is what comes before the peer closes (RFC 9112
+    §6.3), not a reset connection; that connection is not kept."""
+    transport._KEPT.close()
+    url, thread, server, accepted = scripted_peer([[head + _DOC]])
+    origin = ("127.0.0.1", server.getsockname()[1])
+    with server:
+        assert post_message(url, b"hello", timeout=5.0) == b"olleh"
+        thread.join(timeout=5)
+    assert accepted == [1]
+    assert transport._KEPT.take(origin) is None
+
+
+def test_an_error_answer_ended_by_closing_the_connection_keeps_its_status_and_detail() -> None:
+    transport._KEPT.close()
+    url, thread, server, _ = scripted_peer([[
+        b'HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n'
+        b'{"error":"Conflict","detail":"taken"}']])
+    with server, pytest.raises(RemoteRefused) as caught:
+        post_message(url, b"hello", timeout=5.0)
+    thread.join(timeout=5)
+    assert (caught.value.status, caught.value.remote_detail) == (409, "taken")
+
+
+def test_after_an_answer_ended_by_close_the_next_connection_is_kept_alive_and_reused() -> None:
+    transport._KEPT.close()
+    close_delimited = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + _DOC
+    url, thread, server, accepted = scripted_peer([[close_delimited], [_FRAMED, _FRAMED, _FRAMED]])
+    with server:
+        for _ in range(4):
+            assert post_message(url, b"hello", timeout=5.0) == b"olleh"
+        thread.join(timeout=5)
+    assert len(accepted) == 2  # one for the closed answer, one kept for the three after it
+    transport._KEPT.close()
+
+
+def test_with_fast_paths_off_plain_http_goes_through_httpx(peer: Peer) -> None:
+    for wire in (b"abc", b"xyz"):
+        assert post_message(peer.url, wire, fast_paths=False) == wire[::-1]
+    assert transport._KEPT.take(("127.0.0.1", peer.server_address[1])) is None  # no socket of ours kept
+    assert peer.connections == 1  # httpx keeps its own connection alive
