@@ -3,8 +3,8 @@ queues behind work.
 
 Beyond ``max_in_flight`` requests a process answers ``503 Overloaded`` with ``Retry-After`` at
 once, before reading the body or touching the database: a burst waits in front of the door,
-never inside on a lock, and the process is as responsive after it as before. ``/healthz`` and
-``/livez`` are neither counted nor refused. ``/healthz`` asks the database through a
+never inside on a lock, and the process is as responsive after it as before. ``/healthz``,
+``/livez`` and ``/metrics`` are neither counted nor refused. ``/healthz`` asks the database through a
 connection of its own (no pool), in a thread of its own, with a short timeout, so it answers
 even while every worker thread and pooled connection is busy.
 """
@@ -24,7 +24,7 @@ from app.settings import Settings
 __all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "HealthProbe"]
 
 #: Answered whatever the load: they do no work that can queue.
-UNCOUNTED_PATHS = frozenset({"/healthz", "/livez"})
+UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics"})
 
 
 class AdmissionControl:

@@ -11,11 +11,20 @@ from typing import Annotated, Any
 from fastapi import BackgroundTasks, Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.services.ports import UnitOfWork
+from app.services.ports import NO_METRICS, Metrics, UnitOfWork
 from app.services.rekey import assess
 from app.settings import Settings
 
-__all__ = ["Edit", "EditDep"]
+__all__ = ["Edit", "EditDep", "count_revision"]
+
+#: What an edit's ``cause`` starts with -> the ``kind`` label of ``qoss_revisions_total``.
+_REVISED = (("rating table ", "rating_table"), ("policy ", "policy"))
+
+
+def count_revision(request: Request, kind: str) -> None:
+    """Count one new revision of a ``rating_table`` or a ``policy`` (``qoss_revisions_total``)."""
+    metrics: Metrics = getattr(request.app.state, "metrics", NO_METRICS)
+    metrics.count("qoss_revisions_total", kind=kind)
 
 
 @dataclass
@@ -34,6 +43,9 @@ class Edit:
             impact = [i.as_dict() for i in assess(uow, default_table=settings.default_table)]
             uow.rollback()
             return JSONResponse({"dry_run": True, "would_be": document, "impact": impact})
+        for prefix, kind in _REVISED:
+            if cause.startswith(prefix):
+                count_revision(self.request, kind)
         rekeyer = getattr(self.request.app.state, "rekeyer", None)
         if rekeyer is not None:  # runs after the answer, so after the request's unit of work committed
             self.background.add_task(rekeyer.schedule, cause)

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
@@ -21,11 +22,13 @@ from app.adapters.agent.crypto import load_keys
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.driver import ViciGateway
 from app.adapters.vici.events import updown_listener
 from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.errors import error_body, install_error_handlers
+from app.api.observe import RequestTimer, RouteLabels
 from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 from app.api.routes import (
     admin,
@@ -34,6 +37,7 @@ from app.api.routes import (
     benchmarks,
     gateways,
     health,
+    metrics,
     negotiations,
     policies,
     ratings,
@@ -65,6 +69,13 @@ class QossApp(FastAPI):
     around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        timer: RequestTimer | None = getattr(self.state, "request_timer", None)
+        if scope["type"] == "http" and timer is not None:
+            await timer(self._serve, scope, receive, send)
+            return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             _forwarded_client(self, scope)
         if is_message_request(scope):
@@ -259,6 +270,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # against it, so a burst waits in front of the door (503), not inside on a lock.
         anyio.to_thread.current_default_thread_limiter().total_tokens = resolved.worker_threads
         app.state.health = HealthProbe(resolved.database_url)
+        app.state.metrics = metrics_port = PrometheusMetrics()
+        app.state.scrape_reader = ScrapeReader(resolved.database_url)
+        app.state.request_timer = RequestTimer(metrics_port, labels)
         app.state.settings = resolved
         app.state.engine = engine
         app.state.session_factory = make_session_factory(engine)
@@ -266,7 +280,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.table_cache = TableCache()
         timeout = resolved.vici_timeout
-        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
+        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port))
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
@@ -288,7 +302,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         monitor = None
         if resolved.monitor_tunnels:
             monitor = TunnelMonitor(units=app.state.units, vici=app.state.vici_factory, listen=updown_listener,
-                                    resync=resolved.monitor_interval)
+                                    resync=resolved.monitor_interval, metrics=metrics_port)
             monitor.start()
         app.state.tunnel_monitor = monitor
         rekeyer = None
@@ -297,7 +311,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                               vici=app.state.vici_factory, default_table=resolved.default_table,
                               events=LogEvents(), cheaper=resolved.rekey_cheaper,
                               concurrency=resolved.rekey_concurrency,
-                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain)
+                              teardown_noncompliant=resolved.rekey_teardown_noncompliant, drain=resolved.rekey_drain,
+                              metrics=metrics_port)
             rekeyer.start()
         app.state.rekeyer = rekeyer
         stop_sweeping = asyncio.Event()
@@ -319,6 +334,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 await asyncio.to_thread(rekeyer.stop)
             app.state.auditor.close()
             app.state.health.close()
+            app.state.scrape_reader.close()
             engine.dispose()
             read_engine.dispose()
 
@@ -336,11 +352,15 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.add_middleware(AdmissionControl, settings=settings)
 
     app.include_router(health.router)
+    app.include_router(metrics.router)
     # The agent's message routes first: routing tries each route in order, and they are the
     # ones a connect waits for (their paths overlap no other router's).
     routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks)
     for module in routers:
         app.include_router(module.router, prefix="/v1")
+    labels = RouteLabels((route, prefix + route.path_format) for prefix, router in
+                         [("", health.router), ("", metrics.router), *(("/v1", m.router) for m in routers)]
+                         for route in router.routes if isinstance(route, APIRoute))
     _declare_if_match(app, [("/v1", m.router) for m in routers])
     return app
 

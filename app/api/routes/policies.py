@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
 from app.api.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
-from app.api.edits import EditDep
+from app.api.edits import EditDep, count_revision
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
@@ -37,9 +37,11 @@ def list_policies(uow: ReadUnitDep) -> list[dict[str, Any]]:
 
 
 @router.post("/policies", dependencies=_POLICIES_WRITE, status_code=201, response_model=PolicyOut, responses=_ERRORS)
-def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Response) -> dict[str, Any]:
+def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Response,
+                  request: Request) -> dict[str, Any]:
     """Store a policy."""
     policy, revision = svc.create_policy(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
+    count_revision(request, "policy")
     return _out(policy, revision, response)
 
 
