@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
-                    "(/healthz and /livez are never counted or queued)")
+                    "(/healthz, /livez and /metrics are never counted or queued)")
     worker_threads: int = Field(
         default=40, ge=2, le=1000,
         description="threads that run blocking work (database, VICI, files) off the event loop")

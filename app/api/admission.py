@@ -3,8 +3,8 @@ queues behind work.
 
 Beyond ``max_in_flight`` requests a process answers ``503 Overloaded`` with ``Retry-After`` at
 once, before reading the body or touching the database: a burst waits in front of the door,
-never inside on a lock, and the process is as responsive after it as before. ``/healthz`` and
-``/livez`` are neither counted nor refused. ``/healthz`` asks the database through a
+never inside on a lock, and the process is as responsive after it as before. ``/healthz``,
+``/livez`` and ``/metrics`` are neither counted nor refused. ``/healthz`` asks the database through a
 connection of its own (no pool), in a thread of its own, with a short timeout, so it answers
 even while every worker thread and pooled connection is busy.
 """
@@ -25,7 +25,7 @@ __all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "HealthProbe"]
 
 #: Answered whatever the load: they do no work that can queue. The event stream is long-lived
 #: by design: it has a limit of its own (``max_event_streams``) instead.
-UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/v1/events"})
+UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events"})
 
 
 class AdmissionControl:

@@ -26,6 +26,7 @@ from app.settings import Settings
 __all__ = [
     "MAX_DB_INT",
     "ActorDep",
+    "Bearer",
     "CacheDep",
     "IfMatchDep",
     "Principal",

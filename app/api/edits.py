@@ -11,11 +11,16 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.services.ports import UnitOfWork
+from app.services.ports import NO_METRICS, Metrics, UnitOfWork
 from app.services.rekey import assess
 from app.settings import Settings
 
-__all__ = ["Edit", "EditDep"]
+__all__ = ["Edit", "EditDep", "count_revision"]
+
+def count_revision(request: Request, kind: str) -> None:
+    """Count one new revision of a ``rating_table`` or a ``policy`` (``qoss_revisions_total``)."""
+    metrics: Metrics = getattr(request.app.state, "metrics", NO_METRICS)
+    metrics.count("qoss_revisions_total", kind=kind)
 
 
 @dataclass
@@ -25,14 +30,17 @@ class Edit:
     dry_run: bool
     request: Request
 
-    def finish(self, uow: UnitOfWork, document: dict[str, Any]) -> Any:
+    def finish(self, uow: UnitOfWork, document: dict[str, Any], revised: str | None = None) -> Any:
         """The answer of an edit made in ``uow``: the document, or with ``dry_run`` the document
-        it would have made and its impact on every running tunnel, nothing kept."""
+        it would have made and its impact on every running tunnel, nothing kept. ``revised``:
+        the kind of revision the edit made (``rating_table``, ``policy``), counted once kept."""
         if self.dry_run:
             settings: Settings = self.request.app.state.settings
             impact = [i.as_dict() for i in assess(uow, default_table=settings.default_table)]
             uow.rollback()
             return JSONResponse({"dry_run": True, "would_be": document, "impact": impact})
+        if revised is not None:
+            count_revision(self.request, revised)
         return document  # committed, its event reaches the leading replica's rekeyer (app.services.rekey)
 
 

@@ -39,14 +39,15 @@ class LeaderDuties:
                 self._reconcile("at start" if first else "on taking the lead")
             if s.monitor_tunnels:
                 state.tunnel_monitor = TunnelMonitor(units=state.units, vici=state.vici_factory,
-                                                     listen=updown_listener, resync=s.monitor_interval)
+                                                     listen=updown_listener, resync=s.monitor_interval,
+                                                     metrics=state.metrics)
                 state.tunnel_monitor.start()
             if s.rekey:
                 state.rekeyer = Rekeyer(
                     units=state.units, reads=state.read_units, vici=state.vici_factory, default_table=s.default_table,
                     cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
                     teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain, retry=s.rekey_retry,
-                    watch=s.rekey_watch)
+                    watch=s.rekey_watch, metrics=state.metrics)
                 state.rekeyer.start()
 
     def deposed(self) -> None:

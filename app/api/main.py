@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
@@ -23,12 +24,14 @@ from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.driver import ViciGateway
 from app.api.admission import AdmissionControl, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.deps import in_worker_thread
 from app.api.errors import error_body, install_error_handlers
 from app.api.leader_duties import LeaderDuties
+from app.api.observe import RequestTimer, RouteLabels
 from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 from app.api.routes import (
     admin,
@@ -38,6 +41,7 @@ from app.api.routes import (
     events,
     gateways,
     health,
+    metrics,
     negotiations,
     policies,
     ratings,
@@ -68,6 +72,13 @@ class QossApp(FastAPI):
     path (:mod:`app.api.agent_fast`) around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        timer: RequestTimer | None = getattr(self.state, "request_timer", None)
+        if scope["type"] == "http" and timer is not None:
+            await timer(self._serve, scope, receive, send)
+            return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             _forwarded_client(self, scope)
         if is_message_request(scope) and getattr(self.state, "fast_paths", False):
@@ -260,6 +271,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         anyio.to_thread.current_default_thread_limiter().total_tokens = resolved.worker_threads
         app.state.write_slots = asyncio.Semaphore(resolved.writes_in_flight)
         app.state.health = HealthProbe(resolved.database_url)
+        app.state.metrics = metrics_port = PrometheusMetrics()
+        app.state.scrape_reader = ScrapeReader(resolved.database_url)
+        app.state.request_timer = RequestTimer(metrics_port, labels)
         app.state.settings = resolved
         app.state.fast_paths = resolved.fast_paths
         app.state.engine = engine
@@ -273,7 +287,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
             0.0 if resolved.database_url.startswith("postgresql") else 1.0))
         timeout = resolved.vici_timeout
-        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout))
+        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port))
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
@@ -311,6 +325,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             await in_worker_thread(leadership.stop)
             app.state.auditor.close()
             app.state.health.close()
+            app.state.scrape_reader.close()
             engine.dispose()
             read_engine.dispose()
 
@@ -328,11 +343,15 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.add_middleware(AdmissionControl, settings=settings)
 
     app.include_router(health.router)
+    app.include_router(metrics.router)
     # The agent's message routes first: routing tries each route in order, and they are the
     # ones a connect waits for (their paths overlap no other router's).
     routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, events)
     for module in routers:
         app.include_router(module.router, prefix="/v1")
+    labels = RouteLabels((route, prefix + route.path_format) for prefix, router in
+                         [("", health.router), ("", metrics.router), *(("/v1", m.router) for m in routers)]
+                         for route in router.routes if isinstance(route, APIRoute))
     _declare_if_match(app, [("/v1", m.router) for m in routers])
     return app
 

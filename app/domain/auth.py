@@ -31,7 +31,7 @@ __all__ = [
 #: Every scope; ``admin`` implies all others.
 SCOPES: frozenset[str] = frozenset({
     "ratings:write", "policies:write", "tunnels:write", "tunnels:read", "gateways:write", "agent:enroll",
-    "audit:read", "admin",
+    "audit:read", "metrics:read", "admin",
 })
 
 _TOKEN = re.compile(r"^qoss_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")

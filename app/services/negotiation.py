@@ -14,7 +14,7 @@ from app.domain.negotiation import Backend, NegotiationRequest, NegotiationResul
 from app.domain.policies import Levels, Policy, TrafficProfile, keyword_set, parse_objectives
 from app.domain.ratings import RatingTable
 from app.services.inputs import MinLevelsIn, NegotiationIn, PeerIn
-from app.services.ports import UnitOfWork
+from app.services.ports import NO_METRICS, Metrics, UnitOfWork, error_label
 from app.services.ratings import TableCache
 
 __all__ = ["run_negotiation"]
@@ -87,7 +87,7 @@ _RESULTS = _Results(256)
 
 
 def run_negotiation(
-    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str
+    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str, metrics: Metrics = NO_METRICS,
 ) -> NegotiationResult:
     """Resolve the request's policies and tables, then negotiate (or reuse the result of the
     same inputs: see :class:`_Results`; callers must not change a result).
@@ -96,7 +96,22 @@ def run_negotiation(
         NotFound: a named policy or rating table does not exist.
         InvalidPolicy: an unknown objective or algorithm keyword.
         NoFeasibleSuite: nothing meets the minimums (409).
+
+    ``metrics``: the negotiation is counted by outcome (``qoss_negotiations_total``: ``chosen``
+    or the error's name).
     """
+    try:
+        result = _run_negotiation(uow=uow, cache=cache, request=request, default_table=default_table)
+    except Exception as exc:
+        metrics.count("qoss_negotiations_total", outcome=error_label(exc))
+        raise
+    metrics.count("qoss_negotiations_total", outcome="chosen")
+    return result
+
+
+def _run_negotiation(
+    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str
+) -> NegotiationResult:
     default = cache.get(uow.tables, default_table)
     table = cache.get(uow.tables, request.rating_table) if request.rating_table else default
     policies = uow.policies

@@ -1,5 +1,5 @@
 """What the services need from the world, as protocols: the stores behind a unit of work
-(the event log among them), a strongSwan gateway and the clock.
+(the event log among them), a strongSwan gateway, the clock and the metrics.
 
 Services are written against these and nothing concrete: the database adapters
 (``app.adapters.db.unit_of_work``), the VICI driver (``app.adapters.vici``) and the
@@ -25,11 +25,13 @@ from app.domain.ratings import RatingTable
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 
 __all__ = [
+    "NO_METRICS",
     "AuditStore",
     "Clock",
     "EventStore",
     "GatewayStore",
     "IdempotencyStore",
+    "Metrics",
     "PolicyStore",
     "RatingTableStore",
     "RevisionedStore",
@@ -42,6 +44,7 @@ __all__ = [
     "UnitOfWorkFactory",
     "ViciFactory",
     "ViciPort",
+    "error_label",
 ]
 
 D = TypeVar("D")
@@ -331,3 +334,42 @@ ViciFactory = Callable[[str], ViciPort]
 
 #: Seconds on a monotonic clock.
 Clock = Callable[[], float]
+
+
+class Metrics(Protocol):
+    """Where the services count and time what they do (``app.adapters.metrics.PrometheusMetrics``
+    has it; ``tests/fakes/metrics.py`` keeps what it is told).
+
+    ``name`` is one of the metrics ``app.adapters.metrics.CATALOGUE`` declares, with exactly its
+    labels; label values are few and fixed (an outcome, an error's class name, a gateway),
+    never an id or free text.
+    """
+
+    def count(self, name: str, /, amount: float = 1.0, **labels: str) -> None:
+        """Add ``amount`` to a counter."""
+        ...
+
+    def observe(self, name: str, value: float, /, **labels: str) -> None:
+        """Record one value (seconds) in a histogram."""
+        ...
+
+
+class _NoMetrics:
+    """Counts nothing: the default of a service not handed metrics (the command line, tests)."""
+
+    def count(self, name: str, /, amount: float = 1.0, **labels: str) -> None:
+        return None
+
+    def observe(self, name: str, value: float, /, **labels: str) -> None:
+        return None
+
+
+#: Metrics that go nowhere.
+NO_METRICS: Metrics = _NoMetrics()
+
+
+def error_label(exc: BaseException) -> str:
+    """An outcome label for a failure: a project error's class name (a fixed, small set), else ``error``."""
+    from app.domain.errors import QossError
+
+    return type(exc).__name__ if isinstance(exc, QossError) else "error"

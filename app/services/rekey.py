@@ -29,7 +29,7 @@ from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import TunnelRecord, TunnelState
-from app.services.ports import UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.services.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
@@ -149,12 +149,15 @@ class Rekeyer:
             gateway refreshes) made by any replica; None: only :meth:`schedule` starts a run.
         teardown_noncompliant: take down a tunnel that cannot be brought into compliance
             (default: keep it running, marked ``noncompliant``).
+        metrics: moves counted (``qoss_rekey_moves_total``: moved, refused) and timed
+            (``qoss_rekey_move_seconds``).
     """
 
     def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
                  cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
                  reads: UnitOfWorkFactory | None = None, drain: float = 2.0, retry: float = 60.0,
-                 attempts: int = _ATTEMPTS, watch: float | None = None) -> None:
+                 attempts: int = _ATTEMPTS, watch: float | None = None, metrics: Metrics = NO_METRICS) -> None:
+        self._metrics = metrics
         self._attempts = attempts
         self._watch = watch
         self._retry_at = 0.0
@@ -301,6 +304,7 @@ class Rekeyer:
             return
 
     def _move(self, impact: Impact, cause: str) -> None:
+        started = time.monotonic()
         # Three steps, so that no transaction (on SQLite: the database's one write lock) is
         # open while charon works: read what the move needs, move, record the move.
         with self._reads() as uow:
@@ -328,6 +332,8 @@ class Rekeyer:
             uow.commit()
         self._close_later(close_old)
         self.moved += 1
+        self._metrics.count("qoss_rekey_moves_total", outcome="moved")
+        self._metrics.observe("qoss_rekey_move_seconds", time.monotonic() - started)
         log.info("tunnel %s %s", impact.tunnel, detail)
 
     def _close_loop(self) -> None:
@@ -356,6 +362,7 @@ class Rekeyer:
 
     def _refuse(self, impact: Impact, cause: str, reason: str) -> None:
         self.refused += 1
+        self._metrics.count("qoss_rekey_moves_total", outcome="refused")
         log.warning("tunnel %s not moved (%s): %s", impact.tunnel, impact.kind, reason)
         if impact.kind != "noncompliant":
             return  # still compliant: it keeps running as it is

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from app.domain.errors import GatewayError, NotFound
 from app.domain.tunnels import TunnelState
-from app.services.ports import UnitOfWorkFactory, ViciFactory
+from app.services.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
 from app.services.tunnel_setup import established_everywhere
 
 __all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]
@@ -91,6 +91,8 @@ class TunnelMonitor:
             delivers ``ike-updown`` and ``child-updown``).
         settle: seconds between an event and the check it triggers.
         resync: seconds between re-reading the gateways (and reconnecting lost listeners).
+        metrics: each check's lag behind the first event that asked for it
+            (``qoss_monitor_lag_seconds``, the settle time included).
     """
 
     def __init__(
@@ -101,7 +103,9 @@ class TunnelMonitor:
         listen: ListenerFactory,
         settle: float = 1.0,
         resync: float = 5.0,
+        metrics: Metrics = NO_METRICS,
     ) -> None:
+        self._metrics = metrics
         self._units = units
         self._vici = vici
         self._listen = listen
@@ -110,6 +114,8 @@ class TunnelMonitor:
         self._listeners: dict[str, Listener] = {}
         #: tunnel id -> (when to check, whether a down event was among its events)
         self._due: dict[str, tuple[float, bool]] = {}
+        #: tunnel id -> when the first event of its pending check arrived
+        self._first_seen: dict[str, float] = {}
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -149,8 +155,10 @@ class TunnelMonitor:
             return
         tunnel_id = event.ike_name[len(_PREFIX):]
         with self._wake:
-            at, down = self._due.get(tunnel_id, (time.monotonic() + self._settle, False))
+            now = time.monotonic()
+            at, down = self._due.get(tunnel_id, (now + self._settle, False))
             self._due[tunnel_id] = (at, down or event.up is False)
+            self._first_seen.setdefault(tunnel_id, now)
             self._wake.notify_all()
 
     # ------------------------------------------------------------------ the loop
@@ -167,9 +175,11 @@ class TunnelMonitor:
                     if due or now >= next_sync:
                         break
                     self._wake.wait(min([next_sync, *(at for at, _ in self._due.values())]) - now)
+                seen = {tunnel_id: self._first_seen.pop(tunnel_id, now) for tunnel_id, _ in due}
                 for tunnel_id, _ in due:
                     del self._due[tunnel_id]
             for tunnel_id, down in due:
+                self._metrics.observe("qoss_monitor_lag_seconds", time.monotonic() - seen[tunnel_id])
                 self._guarded(self.check, tunnel_id, down)
             if time.monotonic() >= next_sync:
                 self._guarded(self.sync_listeners)

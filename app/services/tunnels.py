@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, pars
 from app.services import idempotency as idem
 from app.services.inputs import BackendIn, NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
 from app.services.negotiation import run_negotiation
-from app.services.ports import UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.services.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory, error_label
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
 
@@ -120,9 +121,12 @@ def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence
 
 def create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
-    allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"),
+    allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
 ) -> TunnelRecord:
     """Negotiate, load the managed end(s), bring the tunnel up and verify it.
+
+    ``metrics``: every attempt is counted by outcome (``qoss_tunnel_setups_total``: ``up`` or the
+    error's name) and the strongSwan part timed (``qoss_tunnel_setup_seconds``).
 
     To a registered ``responder``: both ends loaded with a fresh PSK and verified. To an
     unmanaged ``peer`` (its address inside ``allowed_networks``): only the initiator is
@@ -136,6 +140,20 @@ def create_tunnel(
         GatewayRejected: strongSwan refused, e.g. NO_PROPOSAL_CHOSEN or AUTHENTICATION_FAILED (502); likewise.
         TunnelVerificationFailed: strongSwan negotiated something else (502); likewise.
     """
+    try:
+        record = _create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
+                                allowed_networks=allowed_networks, metrics=metrics)
+    except Exception as exc:
+        metrics.count("qoss_tunnel_setups_total", outcome=error_label(exc))
+        raise
+    metrics.count("qoss_tunnel_setups_total", outcome="up")
+    return record
+
+
+def _create_tunnel(
+    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+    allowed_networks: Sequence[str], metrics: Metrics,
+) -> TunnelRecord:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
     gateways = uow.gateways
@@ -158,8 +176,14 @@ def create_tunnel(
         assert peer is not None  # TunnelIn asks for exactly one of them
         far = peer
     psk = request.peer.psk.get_secret_value().encode() if request.peer is not None else None
-    bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
-              remote_ts=remote_ts, result=result, vici=vici, psk=psk)
+    started = time.monotonic()
+    try:
+        bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
+                 remote_ts=remote_ts, result=result, vici=vici, psk=psk)
+    except Exception as exc:
+        metrics.observe("qoss_tunnel_setup_seconds", time.monotonic() - started, outcome=error_label(exc))
+        raise
+    metrics.observe("qoss_tunnel_setup_seconds", time.monotonic() - started, outcome="up")
     record = TunnelRecord(
         id=tunnel_id, initiator=initiator.name, responder=responder.name if responder is not None else None,
         local_ts=local_ts, remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(), peer=peer,
@@ -259,7 +283,7 @@ class Answer:
 def request_tunnel(
     *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
-    fingerprint_key: bytes,
+    fingerprint_key: bytes, metrics: Metrics = NO_METRICS,
 ) -> Answer:
     """:func:`create_tunnel` for a client, at most once per ``idempotency_key``.
 
@@ -277,7 +301,7 @@ def request_tunnel(
             return Answer(stored.status, stored.body, replayed=True)
     try:
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                               allowed_networks=allowed_networks)
+                               allowed_networks=allowed_networks, metrics=metrics)
         body = {**record.as_dict(), "ike": record.negotiation.get("ike"), "notes": record.negotiation.get("notes")}
         uow.commit()
     except BaseException:

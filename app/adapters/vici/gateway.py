@@ -74,6 +74,7 @@ from app.adapters.vici.models import (
 from app.adapters.vici.pipeline import Pipeline, _pipelined, _StreamFailed
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
+from app.services.ports import NO_METRICS, Metrics
 
 __all__ = ["ViciGateway"]
 
@@ -93,10 +94,13 @@ class ViciGateway:
         connect: the I/O seam; opens a session. Defaults to :func:`unix_connect`.
         pool: where idle sessions wait for reuse (default: the process-wide :data:`POOL`);
             None opens a new session for every operation.
+        metrics: each command (a batch: once) counted by socket (``qoss_vici_calls_total``),
+            each failure by socket and error (``qoss_vici_errors_total``).
     """
 
     def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect,
-                 pool: SessionPool | None = POOL) -> None:
+                 pool: SessionPool | None = POOL, metrics: Metrics = NO_METRICS) -> None:
+        self.metrics = metrics
         self.socket_path = socket_path
         self.timeout = timeout
         self._connect = connect
@@ -117,7 +121,7 @@ class ViciGateway:
         secrets: Sequence[str] = (),
     ) -> NoReturn:
         """Raise the project exception for ``exc``, chained unless the cause names a secret."""
-        if isinstance(exc, GatewayError):
+        if isinstance(exc, GatewayError):  # made (and counted) by an inner call
             raise exc
         error: GatewayError
         if isinstance(exc, vici.exception.CommandException):
@@ -140,6 +144,7 @@ class ViciGateway:
                 self.socket_path, _scrub(f"unexpected {type(exc).__name__} in {command}: {exc}", secrets)
             )
         _log.debug("vici %s on %s failed: %s", command, self.socket_path, error.message)
+        self.metrics.count("qoss_vici_errors_total", gateway=self.socket_path, error=type(error).__name__)
         if any(s and s in str(exc) for s in secrets):
             raise error from None
         raise error from exc
@@ -148,6 +153,7 @@ class ViciGateway:
         """``call`` on a pooled session (or a new one), which goes back to the pool only if the
         command ended cleanly. A repeatable command that hit a socket error on a reused session
         is run once more on a new one."""
+        self.metrics.count("qoss_vici_calls_total", gateway=self.socket_path)
         key = (self._connect, self.socket_path, wait)
         held = self._pool.take(key) if self._pool is not None else None
         if held is None:

@@ -23,6 +23,7 @@ from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
 from app.domain.errors import NotFound
 from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
+from app.services.ports import NO_METRICS, Metrics, error_label
 from app.services.ratelimit import RateLimited, RateLimiter
 
 __all__ = ["router"]
@@ -60,6 +61,9 @@ class EnrollIn(BaseModel):
     objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
 
 
+#: What an accepted message's audit detail starts with: the ``kind`` label of ``qoss_agent_joins_total``.
+_KINDS = frozenset({"connect", "disconnect", "revoke"})
+
 #: The message routes (path -> what answers), for :func:`handle_message` and the app's fast path.
 MESSAGE_PATHS = {
     "/v1/agent/requests": "host",
@@ -87,13 +91,27 @@ async def handle_message(state: Any, path: str, data: bytes, source: str, note: 
 
     The per-address limit comes first; Host then limits each verified user (``note`` gets the
     audit detail of that refusal). Shared by the routes below and the app's fast path
-    (:mod:`app.api.agent_fast`), so both answer alike.
+    (:mod:`app.api.agent_fast`), so both answer alike. Accepted messages are counted by role
+    and kind (``qoss_agent_joins_total``), refused ones by role and the error's name
+    (``qoss_agent_refusals_total``).
 
     Raises:
         NotFound: this server does not play the role. RateLimited, AgentRejected and the
         handlers' other errors.
     """
     role = MESSAGE_PATHS[path]
+    metrics: Metrics = getattr(state, "metrics", NO_METRICS)
+    try:
+        outcome = await _handle(state, role, data, source, note)
+    except Exception as exc:
+        metrics.count("qoss_agent_refusals_total", role=role, reason=error_label(exc))
+        raise
+    kind = outcome.audit.removeprefix("relayed ").split(" ", 1)[0]
+    metrics.count("qoss_agent_joins_total", role=role, kind=kind if kind in _KINDS else "other")
+    return outcome
+
+
+async def _handle(state: Any, role: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
     agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
     state.agent_limiter.take(f"agent:{source}", who="this address")
     if isinstance(agent, HostAgent):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
 from app.api.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
-from app.api.edits import EditDep
+from app.api.edits import EditDep, count_revision
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
@@ -37,9 +37,11 @@ def list_policies(uow: ReadUnitDep) -> list[dict[str, Any]]:
 
 
 @router.post("/policies", dependencies=_POLICIES_WRITE, status_code=201, response_model=PolicyOut, responses=_ERRORS)
-def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Response) -> dict[str, Any]:
+def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Response,
+                  request: Request) -> dict[str, Any]:
     """Store a policy."""
     policy, revision = svc.create_policy(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
+    count_revision(request, "policy")
     return _out(policy, revision, response)
 
 
@@ -58,7 +60,7 @@ def replace_policy(name: PolicyName, body: PolicyIn, uow: UnitDep, actor: ActorD
     the tunnels it concerns are negotiated again (and moved) after it."""
     policy, revision = svc.replace_policy(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                                           expected_revision=expected, author=actor)
-    return edit.finish(uow, _out(policy, revision, response))
+    return edit.finish(uow, _out(policy, revision, response), "policy")
 
 
 @router.post("/policies/{name}/revert", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
@@ -69,7 +71,7 @@ def revert_policy(name: PolicyName, body: RevertIn, uow: UnitDep, actor: ActorDe
     revision is refused (422); an unknown policy or revision is 404."""
     policy, revision = svc.revert_policy(uow=uow, name=name, revision=body.revision,
                                          expected_revision=expected, author=actor, message=body.message)
-    return edit.finish(uow, _out(policy, revision, response))
+    return edit.finish(uow, _out(policy, revision, response), "policy")
 
 
 @router.delete("/policies/{name}", dependencies=_POLICIES_WRITE, status_code=204, responses=_ERRORS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from app.adapters import files
@@ -19,7 +19,7 @@ from app.api.deps import (
     reader,
     require,
 )
-from app.api.edits import EditDep
+from app.api.edits import EditDep, count_revision
 from app.api.routing import QossRoute
 from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
 from app.domain.ratings import RatingTable
@@ -63,11 +63,12 @@ def list_tables(uow: ReadUnitDep) -> list[dict[str, Any]]:
     responses=_ERRORS,
 )
 def create_table(
-    body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, cache: CacheDep
+    body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, cache: CacheDep, request: Request,
 ) -> dict[str, Any]:
     """Create a table (revision 1)."""
     table = svc.create_table(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
     cache.invalidate(table.name)
+    count_revision(request, "rating_table")
     return _out(table, response)
 
 
@@ -79,6 +80,7 @@ def create_table(
     responses=_ERRORS,
 )
 def import_table(
+    request: Request,
     uow: UnitDep,
     actor: ActorDep,
     response: Response,
@@ -95,6 +97,7 @@ def import_table(
     table = svc.import_table(uow=uow, table=files.parse_rating_table(text, format, name=name), fmt=format,
                              author=actor, expected_revision=revision)
     cache.invalidate(table.name)
+    count_revision(request, "rating_table")
     return _out(table, response)
 
 
@@ -114,7 +117,7 @@ def replace_table(
     table = svc.replace_table(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
     cache.invalidate(table.name)
-    return edit.finish(uow, _out(table, response))
+    return edit.finish(uow, _out(table, response), "rating_table")
 
 
 @router.patch(
@@ -136,7 +139,7 @@ def update_rating(
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
     cache.invalidate(table.name)
-    return edit.finish(uow, _out(table, response))
+    return edit.finish(uow, _out(table, response), "rating_table")
 
 
 @router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
@@ -167,7 +170,7 @@ def revert_table(name: TableName, body: RevertIn, uow: UnitDep, actor: ActorDep,
     table = svc.revert_table(uow=uow, name=name, revision=body.revision, expected_revision=expected,
                              author=actor, message=body.message)
     cache.invalidate(table.name)
-    return edit.finish(uow, _out(table, response))
+    return edit.finish(uow, _out(table, response), "rating_table")
 
 
 @router.get(

@@ -54,7 +54,7 @@ def create_tunnel(
         uow=uow, units=request.app.state.units, cache=cache, vici=vici, request=body,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
-        fingerprint_key=request.app.state.idempotency_key)
+        fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics)
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body
