@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
 # Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
-# groups, gcm for AES-GCM —, iperf3, iproute2, PostgreSQL)
+# groups, gcm for AES-GCM —, iperf3, iproute2, PostgreSQL, chromium for the console's browser tests)
 # and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
 # (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
 set -euo pipefail
@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   strongswan-charon strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins libstrongswan-extra-plugins
   iperf3 iproute2 iputils-ping postgresql python3-venv
+  chromium  # the console's browser tests (tests/ui/browser), driven by Playwright: no browser download
 )
 
 missing=()
