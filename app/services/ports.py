@@ -16,11 +16,13 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from app.domain.auth import TokenRecord
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
+from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "RatingTableStore",
     "RevisionedStore",
     "ServerKeyStore",
+    "SessionStore",
     "ShippedLoadStore",
     "StoredAnswer",
     "TokenStore",
@@ -154,6 +157,22 @@ class TokenStore(Protocol):
         ...
 
 
+class SessionStore(Protocol):
+    """Console sessions, by the hash of their id only."""
+
+    def add(self, record: SessionRecord) -> None: ...
+
+    def find(self, id_hash: str) -> SessionRecord | None: ...
+
+    def delete(self, id_hash: str) -> None:
+        """End one session (nothing happens if there is none)."""
+        ...
+
+    def delete_ended(self, now: datetime) -> int:
+        """Forget every session that expired before ``now``; returns how many."""
+        ...
+
+
 class AuditStore(Protocol):
     """The append-only audit log."""
 
@@ -224,6 +243,9 @@ class UnitOfWork(Protocol):
 
     @property
     def tokens(self) -> TokenStore: ...
+
+    @property
+    def sessions(self) -> SessionStore: ...
 
     @property
     def audit(self) -> AuditStore: ...

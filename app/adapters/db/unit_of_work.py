@@ -14,6 +14,7 @@ from app.adapters.db.repositories import (
     PolicyRepository,
     RatingTableRepository,
     ServerKeyRepository,
+    SessionRepository,
     ShippedLoadRepository,
     TokenRepository,
     TunnelRepository,
@@ -55,6 +56,10 @@ class SqlUnitOfWork:
     @cached_property
     def tokens(self) -> TokenRepository:
         return TokenRepository(self.session)
+
+    @cached_property
+    def sessions(self) -> SessionRepository:
+        return SessionRepository(self.session)
 
     @cached_property
     def audit(self) -> AuditRepository:

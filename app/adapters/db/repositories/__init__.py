@@ -1,7 +1,7 @@
 """Repositories: domain objects in and out of the database, one module per kind of thing.
 Each satisfies a store protocol of ``app.services.ports``; they flush, never commit."""
 
-from app.adapters.db.repositories.access import AuditRepository, TokenRepository
+from app.adapters.db.repositories.access import AuditRepository, SessionRepository, TokenRepository
 from app.adapters.db.repositories.keys import IdempotencyRepository, ServerKeyRepository, ShippedLoadRepository
 from app.adapters.db.repositories.network import GatewayRepository, TunnelRepository
 from app.adapters.db.repositories.revisioned import PolicyRepository, RatingTableRepository
@@ -13,6 +13,7 @@ __all__ = [
     "PolicyRepository",
     "RatingTableRepository",
     "ServerKeyRepository",
+    "SessionRepository",
     "ShippedLoadRepository",
     "TokenRepository",
     "TunnelRepository",

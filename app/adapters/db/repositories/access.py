@@ -1,18 +1,20 @@
-"""API tokens and the audit log. Repositories flush, never commit."""
+"""API tokens, console sessions and the audit log. Repositories flush, never commit."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from app.adapters.db.models import ApiTokenRow, AuditRow, utcnow
+from app.adapters.db.models import ApiTokenRow, AuditRow, UiSessionRow, utcnow
 from app.domain.auth import TokenRecord
 from app.domain.errors import NotFound
+from app.domain.sessions import SessionRecord
 
-__all__ = ["AuditRepository", "TokenRepository"]
+__all__ = ["AuditRepository", "SessionRepository", "TokenRepository"]
 
 
 class TokenRepository:
@@ -47,6 +49,34 @@ class TokenRepository:
         if row.revoked_at is None:
             row.revoked_at = utcnow()
         self.session.flush()
+
+
+class SessionRepository:
+    """Console sessions (the hash of the id only)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, record: SessionRecord) -> None:
+        self.session.add(UiSessionRow(id_hash=record.id_hash, token_id=record.token_id,
+                                      created_at=record.created_at, expires_at=record.expires_at))
+        self.session.flush()
+
+    def find(self, id_hash: str) -> SessionRecord | None:
+        row = self.session.get(UiSessionRow, id_hash)
+        if row is None:
+            return None
+        return SessionRecord(id_hash=row.id_hash, token_id=row.token_id, created_at=row.created_at,
+                             expires_at=row.expires_at)
+
+    def delete(self, id_hash: str) -> None:
+        self.session.execute(delete(UiSessionRow).where(UiSessionRow.id_hash == id_hash))
+        self.session.flush()
+
+    def delete_ended(self, now: datetime) -> int:
+        result = self.session.execute(delete(UiSessionRow).where(UiSessionRow.expires_at <= now))
+        self.session.flush()
+        return int(getattr(result, "rowcount", 0) or 0)
 
 
 class AuditRepository:
