@@ -50,6 +50,7 @@ from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
+from app.ui import install as install_console
 
 __all__ = ["create_app"]
 
@@ -330,6 +331,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     for module in routers:
         app.include_router(module.router, prefix="/v1")
     _declare_if_match(app, [("/v1", m.router) for m in routers])
+    install_console(app)  # the admin console at /ui (app/ui)
     return app
 
 
