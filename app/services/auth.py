@@ -99,5 +99,7 @@ def record_audit(*, uow: UnitOfWork, **fields: Any) -> None:
     uow.audit.append(**fields)
 
 
-def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None) -> list[dict[str, Any]]:
-    return uow.audit.list(limit=limit, before_id=before_id)
+def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None, outcome: int | None = None,
+               action: str | None = None) -> list[dict[str, Any]]:
+    """Audit records, newest first: ``before_id`` pages, ``outcome`` and ``action`` filter."""
+    return uow.audit.list(limit=limit, before_id=before_id, outcome=outcome, action=action)

@@ -180,8 +180,10 @@ class AuditStore(Protocol):
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None: ...
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> builtins.list[dict[str, Any]]:
-        """The newest entries first, ``before_id`` for the next page."""
+    def list(self, *, limit: int = 100, before_id: int | None = None, outcome: int | None = None,
+             action: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The newest entries first, ``before_id`` for the next page; only those with this
+        ``outcome`` (HTTP status) and ``action`` (method) if given."""
         ...
 
 

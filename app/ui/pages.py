@@ -22,8 +22,11 @@ from app.domain.algorithms import lookup
 from app.domain.auth import Forbidden, Unauthenticated
 from app.domain.errors import InvalidInput, NoFeasibleSuite, NotFound, QossError, StaleRevision
 from app.domain.ratings import Rating, RatingTable
+from app.services import auth as auth_svc
+from app.services import gateways as gateway_svc
 from app.services import policies as policy_svc
 from app.services import ratings as svc
+from app.services import tunnels as tunnel_svc
 from app.services import ui_sessions
 from app.services.inputs import NegotiationIn
 from app.services.negotiation import run_negotiation
@@ -49,6 +52,7 @@ router = APIRouter(prefix="/ui", route_class=ConsoleRoute, include_in_schema=Fal
 TableName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 Keyword = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 RatingsWriter = Annotated[Console, Depends(writer("ratings:write"))]
+PoliciesWriter = Annotated[Console, Depends(writer("policies:write"))]
 AnyWriter = Annotated[Console, Depends(writer(None))]
 
 #: The editable fields of a row, in the grid's order.
@@ -235,10 +239,16 @@ def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWr
 @router.get("/tables/{name}/revisions")
 def revisions(name: TableName, who: ConsoleDep, uow: ReadUnitDep) -> Response:
     """The history, newest first, each revision with its per-field changes."""
-    history = svc.table_revisions(uow=uow, name=name)
+    return _history(who, name, svc.table_revisions(uow=uow, name=name), base=f"/ui/tables/{name}",
+                    section="tables", can_revert=who.may("ratings:write"), by_algorithm=True)
+
+
+def _history(who: Console, name: str, history: list[dict[str, Any]], *, base: str, section: str, can_revert: bool,
+             by_algorithm: bool) -> Response:
     current = history[-1]["revision"] if history else 0
-    return page("revisions.html", {"console": who, "name": name, "current": current,
-                                   "revisions": list(reversed(history)), "message": None})
+    return page("revisions.html", {"console": who, "name": name, "current": current, "base": base,
+                                   "section": section, "can_revert": can_revert, "by_algorithm": by_algorithm,
+                                   "revisions": list(reversed(history))})
 
 
 @router.post("/tables/{name}/revert")
@@ -328,3 +338,73 @@ def negotiate(request: Request, who: ConsoleDep, uow: ReadUnitDep, cache: CacheD
             context["problem"] = {"unmet": [], "notes": [], **problem}
     return page("negotiate.html", context, status=status)
 
+
+
+# ------------------------------------------------------------------ policies, tunnels, gateways, audit
+
+
+@router.get("/policies")
+def policies(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    return page("policies.html", {"console": who, "policies": policy_svc.list_policies(uow=uow)})
+
+
+@router.get("/policies/{name}")
+def policy(name: TableName) -> Response:
+    return RedirectResponse(f"/ui/policies/{name}/revisions", status_code=303)
+
+
+@router.get("/policies/{name}/revisions")
+def policy_revisions(name: TableName, who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """A policy's history, newest first, each revision with its per-field changes."""
+    return _history(who, name, policy_svc.policy_revisions(uow=uow, name=name), base=f"/ui/policies/{name}",
+                    section="policies", can_revert=who.may("policies:write"), by_algorithm=False)
+
+
+@router.post("/policies/{name}/revert")
+def revert_policy(name: TableName, who: PoliciesWriter, form: FormDep, uow: UnitDep, actor: ActorDep) -> Response:
+    """Go back to a revision of a policy (a new revision; 409 if it changed since the page was loaded)."""
+    try:
+        revision, expected = int(form.get("revision", "")), int(form.get("expected", ""))
+    except ValueError as exc:
+        raise InvalidInput("the form names no revision") from exc
+    policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
+    return RedirectResponse(f"/ui/policies/{name}/revisions", status_code=303)
+
+
+def _needs(who: Console, scope: str) -> None:
+    if not who.may(scope):
+        raise Forbidden(scope)
+
+
+@router.get("/tunnels")
+def tunnels(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """Every tunnel qoss made, as its records say (``GET /v1/tunnels``), read-only."""
+    _needs(who, "tunnels:read")
+    return page("tunnels.html", {"console": who, "tunnels": [t.as_dict() for t in tunnel_svc.list_tunnels(uow=uow)]})
+
+
+@router.get("/gateways")
+def gateways(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """Every registered gateway with its back end and algorithms (``GET /v1/gateways``), read-only."""
+    _needs(who, "tunnels:read")
+    return page("gateways.html", {"console": who,
+                                  "gateways": [g.as_dict() for g in gateway_svc.list_gateways(uow=uow)]})
+
+
+_AUDIT_PAGE = 100
+
+
+@router.get("/audit")
+def audit(request: Request, who: ConsoleDep, uow: ReadUnitDep,
+          outcome: Annotated[int | None, Query(ge=100, le=599)] = None,
+          action: Annotated[str | None, Query(pattern=r"^[A-Z]{0,16}$")] = None,
+          before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> Response:
+    """The audit log, newest first, filtered by outcome and action (``GET /v1/audit``)."""
+    _needs(who, "audit:read")
+    request.app.state.auditor.flush()
+    uow.rollback()  # the session check began a read: a fresh one sees what was just written
+    records = auth_svc.list_audit(uow=uow, limit=_AUDIT_PAGE, before_id=before, outcome=outcome,
+                                  action=action or None)
+    more = records[-1]["id"] if len(records) == _AUDIT_PAGE else None
+    return page("audit.html", {"console": who, "records": records, "outcome": outcome, "action": action or "",
+                               "more": more})

@@ -8,11 +8,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.api.errors import status_for
+from app.api.routing import QossRoute
 from app.domain.errors import QossError
 from app.ui.render import page, secure
 from app.ui.session import CsrfRefused, SignInRequired
@@ -38,8 +38,9 @@ def _refused(request: Request, status: int, title: str, message: str) -> Respons
     return page("error.html", {"title": title, "message": message, "console": None}, status=status)
 
 
-class ConsoleRoute(APIRoute):
-    """An ``APIRoute`` whose errors are pages, and whose answers carry :data:`SECURITY_HEADERS`.
+class ConsoleRoute(QossRoute):
+    """A :class:`~app.api.routing.QossRoute` whose errors are pages, and whose answers carry
+    :data:`SECURITY_HEADERS`.
 
     The status it answers is noted on the request (``route_status``, ``answer_status``), as
     the API's routes do, for the audit record of a change (:func:`app.api.deps.get_unit`).

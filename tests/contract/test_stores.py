@@ -254,6 +254,22 @@ def test_sessions_are_found_by_hash_and_forgotten_when_ended(units: Units) -> No
         assert uow.sessions.find("a" * 64) is None
 
 
+def test_the_audit_log_filters_by_outcome_and_action(units: Units) -> None:
+    with units() as uow:
+        uow.audit.append_many([{"request_id": f"r{i}", "scopes": [], "source": "local", "action": action,
+                                "object": f"/v1/x/{i}", "outcome": outcome}
+                               for i, (action, outcome) in enumerate([("POST", 201), ("POST", 403), ("PATCH", 403),
+                                                                      ("GET", 401), ("POST", 403)])])
+        uow.commit()
+    with units() as uow:
+        assert [e["object"] for e in uow.audit.list(outcome=403)] == ["/v1/x/4", "/v1/x/2", "/v1/x/1"]
+        assert [e["object"] for e in uow.audit.list(outcome=403, action="POST")] == ["/v1/x/4", "/v1/x/1"]
+        newest = uow.audit.list(action="POST", limit=1)
+        older = uow.audit.list(action="POST", before_id=newest[0]["id"])
+        assert [e["object"] for e in older] == ["/v1/x/1", "/v1/x/0"]
+        assert uow.audit.list(action="DELETE") == []
+
+
 def test_the_audit_log_pages_newest_first(units: Units) -> None:
     with units() as uow:
         uow.audit.append_many([{"request_id": f"r{i}", "scopes": [], "source": "local", "action": "POST",

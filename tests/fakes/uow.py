@@ -314,8 +314,10 @@ class FakeAudit(_Store):
             entry["id"] = len(entries) + 1
             entries.append(entry)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> builtins.list[dict[str, Any]]:
-        newest = [e for e in reversed(self._read()) if before_id is None or e["id"] < before_id]
+    def list(self, *, limit: int = 100, before_id: int | None = None, outcome: int | None = None,
+             action: str | None = None) -> builtins.list[dict[str, Any]]:
+        newest = [e for e in reversed(self._read()) if (before_id is None or e["id"] < before_id)
+                  and (outcome is None or e["outcome"] == outcome) and (action is None or e["action"] == action)]
         return [dict(e) for e in newest[:limit]]
 
 

@@ -58,7 +58,9 @@ def list_audit(
     uow: ReadUnitDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="records older than this id")] = None,
+    outcome: Annotated[int | None, Query(ge=100, le=599, description="only this HTTP status")] = None,
+    action: Annotated[str | None, Query(pattern=r"^[A-Z]{1,16}$", description="only this method")] = None,
 ) -> list[dict[str, Any]]:
     """Audit records, newest first (pending records are written first)."""
     request.app.state.auditor.flush()
-    return svc.list_audit(uow=uow, limit=limit, before_id=before)
+    return svc.list_audit(uow=uow, limit=limit, before_id=before, outcome=outcome, action=action)

@@ -97,10 +97,15 @@ class AuditRepository:
                  "at": r.get("at") or now}
                 for r in records])
 
-    def list(self, *, limit: int = 100, before_id: int | None = None) -> list[dict[str, Any]]:
+    def list(self, *, limit: int = 100, before_id: int | None = None, outcome: int | None = None,
+             action: str | None = None) -> list[dict[str, Any]]:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if before_id is not None:
             query = query.where(AuditRow.id < before_id)
+        if outcome is not None:
+            query = query.where(AuditRow.outcome == outcome)
+        if action is not None:
+            query = query.where(AuditRow.action == action)
         return [
             {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
              "client_request_id": r.client_request_id, "token_id": r.token_id,
