@@ -15,6 +15,7 @@ from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.loop_guard import no_database_on_the_loop
+from tests.fixtures.secrets import register
 
 __all__ = ["HTMX", "csrf_of", "sign_in"]
 
@@ -81,6 +82,7 @@ async def sign_in(client: httpx.AsyncClient, token: str) -> str:
     form = await client.get("/ui/login")
     answer = await client.post("/ui/login", data={"csrf": csrf_of(form.text), "token": token})
     assert answer.status_code == 303, answer.text
+    register(client.cookies["qoss_session"])  # the secret sweep: never in a database or a log
     page = await client.get("/ui/tables")
     assert page.status_code == 200
     return csrf_of(page.text)

@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import serving
 
 QOSS = Path(sys.executable).parent / "qoss"
@@ -43,8 +44,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     url = f"sqlite:///{where / 'qoss.db'}"
     prepare_database(Settings(database_url=url))
     env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false"}
-    with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
-        yield Served(base, url)
+    try:
+        with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
+            yield Served(base, url)
+    finally:
+        keep_log(where / "serve.log", "console-serve.log")
+        keep_log(where / "qoss.db", "console-qoss.db")
 
 
 @pytest.fixture(scope="module")
@@ -111,3 +116,6 @@ def sign_in(page: Page, base: str, token: str) -> None:
     page.get_by_label("API token").fill(token)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(re.compile(r".*/ui/tables$"))
+    for cookie in page.context.cookies():
+        if cookie.get("name") == "qoss_session":
+            register(cookie.get("value", ""))  # the secret sweep: never in the database or the server's log

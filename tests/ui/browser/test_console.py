@@ -41,6 +41,7 @@ def test_sign_in_edit_a_cell_in_place_and_sign_out(served: Served, new_context: 
     saved = page.locator("#row-sha1.saved")
     expect(saved).to_contain_text("edited in the browser")
     expect(saved.locator("td").nth(2)).to_have_text("6")
+    expect(page.locator("#table-revision")).to_have_text("revision 2")  # swapped out of band
     page.screenshot(path=screenshots / "rating-table.png", full_page=True)
     api = httpx.get(f"{served.base}/v1/rating-tables/esaf-2006").json()
     assert next(r for r in api["ratings"] if r["algorithm"] == "sha1")["integrity"] == 6
