@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     write_wait_timeout: float = Field(
         default=5.0, gt=0, le=60,
         description="seconds a change waits for one of max_writes_in_flight before 503 Overloaded")
+    ui_session_ttl: int = Field(
+        default=8 * 3600, ge=60, le=7 * 86400,
+        description="seconds a console sign-in lasts (never longer than its token)")
     db_pool_size: int = Field(default=20, ge=1, le=1000, description="database connections kept open per process")
     db_pool_overflow: int = Field(default=40, ge=0, le=1000, description="extra connections opened under load")
     db_pool_timeout: float = Field(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
 # Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
-# groups, gcm for AES-GCM —, iperf3, iproute2, iptables, PostgreSQL, and HAProxy for the test of
-# several replicas behind a load balancer)
+# groups, gcm for AES-GCM —, iperf3, iproute2, iptables, PostgreSQL, HAProxy for the test of
+# several replicas behind a load balancer, chromium for the console's browser tests)
 # and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
 # (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
 set -euo pipefail
@@ -11,6 +11,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   strongswan-charon strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins libstrongswan-extra-plugins
   iperf3 iproute2 iptables iputils-ping postgresql python3-venv haproxy
+  chromium  # the console's browser tests (tests/ui/browser), driven by Playwright: no browser download
 )
 
 missing=()

@@ -58,6 +58,7 @@ from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.settings import Settings
+from app.ui import install as install_console
 
 __all__ = ["create_app"]
 
@@ -353,6 +354,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                          [("", health.router), ("", metrics.router), *(("/v1", m.router) for m in routers)]
                          for route in router.routes if isinstance(route, APIRoute))
     _declare_if_match(app, [("/v1", m.router) for m in routers])
+    install_console(app)  # the admin console at /ui (app/ui)
     return app
 
 

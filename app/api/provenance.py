@@ -109,12 +109,32 @@ class TrustedProxies:
         return str(found) if found is not None else peer
 
     def rewrite(self, scope: Scope) -> None:
-        """Put the forwarded client's address in ``scope["client"]`` (from a trusted proxy only)."""
+        """Put the forwarded client's address in ``scope["client"]``, and the scheme the client
+        used (``X-Forwarded-Proto``: ``http`` or ``https``) in ``scope["scheme"]`` — from a
+        trusted proxy only. The scheme decides whether the console's cookie is ``Secure``."""
         client = scope.get("client")
         if self.networks and client:
-            address = self.client(client[0], scope.get("headers", ()))
+            headers = scope.get("headers", ())
+            scheme = self.forwarded_proto(client[0], headers)
+            address = self.client(client[0], headers)
             if address != client[0]:
                 scope["client"] = (address, 0)
+            if scheme is not None:
+                scope["scheme"] = scheme
+
+    def forwarded_proto(self, peer: str, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+        """The scheme a trusted proxy ``peer`` says the client used: the nearest proxy's
+        ``X-Forwarded-Proto`` entry (the last one), if it is ``http`` or ``https``; else None."""
+        try:
+            if not self.networks or not self._trusted(ipaddress.ip_address(peer)):
+                return None
+        except ValueError:
+            return None
+        values = [v.decode("latin-1") for k, v in headers if k == b"x-forwarded-proto"]
+        if not values:
+            return None
+        last = ",".join(values).split(",")[-1].strip().lower()
+        return last if last in ("http", "https") else None
 
 
 def audit_fields(request: Request, outcome: int) -> dict[str, Any]:

@@ -99,6 +99,7 @@ def record_audit(*, uow: UnitOfWork, **fields: Any) -> None:
     uow.audit.append(**fields)
 
 
-def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None,
-               after_id: int | None = None) -> list[dict[str, Any]]:
-    return uow.audit.list(limit=limit, before_id=before_id, after_id=after_id)
+def list_audit(*, uow: UnitOfWork, limit: int, before_id: int | None, after_id: int | None = None,
+               outcome: int | None = None, action: str | None = None) -> list[dict[str, Any]]:
+    """Audit records, newest first: ``before_id`` and ``after_id`` page, ``outcome`` and ``action`` filter."""
+    return uow.audit.list(limit=limit, before_id=before_id, after_id=after_id, outcome=outcome, action=action)

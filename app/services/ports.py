@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 from app.domain.auth import TokenRecord
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
+from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RatingTableStore",
     "RevisionedStore",
     "ServerKeyStore",
+    "SessionStore",
     "ShippedLoadStore",
     "StoredAnswer",
     "TokenStore",
@@ -163,6 +165,22 @@ class TokenStore(Protocol):
         ...
 
 
+class SessionStore(Protocol):
+    """Console sessions, by the hash of their id only."""
+
+    def add(self, record: SessionRecord) -> None: ...
+
+    def find(self, id_hash: str) -> SessionRecord | None: ...
+
+    def delete(self, id_hash: str) -> None:
+        """End one session (nothing happens if there is none)."""
+        ...
+
+    def delete_ended(self, now: datetime) -> int:
+        """Forget every session that expired before ``now``; returns how many."""
+        ...
+
+
 class AuditStore(Protocol):
     """The append-only audit log."""
 
@@ -170,9 +188,10 @@ class AuditStore(Protocol):
 
     def append_many(self, records: Sequence[Mapping[str, Any]]) -> None: ...
 
-    def list(self, *, limit: int = 100, before_id: int | None = None,
-             after_id: int | None = None) -> builtins.list[dict[str, Any]]:
-        """The newest entries first: older than ``before_id`` (the next page), newer than ``after_id``."""
+    def list(self, *, limit: int = 100, before_id: int | None = None, after_id: int | None = None,
+             outcome: int | None = None, action: str | None = None) -> builtins.list[dict[str, Any]]:
+        """The newest entries first: older than ``before_id`` (the next page), newer than ``after_id``;
+        only those with this ``outcome`` (HTTP status) and ``action`` (method) if given."""
         ...
 
 
@@ -255,6 +274,9 @@ class UnitOfWork(Protocol):
 
     @property
     def tokens(self) -> TokenStore: ...
+
+    @property
+    def sessions(self) -> SessionStore: ...
 
     @property
     def audit(self) -> AuditStore: ...

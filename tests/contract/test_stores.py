@@ -19,6 +19,7 @@ from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
+from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 from app.services.ports import UnitOfWork, UnitOfWorkFactory
@@ -234,6 +235,46 @@ def test_tokens_revoke_once(units: Units) -> None:
         with pytest.raises(NotFound):
             uow.tokens.revoke("ffffffffffff")
         assert [t.id for t in uow.tokens.list()] == ["0123456789ab"]
+
+
+def test_sessions_are_found_by_hash_and_forgotten_when_ended(units: Units) -> None:
+    now = datetime.now(UTC).replace(microsecond=0)
+    token = TokenRecord(id="0123456789ab", name="ops", scopes=frozenset({"admin"}), secret_hash="h" * 64,
+                        created_at=now, expires_at=now + timedelta(days=1), revoked_at=None)
+    live = SessionRecord(id_hash="a" * 64, token_id=token.id, created_at=now, expires_at=now + timedelta(hours=1))
+    ended = SessionRecord(id_hash="b" * 64, token_id=token.id, created_at=now - timedelta(hours=2),
+                          expires_at=now - timedelta(hours=1))
+    with units() as uow:
+        uow.tokens.add(token, created_by="test")
+        uow.sessions.add(live)
+        uow.sessions.add(ended)
+        uow.commit()
+    with units() as uow:
+        assert uow.sessions.find("a" * 64) == live
+        assert uow.sessions.find("c" * 64) is None
+        assert uow.sessions.delete_ended(now) == 1
+        assert uow.sessions.find("b" * 64) is None
+        uow.sessions.delete("a" * 64)
+        uow.sessions.delete("a" * 64)  # ending an ended session is no error
+        uow.commit()
+    with units() as uow:
+        assert uow.sessions.find("a" * 64) is None
+
+
+def test_the_audit_log_filters_by_outcome_and_action(units: Units) -> None:
+    with units() as uow:
+        uow.audit.append_many([{"request_id": f"r{i}", "scopes": [], "source": "local", "action": action,
+                                "object": f"/v1/x/{i}", "outcome": outcome}
+                               for i, (action, outcome) in enumerate([("POST", 201), ("POST", 403), ("PATCH", 403),
+                                                                      ("GET", 401), ("POST", 403)])])
+        uow.commit()
+    with units() as uow:
+        assert [e["object"] for e in uow.audit.list(outcome=403)] == ["/v1/x/4", "/v1/x/2", "/v1/x/1"]
+        assert [e["object"] for e in uow.audit.list(outcome=403, action="POST")] == ["/v1/x/4", "/v1/x/1"]
+        newest = uow.audit.list(action="POST", limit=1)
+        older = uow.audit.list(action="POST", before_id=newest[0]["id"])
+        assert [e["object"] for e in older] == ["/v1/x/1", "/v1/x/0"]
+        assert uow.audit.list(action="DELETE") == []
 
 
 def test_the_audit_log_pages_newest_first(units: Units) -> None:

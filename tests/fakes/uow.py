@@ -24,6 +24,7 @@ from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
 from app.domain.revisions import diff_policies, diff_tables
+from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.services.ports import StoredAnswer
 
@@ -51,6 +52,7 @@ class _State:
     gateways: dict[str, Gateway] = field(default_factory=dict)
     tunnels: dict[str, TunnelRecord] = field(default_factory=dict)
     tokens: dict[str, TokenRecord] = field(default_factory=dict)
+    sessions: dict[str, SessionRecord] = field(default_factory=dict)
     audit: list[dict[str, Any]] = field(default_factory=list)
     idempotency: dict[tuple[str, str], StoredAnswer] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -282,6 +284,31 @@ class FakeTokens(_Store):
             self._write()[token_id] = replace(record, revoked_at=_now())
 
 
+class FakeSessions(_Store):
+    _attribute = "sessions"
+
+    def add(self, record: SessionRecord) -> None:
+        if record.token_id not in self._uow.read().tokens:
+            raise ValueError(f"no token {record.token_id!r}: a session belongs to a token (a foreign key)")
+        self._write()[record.id_hash] = record
+
+    def find(self, id_hash: str) -> SessionRecord | None:
+        found: SessionRecord | None = self._read().get(id_hash)
+        return found
+
+    def delete(self, id_hash: str) -> None:
+        if id_hash in self._read():
+            del self._write()[id_hash]
+
+    def delete_ended(self, now: datetime) -> int:
+        ended = [h for h, r in self._read().items() if not r.live(now)]
+        if ended:
+            sessions = self._write()
+            for h in ended:
+                del sessions[h]
+        return len(ended)
+
+
 class FakeAudit(_Store):
     _attribute = "audit"
 
@@ -296,10 +323,11 @@ class FakeAudit(_Store):
             entry["id"] = len(entries) + 1
             entries.append(entry)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None,
-             after_id: int | None = None) -> builtins.list[dict[str, Any]]:
+    def list(self, *, limit: int = 100, before_id: int | None = None, after_id: int | None = None,
+             outcome: int | None = None, action: str | None = None) -> builtins.list[dict[str, Any]]:
         newest = [e for e in reversed(self._read()) if (before_id is None or e["id"] < before_id)
-                  and (after_id is None or e["id"] > after_id)]
+                  and (after_id is None or e["id"] > after_id)
+                  and (outcome is None or e["outcome"] == outcome) and (action is None or e["action"] == action)]
         return [dict(e) for e in newest[:limit]]
 
 
@@ -396,6 +424,7 @@ class FakeUnitOfWork:
         self.gateways = FakeGateways(self)
         self.tunnels = FakeTunnels(self)
         self.tokens = FakeTokens(self)
+        self.sessions = FakeSessions(self)
         self.audit = FakeAudit(self)
         self.idempotency = FakeIdempotency(self)
         self.events = FakeEvents(self)

@@ -55,6 +55,7 @@ def test_the_wheel_carries_migrations_and_shipped_data_and_no_tests(wheel: Path)
     assert "app/shipped/ratings/standards-2026.yaml" in names
     assert "app/shipped/policies/voip.yaml" in names
     assert "app/migrations/env.py" in names
+    assert {"app/ui/templates/base.html", "app/ui/static/htmx.min.js", "app/ui/static/htmx.LICENSE"} <= set(names)
     assert any(n.startswith("app/migrations/versions/") and n.endswith(".py") for n in names)
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]
 
@@ -100,5 +101,8 @@ def test_the_installed_wheel_migrates_serves_and_negotiates_from_an_empty_direct
     assert r.json()["suite"]["integrity"] == "sha1"
     tables = httpx.get(f"{base}/v1/rating-tables", timeout=10).json()
     assert {"esaf-2006", "standards-2026"} <= {t["name"] for t in tables}
+    console = httpx.get(f"{base}/ui/login", timeout=10)  # the console's templates and static files travel too
+    assert console.status_code == 200 and 'name="token"' in console.text  # noqa: PT018
+    assert httpx.get(f"{base}/ui/static/htmx.min.js", timeout=10).status_code == 200
     assert (work / "qoss.db").is_file()
     assert not (work / "app").exists()

@@ -74,3 +74,12 @@ def test_the_layers_test_sees_a_foreign_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import json\nfrom sqlalchemy import select\n\ndef f():\n    from app.api import main\n")
     assert _imports(bad) == {"json", "sqlalchemy", "app.api"}
+
+
+@pytest.mark.parametrize("path", _files("ui"), ids=lambda p: _module(p))
+def test_the_console_reaches_the_database_only_through_the_services(path: Path) -> None:
+    """The console is a view over the services, through the API's request unit of work
+    (``app.api.deps``): no database library, no repository, no charon of its own."""
+    reached = {name for name in _imports(path)
+               if name.startswith(("sqlalchemy", "app.adapters.db", "app.adapters.vici", "vici"))}
+    assert not reached, f"{_module(path)} imports {sorted(reached)}"

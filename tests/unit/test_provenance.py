@@ -62,3 +62,20 @@ def test_request_ids_are_ours_and_a_clients_is_kept_only_when_safe() -> None:
     assert client_request_id("abc-123_X.y") == "abc-123_X.y"
     for odd in (None, "", "a b", "x" * 65, "é", "a\nb", "ab\n"):
         assert client_request_id(odd) is None
+
+
+def test_a_trusted_proxy_names_the_scheme_the_client_used() -> None:
+    scope = {"client": ("127.0.0.1", 5000), "scheme": "http",
+             "headers": [(b"x-forwarded-proto", b"http, https"), (b"x-forwarded-for", b"192.0.2.7")]}
+    TrustedProxies(["127.0.0.1"]).rewrite(scope)
+    assert scope["scheme"] == "https"
+    assert scope["client"] == ("192.0.2.7", 0)
+
+
+@pytest.mark.parametrize(("trusted", "proto"), [([], b"https"), (["10.0.0.0/8"], b"https"),
+                                                (["127.0.0.1"], b"gopher")])
+def test_x_forwarded_proto_is_ignored_unless_a_trusted_proxy_sends_a_known_scheme(
+        trusted: list[str], proto: bytes) -> None:
+    scope = {"client": ("127.0.0.1", 5000), "scheme": "http", "headers": [(b"x-forwarded-proto", proto)]}
+    TrustedProxies(trusted).rewrite(scope)
+    assert scope["scheme"] == "http"

@@ -42,6 +42,7 @@ __all__ = [
     "ServerKeyRow",
     "ShippedLoadRow",
     "TunnelRow",
+    "UiSessionRow",
     "UtcDateTime",
     "utcnow",
 ]
@@ -197,6 +198,17 @@ class ApiTokenRow(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+
+
+class UiSessionRow(Base):
+    """A console session: the SHA-256 of its id (never the id), its token, when it ends."""
+
+    __tablename__ = "ui_sessions"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[str] = mapped_column(String(12), ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
 
 
 class AuditRow(Base):

@@ -15,6 +15,7 @@ from app.adapters.db.repositories import (
     PolicyRepository,
     RatingTableRepository,
     ServerKeyRepository,
+    SessionRepository,
     ShippedLoadRepository,
     TokenRepository,
     TunnelRepository,
@@ -56,6 +57,10 @@ class SqlUnitOfWork:
     @cached_property
     def tokens(self) -> TokenRepository:
         return TokenRepository(self.session)
+
+    @cached_property
+    def sessions(self) -> SessionRepository:
+        return SessionRepository(self.session)
 
     @cached_property
     def audit(self) -> AuditRepository:

@@ -67,14 +67,16 @@ def list_audit(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=1, le=MAX_DB_INT, description="records older than this id")] = None,
     since: Annotated[int | None, Query(ge=0, le=MAX_DB_INT, description="records newer than this id")] = None,
+    outcome: Annotated[int | None, Query(ge=100, le=599, description="only this HTTP status")] = None,
+    action: Annotated[str | None, Query(pattern=r"^[A-Z]{1,16}$", description="only this method")] = None,
     format: Annotated[Literal["json", "jsonl"] | None, Query(
-        description="jsonl: the hash chain's export for a SIEM, oldest first")] = None,
+        description="jsonl: the hash chain export for a SIEM, oldest first (not filtered)")] = None,
 ) -> Any:
-    """Audit records, newest first (pending records are written first). As JSON lines (``format=jsonl``
-    or ``Accept: application/x-ndjson``): oldest first, each with its ``prev_hash`` and ``hash``;
-    page on with ``since`` = the last id received."""
+    """Audit records, newest first (pending records are written first), filtered by ``outcome`` and
+    ``action``. As JSON lines (``format=jsonl`` or ``Accept: application/x-ndjson``): the whole chain,
+    oldest first, each with its ``prev_hash`` and ``hash``; page on with ``since`` = the last id received."""
     request.app.state.auditor.flush()
     if format == "jsonl" or (format is None and _NDJSON in request.headers.get("accept", "")):
         lines = audit_log.export_lines(session=uow.session, since=since, before=before, limit=limit)
         return Response("".join(line + "\n" for line in lines), media_type=_NDJSON)
-    return svc.list_audit(uow=uow, limit=limit, before_id=before, after_id=since)
+    return svc.list_audit(uow=uow, limit=limit, before_id=before, after_id=since, outcome=outcome, action=action)

@@ -1,7 +1,7 @@
 """Repositories: domain objects in and out of the database, one module per kind of thing.
 Each satisfies a store protocol of ``app.services.ports``; they flush, never commit."""
 
-from app.adapters.db.repositories.access import AuditRepository, TokenRepository
+from app.adapters.db.repositories.access import AuditRepository, SessionRepository, TokenRepository
 from app.adapters.db.repositories.events import EventRepository
 from app.adapters.db.repositories.keys import IdempotencyRepository, ServerKeyRepository, ShippedLoadRepository
 from app.adapters.db.repositories.network import GatewayRepository, TunnelRepository
@@ -15,6 +15,7 @@ __all__ = [
     "PolicyRepository",
     "RatingTableRepository",
     "ServerKeyRepository",
+    "SessionRepository",
     "ShippedLoadRepository",
     "TokenRepository",
     "TunnelRepository",

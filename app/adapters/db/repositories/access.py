@@ -1,19 +1,21 @@
-"""API tokens and the audit log. Repositories flush, never commit."""
+"""API tokens, console sessions and the audit log. Repositories flush, never commit."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from app.adapters.db import audit_chain
-from app.adapters.db.models import ApiTokenRow, AuditRow, utcnow
+from app.adapters.db.models import ApiTokenRow, AuditRow, UiSessionRow, utcnow
 from app.domain.auth import TokenRecord
 from app.domain.errors import NotFound
+from app.domain.sessions import SessionRecord
 
-__all__ = ["AuditRepository", "TokenRepository"]
+__all__ = ["AuditRepository", "SessionRepository", "TokenRepository"]
 
 
 class TokenRepository:
@@ -50,6 +52,34 @@ class TokenRepository:
         self.session.flush()
 
 
+class SessionRepository:
+    """Console sessions (the hash of the id only)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, record: SessionRecord) -> None:
+        self.session.add(UiSessionRow(id_hash=record.id_hash, token_id=record.token_id,
+                                      created_at=record.created_at, expires_at=record.expires_at))
+        self.session.flush()
+
+    def find(self, id_hash: str) -> SessionRecord | None:
+        row = self.session.get(UiSessionRow, id_hash)
+        if row is None:
+            return None
+        return SessionRecord(id_hash=row.id_hash, token_id=row.token_id, created_at=row.created_at,
+                             expires_at=row.expires_at)
+
+    def delete(self, id_hash: str) -> None:
+        self.session.execute(delete(UiSessionRow).where(UiSessionRow.id_hash == id_hash))
+        self.session.flush()
+
+    def delete_ended(self, now: datetime) -> int:
+        result = self.session.execute(delete(UiSessionRow).where(UiSessionRow.expires_at <= now))
+        self.session.flush()
+        return int(getattr(result, "rowcount", 0) or 0)
+
+
 class AuditRepository:
     """The append-only audit log."""
 
@@ -64,13 +94,17 @@ class AuditRepository:
         see :mod:`app.adapters.db.audit_chain`)."""
         audit_chain.append_in(self.session, records)
 
-    def list(self, *, limit: int = 100, before_id: int | None = None,
-             after_id: int | None = None) -> list[dict[str, Any]]:
+    def list(self, *, limit: int = 100, before_id: int | None = None, after_id: int | None = None,
+             outcome: int | None = None, action: str | None = None) -> list[dict[str, Any]]:
         query = select(AuditRow).order_by(AuditRow.id.desc()).limit(limit)
         if before_id is not None:
             query = query.where(AuditRow.id < before_id)
         if after_id is not None:
             query = query.where(AuditRow.id > after_id)
+        if outcome is not None:
+            query = query.where(AuditRow.outcome == outcome)
+        if action is not None:
+            query = query.where(AuditRow.action == action)
         return [
             {"id": r.id, "at": r.at.isoformat(), "request_id": r.request_id,
              "client_request_id": r.client_request_id, "token_id": r.token_id,

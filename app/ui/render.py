@@ -1,0 +1,50 @@
+"""Templates (Jinja2, autoescaped everywhere) and the headers every console answer carries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+from starlette.responses import HTMLResponse, Response
+
+__all__ = ["SECURITY_HEADERS", "page", "secure"]
+
+#: No inline script or style, no framing, forms post only here; htmx is served from 'self'.
+_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+SECURITY_HEADERS: Mapping[str, str] = {
+    "Content-Security-Policy": _CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Permissions-Policy": "camera=(), microphone=(), geolocation=()",
+}
+
+_ENV = Environment(
+    loader=PackageLoader("app.ui", "templates"),
+    autoescape=True,  # every template, whatever its name: a value is text, never markup
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def secure(response: Response, *, cache: bool = False) -> Response:
+    """Add the console's security headers (and ``no-store`` unless ``cache``: pages hold a CSRF token)."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+    if not cache:
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def page(template: str, context: Mapping[str, Any], *, status: int = 200,
+         headers: Mapping[str, str] | None = None) -> HTMLResponse:
+    """Render ``template`` with ``context`` as an HTML answer with the console's headers."""
+    html = _ENV.get_template(template).render(**context)
+    response = HTMLResponse(html, status_code=status, headers=dict(headers or {}))
+    secure(response)
+    return response

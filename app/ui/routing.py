@@ -1,0 +1,77 @@
+"""The route class of every console page: domain errors and refusals become HTML pages (never
+the API's JSON), and every answer carries the console's security headers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi.exceptions import RequestValidationError
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from app.api.errors import status_for
+from app.api.routing import QossRoute
+from app.domain.errors import QossError
+from app.ui.render import page, secure
+from app.ui.session import CsrfRefused, SignInRequired
+
+__all__ = ["ConsoleRoute", "is_htmx"]
+
+log = logging.getLogger("qoss.ui")
+LOGIN = "/ui/login"
+
+
+def is_htmx(request: Request) -> bool:
+    """Whether htmx asked (then the answer is a fragment, not a page)."""
+    return request.headers.get("hx-request") == "true"
+
+
+def _sign_in(request: Request) -> Response:
+    if is_htmx(request):  # htmx follows HX-Redirect with a full page load
+        return Response(status_code=401, headers={"HX-Redirect": LOGIN})
+    return RedirectResponse(LOGIN, status_code=303)
+
+
+def _refused(request: Request, status: int, title: str, message: str) -> Response:
+    return page("error.html", {"title": title, "message": message, "console": None}, status=status)
+
+
+class ConsoleRoute(QossRoute):
+    """A :class:`~app.api.routing.QossRoute` whose errors are pages, and whose answers carry
+    :data:`SECURITY_HEADERS`.
+
+    The status it answers is noted on the request (``route_status``, ``answer_status``), as
+    the API's routes do, for the audit record of a change (:func:`app.api.deps.get_unit`).
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        declared = self.status_code or 200
+
+        async def console_route(request: Request) -> Response:
+            request.state.route_status = declared
+            try:
+                response = await handler(request)
+            except SignInRequired:
+                request.state.error_name = "Unauthenticated"
+                response = _sign_in(request)
+            except CsrfRefused:
+                request.state.error_name = "CsrfRefused"
+                response = _refused(request, 403, "Refused",
+                                    "This form was not sent by this console (its CSRF token is missing or wrong). "
+                                    "Reload the page and try again.")
+            except QossError as exc:
+                request.state.error_name = type(exc).__name__
+                status = status_for(exc)
+                response = _refused(request, status, "Not allowed" if status == 403 else "Cannot do that",
+                                    exc.message)
+            except RequestValidationError as exc:
+                request.state.error_name = "ValidationError"
+                response = _refused(request, 422, "Invalid request",
+                                    "; ".join(str(e.get("msg", "")) for e in exc.errors()) or "invalid request")
+            request.state.answer_status = response.status_code
+            return secure(response)
+
+        return console_route

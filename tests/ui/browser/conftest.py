@@ -1,0 +1,121 @@
+"""A real ``qoss serve`` and Debian's headless chromium driven by Playwright (no browser
+download: ``scripts/setup.sh`` installs ``chromium``).
+
+Screenshots of the main pages go to ``$QOSS_UI_SCREENSHOTS`` if set (``docs/ui/`` keeps the
+best), else to the test session's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+
+from app.bootstrap import prepare_database
+from app.settings import Settings
+from tests.api.conftest import make_token
+from tests.fixtures.secrets import keep_log, register
+from tests.fixtures.served import serving
+
+QOSS = Path(sys.executable).parent / "qoss"
+
+
+class Served:
+    """The served console: its base URL, its database and a token per role."""
+
+    def __init__(self, base: str, database_url: str) -> None:
+        self.base = base
+        self.database_url = database_url
+        self.editor = make_token(database_url, "editor", ["ratings:write"])
+        self.other_editor = make_token(database_url, "other-editor", ["ratings:write"])
+        self.reader = make_token(database_url, "reader", ["tunnels:read"])
+        self.admin = make_token(database_url, "admin", ["admin"])
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    where = tmp_path_factory.mktemp("served-console")
+    url = f"sqlite:///{where / 'qoss.db'}"
+    prepare_database(Settings(database_url=url))
+    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false"}
+    try:
+        with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
+            yield Served(base, url)
+    finally:
+        keep_log(where / "serve.log", "console-serve.log")
+        keep_log(where / "qoss.db", "console-qoss.db")
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("chromium is not installed: run scripts/setup.sh (Debian's chromium package)", pytrace=False)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def new_context(chromium: Browser) -> Iterator[Callable[..., BrowserContext]]:
+    """Browser contexts (each its own cookies: a second browser), closed after the test."""
+    contexts: list[BrowserContext] = []
+
+    def make(**options: object) -> BrowserContext:
+        context = chromium.new_context(viewport={"width": 1280, "height": 800}, **options)  # type: ignore[arg-type]
+        contexts.append(context)
+        return context
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("QOSS_UI_SCREENSHOTS")
+    path = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _expected(message: str) -> bool:
+    """Chromium logs every 4xx answer; a refusal or a conflict is what some steps expect."""
+    return re.fullmatch(r"Failed to load resource: the server responded with a status of (403|409|422) .*",
+                        message) is not None
+
+
+class Watched:
+    """A page whose CSP violations, script errors and dialogs (an XSS would open one) are kept."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        self.dialogs: list[str] = []
+        page.on("console", lambda m: self.problems.append(m.text) if m.type == "error" and not _expected(m.text)
+                else None)
+        page.on("pageerror", lambda e: self.problems.append(str(e)))
+        page.on("dialog", self._dialog)
+
+    def _dialog(self, dialog: object) -> None:
+        self.dialogs.append(getattr(dialog, "message", ""))
+        dialog.dismiss()  # type: ignore[attr-defined]
+
+
+def sign_in(page: Page, base: str, token: str) -> None:
+    page.goto(f"{base}/ui/login")
+    page.get_by_label("API token").fill(token)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r".*/ui/tables$"))
+    for cookie in page.context.cookies():
+        if cookie.get("name") == "qoss_session":
+            register(cookie.get("value", ""))  # the secret sweep: never in the database or the server's log

@@ -1,0 +1,88 @@
+"""The console over an app per test (a freshly migrated database with the shipped data), as a
+browser would use it: cookies kept, forms posted, htmx's headers sent where htmx would."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.main import create_app
+from app.bootstrap import prepare_database
+from app.settings import Settings
+from tests.api.conftest import make_token
+from tests.fixtures.loop_guard import no_database_on_the_loop
+from tests.fixtures.secrets import register
+
+__all__ = ["HTMX", "csrf_of", "sign_in"]
+
+HTMX = {"HX-Request": "true"}
+_CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    settings = Settings(database_url=database_url, max_body_bytes=65536, trusted_proxies=["127.0.0.1"])
+    prepare_database(settings)
+    return settings
+
+
+@pytest.fixture
+def token(settings: Settings) -> Callable[..., str]:
+    """Make a token on this test's database: ``token("name", ["scope", ...])``."""
+
+    def make(name: str = "editor", scopes: list[str] | None = None, expires_in: int | None = None) -> str:
+        return make_token(settings.database_url, name, scopes or ["ratings:write"], expires_in)
+
+    return make
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[Any]:
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def browser(app: Any) -> AsyncIterator[Callable[[], httpx.AsyncClient]]:
+    """Clients on the app, each its own cookie jar (a browser); no route waits on the database
+    on the event loop."""
+    clients: list[httpx.AsyncClient] = []
+
+    def new() -> httpx.AsyncClient:
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://qoss.test")
+        clients.append(client)
+        return client
+
+    with no_database_on_the_loop([app.state.engine, app.state.read_session_factory.kw["bind"]]) as blocked:
+        yield new
+        for c in clients:
+            await c.aclose()
+    assert not blocked, blocked[0]
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token a page's forms carry."""
+    found = _CSRF.search(html)
+    assert found, "the page has no form with a CSRF token"
+    return found.group(1)
+
+
+async def sign_in(client: httpx.AsyncClient, token: str) -> str:
+    """Sign ``client`` in with ``token``; returns the session's CSRF token."""
+    form = await client.get("/ui/login")
+    answer = await client.post("/ui/login", data={"csrf": csrf_of(form.text), "token": token})
+    assert answer.status_code == 303, answer.text
+    register(client.cookies["qoss_session"])  # the secret sweep: never in a database or a log
+    page = await client.get("/ui/tables")
+    assert page.status_code == 200
+    return csrf_of(page.text)

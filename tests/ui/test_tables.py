@@ -1,0 +1,206 @@
+"""Rating tables in the console: the grid, editing a cell (If-Match underneath), a concurrent
+edit, history and revert, export; hidden and refused what a token's scopes do not allow;
+hostile text inert."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+import yaml
+
+from tests.ui.conftest import HTMX, sign_in
+
+pytestmark = pytest.mark.anyio
+Browser = Callable[[], httpx.AsyncClient]
+ROW = "/ui/tables/esaf-2006/ratings/sha1"
+HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>"><svg onload=alert(3)>'
+
+
+def _revision(html: str) -> int:
+    found = re.search(r'name="revision" value="(\d+)"', html)
+    assert found, html
+    return int(found.group(1))
+
+
+def _edit(csrf: str, revision: int, **fields: str) -> dict[str, str]:
+    row = {"confidentiality": "", "integrity": "5", "key_exchange": "", "performance": "6",
+           "reason": "Niedermayer et al. Table 14"}  # sha1 as shipped
+    return {"csrf": csrf, "revision": str(revision), **row, **fields}
+
+
+async def test_the_list_and_the_grid_show_every_row(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    listing = await client.get("/ui/tables")
+    assert 'href="/ui/tables/esaf-2006"' in listing.text and "standards-2026" in listing.text  # noqa: PT018
+    grid = await client.get("/ui/tables/esaf-2006")
+    for keyword in ("aes128", "aes192", "des", "3des", "blowfish128", "blowfish192", "md5", "sha1", "sha256"):
+        assert f'id="row-{keyword}"' in grid.text
+    assert "Confidentiality" in grid.text and "Measured ns/byte" in grid.text  # noqa: PT018
+    assert f'href="{ROW}/edit"' in grid.text
+
+
+async def test_an_edited_cell_is_a_new_revision_by_the_signed_in_token(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token("alice"))
+    form = await client.get(f"{ROW}/edit", headers=HTMX)
+    assert form.status_code == 200 and form.text.lstrip().startswith("<tr")  # noqa: PT018
+    answer = await client.post(ROW, headers=HTMX, data=_edit(csrf, _revision(form.text), integrity="6"))
+    assert answer.status_code == 200
+    assert 'class="saved"' in answer.text and '<td class="num">6</td>' in answer.text  # noqa: PT018
+    api = (await client.get("/v1/rating-tables/esaf-2006")).json()
+    assert api["revision"] == 2
+    assert next(r for r in api["ratings"] if r["algorithm"] == "sha1")["integrity"] == 6
+    history = (await client.get("/v1/rating-tables/esaf-2006/revisions")).json()
+    assert history[-1]["author"] == "alice"
+    assert history[-1]["changes"] == [{"algorithm": "sha1", "field": "integrity", "old": 5, "new": 6}]
+
+
+async def test_without_javascript_an_edit_is_a_form_and_a_redirect(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    page = await client.get(f"{ROW}/edit")
+    assert "<html" in page.text and 'id="edit-sha1"' in page.text  # noqa: PT018
+    answer = await client.post(ROW, data=_edit(csrf, _revision(page.text), performance="7"))
+    assert (answer.status_code, answer.headers["location"]) == (303, "/ui/tables/esaf-2006#row-sha1")
+
+
+async def test_an_invalid_value_is_shown_in_the_row_and_nothing_is_saved(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    answer = await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, integrity="11"))
+    assert answer.status_code == 422
+    assert 'role="alert"' in answer.text and 'value="11"' in answer.text  # noqa: PT018
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+async def test_a_concurrent_edit_shows_both_values_and_mine_can_be_reapplied(
+        browser: Browser, token: Callable[..., str]) -> None:
+    alice, bob = browser(), browser()
+    alice_csrf = await sign_in(alice, token("alice"))
+    bob_csrf = await sign_in(bob, token("bob"))
+    alice_form = await alice.get(f"{ROW}/edit", headers=HTMX)
+    bob_form = await bob.get(f"{ROW}/edit", headers=HTMX)
+    saved = await bob.post(ROW, headers=HTMX, data=_edit(bob_csrf, _revision(bob_form.text), integrity="4"))
+    assert saved.status_code == 200
+    conflict = await alice.post(ROW, headers=HTMX, data=_edit(alice_csrf, _revision(alice_form.text), integrity="7"))
+    assert conflict.status_code == 409
+    text = conflict.text
+    assert "changed while you edited" in text and "revision 2 is current" in text  # noqa: PT018
+    assert re.search(r"integrity</th>\s*<td>4</td>\s*<td>7</td>", text), text
+    assert (await alice.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 2  # nothing of alice's saved
+    reapply = {m.group(1): m.group(2) for m in re.finditer(r'name="(\w+)" value="([^"]*)"', text)}
+    assert reapply["revision"] == "2" and reapply["integrity"] == "7"  # noqa: PT018
+    answer = await alice.post(ROW, headers=HTMX, data=reapply)
+    assert answer.status_code == 200
+    api = (await alice.get("/v1/rating-tables/esaf-2006")).json()
+    assert api["revision"] == 3
+    assert next(r for r in api["ratings"] if r["algorithm"] == "sha1")["integrity"] == 7
+    dropped = await alice.get(ROW, headers=HTMX)  # "drop mine": the row as it is now
+    assert dropped.status_code == 200 and '<td class="num">7</td>' in dropped.text  # noqa: PT018
+
+
+async def test_history_shows_each_change_and_a_revert_is_one_click(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, reason="weakened by SHAttered"))
+    history = await client.get("/ui/tables/esaf-2006/revisions")
+    assert "Revision 2" in history.text and "weakened by SHAttered" in history.text  # noqa: PT018
+    assert 'value="1"' in history.text and "Revert to revision 1" in history.text  # noqa: PT018
+    assert "Revert to revision 2" not in history.text  # the current one
+    answer = await client.post("/ui/tables/esaf-2006/revert", data={"csrf": csrf, "revision": "1", "expected": "2"})
+    assert (answer.status_code, answer.headers["location"]) == (303, "/ui/tables/esaf-2006/revisions")
+    api = (await client.get("/v1/rating-tables/esaf-2006")).json()
+    assert api["revision"] == 3
+    assert next(r for r in api["ratings"] if r["algorithm"] == "sha1")["reason"] != "weakened by SHAttered"
+    stale = await client.post("/ui/tables/esaf-2006/revert", data={"csrf": csrf, "revision": "1", "expected": "2"})
+    assert stale.status_code == 409
+
+
+async def test_export_is_the_tables_yaml(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    answer = await client.get("/ui/tables/esaf-2006/export")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("application/yaml")  # noqa: PT018
+    assert yaml.safe_load(answer.text)["name"] == "esaf-2006"
+    assert answer.text == (await client.get("/v1/rating-tables/esaf-2006/export")).text
+
+
+async def test_a_read_only_token_sees_no_edit_control_and_its_forged_posts_are_refused(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token("reader", ["tunnels:read"]))
+    grid = await client.get("/ui/tables/esaf-2006")
+    assert "/edit" not in grid.text and "<textarea" not in grid.text  # noqa: PT018
+    history = await client.get("/ui/tables/esaf-2006/revisions")
+    assert "Revert" not in history.text
+    assert (await client.get(f"{ROW}/edit")).status_code == 403
+    forged = await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, integrity="1"))
+    assert forged.status_code == 403
+    revert = await client.post("/ui/tables/esaf-2006/revert", data={"csrf": csrf, "revision": "1", "expected": "1"})
+    assert revert.status_code == 403
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+@pytest.mark.parametrize("csrf", [None, "", "0" * 64])
+async def test_a_change_without_the_sessions_csrf_token_is_refused(
+        browser: Browser, token: Callable[..., str], csrf: str | None) -> None:
+    client = browser()
+    await sign_in(client, token())
+    data = _edit("", 1, integrity="1")
+    if csrf is None:
+        del data["csrf"]
+    else:
+        data["csrf"] = csrf
+    answer = await client.post(ROW, data=data)
+    assert answer.status_code == 403
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+async def test_the_csrf_token_of_one_session_does_not_pass_for_another(
+        browser: Browser, token: Callable[..., str]) -> None:
+    mine, theirs = browser(), browser()
+    await sign_in(mine, token())
+    their_csrf = await sign_in(theirs, token())
+    answer = await mine.post(ROW, data=_edit(their_csrf, 1, integrity="1"))
+    assert answer.status_code == 403
+
+
+async def test_the_htmx_header_carries_the_csrf_token(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    data = _edit("", 1, integrity="6")
+    del data["csrf"]
+    answer = await client.post(ROW, headers={**HTMX, "X-CSRF-Token": csrf}, data=data)
+    assert answer.status_code == 200
+
+
+async def test_hostile_text_in_a_reason_renders_inert_everywhere(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    saved = await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, reason=HOSTILE))
+    assert saved.status_code == 200
+    pages = [saved.text, (await client.get("/ui/tables/esaf-2006")).text,
+             (await client.get(f"{ROW}/edit")).text, (await client.get("/ui/tables/esaf-2006/revisions")).text]
+    for html in pages:
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+        assert "<script>alert" not in html and "<img" not in html and "<svg" not in html  # noqa: PT018
+    # and over a concurrent edit, where both values are shown
+    stale = await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, reason=HOSTILE + "2"))
+    assert stale.status_code == 409
+    assert "<script>alert" not in stale.text and "<img" not in stale.text  # noqa: PT018
+
+
+async def test_an_unknown_table_or_row_is_a_404_page(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    for path in ("/ui/tables/nope", "/ui/tables/esaf-2006/ratings/aes256/edit", "/ui/tables/nope/revisions"):
+        answer = await client.get(path)
+        assert answer.status_code == 404, path
+        assert answer.headers["content-type"].startswith("text/html")
