@@ -4,7 +4,8 @@ queues behind work.
 Beyond ``max_in_flight`` requests a process answers ``503 Overloaded`` with ``Retry-After`` at
 once, before reading the body or touching the database: a burst waits in front of the door,
 never inside on a lock, and the process is as responsive after it as before. ``/healthz``,
-``/livez`` and ``/metrics`` are neither counted nor refused. ``/healthz`` asks the database through a
+``/livez``, ``/metrics`` and the event stream are neither counted nor refused; the agent's
+messages on their fast path are counted like every other request. ``/healthz`` asks the database through a
 connection of its own (no pool), in a thread of its own, with a short timeout, so it answers
 even while every worker thread and pooled connection is busy.
 """
@@ -21,20 +22,21 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.settings import Settings
 
-__all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "HealthProbe"]
+__all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "Door", "HealthProbe"]
 
 #: Answered whatever the load: they do no work that can queue. The event stream is long-lived
 #: by design: it has a limit of its own (``max_event_streams``) instead.
 UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events"})
 
 
-class AdmissionControl:
-    """At most ``settings.max_in_flight`` requests in the application at once; the rest 503."""
+class Door:
+    """The requests inside one process: at most ``settings.max_in_flight``, the rest answered
+    ``503 Overloaded`` at once. One per application, shared by :class:`AdmissionControl` and the
+    agent's fast path (:mod:`app.api.agent_fast`), so both count against the same limit."""
 
-    def __init__(self, app: ASGIApp, settings: Settings | None = None) -> None:
-        self.app = app
+    def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings
-        self.in_flight = 0
+        self.inside = 0
         self._body = json.dumps({"error": "Overloaded",
                                  "detail": "the service is at its limit of requests in flight: retry shortly"}).encode()
 
@@ -42,21 +44,41 @@ class AdmissionControl:
         settings: Settings | None = getattr(scope["app"].state, "settings", None) or self.settings
         return settings.max_in_flight if settings is not None else Settings.model_fields["max_in_flight"].default
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in UNCOUNTED_PATHS:
-            await self.app(scope, receive, send)
+    async def through(self, scope: Scope, receive: Receive, send: Send, inner: ASGIApp) -> None:
+        """``inner`` answers the request if there is room, else 503 Overloaded with Retry-After."""
+        if scope.get(_ADMITTED):  # counted already (the fast path handing over to the full stack)
+            await inner(scope, receive, send)
             return
-        if self.in_flight >= self._limit(scope):
+        if self.inside >= self._limit(scope):
             await send({"type": "http.response.start", "status": 503, "headers": [
                 (b"content-type", b"application/json"), (b"retry-after", b"1"),
                 (b"content-length", str(len(self._body)).encode())]})
             await send({"type": "http.response.body", "body": self._body})
             return
-        self.in_flight += 1  # one event loop: no lock needed between the check and the count
+        self.inside += 1  # one event loop: no lock needed between the check and the count
+        scope[_ADMITTED] = True
         try:
-            await self.app(scope, receive, send)
+            await inner(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.inside -= 1
+
+
+#: Set in a request's scope once the door has counted it.
+_ADMITTED = "qoss.admitted"
+
+
+class AdmissionControl:
+    """Every request but those of ``UNCOUNTED_PATHS`` goes through the application's :class:`Door`."""
+
+    def __init__(self, app: ASGIApp, settings: Settings | None = None, door: Door | None = None) -> None:
+        self.app = app
+        self.door = door or Door(settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNCOUNTED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        await self.door.through(scope, receive, send, self.app)
 
 
 class HealthProbe:

@@ -26,7 +26,7 @@ from app.adapters.db.leader import Leadership
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.driver import ViciGateway
-from app.api.admission import AdmissionControl, HealthProbe
+from app.api.admission import AdmissionControl, Door, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.deps import in_worker_thread
 from app.api.errors import error_body, install_error_handlers
@@ -84,7 +84,11 @@ class QossApp(FastAPI):
             _forwarded_client(self, scope)
         if is_message_request(scope) and getattr(self.state, "fast_paths", False):
             scope["app"] = self
-            await serve_message(self.state, scope, receive, send, super().__call__)
+            full = super().__call__
+
+            async def fast(scope: Scope, receive: Receive, send: Send) -> None:
+                await serve_message(self.state, scope, receive, send, full)
+            await self.state.door.through(scope, receive, send, fast)
             return
         await super().__call__(scope, receive, send)
 
@@ -340,8 +344,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     install_error_handlers(app)
 
     app.add_middleware(_GuardAndAudit, settings=settings)
-    # Outermost: a request over the in-flight limit is answered before anything else runs.
-    app.add_middleware(AdmissionControl, settings=settings)
+    # Outermost: a request over the in-flight limit is answered before anything else runs. The
+    # agent's fast path goes through the same door.
+    app.state.door = Door(settings)
+    app.add_middleware(AdmissionControl, settings=settings, door=app.state.door)
 
     app.include_router(health.router)
     app.include_router(metrics.router)

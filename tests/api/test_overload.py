@@ -229,6 +229,37 @@ async def test_over_the_in_flight_limit_is_503_overloaded_and_healthz_is_never_c
         assert (await c.get("/v1/rating-tables/esaf-2006")).status_code == 200
 
 
+@pytest.mark.parametrize("fast_paths", [True, False])
+async def test_agent_messages_count_against_the_in_flight_limit_on_either_path(app_with: Served,
+                                                                               fast_paths: bool) -> None:
+    message = {"message": "A" * 64}  # well formed: the fast path (if on) takes it whole
+    async with app_with(max_in_flight=2, db_pool_size=1, db_pool_overflow=0, db_pool_timeout=10,
+                        fast_paths=fast_paths) as (app, c):
+        anonymous = asgi_client(app)
+        alone = await anonymous.post("/v1/agent/requests", json=message)
+        assert alone.status_code != 503, alone.text  # counted once, not once per path it takes
+        # Handed over to the full stack (not a message): counted once too, even at a limit of one.
+        app.state.settings = app.state.settings.model_copy(update={"max_in_flight": 1})
+        handed_over = await anonymous.post("/v1/agent/requests", json={"message": 5})
+        assert handed_over.status_code == 422, handed_over.text
+        app.state.settings = app.state.settings.model_copy(update={"max_in_flight": 2})
+        hold = holding_every_connection(app)
+        await anyio.to_thread.run_sync(hold.__enter__)
+        try:
+            waiting = [asyncio.create_task(anonymous.get("/v1/rating-tables/esaf-2006")) for _ in range(2)]
+            await asyncio.sleep(0.3)  # both inside, waiting for a connection
+            assert not any(t.done() for t in waiting)
+            turned_away = await anonymous.post("/v1/agent/requests", json=message)
+            assert turned_away.status_code == 503, turned_away.text
+            assert turned_away.json()["error"] == "Overloaded"
+            assert app.state.door.inside == 2
+        finally:
+            await anyio.to_thread.run_sync(hold.__exit__, None, None, None)
+        assert [(await t).status_code for t in waiting] == [200, 200]
+        assert app.state.door.inside == 0
+        await anonymous.aclose()
+
+
 async def test_anonymous_negotiations_are_limited_per_address_and_in_total(settings: Settings,
                                                                           admin_token: str) -> None:
     app = create_app(settings.model_copy(update={"negotiation_burst": 3, "negotiation_rate": 0.01,
