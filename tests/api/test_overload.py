@@ -234,7 +234,7 @@ async def test_agent_messages_count_against_the_in_flight_limit_on_either_path(a
                                                                                fast_paths: bool) -> None:
     message = {"message": "A" * 64}  # well formed: the fast path (if on) takes it whole
     async with app_with(max_in_flight=2, db_pool_size=1, db_pool_overflow=0, db_pool_timeout=10,
-                        fast_paths=fast_paths) as (app, c):
+                        fast_paths=fast_paths) as (app, _):
         anonymous = asgi_client(app)
         alone = await anonymous.post("/v1/agent/requests", json=message)
         assert alone.status_code != 503, alone.text  # counted once, not once per path it takes
