@@ -38,7 +38,7 @@ from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow, utcnow
 from app.domain.audit_chain import GENESIS, ChainHead, link
 
-__all__ = ["append", "append_in", "entries", "head", "snapshot"]
+__all__ = ["append", "append_in", "entries", "head", "lock_in", "snapshot"]
 
 log = logging.getLogger("qoss.audit")
 
@@ -125,6 +125,15 @@ def append_in(session: Session, records: Sequence[Mapping[str, Any]]) -> list[di
     session.flush()
     with session_cursor(session) as cursor:
         return append(cursor, records)
+
+
+def lock_in(session: Session) -> None:
+    """Take the chain's lock in ``session``'s transaction until it ends (PostgreSQL; a SQLite
+    write transaction holds the database's one write lock already). The event log takes it
+    too, so that events, like audit entries, get their ids in the order they commit."""
+    session.flush()
+    with session_cursor(session) as cursor:
+        cursor.first(_LOCK_HEAD, {})
 
 
 def snapshot(session: Session) -> None:
