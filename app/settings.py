@@ -114,6 +114,11 @@ class Settings(BaseSettings):
     write_wait_timeout: float = Field(
         default=5.0, gt=0, le=60,
         description="seconds a change waits for one of max_writes_in_flight before 503 Overloaded")
+    idempotency_lease: float = Field(
+        default=120.0, ge=1, le=86400,
+        description="seconds after which a request's Idempotency-Key, claimed and never answered (its process "
+                    "died), is taken over by a retry; longer than any request runs (a tunnel set-up is bounded "
+                    "by the VICI timeouts)")
     ui_session_ttl: int = Field(
         default=8 * 3600, ge=60, le=7 * 86400,
         description="seconds a console sign-in lasts (never longer than its token)")

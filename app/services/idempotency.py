@@ -4,6 +4,9 @@ The key is reserved (status 0, committed at once, unique per token) *before* any
 side effect, so a concurrent duplicate is refused with 409 instead of creating a
 second tunnel; the answer is stored when the work succeeds; a failure releases the key
 so the client can retry. Keys are per token: one client cannot read another's answers.
+A claim whose request's process died (killed, its machine gone) is never answered nor
+released; once older than a lease (``QOSS_IDEMPOTENCY_LEASE``, longer than any request
+runs) a retry takes it over and runs the request again.
 
 A retry is the same request only if every field that decides the outcome is the same,
 secrets included (a peer's PSK): the :func:`fingerprint` covers the whole request, each
@@ -18,6 +21,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, SecretBytes, SecretStr
@@ -73,8 +77,13 @@ def fingerprint(body: BaseModel, *, key: bytes) -> str:
     return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 
 
-def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> StoredAnswer | None:
+def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str,
+          lease: float = 60.0) -> StoredAnswer | None:
     """Reserve ``key`` for this token (committed at once), or return the answer already stored for it.
+
+    ``lease``: seconds after which an unanswered claim is taken to belong to a request whose
+    process died, and is claimed for this one (the caller must then find out whether that
+    request got as far as its effect: see :func:`app.services.tunnels.request_tunnel`).
 
     Raises:
         InvalidInput: the key was used with a different request body (422).
@@ -92,6 +101,9 @@ def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str) -> 
         if found.request_hash != digest:
             raise InvalidInput("this Idempotency-Key was used with a different request")
         if found.status == _IN_PROGRESS:
+            if uow.idempotency.take_over(token_id, key, claimed_before=datetime.now(UTC) - timedelta(seconds=lease)):
+                uow.commit()
+                return None
             raise IdempotencyInProgress("a request with this Idempotency-Key is in progress")
         return found
 

@@ -130,7 +130,7 @@ class TunnelStore(Protocol):
     """Tunnel records (never a PSK)."""
 
     def add(self, record: TunnelRecord) -> TunnelRecord:
-        """Store a new record; returns it with its timestamps."""
+        """Store a new record; returns it with its timestamps. Raises AlreadyExists for a taken id."""
         ...
 
     def get(self, tunnel_id: str) -> TunnelRecord: ...
@@ -223,6 +223,8 @@ class StoredAnswer:
     request_hash: str
     status: int
     body: dict[str, Any]
+    #: When the key was claimed (or last taken over).
+    reserved_at: datetime | None = None
 
 
 class IdempotencyStore(Protocol):
@@ -240,6 +242,11 @@ class IdempotencyStore(Protocol):
 
     def release(self, token_id: str, key: str) -> None:
         """Drop a claim that has no answer yet (the request failed: a retry may run)."""
+        ...
+
+    def take_over(self, token_id: str, key: str, *, claimed_before: datetime) -> bool:
+        """Claim anew a key still unanswered that was claimed before ``claimed_before`` (its
+        request's process died); False if it was answered, claimed later, or another won."""
         ...
 
 

@@ -3,6 +3,8 @@ up in strongSwan (``app.services.tunnel_setup``), keep the record; list, inspect
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 import secrets
 import time
@@ -10,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.errors import Conflict, GatewayError, InvalidInput, UnsupportedProtection
+from app.domain.errors import AlreadyExists, Conflict, GatewayError, InvalidInput, NotFound, UnsupportedProtection
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
 from app.services import idempotency as idem
@@ -24,6 +26,7 @@ __all__ = [
     "Answer",
     "create_tunnel",
     "delete_tunnel",
+    "keyed_tunnel_id",
     "list_tunnels",
     "negotiate_tunnel",
     "negotiation_inputs",
@@ -122,6 +125,7 @@ def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence
 def create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
+    tunnel_id: str | None = None,
 ) -> TunnelRecord:
     """Negotiate, load the managed end(s), bring the tunnel up and verify it.
 
@@ -130,7 +134,8 @@ def create_tunnel(
 
     To a registered ``responder``: both ends loaded with a fresh PSK and verified. To an
     unmanaged ``peer`` (its address inside ``allowed_networks``): only the initiator is
-    loaded, with the peer's write-only PSK, and verified.
+    loaded, with the peer's write-only PSK, and verified. ``tunnel_id``: the new tunnel's id
+    (default: a random one); a taken one is ``AlreadyExists`` and its conn is left alone.
 
     Raises:
         InvalidInput: bad selectors, a peer address outside the allowed networks.
@@ -142,7 +147,7 @@ def create_tunnel(
     """
     try:
         record = _create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                                allowed_networks=allowed_networks, metrics=metrics)
+                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id)
     except Exception as exc:
         metrics.count("qoss_tunnel_setups_total", outcome=error_label(exc))
         raise
@@ -152,7 +157,7 @@ def create_tunnel(
 
 def _create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
-    allowed_networks: Sequence[str], metrics: Metrics,
+    allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None,
 ) -> TunnelRecord:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
@@ -168,7 +173,7 @@ def _create_tunnel(
     inputs = negotiation_inputs(request)
     result = negotiate_tunnel(uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder,
                               default_table=default_table)
-    tunnel_id = secrets.token_hex(6)
+    tunnel_id = tunnel_id or secrets.token_hex(6)
     far: Gateway | PeerEnd
     if responder is not None:
         far = responder
@@ -195,6 +200,8 @@ def _create_tunnel(
                                                         "initiator": initiator.name, "responder": record.responder},
                           scope="tunnels:read")
         return stored
+    except AlreadyExists:
+        raise  # another request made this very tunnel (same id, same conn): it is theirs
     except BaseException:
         # The record could not be written: take the tunnel down again, leave nothing behind.
         teardown(record, initiator, responder, vici, strict=False)
@@ -283,7 +290,7 @@ class Answer:
 def request_tunnel(
     *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
-    fingerprint_key: bytes, metrics: Metrics = NO_METRICS,
+    fingerprint_key: bytes, metrics: Metrics = NO_METRICS, lease: float = 60.0,
 ) -> Answer:
     """:func:`create_tunnel` for a client, at most once per ``idempotency_key``.
 
@@ -293,22 +300,52 @@ def request_tunnel(
     case commits ``uow`` itself, before the answer is stored under the key: the answer is
     never remembered for a tunnel whose record did not commit. On any failure ``uow`` is
     rolled back (releasing its write lock) and then the key, so the client can retry.
+
+    A keyed request's tunnel id is derived from the token and the key (:func:`keyed_tunnel_id`),
+    so that every attempt of one request makes the same tunnel: a retry after the process
+    running the first attempt died (its claim older than ``lease`` seconds) finds the tunnel
+    if that attempt got as far as its record, and answers it instead of making a second one;
+    if not, the retry's conn replaces whatever that attempt had loaded.
     """
+    tunnel_id = None
     if idempotency_key is not None:
         stored = idem.begin(units, token_id=token_id, key=idempotency_key,
-                            digest=idem.fingerprint(request, key=fingerprint_key))
+                            digest=idem.fingerprint(request, key=fingerprint_key), lease=lease)
         if stored is not None:
             return Answer(stored.status, stored.body, replayed=True)
+        tunnel_id = keyed_tunnel_id(fingerprint_key, token_id, idempotency_key)
+        try:
+            earlier = uow.tunnels.get(tunnel_id)
+        except NotFound:
+            pass
+        else:  # an attempt whose process died after its record committed, before it was answered
+            body = _answer(earlier)
+            uow.rollback()  # nothing to write here; ends the transaction (SQLite: its lock) first
+            idem.complete(units, token_id=token_id, key=idempotency_key, status=201, body=body)
+            return Answer(201, body, replayed=True)
     try:
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                               allowed_networks=allowed_networks, metrics=metrics)
-        body = {**record.as_dict(), "ike": record.negotiation.get("ike"), "notes": record.negotiation.get("notes")}
+                               allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id)
+        body = _answer(record)
         uow.commit()
-    except BaseException:
+    except BaseException as exc:
         uow.rollback()
         if idempotency_key is not None:
             idem.abandon(units, token_id=token_id, key=idempotency_key)
+            if isinstance(exc, AlreadyExists):  # a live earlier attempt won the race: it answers
+                raise idem.IdempotencyInProgress("a request with this Idempotency-Key is in progress") from exc
         raise
     if idempotency_key is not None:
         idem.complete(units, token_id=token_id, key=idempotency_key, status=201, body=body)
     return Answer(201, body)
+
+
+def keyed_tunnel_id(secret: bytes, token_id: str, key: str) -> str:
+    """The tunnel id of every attempt of one keyed request: 12 hex digits (like a random id) of
+    an HMAC of the token and the key under the database's own ``secret``, so an id tells
+    nothing of the key and no other client can aim at it."""
+    return hmac.new(secret, f"tunnel\0{token_id}\0{key}".encode(), hashlib.sha256).hexdigest()[:12]
+
+
+def _answer(record: TunnelRecord) -> dict[str, Any]:
+    return {**record.as_dict(), "ike": record.negotiation.get("ike"), "notes": record.negotiation.get("notes")}

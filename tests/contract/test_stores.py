@@ -309,6 +309,29 @@ def test_idempotency_claims_are_unique_and_released_only_unanswered(units: Units
         assert uow.idempotency.find("other", "k1") is None
 
 
+def test_an_unanswered_claim_older_than_a_moment_is_taken_over_once(units: Units) -> None:
+    with units() as uow:
+        assert uow.idempotency.reserve("tok", "k1", "h1") is True
+        assert uow.idempotency.reserve("tok", "k2", "h1") is True
+        uow.idempotency.complete("tok", "k2", status=201, body={"id": "x"})
+        uow.commit()
+    with units() as uow:
+        uow_found = uow.idempotency.find("tok", "k1")
+        assert uow_found is not None and uow_found.reserved_at is not None  # noqa: PT018
+        claimed = uow_found.reserved_at
+        assert uow.idempotency.take_over("tok", "k1", claimed_before=claimed) is False  # not older
+        later = datetime.now(UTC) + timedelta(seconds=1)
+        assert uow.idempotency.take_over("tok", "k2", claimed_before=later) is False  # answered
+        assert uow.idempotency.take_over("tok", "nope", claimed_before=later) is False
+        assert uow.idempotency.take_over("tok", "k1", claimed_before=later) is True
+        uow.commit()
+    with units() as uow:
+        again = uow.idempotency.find("tok", "k1")
+        assert again is not None and again.status == 0 and again.reserved_at is not None  # noqa: PT018
+        assert again.reserved_at > claimed  # claimed anew: a second taker needs it older still
+        assert uow.idempotency.take_over("tok", "k1", claimed_before=claimed + timedelta(microseconds=1)) is False
+
+
 def test_server_keys_are_made_once_and_shipped_loads_remembered(units: Units) -> None:
     with units() as uow:
         first = uow.server_keys.get_or_create("idempotency", lambda: "aa" * 32)

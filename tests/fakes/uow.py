@@ -235,6 +235,8 @@ class FakeTunnels(_Store):
     def add(self, record: TunnelRecord) -> TunnelRecord:
         now = _now().isoformat()
         stored = replace(record, created_at=now, updated_at=now)
+        if record.id in self._read():
+            raise AlreadyExists(f"tunnel {record.id!r} exists already")
         self._write()[record.id] = stored
         return stored
 
@@ -368,20 +370,28 @@ class FakeIdempotency(_Store):
         answers = self._write()
         if (token_id, key) in answers:
             return False
-        answers[(token_id, key)] = StoredAnswer(request_hash, 0, {})
+        answers[(token_id, key)] = StoredAnswer(request_hash, 0, {}, datetime.now(UTC))
         return True
 
     def complete(self, token_id: str, key: str, *, status: int, body: dict[str, Any]) -> None:
         answers = self._write()
         found = answers.get((token_id, key))
         if found is not None:
-            answers[(token_id, key)] = StoredAnswer(found.request_hash, status, copy.deepcopy(body))
+            answers[(token_id, key)] = StoredAnswer(found.request_hash, status, copy.deepcopy(body), found.reserved_at)
 
     def release(self, token_id: str, key: str) -> None:
         answers = self._write()
         found = answers.get((token_id, key))
         if found is not None and found.status == 0:
             del answers[(token_id, key)]
+
+    def take_over(self, token_id: str, key: str, *, claimed_before: datetime) -> bool:
+        answers = self._write()
+        found = answers.get((token_id, key))
+        if found is None or found.status != 0 or found.reserved_at is None or found.reserved_at >= claimed_before:
+            return False
+        answers[(token_id, key)] = StoredAnswer(found.request_hash, 0, {}, datetime.now(UTC))
+        return True
 
 
 class FakeServerKeys(_Store):

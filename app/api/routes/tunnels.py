@@ -47,14 +47,17 @@ def create_tunnel(
     409: nothing feasible (nothing loaded), or the same ``Idempotency-Key`` is in flight.
     503: a charon is unreachable. 502: strongSwan refused or negotiated something else.
     On any failure nothing stays loaded. With ``Idempotency-Key`` a retry returns the first
-    answer instead of making a second tunnel.
+    answer instead of making a second tunnel; if the process running the first attempt died,
+    a retry after ``QOSS_IDEMPOTENCY_LEASE`` seconds runs it again (or answers the tunnel that
+    attempt made).
     """
     request.app.state.tunnel_limiter.take(principal.token_id or "")
     answer = svc.request_tunnel(
         uow=uow, units=request.app.state.units, cache=cache, vici=vici, request=body,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
-        fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics)
+        fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics,
+        lease=settings.idempotency_lease)
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body

@@ -4,13 +4,14 @@ keys, which shipped documents it was offered. Repositories flush, never commit."
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.adapters.db.models import IdempotencyRow, ServerKeyRow, ShippedLoadRow
+from app.adapters.db.models import IdempotencyRow, ServerKeyRow, ShippedLoadRow, utcnow
 from app.services.ports import StoredAnswer
 
 __all__ = ["IdempotencyRepository", "ServerKeyRepository", "ShippedLoadRepository"]
@@ -30,7 +31,8 @@ class IdempotencyRepository:
 
     def find(self, token_id: str, key: str) -> StoredAnswer | None:
         row = self.session.scalar(select(IdempotencyRow).where(*self._where(token_id, key)))
-        return StoredAnswer(row.request_hash, row.status, dict(row.body)) if row is not None else None
+        return (StoredAnswer(row.request_hash, row.status, dict(row.body), row.created_at)
+                if row is not None else None)
 
     def reserve(self, token_id: str, key: str, request_hash: str) -> bool:
         """Claim the key (status 0); False if another request holds it (nothing written)."""
@@ -49,6 +51,12 @@ class IdempotencyRepository:
     def release(self, token_id: str, key: str) -> None:
         self.session.execute(delete(IdempotencyRow).where(*self._where(token_id, key),
                                                           IdempotencyRow.status == IN_PROGRESS))
+
+    def take_over(self, token_id: str, key: str, *, claimed_before: datetime) -> bool:
+        done = self.session.execute(update(IdempotencyRow).where(
+            *self._where(token_id, key), IdempotencyRow.status == IN_PROGRESS,
+            IdempotencyRow.created_at < claimed_before).values(created_at=utcnow()))
+        return int(getattr(done, "rowcount", 0) or 0) == 1
 
 
 class ServerKeyRepository:

@@ -113,15 +113,23 @@ class TunnelRepository:
         return row
 
     def add(self, record: TunnelRecord) -> TunnelRecord:
-        """Store a new tunnel record and return it with its timestamps."""
+        """Store a new tunnel record and return it with its timestamps.
+
+        Raises:
+            AlreadyExists: a tunnel with this id exists (nothing is written).
+        """
         row = TunnelRow(
             id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
             remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
             negotiation=dict(record.negotiation), peer=record.peer.as_dict() if record.peer is not None else None,
             provenance=dict(record.provenance) if record.provenance is not None else None,
         )
-        self.session.add(row)
-        self.session.flush()
+        try:
+            with self.session.begin_nested():
+                self.session.add(row)
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"tunnel {record.id!r} exists already") from exc
         return _tunnel(row)
 
     def get(self, tunnel_id: str) -> TunnelRecord:
