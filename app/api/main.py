@@ -23,6 +23,7 @@ from app.adapters.agent.transport import post_message
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.leader import Leadership
+from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.driver import ViciGateway
@@ -297,17 +298,26 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
         app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
-        app.state.tunnel_limiter = RateLimiter(resolved.tunnel_rate, resolved.tunnel_burst)
-        app.state.negotiation_limiter = RateLimiter(resolved.negotiation_rate, resolved.negotiation_burst)
-        app.state.negotiation_total_limiter = RateLimiter(resolved.negotiation_total_rate,
-                                                          resolved.negotiation_total_burst)
+        # Rate limits: on PostgreSQL counted across every replica (app.adapters.db.ratelimit).
+        buckets_engine = (shared_buckets_engine(resolved.database_url)
+                          if resolved.database_url.startswith("postgresql") else None)
+
+        def limiter(name: str, rate: float, burst: int) -> RateLimiter | SharedRateLimiter:
+            if buckets_engine is None:
+                return RateLimiter(rate, burst)
+            return SharedRateLimiter(buckets_engine, name, rate, burst)
+        app.state.tunnel_limiter = limiter("tunnels", resolved.tunnel_rate, resolved.tunnel_burst)
+        app.state.negotiation_limiter = limiter("negotiations", resolved.negotiation_rate,
+                                                resolved.negotiation_burst)
+        app.state.negotiation_total_limiter = limiter("negotiations-total", resolved.negotiation_total_rate,
+                                                      resolved.negotiation_total_burst)
         app.state.benchmarks = BenchmarkJobs(
             runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,
                                                                 progress=progress),
             session_factory=app.state.session_factory, machine=machine_id(),
         )
-        app.state.agent_limiter = RateLimiter(resolved.agent_rate, resolved.agent_burst)
-        app.state.agent_user_limiter = RateLimiter(resolved.agent_user_rate, resolved.agent_user_burst)
+        app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
+        app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
         app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
         duties = LeaderDuties(app.state, resolved)
         leadership = Leadership(resolved.database_url, on_elected=duties.elected, on_deposed=duties.deposed,
@@ -333,6 +343,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             app.state.scrape_reader.close()
             engine.dispose()
             read_engine.dispose()
+            if buckets_engine is not None:
+                buckets_engine.dispose()
 
     app = QossApp(
         title="qoss",

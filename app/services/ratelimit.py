@@ -1,10 +1,12 @@
-"""Rate limits (token bucket, in process): 429 with Retry-After when exceeded.
+"""Rate limits (token bucket): 429 with Retry-After when exceeded.
 
-Keyed by API token, and for the tunnel agent (whose requests carry no token) by source
-address and by verified user.
+Keyed by API token, for anonymous negotiations by client address and in total, and for
+the tunnel agent (whose requests carry no token) by source address and by verified user.
 
-Each API replica keeps its own buckets, so with N replicas a token gets up to N times
-the rate; the limit protects each gateway-driving process from a runaway client.
+:class:`RateLimiter` keeps its buckets in the process: the one process of a SQLite
+database. Replicas sharing a PostgreSQL database count in the database as well
+(:class:`app.adapters.db.ratelimit.SharedRateLimiter`), so a client gets the configured
+rate whichever replica it reaches.
 """
 
 from __future__ import annotations

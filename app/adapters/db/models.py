@@ -12,9 +12,11 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Integer,
     MetaData,
@@ -37,6 +39,7 @@ __all__ = [
     "Json",
     "PolicyRevisionRow",
     "PolicyRow",
+    "RateBucketRow",
     "RatingTableRevisionRow",
     "RatingTableRow",
     "ServerKeyRow",
@@ -311,3 +314,17 @@ class EventRow(Base):
     subject: Mapped[str] = mapped_column(String(200))
     scope: Mapped[str | None] = mapped_column(String(32), nullable=True)
     data: Mapped[dict[str, Any]] = mapped_column(Json)
+
+
+class RateBucketRow(Base):
+    """A rate limit's token bucket shared by the replicas on PostgreSQL: ``tokens`` left at
+    ``at``, whether the last request was let through (``spent``), full again at ``full_at``
+    (after which the row means nothing and is removed)."""
+
+    __tablename__ = "rate_buckets"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    full_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    spent: Mapped[bool] = mapped_column(Boolean)

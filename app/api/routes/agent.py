@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
@@ -113,8 +114,10 @@ async def handle_message(state: Any, path: str, data: bytes, source: str, note: 
 
 async def _handle(state: Any, role: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
     agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
-    state.agent_limiter.take(f"agent:{source}", who="this address")
+    # In the worker thread with the message: on PostgreSQL a limit asks the database.
+    limit_address = partial(state.agent_limiter.take, f"agent:{source}", who="this address")
     if isinstance(agent, HostAgent):
+        host: HostAgent = agent
         limiter: RateLimiter = state.agent_user_limiter
 
         def admit(user_id: str) -> None:
@@ -124,10 +127,16 @@ async def _handle(state: Any, role: str, data: bytes, source: str, note: Callabl
                 note(f"rate limited: user={user_id}")
                 raise
 
-        return await in_worker_thread(agent.handle, data, admit=admit)
-    if role == "target":
-        return await in_worker_thread(agent.handle, data)
-    return await in_worker_thread(agent.revoke, data)
+        def relay() -> Outcome:
+            limit_address()
+            return host.handle(data, admit=admit)
+        return await in_worker_thread(relay)
+    target: TargetAgent = agent
+
+    def answer() -> Outcome:
+        limit_address()
+        return target.handle(data) if role == "target" else target.revoke(data)
+    return await in_worker_thread(answer)
 
 
 def answer_body(outcome: Outcome) -> bytes:
