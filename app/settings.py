@@ -122,6 +122,10 @@ class Settings(BaseSettings):
     ui_session_ttl: int = Field(
         default=8 * 3600, ge=60, le=7 * 86400,
         description="seconds a console sign-in lasts (never longer than its token)")
+    measurements_dir: Path = Field(
+        default=Path("var/bench"),
+        description="where the console looks for the newest `qoss bench micro --out` document (its "
+                    "measurements page, and rating tables made from it)")
     db_pool_size: int = Field(default=20, ge=1, le=1000, description="database connections kept open per process")
     db_pool_overflow: int = Field(default=40, ge=0, le=1000, description="extra connections opened under load")
     db_pool_timeout: float = Field(

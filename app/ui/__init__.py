@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.ui.pages import router
+from app.ui.pages import routers
 from app.ui.render import SECURITY_HEADERS
 
 __all__ = ["install"]
@@ -39,4 +39,5 @@ def install(app: FastAPI) -> None:
     """Mount the console on ``app``: pages under ``/ui``, static files under ``/ui/static``."""
     static = StaticFiles(directory=str(files("app.ui") / "static"))
     app.mount("/ui/static", _Headers(static), name="ui-static")
-    app.include_router(router)
+    for router in routers:
+        app.include_router(router)

@@ -7,6 +7,8 @@
   (:func:`app.services.ui_sessions.resolve`): a revoked token is signed out at once.
 - Every change needs the session's CSRF token, in the form (``csrf``) or in the
   ``X-CSRF-Token`` header htmx sends; then the token's scope (403 otherwise).
+- A form may be ``application/x-www-form-urlencoded`` or, to upload a file,
+  ``multipart/form-data``: an uploaded file is a field whose value is the file's text.
 - Sign-in has no session yet: its form carries a random value that must equal the
   short-lived ``qoss_login`` cookie (double submit; SameSite=Strict keeps it same-site).
 """
@@ -18,6 +20,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.parser import BytesParser
+from email.policy import HTTP
 from typing import Annotated
 from urllib.parse import parse_qsl
 
@@ -30,6 +34,7 @@ from app.domain.sessions import csrf_matches, csrf_token
 from app.services.ui_sessions import resolve
 
 __all__ = [
+    "INVALID_UPLOAD",
     "LOGIN_COOKIE",
     "SESSION_COOKIE",
     "Console",
@@ -50,7 +55,10 @@ __all__ = [
 SESSION_COOKIE = "qoss_session"
 LOGIN_COOKIE = "qoss_login"
 _MAX_FORM = 65536
+_MAX_UPLOAD = 1_048_576  # a rating table's YAML, as the API's import takes it
 _MAX_FIELDS = 64
+#: The field a form's upload that is not UTF-8 text is named under: ``<field>.invalid``.
+INVALID_UPLOAD = ".invalid"
 
 
 class SignInRequired(Exception):
@@ -84,6 +92,10 @@ class Console:
             return False
         return True
 
+    def may_any(self, scopes: list[str]) -> bool:
+        """Whether the token has one of ``scopes`` (any token, for none): a page shown to each of them."""
+        return not scopes or any(self.may(s) for s in scopes)
+
 
 def console(request: Request, uow: ReadUnitDep) -> Console:
     """The live session of this request, read in the request's read unit of work (a plain
@@ -103,9 +115,16 @@ ConsoleDep = Annotated[Console, Depends(console)]
 
 
 async def form_fields(request: Request) -> dict[str, str]:
-    """An ``application/x-www-form-urlencoded`` body as a dict (the last value of a repeated
-    field); any other body is an empty form (and so has no CSRF token)."""
+    """A form's fields as a dict (the last value of a repeated field).
+
+    ``application/x-www-form-urlencoded``, or ``multipart/form-data`` where an uploaded file's
+    field holds the file's text (one that is not UTF-8 is left out and named under
+    ``<field>.invalid``). Any other body is an empty form (and so has no CSRF token).
+    """
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "multipart/form-data":
+        body = await request.body()
+        return _multipart(request.headers["content-type"], body) if len(body) <= _MAX_UPLOAD else {}
     if kind != "application/x-www-form-urlencoded":
         return {}
     body = await request.body()
@@ -116,6 +135,34 @@ async def form_fields(request: Request) -> dict[str, str]:
     except (UnicodeDecodeError, ValueError):
         return {}
     return {k: v for k, v in pairs if "\x00" not in v}
+
+
+def _multipart(content_type: str, body: bytes) -> dict[str, str]:
+    """The fields of a ``multipart/form-data`` body, read by the standard library's MIME parser."""
+    try:
+        head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    except UnicodeEncodeError:
+        return {}
+    message = BytesParser(policy=HTTP).parsebytes(head + body)
+    if not message.is_multipart():
+        return {}
+    fields: dict[str, str] = {}
+    for part in list(message.iter_parts())[:_MAX_FIELDS]:
+        name = part.get_param("name", header="content-disposition")
+        if part.get_content_disposition() != "form-data" or not isinstance(name, str):
+            continue
+        payload = part.get_payload(decode=True)
+        data = payload if isinstance(payload, bytes) else b""
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            fields[name + INVALID_UPLOAD] = "not UTF-8 text"
+            continue
+        if "\x00" in text:
+            fields[name + INVALID_UPLOAD] = "not text"
+            continue
+        fields[name] = text
+    return fields
 
 
 FormDep = Annotated[dict[str, str], Depends(form_fields)]

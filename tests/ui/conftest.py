@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,8 +30,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def settings(database_url: str) -> Settings:
-    settings = Settings(database_url=database_url, max_body_bytes=65536, trusted_proxies=["127.0.0.1"])
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    settings = Settings(database_url=database_url, max_body_bytes=262144, trusted_proxies=["127.0.0.1"],
+                        measurements_dir=tmp_path / "bench")
     prepare_database(settings)
     return settings
 

@@ -73,3 +73,31 @@ async def test_the_form_alone_runs_nothing(browser: Browser, token: Callable[...
     answer = await client.get("/ui/negotiate")
     assert answer.status_code == 200 and "Chosen suite" not in answer.text  # noqa: PT018
     assert '<option value="esaf-2006">' in answer.text
+
+
+@pytest.mark.parametrize(("keyword", "says"), [
+    ("des", "des is below the minimum of client: its confidentiality level is 2, client needs at least 8"),
+    ("md5", "its integrity level is 2, client needs at least 4"),
+    ("sha256", "sha256 meets every minimum but costs more: the cheapest suite with it, aes128-sha256"),
+    ("aes128gcm16", "aes128gcm16 is not in the rating table esaf-2006"),
+    ("aes128", "aes128 was chosen"),
+    ("modp3072", "modp3072 meets every minimum but costs more"),
+])
+async def test_why_not_an_algorithm(browser: Browser, token: Callable[..., str], keyword: str, says: str) -> None:
+    client = browser()
+    await sign_in(client, token("reader", ["tunnels:read"]))
+    answer = await client.get("/ui/negotiate", params={"run": "true", "table": "esaf-2006", "p1": "client",
+                                                       "p1c": "8", "p1i": "4", "why": keyword})
+    assert answer.status_code == 200
+    assert f"Why not <code>{keyword}</code>?" in answer.text
+    assert says in answer.text, answer.text.split('class="why', 1)[1][:600]
+
+
+async def test_why_not_an_unknown_keyword_is_a_clear_422_and_hostile_text_is_inert(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    answer = await client.get("/ui/negotiate", params={"run": "true", "p1": "a", "why": "<script>alert(1)</script>"})
+    assert answer.status_code == 422
+    assert "unknown algorithm" in answer.text and "&lt;script&gt;alert(1)&lt;/script&gt;" in answer.text  # noqa: PT018
+    assert "<script>alert" not in answer.text

@@ -29,7 +29,7 @@ from app.domain.errors import InvalidInput
 from app.services.events import events_after, last_event_id, visible_scopes
 from app.services.ratelimit import Overloaded
 
-__all__ = ["router"]
+__all__ = ["follow", "router"]
 
 router = APIRouter(tags=["events"], route_class=QossRoute)
 log = logging.getLogger("qoss.events")
@@ -61,10 +61,21 @@ async def stream_events(
     after: Annotated[int | None, Query(ge=0, le=MAX_DB_INT, description="events after this id")] = None,
 ) -> StreamingResponse:
     """Follow what happens, as Server-Sent Events (``id``, ``event`` = kind, ``data`` = JSON)."""
+    start = after if after is not None else int(last_event_id_header) if last_event_id_header else None
+    return await follow(request, visible_scopes(principal.scopes), start)
+
+
+async def follow(request: Request, scopes: frozenset[str] | None, start: int | None) -> StreamingResponse:
+    """The stream of the events ``scopes`` may see after event ``start`` (None: from the newest
+    on), shared by ``GET /v1/events`` and the console's ``GET /ui/events``.
+
+    Raises:
+        Overloaded: the service follows ``max_event_streams`` streams already (503).
+        InvalidInput: ``start`` is no event id of this service.
+    """
     state = request.app.state
     if state.event_streams >= state.settings.max_event_streams:
         raise Overloaded("the service follows as many event streams as it may: retry shortly")
-    scopes = visible_scopes(principal.scopes)
     units = state.read_units
 
     def read(last: int) -> list[dict[str, Any]]:
@@ -75,7 +86,6 @@ async def stream_events(
         with units() as uow:
             return last_event_id(uow)
 
-    start = after if after is not None else int(last_event_id_header) if last_event_id_header else None
     if start is not None and start > MAX_DB_INT:
         raise InvalidInput(f"Last-Event-ID {start} is not an event id of this service")
     if start is None:

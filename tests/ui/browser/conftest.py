@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
 from app.bootstrap import prepare_database
 from app.settings import Settings
+from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import serving
@@ -43,7 +44,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("served-console")
     url = f"sqlite:///{where / 'qoss.db'}"
     prepare_database(Settings(database_url=url))
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false"}
+    bench = where / "bench"
+    bench.mkdir()
+    shutil.copy(REPO_ROOT / "docs" / "measurements" / "micro.json", bench / "micro.json")
+    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
+           "QOSS_MEASUREMENTS_DIR": str(bench), "QOSS_EVENT_STREAM_SECONDS": "30",
+           # the code under test, wherever the interpreter's own install of qoss points
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     try:
         with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
             yield Served(base, url)
@@ -71,7 +78,7 @@ def new_context(chromium: Browser) -> Iterator[Callable[..., BrowserContext]]:
     contexts: list[BrowserContext] = []
 
     def make(**options: object) -> BrowserContext:
-        context = chromium.new_context(viewport={"width": 1280, "height": 800}, **options)  # type: ignore[arg-type]
+        context = chromium.new_context(**{"viewport": {"width": 1280, "height": 800}, **options})  # type: ignore[arg-type]
         contexts.append(context)
         return context
 

@@ -1,0 +1,129 @@
+"""The latest measurement of this machine's transforms, and a rating table made from it.
+
+A measurement is the JSON document ``qoss bench micro --out FILE`` writes; the latest is the
+newest such document (by modification time) in a directory (``QOSS_MEASUREMENTS_DIR``).
+The table is made as ``qoss bench micro --write-table`` makes it
+(:func:`app.domain.scoring.measured_table`: levels from a base table, performance and the
+latency fit measured) and stored as an import (:func:`app.services.ratings.import_table`).
+Plots are drawn by ``qoss bench report``'s own code, which needs the ``bench`` extra
+(matplotlib); without it :func:`draw_plots` says so by answering None.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from app.domain.algorithms import lookup
+from app.domain.errors import InvalidInput, NotFound
+from app.domain.ratings import RatingTable
+from app.domain.scoring import measured_table
+from app.measure.domain.report import MicroRun, parse_micro
+from app.services.ports import UnitOfWork
+from app.services.ratings import get_table, import_table
+
+__all__ = ["Measured", "draw_plots", "latest_measurement", "table_from_measurement"]
+
+#: Documents looked at, newest first, and the largest read.
+_SCAN, _MAX_BYTES = 200, 8 * 1_048_576
+_KIND = "qoss-bench-micro"
+_PLOTTING = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One ``qoss bench micro --out`` document: where it is, what it says, its content digest."""
+
+    path: Path
+    run: MicroRun
+    digest: str
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per measured transform: throughput and latency fit, or key exchanges per second."""
+        out = []
+        for r in self.run.results:
+            try:
+                kind = lookup(r.keyword).kind.value
+            except InvalidInput:
+                kind = "unknown"
+            row: dict[str, Any] = {"algorithm": r.keyword, "kind": kind, "method": r.method,
+                                   "spread": round(r.spread, 4), "samples": r.samples, "mb_per_s": None,
+                                   "a_ns_per_byte": None, "b_ns": None, "ops_per_s": None}
+            if r.ops_per_s is not None:
+                row["ops_per_s"] = round(r.ops_per_s)
+            else:
+                fit = r.fit
+                row.update(mb_per_s=round(r.mb_per_s, 1), a_ns_per_byte=round(fit.a, 4), b_ns=round(fit.b, 1))
+            out.append(row)
+        return out
+
+
+def latest_measurement(directory: Path) -> Measured | None:
+    """The newest ``qoss bench micro --out`` document in ``directory`` (None: there is none).
+
+    Files that are not such a document (other JSON, unreadable, too large) are passed over.
+    """
+    try:
+        files = [(p.stat().st_mtime, p) for p in directory.glob("*.json") if p.is_file()]
+    except OSError:
+        return None
+    for _, path in sorted(files, reverse=True)[:_SCAN]:
+        try:
+            if path.stat().st_size > _MAX_BYTES:
+                continue
+            raw = path.read_bytes()
+            data = json.loads(raw)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(data, dict) or data.get("kind") != _KIND:
+            continue
+        try:
+            run = parse_micro(data)
+        except InvalidInput:
+            continue
+        return Measured(path, run, hashlib.sha256(raw).hexdigest()[:16])
+    return None
+
+
+def table_from_measurement(*, uow: UnitOfWork, directory: Path, name: str, base_table: str,
+                           author: str) -> RatingTable:
+    """A new rating table ``name`` from the latest measurement: levels from ``base_table``.
+
+    Raises:
+        NotFound: no measurement in ``directory``, or no table ``base_table``.
+        InvalidInput: no measured algorithm is rated in the base table.
+        AlreadyExists: a table ``name`` exists.
+    """
+    measured = latest_measurement(directory)
+    if measured is None:
+        raise NotFound(f"no measurement: run `qoss bench micro --out {directory}/micro.json` first")
+    run = measured.run
+    base = get_table(uow=uow, name=base_table)
+    table = measured_table(
+        name=name, base=base, results=run.results, machine=run.machine, backend=run.backend or "unknown",
+        date=run.date or datetime.now(UTC).date().isoformat(),
+        description=f"Measured by `qoss bench micro` on {run.machine} ({measured.path.name}); levels from "
+                    f"{base_table}.")
+    return import_table(uow=uow, table=table, fmt="measurement", author=author)
+
+
+def draw_plots(measured: Measured, directory: Path) -> list[Path] | None:
+    """The measurement's plots as PNG files under ``directory/<digest>`` (drawn once), as
+    ``qoss bench report`` draws them; None without matplotlib (the ``bench`` extra)."""
+    try:
+        from app.measure.adapters.report import write_report
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "matplotlib":
+            raise
+        return None
+    out = directory / measured.digest
+    with _PLOTTING:
+        drawn = sorted(out.glob("*.png"))
+        if not drawn:
+            drawn = list(write_report(micro_path=measured.path, out_dir=out).plots)
+    return drawn

@@ -1,0 +1,70 @@
+"""What the console's page modules share: the router factory, path parameters, the writer
+dependencies, scope checks, validation problems as text, and the history page."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from app.domain.auth import Forbidden
+from app.ui.render import page
+from app.ui.routing import ConsoleRoute
+from app.ui.session import Console, writer
+
+__all__ = [
+    "AgentWriter",
+    "AnyWriter",
+    "Keyword",
+    "Name",
+    "PoliciesWriter",
+    "RatingsWriter",
+    "TunnelsWriter",
+    "console_router",
+    "failed",
+    "history_page",
+    "needs",
+    "problems",
+]
+
+Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Keyword = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
+RatingsWriter = Annotated[Console, Depends(writer("ratings:write"))]
+PoliciesWriter = Annotated[Console, Depends(writer("policies:write"))]
+TunnelsWriter = Annotated[Console, Depends(writer("tunnels:write"))]
+AgentWriter = Annotated[Console, Depends(writer("agent:enroll"))]
+AnyWriter = Annotated[Console, Depends(writer(None))]
+
+
+def console_router() -> APIRouter:
+    """A router of console pages: under ``/ui``, errors as pages, not in the OpenAPI schema."""
+    return APIRouter(prefix="/ui", route_class=ConsoleRoute, include_in_schema=False)
+
+
+def needs(who: Console, scope: str) -> None:
+    """403 unless the signed-in token has ``scope`` (reading pages it may not see)."""
+    if not who.may(scope):
+        raise Forbidden(scope)
+
+
+def problems(exc: ValidationError) -> str:
+    """A pydantic validation error as one line: ``field: message; ...``."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def failed(request: Request, error: str, status: int) -> None:
+    """Note on the request that a change was refused (for its audit record), as the route
+    class does for a raised error, when the page answers the refusal itself."""
+    request.state.error_name = error
+    request.state.route_status = status
+
+
+def history_page(who: Console, name: str, history: list[dict[str, Any]], *, base: str, section: str,
+                 can_revert: bool, by_algorithm: bool) -> Response:
+    """A table's or a policy's history, newest first, with a revert button per past revision."""
+    current = history[-1]["revision"] if history else 0
+    return page("revisions.html", {"console": who, "name": name, "current": current, "base": base,
+                                   "section": section, "can_revert": can_revert, "by_algorithm": by_algorithm,
+                                   "revisions": list(reversed(history))})

@@ -1,0 +1,172 @@
+"""Policies: the list, one policy as a form (Objective-IDs included) saved over If-Match with a
+concurrent edit shown side by side, history and revert."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from fastapi import Request
+from pydantic import ValidationError
+from starlette.responses import RedirectResponse, Response
+
+from app.api.deps import ActorDep, ReadUnitDep, UnitDep
+from app.api.edits import count_revision
+from app.api.schemas import PolicyIn
+from app.domain.errors import InvalidInput, StaleRevision
+from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
+from app.services import policies as policy_svc
+from app.services import ratings as table_svc
+from app.services.ports import UnitOfWork
+from app.ui.pages.common import Name, PoliciesWriter, console_router, failed, history_page, problems
+from app.ui.render import page
+from app.ui.session import Console, ConsoleDep, FormDep
+
+__all__ = ["router"]
+
+router = console_router()
+
+#: The form's fields, in order, with their labels (the conflict view compares them one by one).
+FIELDS = (("description", "Description"), ("confidentiality", "Confidentiality ≥"),
+          ("integrity", "Integrity ≥"), ("key_exchange", "Key exchange ≥"), ("objective_id", "Objective-ID"),
+          ("objectives", "Objectives"), ("allow", "Allow only"), ("deny", "Deny"), ("mode", "Mode"),
+          ("pfs", "PFS"), ("strict", "Strict"), ("rating_table", "Rating table"),
+          ("packet_size", "Packet size"), ("min_throughput_mbps", "Minimum throughput (Mbit/s)"),
+          ("ike_lifetime", "IKE lifetime (s)"), ("child_lifetime", "CHILD lifetime (s)"))
+OBJECTIVE_NAMES = tuple(sorted(OBJECTIVE_THREATS))
+_IDS = {"1": "1 — Native (no IPsec)", "2": "2 — AH", "3": "3 — ESP", "4": "4 — AH+ESP"}
+
+
+def _values(policy: Policy) -> dict[str, str]:
+    """A policy as the form's text values."""
+    doc = policy.as_dict()
+    traffic = doc.get("traffic") or {}
+    return {
+        "description": doc["description"], **{k: str(v) for k, v in doc["min_levels"].items()},
+        "objective_id": "" if doc["objective_id"] is None else str(doc["objective_id"]),
+        "objectives": " ".join(o for o in doc["objectives"] if o not in _implied(doc["objective_id"])),
+        "allow": "" if doc["allow"] is None else " ".join(doc["allow"]), "deny": " ".join(doc["deny"]),
+        "mode": doc["mode"], "pfs": "on" if doc["pfs"] else "", "strict": "on" if doc["strict"] else "",
+        "rating_table": doc["rating_table"] or "",
+        "packet_size": str(traffic["packet_size"]) if traffic else "",
+        "min_throughput_mbps": str(traffic.get("min_throughput_mbps") or "") if traffic else "",
+        "ike_lifetime": str(doc["ike_lifetime"]), "child_lifetime": str(doc["child_lifetime"]),
+    }
+
+
+def _implied(objective_id: int | None) -> frozenset[str]:
+    """The objectives an Objective-ID stands for (the form shows only those named beyond it)."""
+    return OBJECTIVE_IDS[objective_id][1] if objective_id in OBJECTIVE_IDS else frozenset()
+
+
+def _posted(form: dict[str, str]) -> dict[str, str]:
+    """The posted form as the same text values (objectives from their checkboxes, or re-applied as text)."""
+    mine = {field: form.get(field, "").strip() for field, _ in FIELDS}
+    mine["description"] = form.get("description", "")
+    if "objectives" not in form:
+        mine["objectives"] = " ".join(o for o in OBJECTIVE_NAMES if form.get(f"objective:{o}"))
+    return mine
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in re.split(r"[\s,]+", text) if w]
+
+
+def _document(name: str, mine: dict[str, str]) -> dict[str, Any]:
+    """The form's values as ``PUT /v1/policies/{name}``'s body, validated by the API's schema."""
+    def number(field: str, kind: type[int] | type[float]) -> int | float | None:
+        text = mine[field]
+        try:
+            return kind(text) if text else None
+        except ValueError as exc:
+            raise InvalidInput(f"{dict(FIELDS)[field]}: {text[:20]!r} is not a number") from exc
+
+    doc: dict[str, Any] = {
+        "name": name, "description": mine["description"],
+        "min_levels": {k: number(k, int) or 0 for k in ("confidentiality", "integrity", "key_exchange")},
+        "objective_id": number("objective_id", int), "objectives": _words(mine["objectives"]) or None,
+        "allow": _words(mine["allow"]) or None, "deny": _words(mine["deny"]) or None,
+        "mode": mine["mode"] or "tunnel", "pfs": bool(mine["pfs"]), "strict": bool(mine["strict"]),
+        "rating_table": mine["rating_table"] or None,
+        "ike_lifetime": number("ike_lifetime", int), "child_lifetime": number("child_lifetime", int),
+    }
+    if mine["packet_size"] or mine["min_throughput_mbps"]:
+        doc["traffic"] = {k: v for k, v in (("packet_size", number("packet_size", int)),
+                                            ("min_throughput_mbps", number("min_throughput_mbps", float)))
+                          if v is not None}
+    try:
+        return PolicyIn.model_validate({k: v for k, v in doc.items() if v is not None}).model_dump(exclude_none=True)
+    except ValidationError as exc:
+        raise InvalidInput(problems(exc)) from exc
+
+
+def _page(who: Console, uow: UnitOfWork, name: str, *, mine: dict[str, str] | None = None,
+          error: str | None = None, conflict: dict[str, Any] | None = None, status: int = 200) -> Response:
+    policy, revision = policy_svc.get_policy(uow=uow, name=name)
+    shown = mine if mine is not None and conflict is None else _values(policy)
+    return page("policy.html", {
+        "console": who, "name": name, "revision": revision, "v": shown, "fields": FIELDS, "ids": _IDS,
+        "objective_names": OBJECTIVE_NAMES, "tables": table_svc.list_tables(uow=uow), "error": error,
+        "conflict": conflict, "can_edit": who.may("policies:write")}, status=status)
+
+
+@router.get("/policies")
+def policies(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    return page("policies.html", {"console": who, "policies": policy_svc.list_policies(uow=uow)})
+
+
+@router.get("/policies/{name}")
+def policy(name: Name, who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """One policy: a form to a token with ``policies:write``, read-only otherwise."""
+    return _page(who, uow, name)
+
+
+@router.post("/policies/{name}")
+def save_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep, uow: UnitDep,
+                actor: ActorDep) -> Response:
+    """Replace the policy with the form's values, based on the revision it was opened at.
+
+    A concurrent edit answers 409 with both values side by side: re-apply mine over the new
+    revision, or drop mine.
+    """
+    mine = _posted(form)
+    try:
+        expected = int(form.get("revision", ""))
+    except ValueError as exc:
+        raise InvalidInput("the form names no revision") from exc
+    try:
+        policy_svc.replace_policy(uow=uow, name=name, document=_document(name, mine), expected_revision=expected,
+                                  author=actor)
+    except StaleRevision:
+        uow.rollback()
+        failed(request, "StaleRevision", 409)
+        current, revision = policy_svc.get_policy(uow=uow, name=name)
+        theirs = _values(current)
+        rows = [{"field": f, "label": label, "theirs": theirs[f], "mine": mine[f], "differs": theirs[f] != mine[f]}
+                for f, label in FIELDS]
+        conflict = {"based_on": expected, "revision": revision, "rows": rows, "mine": mine}
+        return _page(who, uow, name, conflict=conflict, status=409)
+    except InvalidInput as exc:
+        uow.rollback()
+        failed(request, type(exc).__name__, 422)
+        return _page(who, uow, name, mine=mine, error=exc.message, status=422)
+    count_revision(request, "policy")
+    return RedirectResponse(f"/ui/policies/{name}", status_code=303)
+
+
+@router.get("/policies/{name}/revisions")
+def policy_revisions(name: Name, who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """A policy's history, newest first, each revision with its per-field changes."""
+    return history_page(who, name, policy_svc.policy_revisions(uow=uow, name=name), base=f"/ui/policies/{name}",
+                        section="policies", can_revert=who.may("policies:write"), by_algorithm=False)
+
+
+@router.post("/policies/{name}/revert")
+def revert_policy(name: Name, who: PoliciesWriter, form: FormDep, uow: UnitDep, actor: ActorDep) -> Response:
+    """Go back to a revision of a policy (a new revision; 409 if it changed since the page was loaded)."""
+    try:
+        revision, expected = int(form.get("revision", "")), int(form.get("expected", ""))
+    except ValueError as exc:
+        raise InvalidInput("the form names no revision") from exc
+    policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
+    return RedirectResponse(f"/ui/policies/{name}/revisions", status_code=303)

@@ -1,0 +1,74 @@
+"""Signing in and out: a server-side session for an API token, its id in an HttpOnly cookie."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from fastapi import Request
+from starlette.responses import RedirectResponse, Response
+
+from app.api.deps import Principal, SettingsDep, UnitDep
+from app.domain.auth import Unauthenticated
+from app.services import ui_sessions
+from app.ui.pages.common import AnyWriter, console_router, failed
+from app.ui.render import page
+from app.ui.session import (
+    LOGIN_COOKIE,
+    FormDep,
+    clear_session_cookie,
+    login_check,
+    new_login_nonce,
+    set_login_cookie,
+    set_session_cookie,
+)
+
+__all__ = ["router"]
+
+router = console_router()
+
+
+@router.get("")
+def home() -> Response:
+    return RedirectResponse("/ui/tables", status_code=303)
+
+
+@router.get("/login")
+def login_form(request: Request) -> Response:
+    """The sign-in form (its CSRF value is also a short-lived cookie)."""
+    nonce = new_login_nonce()
+    response = page("login.html", {"console": None, "csrf": nonce, "error": None})
+    set_login_cookie(response, request, nonce)
+    return response
+
+
+@router.post("/login")
+def login(request: Request, form: FormDep, uow: UnitDep, settings: SettingsDep) -> Response:
+    """Sign in with an API token: a server-side session, its id in an HttpOnly cookie."""
+    login_check(request, form)
+    try:
+        session_id, record, token = ui_sessions.sign_in(
+            uow=uow, presented=form.get("token", "").strip(), ttl=timedelta(seconds=settings.ui_session_ttl))
+    except Unauthenticated:
+        failed(request, "Unauthenticated", 401)
+        nonce = new_login_nonce()
+        response = page("login.html", {"console": None, "csrf": nonce,
+                                       "error": "That token was not accepted (unknown, expired or revoked)."},
+                        status=401)
+        set_login_cookie(response, request, nonce)
+        return response
+    request.state.principal = Principal(token.id, token.name, token.scopes)
+    request.state.audit_detail = "console sign-in"
+    signed_in = RedirectResponse("/ui/tables", status_code=303)
+    set_session_cookie(signed_in, request, session_id, record.expires_at)
+    signed_in.delete_cookie(LOGIN_COOKIE, path="/ui/login")
+    return signed_in
+
+
+@router.post("/logout")
+def logout(request: Request, who: AnyWriter, uow: UnitDep) -> Response:
+    """End the session (CSRF-checked, so another site cannot sign an admin out)."""
+    ui_sessions.sign_out(uow=uow, session_id=who.session_id)
+    request.state.audit_detail = "console sign-out"
+    response = RedirectResponse("/ui/login", status_code=303)
+    clear_session_cookie(response, request)
+    return response

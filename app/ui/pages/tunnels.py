@@ -1,0 +1,122 @@
+"""Tunnels and gateways: the list (kept current from the event stream), a tunnel's detail with
+what its charon says now, tear-down (``tunnels:write``, confirmed), the registered gateways;
+and ``/ui/events``, the console session's own view of ``GET /v1/events``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Header, Path, Query, Request
+from starlette.responses import RedirectResponse, Response
+
+from app.api.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
+from app.api.routes.events import follow
+from app.services import gateways as gateway_svc
+from app.services import tunnels as tunnel_svc
+from app.services.events import visible_scopes
+from app.services.ports import UnitOfWork
+from app.ui.pages.common import TunnelsWriter, console_router, needs
+from app.ui.render import page
+from app.ui.routing import is_htmx
+from app.ui.session import ConsoleDep
+
+__all__ = ["TUNNEL_EVENTS", "router"]
+
+router = console_router()
+TunnelId = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")]
+#: The events after which the tunnel list is read again.
+TUNNEL_EVENTS = ("tunnel.created", "tunnel.deleted", "tunnel.state", "tunnel.moved")
+
+
+def _age(stamp: str | None, now: datetime) -> str:
+    """How long ago an ISO time was, in words a person reads at a glance."""
+    if not stamp:
+        return ""
+    try:
+        then = datetime.fromisoformat(stamp)
+    except ValueError:
+        return ""
+    seconds = int((now - (then if then.tzinfo else then.replace(tzinfo=UTC))).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{max(seconds, 0)} s"
+
+
+def _listing(uow: UnitOfWork) -> list[dict[str, Any]]:
+    now = datetime.now(UTC)
+    records = [t.as_dict() for t in tunnel_svc.list_tunnels(uow=uow)]
+    return [{**d, "age": _age(d.get("created_at"), now)} for d in records]
+
+
+@router.get("/tunnels")
+def tunnels(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """Every tunnel qoss made, as its records say (``GET /v1/tunnels``); the list follows the events."""
+    needs(who, "tunnels:read")
+    return page("tunnels.html", {"console": who, "tunnels": _listing(uow), "events": " ".join(TUNNEL_EVENTS)})
+
+
+@router.get("/tunnels/rows")
+def tunnel_rows(request: Request, who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """The list's rows alone (htmx reads them again after a tunnel event)."""
+    needs(who, "tunnels:read")
+    if not is_htmx(request):
+        return RedirectResponse("/ui/tunnels", status_code=303)
+    return page("_tunnel_rows.html", {"console": who, "tunnels": _listing(uow)})
+
+
+@router.get("/tunnels/{tunnel_id}")
+def tunnel(tunnel_id: TunnelId, who: ConsoleDep, uow: ReadUnitDep, vici: ViciDep) -> Response:
+    """One tunnel: its suite, state, ends, provenance, and what its charon says now
+    (``GET /v1/tunnels/{id}``: bytes and packets where charon is reachable)."""
+    needs(who, "tunnels:read")
+    status = tunnel_svc.tunnel_status(uow=uow, vici=vici, tunnel_id=tunnel_id)
+    now = datetime.now(UTC)
+    return page("tunnel.html", {"console": who, "t": status, "age": _age(status.get("created_at"), now),
+                                "updated": _age(status.get("updated_at"), now)})
+
+
+@router.get("/tunnels/{tunnel_id}/teardown")
+def confirm_teardown(tunnel_id: TunnelId, who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """Ask before tearing a tunnel down."""
+    needs(who, "tunnels:write")
+    record = next((t for t in tunnel_svc.list_tunnels(uow=uow) if t.id == tunnel_id), None)
+    if record is None:
+        return RedirectResponse("/ui/tunnels", status_code=303)
+    far = record.responder or (record.peer.address if record.peer else "")
+    return page("confirm.html", {
+        "console": who, "section": "tunnels", "title": f"Tear down tunnel {tunnel_id}?",
+        "message": f"The tunnel from {record.initiator} to {far} is terminated and its connection and secret "
+                   "unloaded from both ends; traffic between them stops. This cannot be undone: a new tunnel "
+                   "is a new request.",
+        "action": f"/ui/tunnels/{tunnel_id}/teardown", "fields": {},
+        "button": f"Tear down {tunnel_id}", "cancel": f"/ui/tunnels/{tunnel_id}"})
+
+
+@router.post("/tunnels/{tunnel_id}/teardown")
+def teardown(tunnel_id: TunnelId, request: Request, who: TunnelsWriter, uow: UnitDep, vici: ViciDep) -> Response:
+    """Terminate and unload the tunnel on both ends (``DELETE /v1/tunnels/{id}``)."""
+    tunnel_svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
+    request.state.audit_detail = f"tunnel {tunnel_id} torn down"
+    return RedirectResponse("/ui/tunnels", status_code=303)
+
+
+@router.get("/gateways")
+def gateways(who: ConsoleDep, uow: ReadUnitDep) -> Response:
+    """Every registered gateway with its back end and algorithms (``GET /v1/gateways``), read-only."""
+    needs(who, "tunnels:read")
+    return page("gateways.html", {"console": who,
+                                  "gateways": [g.as_dict() for g in gateway_svc.list_gateways(uow=uow)]})
+
+
+@router.get("/events")
+async def events(request: Request, who: ConsoleDep,
+                 last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=12,
+                                                             pattern=r"^[0-9]+$")] = None,
+                 after: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None) -> Response:
+    """The events the signed-in token may see, as ``GET /v1/events`` streams them (same scopes,
+    same resumption with ``Last-Event-ID``): the console's pages follow it with the session
+    cookie, so no token is ever handed to a script."""
+    start = after if after is not None else int(last_event_id) if last_event_id else None
+    return await follow(request, visible_scopes(who.token.scopes), start)
