@@ -63,9 +63,10 @@ class Settings(BaseSettings):
     rekey: bool = Field(
         default=True, description="after a rating, policy or gateway edit, negotiate the running tunnels again and "
                                   "move those below their minimums to a compliant suite (make-before-break)")
-    rekey_cheaper: Literal["never", "now"] = Field(
+    rekey_cheaper: Literal["never", "on-next-rekey", "now"] = Field(
         default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
-                                     "stays as it is (never) or moves at once (now)")
+                                     "stays as it is (never), moves a few seconds before its charon would rekey "
+                                     "its CHILD_SA anyway (on-next-rekey), or moves at once (now)")
     rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
     rekey_watch: float = Field(
         default=0.5, gt=0, le=60, description="seconds between the leader's looks at the event log for edits made "

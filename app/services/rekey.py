@@ -40,7 +40,9 @@ log = logging.getLogger("qoss.rekey")
 
 ImpactKind = Literal["noncompliant", "cheaper", "different", "stays", "unassessed"]
 #: What a tunnel with a cheaper or otherwise different choice does: stay as it is, or move now.
-Cheaper = Literal["never", "now"]
+Cheaper = Literal["never", "on-next-rekey", "now"]
+#: Seconds before charon's own rekey of a CHILD_SA that an ``on-next-rekey`` move is made.
+_BEFORE_REKEY = 5.0
 
 #: The events that are edits a running tunnel may depend on.
 _EDITS = frozenset({"rating_table.revision", "rating_table.deleted", "policy.revision", "policy.deleted",
@@ -137,8 +139,9 @@ class Rekeyer:
             the write lock, so assessing a thousand tunnels holds up no edit.
         vici: socket path -> charon.
         default_table: the service's default rating table.
-        cheaper: ``never`` (default) or ``now``: what a still-compliant tunnel with another
-            choice does.
+        cheaper: what a still-compliant tunnel with another choice does: ``never`` (default)
+            stay; ``now`` move at once; ``on-next-rekey`` move when its charon would rekey its
+            CHILD_SA anyway (``rekey-time`` in ``list-sas``), assessed again then.
         concurrency: tunnels moved at once.
         drain: seconds between a moved tunnel's new SA being verified and its old one being
             closed, for the packets already sealed with the old SA.
@@ -166,6 +169,7 @@ class Rekeyer:
         self._reads = reads or units
         self._drain = drain
         self._closing: list[tuple[float, int, Callable[[], None]]] = []  # a heap: (when, order, close)
+        self._at_rekey: dict[str, tuple[float, str]] = {}  # tunnel -> (when, cause): moves at its next rekey
         self._order = 0
         self._units, self._vici, self._default_table = units, vici, default_table
         self._cheaper, self._teardown = cheaper, teardown_noncompliant
@@ -238,10 +242,19 @@ class Rekeyer:
             with self._wake:
                 timeout = self._watch if self._watch is not None else (
                     self._retry if self._left_noncompliant else None)
+                if self._at_rekey:
+                    soonest = max(0.0, min(when for when, _ in self._at_rekey.values()) - time.monotonic())
+                    timeout = soonest if timeout is None else min(timeout, soonest)
                 self._wake.wait_for(lambda: self._stopping or bool(self._causes), timeout)
                 if self._stopping:
                     return
                 causes, self._causes = self._causes, []
+                now = time.monotonic()
+                rekeying = {t: c for t, (when, c) in self._at_rekey.items() if when <= now}
+                for tunnel in rekeying:
+                    del self._at_rekey[tunnel]
+            if rekeying:
+                self._move_at_rekey(rekeying)
             if self._watch is not None and last is None:
                 last = self._newest_event()
             elif self._watch is not None and last is not None:
@@ -273,6 +286,10 @@ class Rekeyer:
             impacts = assess(uow, default_table=self._default_table)
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
                                                                      and self._cheaper == "now")]
+        if self._cheaper == "on-next-rekey" and self._thread is not None:  # the command line cannot wait
+            for impact in impacts:
+                if impact.kind in ("cheaper", "different"):
+                    self._when_it_rekeys(impact.tunnel, cause)
         refused = self.refused
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
             future.result()
@@ -286,6 +303,43 @@ class Rekeyer:
             for close in due:
                 close()
         return impacts
+
+    def _when_it_rekeys(self, tunnel: str, cause: str) -> None:
+        """Move ``tunnel`` a few seconds before its charon would rekey its CHILD_SA (in
+        ``retry`` seconds if that cannot be known now)."""
+        seconds: float = self._retry
+        try:
+            with self._reads() as uow:
+                record = uow.tunnels.get(tunnel)
+                socket = uow.gateways.get(record.initiator).vici_socket
+            times = [child.rekey_time for sa in self._vici(socket).list_sas(ike=record.conn)
+                     for child in getattr(sa, "children", ()) if getattr(child, "rekey_time", None) is not None]
+            if times:
+                seconds = max(0.0, min(times) - _BEFORE_REKEY)
+        except (QossError, OSError) as exc:
+            log.info("tunnel %s: its rekey time is unknown (%s): looked at again in %g s", tunnel, exc, seconds)
+        with self._wake:
+            self._at_rekey[tunnel] = (time.monotonic() + seconds, cause)
+            self._wake.notify_all()
+
+    def _move_at_rekey(self, due: dict[str, str]) -> None:
+        """Assess each tunnel whose rekey came and move those that still have another choice."""
+        try:
+            with self._reads() as uow:
+                running = [r for r in uow.tunnels.list() if r.id in due and r.state in _RUNNING]
+                impacts = assess(uow, default_table=self._default_table, tunnels=running)
+        except Exception:  # the database is away: they are tried again at the next run
+            log.exception("rekey: assessing the tunnels due at their rekey failed")
+            return
+        todo = [i for i in impacts if i.kind in ("noncompliant", "cheaper", "different")]
+        for future in [self._pool.submit(self._act, i, f"{due[i.tunnel]} (at its rekey)") for i in todo]:
+            future.result()
+
+    def pending_at_rekey(self) -> dict[str, float]:
+        """The tunnels waiting for their rekey to move, and the seconds left (for tests and logs)."""
+        with self._wake:
+            now = time.monotonic()
+            return {t: max(0.0, when - now) for t, (when, _) in self._at_rekey.items()}
 
     def _act(self, impact: Impact, cause: str) -> None:
         for attempt in range(self._attempts):

@@ -163,6 +163,8 @@ class ChildSa:
     reqid: int | None = None
     spi_in: str | None = None
     spi_out: str | None = None
+    #: Seconds until charon rekeys it (None: not reported).
+    rekey_time: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,6 +285,7 @@ def parse_child_sa(msg: Mapping[str, Any], key: str = "") -> ChildSa:
         reqid=_int(msg, "reqid"),
         spi_in=_str(msg, "spi-in"),
         spi_out=_str(msg, "spi-out"),
+        rekey_time=_int(msg, "rekey-time"),
     )
 
 

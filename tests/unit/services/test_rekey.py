@@ -196,3 +196,91 @@ def test_one_run_outside_the_background_closes_every_old_sa_itself(world: FakeDa
         record = uow.tunnels.get("strong")
         assert record.state is TunnelState.UP
         assert record.detail.startswith("moved from")
+
+
+class _Rekeying:
+    """A charon whose tunnels' CHILD_SAs are rekeyed in ``seconds`` (``list-sas``'s ``rekey-time``)."""
+
+    def __init__(self, seconds: int | None) -> None:
+        self.seconds = seconds
+
+    def list_sas(self, *, ike: str | None = None) -> list[Any]:
+        from app.adapters.vici.models import ChildSa, IkeSa
+
+        child = ChildSa(name=str(ike), uniqueid=1, state="INSTALLED", protocol="ESP", mode="TUNNEL",
+                        encr_alg="AES_GCM_16", encr_keysize=256, integ_alg=None, dh_group=None, bytes_in=0,
+                        bytes_out=0, packets_in=0, packets_out=0, local_ts=(), remote_ts=(),
+                        rekey_time=self.seconds)
+        return [IkeSa(name=str(ike), uniqueid=1, state="ESTABLISHED", local_host="", remote_host="",
+                      encr_alg=None, encr_keysize=None, integ_alg=None, prf_alg=None, dh_group=None,
+                      children=(child,))]
+
+
+def test_a_cheaper_choice_waits_for_the_tunnels_own_rekey_then_moves(world: FakeDatabase,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.services import rekey
+
+    moved: list[str] = []
+
+    def move(*, record: TunnelRecord, **_: Any) -> Any:
+        moved.append(record.id)
+        return lambda: None
+
+    monkeypatch.setattr(rekey, "move", move)
+    monkeypatch.setattr(rekey, "_BEFORE_REKEY", 0.0)
+    charon = _Rekeying(seconds=1)
+    rekeyer = Rekeyer(units=world.unit, vici=lambda path: charon, default_table=TABLE, cheaper="on-next-rekey",
+                      drain=0.0)
+    rekeyer.start()
+    try:
+        with world.unit() as uow:
+            _weaken(uow, uow.tunnels.get("strong").negotiation["suite"]["encryption"], performance=0.001)
+            uow.commit()
+        rekeyer.schedule("test edit")
+        assert until(lambda: "strong" in rekeyer.pending_at_rekey())
+        assert moved == []  # still compliant: it waits for its rekey
+        assert 0 < rekeyer.pending_at_rekey()["strong"] <= 1
+        assert until(lambda: moved == ["strong"], 5)  # moved when charon would have rekeyed it
+        assert rekeyer.pending_at_rekey() == {}
+    finally:
+        rekeyer.stop()
+    with world.unit() as uow:
+        assert "(at its rekey)" in uow.tunnels.get("strong").detail
+
+
+def test_a_pending_move_whose_choice_is_back_is_not_made(world: FakeDatabase,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.services import rekey
+
+    moved: list[str] = []
+    monkeypatch.setattr(rekey, "move", lambda *, record, **_: moved.append(record.id) or (lambda: None))
+    monkeypatch.setattr(rekey, "_BEFORE_REKEY", 0.0)
+    rekeyer = Rekeyer(units=world.unit, vici=lambda path: _Rekeying(seconds=1), default_table=TABLE,
+                      cheaper="on-next-rekey", drain=0.0)
+    rekeyer.start()
+    try:
+        with world.unit() as uow:
+            algorithm = uow.tunnels.get("strong").negotiation["suite"]["encryption"]
+            performance = ratings.get_table(uow=uow, name=TABLE).ratings[algorithm].performance
+            _weaken(uow, algorithm, performance=0.001)
+            uow.commit()
+        rekeyer.schedule("test edit")
+        assert until(lambda: "strong" in rekeyer.pending_at_rekey())
+        with world.unit() as uow:  # the edit is undone before the rekey comes
+            _weaken(uow, algorithm, performance=performance)
+            uow.commit()
+        assert until(lambda: rekeyer.pending_at_rekey() == {}, 5)
+        assert rekeyer.idle(5)
+        time.sleep(0.2)
+    finally:
+        rekeyer.stop()
+    assert moved == []
+
+
+def test_the_rekey_time_charon_reports_is_read() -> None:
+    from app.adapters.vici.models import parse_ike_sa
+
+    sa = parse_ike_sa("qoss-x", {"uniqueid": "1", "state": "ESTABLISHED", "child-sas": {
+        "qoss-x-1": {"name": "qoss-x", "uniqueid": "2", "state": "INSTALLED", "protocol": "ESP",
+                     "rekey-time": "3412"}}})
+    assert sa.children[0].rekey_time == 3412
