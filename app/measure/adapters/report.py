@@ -1,8 +1,9 @@
 """`qoss bench report`: read the benchmark JSON, draw the plots (matplotlib, Agg), write report.md.
 
 The runs, ranking, comparison and Markdown are pure (``app.measure.domain.runs``,
-``.comparison``, ``.report``); this module does the files and the drawing. Figures are made with matplotlib's object API on the Agg
-canvas (no pyplot state, no display), at a size and resolution that keeps each PNG small.
+``.comparison``, ``.report``); this module does the files and the drawing. Figures are made
+with matplotlib's object API on the Agg canvas (no pyplot state, no display), at a size and
+resolution that keeps each PNG small.
 """
 
 from __future__ import annotations
