@@ -39,7 +39,8 @@ def lab_up(
     each part is (namespaces, addresses, URLs, pids, logs) as JSON. Then `qoss lab join
     NAME` for each user; `qoss lab down` removes it all, also after a failed `up`.
     """
-    from app.adapters.lab import Lab, LabError
+    from app.adapters.lab import Lab
+    from app.adapters.lab_processes import LabError
     from app.services import gateways
     from app.services.inputs import GatewayIn
 
@@ -99,15 +100,16 @@ def lab_join(
     Several users join one after another, each with their own virtual IP. Exit status 0 when
     the ping crossed the tunnel, 1 when it did not, 2 when NAME could not connect.
     """
-    from app.adapters.lab import LabError
     from app.adapters.lab_agent import AgentLab
+    from app.adapters.lab_agent_users import join
+    from app.adapters.lab_processes import LabError
 
     try:
         lab = AgentLab(settings_for(None).lab_dir / "agent")
         if not lab.state_file.exists():
             raise LabError(f"no agent lab is up in {lab.state_dir}: run 'qoss lab up --agent' first")
         levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
-        result = lab.join(name, objective=objective, min_levels={k: v for k, v in levels.items() if v})
+        result = join(lab, name, objective=objective, min_levels={k: v for k, v in levels.items() if v})
     except (LabError, ValueError) as exc:
         typer.echo(f"lab join failed: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -125,8 +127,9 @@ def lab_down(database_url: DbUrl = None) -> None:
     gateways in the database (which must be migrated). Prints "lab down"; exit status 1,
     with one line per problem, if something could not be removed.
     """
-    from app.adapters.lab import Lab, LabError
+    from app.adapters.lab import Lab
     from app.adapters.lab_agent import AgentLab
+    from app.adapters.lab_processes import LabError
     from app.cli_db import DatabaseUnusable
     from app.services import gateways
 

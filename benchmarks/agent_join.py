@@ -52,6 +52,7 @@ from typing import Any
 import yaml
 
 from app.adapters.lab_agent import MARK, AgentLab
+from app.adapters.lab_agent_users import enroll
 
 INNER = r"""
 import gc, json, os, sys, time
@@ -306,7 +307,7 @@ def main() -> None:
     with AgentLab.temporary("qj", server_env={**server_env, "QOSS_FAST_PATHS": str(first_fast).lower()},
                             combined=args.combined) as lab:
         try:
-            lab.enroll("alice", objectives=(3, 2))
+            enroll(lab, "alice", objectives=(3, 2))
             arms = [Arm("fast paths on" if first_fast else "fast paths off", first_fast,
                         str(lab.client_config_path("alice")), _server_pids(lab))]
             if args.fast_paths == "compare":

@@ -1,12 +1,13 @@
 """The strongSwan lab as code: charons in throwaway network namespaces.
 
 Two hosts (``left``, ``right``) are joined by a veth pair created directly inside their
-namespaces; more hosts hang off a bridge in a hub namespace ``<prefix>-hub``. Every host
-gets an IKE address on ``10.99.0.0/24`` (``.1``, ``.2``, ...), an "inside" /32 on ``lo``
-(``10.1.0.1``, ``10.2.0.1``, ...), and its own charon with kernel-libipsec, started in
-its own mount namespace (private tmpfs on ``/run``) with its own ``strongswan.conf``
-(``STRONGSWAN_CONF``), VICI socket and log file under ``state_dir/<host>/``. Charon
-gives up on a silent peer after two quick retransmits, so failing tests fail fast.
+namespaces; more hosts hang off a bridge in a hub namespace ``<prefix>-hub``
+(:mod:`app.adapters.lab_network`). Every host gets an IKE address on ``10.99.0.0/24``
+(``.1``, ``.2``, ...), an "inside" /32 on ``lo`` (``10.1.0.1``, ``10.2.0.1``, ...), and its
+own charon with kernel-libipsec, started in its own mount namespace (private tmpfs on
+``/run``) with its own ``strongswan.conf`` (``STRONGSWAN_CONF``), VICI socket and log file
+under ``state_dir/<host>/`` (:mod:`app.adapters.lab_charon`). Charon gives up on a silent
+peer after two quick retransmits, so failing tests fail fast.
 
 Nothing in the root namespace is touched. The lab's state (namespaces, pids, sockets,
 addresses) is written to ``state_dir/lab.json`` as it is built, so :meth:`Lab.down`
@@ -23,9 +24,7 @@ import contextlib
 import ipaddress
 import json
 import logging
-import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -33,29 +32,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.adapters.lab_charon import CHARON, start_charon, wait_for_charon
+from app.adapters.lab_network import (
+    add_addresses,
+    add_namespace,
+    delete_namespace,
+    join_by_bridge,
+    join_pair,
+    netns_exists,
+)
+from app.adapters.lab_processes import LabError, processes_with_env, running, running_with_env, stop_processes
 from app.adapters.vici.driver import ViciGateway
-from app.domain.errors import GatewayError
 
-__all__ = ["CHARON", "IKE_INTERFACE", "Lab", "LabError", "LabHost", "LabStatus", "processes_with_env", "stop_processes"]
+__all__ = ["Lab", "LabHost", "LabStatus"]
 
 _log = logging.getLogger(__name__)
 
-CHARON = "/usr/lib/ipsec/charon"
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,14}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,23}$")
-#: Runs charon in a fresh mount namespace with a private /run. The script is constant:
-#: the charon path arrives as ``$0``, the config through the environment.
-_START_SCRIPT = 'mount -t tmpfs tmpfs /run && exec "$0"'
-#: The interface IKE and ESP-in-UDP travel on between lab hosts (inside addresses live on ``lo``).
-IKE_INTERFACE = "ike0"
-_IKE_IF = IKE_INTERFACE
 #: Characters allowed in the state directory: it is written into strongswan.conf.
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./-]+$")
 _MAX_SOCKET_PATH = 107
-
-
-class LabError(RuntimeError):
-    """The lab could not be built (the message says which step and why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,115 +93,6 @@ class _State:
     namespaces: list[str] = field(default_factory=list)
     hosts: list[dict[str, Any]] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
-
-
-def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(list(args), capture_output=True, text=True, check=False, timeout=30)
-    if check and proc.returncode != 0:
-        raise LabError(f"{' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip() or proc.returncode}")
-    return proc
-
-
-def _netns_exists(name: str) -> bool:
-    return Path("/run/netns", name).exists()
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not exited (zombies count as exited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
-
-
-def processes_with_env(variable: str, under: Path, *, exact: bool = False) -> list[int]:
-    """The running processes whose environment sets ``variable`` to a path under ``under``
-    (or, with ``exact``, to ``under`` itself): how a lab finds every process it started,
-    whatever its record says. Reads ``/proc/<pid>/environ`` (root reads every process's).
-    """
-    base = str(Path(under))
-    wanted = f"{variable}={base}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        matches = any(v == wanted or (not exact and v.startswith(wanted + b"/")) for v in environ)
-        if matches and _running(int(entry.name)):
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def stop_processes(pids: Sequence[int], grace: float = 3.0, *, group: bool = False) -> None:
-    """SIGTERM each process (its process group with ``group``), SIGKILL what still runs after ``grace`` s."""
-    kill = os.killpg if group else os.kill
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(_running(pid) for pid in pids):
-        time.sleep(0.02)
-    for pid in pids:
-        if _running(pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                kill(pid, signal.SIGKILL)
-
-
-def _is_our_charon(pid: int, conf: str) -> bool:
-    """Whether ``pid`` is still the charon we started (not a recycled pid)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    if stat.rsplit(")", 1)[-1].split()[0] == "Z":
-        return False
-    return f"STRONGSWAN_CONF={conf}".encode() in environ
-
-
-def _conf_text(host_dir: Path) -> str:
-    return f"""# written by qoss lab
-charon {{
-  load_modular = yes
-  install_virtual_ip = yes
-  retransmit_tries = 2
-  retransmit_timeout = 1.0
-  plugins {{
-    include /etc/strongswan.d/charon/*.conf
-    kernel-libipsec {{
-      load = yes
-      allow_peer_ts = yes
-    }}
-    vici {{
-      socket = unix://{host_dir}/charon.vici
-    }}
-    stroke {{
-      load = no
-    }}
-  }}
-  filelog {{
-    lab {{
-      path = {host_dir}/charon.log
-      time_format = %H:%M:%S
-      flush_line = yes
-      append = yes
-      default = 1
-      # cfg 2 would log every candidate config on each IKE_SA: O(conns) lines per set-up
-      cfg = 1
-      ike = 1
-    }}
-  }}
-  syslog {{
-    daemon {{
-      default = -1
-    }}
-  }}
-}}
-"""
 
 
 class Lab:
@@ -322,6 +210,7 @@ class Lab:
         _log.info("lab %s up in %.2f s", self.prefix, time.monotonic() - started)
         return self.hosts
 
+
     def _build(self, names: list[str]) -> None:
         state = _State(prefix=self.prefix)
         ike_hosts = list(self.ike_network.hosts())
@@ -329,7 +218,7 @@ class Lab:
         hosts: list[LabHost] = []
         for i, name in enumerate(names):
             netns = f"{self.prefix}-{name}"
-            if _netns_exists(netns):
+            if netns_exists(netns):
                 raise LabError(f"network namespace {netns} exists already")
             host_dir = self.state_dir / name
             host_dir.mkdir(parents=True, exist_ok=True)
@@ -345,25 +234,14 @@ class Lab:
         for netns in [h.netns for h in hosts] + ([hub] if hub else []):
             state.namespaces.append(netns)
             self._save(state)
-            _run("ip", "netns", "add", netns)
-            _run("ip", "-n", netns, "link", "set", "lo", "up")
+            add_namespace(netns)
         if hub is None:
             left, right = hosts
-            _run("ip", "link", "add", _IKE_IF, "netns", left.netns, "type", "veth",
-                 "peer", "name", _IKE_IF, "netns", right.netns)
+            join_pair(left.netns, right.netns)
         else:
-            _run("ip", "-n", hub, "link", "add", "br0", "type", "bridge")
-            _run("ip", "-n", hub, "link", "set", "br0", "up")
-            for i, h in enumerate(hosts):
-                port = f"p{i}"
-                _run("ip", "link", "add", port, "netns", hub, "type", "veth",
-                     "peer", "name", _IKE_IF, "netns", h.netns)
-                _run("ip", "-n", hub, "link", "set", port, "master", "br0")
-                _run("ip", "-n", hub, "link", "set", port, "up")
+            join_by_bridge(hub, [h.netns for h in hosts])
         for h in hosts:
-            _run("ip", "-n", h.netns, "addr", "add", f"{h.ike_address}/{plen}", "dev", _IKE_IF)
-            _run("ip", "-n", h.netns, "link", "set", _IKE_IF, "up")
-            _run("ip", "-n", h.netns, "addr", "add", f"{h.inside_address}/32", "dev", "lo")
+            add_addresses(h.netns, f"{h.ike_address}/{plen}", h.inside_address)
         state.hosts = [asdict(h) for h in hosts]
         self._save(state)
         for h in hosts:
@@ -375,37 +253,19 @@ class Lab:
     def _conf_path(self, host: LabHost) -> str:
         return str(Path(host.vici_socket).parent / "strongswan.conf")
 
+    def _is_our_charon(self, pid: int, host: LabHost) -> bool:
+        """Whether ``pid`` is still the charon started for ``host`` (not a recycled pid)."""
+        return running_with_env(pid, "STRONGSWAN_CONF", self._conf_path(host))
+
     def _start_charon(self, host: LabHost) -> int:
-        host_dir = Path(host.vici_socket).parent
-        conf = self._conf_path(host)
-        Path(conf).write_text(_conf_text(host_dir))
-        with contextlib.suppress(FileNotFoundError):
-            Path(host.vici_socket).unlink()
-        env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "STRONGSWAN_CONF": conf}
-        with open(host_dir / "charon.stderr", "ab") as err:
-            proc = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, "unshare", "-m", "--propagation", "private",
-                 "sh", "-c", _START_SCRIPT, self.charon],
-                env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
-            )
+        proc = start_charon(netns=host.netns, host_dir=Path(host.vici_socket).parent, conf=self._conf_path(host),
+                            charon=self.charon)
         self._procs[host.name] = proc
         return proc.pid
 
     def _wait_ready(self, host: LabHost) -> None:
-        deadline = time.monotonic() + self.startup_timeout
-        gateway = ViciGateway(host.vici_socket, timeout=2.0)
-        last = "not started"
-        while time.monotonic() < deadline:
-            proc = self._procs.get(host.name)
-            if proc is not None and proc.poll() is not None:
-                raise LabError(f"charon on {host.name} exited with {proc.returncode}; see {host.log_path}")
-            try:
-                gateway.version()
-                return
-            except GatewayError as exc:
-                last = exc.message
-            time.sleep(0.05)
-        raise LabError(f"charon on {host.name} did not answer within {self.startup_timeout:g} s: {last}")
+        wait_for_charon(name=host.name, vici_socket=host.vici_socket, log_path=host.log_path,
+                        proc=self._procs.get(host.name), timeout=self.startup_timeout)
 
     # -- status / down ------------------------------------------------------------
 
@@ -414,11 +274,8 @@ class Lab:
         state = self._load()
         hosts = [LabHost(**h) for h in state.hosts]
         return LabStatus(
-            namespaces={n: _netns_exists(n) for n in state.namespaces},
-            charons={
-                h.name: h.name in state.pids and _is_our_charon(state.pids[h.name], self._conf_path(h))
-                for h in hosts
-            },
+            namespaces={n: netns_exists(n) for n in state.namespaces},
+            charons={h.name: h.name in state.pids and self._is_our_charon(state.pids[h.name], h) for h in hosts},
             sockets={h.name: Path(h.vici_socket).exists() for h in hosts},
         )
 
@@ -430,16 +287,9 @@ class Lab:
         """
         host = self.host(name)
         pid = self._load().pids.get(name)
-        if pid is None or not self._alive(name, pid) or not _is_our_charon(pid, self._conf_path(host)):
+        if pid is None or not self._alive(name, pid) or not self._is_our_charon(pid, host):
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and self._alive(name, pid):
-            time.sleep(0.02)
-        if self._alive(name, pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        stop_processes([pid], grace)
         proc = self._procs.pop(name, None)
         if proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -455,7 +305,7 @@ class Lab:
         host = self.host(name)
         state = self._load()
         pid = state.pids.get(name)
-        if pid is not None and self._alive(name, pid) and _is_our_charon(pid, self._conf_path(host)):
+        if pid is not None and self._alive(name, pid) and self._is_our_charon(pid, host):
             return
         state.pids[name] = self._start_charon(host)
         self._save(state)
@@ -471,7 +321,7 @@ class Lab:
         victims: dict[str, int] = {}
         for name, pid in state.pids.items():
             host = hosts.get(name)
-            if host is not None and _is_our_charon(pid, self._conf_path(host)):
+            if host is not None and self._is_our_charon(pid, host):
                 victims[name] = pid
         for proc_name, proc in self._procs.items():
             if proc.poll() is None:
@@ -479,26 +329,12 @@ class Lab:
         for pid in processes_with_env("STRONGSWAN_CONF", self.state_dir):  # started, never recorded
             if pid not in victims.values():
                 victims[f"pid {pid}"] = pid
-        for pid in victims.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for name, pid in victims.items():
-            while time.monotonic() < deadline and self._alive(name, pid):
-                time.sleep(0.02)
-            if self._alive(name, pid):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        stop_processes(list(victims.values()), grace)
         for name, proc in list(self._procs.items()):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=grace)
             del self._procs[name]
-        errors = []
-        for netns in reversed(state.namespaces):
-            if _netns_exists(netns):
-                done = _run("ip", "netns", "delete", netns, check=False)
-                if done.returncode != 0 and _netns_exists(netns):
-                    errors.append(f"{netns}: {done.stderr.strip()}")
+        errors = [error for netns in reversed(state.namespaces) if (error := delete_namespace(netns))]
         for host in hosts.values():
             with contextlib.suppress(FileNotFoundError):
                 Path(host.vici_socket).unlink()
@@ -511,4 +347,4 @@ class Lab:
         proc = self._procs.get(name)
         if proc is not None and proc.pid == pid:
             return proc.poll() is None
-        return _running(pid)
+        return running(pid)

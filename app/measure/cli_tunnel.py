@@ -112,7 +112,7 @@ class ServiceTunnels:
             BenchError: no attempt made the service choose ``suite`` (the last reason is given).
         """
         from app.domain.errors import NoFeasibleSuite, UnsupportedProtection
-        from app.measure.adapters.tunnel import BenchError
+        from app.measure.adapters.traffic import BenchError
         from app.measure.domain.tunnel import pin_attempts
 
         last = "no attempt"
@@ -130,7 +130,7 @@ class ServiceTunnels:
 
     def feasible(self, suite: SuiteSpec) -> bool:
         """Whether the service can bring up ``suite`` under the minimums (it is taken down again)."""
-        from app.measure.adapters.tunnel import BenchError
+        from app.measure.adapters.traffic import BenchError
 
         try:
             tunnel = self.open(suite)
@@ -359,7 +359,9 @@ def bench_tunnel(
     rather than where the scheduler put them; the document records the set.
     """
     from app.measure.adapters.micro import machine_id
-    from app.measure.adapters.tunnel import BenchError, parse_cpus, run_bench
+    from app.measure.adapters.pinning import parse_cpus
+    from app.measure.adapters.traffic import BenchError
+    from app.measure.adapters.tunnel import run_bench
     from app.measure.domain.report import pinning
     from app.measure.domain.tunnel import bench_document, default_suites, parse_suite
 

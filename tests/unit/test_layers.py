@@ -60,7 +60,8 @@ def test_the_domain_imports_no_service_or_adapter(path: Path) -> None:
 
 #: The tunnel agent's roles still reach their crypto, transport and hot database path
 #: directly; every other service is written against ``app.services.ports``.
-_AGENT_ROLES = {"agent_client", "agent_config", "agent_host", "agent_target"}
+_AGENT_ROLES = {"agent_client", "agent_config", "agent_host", "agent_target", "agent_target_charon",
+                "agent_target_sessions"}
 
 
 @pytest.mark.parametrize("path", [p for p in _files("services") if p.stem not in _AGENT_ROLES],

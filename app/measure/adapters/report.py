@@ -1,8 +1,9 @@
 """`qoss bench report`: read the benchmark JSON, draw the plots (matplotlib, Agg), write report.md.
 
-The ranking, comparison and Markdown are pure (``app.measure.domain.report``); this module
-does the files and the drawing. Figures are made with matplotlib's object API on the Agg
-canvas (no pyplot state, no display), at a size and resolution that keeps each PNG small.
+The runs, ranking, comparison and Markdown are pure (``app.measure.domain.runs``,
+``.comparison``, ``.report``); this module does the files and the drawing. Figures are made
+with matplotlib's object API on the Agg canvas (no pyplot state, no display), at a size and
+resolution that keeps each PNG small.
 """
 
 from __future__ import annotations
@@ -18,19 +19,15 @@ from matplotlib.figure import Figure
 
 from app.domain.errors import InvalidInput
 from app.domain.scoring import SIZES
-from app.measure.domain.report import (
-    MicroRun,
+from app.measure.domain.comparison import (
     TableComparison,
-    TunnelRun,
     compare,
-    cpu_words,
-    parse_micro,
-    parse_tunnel,
-    render_markdown,
     today_from_micro,
     today_from_tunnel,
     tunnel_spreads,
 )
+from app.measure.domain.report import cpu_words, render_markdown
+from app.measure.domain.runs import MicroRun, TunnelRun, parse_micro, parse_tunnel
 from app.measure.domain.seed_tables import SEED_TABLES
 
 __all__ = ["LATENCY_KEYWORDS", "Report", "cpu_flags", "write_report"]

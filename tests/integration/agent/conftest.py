@@ -19,10 +19,10 @@ import httpx
 import pytest
 import uvicorn
 
-from app.adapters import lab_agent
+from app.adapters import lab_agent_configs
 from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
 from app.adapters.lab import Lab
-from app.adapters.lab_agent import client_config, host_role, target_role, write_config
+from app.adapters.lab_agent_configs import client_config, host_role, target_role, write_config
 from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
 from app.bootstrap import prepare_database
@@ -107,7 +107,7 @@ class AgentEnv:
 def server_config(dir: Path, lab: Lab) -> Path:
     """One server playing Host and Target (``url: local``) with the lab's ``right`` charon."""
     right, pub = lab.host("right"), dir / "keys" / "hq.pub.json"
-    return write_config(dir / "agent.yaml", lab_agent.server_config(
+    return write_config(dir / "agent.yaml", lab_agent_configs.server_config(
         id="hq", key_dir=dir / "keys", host=host_role({"hq": ("local", pub)}),
         target=target_role(hosts={"hq": pub}, vici_socket=right.vici_socket, ike_address=right.ike_address,
                            protected=[f"{right.inside_address}/32"], pool=POOL, sweep_interval=0.2)))

@@ -18,6 +18,7 @@ import pytest
 
 from app.adapters.agent.crypto import load_keys
 from app.adapters.lab_agent import HOST_ID, POOL, TARGET_ID, AgentLab
+from app.adapters.lab_agent_users import enroll
 from app.adapters.vici.driver import ViciGateway
 from tests.fixtures.agent_roles import register_keys
 from tests.fixtures.secrets import keep_log
@@ -31,7 +32,7 @@ def lab(request: pytest.FixtureRequest) -> Iterator[AgentLab]:
     env = {"QOSS_FAST_PATHS": "true" if request.param == "fast-paths-on" else "false"}
     with AgentLab.temporary("qe", server_env=env, client_env=env) as lab:
         try:
-            lab.enroll("alice", objectives=(3, 2))
+            enroll(lab, "alice", objectives=(3, 2))
             for name in (HOST_ID, TARGET_ID, "alice"):  # the leak sweep looks for them in every log kept
                 register_keys(load_keys(lab.key_dir, name))
             yield lab

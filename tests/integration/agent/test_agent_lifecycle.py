@@ -27,7 +27,8 @@ from app.adapters.vici.driver import Command, Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.services import agent_target
 from app.services.agent_client import AgentClient
-from app.services.agent_target import RECONCILE_GRACE, TargetAgent
+from app.services.agent_target import TargetAgent
+from app.services.agent_target_sessions import RECONCILE_GRACE
 from app.services.ratelimit import RateLimiter
 from tests.integration.agent.conftest import AgentEnv
 
@@ -233,20 +234,21 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
             self.rollback()
             raise OperationalError("COMMIT", None, sqlite3.OperationalError("disk I/O error"))
 
-    factory = target._sessions
+    book = target._book
+    factory = book._sessions
 
     def sessions() -> Session:
         if threading.current_thread().name == "test-reconcile":
             reconciling.set()
         return factory()
 
-    target._sessions = sessions  # type: ignore[method-assign]
+    book._sessions = sessions  # type: ignore[method-assign]
     monkeypatch.setattr(agent_target, "HotTransaction", FailingCommit)
     try:
         with pytest.raises(RemoteRefused):
             gina.connect(target="hq", objective_id=3)
     finally:
-        target._sessions = factory  # type: ignore[method-assign]
+        book._sessions = factory  # type: ignore[method-assign]
         monkeypatch.undo()
         if "thread" in seen:
             seen["thread"].join(10)
@@ -273,7 +275,7 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
     the secret and conn already loaded are unloaded, the session ends as failed with charon's
     reason, and its lease is released."""
     target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
-    real = target._vici
+    real = target._charon._vici
 
     def unparsable(commands: Sequence[Command]) -> list[Command]:
         return [c._replace(message={n: {**p, "addrs": "10.3.0.999/32"} for n, p in (c.message or {}).items()})
@@ -290,7 +292,7 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
         def pipeline(self) -> Pipeline:
             return RefusingPipeline(self)
 
-    monkeypatch.setattr(target, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
+    monkeypatch.setattr(target._charon, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
     agent_env.enroll("hank", [3])
     with pytest.raises(RemoteRefused) as info:
         agent_env.client("hank").connect(target="hq", objective_id=3)

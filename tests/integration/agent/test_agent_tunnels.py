@@ -203,7 +203,7 @@ def test_a_pool_loaded_on_a_taken_address_is_loaded_again_with_the_leased_one(ag
     engine = create_engine(agent_env.settings.database_url)
     with engine.begin() as conn:  # another session's lease
         conn.execute(insert(AgentLeaseRow.__table__).values(address=taken, ticket="f" * 32, created_at=utcnow()))
-    target._lease_hint = taken
+    target._book._lease_hint = taken
     agent_env.enroll("iris", [3])
     client = agent_env.client("iris")
     try:

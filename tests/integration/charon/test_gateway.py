@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.lab import Lab, LabError
+from app.adapters.lab import Lab
+from app.adapters.lab_processes import LabError
 from app.adapters.vici import EventKind, EventListener, SaEvent, ViciGateway
 from app.domain.algorithms import lookup
 from app.domain.errors import GatewayRejected, GatewayUnreachable

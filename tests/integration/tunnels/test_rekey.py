@@ -11,7 +11,8 @@ import time
 import httpx
 import pytest
 
-from app.adapters.lab import IKE_INTERFACE, Lab
+from app.adapters.lab import Lab
+from app.adapters.lab_network import IKE_INTERFACE
 from app.adapters.vici.driver import ViciGateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]

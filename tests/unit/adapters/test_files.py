@@ -5,15 +5,15 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.adapters import files
+from app.adapters import files, rating_csv, yaml_dialect
 from app.adapters.files import (
-    CSV_COLUMNS,
     MAX_DOCUMENT_BYTES,
     dump_policy_yaml,
     dump_rating_table_csv,
@@ -26,6 +26,7 @@ from app.adapters.files import (
     parse_rating_table_csv,
     parse_rating_table_yaml,
 )
+from app.adapters.rating_csv import CSV_COLUMNS
 from app.domain.errors import InvalidPolicy, InvalidRatingTable
 from app.domain.policies import Policy
 from app.domain.ratings import Measurement, Rating, RatingTable
@@ -409,10 +410,11 @@ def test_parse_policy_name_argument_overrides_the_document() -> None:
     assert parse_policy_yaml("name: a\n", name="b").name == "b"
 
 
-def test_module_exports_only_what_it_documents() -> None:
-    public = {n for n in dir(files) if not n.startswith("_") and callable(getattr(files, n))
-              and getattr(getattr(files, n), "__module__", "") == files.__name__}
-    assert public <= set(files.__all__)
+@pytest.mark.parametrize("module", [files, rating_csv, yaml_dialect], ids=lambda m: m.__name__)
+def test_module_exports_only_what_it_documents(module: ModuleType) -> None:
+    public = {n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))
+              and getattr(getattr(module, n), "__module__", "") == module.__name__}
+    assert public <= set(module.__all__)
 
 
 _BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" \

@@ -11,17 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.errors import InvalidInput
-from app.measure.domain.report import (
+from app.measure.domain.comparison import (
     compare,
     esp_keywords,
     explain_flip,
-    parse_micro,
-    parse_tunnel,
-    render_markdown,
     today_from_micro,
     today_from_tunnel,
     tunnel_spreads,
 )
+from app.measure.domain.report import render_markdown
+from app.measure.domain.runs import parse_micro, parse_tunnel
 from app.measure.domain.seed_tables import SEED_TABLES, SeedRow, SeedTable
 
 DATA = Path(__file__).parents[1] / "adapters" / "data"

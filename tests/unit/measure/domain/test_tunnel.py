@@ -18,7 +18,8 @@ from app.domain.errors import InvalidInput, NegotiationError
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.policies import Levels, Policy, parse_objectives
 from app.domain.ratings import RatingTable
-from app.measure.adapters.tunnel import BenchError, OpenTunnel, iperf3_mbps, ping_mean_ms, run_bench
+from app.measure.adapters.traffic import BenchError, iperf3_mbps, ping_mean_ms
+from app.measure.adapters.tunnel import OpenTunnel, run_bench
 from app.measure.domain.tunnel import (
     AH_OBJECTIVE_ID,
     INTEGRITY_FLOOR,

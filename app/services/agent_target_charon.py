@@ -1,0 +1,98 @@
+"""Target's charon, as the agent's Target role uses it: the algorithms and back end it offers
+(asked at most every 30 s), the replies of a session's pipelined loads (pool, secret, conn)
+with everything unloaded again if one failed, and the teardown of a session's config."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from app.adapters.vici.driver import Pipeline, ViciGateway, unload_command
+from app.domain.errors import GatewayError, GatewayUnreachable
+from app.domain.tunnels import keywords_from_charon
+
+__all__ = ["TargetCharon", "ViciFactory", "host_prefix"]
+
+log = logging.getLogger("qoss.agent.target")
+
+ViciFactory = Callable[[str], ViciGateway]
+_CAPS_TTL = 30.0
+
+
+def host_prefix(address: str) -> str:
+    """A one-address pool: ``address/32`` (IPv4) or ``address/128`` (IPv6)."""
+    return f"{address}/{32 if ':' not in address else 128}"
+
+
+class TargetCharon:
+    """Target's charon at ``socket``, reached through ``vici``."""
+
+    def __init__(self, *, vici: ViciFactory, socket: str) -> None:
+        self._vici = vici
+        self._socket = socket
+        self._caps: tuple[float, frozenset[str], str | None] | None = None
+        self._caps_lock = threading.Lock()
+
+    def gateway(self) -> ViciGateway:
+        """A gateway to Target's charon."""
+        return self._vici(self._socket)
+
+    def capabilities(self) -> tuple[frozenset[str], str | None]:
+        """The algorithm keywords charon offers and its back end (``kernel-libipsec``, ...)."""
+        with self._caps_lock:
+            now = time.monotonic()
+            if self._caps is None or now - self._caps[0] > _CAPS_TTL:
+                v = self.gateway()
+                self._caps = (now, keywords_from_charon(v.get_algorithms().as_sections()), v.stats().backend)
+            return self._caps[1], self._caps[2]
+
+    def finish_load(self, v: ViciGateway, conn: str, loads: Pipeline, sent: Sequence[str], *,
+                    undo: bool = False) -> None:
+        """Read the loads' replies (``sent`` names what was sent, in order); if any load failed (or
+        ``undo``), unload what may be loaded and raise the first error (with ``undo`` the caller
+        has an error of its own to raise: a failed load is only logged). After a socket error
+        any of the loads may have taken effect: all of them are unloaded."""
+        try:
+            replies = loads.finish()
+        except GatewayError as exc:
+            loaded, errors = list(sent), [exc]
+        else:
+            loaded = [w for w, reply in zip(sent, replies, strict=False) if not isinstance(reply, GatewayError)]
+            errors = [reply for reply in replies if isinstance(reply, GatewayError)]
+        loads.close()
+        if errors or undo:
+            self.unload(v, conn, loaded)
+        if errors and undo:
+            log.warning("loading %s failed while it was being undone: %s", conn,
+                        getattr(errors[0], "message", type(errors[0]).__name__))
+        elif errors:
+            raise errors[0]
+
+    @staticmethod
+    def unload(v: ViciGateway, conn: str, loaded: Sequence[str]) -> None:
+        """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``."""
+        what = [w for w in ("conn", "shared", "pool") if w in loaded]
+        try:
+            replies = v.batch([unload_command(w, conn) for w in what])
+        except GatewayError as exc:
+            log.warning("could not unload %s: %s", conn, exc.message)
+            return
+        for w, reply in zip(what, replies, strict=True):
+            if isinstance(reply, GatewayError):
+                log.warning("could not unload %s %s: %s", w, conn, reply.message)
+
+
+    def teardown(self, conn: str) -> None:
+        """Terminate ``conn``'s SAs and unload its pool, secret and conn (charon gone: logged only)."""
+        v = self.gateway()
+        try:
+            with contextlib.suppress(GatewayError):
+                if v.list_sas(ike=conn):
+                    v.terminate(ike=conn, timeout_ms=3000, force=True)
+            self.unload(v, conn, ["pool", "shared", "conn"])
+        except GatewayUnreachable as exc:
+            # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
+            log.warning("teardown of %s: %s", conn, exc.message)

@@ -1,0 +1,215 @@
+"""Target's session bookkeeping: the virtual IPs leased from its pool, ending a session (once:
+its lease released only once charon has let go of the address), expiry sweeps, and
+reconciling the database with charon. A session's conn is *loading* from the start of its
+load until its session is committed and loaded, or everything is undone; reconcile leaves
+those alone."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.adapters.db.agent import (
+    AgentSessionRow,
+    LeaseRepository,
+    NonceRepository,
+    SessionRepository,
+    leased_addresses,
+    take_lease,
+)
+from app.adapters.db.hot import HotCursor
+from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState
+from app.domain.errors import GatewayError
+from app.services.agent_target_charon import TargetCharon
+
+__all__ = ["RECONCILE_GRACE", "Reconciled", "SessionFactory", "TargetSessions", "at"]
+
+log = logging.getLogger("qoss.agent.target")
+
+SessionFactory = Callable[[], Session]
+#: Reconcile leaves sessions younger than this alone (another worker may still be loading them).
+RECONCILE_GRACE = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """What a reconcile did: conns unloaded that no session owned; sessions ended whose conn vanished."""
+
+    orphans: list[str]
+    vanished: list[str]
+
+
+def at(ts: float) -> datetime:
+    """The UTC time of a POSIX timestamp."""
+    return datetime.fromtimestamp(ts, UTC)
+
+
+class TargetSessions:
+    """The sessions of one Target: in its database (``sessions``) and its charon (``charon``)."""
+
+    def __init__(self, *, sessions: SessionFactory, charon: TargetCharon, pool: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._sessions = sessions
+        self._charon = charon
+        self._clock = clock
+        self._sweeps = 0
+        #: Conns from the start of their load until their session is committed and loaded, or
+        #: everything is undone (reconcile leaves them be).
+        self._inflight: set[str] = set()
+        self._inflight_lock = threading.Lock()
+        #: Orphan conns the last reconcile saw: unloaded only if the next one sees them again.
+        self._suspects: set[str] = set()
+        #: The address :meth:`lease` tries first (a hint only: the INSERT decides).
+        self._lease_hint: str | None = None
+        self._pool_network = ipaddress.ip_network(pool)
+
+    @contextlib.contextmanager
+    def loading(self, conn: str) -> Iterator[None]:
+        """``conn`` is being loaded while its session commits: reconcile takes it for no orphan."""
+        with self._inflight_lock:
+            self._inflight.add(conn)
+        try:
+            yield
+        finally:
+            with self._inflight_lock:
+                self._inflight.discard(conn)
+
+    # -- leases ---------------------------------------------------------------------------
+
+    @property
+    def lease_hint(self) -> str | None:
+        """The address the next :meth:`lease` most likely gets (None: no guess)."""
+        return self._lease_hint
+
+    def lease(self, cursor: HotCursor, ticket: str) -> str:
+        """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
+        row: never handed out twice).
+
+        The address after the last one leased here is tried first (one INSERT, no read of the
+        lease table; it also leaves a just-released address to rest); if another session has it,
+        the lease table is read and the first free address taken.
+        """
+        hint = self._lease_hint
+        if hint is not None and take_lease(cursor, hint, ticket):
+            self._lease_hint = self._after(hint)
+            return hint
+        taken = leased_addresses(cursor)
+        for address in self._pool_network.hosts():
+            text = str(address)
+            if text not in taken and take_lease(cursor, text, ticket):
+                self._lease_hint = self._after(text)
+                return text
+        raise AgentRejected("the virtual IP pool is exhausted")
+
+    def _after(self, address: str) -> str | None:
+        """The pool's next host address after ``address`` (None past the last)."""
+        network = self._pool_network
+        following = ipaddress.ip_address(address) + 1
+        usable = following in network and (
+            network.version == 6 or network.prefixlen >= 31 or following != network.broadcast_address)
+        return str(following) if usable else None
+
+    def _release(self, ticket: str) -> None:
+        with self._sessions() as session, session.begin():
+            LeaseRepository(session).release(ticket)
+
+
+    # -- ending ---------------------------------------------------------------------------
+
+    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> AgentSessionRow | None:
+        """Move the session out of ACTIVE (once), release its lease, take its config out of charon."""
+        with self._sessions() as session, session.begin():
+            sessions = SessionRepository(session)
+            if not sessions.finish(ticket, state, reason):
+                return None
+            row = sessions.get(ticket)
+            if row is not None:
+                session.expunge(row)
+        if row is not None and row.protection == "esp":
+            self._charon.teardown(row.conn)
+        self._release(ticket)  # only once charon has let go of the address
+        return row
+
+
+    def close(self, ticket: str, *, user_id: str, state: AgentSessionState, reason: str) -> None:
+        with self._sessions() as session:
+            row = SessionRepository(session).get(ticket)
+            owner = row.user_id if row is not None else None
+            active = row is not None and row.state == AgentSessionState.ACTIVE.value
+        if owner != user_id or not active:
+            raise AgentRejected("ticket unknown, not this user's, or not active")
+        if self.finish(ticket, state, reason) is None:
+            raise AgentRejected("ticket used already")
+
+
+    def sweep(self) -> list[str]:
+        """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) reconcile
+        with charon. Returns the tickets ended because they expired."""
+        now = self._clock()
+        with self._sessions() as session, session.begin():
+            expired = [r.ticket for r in SessionRepository(session).expired(at(now))]
+            NonceRepository(session).purge(at(now))
+        ended = [t for t in expired if self.finish(t, AgentSessionState.EXPIRED, "expired")]
+        if self._sweeps % 10 == 0:
+            self.reconcile()
+        self._sweeps += 1
+        return ended
+
+    def reconcile(self) -> Reconciled:
+        """Make the database and charon agree about agent conns.
+
+        * A ``qoss-agent-*`` conn that no active session owns, here and in the previous reconcile,
+          is unloaded (with its secret and pool). Two passes because Target loads a conn while its
+          session's transaction commits: another process sharing this charon and database may
+          be between the two (this process's own conns in flight are known and never suspects).
+        * An active session whose conn is not in charon (charon restarted, or someone unloaded it)
+          is ended as ``failed`` and its lease freed, instead of staying ``active`` until it
+          expires. Sessions still being set up (their conn loading or committing here, or, for a
+          shared database, created in the last :data:`RECONCILE_GRACE` seconds) are left be.
+        """
+        v = self._charon.gateway()
+        try:
+            loaded = set(v.list_conns())
+        except GatewayError as exc:
+            log.warning("agent reconcile: %s", exc.message)
+            return Reconciled(orphans=[], vanished=[])
+        settled = at(self._clock() - RECONCILE_GRACE)
+        with self._inflight_lock:
+            inflight = set(self._inflight)
+        with self._sessions() as session:
+            active = [(r.ticket, r.conn, r.created_at, r.protection)
+                      for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
+        owned = {conn for _, conn, _, _ in active}
+        unowned = {c for c in loaded if c.startswith(AGENT_CONN_PREFIX) and c not in owned and c not in inflight}
+        orphans = sorted(unowned & self._suspects)
+        self._suspects = unowned - self._suspects
+        for conn in orphans:
+            self._charon.teardown(conn)
+        vanished = [ticket for ticket, conn, created, protection in active
+                    if protection == "esp" and conn not in loaded and conn not in inflight and created < settled]
+        ended = [t for t in vanished
+                 if self.finish(t, AgentSessionState.FAILED, "conn vanished from charon (restarted?)")]
+        if orphans or ended:
+            log.info("agent reconcile: %d orphaned conns unloaded, %d sessions whose conn vanished ended",
+                     len(orphans), len(ended))
+        return Reconciled(orphans=orphans, vanished=ended)
+
+    def listing(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
+        """Target's sessions, newest first (no key material: there is none stored)."""
+        with self._sessions() as session:
+            rows = SessionRepository(session).select(state=state, limit=limit)
+            return [{
+                "ticket": r.ticket, "user_id": r.user_id, "host": r.host_id, "objective_id": r.objective_id,
+                "protection": r.protection, "conn": r.conn, "virtual_ip": r.virtual_ip, "state": r.state,
+                "reason": r.reason, "suite": r.suite, "expires_at": r.expires_at.isoformat(),
+                "created_at": r.created_at.isoformat(),
+            } for r in rows]
