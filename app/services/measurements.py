@@ -23,7 +23,7 @@ from app.domain.algorithms import lookup
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.ratings import RatingTable
 from app.domain.scoring import measured_table
-from app.measure.domain.report import MicroRun, parse_micro
+from app.measure.domain.runs import MicroRun, parse_micro
 from app.services.ports import UnitOfWork
 from app.services.ratings import get_table, import_table
 
