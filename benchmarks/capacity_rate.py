@@ -48,6 +48,8 @@ from benchmarks._harness import Service, cpu_seconds, lab_and_service, left_sour
 #: The lifetimes qoss loads by default (no rekey happens within a run).
 IKE_LIFETIME, CHILD_LIFETIME = 14400, 3600
 RETRIES = 5
+#: Seconds between arms: the tunnel monitor checks each tunnel 1 s after its events.
+SETTLE = 2.0
 
 
 @dataclass
@@ -378,6 +380,7 @@ def main() -> None:
                         else:
                             _charon_round(left, right, svc.lab.pids, sources, proposals, c, budget,
                                           arms["charon"], f"{c}r{r_}")
+                        time.sleep(SETTLE)  # the monitor's checks after an arm's set-ups and teardowns
         finally:
             clients.close()
     _report(n, args.rounds, proposals, results, server_env)
