@@ -16,7 +16,9 @@ One lab (two charons with kernel-libipsec in network namespaces) and one real ``
    it: the lifetimes are hours);
 4. every tunnel deleted, ``--concurrency`` at a time: the teardown's wall time.
 
-RSS of the server (before, all up, after teardown) and of both charons (all up) are printed.
+RSS of the server (before, all up, after teardown) and of both charons (all up) are printed,
+and, with 0 and with N tunnels up, the median of 5 bare VICI ``initiate``s of one more conn
+(loaded beforehand, untimed; terminated and unloaded after): what charon alone takes then.
 If not all N come up (the time budget, or 20 failures in a row), the run goes on with those that
 did and prints what stopped it: the error of the last failure or the budget.
 """
@@ -24,6 +26,8 @@ did and prints what stopped it: the error of the last failure or the budget.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import secrets
 import signal
 import statistics
 import sys
@@ -34,9 +38,13 @@ from pathlib import Path
 
 import httpx
 
+from app.domain.errors import GatewayError
+from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import Service, cpu_seconds, lab_and_service, left_sources, percentile, rss_kib
 
 MAX_FAILURES_IN_A_ROW = 20
+#: The suite of the bare initiates: what qoss negotiates for these tunnels (set from the warm-up).
+SUITE: dict[str, str] = {}
 
 
 def _charon_pid(pid: int) -> int:
@@ -48,6 +56,36 @@ def _charon_pid(pid: int) -> int:
             if Path(f"/proc/{child}/comm").read_text().strip() == "charon":
                 return int(child)
     raise RuntimeError(f"no charon under pid {pid}")
+
+
+def _bare_initiate(svc: Service, source: str, rounds: int = 5) -> float:
+    """Median ms of a bare VICI ``initiate`` of a conn loaded beforehand on both ends (the suite qoss picks)."""
+    left, right = svc.lab.host("left"), svc.lab.host("right")
+    gateways = {"left": left.gateway(120), "right": right.gateway(120)}
+    times = []
+    for i in range(rounds):
+        name = f"bare-{i}"
+        ends = {"left": TunnelEnd(left.ike_address, f"{name}.left", (f"{source}/32",)),
+                "right": TunnelEnd(right.ike_address, f"{name}.right", (f"{right.inside_address}/32",))}
+        psk = secrets.token_bytes(32)
+        for me, peer in (("right", "left"), ("left", "right")):
+            gateways[me].load_shared(name, psk, [ends[me].identity, ends[peer].identity])
+            gateways[me].load_conn(name, conn_payload(
+                name=name, local=ends[me], remote=ends[peer], ike_proposal=SUITE["ike"], esp_proposal=SUITE["esp"],
+                ah_proposal=None, mode="tunnel", ike_lifetime=14400, child_lifetime=3600))
+        try:
+            start = time.perf_counter()
+            gateways["left"].initiate(child=name, ike=name, timeout_ms=60_000)
+            times.append((time.perf_counter() - start) * 1000)
+        finally:
+            with contextlib.suppress(GatewayError):
+                gateways["left"].terminate(ike=name, force=True, timeout_ms=60_000)
+            for gw in gateways.values():
+                with contextlib.suppress(GatewayError):
+                    gw.unload_conn(name)
+                with contextlib.suppress(GatewayError):
+                    gw.unload_shared(name)
+    return statistics.median(times)
 
 
 def _quiet_cpu(svc: Service, seconds: float) -> float:
@@ -92,7 +130,7 @@ def main() -> None:
     with lab_and_service() as svc:
         right = svc.lab.host("right")
         t0 = time.perf_counter()
-        sources = left_sources(svc, n)
+        sources = left_sources(svc, n + 1)  # the last one: the bare initiates
         print(f"{n} source addresses on the left in {time.perf_counter() - t0:.1f} s", flush=True)
         clients = _Clients(svc)
         try:
@@ -102,7 +140,9 @@ def main() -> None:
                                                      "local_ts": [f"{source}/32"],
                                                      "remote_ts": [f"{right.inside_address}/32"]})
                 r.raise_for_status()
+                SUITE.update(r.json()["proposals"])
                 client.delete(f"/v1/tunnels/{r.json()['id']}").raise_for_status()
+            bare0 = _bare_initiate(svc, sources[n])
             time.sleep(2)  # the monitor's checks of the warm-up tunnels
             cpu_idle0 = _quiet_cpu(svc, args.quiet)
             rss_before = svc.rss_kib()
@@ -161,6 +201,7 @@ def main() -> None:
             time.sleep(5)  # the monitor's checks of the last tunnels
             cpu_idle_n = _quiet_cpu(svc, args.quiet)
             print(f"quiet with {len(ids)} tunnels: server CPU {cpu_idle_n:.2f} s in {args.quiet:g} s", flush=True)
+            bare_n = _bare_initiate(svc, sources[n])
             still_up = sum(1 for t in client.get("/v1/tunnels").json() if t["state"] == "up")
 
             failed_deletes: list[str] = []
@@ -194,6 +235,8 @@ def main() -> None:
     print("  charon RSS: " + ", ".join(
         f"{name} {charon_before[name] / 1024:.1f} -> {charon_up[name] / 1024:.1f} MiB "
         f"({(charon_up[name] - charon_before[name]) / max(1, len(ids)):.1f} KiB per tunnel)" for name in charons))
+    print(f"  bare VICI initiate of one more conn (charon alone): {bare0:.1f} ms with 0 up, {bare_n:.1f} ms with "
+          f"{len(ids)} up")
     print(f"  server CPU over {args.quiet:g} s quiet: {cpu_idle0:.2f} s with 0 tunnels, {cpu_idle_n:.2f} s with "
           f"{len(ids)} up (difference {cpu_idle_n - cpu_idle0:+.2f} s); {still_up} still up after it")
     print(f"  teardown of all {len(ids)}: {teardown:.1f} s ({len(ids) / teardown if teardown else 0:.1f}/s); "
