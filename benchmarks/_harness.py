@@ -35,10 +35,21 @@ class Service:
     headers: dict[str, str]
 
     def rss_kib(self) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
+        return rss_kib(self.pid)
+
+
+def rss_kib(pid: int) -> int:
+    """The resident set of process ``pid`` (``VmRSS``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (all its threads) so far, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:
@@ -48,7 +59,9 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def lab_and_service() -> Iterator[Service]:
+def lab_and_service(env: dict[str, str] | None = None) -> Iterator[Service]:
+    """A lab of two charons and a ``qoss serve`` on SQLite with both registered as gateways;
+    ``env`` adds to (or overrides) the server's environment."""
     state = Path(tempfile.mkdtemp(prefix="qoss-bench-", dir="/tmp"))
     lab = Lab(state / "lab", prefix=f"qb{os.getpid() % 10000}-{uuid.uuid4().hex[:3]}")
     server: subprocess.Popen[bytes] | None = None
@@ -70,6 +83,7 @@ def lab_and_service() -> Iterator[Service]:
             "QOSS_TUNNEL_RATE": "100000",
             "QOSS_TUNNEL_BURST": "100000",
             "QOSS_VICI_SOCKET_DIRS": f'["{state}"]',
+            **(env or {}),
         }
         with open(state / "server.log", "wb") as log:
             server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT,

@@ -11,6 +11,7 @@ import pytest
 from app.adapters.lab import Lab
 from app.adapters.lab_processes import LabError
 from app.adapters.vici import EventKind, EventListener, SaEvent, ViciGateway
+from app.adapters.vici.session import unix_connect
 from app.domain.algorithms import lookup
 from app.domain.errors import GatewayRejected, GatewayUnreachable
 from app.domain.tunnels import keywords_from_charon
@@ -151,6 +152,41 @@ def test_events_report_up_and_down(pair: Pair) -> None:
             (EventKind.IKE_UPDOWN, False)} <= seen
     up = next(e for e in events if e.kind is EventKind.CHILD_UPDOWN and e.up)
     assert [c.encr_alg for c in up.children] == ["AES_GCM_16"]
+
+
+def test_set_ups_at_once_from_one_lab_host_are_all_answered(pair: Pair) -> None:
+    """Twelve IKE_SA_INITs in flight at once from one host: the responder answers every one
+    (with charon's DoS protection it drops all beyond five half-open from one address)."""
+    names = [f"t-burst-{i}" for i in range(12)]
+    log = Path(pair.right.host.log_path)
+    offset = log.stat().st_size
+    try:
+        for name in names:
+            for me, peer in ((pair.right, pair.left), (pair.left, pair.right)):
+                ids = [f"{name}.{h.host.name}" for h in (me, peer)]
+                me.gateway.load_shared(name, PSK, ids)
+                me.gateway.load_conn(name, {**conn(me=me.host, peer=peer.host, name=name, ike="aes128gcm16-prfsha256"
+                                                   "-x25519", esp="aes128gcm16"),
+                                            "local": {"auth": "psk", "id": ids[0]},
+                                            "remote": {"auth": "psk", "id": ids[1]}})
+        with unix_connect(pair.left.host.vici_socket, 10.0) as session:
+            for name in names:  # a negative timeout: charon answers at once and initiates in the background
+                for _ in session.initiate({"child": name, "ike": name, "timeout": -1}):
+                    pass
+        up: set[str] = set()
+        for _ in range(150):
+            up = {sa.name for sa in pair.right.gateway.list_sas() if sa.state == "ESTABLISHED" and sa.children}
+            if up >= set(names):
+                break
+            time.sleep(0.1)
+        with log.open(errors="replace") as f:
+            f.seek(offset)
+            dropped = [line for line in f if "half-open IKE_SA limit" in line]
+        assert dropped == []
+        assert up >= set(names)
+    finally:
+        for name in names:
+            clean_up(pair, name)
 
 
 def test_secret_is_not_in_errors_from_real_charon(pair: Pair) -> None:

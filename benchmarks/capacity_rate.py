@@ -1,0 +1,417 @@
+"""Tunnels per second through qoss against charon's own initiate rate, at 1, 8 and 32 at a time.
+
+    .venv/bin/python -m benchmarks.capacity_rate [--tunnels 128] [--concurrency 1,8,32] [--rounds 2]
+
+One lab (two charons with kernel-libipsec in network namespaces) and one real ``qoss serve``
+(uvicorn, SQLite, the service's defaults but the per-token tunnel rate). Every tunnel protects
+its own /32 on the left (10.10.x.y) to the right's inside address. Per concurrency C and round,
+two arms, one after the other, the order alternating between rounds:
+
+* **qoss**: ``POST /v1/tunnels`` for each of the N sources, C clients at a time (each its own
+  kept-alive HTTP connection); each answer is a tunnel negotiated, loaded on both ends,
+  initiated and verified with ``list-sas`` on both ends. Timed from the first request to the
+  last answer; then every tunnel is deleted, C at a time (timed apart).
+* **charon**: the same N conns (the suite qoss negotiated, one IKE and one ESP proposal, the
+  same selectors, a PSK each) loaded on both ends over VICI with the ``vici`` package, C at a
+  time (timed apart), then ``initiate``, C at a time, each worker its own VICI session: the
+  initiate phase alone is charon's rate. Then terminated and unloaded.
+
+Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
+ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio against charon's
+load + initiate. A 503 from qoss is retried after its Retry-After (counted); any other failure
+is counted and printed. Bounded by the number of tunnels and by ``--budget`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import queue
+import secrets
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import vici
+
+from app.adapters.lab import LabHost
+from app.adapters.vici.session import unix_connect
+from app.domain.tunnels import TunnelEnd, conn_payload
+from benchmarks._harness import Service, cpu_seconds, lab_and_service, left_sources
+
+#: The lifetimes qoss loads by default (no rekey happens within a run).
+IKE_LIFETIME, CHILD_LIFETIME = 14400, 3600
+RETRIES = 5
+#: Seconds between arms: the tunnel monitor checks each tunnel 1 s after its events.
+SETTLE = 2.0
+
+
+@dataclass
+class Arm:
+    """One arm's totals at one concurrency, over all rounds."""
+
+    tunnels: int = 0
+    seconds: float = 0.0
+    extra_seconds: float = 0.0  # charon: the load phase; qoss: the delete phase
+    retried: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds in the timed phase, by process
+    failures: list[str] = field(default_factory=list)
+
+    def rate(self, with_extra: bool = False) -> float:
+        seconds = self.seconds + (self.extra_seconds if with_extra else 0.0)
+        return self.tunnels / seconds if seconds > 0 else 0.0
+
+
+class _Budget:
+    def __init__(self, seconds: float) -> None:
+        self.deadline = time.monotonic() + seconds
+
+    @property
+    def over(self) -> bool:
+        return time.monotonic() > self.deadline
+
+
+def _parallel(concurrency: int, jobs: list[Callable[[], None]], budget: _Budget) -> tuple[float, list[str]]:
+    """Run ``jobs`` ``concurrency`` at a time; seconds from the first start to the last end, and the errors."""
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def run(job: Callable[[], None]) -> None:
+        if budget.over:
+            with lock:
+                errors.append("time budget reached: not started")
+            return
+        try:
+            job()
+        except Exception as exc:  # counted and printed; the run goes on
+            with lock:
+                errors.append(f"{type(exc).__name__}: {exc}"[:300])
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(run, jobs))
+        return time.perf_counter() - t0, errors
+
+
+class _Clients:
+    """One kept-alive httpx client per worker thread."""
+
+    def __init__(self, svc: Service) -> None:
+        self._svc = svc
+        self._local = threading.local()
+        self._all: list[httpx.Client] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> httpx.Client:
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(base_url=self._svc.base_url, timeout=60, headers=self._svc.headers)
+            self._local.client = client
+            with self._lock:
+                self._all.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._all:
+            client.close()
+
+
+def _qoss_round(svc: Service, clients: _Clients, sources: list[str], right: LabHost, concurrency: int,
+                budget: _Budget, arm: Arm) -> None:
+    ids: list[str] = []
+    retried = [0]
+    lock = threading.Lock()
+
+    def create(source: str) -> Callable[[], None]:
+        def job() -> None:
+            body = {"initiator": "left", "responder": "right", "local_ts": [f"{source}/32"],
+                    "remote_ts": [f"{right.inside_address}/32"]}
+            for _ in range(RETRIES):
+                r = clients.get().post("/v1/tunnels", json=body)
+                if r.status_code == 503 and "Retry-After" in r.headers:
+                    with lock:
+                        retried[0] += 1
+                    time.sleep(min(1.0, float(r.headers["Retry-After"])))
+                    continue
+                if r.status_code != 201:
+                    raise RuntimeError(f"{r.status_code} {r.text[:200]}")
+                with lock:
+                    ids.append(r.json()["id"])
+                return
+            raise RuntimeError(f"503 {RETRIES} times")
+        return job
+
+    def delete(tunnel_id: str) -> Callable[[], None]:
+        return lambda: clients.get().delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()
+
+    with _cpu(arm, {"qoss": svc.pid, **svc.lab.pids}):
+        seconds, errors = _parallel(concurrency, [create(s) for s in sources], budget)
+    arm.tunnels += len(ids)
+    arm.seconds += seconds
+    arm.retried += retried[0]
+    arm.failures += errors
+    seconds, errors = _parallel(concurrency, [delete(i) for i in ids], _Budget(600))
+    arm.extra_seconds += seconds
+    if errors:
+        raise RuntimeError(f"qoss: {len(errors)} tunnels could not be deleted: {errors[0]}")
+
+
+def _open(path: str, stack: contextlib.ExitStack) -> Any:
+    """A VICI session (the ``vici`` package's) on ``path``; charon's listen queue is short, so a
+    refused connect is tried again."""
+    for attempt in range(100):
+        try:
+            return stack.enter_context(unix_connect(path, 60))
+        except BlockingIOError:
+            time.sleep(0.01 * (attempt + 1))
+    raise RuntimeError(f"cannot connect to {path}")
+
+
+class _Sessions:
+    """VICI sessions to both charons, one pair per worker thread, opened one after the other
+    beforehand (never many connects at once)."""
+
+    def __init__(self, sockets: dict[str, str], count: int) -> None:
+        self._stack = contextlib.ExitStack()
+        self._free: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._local = threading.local()
+        try:
+            for _ in range(count):
+                self._free.put({n: _open(path, self._stack) for n, path in sockets.items()})
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def get(self, name: str) -> Any:
+        held: dict[str, Any] | None = getattr(self._local, "sessions", None)
+        if held is None:
+            held = self._local.sessions = self._free.get(timeout=60)
+        return held[name]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+class _UpWatch:
+    """Which conns have their CHILD_SA up on a charon: a VICI session of its own registered for
+    ``child-updown``; :meth:`wait` returns once the conn's CHILD_SA came up."""
+
+    def __init__(self, path: str) -> None:
+        self._stack = contextlib.ExitStack()
+        self._session = _open(path, self._stack)
+        self._up: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._registered = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._registered.wait(10):
+            raise RuntimeError("the event listener did not start")
+
+    def _event(self, name: str) -> threading.Event:
+        with self._lock:
+            return self._up.setdefault(name, threading.Event())
+
+    def _run(self) -> None:
+        for kind, message in self._session.listen(["child-updown"], timeout=0.1):
+            self._registered.set()
+            if self._stop.is_set():
+                break
+            if kind is None or message.get("up") != b"yes":
+                continue
+            for name, body in message.items():
+                if isinstance(body, dict):
+                    self._event(name).set()
+
+    def wait(self, name: str, timeout: float) -> bool:
+        return self._event(name).wait(timeout)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._stack.close()
+
+
+def _charon_round(left: LabHost, right: LabHost, pids: dict[str, int], sources: list[str],
+                  proposals: dict[str, str], concurrency: int, budget: _Budget, arm: Arm, tag: str) -> None:
+    """Load, initiate (C in flight), terminate and unload the same conns directly over VICI.
+
+    ``initiate`` is sent without waiting (a negative timeout): a waiting ``initiate`` holds one
+    of charon's 16 worker threads until the SA is up, and 16 or more at once leave none to
+    process the IKE messages (every one of them then times out). Each worker waits instead for
+    its conn's ``child-updown`` event, so C initiations are in flight at any time.
+    """
+    names = [f"cap{tag}-{i}" for i in range(len(sources))]
+    ends = {name: (TunnelEnd(left.ike_address, f"{name}.left", (f"{source}/32",)),
+                   TunnelEnd(right.ike_address, f"{name}.right", (f"{right.inside_address}/32",)))
+            for name, source in zip(names, sources, strict=True)}
+    loaded: list[str] = []
+    up: list[str] = []
+    lock = threading.Lock()
+
+    def load(sessions: _Sessions, name: str) -> Callable[[], None]:
+        def job() -> None:
+            psk = secrets.token_bytes(32)
+            local, remote = ends[name]
+            for side, (a, b) in (("right", (remote, local)), ("left", (local, remote))):
+                s = sessions.get(side)
+                s.load_shared({"id": name, "type": "IKE", "data": psk, "owners": [a.identity, b.identity]})
+                s.load_conn({name: conn_payload(
+                    name=name, local=a, remote=b, ike_proposal=proposals["ike"], esp_proposal=proposals["esp"],
+                    ah_proposal=None, mode="tunnel", ike_lifetime=IKE_LIFETIME, child_lifetime=CHILD_LIFETIME)})
+            with lock:
+                loaded.append(name)
+        return job
+
+    def initiate(sessions: _Sessions, watch: _UpWatch, name: str) -> Callable[[], None]:
+        def job() -> None:
+            for _ in sessions.get("left").initiate({"child": name, "ike": name, "timeout": -1, "init-limits": "no"}):
+                pass
+            if not watch.wait(name, 30):
+                raise RuntimeError(f"CHILD_SA {name} not up after 30 s")
+            with lock:
+                up.append(name)
+        return job
+
+    def remove(sessions: _Sessions, name: str) -> Callable[[], None]:
+        def job() -> None:
+            with contextlib.suppress(vici.exception.CommandException):
+                for _ in sessions.get("left").terminate({"ike": name, "force": "yes", "timeout": 10000}):
+                    pass
+            for side in ("left", "right"):
+                with contextlib.suppress(vici.exception.CommandException):
+                    sessions.get(side).unload_conn({"name": name})
+                with contextlib.suppress(vici.exception.CommandException):
+                    sessions.get(side).unload_shared({"id": name})
+        return job
+
+    sockets = {"left": left.vici_socket, "right": right.vici_socket}
+    watch = _UpWatch(left.vici_socket)
+    try:
+        sessions = _Sessions(sockets, concurrency)
+        try:
+            seconds, errors = _parallel(concurrency, [load(sessions, n) for n in names], budget)
+        finally:
+            sessions.close()
+        arm.extra_seconds += seconds
+        arm.failures += [f"load: {e}" for e in errors]
+        sessions = _Sessions(sockets, concurrency)
+        try:
+            with _cpu(arm, pids):
+                seconds, errors = _parallel(concurrency, [initiate(sessions, watch, n) for n in loaded], budget)
+        finally:
+            sessions.close()
+        arm.tunnels += len(up)
+        arm.seconds += seconds
+        arm.failures += [f"initiate: {e}" for e in errors]
+    finally:
+        watch.close()
+        sessions = _Sessions(sockets, concurrency)
+        try:
+            _parallel(concurrency, [remove(sessions, n) for n in names], _Budget(600))
+        finally:
+            sessions.close()
+
+
+@contextlib.contextmanager
+def _cpu(arm: Arm, pids: dict[str, int]) -> Iterator[None]:
+    """Adds the CPU seconds each process spends in the block to ``arm.cpu``."""
+    before = {k: cpu_seconds(p) for k, p in pids.items()}
+    yield
+    for k, p in pids.items():
+        arm.cpu[k] = arm.cpu.get(k, 0.0) + cpu_seconds(p) - before[k]
+
+
+@contextlib.contextmanager
+def _terminated_on_signal() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still clean up
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:]))
+    parser.add_argument("--tunnels", type=int, default=128, help="tunnels per arm and round (default 128)")
+    parser.add_argument("--concurrency", default="1,8,32", help="comma-separated (default 1,8,32)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, arms alternating (default 2)")
+    parser.add_argument("--budget", type=float, default=900.0, help="seconds for the whole run (default 900)")
+    parser.add_argument("--server-env", action="append", default=[], metavar="QOSS_X=VALUE",
+                        help="a setting for the server (repeatable), e.g. QOSS_MAX_WRITES_IN_FLIGHT=1")
+    args = parser.parse_args()
+    server_env = dict(item.split("=", 1) for item in args.server_env)
+    levels = sorted({max(1, min(256, int(c))) for c in args.concurrency.split(",")})
+    n = max(1, min(args.tunnels, 10_000))
+    budget = _Budget(args.budget)
+    with _terminated_on_signal(), lab_and_service(server_env) as svc:
+        left, right = svc.lab.host("left"), svc.lab.host("right")
+        sources = left_sources(svc, n)
+        clients = _Clients(svc)
+        try:
+            warm = clients.get()
+            proposals: dict[str, str] = {}
+            for source in sources[:5]:  # warms the service up; learns the suite qoss negotiates
+                r = warm.post("/v1/tunnels", json={"initiator": "left", "responder": "right",
+                                                   "local_ts": [f"{source}/32"],
+                                                   "remote_ts": [f"{right.inside_address}/32"]})
+                r.raise_for_status()
+                proposals = r.json()["proposals"]
+                warm.delete(f"/v1/tunnels/{r.json()['id']}").raise_for_status()
+            results: dict[int, dict[str, Arm]] = {}
+            for k, c in enumerate(levels):
+                arms = results.setdefault(c, {"qoss": Arm(), "charon": Arm()})
+                for r_ in range(args.rounds):
+                    if budget.over:
+                        print(f"time budget reached at concurrency {c}, round {r_ + 1}")
+                        break
+                    order = ["qoss", "charon"] if (k + r_) % 2 == 0 else ["charon", "qoss"]
+                    for name in order:
+                        if name == "qoss":
+                            _qoss_round(svc, clients, sources, right, c, budget, arms["qoss"])
+                        else:
+                            _charon_round(left, right, svc.lab.pids, sources, proposals, c, budget,
+                                          arms["charon"], f"{c}r{r_}")
+                        time.sleep(SETTLE)  # the monitor's checks after an arm's set-ups and teardowns
+        finally:
+            clients.close()
+    _report(n, args.rounds, proposals, results, server_env)
+
+
+def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, dict[str, Arm]],
+            server_env: dict[str, str]) -> None:
+    print(f"capacity_rate: {n} tunnels per arm and round, {rounds} rounds per concurrency, arms alternating; "
+          f"suite ike {proposals.get('ike')}, esp {proposals.get('esp')}"
+          + (f"; server settings {server_env}" if server_env else ""))
+    print(f"{'clients':>7} | {'qoss tunnels/s':>14} | {'charon initiate/s':>17} | {'ratio':>5} | "
+          f"{'charon load+init/s':>18} | {'ratio':>5} | failed qoss/charon | 503 retried")
+    for c, arms in results.items():
+        q, ch = arms["qoss"], arms["charon"]
+        ratio = q.rate() / ch.rate() if ch.rate() else float("nan")
+        ratio_full = q.rate() / ch.rate(with_extra=True) if ch.rate(with_extra=True) else float("nan")
+        print(f"{c:>7} | {q.rate():>14.1f} | {ch.rate():>17.1f} | {ratio:>5.2f} | {ch.rate(with_extra=True):>18.1f} | "
+              f"{ratio_full:>5.2f} | {len(q.failures):>8}/{len(ch.failures):<9} | {q.retried}")
+    print("CPU per tunnel in the timed phase (ms): " + "; ".join(
+        f"{c} clients: " + ", ".join(f"{name} arm " + " ".join(f"{k} {v / max(1, arm.tunnels) * 1000:.1f}"
+                                                               for k, v in arm.cpu.items())
+                                     for name, arm in arms.items())
+        for c, arms in results.items()))
+    for c, arms in results.items():
+        for name, arm in arms.items():
+            for line in arm.failures[:3]:
+                print(f"  {name} at {c}: {line}")
+    worst = min((a["qoss"].rate() / a["charon"].rate() for a in results.values() if a["charon"].rate()),
+                default=float("nan"))
+    print(f"worst ratio qoss / charon initiate: {worst:.2f} (target >= 0.8) {'OK' if worst >= 0.8 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""benchmarks/capacity_rate.py end to end at a tiny size: it completes, prints a ratio per
+concurrency with no failed tunnel, and leaves no namespace behind (no timing is asserted)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.charon
+
+ROOT = Path(__file__).resolve().parents[2]
+#: clients | qoss tunnels/s | charon initiate/s | ratio | ... | failed qoss/charon | ...
+ROW = re.compile(r"^\s+(\d+) \|\s+([\d.]+) \|\s+([\d.]+) \|\s+([\d.]+) \|.*\|\s+(\d+)/(\d+)", re.MULTILINE)
+
+
+def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans_up() -> None:
+    done = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity_rate", "--tunnels", "4", "--concurrency",
+                             "1,2", "--rounds", "1", "--budget", "60"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    out, err = done.communicate(timeout=120)
+    assert done.returncode == 0, err[-3000:]
+    rows = {int(m[0]): m for m in ROW.findall(out)}
+    assert set(rows) == {1, 2}, out
+    for _, qoss, charon, ratio, failed_qoss, failed_charon in rows.values():
+        assert float(qoss) > 0, out
+        assert float(charon) > 0, out
+        assert float(ratio) == pytest.approx(float(qoss) / float(charon), rel=0.05, abs=0.01)
+        assert (failed_qoss, failed_charon) == ("0", "0"), out
+    assert re.search(r"worst ratio qoss / charon initiate: \d+\.\d+", out), out
+    prefix = f"qb{done.pid % 10000}-"
+    assert not [n.name for n in Path("/run/netns").iterdir() if n.name.startswith(prefix)]
