@@ -43,7 +43,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.adapters.lab_agent import HOST_ID, TARGET_ID, AgentLab, client_config, write_config
+from app.adapters.lab_agent import HOST_ID, TARGET_ID, AgentLab
+from app.adapters.lab_agent_configs import client_config, write_config
 from benchmarks._harness import cpu_seconds, percentile, rss_kib
 
 POOL = "10.8.0.0/22"
