@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -129,6 +130,29 @@ def left_sources(svc: Service, count: int) -> list[str]:
     svc.lab.stop_charon("left")
     svc.lab.start_charon("left")
     return sources
+
+
+class ThreadClients:
+    """One kept-alive httpx client per worker thread, on ``svc`` with its token; :meth:`close` closes all."""
+
+    def __init__(self, svc: Service, timeout: float) -> None:
+        self._svc, self._timeout = svc, timeout
+        self._local = threading.local()
+        self._all: list[httpx.Client] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> httpx.Client:
+        client: httpx.Client | None = getattr(self._local, "client", None)
+        if client is None:
+            client = httpx.Client(base_url=self._svc.base_url, timeout=self._timeout, headers=self._svc.headers)
+            self._local.client = client
+            with self._lock:
+                self._all.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._all:
+            client.close()
 
 
 def percentile(values: list[float], p: float) -> float:

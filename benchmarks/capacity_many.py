@@ -40,7 +40,7 @@ import httpx
 
 from app.domain.errors import GatewayError
 from app.domain.tunnels import TunnelEnd, conn_payload
-from benchmarks._harness import Service, cpu_seconds, lab_and_service, left_sources, percentile, rss_kib
+from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources, percentile, rss_kib
 
 MAX_FAILURES_IN_A_ROW = 20
 #: The suite of the bare initiates: what qoss negotiates for these tunnels (set from the warm-up).
@@ -95,25 +95,6 @@ def _quiet_cpu(svc: Service, seconds: float) -> float:
     return cpu_seconds(svc.pid) - before
 
 
-class _Clients:
-    def __init__(self, svc: Service) -> None:
-        self._svc, self._local, self._all = svc, threading.local(), list[httpx.Client]()
-        self._lock = threading.Lock()
-
-    def get(self) -> httpx.Client:
-        client: httpx.Client | None = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = httpx.Client(base_url=self._svc.base_url, timeout=120,
-                                                       headers=self._svc.headers)
-            with self._lock:
-                self._all.append(client)
-        return client
-
-    def close(self) -> None:
-        for client in self._all:
-            client.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -132,7 +113,7 @@ def main() -> None:
         t0 = time.perf_counter()
         sources = left_sources(svc, n + 1)  # the last one: the bare initiates
         print(f"{n} source addresses on the left in {time.perf_counter() - t0:.1f} s", flush=True)
-        clients = _Clients(svc)
+        clients = ThreadClients(svc, timeout=120)
         try:
             client = clients.get()
             for source in sources[:5]:  # warm-up (imports, caches, VICI sessions)

@@ -37,13 +37,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import vici
 
 from app.adapters.lab import LabHost
 from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
-from benchmarks._harness import Service, cpu_seconds, lab_and_service, left_sources
+from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources
 
 #: The lifetimes qoss loads by default (no rekey happens within a run).
 IKE_LIFETIME, CHILD_LIFETIME = 14400, 3600
@@ -99,30 +98,7 @@ def _parallel(concurrency: int, jobs: list[Callable[[], None]], budget: _Budget)
         return time.perf_counter() - t0, errors
 
 
-class _Clients:
-    """One kept-alive httpx client per worker thread."""
-
-    def __init__(self, svc: Service) -> None:
-        self._svc = svc
-        self._local = threading.local()
-        self._all: list[httpx.Client] = []
-        self._lock = threading.Lock()
-
-    def get(self) -> httpx.Client:
-        client: httpx.Client | None = getattr(self._local, "client", None)
-        if client is None:
-            client = httpx.Client(base_url=self._svc.base_url, timeout=60, headers=self._svc.headers)
-            self._local.client = client
-            with self._lock:
-                self._all.append(client)
-        return client
-
-    def close(self) -> None:
-        for client in self._all:
-            client.close()
-
-
-def _qoss_round(svc: Service, clients: _Clients, sources: list[str], right: LabHost, concurrency: int,
+def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right: LabHost, concurrency: int,
                 budget: _Budget, arm: Arm) -> None:
     ids: list[str] = []
     retried = [0]
@@ -355,7 +331,7 @@ def main() -> None:
     with _terminated_on_signal(), lab_and_service(server_env) as svc:
         left, right = svc.lab.host("left"), svc.lab.host("right")
         sources = left_sources(svc, n)
-        clients = _Clients(svc)
+        clients = ThreadClients(svc, timeout=60)
         try:
             warm = clients.get()
             proposals: dict[str, str] = {}
