@@ -29,6 +29,10 @@ __all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "Door", "HealthProbe"]
 UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events"})
 
 
+#: Set in a request's scope once the door has counted it.
+_ADMITTED = "qoss.admitted"
+
+
 class Door:
     """The requests inside one process: at most ``settings.max_in_flight``, the rest answered
     ``503 Overloaded`` at once. One per application, shared by :class:`AdmissionControl` and the
@@ -61,10 +65,6 @@ class Door:
             await inner(scope, receive, send)
         finally:
             self.inside -= 1
-
-
-#: Set in a request's scope once the door has counted it.
-_ADMITTED = "qoss.admitted"
 
 
 class AdmissionControl:

@@ -77,8 +77,7 @@ def fingerprint(body: BaseModel, *, key: bytes) -> str:
     return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 
 
-def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str,
-          lease: float = 60.0) -> StoredAnswer | None:
+def begin(units: UnitOfWorkFactory, *, token_id: str, key: str, digest: str, lease: float) -> StoredAnswer | None:
     """Reserve ``key`` for this token (committed at once), or return the answer already stored for it.
 
     ``lease``: seconds after which an unanswered claim is taken to belong to a request whose

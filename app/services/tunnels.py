@@ -290,7 +290,7 @@ class Answer:
 def request_tunnel(
     *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
-    fingerprint_key: bytes, metrics: Metrics = NO_METRICS, lease: float = 60.0,
+    fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS,
 ) -> Answer:
     """:func:`create_tunnel` for a client, at most once per ``idempotency_key``.
 

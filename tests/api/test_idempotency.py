@@ -22,9 +22,9 @@ from app.api.main import create_app
 from app.services import idempotency as idem
 from app.services.inputs import TunnelIn
 from app.settings import Settings
-from tests.fakes.fake_charon import FakeCharon, Reply
+from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.secrets import register
-from tests.unit.services.test_tunnels_service import established
+from tests.unit.services.test_tunnels_service import up_on_initiate
 
 pytestmark = pytest.mark.anyio
 
@@ -44,11 +44,7 @@ async def served(settings: Settings, admin_token: str, tmp_path: Path,
     for psk in (PSK_A, PSK_B):
         register(psk)
     with FakeCharon(tmp_path / "left.vici") as fake:
-        def up(message: dict[str, object]) -> Reply:
-            established(fake, str(message["ike"]))
-            return Reply({"success": "yes"})
-
-        fake.script("initiate", up)  # type: ignore[arg-type]
+        up_on_initiate(fake)
         app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
                                                      **changes}))
         async with app.router.lifespan_context(app), httpx.AsyncClient(

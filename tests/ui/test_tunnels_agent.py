@@ -16,11 +16,11 @@ from app.adapters.agent.crypto import KeyPair
 from app.api.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
-from tests.fakes.fake_charon import FakeCharon, Reply
+from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import agent_server_config, register_keys
 from tests.fixtures.secrets import register
 from tests.ui.conftest import HTMX, sign_in
-from tests.unit.services.test_tunnels_service import established
+from tests.unit.services.test_tunnels_service import up_on_initiate
 
 pytestmark = pytest.mark.anyio
 PSK = "a-pre-shared-key-of-32-characters-or-more"
@@ -32,11 +32,7 @@ async def served(settings: Settings, tmp_path: Path) -> AsyncIterator[tuple[Any,
     """An app with one gateway, ``left``, on a fake charon that brings every conn up, and one tunnel."""
     register(PSK)
     with FakeCharon(tmp_path / "left.vici") as fake:
-        def up(message: dict[str, object]) -> Reply:
-            established(fake, str(message["ike"]))
-            return Reply({"success": "yes"})
-
-        fake.script("initiate", up)  # type: ignore[arg-type]
+        up_on_initiate(fake)
         app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
                                                       "event_stream_seconds": 0.3}))
         admin = make_token(settings.database_url, "admin", ["admin"])

@@ -68,7 +68,7 @@ class SharedRateLimiter:
         self._engine, self._name, self._rate, self._burst = engine, name, float(rate), float(burst)
         self.local = RateLimiter(rate, burst)
         self._prune_every = prune_every
-        self._spent = 0
+        self._since_prune = 0
         self._lock = threading.Lock()
         self._quiet_until = 0.0  # after a failure, the database is not asked for a moment
 
@@ -94,8 +94,8 @@ class SharedRateLimiter:
 
     def _due(self) -> bool:
         with self._lock:
-            self._spent += 1
-            if self._spent >= self._prune_every:
-                self._spent = 0
+            self._since_prune += 1
+            if self._since_prune >= self._prune_every:
+                self._since_prune = 0
                 return True
         return False

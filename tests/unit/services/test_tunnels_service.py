@@ -15,7 +15,7 @@ from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
 from app.services.inputs import GatewayIn, MinLevelsIn, TunnelIn
 from app.services.ratings import TableCache
-from tests.fakes.fake_charon import FakeCharon, child_sa_message, ike_sa_message
+from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 from tests.fakes.uow import FakeUnitOfWork
 
 
@@ -66,6 +66,16 @@ def established(fake: FakeCharon, name: str, *, encr: str | None = None, integ: 
             name=name, encr_alg=encr or esp_encr.sa_name, encr_keysize=esp_encr.key_size,
             integ_alg=integ if encr else (CATALOGUE[esp.integrity].sa_name if esp.integrity else None))},
     )
+
+
+def up_on_initiate(initiator: FakeCharon, *others: FakeCharon) -> None:
+    """Make ``initiate`` on ``initiator`` bring the conn up there and on ``others``, as loaded."""
+    def up(message: dict[str, object]) -> Reply:
+        for fake in (initiator, *others):
+            established(fake, str(message["ike"]))
+        return Reply({"success": "yes"})
+
+    initiator.script("initiate", up)
 
 
 def test_registration_reads_backend_and_algorithms(uow: FakeUnitOfWork, registered: None) -> None:
@@ -180,14 +190,7 @@ def test_success_records_the_tunnel_and_never_logs_the_psk(
 def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
     uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path
 ) -> None:
-    def up(message: dict[str, object]) -> object:
-        from tests.fakes.fake_charon import Reply
-
-        for fake in fakes:
-            established(fake, str(message["ike"]))
-        return Reply({"success": "yes"})
-
-    fakes[0].script("initiate", up)  # type: ignore[arg-type]
+    up_on_initiate(*fakes)
     create(uow)
     with FakeCharon(tmp_path / "other.vici") as other:
         gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
