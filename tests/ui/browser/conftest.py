@@ -27,6 +27,10 @@ from tests.fixtures.served import serving
 QOSS = Path(sys.executable).parent / "qoss"
 
 
+#: What the ``new_context`` fixture gives: a fresh browser context (cookies of its own).
+NewContext = Callable[..., BrowserContext]
+
+
 class Served:
     """The served console: its base URL, its database and a token per role."""
 
@@ -73,7 +77,7 @@ def chromium() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def new_context(chromium: Browser) -> Iterator[Callable[..., BrowserContext]]:
+def new_context(chromium: Browser) -> Iterator[NewContext]:
     """Browser contexts (each its own cookies: a second browser), closed after the test."""
     contexts: list[BrowserContext] = []
 
@@ -116,6 +120,13 @@ class Watched:
     def _dialog(self, dialog: object) -> None:
         self.dialogs.append(getattr(dialog, "message", ""))
         dialog.dismiss()  # type: ignore[attr-defined]
+
+
+def no_trouble(*watched: Watched) -> None:
+    """Fail if any watched page had a CSP violation, a script error or a dialog."""
+    for w in watched:
+        assert not w.problems, w.problems
+        assert not w.dialogs, w.dialogs
 
 
 def sign_in(page: Page, base: str, token: str) -> None:

@@ -5,21 +5,12 @@ text, sign out. htmx runs under the console's CSP: no violation, no script error
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import BrowserContext, expect
+from playwright.sync_api import expect
 
-from tests.ui.browser.conftest import Served, Watched, sign_in
-
-NewContext = Callable[..., BrowserContext]
-
-
-def _no_trouble(*watched: Watched) -> None:
-    for w in watched:
-        assert not w.problems, w.problems
-        assert not w.dialogs, w.dialogs
+from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, sign_in
 
 
 def test_sign_in_edit_a_cell_in_place_and_sign_out(served: Served, new_context: NewContext,
@@ -49,7 +40,7 @@ def test_sign_in_edit_a_cell_in_place_and_sign_out(served: Served, new_context: 
     expect(page).to_have_url(re.compile(r".*/ui/login$"))
     page.goto(f"{served.base}/ui/tables")
     expect(page).to_have_url(re.compile(r".*/ui/login$"))
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: NewContext,
@@ -84,7 +75,7 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
     bob.locator("#row-md5").get_by_role("button", name="Save").click()
     bob.locator("#row-md5.conflict").get_by_role("link", name="Drop mine").click()
     expect(bob.locator("#row-md5").locator("td").nth(2)).to_have_text("4")
-    _no_trouble(*watched)
+    no_trouble(*watched)
 
 
 def test_history_and_one_click_revert(served: Served, new_context: NewContext, screenshots: Path) -> None:
@@ -104,7 +95,7 @@ def test_history_and_one_click_revert(served: Served, new_context: NewContext, s
     api = httpx.get(f"{served.base}/v1/rating-tables/standards-2026").json()
     assert api["revision"] == 3
     assert next(r for r in api["ratings"] if r["algorithm"] == "aes128")["reason"] != "a reason to take back"
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_the_negotiation_playground(served: Served, new_context: NewContext, screenshots: Path) -> None:
@@ -128,7 +119,7 @@ def test_the_negotiation_playground(served: Served, new_context: NewContext, scr
     expect(page).to_have_url(re.compile(r"run=true.*table=esaf-2006"))  # htmx pushed a bookmarkable URL
     expect(page.locator(".facts")).to_contain_text("client: confidentiality 8, integrity 4")
     page.screenshot(path=screenshots / "playground.png")
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_a_read_only_token_sees_no_edit_control_and_its_forged_post_is_refused(
@@ -148,7 +139,7 @@ def test_a_read_only_token_sees_no_edit_control_and_its_forged_post_is_refused(
         "csrf": csrf or "", "revision": str(before), "integrity": "1", "performance": "3", "reason": "forged"})
     assert forged.status == 403
     assert httpx.get(f"{served.base}/v1/rating-tables/esaf-2006").json()["revision"] == before
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_hostile_text_renders_inert(served: Served, new_context: NewContext) -> None:
@@ -168,4 +159,4 @@ def test_hostile_text_renders_inert(served: Served, new_context: NewContext) -> 
     page.locator("#row-des").get_by_role("link", name="Edit des").click()
     expect(page.get_by_label("Reason for des")).to_have_value(hostile)
     assert page.locator("img").count() == 0
-    _no_trouble(watched)
+    no_trouble(watched)

@@ -7,25 +7,16 @@ page scroll, the grid scrolls in its own box). No CSP violation, no script error
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import BrowserContext, Page, expect
+from playwright.sync_api import Page, expect
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
-from tests.ui.browser.conftest import Served, Watched, sign_in
-
-NewContext = Callable[..., BrowserContext]
-
-
-def _no_trouble(*watched: Watched) -> None:
-    for w in watched:
-        assert not w.problems, w.problems
-        assert not w.dialogs, w.dialogs
+from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, sign_in
 
 
 def test_add_a_row_from_the_suggestions_and_remove_it(served: Served, new_context: NewContext,
@@ -48,7 +39,7 @@ def test_add_a_row_from_the_suggestions_and_remove_it(served: Served, new_contex
     page.get_by_role("button", name="Remove sha512").click()
     expect(page).to_have_url(re.compile(r".*/ui/tables/esaf-2006$"))
     expect(page.locator("#row-sha512")).to_have_count(0)
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_import_a_yaml_file_and_a_bad_one(served: Served, new_context: NewContext, tmp_path: Path) -> None:
@@ -67,7 +58,7 @@ def test_import_a_yaml_file_and_a_bad_one(served: Served, new_context: NewContex
     page.get_by_role("button", name="Import").click()
     expect(page).to_have_url(re.compile(r".*/ui/tables/browser-import$"))
     expect(page.locator("#row-sha1")).to_be_visible()
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_edit_a_policy_with_its_objective_id(served: Served, new_context: NewContext, screenshots: Path) -> None:
@@ -84,7 +75,7 @@ def test_edit_a_policy_with_its_objective_id(served: Served, new_context: NewCon
     expect(page.get_by_label("Description")).to_have_value("edited in the browser")
     policy = httpx.get(f"{served.base}/v1/policies/voip").json()["policy"]
     assert (policy["objective_id"], policy["min_levels"]["integrity"]) == (3, 6)
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_why_not_in_the_playground(served: Served, new_context: NewContext, screenshots: Path) -> None:
@@ -100,7 +91,7 @@ def test_why_not_in_the_playground(served: Served, new_context: NewContext, scre
     why = page.locator("#result .why")
     expect(why).to_contain_text("des is below the minimum of client: its confidentiality level is 2")
     page.screenshot(path=screenshots / "why-not.png")
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def _add_tunnel(database_url: str, tunnel_id: str) -> None:
@@ -137,7 +128,7 @@ def test_the_tunnel_list_follows_the_events(served: Served, new_context: NewCont
     page.locator("#tunnel-live0001").get_by_role("link").click()
     expect(page.get_by_role("heading", name=re.compile("Tunnel live0001"))).to_be_visible()
     expect(page.get_by_text("does not answer")).to_be_visible()  # no charon behind the socket
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_the_measurements_page(served: Served, new_context: NewContext, screenshots: Path) -> None:
@@ -152,7 +143,7 @@ def test_the_measurements_page(served: Served, new_context: NewContext, screensh
         expect(images.first).to_be_visible()
         assert images.first.evaluate("i => i.naturalWidth") > 0
     page.screenshot(path=screenshots / "measurements.png")
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def _no_page_scroll(page: Page) -> None:
@@ -181,7 +172,7 @@ def test_at_phone_width_only_the_grid_scrolls_sideways(served: Served, new_conte
         box.focus()
         page.keyboard.press("ArrowRight")  # and the keyboard scrolls it
         assert box.evaluate("b => b.scrollLeft") > 0
-    _no_trouble(watched)
+    no_trouble(watched)
 
 
 def test_every_control_is_labelled(served: Served, new_context: NewContext) -> None:
@@ -194,4 +185,4 @@ def test_every_control_is_labelled(served: Served, new_context: NewContext) -> N
         unlabelled = page.evaluate("""() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
             .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')).map(c => c.name || c.id)""")
         assert not unlabelled, f"{path}: {unlabelled}"
-    _no_trouble(watched)
+    no_trouble(watched)
