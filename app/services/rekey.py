@@ -287,9 +287,8 @@ class Rekeyer:
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
                                                                      and self._cheaper == "now")]
         if self._cheaper == "on-next-rekey" and self._thread is not None:  # the command line cannot wait
-            for impact in impacts:
-                if impact.kind in ("cheaper", "different"):
-                    self._when_it_rekeys(impact.tunnel, cause)
+            later = [i.tunnel for i in impacts if i.kind in ("cheaper", "different")]
+            list(self._pool.map(lambda tunnel: self._when_it_rekeys(tunnel, cause), later))  # each asks its charon
         refused = self.refused
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
             future.result()
