@@ -27,6 +27,7 @@ from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.admission import AdmissionControl, Door, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.deps import in_worker_thread
@@ -293,6 +294,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
             0.0 if resolved.database_url.startswith("postgresql") else 1.0))
         timeout = resolved.vici_timeout
+        CONTROL_SLOTS.configure(resolved.charon_control_calls)
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port))
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)

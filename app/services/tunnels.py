@@ -3,6 +3,7 @@ up in strongSwan (``app.services.tunnel_setup``), keep the record; list, inspect
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import ipaddress
@@ -12,7 +13,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.errors import AlreadyExists, Conflict, GatewayError, InvalidInput, NotFound, UnsupportedProtection
+from app.domain.errors import (
+    AlreadyExists,
+    Conflict,
+    GatewayError,
+    InvalidInput,
+    NoFeasibleSuite,
+    NotFound,
+    UnsupportedProtection,
+)
 from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
 from app.services import idempotency as idem
@@ -155,10 +164,22 @@ def create_tunnel(
     return record
 
 
-def _create_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
-    allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None,
-) -> TunnelRecord:
+@dataclass(frozen=True)
+class _Plan:
+    """What a tunnel set-up decided before strongSwan was touched, and what it decided it under."""
+
+    initiator: Gateway
+    responder: Gateway | None
+    peer: PeerEnd | None
+    local_ts: tuple[str, ...]
+    remote_ts: tuple[str, ...]
+    inputs: dict[str, Any]
+    result: NegotiationResult
+    origin: dict[str, Any]  # the provenance: table and policy revisions, both ends' algorithms
+
+
+def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_table: str,
+          allowed_networks: Sequence[str], inputs: dict[str, Any] | None = None) -> _Plan:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
     gateways = uow.gateways
@@ -170,42 +191,77 @@ def _create_tunnel(
     local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
     remote_ts = parse_traffic_selectors(
         request.remote_ts or (list(responder.inside_networks) if responder is not None else []), "remote_ts")
-    inputs = negotiation_inputs(request)
+    inputs = inputs if inputs is not None else negotiation_inputs(request)
     result = negotiate_tunnel(uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder,
                               default_table=default_table)
+    origin = provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder)
+    return _Plan(initiator, responder, peer, local_ts, remote_ts, inputs, result, origin)
+
+
+def _create_tunnel(
+    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+    allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None,
+) -> TunnelRecord:
+    plan = _plan(uow=uow, cache=cache, request=request, default_table=default_table,
+                 allowed_networks=allowed_networks)
+    # strongSwan's part takes most of a set-up: no transaction stays open through it (on SQLite
+    # an open write transaction would make every other change wait for these charons).
+    uow.rollback()
     tunnel_id = tunnel_id or secrets.token_hex(6)
     far: Gateway | PeerEnd
-    if responder is not None:
-        far = responder
+    if plan.responder is not None:
+        far = plan.responder
     else:
-        assert peer is not None  # TunnelIn asks for exactly one of them
-        far = peer
+        assert plan.peer is not None  # TunnelIn asks for exactly one of them
+        far = plan.peer
     psk = request.peer.psk.get_secret_value().encode() if request.peer is not None else None
     started = time.monotonic()
     try:
-        bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
-                 remote_ts=remote_ts, result=result, vici=vici, psk=psk)
+        bring_up(tunnel_id=tunnel_id, initiator=plan.initiator, far=far, local_ts=plan.local_ts,
+                 remote_ts=plan.remote_ts, result=plan.result, vici=vici, psk=psk)
     except Exception as exc:
         metrics.observe("qoss_tunnel_setup_seconds", time.monotonic() - started, outcome=error_label(exc))
         raise
     metrics.observe("qoss_tunnel_setup_seconds", time.monotonic() - started, outcome="up")
     record = TunnelRecord(
-        id=tunnel_id, initiator=initiator.name, responder=responder.name if responder is not None else None,
-        local_ts=local_ts, remote_ts=remote_ts, state=TunnelState.UP, negotiation=result.as_dict(), peer=peer,
-        provenance=provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder),
+        id=tunnel_id, initiator=plan.initiator.name, responder=plan.responder.name if plan.responder else None,
+        local_ts=plan.local_ts, remote_ts=plan.remote_ts, state=TunnelState.UP,
+        negotiation=plan.result.as_dict(), peer=plan.peer, provenance=plan.origin,
     )
     try:
+        record = _still_right(uow=uow, cache=cache, request=request, default_table=default_table,
+                              allowed_networks=allowed_networks, plan=plan, record=record)
         stored = uow.tunnels.add(record)
-        uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": result.as_dict()["suite"],
-                                                        "initiator": initiator.name, "responder": record.responder},
+        uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
+                                                        "initiator": record.initiator, "responder": record.responder},
                           scope="tunnels:read")
         return stored
     except AlreadyExists:
         raise  # another request made this very tunnel (same id, same conn): it is theirs
     except BaseException:
         # The record could not be written: take the tunnel down again, leave nothing behind.
-        teardown(record, initiator, responder, vici, strict=False)
+        teardown(record, plan.initiator, plan.responder, vici, strict=False)
         raise
+
+
+def _still_right(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_table: str,
+                 allowed_networks: Sequence[str], plan: _Plan, record: TunnelRecord) -> TunnelRecord:
+    """The record to keep for a tunnel brought up under ``plan``, read again in the transaction
+    that keeps it: an edit of a gateway, a rating table or a policy committed while strongSwan
+    was busy is either one that changes nothing of this tunnel (its record then names what it
+    is compliant with now) or a ``Conflict`` (the caller takes the tunnel down)."""
+    try:
+        now = _plan(uow=uow, cache=cache, request=request, default_table=default_table,
+                    allowed_networks=allowed_networks, inputs=plan.inputs)
+    except (NotFound, NoFeasibleSuite) as exc:
+        raise Conflict(f"the tunnel's inputs changed while it was being set up ({exc.message}); "
+                       "nothing was kept: retry") from exc
+    same_ends = (now.initiator, now.responder, now.peer, now.local_ts, now.remote_ts) == \
+        (plan.initiator, plan.responder, plan.peer, plan.local_ts, plan.remote_ts)
+    if not same_ends or now.result.as_dict() != plan.result.as_dict():
+        raise Conflict("a gateway, rating table or policy this tunnel depends on changed while it was being "
+                       "set up, and it would now be negotiated differently; nothing was kept: retry")
+    return record if now.origin == plan.origin else dataclasses.replace(record, provenance=now.origin)
 
 
 def list_tunnels(*, uow: UnitOfWork) -> list[TunnelRecord]:

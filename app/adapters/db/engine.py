@@ -7,6 +7,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.db import write_gate
+
 __all__ = ["FAST_PATHS_OPTION", "make_engine", "make_session_factory"]
 
 #: The engine execution option that carries the ``fast_paths`` setting (see :mod:`app.adapters.db.hot`).
@@ -19,7 +21,8 @@ def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwa
     SQLite: usable from any thread, foreign keys on, a 30 s busy timeout, WAL for file
     databases; with ``writes`` every transaction is opened with ``BEGIN IMMEDIATE`` so
     concurrent writers queue instead of failing on a stale read snapshot (optimistic
-    concurrency then answers 409, never "database is locked"). A read-only engine
+    concurrency then answers 409, never "database is locked"), and this process's writers
+    queue on a lock of their own first (:mod:`app.adapters.db.write_gate`). A read-only engine
     (``writes=False``) keeps SQLite's deferred BEGIN, so readers never wait for each
     other or for writers (WAL). PostgreSQL: ``pool_pre_ping`` and a pool of 20 + 20.
 
@@ -52,6 +55,10 @@ def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwa
                 # loss may drop the last commits (SQLite's recommended setting for WAL).
                 cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
+
+        database = engine.url.database
+        if writes and database and database != ":memory:":
+            write_gate.install(engine, database, timeout=30)  # before BEGIN IMMEDIATE, below
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Any) -> None:

@@ -55,6 +55,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement, Executable
 from sqlalchemy.types import TypeEngine
 
+from app.adapters.db import write_gate
 from app.adapters.db.engine import FAST_PATHS_OPTION
 
 __all__ = [
@@ -260,12 +261,13 @@ class HotTransaction:
     ``Connection``'s own (its events, its invalidation of a dead connection).
     """
 
-    __slots__ = ("_connection", "_dead", "_ended", "_raw", "_transaction", "cursor", "dialect")
+    __slots__ = ("_connection", "_dead", "_ended", "_gate", "_raw", "_transaction", "cursor", "dialect")
 
     def __init__(self, engine: Engine) -> None:
         self.dialect = dialect = engine.dialect
         self._dead = self._ended = False
         self._connection: Connection | None = None
+        self._gate = write_gate.gate_of(engine)
         if not goes_hot(engine):
             self._connection = connection = engine.connect()
             try:
@@ -282,6 +284,8 @@ class HotTransaction:
         try:
             self.cursor = HotCursor(self._raw.driver_connection, dialect)
             if dialect.name == "sqlite":  # isolation_level None (make_engine): we open it, IMMEDIATE
+                if self._gate is not None:
+                    self._gate.enter(self._raw.info, timeout=30)
                 self.cursor._cursor.execute("BEGIN IMMEDIATE")
         except dialect.loaded_dbapi.Error as exc:
             self._dead = _is_disconnect(dialect, exc, self._raw)
@@ -320,6 +324,8 @@ class HotTransaction:
         self._ended = True
         try:
             how()
+            if self._gate is not None:
+                self._gate.leave(self._raw.info)
         except self.dialect.loaded_dbapi.Error as exc:
             self._dead = _is_disconnect(self.dialect, exc, self._raw)
             if what == "COMMIT" and not self._dead:

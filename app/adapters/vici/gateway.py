@@ -73,6 +73,7 @@ from app.adapters.vici.models import (
 )
 from app.adapters.vici.pipeline import Pipeline, _pipelined, _StreamFailed
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
+from app.adapters.vici.slots import CONTROL_SLOTS
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 from app.services.ports import NO_METRICS, Metrics
 
@@ -278,8 +279,17 @@ class ViciGateway:
         return events
 
     def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
+        """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`)."""
         wait = self.timeout + max(timeout_ms, 0) / 1000.0
-        events = self._streamed(command, "control-log", message, timeout=wait)
+        release = CONTROL_SLOTS.take(self.socket_path, wait)
+        if release is None:
+            self.metrics.count("qoss_vici_errors_total", gateway=self.socket_path, error="GatewayUnreachable")
+            raise GatewayUnreachable(self.socket_path, f"{command}: busy ({CONTROL_SLOTS.per_socket} control calls "
+                                     f"were waiting in this charon for all of {wait:g} s)")
+        try:
+            events = self._streamed(command, "control-log", message, timeout=wait)
+        finally:
+            release()
         return _log_lines(events)
 
     # -- information ----------------------------------------------------------

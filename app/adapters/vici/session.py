@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import Any, Protocol
@@ -43,12 +44,24 @@ Connect = Callable[[str, float], AbstractContextManager[ViciSession]]
 def unix_connect(socket_path: str, timeout: float) -> Iterator[ViciSession]:
     """The production :data:`Connect`: a UNIX stream socket wrapped in ``vici.Session``.
 
-    VICI over TCP has no authentication, so only UNIX sockets are supported.
+    VICI over TCP has no authentication, so only UNIX sockets are supported. A charon
+    whose queue of connections not yet accepted is full refuses a new one at once (``EAGAIN``
+    on a socket with a timeout); the connect is tried again until ``timeout`` has passed.
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
-        sock.connect(socket_path)
+        deadline = time.monotonic() + timeout
+        pause = 0.001
+        while True:
+            try:
+                sock.connect(socket_path)
+                break
+            except BlockingIOError:
+                if time.monotonic() + pause > deadline:
+                    raise TimeoutError(f"charon did not accept a connection within {timeout:g} s") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
         session: ViciSession = vici.Session(sock=sock)
         yield session
     finally:
@@ -86,7 +99,7 @@ class SessionPool:
     child starts with an empty pool (the parent's sockets are not its to use).
     """
 
-    def __init__(self, max_idle: int = 4, max_total: int = 32) -> None:
+    def __init__(self, max_idle: int = 16, max_total: int = 128) -> None:
         self.max_idle = max_idle
         self.max_total = max_total
         self._total = 0

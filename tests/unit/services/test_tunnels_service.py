@@ -35,6 +35,7 @@ def registered(uow: FakeUnitOfWork, fakes: tuple[FakeCharon, FakeCharon], tmp_pa
                                   (fakes[1], "right", "10.99.0.2", "10.2.0.1/32")):
         gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
             name=name, vici_socket=fake.socket_path, ike_address=addr, inside_networks=[net]))
+    uow.commit()  # a set-up ends its unit of work's transaction before strongSwan is touched
 
 
 def request(**kw: object) -> TunnelIn:
