@@ -1,8 +1,8 @@
 """An edit's impact shown before it is saved: a rating row's and a policy's edit is previewed
 (the running tunnels it would leave below their minimums, those it would merely give another
 choice, how many stay, each with its old and new suite), nothing saved; then saved over the
-same revision, cancelled, or refused as a conflict when the table changed meanwhile. Running
-tunnels on a fake charon that speaks VICI."""
+same revision, cancelled, or refused as a conflict when the table changed meanwhile; removing
+a row is asked with its impact. Running tunnels on a fake charon that speaks VICI."""
 
 from __future__ import annotations
 
@@ -235,3 +235,21 @@ async def test_a_policy_edit_is_previewed_with_its_impact_then_saved(
         assert (await client.post(page, data=save)).status_code == 303
     policy = (await api.get("/v1/policies/voip")).json()
     assert (policy["revision"], policy["policy"]["min_levels"]["confidentiality"]) == (before + 1, 9)
+
+
+async def test_removing_a_row_is_asked_with_its_impact(
+        running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str]) -> None:
+    app, api, tunnels = running
+    before = await _revision(api)
+    async with _client(app) as client:
+        await sign_in(client, token("editor", ["ratings:write"]))
+        asked = await client.get(f"{ROW}/remove")
+        assert asked.status_code == 200
+        assert "Remove aes128gcm16 from standards-2026?" in asked.text
+        below = _impact_rows(asked.text, "noncompliant")  # without aes128gcm16, strong's suite is unrated
+        assert list(below) == [tunnels["strong"]["id"]]
+        assert below[tunnels["strong"]["id"]][0] == "aes128gcm16-x25519"
+        assert await _revision(api) == before
+        removed = await client.post(f"{ROW}/remove", data=_resent(asked.text, f"{ROW}/remove"))
+        assert (removed.status_code, removed.headers["location"]) == (303, TABLE)
+    assert await _revision(api) == before + 1
