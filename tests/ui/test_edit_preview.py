@@ -14,14 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.main import create_app
 from app.settings import Settings
-from tests.api.conftest import make_token
-from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.secrets import register
-from tests.ui.conftest import HTMX, sign_in
+from tests.ui.conftest import HTMX, client_of, gateway_app, sign_in
 from tests.ui.test_policy_edit import _form
-from tests.unit.services.test_tunnels_service import up_on_initiate
 
 pytestmark = pytest.mark.anyio
 PSK = "a-pre-shared-key-of-32-characters-or-more"
@@ -44,29 +40,15 @@ async def running(settings: Settings, tmp_path: Path) -> AsyncIterator[tuple[Any
     :data:`TUNNELS` up to unmanaged peers, and an admin's API client. No rekeyer: the saved
     edit is what is looked at, not the moves that follow it."""
     register(PSK)
-    with FakeCharon(tmp_path / "left.vici") as fake:
-        up_on_initiate(fake)
-        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                                      "rekey": False}))
-        admin = make_token(settings.database_url, "admin", ["admin"])
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-                headers={"Authorization": f"Bearer {admin}"}) as api:
-            r = await api.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
-                                                     "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
+    async with gateway_app(settings, tmp_path, rekey=False) as (app, api):
+        tunnels = {}
+        for n, (label, levels) in enumerate(TUNNELS.items(), start=2):
+            r = await api.post("/v1/tunnels", json={
+                "initiator": "left", "remote_ts": [f"10.{n}.0.0/24"], "min_levels": levels,
+                "peer": {"address": f"10.99.0.{n}", "identity": f"{label}.example", "psk": PSK}})
             assert r.status_code == 201, r.text
-            tunnels = {}
-            for n, (label, levels) in enumerate(TUNNELS.items(), start=2):
-                r = await api.post("/v1/tunnels", json={
-                    "initiator": "left", "remote_ts": [f"10.{n}.0.0/24"], "min_levels": levels,
-                    "peer": {"address": f"10.99.0.{n}", "identity": f"{label}.example", "psk": PSK}})
-                assert r.status_code == 201, r.text
-                tunnels[label] = r.json()
-            yield app, api, tunnels
-
-
-def _client(app: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://qoss.test")
+            tunnels[label] = r.json()
+        yield app, api, tunnels
 
 
 async def _revision(api: httpx.AsyncClient, path: str = "/v1/rating-tables/standards-2026") -> int:
@@ -103,7 +85,7 @@ async def test_a_rating_edit_is_previewed_with_its_impact_then_saved(
     strong, secret, sealed = tunnels["strong"], tunnels["secret"], tunnels["sealed"]
     assert (_esp(strong), _esp(secret)) == ("aes128gcm16-x25519", "aes256gcm16-x25519")
     before = await _revision(api)
-    async with _client(app) as client:
+    async with client_of(app) as client:
         csrf = await sign_in(client, token("editor", ["ratings:write", "tunnels:read"]))
         edit = (await client.get(f"{ROW}/edit")).text
         assert f'action="{ROW}/preview"' in edit and ">Preview</button>" in edit  # noqa: PT018
@@ -144,7 +126,7 @@ async def test_the_preview_swaps_the_row_for_htmx_and_cancelling_changes_nothing
         running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str]) -> None:
     app, api, tunnels = running
     before = await _revision(api)
-    async with _client(app) as client:
+    async with client_of(app) as client:
         csrf = await sign_in(client, token("editor", ["ratings:write"]))
         shown = await client.post(f"{ROW}/preview", data={"csrf": csrf, "revision": str(before), **EDIT},
                                   headers=HTMX)
@@ -165,7 +147,7 @@ async def test_a_stale_revision_is_a_conflict_at_the_preview_and_at_the_save(
         running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str]) -> None:
     app, api, _ = running
     before = await _revision(api)
-    async with _client(app) as alice, _client(app) as bob:
+    async with client_of(app) as alice, client_of(app) as bob:
         csrf = await sign_in(alice, token("alice", ["ratings:write"]))
         bob_csrf = await sign_in(bob, token("bob", ["ratings:write"]))
         html = (await alice.post(f"{ROW}/preview", data={"csrf": csrf, "revision": str(before), **EDIT})).text
@@ -190,14 +172,14 @@ async def test_a_bad_value_is_shown_in_the_row_and_nothing_previewed(
         running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str]) -> None:
     app, api, _ = running
     before = await _revision(api)
-    async with _client(app) as client:
+    async with client_of(app) as client:
         csrf = await sign_in(client, token("editor", ["ratings:write"]))
         bad = await client.post(f"{ROW}/preview", data={"csrf": csrf, "revision": str(before),
                                                         **EDIT, "integrity": "11"})
         assert bad.status_code == 422
         assert 'class="editing"' in bad.text and "impact-box" not in bad.text  # noqa: PT018
         assert (await client.post(f"{ROW}/preview", data={"revision": str(before), **EDIT})).status_code == 403
-    async with _client(app) as reader:
+    async with client_of(app) as reader:
         reader_csrf = await sign_in(reader, token("reader", ["tunnels:read"]))
         forged = await reader.post(f"{ROW}/preview", data={"csrf": reader_csrf, "revision": str(before), **EDIT})
         assert forged.status_code == 403
@@ -214,7 +196,7 @@ async def test_a_policy_edit_is_previewed_with_its_impact_then_saved(
     voip = r.json()
     page = "/ui/policies/voip"
     before = await _revision(api, "/v1/policies/voip")
-    async with _client(app) as client:
+    async with client_of(app) as client:
         await sign_in(client, token("pol", ["policies:write"]))
         html = (await client.get(page)).text
         assert f'action="{page}/preview"' in html
@@ -241,7 +223,7 @@ async def test_removing_a_row_is_asked_with_its_impact(
         running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str]) -> None:
     app, api, tunnels = running
     before = await _revision(api)
-    async with _client(app) as client:
+    async with client_of(app) as client:
         await sign_in(client, token("editor", ["ratings:write"]))
         asked = await client.get(f"{ROW}/remove")
         assert asked.status_code == 200
