@@ -50,7 +50,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     admin = make_token(url, "admin", ["admin"])
     editor = make_token(url, "editor", ["ratings:write", "tunnels:read"])
     register(PSK)
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false", "QOSS_REKEY": "false",
+    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_VICI_SOCKET_DIRS": json.dumps([str(where)]),
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     with FakeCharon(where / "left.vici") as fake:
@@ -88,6 +88,7 @@ def test_preview_an_edits_impact_then_save_it(running: Running, new_context: New
     page.locator("#row-aes128gcm16").get_by_role("button", name="Preview").click()
     preview = page.locator("#row-aes128gcm16.preview")
     expect(preview).to_contain_text("Save aes128gcm16? Nothing is saved yet.")
+    expect(preview.locator("table.impact.noncompliant caption")).to_contain_text("moved to their new suite once saved")
     below = preview.locator("table.impact.noncompliant tbody tr")
     expect(below).to_have_count(1)
     expect(below).to_contain_text(strong["id"])
