@@ -179,8 +179,8 @@ def ratings_edit(
     the tunnels below their minimums are moved to a compliant suite (make-before-break) by
     this command; the moves are printed.
     """
+    from app.services.impact import preview
     from app.services.ratings import get_table, update_rating
-    from app.services.rekey import assess
 
     changes = {k: v for k, v in {"confidentiality": confidentiality, "integrity": integrity,
                                  "key_exchange": key_exchange, "performance": performance,
@@ -195,8 +195,7 @@ def ratings_edit(
                               expected_revision=get_table(uow=uow, name=name).revision)
         out: dict[str, Any] = {"table": name, "revision": table.revision}
         if dry_run:
-            out.update(dry_run=True, impact=[i.as_dict() for i in assess(uow, default_table=kw["default_table"])])
-            uow.rollback()
+            out.update(dry_run=True, impact=preview(uow, default_table=kw["default_table"]).as_list())
         return out
 
     unit = Unit(database_url)

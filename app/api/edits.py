@@ -11,8 +11,8 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.services.impact import preview
 from app.services.ports import NO_METRICS, Metrics, UnitOfWork
-from app.services.rekey import assess
 from app.settings import Settings
 
 __all__ = ["Edit", "EditDep", "count_revision"]
@@ -36,8 +36,7 @@ class Edit:
         the kind of revision the edit made (``rating_table``, ``policy``), counted once kept."""
         if self.dry_run:
             settings: Settings = self.request.app.state.settings
-            impact = [i.as_dict() for i in assess(uow, default_table=settings.default_table)]
-            uow.rollback()
+            impact = preview(uow, default_table=settings.default_table).as_list()
             return JSONResponse({"dry_run": True, "would_be": document, "impact": impact})
         if revised is not None:
             count_revision(self.request, revised)

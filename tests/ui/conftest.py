@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ from app.api.main import create_app
 from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests.api.conftest import make_token
+from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.secrets import register
+from tests.unit.services.test_tunnels_service import up_on_initiate
 
-__all__ = ["HTMX", "csrf_of", "sign_in"]
+__all__ = ["HTMX", "client_of", "csrf_of", "gateway_app", "sign_in"]
 
 HTMX = {"HX-Request": "true"}
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -88,3 +91,27 @@ async def sign_in(client: httpx.AsyncClient, token: str) -> str:
     page = await client.get("/ui/tables")
     assert page.status_code == 200
     return csrf_of(page.text)
+
+
+def client_of(app: Any) -> httpx.AsyncClient:
+    """A client on ``app`` with no session yet (a browser of its own)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://qoss.test")
+
+
+@asynccontextmanager
+async def gateway_app(settings: Settings, tmp_path: Path,
+                      **updates: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """An app (``settings`` with ``updates``, no tunnel monitor) with one gateway, ``left``, on a
+    fake charon that brings every conn up; yields the app and an admin's API client on it."""
+    with FakeCharon(tmp_path / "left.vici") as fake:
+        up_on_initiate(fake)
+        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
+                                                      **updates}))
+        admin = make_token(settings.database_url, "admin", ["admin"])
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+                headers={"Authorization": f"Bearer {admin}"}) as api:
+            r = await api.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
+                                                     "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
+            assert r.status_code == 201, r.text
+            yield app, api

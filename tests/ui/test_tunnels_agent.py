@@ -16,11 +16,9 @@ from app.adapters.agent.crypto import KeyPair
 from app.api.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
-from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import agent_server_config, register_keys
 from tests.fixtures.secrets import register
-from tests.ui.conftest import HTMX, sign_in
-from tests.unit.services.test_tunnels_service import up_on_initiate
+from tests.ui.conftest import HTMX, client_of, gateway_app, sign_in
 
 pytestmark = pytest.mark.anyio
 PSK = "a-pre-shared-key-of-32-characters-or-more"
@@ -31,32 +29,19 @@ HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>'
 async def served(settings: Settings, tmp_path: Path) -> AsyncIterator[tuple[Any, str]]:
     """An app with one gateway, ``left``, on a fake charon that brings every conn up, and one tunnel."""
     register(PSK)
-    with FakeCharon(tmp_path / "left.vici") as fake:
-        up_on_initiate(fake)
-        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                                      "event_stream_seconds": 0.3}))
-        admin = make_token(settings.database_url, "admin", ["admin"])
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-                headers={"Authorization": f"Bearer {admin}"}) as api:
-            r = await api.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
-                                                     "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
-            assert r.status_code == 201, r.text
-            r = await api.post("/v1/tunnels", json={
-                "initiator": "left", "remote_ts": ["10.2.0.0/24"], "min_levels": {"integrity": 5},
-                "peer": {"address": "10.99.0.2", "identity": "peer.example", "psk": PSK}})
-            assert r.status_code == 201, r.text
-            yield app, r.json()["id"]
+    async with gateway_app(settings, tmp_path, event_stream_seconds=0.3) as (app, api):
+        r = await api.post("/v1/tunnels", json={
+            "initiator": "left", "remote_ts": ["10.2.0.0/24"], "min_levels": {"integrity": 5},
+            "peer": {"address": "10.99.0.2", "identity": "peer.example", "psk": PSK}})
+        assert r.status_code == 201, r.text
+        yield app, r.json()["id"]
 
-
-def _client(app: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://qoss.test")
 
 
 async def test_a_tunnels_detail_its_rows_and_a_confirmed_tear_down(
         served: tuple[Any, str], token: Callable[..., str]) -> None:
     app, tunnel_id = served
-    async with _client(app) as client:
+    async with client_of(app) as client:
         csrf = await sign_in(client, token("operator", ["tunnels:write", "tunnels:read"]))
         listing = await client.get("/ui/tunnels")
         assert f'href="/ui/tunnels/{tunnel_id}"' in listing.text
@@ -79,7 +64,7 @@ async def test_a_tunnels_detail_its_rows_and_a_confirmed_tear_down(
 
 async def test_tear_down_needs_tunnels_write_and_csrf(served: tuple[Any, str], token: Callable[..., str]) -> None:
     app, tunnel_id = served
-    async with _client(app) as reader, _client(app) as writer:
+    async with client_of(app) as reader, client_of(app) as writer:
         csrf = await sign_in(reader, token("reader", ["tunnels:read"]))
         assert "/teardown" not in (await reader.get(f"/ui/tunnels/{tunnel_id}")).text
         assert (await reader.get(f"/ui/tunnels/{tunnel_id}/teardown")).status_code == 403
@@ -92,7 +77,7 @@ async def test_tear_down_needs_tunnels_write_and_csrf(served: tuple[Any, str], t
 async def test_the_sessions_event_stream_shows_what_its_scopes_allow(
         served: tuple[Any, str], token: Callable[..., str]) -> None:
     app, tunnel_id = served
-    async with _client(app) as reader, _client(app) as editor, _client(app) as nobody:
+    async with client_of(app) as reader, client_of(app) as editor, client_of(app) as nobody:
         await sign_in(reader, token("reader", ["tunnels:read"]))
         await sign_in(editor, token("editor", ["ratings:write"]))
         seen = await reader.get("/ui/events", params={"after": 0})
@@ -118,7 +103,7 @@ def _key_file(user: KeyPair) -> bytes:
 async def test_users_are_enrolled_from_a_key_file_and_revoked(agent_app: Any, token: Callable[..., str]) -> None:
     user = KeyPair.generate("alice")
     register_keys(user)
-    async with _client(agent_app) as client:
+    async with client_of(agent_app) as client:
         csrf = await sign_in(client, token("enroller", ["agent:enroll", "tunnels:read"]))
         page = await client.get("/ui/agent")
         assert "No users enrolled." in page.text and "No live sessions." in page.text  # noqa: PT018
@@ -151,7 +136,7 @@ async def test_a_bad_key_file_enrols_no_one_and_says_why(agent_app: Any, token: 
                                                         says: str) -> None:
     user = KeyPair.generate("bob")
     register_keys(user)
-    async with _client(agent_app) as client:
+    async with client_of(agent_app) as client:
         csrf = await sign_in(client, token("enroller", ["agent:enroll"]))
         answer = await client.post("/ui/agent/users", data={"csrf": csrf, **fields},
                                    files={"keyfile": ("k.json", content or _key_file(user), "application/json")})
@@ -161,7 +146,7 @@ async def test_a_bad_key_file_enrols_no_one_and_says_why(agent_app: Any, token: 
 
 
 async def test_the_agent_page_needs_agent_enroll_or_tunnels_read(agent_app: Any, token: Callable[..., str]) -> None:
-    async with _client(agent_app) as editor, _client(agent_app) as reader:
+    async with client_of(agent_app) as editor, client_of(agent_app) as reader:
         csrf = await sign_in(editor, token("editor", ["ratings:write"]))
         assert (await editor.get("/ui/agent")).status_code == 403
         assert 'href="/ui/agent"' not in (await editor.get("/ui/tables")).text

@@ -1,5 +1,6 @@
 """What the console's page modules share: the router factory, path parameters, the writer
-dependencies, scope checks, validation problems as text, and the history page."""
+dependencies, scope checks, validation problems as text, the history page, and an edit's
+impact on the running tunnels before it is saved."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.domain.auth import Forbidden
+from app.services import impact
+from app.services.ports import UnitOfWork
+from app.settings import Settings
 from app.ui.render import page
 from app.ui.routing import ConsoleRoute
 from app.ui.session import Console, writer
@@ -25,6 +29,7 @@ __all__ = [
     "console_router",
     "failed",
     "history_page",
+    "impact_of",
     "needs",
     "problems",
 ]
@@ -68,3 +73,23 @@ def history_page(who: Console, name: str, history: list[dict[str, Any]], *, base
     return page("revisions.html", {"console": who, "name": name, "current": current, "base": base,
                                    "section": section, "can_revert": can_revert, "by_algorithm": by_algorithm,
                                    "revisions": list(reversed(history))})
+
+
+#: What the service does, once an edit is saved, with a tunnel still compliant but with another choice.
+_AFTER_CHEAPER = {"never": "they stay as they are (QOSS_REKEY_CHEAPER=never)",
+                  "on-next-rekey": "each moves at its next rekey (QOSS_REKEY_CHEAPER=on-next-rekey)",
+                  "now": "moved once saved (QOSS_REKEY_CHEAPER=now)"}
+
+
+def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str, Any]:
+    """The impact on the running tunnels of the edit made in ``uow``, which is rolled back
+    (:func:`app.services.impact.preview`: nothing of it kept), and what the service will do
+    about each kind of tunnel once the edit is saved. The request's audit record says that
+    nothing was saved."""
+    report = impact.preview(uow, default_table=settings.default_table)
+    request.state.audit_detail = "preview: nothing saved"
+    if not settings.rekey:
+        off = "left as they are once saved (QOSS_REKEY is off)"
+        return {"report": report, "noncompliant": off, "changed": off}
+    return {"report": report, "noncompliant": "moved to their new suite once saved (make-before-break)",
+            "changed": _AFTER_CHEAPER[settings.rekey_cheaper]}

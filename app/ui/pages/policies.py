@@ -10,7 +10,7 @@ from fastapi import Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from app.api.deps import ActorDep, ReadUnitDep, UnitDep
+from app.api.deps import ActorDep, ReadUnitDep, SettingsDep, UnitDep
 from app.api.edits import count_revision
 from app.api.schemas import PolicyIn
 from app.domain.errors import InvalidInput, StaleRevision
@@ -18,7 +18,7 @@ from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
 from app.services import policies as policy_svc
 from app.services import ratings as table_svc
 from app.services.ports import UnitOfWork
-from app.ui.pages.common import Name, PoliciesWriter, console_router, failed, history_page, problems
+from app.ui.pages.common import Name, PoliciesWriter, console_router, failed, history_page, impact_of, problems
 from app.ui.render import page
 from app.ui.session import Console, ConsoleDep, FormDep
 
@@ -101,13 +101,20 @@ def _document(name: str, mine: dict[str, str]) -> dict[str, Any]:
 
 
 def _page(who: Console, uow: UnitOfWork, name: str, *, mine: dict[str, str] | None = None,
-          error: str | None = None, conflict: dict[str, Any] | None = None, status: int = 200) -> Response:
+          error: str | None = None, conflict: dict[str, Any] | None = None, preview: dict[str, Any] | None = None,
+          status: int = 200) -> Response:
     policy, revision = policy_svc.get_policy(uow=uow, name=name)
     shown = mine if mine is not None and conflict is None else _values(policy)
     return page("policy.html", {
         "console": who, "name": name, "revision": revision, "v": shown, "fields": FIELDS, "ids": _IDS,
         "objective_names": OBJECTIVE_NAMES, "tables": table_svc.list_tables(uow=uow), "error": error,
-        "conflict": conflict, "can_edit": who.may("policies:write")}, status=status)
+        "conflict": conflict, "preview": preview, "can_edit": who.may("policies:write")}, status=status)
+
+
+def _rows(theirs: dict[str, str], mine: dict[str, str]) -> list[dict[str, Any]]:
+    """Each field's stored value beside the admin's, and whether they differ."""
+    return [{"field": f, "label": label, "theirs": theirs[f], "mine": mine[f], "differs": theirs[f] != mine[f]}
+            for f, label in FIELDS]
 
 
 @router.get("/policies")
@@ -121,15 +128,14 @@ def policy(name: Name, who: ConsoleDep, uow: ReadUnitDep) -> Response:
     return _page(who, uow, name)
 
 
-@router.post("/policies/{name}")
-def save_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep, uow: UnitDep,
-                actor: ActorDep) -> Response:
-    """Replace the policy with the form's values, based on the revision it was opened at.
+def _replaced(name: str, request: Request, who: Console, mine: dict[str, str], form: dict[str, str],
+              uow: UnitOfWork, actor: str) -> Response | None:
+    """Replace the policy with the admin's values in ``uow``, based on the revision the form
+    names (If-Match): None, or the answer to a refused edit, nothing of it made.
 
-    A concurrent edit answers 409 with both values side by side: re-apply mine over the new
-    revision, or drop mine.
+    A concurrent edit answers 409 with both values side by side (preview mine over the new
+    revision, or drop mine); an invalid value answers 422 with the form again.
     """
-    mine = _posted(form)
     try:
         expected = int(form.get("revision", ""))
     except ValueError as exc:
@@ -141,15 +147,40 @@ def save_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep
         uow.rollback()
         failed(request, "StaleRevision", 409)
         current, revision = policy_svc.get_policy(uow=uow, name=name)
-        theirs = _values(current)
-        rows = [{"field": f, "label": label, "theirs": theirs[f], "mine": mine[f], "differs": theirs[f] != mine[f]}
-                for f, label in FIELDS]
-        conflict = {"based_on": expected, "revision": revision, "rows": rows, "mine": mine}
+        conflict = {"based_on": expected, "revision": revision, "rows": _rows(_values(current), mine), "mine": mine}
         return _page(who, uow, name, conflict=conflict, status=409)
     except InvalidInput as exc:
         uow.rollback()
         failed(request, type(exc).__name__, 422)
         return _page(who, uow, name, mine=mine, error=exc.message, status=422)
+    return None
+
+
+@router.post("/policies/{name}/preview")
+def preview_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep, uow: UnitDep,
+                   actor: ActorDep, settings: SettingsDep) -> Response:
+    """What saving the form's values would do to the running tunnels, nothing saved: the edit
+    is made, assessed (as ``?dry_run=true`` does) and rolled back; the page shows the impact
+    with **Save** (the same values and revision, to :func:`save_policy`) and **Cancel**."""
+    mine = _posted(form)
+    refused = _replaced(name, request, who, mine, form, uow, actor)
+    if refused is not None:
+        return refused
+    assessed = impact_of(request, uow, settings)
+    stored, _ = policy_svc.get_policy(uow=uow, name=name)
+    changes = [row for row in _rows(_values(stored), mine) if row["differs"]]
+    preview = {"revision": int(form["revision"]), "changes": changes, "mine": mine, "impact": assessed}
+    return _page(who, uow, name, mine=mine, preview=preview)
+
+
+@router.post("/policies/{name}")
+def save_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep, uow: UnitDep,
+                actor: ActorDep) -> Response:
+    """Replace the policy with the form's values, based on the revision it was opened at (a
+    concurrent edit or an invalid value: see :func:`_replaced`)."""
+    refused = _replaced(name, request, who, _posted(form), form, uow, actor)
+    if refused is not None:
+        return refused
     count_revision(request, "policy")
     return RedirectResponse(f"/ui/policies/{name}", status_code=303)
 

@@ -12,13 +12,13 @@ from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.adapters import files
-from app.api.deps import ActorDep, CacheDep, ReadUnitDep, SettingsDep, UnitDep
+from app.api.deps import ActorDep, CacheDep, SettingsDep, UnitDep
 from app.api.edits import count_revision
 from app.domain.algorithms import lookup
 from app.domain.errors import AlreadyExists, InvalidInput, StaleRevision
 from app.services import ratings as svc
 from app.services.measurements import table_from_measurement
-from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, needs
+from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, impact_of, needs
 from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
@@ -70,19 +70,24 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
 
 
 @router.get("/tables/{name}/ratings/{keyword}/remove")
-def confirm_remove(name: TableName, keyword: Keyword, who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    """Ask before removing a row (the form names the revision it was asked at)."""
+def confirm_remove(name: TableName, keyword: Keyword, request: Request, who: ConsoleDep, uow: UnitDep,
+                   actor: ActorDep, settings: SettingsDep) -> Response:
+    """Ask before removing a row, showing what removing it would do to the running tunnels (the
+    removal made, assessed and rolled back: nothing kept); the form names the revision it was
+    asked at."""
     needs(who, "ratings:write")
     current = svc.get_table(uow=uow, name=name)
-    rating = current.get(keyword)
-    if rating is None:
+    if current.get(keyword) is None:
         return RedirectResponse(f"/ui/tables/{name}", status_code=303)
+    svc.replace_table(uow=uow, name=name, document=current.without(keyword).as_dict(),
+                      expected_revision=current.revision, author=actor, message=f"removed {keyword}")
     return page("confirm.html", {
         "console": who, "section": "tables", "title": f"Remove {keyword} from {name}?",
         "message": f"{name} will no longer rate {keyword}: a negotiation with this table cannot choose it. "
                    "The row stays in the history; reverting brings it back.",
         "action": f"/ui/tables/{name}/ratings/{keyword}/remove", "fields": {"revision": current.revision},
-        "button": f"Remove {keyword}", "cancel": f"/ui/tables/{name}#row-{keyword}"})
+        "button": f"Remove {keyword}", "cancel": f"/ui/tables/{name}#row-{keyword}",
+        "impact": impact_of(request, uow, settings)})
 
 
 @router.post("/tables/{name}/ratings/{keyword}/remove")

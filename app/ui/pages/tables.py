@@ -25,7 +25,15 @@ from app.services import ratings as svc
 from app.services.measurements import latest_measurement
 from app.services.ports import UnitOfWork
 from app.settings import Settings
-from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, history_page, problems
+from app.ui.pages.common import (
+    Keyword,
+    RatingsWriter,
+    console_router,
+    failed,
+    history_page,
+    impact_of,
+    problems,
+)
 from app.ui.pages.common import Name as TableName
 from app.ui.render import page
 from app.ui.routing import is_htmx
@@ -70,15 +78,17 @@ def _grid(table: RatingTable) -> list[dict[str, Any]]:
 
 def table_page(who: Console, table: RatingTable, *, editing: str | None = None,
                conflict: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
-               notice: str | None = None, adding: dict[str, str] | None = None, status: int = 200) -> Response:
-    """The grid; ``notice`` says why a change was refused, ``adding`` refills the add-a-row form."""
+               notice: str | None = None, adding: dict[str, str] | None = None,
+               preview: dict[str, Any] | None = None, status: int = 200) -> Response:
+    """The grid; ``notice`` says why a change was refused, ``adding`` refills the add-a-row form,
+    ``preview`` is an edit's impact shown in its row."""
     rows = _grid(table)
     if error is not None:  # the row being edited shows what the admin typed
         rows = [{**r, **error["mine"]} if r["algorithm"] == error["keyword"] else r for r in rows]
     missing = [{"keyword": k, "kind": a.kind.value} for k, a in CATALOGUE.items() if k not in table.ratings]
     return page("table.html", {"console": who, "table": table, "rows": rows, "editing": editing,
                                "conflict": conflict, "error": error, "notice": notice, "adding": adding or {},
-                               "missing": missing}, status=status)
+                               "missing": missing, "preview": preview}, status=status)
 
 
 def _rating(table: RatingTable, keyword: str) -> Rating:
@@ -133,13 +143,14 @@ def rating_patch(form: dict[str, str]) -> dict[str, Any]:
         raise InvalidInput(problems(exc)) from exc
 
 
-@router.post("/tables/{name}/ratings/{keyword}")
-def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
-             uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
-    """Save one row with If-Match semantics: the form names the revision it was based on.
+def _edited(name: str, keyword: str, request: Request, who: Console, form: dict[str, str], uow: UnitOfWork,
+            actor: str) -> RatingTable | Response:
+    """Make the form's edit of one row in ``uow``, based on the revision the form names (If-Match):
+    the edited table, or the answer to a refused edit, nothing of it made.
 
-    A concurrent edit (``StaleRevision``) answers 409 with both values side by side: the
-    admin re-applies theirs (based on the new revision) or drops it.
+    A concurrent edit (``StaleRevision``) answers 409 with both values side by side: the admin
+    re-applies theirs (based on the new revision) or drops it. A bad value answers 422 with
+    the form again.
     """
     mine = {f: form.get(f, "") for f in _FIELDS}
     try:
@@ -148,8 +159,8 @@ def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWr
         raise InvalidInput("the form names no revision") from exc
     try:
         changes = rating_patch(form)
-        saved = svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=changes,
-                                  expected_revision=expected, author=actor)
+        return svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=changes,
+                                 expected_revision=expected, author=actor)
     except StaleRevision:
         failed(request, "StaleRevision", 409)
         current = svc.get_table(uow=uow, name=name)
@@ -167,6 +178,34 @@ def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWr
                                            "r": {**grid_row(_rating(current, keyword)), **mine},
                                            "error": exc.message}, status=422)
         return table_page(who, current, editing=keyword, error=error, status=422)
+
+
+@router.post("/tables/{name}/ratings/{keyword}/preview")
+def preview_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
+                uow: UnitDep, actor: ActorDep, settings: SettingsDep) -> Response:
+    """What saving the form's values would do to the running tunnels, nothing saved: the edit
+    is made, assessed (as ``?dry_run=true`` does) and rolled back; the answer shows the
+    impact with **Save** (the same values and revision, to :func:`save_row`) and **Cancel**."""
+    edited = _edited(name, keyword, request, who, form, uow, actor)
+    if isinstance(edited, Response):
+        return edited
+    assessed = impact_of(request, uow, settings)
+    current = svc.get_table(uow=uow, name=name)
+    shown = {"keyword": keyword, "mine": {f: form.get(f, "") for f in _FIELDS}, "revision": int(form["revision"]),
+             "now": grid_row(_rating(current, keyword)), "impact": assessed}
+    if is_htmx(request):
+        return page("_row_preview.html", {"console": who, "table": current, "p": shown})
+    return table_page(who, current, preview=shown)
+
+
+@router.post("/tables/{name}/ratings/{keyword}")
+def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
+             uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
+    """Save one row with If-Match semantics: the form names the revision it was based on (a
+    concurrent edit or a bad value: see :func:`_edited`)."""
+    saved = _edited(name, keyword, request, who, form, uow, actor)
+    if isinstance(saved, Response):
+        return saved
     cache.invalidate(name)
     if is_htmx(request):
         return page("_row.html", {"console": who, "table": saved, "r": grid_row(_rating(saved, keyword)),

@@ -137,3 +137,9 @@ def sign_in(page: Page, base: str, token: str) -> None:
     for cookie in page.context.cookies():
         if cookie.get("name") == "qoss_session":
             register(cookie.get("value", ""))  # the secret sweep: never in the database or the server's log
+
+
+def save_previewed(page: Page, keyword: str) -> None:
+    """Save the row being edited the way an admin does: **Preview**, then **Save** under its impact."""
+    page.locator(f"#row-{keyword}").get_by_role("button", name="Preview").click()
+    page.locator(f"#row-{keyword}.preview").get_by_role("button", name=f"Save {keyword}").click()

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import expect
 
-from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, sign_in
+from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, save_previewed, sign_in
 
 
 def test_sign_in_edit_a_cell_in_place_and_sign_out(served: Served, new_context: NewContext,
@@ -28,7 +28,7 @@ def test_sign_in_edit_a_cell_in_place_and_sign_out(served: Served, new_context: 
     expect(page.locator("#row-sha1.editing")).to_be_visible()
     page.get_by_label("Integrity of sha1").fill("6")
     page.get_by_label("Reason for sha1").fill("edited in the browser")
-    page.locator("#row-sha1").get_by_role("button", name="Save").click()
+    save_previewed(page, "sha1")
     saved = page.locator("#row-sha1.saved")
     expect(saved).to_contain_text("edited in the browser")
     expect(saved.locator("td").nth(2)).to_have_text("6")
@@ -54,15 +54,16 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
         page.locator("#row-md5").get_by_role("link", name="Edit md5").click()
         expect(page.locator("#row-md5.editing")).to_be_visible()
     bob.get_by_label("Integrity of md5").fill("1")
-    bob.locator("#row-md5").get_by_role("button", name="Save").click()
+    save_previewed(bob, "md5")
     expect(bob.locator("#row-md5.saved")).to_be_visible()
     alice.get_by_label("Integrity of md5").fill("3")
-    alice.locator("#row-md5").get_by_role("button", name="Save").click()
+    alice.locator("#row-md5").get_by_role("button", name="Preview").click()
     conflict = alice.locator("#row-md5.conflict")
     expect(conflict).to_contain_text("md5 changed while you edited it")
     expect(conflict.locator("tr.differs").filter(has_text="integrity")).to_contain_text("1")
     alice.screenshot(path=screenshots / "conflict.png", full_page=True)
-    conflict.get_by_role("button", name=re.compile("Apply mine")).click()
+    conflict.get_by_role("button", name=re.compile("Preview mine over revision")).click()
+    alice.locator("#row-md5.preview").get_by_role("button", name="Save md5").click()
     expect(alice.locator("#row-md5.saved").locator("td").nth(2)).to_have_text("3")
     # the other way out: bob, now stale, drops his
     bob.locator("#row-md5").get_by_role("link", name="Edit md5").click()
@@ -70,9 +71,9 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
     alice.goto(f"{served.base}/ui/tables/esaf-2006")
     alice.locator("#row-md5").get_by_role("link", name="Edit md5").click()
     alice.get_by_label("Integrity of md5").fill("4")
-    alice.locator("#row-md5").get_by_role("button", name="Save").click()
+    save_previewed(alice, "md5")
     expect(alice.locator("#row-md5.saved")).to_be_visible()
-    bob.locator("#row-md5").get_by_role("button", name="Save").click()
+    bob.locator("#row-md5").get_by_role("button", name="Preview").click()
     bob.locator("#row-md5.conflict").get_by_role("link", name="Drop mine").click()
     expect(bob.locator("#row-md5").locator("td").nth(2)).to_have_text("4")
     no_trouble(*watched)
@@ -85,7 +86,7 @@ def test_history_and_one_click_revert(served: Served, new_context: NewContext, s
     page.goto(f"{served.base}/ui/tables/standards-2026")
     page.locator("#row-aes128").get_by_role("link", name="Edit aes128").click()
     page.get_by_label("Reason for aes128").fill("a reason to take back")
-    page.locator("#row-aes128").get_by_role("button", name="Save").click()
+    save_previewed(page, "aes128")
     expect(page.locator("#row-aes128.saved")).to_be_visible()
     page.get_by_role("link", name="History and revert").click()
     expect(page.locator("#revision-2")).to_contain_text("a reason to take back")

@@ -71,7 +71,9 @@ def test_edit_a_policy_with_its_objective_id(served: Served, new_context: NewCon
     page.get_by_label("Integrity ≥").fill("6")
     page.get_by_label("Description").fill("edited in the browser")
     page.screenshot(path=screenshots / "policy.png", full_page=True)
-    page.get_by_role("button", name="Save").click()
+    page.get_by_role("button", name="Preview").click()
+    expect(page.locator(".preview-box")).to_contain_text("Integrity ≥")
+    page.get_by_role("button", name="Save voip").click()
     expect(page.get_by_label("Description")).to_have_value("edited in the browser")
     policy = httpx.get(f"{served.base}/v1/policies/voip").json()["policy"]
     assert (policy["objective_id"], policy["min_levels"]["integrity"]) == (3, 6)

@@ -1,0 +1,62 @@
+"""An edit's impact on the running tunnels before it is kept: the edit is made in a unit of
+work, every running tunnel is assessed against it (:func:`app.services.rekey.assess`), and the
+edit is rolled back.
+
+One function for every dry run: ``?dry_run=true`` on the API's edit routes, ``qoss ratings
+edit --dry-run`` and the console's preview of an edit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.services.ports import UnitOfWork
+from app.services.rekey import Impact, assess
+
+__all__ = ["ImpactReport", "preview"]
+
+
+@dataclass(frozen=True)
+class ImpactReport:
+    """What an edit would do to each running tunnel, grouped as an admin reads it."""
+
+    impacts: tuple[Impact, ...]
+
+    @property
+    def noncompliant(self) -> list[Impact]:
+        """The tunnels whose suite would fall below their minimums."""
+        return [i for i in self.impacts if i.kind == "noncompliant"]
+
+    @property
+    def changed(self) -> list[Impact]:
+        """The tunnels still compliant whose choice would be cheaper or otherwise different."""
+        return [i for i in self.impacts if i.kind in ("cheaper", "different")]
+
+    @property
+    def stays(self) -> int:
+        """How many tunnels would keep their suite."""
+        return sum(1 for i in self.impacts if i.kind == "stays")
+
+    @property
+    def unassessed(self) -> list[Impact]:
+        """The tunnels that cannot be assessed (made before provenance was recorded, a gateway gone)."""
+        return [i for i in self.impacts if i.kind == "unassessed"]
+
+    def as_list(self) -> list[dict[str, Any]]:
+        """Every impact as the API answers it."""
+        return [i.as_dict() for i in self.impacts]
+
+
+def preview(uow: UnitOfWork, *, default_table: str) -> ImpactReport:
+    """The impact of the edit made (and not committed) in ``uow`` on every running tunnel; then
+    the edit is rolled back, so nothing of it is kept.
+
+    Args:
+        uow: the unit of work holding the uncommitted edit; rolled back on return.
+        default_table: the service's default rating table (for tunnels negotiated on it).
+    """
+    try:
+        return ImpactReport(tuple(assess(uow, default_table=default_table)))
+    finally:
+        uow.rollback()
