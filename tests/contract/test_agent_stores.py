@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 
 from app.adapters.db.agent_store import SqlAgentStore
-from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
 from app.domain.errors import AlreadyExists, NotFound
 from app.services.agent_ports import AgentSession, AgentStore
-from tests.contract.test_stores import _sqlite
+from tests.contract.databases import migrated_sessions
 from tests.fakes.agent_store import FakeAgentStore
-from tests.fixtures.db import postgres_database
 
 LATER = datetime.now(UTC) + timedelta(minutes=5)
 KEY_A, KEY_B = b"\x01" * 32, b"\x02" * 32
@@ -32,12 +30,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentStore
     if request.param == "fake":
         yield FakeAgentStore()
         return
-    with postgres_database() if request.param == "postgresql" else _sqlite(tmp_path) as url:
-        engine = make_engine(url)
-        try:
-            yield SqlAgentStore(make_session_factory(engine))
-        finally:
-            engine.dispose()
+    with migrated_sessions(request.param, tmp_path) as sessions:
+        yield SqlAgentStore(sessions)
 
 
 def _session(ticket: str, **changes: object) -> AgentSession:

@@ -11,15 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.domain.errors import GatewayRejected
-from app.services.agent_ports import (
-    CharonCommand,
-    Initiate,
-    ListSas,
-    LoadConn,
-    LoadPool,
-    LoadShared,
-    Unload,
-)
+from app.services.agent_ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 
 __all__ = ["FakeAgentCharon", "FakeAgentVici"]
 

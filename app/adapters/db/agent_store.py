@@ -26,18 +26,19 @@ from app.adapters.db.agent import (
     take_lease,
 )
 from app.adapters.db.hot import HotTransaction, engine_of
+from app.adapters.db.unit_of_work import SessionTransaction
 from app.domain.agent import EnrolledUser
 from app.services.agent_ports import AgentSession
 
 __all__ = ["SqlAgentRequest", "SqlAgentStore", "SqlAgentUnitOfWork"]
 
 
-class SqlAgentUnitOfWork:
+class SqlAgentUnitOfWork(SessionTransaction):
     """The agent's stores over one session of its own (closed, rolling back what was not
     committed, on leaving ``with``)."""
 
     def __init__(self, session: Session) -> None:
-        self.session = session
+        super().__init__(session, owned=True)
 
     @cached_property
     def users(self) -> UserRepository:
@@ -58,18 +59,6 @@ class SqlAgentUnitOfWork:
     @cached_property
     def revocations(self) -> RevocationRepository:
         return RevocationRepository(self.session)
-
-    def commit(self) -> None:
-        self.session.commit()
-
-    def rollback(self) -> None:
-        self.session.rollback()
-
-    def __enter__(self) -> SqlAgentUnitOfWork:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.session.close()
 
 
 class SqlAgentRequest:

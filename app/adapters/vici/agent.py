@@ -7,49 +7,33 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from app.adapters.vici.commands import (
-    Command,
-    initiate_command,
-    list_sas_command,
-    load_conn_command,
-    load_pool_command,
-    load_shared_command,
-    sas_of,
-    unload_command,
-)
+from app.adapters.vici import commands as vc
 from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.models import IkeSa
 from app.adapters.vici.pipeline import Pipeline
 from app.domain.errors import GatewayError
-from app.services.agent_ports import (
-    CharonCommand,
-    Initiate,
-    ListSas,
-    LoadConn,
-    LoadPool,
-    LoadShared,
-)
+from app.services import agent_ports as ap
 
 __all__ = ["AgentPipeline", "AgentVici", "agent_vici"]
 
 
-def _command(c: CharonCommand) -> Command:
-    if isinstance(c, LoadShared):
-        return load_shared_command(c.name, c.secret, c.owners)
-    if isinstance(c, LoadConn):
-        return load_conn_command(c.name, c.conn)
-    if isinstance(c, LoadPool):
-        return load_pool_command(c.name, c.addrs)
-    if isinstance(c, Initiate):
-        return initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)
-    if isinstance(c, ListSas):
-        return list_sas_command(ike=c.ike)
-    return unload_command(c.what, c.name)
+def _command(c: ap.CharonCommand) -> vc.Command:
+    if isinstance(c, ap.LoadShared):
+        return vc.load_shared_command(c.name, c.secret, c.owners)
+    if isinstance(c, ap.LoadConn):
+        return vc.load_conn_command(c.name, c.conn)
+    if isinstance(c, ap.LoadPool):
+        return vc.load_pool_command(c.name, c.addrs)
+    if isinstance(c, ap.Initiate):
+        return vc.initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)
+    if isinstance(c, ap.ListSas):
+        return vc.list_sas_command(ike=c.ike)
+    return vc.unload_command(c.what, c.name)
 
 
-def _replies(commands: Sequence[CharonCommand], replies: list[Any]) -> list[Any]:
+def _replies(commands: Sequence[ap.CharonCommand], replies: list[Any]) -> list[Any]:
     """The replies, a ``list-sas`` one as its IKE_SAs."""
-    return [sas_of(r["events"]) if isinstance(c, ListSas) and not isinstance(r, GatewayError) else r
+    return [vc.sas_of(r["events"]) if isinstance(c, ap.ListSas) and not isinstance(r, GatewayError) else r
             for c, r in zip(commands, replies, strict=True)]
 
 
@@ -60,9 +44,9 @@ class AgentPipeline:
 
     def __init__(self, pipeline: Pipeline) -> None:
         self._pipeline = pipeline
-        self._sent: list[CharonCommand] = []
+        self._sent: list[ap.CharonCommand] = []
 
-    def send(self, commands: Sequence[CharonCommand]) -> None:
+    def send(self, commands: Sequence[ap.CharonCommand]) -> None:
         self._sent.extend(commands)
         self._pipeline.send([_command(c) for c in commands])
 
@@ -104,7 +88,7 @@ class AgentVici:
     def terminate(self, *, ike: str | None = None, timeout_ms: int = 5_000, force: bool = False) -> Any:
         return self.gateway.terminate(ike=ike, timeout_ms=timeout_ms, force=force)
 
-    def batch(self, commands: Sequence[CharonCommand]) -> list[Any]:
+    def batch(self, commands: Sequence[ap.CharonCommand]) -> list[Any]:
         return _replies(commands, self.gateway.batch([_command(c) for c in commands]))
 
     def pipeline(self) -> AgentPipeline:
