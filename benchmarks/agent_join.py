@@ -57,7 +57,8 @@ from app.adapters.lab_agent_users import enroll
 INNER = r"""
 import gc, json, os, sys, time
 from pathlib import Path
-from app.adapters.agent.crypto import load_keys
+from app.adapters.agent.crypto import CRYPTO, load_keys
+from app.adapters.vici.agent import AgentVici, agent_vici
 from app.adapters.vici.driver import ViciGateway
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
@@ -68,7 +69,10 @@ steps = {}
 connecting = [False]  # the breakdown keeps the roles' steps of connects only, not of disconnects
 if breakdown:  # Client, Host and Target in this process: no HTTP between them
     import logging
+    from app.adapters.agent.transport import post_message
+    from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.unit_of_work import sql_units_of_work
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
     from app.services.agent_target import TargetAgent
@@ -90,23 +94,27 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
         c = load_server_config(d / f"{name}.yaml")
         return c, load_keys(c.key_dir, c.id), make_session_factory(make_engine(f"sqlite:///{d}/{name}.db"))
     tc, tk, tf = role("target")
-    target = TargetAgent(config=tc, keys=tk, session_factory=tf, vici=lambda p: ViciGateway(p, 20.0),
-                         cache=TableCache(), default_table="standards-2026")
+    target_store = SqlAgentStore(tf)
+    target = TargetAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, units=sql_units_of_work(tf),
+                         vici=agent_vici(lambda p: ViciGateway(p, 20.0)), cache=TableCache(),
+                         default_table="standards-2026")
     if (d / "host.yaml").exists():
         hc, hk, hf = role("host")
-        host = HostAgent(config=hc, keys=hk, session_factory=hf, post=lambda url, wire: target.handle(wire).answer)
+        host = HostAgent(config=hc, keys=hk, crypto=CRYPTO, store=SqlAgentStore(hf),
+                         post=lambda url, wire: target.handle(wire).answer)
     else:  # --combined: one process is Host and Target
-        host = HostAgent(config=tc, keys=tk, session_factory=tf, local_target=target)
+        host = HostAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, local_target=target, post=post_message)
     post = lambda url, wire: host.handle(wire).answer
-    clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), vici=ViciGateway(cfg.vici_socket, 20.0),
-                           post=post)]
+    clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
+                           vici=AgentVici(ViciGateway(cfg.vici_socket, 20.0)), post=post)]
 else:
     import functools
     from app.adapters.agent.transport import post_message
 
     def client_of(arm):  # each arm's client posts with its arm's QOSS_FAST_PATHS, as qoss agent connect would
         c = load_client_config(Path(arm["config"]))
-        return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), vici=ViciGateway(c.vici_socket, 20.0),
+        return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), crypto=CRYPTO,
+                           vici=AgentVici(ViciGateway(c.vici_socket, 20.0)),
                            post=functools.partial(post_message, fast_paths=arm["fast"]))
     clients = [client_of(arm) for arm in arms]
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)

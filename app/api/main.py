@@ -18,14 +18,16 @@ from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
-from app.adapters.agent.crypto import load_keys
+from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import post_message
+from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
+from app.adapters.vici.agent import agent_vici
 from app.adapters.vici.driver import ViciGateway
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.admission import AdmissionControl, Door, HealthProbe
@@ -108,14 +110,15 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
         return None, None
     config = load_server_config(settings.agent_config)
     keys = load_keys(config.key_dir, config.id)
+    store = SqlAgentStore(app.state.session_factory)
     target = None
     if config.target is not None:
-        target = TargetAgent(config=config, keys=keys, session_factory=app.state.session_factory,
-                             vici=app.state.vici_factory, cache=app.state.table_cache,
+        target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=app.state.units,
+                             vici=agent_vici(app.state.vici_factory), cache=app.state.table_cache,
                              default_table=settings.default_table)
     host = None
     if config.host is not None:
-        host = HostAgent(config=config, keys=keys, session_factory=app.state.session_factory, local_target=target,
+        host = HostAgent(config=config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
                          post=functools.partial(post_message, fast_paths=settings.fast_paths))
     log.info("agent roles: host=%s target=%s (id %s)", host is not None, target is not None, config.id)
     return host, target

@@ -24,18 +24,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
-from app.adapters.agent.transport import post_message
-from app.adapters.vici.driver import (
-    ViciGateway,
-    initiate_command,
-    list_sas_command,
-    load_conn_command,
-    load_shared_command,
-    sas_of,
-    unload_command,
-)
-from app.adapters.vici.models import IkeSa
 from app.domain.agent import (
     AgentRejected,
     ClientRequest,
@@ -50,13 +38,24 @@ from app.domain.agent import (
 from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
 from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
 from app.services.agent_config import ClientConfig
+from app.services.agent_ports import (
+    AgentCrypto,
+    AgentKeys,
+    AgentVici,
+    Initiate,
+    ListSas,
+    LoadConn,
+    LoadShared,
+    PeerKeys,
+    Post,
+    Unload,
+)
 from app.services.agent_timing import Steps
 
 __all__ = ["CAPABILITIES_TTL", "AgentClient"]
 
 log = logging.getLogger("qoss.agent.client")
 
-Post = Callable[[str, bytes], bytes]
 _CAPS_FILE = "capabilities.json"
 #: Cached charon capabilities are read again after this many seconds (and whenever charon restarts).
 CAPABILITIES_TTL = 3600.0
@@ -71,8 +70,9 @@ def _write_private(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
-    """What charon reports for conn ``name`` (IKE_SA and its CHILD_SA of the same name)."""
+def observed(sas: list[Any], name: str) -> ObservedSa | None:
+    """What charon reports for conn ``name`` (IKE_SA and its CHILD_SA of the same name), from its
+    IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
     for sa in sas:
         if sa.name != name:
             continue
@@ -87,16 +87,23 @@ def observed(sas: list[IkeSa], name: str) -> ObservedSa | None:
 
 
 class AgentClient:
-    """The mobile user's side: one user, one Host, the targets it knows, its own charon."""
+    """The mobile user's side: one user, one Host, the targets it knows, its own charon.
 
-    def __init__(self, *, config: ClientConfig, keys: KeyPair, vici: ViciGateway, post: Post = post_message,
+    Args:
+        keys: the user's own keys; ``crypto`` checks signatures and reads public keys.
+        vici: the local charon.
+        post: sends a message to Host.
+    """
+
+    def __init__(self, *, config: ClientConfig, keys: AgentKeys, crypto: AgentCrypto, vici: AgentVici, post: Post,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.keys = keys
+        self._crypto = crypto
         self.vici = vici
         self.host = config.host_ref
-        self.host_keys: PublicKeys = self.host.keys(config.base_dir)
-        self.targets = {n: p.keys(config.base_dir) for n, p in config.targets.items()}
+        self.host_keys: PeerKeys = self.host.keys(config.base_dir, crypto)
+        self.targets = {n: p.keys(config.base_dir, crypto) for n, p in config.targets.items()}
         self._post = post
         self._clock = clock
         self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
@@ -118,8 +125,7 @@ class AgentClient:
         request = ClientRequest(kind=kind, request_id=secrets.token_bytes(16), user_id=self.config.user,
                                 objective_id=objective_id, request_info=info, host=self.host.id,
                                 timestamp=int(self._clock()))
-        wire = seal(kind=kind, to=self.host.id, body=request.body(), signer=self.keys,
-                    recipient=self.host_keys.kem)
+        wire = self.keys.seal(kind=kind, to=self.host.id, body=request.body(), recipient=self.host_keys.kem)
         return request, wire
 
     def accept(self, answer: bytes, request: ClientRequest) -> Response:
@@ -130,10 +136,10 @@ class AgentClient:
                 this request (e.g. an old response replayed), or stale.
         """
         want = Kind.CLOSED if request.kind is Kind.DISCONNECT else Kind.RESPONSE
-        kind, body, tag = open_sealed(answer, kinds=[want], me=self.keys)
+        kind, body, tag = self.keys.open_sealed(answer, kinds=[want])
         response = Response.parse(body, kind=kind)
         target = request.request_info.target
-        verify(self.targets[target].sign, kind, body, tag)
+        self._crypto.verify(self.targets[target].sign, kind, body, tag)
         if response.target != target or response.user_id != self.config.user or response.host != self.host.id:
             raise AgentRejected("the response is for another party")
         if not secrets.compare_digest(response.request_id, request.request_id):
@@ -263,10 +269,10 @@ class AgentClient:
         assert response.session_key is not None
         with self.vici.pipeline() as charon:
             charon.send([
-                load_shared_command(name, response.session_key, [tunnel.client_identity, tunnel.target_identity]),
-                load_conn_command(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
-                initiate_command(child=name, ike=name, timeout_ms=15_000),
-                list_sas_command(ike=name),
+                LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)),
+                LoadConn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
+                Initiate(child=name, ike=name, timeout_ms=15_000),
+                ListSas(ike=name),
             ])
             try:
                 try:
@@ -277,9 +283,7 @@ class AgentClient:
                 for reply in replies:
                     if isinstance(reply, GatewayError):
                         raise reply  # the first refusal says why (a failed load fails the initiate)
-                listed = replies[3]
-                assert not isinstance(listed, GatewayError)  # raised above
-                vip = self._check(name, tunnel, sas_of(listed["events"]))
+                vip = self._check(name, tunnel, replies[3])  # the IKE_SAs (a refusal was raised above)
             except BaseException:
                 self._forget(tunnel.ticket)
                 raise
@@ -287,7 +291,7 @@ class AgentClient:
         return vip
 
     @staticmethod
-    def _check(name: str, tunnel: TunnelingInfo, sas: list[IkeSa]) -> str | None:
+    def _check(name: str, tunnel: TunnelingInfo, sas: list[Any]) -> str | None:
         """The virtual IP of conn ``name`` once its SAs are exactly Target's suite.
 
         Raises:
@@ -310,7 +314,7 @@ class AgentClient:
             if self.vici.list_sas(ike=name):
                 self.vici.terminate(ike=name, timeout_ms=3000, force=True)
         with contextlib.suppress(GatewayError):  # what was not loaded is refused: nothing to do
-            self.vici.batch([unload_command("conn", name), unload_command("shared", name)])
+            self.vici.batch([Unload("conn", name), Unload("shared", name)])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
         info = RequestInfo(target=target, ticket=ticket)

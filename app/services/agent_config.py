@@ -42,8 +42,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.adapters.agent.crypto import PublicKeys, load_public
 from app.domain.errors import InvalidInput
+from app.services.agent_ports import AgentCrypto, PeerKeys
 
 __all__ = ["AgentConfig", "ClientConfig", "Party", "TargetRole", "load_client_config", "load_server_config"]
 
@@ -69,11 +69,12 @@ class Party(_Strict):
             raise ValueError("give either public_key_file or sign_public_key + kem_public_key")
         return self
 
-    def keys(self, base: Path) -> PublicKeys:
+    def keys(self, base: Path, crypto: AgentCrypto) -> PeerKeys:
+        """The party's public keys, read with ``crypto`` (``InvalidInput``: unreadable or malformed)."""
         if self.public_key_file is not None:
             path = self.public_key_file if self.public_key_file.is_absolute() else base / self.public_key_file
-            return load_public(path)[1]
-        return PublicKeys.from_text(self.sign_public_key or "", self.kem_public_key or "")
+            return crypto.read_public(path)
+        return crypto.public_keys(self.sign_public_key or "", self.kem_public_key or "")
 
 
 class HostRole(_Strict):
@@ -167,9 +168,9 @@ class _HostRef(_Strict):
     sign_public_key: str | None = None
     kem_public_key: str | None = None
 
-    def keys(self, base: Path) -> PublicKeys:
+    def keys(self, base: Path, crypto: AgentCrypto) -> PeerKeys:
         return Party(public_key_file=self.public_key_file, sign_public_key=self.sign_public_key,
-                     kem_public_key=self.kem_public_key).keys(base)
+                     kem_public_key=self.kem_public_key).keys(base, crypto)
 
 
 def _load(path: Path) -> tuple[dict[str, Any], Path]:

@@ -19,12 +19,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
-from app.adapters.agent.transport import post_message
-from app.adapters.db.agent import UserRepository, claim_nonce, find_user
-from app.adapters.db.hot import engine_of, hot_transaction
 from app.domain.agent import (
     REPLAY_TTL,
     AgentRejected,
@@ -37,14 +31,12 @@ from app.domain.agent import (
 )
 from app.domain.errors import InvalidInput, QossError
 from app.services.agent_config import AgentConfig, HostRole
+from app.services.agent_ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post
 from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_timing import Steps
 
-__all__ = ["Admit", "HostAgent", "Post"]
+__all__ = ["Admit", "HostAgent"]
 
-SessionFactory = Callable[[], Session]
-#: (url, wire) -> answer wire; raises AgentRejected / RemoteRefused / PeerUnreachable.
-Post = Callable[[str, bytes], bytes]
 #: user id -> None; raises to refuse (the per-user rate limit).
 Admit = Callable[[str], None]
 
@@ -53,23 +45,31 @@ Admit = Callable[[str], None]
 class _Target:
     name: str
     url: str
-    keys: PublicKeys
+    keys: PeerKeys
 
 
 class HostAgent:
-    """Host: vouches for enrolled users to the targets it trusts."""
+    """Host: vouches for enrolled users to the targets it trusts.
+
+    Args:
+        keys: Host's own keys; ``crypto`` checks signatures and reads public keys.
+        store: the enrolled users and the replay cache (a request's checks: one request transaction).
+        local_target: the Target role of this same process (a target whose url is ``local``).
+        post: sends a message to a remote Target.
+    """
 
     def __init__(
-        self, *, config: AgentConfig, keys: KeyPair, session_factory: SessionFactory,
-        local_target: TargetAgent | None = None, post: Post = post_message, clock: Callable[[], float] = time.time,
+        self, *, config: AgentConfig, keys: AgentKeys, crypto: AgentCrypto, store: AgentStore, post: Post,
+        local_target: TargetAgent | None = None, clock: Callable[[], float] = time.time,
     ) -> None:
         if config.host is None:
             raise ValueError("the config has no host role")
         self.role: HostRole = config.host
         self.keys = keys
-        self.targets = {n: _Target(n, p.url or "", p.keys(config.base_dir)) for n, p in self.role.targets.items()}
-        self._sessions = session_factory
-        self._engine = engine_of(session_factory)  # the checks of every request: a hot transaction
+        self._crypto = crypto
+        self.targets = {n: _Target(n, p.url or "", p.keys(config.base_dir, crypto))
+                        for n, p in self.role.targets.items()}
+        self._store = store
         self._local = local_target
         self._post = post
         self._clock = clock
@@ -84,20 +84,21 @@ class HostAgent:
         Raises:
             InvalidInput: bad keys or objectives. AlreadyExists: enrolled already.
         """
-        keys = PublicKeys.from_text(sign_public_key, kem_public_key)
+        keys = self._crypto.public_keys(sign_public_key, kem_public_key)
         if not objectives or any(o not in (1, 2, 3, 4) for o in objectives):
             raise InvalidInput("objectives are Objective-IDs 1-4 (Liu et al. Table 2-2)")
         user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
                             objectives=frozenset(objectives))
-        with self._sessions() as session, session.begin():
-            UserRepository(session).enroll(user)
+        with self._store.unit() as uow:
+            uow.users.enroll(user)
+            uow.commit()
         return user.as_dict()
 
     def users(self) -> list[dict[str, Any]]:
-        with self._sessions() as session:
+        with self._store.unit() as uow:
             return [{**u.as_dict(), "created_at": created.isoformat(),
                      "revoked_at": revoked.isoformat() if revoked else None}
-                    for u, created, revoked in UserRepository(session).all()]
+                    for u, created, revoked in uow.users.all()]
 
     def revoke(self, user_id: str) -> dict[str, Any]:
         """Revoke a user and tell every target to take their tunnels down.
@@ -107,18 +108,18 @@ class HostAgent:
         Raises:
             NotFound: no such user.
         """
-        with self._sessions() as session, session.begin():
-            users = UserRepository(session)
-            users.revoke(user_id)
-            user = users.find(user_id)
+        with self._store.unit() as uow:
+            uow.users.revoke(user_id)
+            user = uow.users.find(user_id)
+            uow.commit()
         assert user is not None  # revoke raised NotFound otherwise
         results: dict[str, str] = {}
         for target in self.targets.values():
             revocation = Revocation(host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
                                     timestamp=int(self._clock()), user_id=user_id,
                                     sign_public_key=user.sign_public_key)
-            wire = seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(), signer=self.keys,
-                        recipient=target.keys.kem)
+            wire = self.keys.seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(),
+                                  recipient=target.keys.kem)
             try:
                 if target.url == "local" and self._local is not None:
                     answer = self._local.revoke(wire).answer
@@ -149,30 +150,31 @@ class HostAgent:
         """
         now = self._clock()
         steps = Steps("host")
-        kind, body, tag = open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT], me=self.keys)
+        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT])
         request = ClientRequest.parse(body, kind=kind)
         if request.host != self.keys.name:
             raise AgentRejected("signed for another host")
         steps.mark("open")
         # One transaction: the user's record, every check, the nonce (a replay fails atomically).
-        with hot_transaction(self._engine) as cursor:
-            user = find_user(cursor, request.user_id)
+        with self._store.request() as transaction:
+            user = transaction.find_user(request.user_id)
             if user is None:
                 raise AgentRejected(f"unknown user {request.user_id}")
             if user.revoked:
                 raise AgentRejected(f"revoked user {request.user_id}")
-            verify(user.sign_public_key, kind, body, tag)
+            self._crypto.verify(user.sign_public_key, kind, body, tag)
             check_fresh(request.timestamp, now)
             if request.objective_id not in user.objectives:
                 raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
             target = self.targets.get(request.request_info.target)
             if target is None:
                 raise AgentRejected(f"unknown target {request.request_info.target}")
-            if not claim_nonce(cursor, "host", f"user:{user.user_id}", request.request_id,
-                               datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
+            if not transaction.claim_nonce("host", f"user:{user.user_id}", request.request_id,
+                                           datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
                 raise AgentRejected("replayed request")
             if admit is not None:
                 admit(user.user_id)
+            transaction.commit()
         steps.mark("checks")
         endorsement = Endorsement(
             kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
@@ -185,8 +187,8 @@ class HostAgent:
                 outcome = self._local.handle_local(endorsement)
                 answer, audit = outcome.answer, f"relayed {outcome.audit}"
             else:
-                wire = seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(), signer=self.keys,
-                            recipient=target.keys.kem)
+                wire = self.keys.seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(),
+                                      recipient=target.keys.kem)
                 steps.mark("seal")
                 answer, audit = self._post(f"{target.url}/v1/agent/target/requests", wire), f"relayed {what}"
         except AgentRejected as exc:

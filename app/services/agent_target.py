@@ -25,21 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.adapters.agent.crypto import KeyPair, PublicKeys, open_sealed, seal, verify
-from app.adapters.db.agent import (
-    AgentSessionRow,
-    NonceRepository,
-    RevocationRepository,
-    SessionRepository,
-    add_session,
-    claim_nonce,
-    is_revoked,
-)
-from app.adapters.db.hot import HotCursor, HotTransaction, engine_of, hot_transaction
-from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.adapters.vici.driver import load_conn_command, load_pool_command, load_shared_command
 from app.domain.agent import (
     REPLAY_TTL,
     AgentRejected,
@@ -56,11 +41,24 @@ from app.domain.agent import (
 )
 from app.domain.negotiation import NegotiationResult
 from app.services.agent_config import AgentConfig, TargetRole
-from app.services.agent_target_charon import TargetCharon, ViciFactory, host_prefix
-from app.services.agent_target_sessions import Reconciled, SessionFactory, TargetSessions, at
+from app.services.agent_ports import (
+    AgentCrypto,
+    AgentKeys,
+    AgentRequest,
+    AgentSession,
+    AgentStore,
+    AgentViciFactory,
+    LoadConn,
+    LoadPool,
+    LoadShared,
+    PeerKeys,
+)
+from app.services.agent_target_charon import TargetCharon, host_prefix
+from app.services.agent_target_sessions import Reconciled, TargetSessions, at
 from app.services.agent_timing import Steps
 from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
 from app.services.negotiation import run_negotiation
+from app.services.ports import UnitOfWork, UnitOfWorkFactory
 from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]
@@ -80,37 +78,45 @@ class TargetAgent:
     Its charon is a :class:`~app.services.agent_target_charon.TargetCharon`, its sessions'
     bookkeeping (leases, ending, sweeps, reconcile) a
     :class:`~app.services.agent_target_sessions.TargetSessions`.
+
+    Args:
+        keys: Target's own keys; ``crypto`` checks signatures and reads the Hosts' public keys.
+        store: the agent's state (a message's checks and records: one request transaction);
+            ``units``: the negotiation's reads (rating tables, policies).
+        vici: Target's charon by its socket path.
     """
 
     def __init__(
-        self, *, config: AgentConfig, keys: KeyPair, session_factory: SessionFactory, vici: ViciFactory,
-        cache: TableCache, default_table: str, clock: Callable[[], float] = time.time,
+        self, *, config: AgentConfig, keys: AgentKeys, crypto: AgentCrypto, store: AgentStore,
+        units: UnitOfWorkFactory, vici: AgentViciFactory, cache: TableCache, default_table: str,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if config.target is None:
             raise ValueError("the config has no target role")
         self.role: TargetRole = config.target
         self.identity = config.target_identity
         self.keys = keys
-        self.hosts: dict[str, PublicKeys] = {n: p.keys(config.base_dir) for n, p in self.role.hosts.items()}
-        self._sessions = session_factory
-        self._engine = engine_of(session_factory)  # admitting and recording a connect: a hot transaction
+        self._crypto = crypto
+        self.hosts: dict[str, PeerKeys] = {n: p.keys(config.base_dir, crypto) for n, p in self.role.hosts.items()}
+        self._store = store
+        self._units = units
         self._cache = cache
         self._default_table = default_table
         self._clock = clock
         self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket)
-        self._book = TargetSessions(sessions=session_factory, charon=self._charon, pool=self.role.pool, clock=clock)
+        self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, clock=clock)
 
     # -- messages -------------------------------------------------------------------------
 
     def _open_endorsement(self, data: bytes, steps: Steps) -> Endorsement:
         """Open a sealed endorsement and check its Host's signature (the Host must be trusted)."""
-        _, body, tag = open_sealed(data, kinds=[Kind.ENDORSE], me=self.keys)
+        _, body, tag = self.keys.open_sealed(data, kinds=[Kind.ENDORSE])
         steps.mark("open")
         endorsement = Endorsement.parse(body)
-        verify(self._host_keys(endorsement.host).sign, Kind.ENDORSE, body, tag)
+        self._crypto.verify(self._host_keys(endorsement.host).sign, Kind.ENDORSE, body, tag)
         return endorsement
 
-    def _host_keys(self, host: str) -> PublicKeys:
+    def _host_keys(self, host: str) -> PeerKeys:
         """The keys of a Host this Target trusts.
 
         Raises:
@@ -128,7 +134,8 @@ class TargetAgent:
             raise AgentRejected("endorsement for another target")
         check_fresh(endorsement.timestamp, now)
         user = endorsement.user
-        verify(user.sign_public_key, endorsement.client_kind, endorsement.client_body, endorsement.client_tag)
+        self._crypto.verify(user.sign_public_key, endorsement.client_kind, endorsement.client_body,
+                            endorsement.client_tag)
         request = ClientRequest.parse(endorsement.client_body, kind=endorsement.client_kind)
         if request.host != endorsement.host:
             raise AgentRejected("the client addressed another host")
@@ -143,18 +150,18 @@ class TargetAgent:
         return request
 
     @staticmethod
-    def _admit(cursor: HotCursor, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
+    def _admit(transaction: AgentRequest, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
         """In the caller's transaction: Target's own revocation list, then both nonces (single use).
 
         Raises:
             AgentRejected: the user's key was revoked here, or a nonce was seen before.
         """
-        if is_revoked(cursor, request.user_id, endorsement.user.sign_public_key):
+        if transaction.is_revoked(request.user_id, endorsement.user.sign_public_key):
             raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
         expires = at(now + REPLAY_TTL)
-        if not claim_nonce(cursor, "target", f"host:{endorsement.host}", endorsement.nonce, expires):
+        if not transaction.claim_nonce("target", f"host:{endorsement.host}", endorsement.nonce, expires):
             raise AgentRejected("replayed endorsement")
-        if not claim_nonce(cursor, "target", f"user:{request.user_id}", request.request_id, expires):
+        if not transaction.claim_nonce("target", f"user:{request.user_id}", request.request_id, expires):
             raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
@@ -184,8 +191,9 @@ class TargetAgent:
         request = self._check_endorsement(endorsement, now, steps)
         if request.kind is Kind.DISCONNECT:
             ticket = request.request_info.ticket or ""
-            with hot_transaction(self._engine) as cursor:
-                self._admit(cursor, endorsement, request, now)
+            with self._store.request() as transaction:
+                self._admit(transaction, endorsement, request, now)
+                transaction.commit()
             self._book.close(ticket, user_id=request.user_id, state=AgentSessionState.CLOSED,
                         reason="disconnected by the client")
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
@@ -211,12 +219,12 @@ class TargetAgent:
 
     def _seal(self, response: Response, endorsement: Endorsement) -> bytes:
         """The response signed by Target and sealed to the client (only the client can open it)."""
-        return seal(kind=response.kind, to=response.user_id, body=response.body(), signer=self.keys,
-                    recipient=endorsement.user.kem_public_key)
+        return self.keys.seal(kind=response.kind, to=response.user_id, body=response.body(),
+                              recipient=endorsement.user.kem_public_key)
 
     # -- connect ------------------------------------------------------------------------
 
-    def _negotiate(self, session: Session, request: ClientRequest,
+    def _negotiate(self, uow: UnitOfWork, request: ClientRequest,
                    capabilities: tuple[frozenset[str], str | None]) -> NegotiationResult:
         algorithms, backend = capabilities
         info = request.request_info
@@ -234,7 +242,7 @@ class TargetAgent:
             backend=BackendIn(name=backend or "strongswan", ah=info.ah and not libipsec, ah_esp_bundle=False,
                               transport=info.transport and not libipsec),
         )
-        return run_negotiation(uow=SqlUnitOfWork(session), cache=self._cache, request=body,
+        return run_negotiation(uow=uow, cache=self._cache, request=body,
                                default_table=self._default_table)
 
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
@@ -255,46 +263,42 @@ class TargetAgent:
         conn = agent_conn_name(ticket)
         capabilities = self._charon.capabilities()  # may ask charon: never while holding the transaction
         # Negotiation only reads (rating tables, a stored policy; normally from the cache, with no
-        # query) in a Session of its own, before the write transaction; its refusal is raised only
-        # once the request is admitted, so a replayed or revoked request is refused as such.
+        # query) in a unit of work of its own, before the write transaction; its refusal is raised
+        # only once the request is admitted, so a replayed or revoked request is refused as such.
         refusal: Exception | None = None
         try:
-            with self._sessions() as session:
-                result = self._negotiate(session, request, capabilities)
+            with self._units() as uow:
+                result = self._negotiate(uow, request, capabilities)
         except Exception as exc:  # raised below, after the admission checks
             refusal = exc
         steps.mark("negotiate")
-        transaction = HotTransaction(self._engine)
-        try:
-            try:
-                self._admit(transaction.cursor, endorsement, request, now)
-                steps.mark("admit")
-                if refusal is not None:
-                    raise refusal
-                lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
-                expires = int(now) + lifetime
-                suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
-                         "proposals": dict(result.proposals)}
-                client_identity = f"{ticket[:12]}.{request.user_id}"
-                base: dict[str, Any] = {
-                    "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
-                    "client_identity": client_identity, "remote_ts": tuple(self.role.protected),
-                    "mode": result.mode, "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]),
-                    "expires": expires,
-                }
-                if result.suite.protocol == "none":
-                    # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
-                    transaction.commit()
-                    info = TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
-                    answer = answer_with(info)
-                    steps.mark("seal")
-                    return info, answer
-                esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
-                if esp is None or ike is None:
-                    raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
-            except BaseException as exc:
-                transaction.abort(exc)
-                raise
+        # Leaving it on an error rolls back what was not (and drops a connection the error showed dead).
+        with self._store.request() as transaction:
+            self._admit(transaction, endorsement, request, now)
+            steps.mark("admit")
+            if refusal is not None:
+                raise refusal
+            lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
+            expires = int(now) + lifetime
+            suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
+                     "proposals": dict(result.proposals)}
+            client_identity = f"{ticket[:12]}.{request.user_id}"
+            base: dict[str, Any] = {
+                "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
+                "client_identity": client_identity, "remote_ts": tuple(self.role.protected),
+                "mode": result.mode, "suite": suite, "notes": tuple(n[:300] for n in result.notes[:16]),
+                "expires": expires,
+            }
+            if result.suite.protocol == "none":
+                # Objective-ID 1 (Native): no IPsec; nothing to configure, nothing to tear down.
+                transaction.commit()
+                info = TunnelingInfo(protection="native", ike_proposal=None, esp_proposal=None, **base)
+                answer = answer_with(info)
+                steps.mark("seal")
+                return info, answer
+            esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
+            if esp is None or ike is None:
+                raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
             # when a client asks for an address), all while the transaction commits. The loads go
@@ -310,16 +314,15 @@ class TargetAgent:
                         hint = self._book.lease_hint
                         sent += ["shared", "conn", *(["pool"] if hint else [])]
                         loads.send([
-                            load_shared_command(conn, session_key, [self.identity, client_identity]),
-                            load_conn_command(conn, self._conn_body(conn, client_identity, request, ike, esp,
-                                                                    result)),
-                            *([load_pool_command(conn, host_prefix(hint))] if hint else []),
+                            LoadShared(conn, session_key, (self.identity, client_identity)),
+                            LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
+                            *([LoadPool(conn, host_prefix(hint))] if hint else []),
                         ])
-                        vip = self._book.lease(transaction.cursor, ticket)
+                        vip = self._book.lease(transaction, ticket)
                         if vip != hint:
                             sent.append("pool")
-                            loads.send([load_pool_command(conn, host_prefix(vip))])
-                        add_session(transaction.cursor, AgentSessionRow(
+                            loads.send([LoadPool(conn, host_prefix(vip))])
+                        transaction.add_session(AgentSession(
                             ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                             request_id=request.request_id.hex(), objective_id=request.objective_id,
                             protection="esp",
@@ -327,8 +330,8 @@ class TargetAgent:
                             state=AgentSessionState.ACTIVE.value, expires_at=at(expires),
                         ))
                         transaction.commit()
-                    except BaseException as exc:
-                        transaction.abort(exc)
+                    except BaseException:
+                        transaction.rollback()  # the database first: charon may take a while
                         self._charon.finish_load(v, conn, loads, sent, undo=True)
                         raise
                     steps.mark("commit")
@@ -345,8 +348,6 @@ class TargetAgent:
                         raise
                 finally:
                     loads.close()
-        finally:
-            transaction.close()
         steps.mark("load")
         return info, answer
 
@@ -371,29 +372,29 @@ class TargetAgent:
             AgentRejected: any check failed.
         """
         now = self._clock()
-        _, body, tag = open_sealed(data, kinds=[Kind.REVOKE], me=self.keys)
+        _, body, tag = self.keys.open_sealed(data, kinds=[Kind.REVOKE])
         revocation = Revocation.parse(body)
-        verify(self._host_keys(revocation.host).sign, Kind.REVOKE, body, tag)
+        self._crypto.verify(self._host_keys(revocation.host).sign, Kind.REVOKE, body, tag)
         if revocation.target != self.keys.name:
             raise AgentRejected("revocation for another target")
         check_fresh(revocation.timestamp, now)
-        with self._sessions() as session, session.begin():
-            if not NonceRepository(session).claim("target", f"host:{revocation.host}", revocation.nonce,
-                                                  at(now + REPLAY_TTL)):
+        with self._store.unit() as uow:
+            if not uow.nonces.claim("target", f"host:{revocation.host}", revocation.nonce, at(now + REPLAY_TTL)):
                 raise AgentRejected("replayed revocation")
-            RevocationRepository(session).add(user_id=revocation.user_id,
-                                              sign_public_key=revocation.sign_public_key, host_id=revocation.host)
-            tickets = [r.ticket for r in SessionRepository(session).select(
+            uow.revocations.add(user_id=revocation.user_id, sign_public_key=revocation.sign_public_key,
+                                host_id=revocation.host)
+            tickets = [r.ticket for r in uow.sessions.select(
                 state=AgentSessionState.ACTIVE, user_id=revocation.user_id) if r.host_id == revocation.host]
+            uow.commit()
         closed = [t for t in tickets if self._book.finish(t, AgentSessionState.REVOKED, "user revoked at host")]
         return Outcome(answer=str(len(closed)).encode(),
                        audit=f"revoke user={revocation.user_id} closed={len(closed)}")
 
     def revocations(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """Target's own revocation list, newest first (public keys only; at most ``limit``)."""
-        with self._sessions() as session:
+        with self._store.unit() as uow:
             return [{"user_id": r.user_id, "sign_public_key": r.sign_public_key, "host": r.host_id,
-                     "revoked_at": r.revoked_at.isoformat()} for r in RevocationRepository(session).all(limit)]
+                     "revoked_at": r.revoked_at.isoformat()} for r in uow.revocations.all(limit)]
 
     # -- sessions -------------------------------------------------------------------------
 

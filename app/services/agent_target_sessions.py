@@ -16,26 +16,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy.orm import Session
-
-from app.adapters.db.agent import (
-    AgentSessionRow,
-    LeaseRepository,
-    NonceRepository,
-    SessionRepository,
-    leased_addresses,
-    take_lease,
-)
-from app.adapters.db.hot import HotCursor
 from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState
 from app.domain.errors import GatewayError
+from app.services.agent_ports import AgentRequest, AgentSession, AgentStore
 from app.services.agent_target_charon import TargetCharon
 
-__all__ = ["RECONCILE_GRACE", "Reconciled", "SessionFactory", "TargetSessions", "at"]
+__all__ = ["RECONCILE_GRACE", "Reconciled", "TargetSessions", "at"]
 
 log = logging.getLogger("qoss.agent.target")
 
-SessionFactory = Callable[[], Session]
 #: Reconcile leaves sessions younger than this alone (another worker may still be loading them).
 RECONCILE_GRACE = 30.0
 
@@ -54,11 +43,11 @@ def at(ts: float) -> datetime:
 
 
 class TargetSessions:
-    """The sessions of one Target: in its database (``sessions``) and its charon (``charon``)."""
+    """The sessions of one Target: in its database (``store``) and its charon (``charon``)."""
 
-    def __init__(self, *, sessions: SessionFactory, charon: TargetCharon, pool: str,
+    def __init__(self, *, store: AgentStore, charon: TargetCharon, pool: str,
                  clock: Callable[[], float] = time.time) -> None:
-        self._sessions = sessions
+        self._store = store
         self._charon = charon
         self._clock = clock
         self._sweeps = 0
@@ -90,7 +79,7 @@ class TargetSessions:
         """The address the next :meth:`lease` most likely gets (None: no guess)."""
         return self._lease_hint
 
-    def lease(self, cursor: HotCursor, ticket: str) -> str:
+    def lease(self, request: AgentRequest, ticket: str) -> str:
         """A free virtual IP from the pool, leased to ``ticket`` in the caller's transaction (a unique
         row: never handed out twice).
 
@@ -99,13 +88,13 @@ class TargetSessions:
         the lease table is read and the first free address taken.
         """
         hint = self._lease_hint
-        if hint is not None and take_lease(cursor, hint, ticket):
+        if hint is not None and request.take_lease(hint, ticket):
             self._lease_hint = self._after(hint)
             return hint
-        taken = leased_addresses(cursor)
+        taken = request.leased_addresses()
         for address in self._pool_network.hosts():
             text = str(address)
-            if text not in taken and take_lease(cursor, text, ticket):
+            if text not in taken and request.take_lease(text, ticket):
                 self._lease_hint = self._after(text)
                 return text
         raise AgentRejected("the virtual IP pool is exhausted")
@@ -119,21 +108,20 @@ class TargetSessions:
         return str(following) if usable else None
 
     def _release(self, ticket: str) -> None:
-        with self._sessions() as session, session.begin():
-            LeaseRepository(session).release(ticket)
+        with self._store.unit() as uow:
+            uow.leases.release(ticket)
+            uow.commit()
 
 
     # -- ending ---------------------------------------------------------------------------
 
-    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> AgentSessionRow | None:
+    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> AgentSession | None:
         """Move the session out of ACTIVE (once), release its lease, take its config out of charon."""
-        with self._sessions() as session, session.begin():
-            sessions = SessionRepository(session)
-            if not sessions.finish(ticket, state, reason):
+        with self._store.unit() as uow:
+            if not uow.sessions.finish(ticket, state, reason):
                 return None
-            row = sessions.get(ticket)
-            if row is not None:
-                session.expunge(row)
+            row = uow.sessions.get(ticket)
+            uow.commit()
         if row is not None and row.protection == "esp":
             self._charon.teardown(row.conn)
         self._release(ticket)  # only once charon has let go of the address
@@ -141,8 +129,8 @@ class TargetSessions:
 
 
     def close(self, ticket: str, *, user_id: str, state: AgentSessionState, reason: str) -> None:
-        with self._sessions() as session:
-            row = SessionRepository(session).get(ticket)
+        with self._store.unit() as uow:
+            row = uow.sessions.get(ticket)
             owner = row.user_id if row is not None else None
             active = row is not None and row.state == AgentSessionState.ACTIVE.value
         if owner != user_id or not active:
@@ -155,9 +143,10 @@ class TargetSessions:
         """End expired sessions, forget stale nonces, and (every 10th sweep, and the first) reconcile
         with charon. Returns the tickets ended because they expired."""
         now = self._clock()
-        with self._sessions() as session, session.begin():
-            expired = [r.ticket for r in SessionRepository(session).expired(at(now))]
-            NonceRepository(session).purge(at(now))
+        with self._store.unit() as uow:
+            expired = [r.ticket for r in uow.sessions.expired(at(now))]
+            uow.nonces.purge(at(now))
+            uow.commit()
         ended = [t for t in expired if self.finish(t, AgentSessionState.EXPIRED, "expired")]
         if self._sweeps % 10 == 0:
             self.reconcile()
@@ -185,9 +174,9 @@ class TargetSessions:
         settled = at(self._clock() - RECONCILE_GRACE)
         with self._inflight_lock:
             inflight = set(self._inflight)
-        with self._sessions() as session:
+        with self._store.unit() as uow:
             active = [(r.ticket, r.conn, r.created_at, r.protection)
-                      for r in SessionRepository(session).select(state=AgentSessionState.ACTIVE, limit=100_000)]
+                      for r in uow.sessions.select(state=AgentSessionState.ACTIVE, limit=100_000)]
         owned = {conn for _, conn, _, _ in active}
         unowned = {c for c in loaded if c.startswith(AGENT_CONN_PREFIX) and c not in owned and c not in inflight}
         orphans = sorted(unowned & self._suspects)
@@ -205,8 +194,8 @@ class TargetSessions:
 
     def listing(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""
-        with self._sessions() as session:
-            rows = SessionRepository(session).select(state=state, limit=limit)
+        with self._store.unit() as uow:
+            rows = uow.sessions.select(state=state, limit=limit)
             return [{
                 "ticket": r.ticket, "user_id": r.user_id, "host": r.host_id, "objective_id": r.objective_id,
                 "protection": r.protection, "conn": r.conn, "virtual_ip": r.virtual_ip, "state": r.state,

@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from app.adapters import files
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.migrate import upgrade
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
@@ -23,8 +21,8 @@ from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 from app.services.ports import UnitOfWork, UnitOfWorkFactory
+from tests.contract.databases import migrated_sessions
 from tests.fakes.uow import FakeDatabase
-from tests.fixtures.db import postgres_database
 
 Units = Callable[[], UnitOfWork]
 
@@ -35,24 +33,8 @@ def units(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[UnitOfWork
     if request.param == "fake":
         yield FakeDatabase().unit
         return
-    with postgres_database() if request.param == "postgresql" else _sqlite(tmp_path) as url:
-        engine = make_engine(url)
-        try:
-            yield sql_units_of_work(make_session_factory(engine))
-        finally:
-            engine.dispose()
-
-
-class _sqlite:
-    def __init__(self, tmp_path: Path) -> None:
-        self.url = f"sqlite:///{tmp_path / 'contract.db'}"
-
-    def __enter__(self) -> str:
-        upgrade(self.url)
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    with migrated_sessions(request.param, tmp_path) as sessions:
+        yield sql_units_of_work(sessions)
 
 
 def _table(name: str = "t1") -> RatingTable:

@@ -58,17 +58,11 @@ def test_the_domain_imports_no_service_or_adapter(path: Path) -> None:
     assert not outward, f"{_module(path)} imports {sorted(outward)}"
 
 
-#: The tunnel agent's roles still reach their crypto, transport and hot database path
-#: directly; every other service is written against ``app.services.ports``.
-_AGENT_ROLES = {"agent_client", "agent_config", "agent_host", "agent_target", "agent_target_charon",
-                "agent_target_sessions"}
-
-
-@pytest.mark.parametrize("path", [p for p in _files("services") if p.stem not in _AGENT_ROLES],
-                         ids=lambda p: _module(p))
+@pytest.mark.parametrize("path", _files("services"), ids=lambda p: _module(p))
 def test_services_import_no_database_library_and_no_concrete_adapter(path: Path) -> None:
     concrete = {name for name in _imports(path) if name.startswith(("sqlalchemy", "app.adapters", "vici"))}
-    assert not concrete, f"{_module(path)} imports {sorted(concrete)}: use a port of app.services.ports"
+    assert not concrete, (f"{_module(path)} imports {sorted(concrete)}: use a port of app.services.ports "
+                          "(the tunnel agent's roles: app.services.agent_ports)")
 
 
 def test_the_layers_test_sees_a_foreign_import(tmp_path: Path) -> None:

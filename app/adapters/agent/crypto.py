@@ -41,7 +41,17 @@ from app.domain.agent import (
 )
 from app.domain.errors import InvalidInput
 
-__all__ = ["KeyPair", "PublicKeys", "load_keys", "load_public", "open_sealed", "seal", "verify", "write_keys"]
+__all__ = [
+    "CRYPTO",
+    "KeyPair",
+    "PublicKeys",
+    "load_keys",
+    "load_public",
+    "open_sealed",
+    "seal",
+    "verify",
+    "write_keys",
+]
 
 _SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.CHACHA20_POLY1305)
 
@@ -116,6 +126,14 @@ class KeyPair:
             return _SUITE.decrypt(wire.sealed, self._kem, info=wire.info())
         except (InvalidTag, ValueError) as exc:
             raise AgentRejected("cannot open the seal") from exc
+
+    def seal(self, *, kind: Kind, to: str, body: bytes, recipient: bytes) -> bytes:
+        """:func:`seal`, signed by these keys."""
+        return seal(kind=kind, to=to, body=body, signer=self, recipient=recipient)
+
+    def open_sealed(self, data: bytes, *, kinds: Sequence[Kind]) -> tuple[Kind, bytes, bytes]:
+        """:func:`open_sealed` with these keys."""
+        return open_sealed(data, kinds=kinds, me=self)
 
     def private_pem(self) -> tuple[bytes, bytes]:
         enc = serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -227,3 +245,21 @@ def load_public(path: Path) -> tuple[str, PublicKeys]:
     if not valid_id(ident):
         raise InvalidInput(f"{path}: bad id")
     return ident, PublicKeys.from_text(sign, kem)
+
+
+class _Crypto:
+    """What needs no private key, as the agent's roles take it
+    (:class:`app.services.agent_ports.AgentCrypto`)."""
+
+    __slots__ = ()
+
+    verify = staticmethod(verify)
+    public_keys = staticmethod(PublicKeys.from_text)
+
+    @staticmethod
+    def read_public(path: Path) -> PublicKeys:
+        return load_public(path)[1]
+
+
+#: The agent's signature checks and public-key reading.
+CRYPTO = _Crypto()

@@ -22,6 +22,7 @@ from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
+from app.services.agent_ports import AgentSession, RevocationRecord
 
 __all__ = [
     "AgentLeaseRow",
@@ -248,13 +249,21 @@ _SESSIONS = cast(Table, AgentSessionRow.__table__)
 _ADD_SESSION = HotStatement(lambda _: insert(_SESSIONS))  # every column, each a bind of its own name
 
 
+def _session(row: AgentSessionRow) -> AgentSession:
+    return AgentSession(
+        ticket=row.ticket, user_id=row.user_id, host_id=row.host_id, request_id=row.request_id,
+        objective_id=row.objective_id, protection=row.protection, conn=row.conn, pool=row.pool,
+        virtual_ip=row.virtual_ip, client_identity=row.client_identity, suite=row.suite, state=row.state,
+        expires_at=row.expires_at, reason=row.reason, created_at=row.created_at, updated_at=row.updated_at)
+
+
 class SessionRepository:
     """Target's sessions (tickets)."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def add(self, row: AgentSessionRow) -> None:
+    def add(self, row: AgentSession) -> None:
         """Insert a new session.
 
         Raises:
@@ -263,23 +272,23 @@ class SessionRepository:
         with session_cursor(self.session) as cursor:
             add_session(cursor, row)
 
-    def get(self, ticket: str) -> AgentSessionRow | None:
-        return self.session.get(AgentSessionRow, ticket)
+    def get(self, ticket: str) -> AgentSession | None:
+        row = self.session.get(AgentSessionRow, ticket)
+        return None if row is None else _session(row)
 
     def select(self, *, state: AgentSessionState | None = None, user_id: str | None = None,
-             limit: int = 1000) -> list[AgentSessionRow]:
+               limit: int = 1000) -> list[AgentSession]:
         q = select(AgentSessionRow).order_by(AgentSessionRow.created_at.desc()).limit(limit)
         if state is not None:
             q = q.where(AgentSessionRow.state == state.value)
         if user_id is not None:
             q = q.where(AgentSessionRow.user_id == user_id)
-        return list(self.session.scalars(q).all())
+        return [_session(r) for r in self.session.scalars(q)]
 
-    def expired(self, now: datetime) -> list[AgentSessionRow]:
-        return list(self.session.scalars(
+    def expired(self, now: datetime) -> list[AgentSession]:
+        return [_session(r) for r in self.session.scalars(
             select(AgentSessionRow).where(AgentSessionRow.state == AgentSessionState.ACTIVE.value,
-                                          AgentSessionRow.expires_at <= now)
-        ).all())
+                                          AgentSessionRow.expires_at <= now))]
 
     def finish(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
         """Move an active session to ``state``; False if it was not active (single use)."""
@@ -311,10 +320,12 @@ class RevocationRepository:
         with session_cursor(self.session) as cursor:
             return is_revoked(cursor, user_id, sign_public_key)
 
-    def all(self, limit: int | None = None) -> list[AgentRevocationRow]:
+    def all(self, limit: int | None = None) -> list[RevocationRecord]:
         """Newest first (at most ``limit``)."""
-        return list(self.session.scalars(
-            select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc()).limit(limit)).all())
+        return [RevocationRecord(user_id=r.user_id, sign_public_key=r.sign_public_key, host_id=r.host_id,
+                                 revoked_at=r.revoked_at)
+                for r in self.session.scalars(
+                    select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc()).limit(limit))]
 
 
 class LeaseRepository:
@@ -341,18 +352,16 @@ class LeaseRepository:
 # repositories above run them in a Session's transaction.
 
 
-def add_session(cursor: HotCursor, row: AgentSessionRow) -> None:
-    """Insert a new session: one hot INSERT of every column (the defaults filled in here).
+def add_session(cursor: HotCursor, row: AgentSession) -> None:
+    """Insert a new session: one hot INSERT of every column (``updated_at``: its creation).
 
     Raises:
         AlreadyExists: the ticket exists (tickets are single-use). No savepoint: a clash of
             random 128-bit tickets fails the transaction.
     """
-    now = utcnow()
     values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
     values["reason"] = values["reason"] or ""
-    values["created_at"] = values["created_at"] or now
-    values["updated_at"] = values["updated_at"] or now
+    values["updated_at"] = values["updated_at"] or values["created_at"]
     try:
         cursor.execute(_ADD_SESSION, values)
     except IntegrityError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from typing import Self
 
 from sqlalchemy.orm import Session
 
@@ -21,11 +22,11 @@ from app.adapters.db.repositories import (
     TunnelRepository,
 )
 
-__all__ = ["SqlUnitOfWork", "sql_units_of_work"]
+__all__ = ["SessionTransaction", "SqlUnitOfWork", "sql_units_of_work"]
 
 
-class SqlUnitOfWork:
-    """The stores of one SQLAlchemy session.
+class SessionTransaction:
+    """One SQLAlchemy session as a unit of work's transaction (its stores are the subclass's).
 
     Args:
         session: the transaction. A request's session is the request's (its dependency
@@ -37,6 +38,25 @@ class SqlUnitOfWork:
     def __init__(self, session: Session, *, owned: bool = False) -> None:
         self.session = session
         self._owned = owned
+
+    def commit(self) -> None:
+        self.session.commit()
+
+    def rollback(self) -> None:
+        self.session.rollback()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owned:
+            self.session.close()  # rolls back what was not committed
+        elif self.session.in_transaction():
+            self.session.rollback()
+
+
+class SqlUnitOfWork(SessionTransaction):
+    """The stores of one SQLAlchemy session."""
 
     @cached_property
     def tables(self) -> RatingTableRepository:
@@ -81,21 +101,6 @@ class SqlUnitOfWork:
     @cached_property
     def shipped(self) -> ShippedLoadRepository:
         return ShippedLoadRepository(self.session)
-
-    def commit(self) -> None:
-        self.session.commit()
-
-    def rollback(self) -> None:
-        self.session.rollback()
-
-    def __enter__(self) -> SqlUnitOfWork:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._owned:
-            self.session.close()  # rolls back what was not committed
-        elif self.session.in_transaction():
-            self.session.rollback()
 
 
 def sql_units_of_work(session_factory: Callable[[], Session]) -> Callable[[], SqlUnitOfWork]:

@@ -20,9 +20,11 @@ import pytest
 import uvicorn
 
 from app.adapters import lab_agent_configs
-from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
+from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
+from app.adapters.agent.transport import post_message
 from app.adapters.lab import Lab
 from app.adapters.lab_agent_configs import client_config, host_role, target_role, write_config
+from app.adapters.vici.agent import AgentVici
 from app.adapters.vici.driver import ViciGateway
 from app.api.main import create_app
 from app.bootstrap import prepare_database
@@ -89,7 +91,8 @@ class AgentEnv:
             ike_address=left.ike_address), client=True)
         config = load_client_config(path)
         return AgentClient(config=config, keys=load_keys(config.key_dir, user),
-                           vici=RegisteringVici(config.vici_socket, timeout=20.0))
+                           crypto=CRYPTO, vici=AgentVici(RegisteringVici(config.vici_socket, timeout=20.0)),
+                           post=post_message)
 
     def audit(self) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.url}/v1/audit", headers=self.admin, params={"limit": 1000}, timeout=10)

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.agent.crypto import seal
+from app.adapters.agent.crypto import CRYPTO, seal
+from app.adapters.agent.transport import post_message
 from app.domain.agent import AgentRejected, ClientRequest, Kind, RequestInfo
 from app.services.agent_client import AgentClient
 from app.services.agent_host import HostAgent
@@ -137,7 +138,7 @@ def test_wrong_recipient(agent_env: AgentEnv, alice: AgentClient) -> None:
 
 def test_expired_and_future_timestamps(agent_env: AgentEnv, alice: AgentClient) -> None:
     for offset, reason in ((-120, "expired timestamp"), (+120, "timestamp in the future")):
-        late = AgentClient(config=alice.config, keys=alice.keys, vici=alice.vici,
+        late = AgentClient(config=alice.config, keys=alice.keys, crypto=CRYPTO, vici=alice.vici, post=post_message,
                            clock=lambda offset=offset: time.time() + offset)
         _, wire = connect_wire(late)
         assert_rejected(agent_env, post(agent_env, wire), reason)

@@ -17,16 +17,18 @@ import httpx
 import pytest
 from sqlalchemy import Engine, create_engine, select, update
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
 
-from app.adapters.agent.transport import RemoteRefused
+from app.adapters.agent.crypto import CRYPTO
+from app.adapters.agent.transport import RemoteRefused, post_message
+from app.adapters.db import agent_store
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.hot import HotStatement, HotTransaction
 from app.adapters.db.models import utcnow
+from app.adapters.vici.agent import AgentVici
 from app.adapters.vici.driver import Command, Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
-from app.services import agent_target
 from app.services.agent_client import AgentClient
+from app.services.agent_ports import AgentRequest, AgentUnitOfWork
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_sessions import RECONCILE_GRACE
 from app.services.ratelimit import RateLimiter
@@ -105,7 +107,8 @@ def test_forged_requests_do_not_spend_a_users_budget(agent_env: AgentEnv) -> Non
     before = getattr(state, "agent_user_limiter", None) or RateLimiter(1000.0, 1000)
     state.agent_user_limiter = RateLimiter(rate=0.01, burst=1)
     try:
-        impostor = AgentClient(config=victim.config, keys=impostor_keys, vici=victim.vici)
+        impostor = AgentClient(config=victim.config, keys=impostor_keys, crypto=CRYPTO, vici=victim.vici,
+                               post=post_message)
         for _ in range(3):
             r = post(agent_env, bogus_disconnect(impostor))
             assert r.status_code == 403
@@ -235,20 +238,26 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
             raise OperationalError("COMMIT", None, sqlite3.OperationalError("disk I/O error"))
 
     book = target._book
-    factory = book._sessions
+    store = book._store
 
-    def sessions() -> Session:
-        if threading.current_thread().name == "test-reconcile":
-            reconciling.set()
-        return factory()
+    class Watched:
+        """The Target's store, telling when the reconcile opens its unit of work."""
 
-    book._sessions = sessions  # type: ignore[method-assign]
-    monkeypatch.setattr(agent_target, "HotTransaction", FailingCommit)
+        def unit(self) -> AgentUnitOfWork:
+            if threading.current_thread().name == "test-reconcile":
+                reconciling.set()
+            return store.unit()
+
+        def request(self) -> AgentRequest:
+            return store.request()
+
+    book._store = Watched()
+    monkeypatch.setattr(agent_store, "HotTransaction", FailingCommit)
     try:
         with pytest.raises(RemoteRefused):
             gina.connect(target="hq", objective_id=3)
     finally:
-        book._sessions = factory  # type: ignore[method-assign]
+        book._store = store
         monkeypatch.undo()
         if "thread" in seen:
             seen["thread"].join(10)
@@ -292,7 +301,7 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
         def pipeline(self) -> Pipeline:
             return RefusingPipeline(self)
 
-    monkeypatch.setattr(target._charon, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
+    monkeypatch.setattr(target._charon, "_vici", lambda path: AgentVici(RefusedPool(real(path).socket_path, 20.0)))
     agent_env.enroll("hank", [3])
     with pytest.raises(RemoteRefused) as info:
         agent_env.client("hank").connect(target="hq", objective_id=3)

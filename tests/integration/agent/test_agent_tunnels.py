@@ -125,7 +125,7 @@ def test_connect_is_one_pipelined_exchange_with_charon(agent_env: AgentEnv) -> N
     agent_env.enroll("gina", [3])
     client = agent_env.client("gina")
     sent: list[list[str]] = []
-    make = client.vici.pipeline
+    make = client.vici.gateway.pipeline
 
     def spy() -> Pipeline:
         pipeline = make()
@@ -138,12 +138,12 @@ def test_connect_is_one_pipelined_exchange_with_charon(agent_env: AgentEnv) -> N
         pipeline.send = recording  # type: ignore[method-assign]
         return pipeline
 
-    client.vici.pipeline = spy  # type: ignore[method-assign]
+    client.vici.gateway.pipeline = spy  # type: ignore[method-assign]
     for name in ("initiate", "list_sas", "batch"):
-        setattr(client.vici, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} outside the pipeline"))
+        setattr(client.vici.gateway, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} outside the pipeline"))
     report = client.connect(target="hq", objective_id=3)
     for name in ("initiate", "list_sas", "batch"):
-        delattr(client.vici, name)
+        delattr(client.vici.gateway, name)
     try:
         assert sent == [["load-shared", "load-conn", "initiate", "list-sas"]]
         assert report["virtual_ip"] is not None
@@ -167,7 +167,7 @@ def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_f
         client.disconnect()
     assert client.tunnels() == []
 
-    make = client.vici.pipeline
+    make = client.vici.gateway.pipeline
 
     def hurried() -> Pipeline:
         """charon gives up waiting for the tunnel after 1 ms (the IKE_SA goes on in the background)."""
@@ -177,10 +177,10 @@ def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_f
             c._replace(message={**(c.message or {}), "timeout": 1}) if c.name == "initiate" else c for c in commands])
         return pipeline
 
-    client.vici.pipeline = hurried  # type: ignore[method-assign]
+    client.vici.gateway.pipeline = hurried  # type: ignore[method-assign]
     with pytest.raises(GatewayRejected, match="initiate"):
         client.connect(target="hq", objective_id=3)
-    del client.vici.pipeline
+    del client.vici.gateway.pipeline
     assert client.tunnels() == []
     assert not [c for c in client.vici.list_conns() if c.startswith("qoss-agent-")]
     assert not [sa for sa in client.vici.list_sas() if sa.name.startswith("qoss-agent-")]

@@ -37,6 +37,7 @@ from app.adapters.db.hot import (
     session_cursor,
 )
 from app.domain.agent import AgentSessionState, b64e
+from app.services.agent_ports import AgentSession
 from tests.fixtures.db import postgres_database
 
 
@@ -63,7 +64,7 @@ def test_a_session_row_written_hot_has_its_json_defaults_and_times(session_facto
     suite = {"esp": "aes128gcm16-x25519", "levels": {"c": 7}, "notes": ["a", "b"]}
     expires = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
     with session_factory() as session, session.begin():
-        SessionRepository(session).add(AgentSessionRow(
+        SessionRepository(session).add(AgentSession(
             ticket="t" * 32, user_id="alice", host_id="host-1", request_id="r" * 32, objective_id=3,
             protection="esp", conn="qoss-agent-x", pool="qoss-agent-x", virtual_ip="10.8.0.2",
             client_identity="abc.alice", suite=suite, state=AgentSessionState.ACTIVE.value, expires_at=expires))

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from app.adapters.agent.crypto import KeyPair, open_sealed, seal
+from app.adapters.agent.crypto import CRYPTO, KeyPair, open_sealed, seal
+from app.adapters.agent.transport import post_message
+from app.adapters.vici.agent import AgentVici
 from app.adapters.vici.driver import ViciGateway
 from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
 from app.domain.errors import GatewayRejected, TunnelVerificationFailed
@@ -47,7 +49,8 @@ def client(tmp_path: Path, socket_path: str, clock: Clock) -> AgentClient:
         targets={"target-1": Party(**TARGET.public.as_dict())},
         vici_socket=socket_path, state_dir=tmp_path / "state",
     )
-    return AgentClient(config=config, keys=USER, vici=ViciGateway(socket_path, timeout=2.0), clock=clock)
+    return AgentClient(config=config, keys=USER, crypto=CRYPTO, vici=AgentVici(ViciGateway(socket_path, timeout=2.0)),
+                       post=post_message, clock=clock)
 
 
 def reads(fake: FakeCharon) -> int:

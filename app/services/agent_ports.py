@@ -1,0 +1,420 @@
+"""What the tunnel agent's roles (``app/services/agent_*.py``) need from the world, as protocols:
+their state (users, nonces, sessions, leases, revocations), their keys and the other parties'
+public keys, the message transport between roles, and their charon.
+
+The roles are written against these and nothing concrete. The composition roots (the API's
+``main``, ``cli_agent``) hand them the real adapters: ``SqlAgentStore`` (``adapters/db/agent_store.py``;
+its request transactions are the raw-SQL hot path of ``adapters/db/hot.py``), ``KeyPair`` and
+``CRYPTO`` (``adapters/agent/crypto.py``), ``post_message`` (``adapters/agent/transport.py``) and
+``AgentVici`` (``adapters/vici/agent.py``); tests hand them the in-memory fakes of ``tests/fakes``
+(``agent_store``, ``agent_vici``). The same
+contract tests run against the SQL store and its fake (``tests/contract/test_agent_stores.py``).
+
+A unit of work or a request transaction is one transaction: its stores flush, never commit;
+the role that opened it commits it or rolls it back (leaving ``with`` rolls back what was not
+committed). Every store raises the domain's errors (``NotFound``, ``AlreadyExists``), never a
+database's.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from app.domain.agent import AgentSessionState, EnrolledUser, Kind
+
+__all__ = [
+    "AgentCrypto",
+    "AgentKeys",
+    "AgentRequest",
+    "AgentSession",
+    "AgentSessionStore",
+    "AgentStore",
+    "AgentUnitOfWork",
+    "AgentUserStore",
+    "AgentVici",
+    "AgentViciFactory",
+    "CharonCommand",
+    "CharonPipeline",
+    "Initiate",
+    "LeaseStore",
+    "ListSas",
+    "LoadConn",
+    "LoadPool",
+    "LoadShared",
+    "NonceStore",
+    "PeerKeys",
+    "Post",
+    "RevocationRecord",
+    "RevocationStore",
+    "Unload",
+    "UserListing",
+]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSession:
+    """A tunnel Target set up for a client (its ticket), until closed, expired or revoked."""
+
+    ticket: str
+    user_id: str
+    host_id: str
+    request_id: str
+    objective_id: int
+    protection: str
+    conn: str
+    pool: str | None
+    virtual_ip: str | None
+    client_identity: str
+    suite: dict[str, Any]
+    state: str
+    expires_at: datetime
+    reason: str = ""
+    created_at: datetime = field(default_factory=_now)
+    #: None: the same as ``created_at``.
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RevocationRecord:
+    """Target's record of a revoked user key (``sign_public_key`` in unpadded base64url)."""
+
+    user_id: str
+    sign_public_key: str
+    host_id: str
+    revoked_at: datetime
+
+
+#: An enrolled user, when they were enrolled, and when revoked (None: they are not).
+UserListing = tuple[EnrolledUser, datetime, datetime | None]
+
+
+class AgentUserStore(Protocol):
+    """The users Host enrolled."""
+
+    def enroll(self, user: EnrolledUser) -> None:
+        """Enrol a new user, or re-enrol a revoked one with new keys (``AlreadyExists``: an active
+        user of that id exists)."""
+        ...
+
+    def find(self, user_id: str) -> EnrolledUser | None: ...
+
+    def all(self) -> builtins.list[UserListing]:
+        """Every user, by id."""
+        ...
+
+    def revoke(self, user_id: str) -> bool:
+        """Mark revoked; False if it was already (``NotFound``: no such user)."""
+        ...
+
+
+class NonceStore(Protocol):
+    """The replay cache: one entry per (scope, sender, nonce) until it expires."""
+
+    def claim(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+        """Record the nonce; False if it is there already (a replay). Of concurrent claims one wins."""
+        ...
+
+    def purge(self, now: datetime) -> int:
+        """Forget nonces that expired before ``now``; how many."""
+        ...
+
+
+class AgentSessionStore(Protocol):
+    """Target's sessions (tickets, single use)."""
+
+    def add(self, session: AgentSession) -> None:
+        """Record a new session (``AlreadyExists``: the ticket exists)."""
+        ...
+
+    def get(self, ticket: str) -> AgentSession | None: ...
+
+    def select(self, *, state: AgentSessionState | None = None, user_id: str | None = None,
+               limit: int = ...) -> builtins.list[AgentSession]:
+        """Sessions newest first, those in ``state`` and of ``user_id`` if given, at most ``limit``."""
+        ...
+
+    def expired(self, now: datetime) -> builtins.list[AgentSession]:
+        """Active sessions whose expiry is not after ``now``."""
+        ...
+
+    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        """Move an active session to ``state`` (``reason``: at most 200 characters kept); False if
+        it was not active (single use)."""
+        ...
+
+
+class LeaseStore(Protocol):
+    """The virtual IPs Target handed to its sessions' clients (an address to one ticket at most)."""
+
+    def taken(self) -> set[str]: ...
+
+    def take(self, address: str, ticket: str) -> bool:
+        """Lease ``address`` to ``ticket``; False if someone else has it."""
+        ...
+
+    def release(self, ticket: str) -> None: ...
+
+
+class RevocationStore(Protocol):
+    """Target's own revocation list: (user, signing key) pairs it no longer accepts from any Host."""
+
+    def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        """Record a revocation; False if it was recorded already."""
+        ...
+
+    def revoked(self, user_id: str, sign_public_key: bytes) -> bool: ...
+
+    def all(self, limit: int | None = None) -> builtins.list[RevocationRecord]:
+        """Newest first (at most ``limit``)."""
+        ...
+
+
+class AgentUnitOfWork(Protocol):
+    """One transaction over the agent's state, for what is not on a message's path (enrolment,
+    listings, ending sessions, sweeps). Its opener commits or rolls back."""
+
+    @property
+    def users(self) -> AgentUserStore: ...
+
+    @property
+    def nonces(self) -> NonceStore: ...
+
+    @property
+    def sessions(self) -> AgentSessionStore: ...
+
+    @property
+    def leases(self) -> LeaseStore: ...
+
+    @property
+    def revocations(self) -> RevocationStore: ...
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def __enter__(self) -> AgentUnitOfWork: ...
+
+    def __exit__(self, *exc: object) -> None:
+        """Roll back what was not committed, and let go of the connection."""
+        ...
+
+
+class AgentRequest(Protocol):
+    """The write transaction of one agent message: its checks and records, begun at once (it
+    holds the database's write lock on SQLite). The real one runs each call as one precompiled
+    statement on the database driver's cursor (``adapters/db/hot.py``)."""
+
+    def find_user(self, user_id: str) -> EnrolledUser | None: ...
+
+    def claim_nonce(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+        """:meth:`NonceStore.claim` in this transaction."""
+        ...
+
+    def is_revoked(self, user_id: str, sign_public_key: bytes) -> bool:
+        """Whether Target's revocation list has this user's signing key."""
+        ...
+
+    def leased_addresses(self) -> set[str]: ...
+
+    def take_lease(self, address: str, ticket: str) -> bool:
+        """:meth:`LeaseStore.take` in this transaction."""
+        ...
+
+    def add_session(self, session: AgentSession) -> None:
+        """:meth:`AgentSessionStore.add` in this transaction (a clash fails the transaction)."""
+        ...
+
+    def commit(self) -> None:
+        """Commit (after a failed commit the transaction is rolled back)."""
+        ...
+
+    def rollback(self) -> None: ...
+
+    def __enter__(self) -> AgentRequest: ...
+
+    def __exit__(self, *exc: object) -> None:
+        """Roll back what was not committed, and let go of the connection."""
+        ...
+
+
+class AgentStore(Protocol):
+    """Where the agent keeps its state: opens transactions over it."""
+
+    def unit(self) -> AgentUnitOfWork:
+        """A unit of work (a read-only one is simply never committed)."""
+        ...
+
+    def request(self) -> AgentRequest:
+        """The write transaction of one message, begun now."""
+        ...
+
+
+# --------------------------------------------------------------------------- keys and transport
+
+
+class PeerKeys(Protocol):
+    """Another party's public keys (32 bytes each): Ed25519 to verify, X25519 to seal to."""
+
+    @property
+    def sign(self) -> bytes: ...
+
+    @property
+    def kem(self) -> bytes: ...
+
+
+class AgentKeys(Protocol):
+    """One party's own private keys and what only they can do (the crypto adapter's ``KeyPair``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def seal(self, *, kind: Kind, to: str, body: bytes, recipient: bytes) -> bytes:
+        """Sign ``body`` with these keys and seal it to ``recipient``'s X25519 key: the wire bytes."""
+        ...
+
+    def open_sealed(self, data: bytes, *, kinds: Sequence[Kind]) -> tuple[Kind, bytes, bytes]:
+        """Check the header and open a message sealed to these keys: (kind, signed body, tag), not
+        yet verified (``AgentRejected``: malformed, not for these keys, or the seal does not open)."""
+        ...
+
+
+class AgentCrypto(Protocol):
+    """What needs no private key: signatures checked, public keys read
+    (the crypto adapter's ``CRYPTO``)."""
+
+    def verify(self, public_sign_key: bytes, kind: Kind, body: bytes, tag: bytes) -> None:
+        """``AgentRejected`` unless ``tag`` is ``public_sign_key``'s signature of ``body`` as ``kind``."""
+        ...
+
+    def public_keys(self, sign: str, kem: str) -> PeerKeys:
+        """From unpadded base64url text (``InvalidInput``: not 32-byte keys)."""
+        ...
+
+    def read_public(self, path: Path) -> PeerKeys:
+        """From a ``<name>.pub.json`` file (``InvalidInput``: unreadable or malformed)."""
+        ...
+
+
+#: Sends one message to another role: (url, wire) -> the answer's wire. Raises ``AgentRejected``,
+#: ``RemoteRefused`` (the other role answered with an error) or ``PeerUnreachable``.
+Post = Callable[[str, bytes], bytes]
+
+
+# --------------------------------------------------------------------------- charon
+
+
+@dataclass(frozen=True, slots=True)
+class LoadShared:
+    """``load-shared``: an IKE secret for ``owners`` (never in a log, a repr or an error)."""
+
+    name: str
+    secret: bytes = field(repr=False)
+    owners: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConn:
+    """``load-conn``: load or replace conn ``name`` (swanctl.conf-style settings)."""
+
+    name: str
+    conn: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPool:
+    """``load-pool``: load or replace virtual-IP pool ``name`` (a subnet or a range)."""
+
+    name: str
+    addrs: str
+
+
+@dataclass(frozen=True, slots=True)
+class Initiate:
+    """``initiate`` a CHILD_SA (and its IKE_SA); a failure's reply carries charon's log lines."""
+
+    child: str
+    ike: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListSas:
+    """``list-sas``: its reply is the IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
+
+    ike: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    """``unload-conn``, ``unload-pool`` or ``unload-shared`` (``what``: conn, pool or shared)."""
+
+    what: str
+    name: str
+
+
+CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload
+
+
+class CharonPipeline(Protocol):
+    """Commands written to one charon connection now, their replies read later (charon answers
+    one connection's requests in order). Closing gives the connection back once every reply
+    was read."""
+
+    def send(self, commands: Sequence[CharonCommand]) -> None:
+        """Write ``commands`` in one go without waiting (``GatewayUnreachable``: the socket failed)."""
+        ...
+
+    def finish(self) -> builtins.list[Any]:
+        """Every reply so far, in the order sent: the reply (a :class:`ListSas`'s: its IKE_SAs), or
+        the ``GatewayRejected`` charon's refusal makes of it."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> CharonPipeline: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class AgentVici(Protocol):
+    """What the agent's roles ask of a charon (``AgentVici`` in ``adapters/vici/agent.py``). Failures are
+    the domain's ``GatewayUnreachable`` and ``GatewayRejected``."""
+
+    socket_path: str
+
+    def get_algorithms(self) -> Any:
+        """``.as_sections()``: charon's algorithms by section."""
+        ...
+
+    def stats(self) -> Any:
+        """``.backend``: the IPsec back end."""
+        ...
+
+    def list_conns(self) -> builtins.list[str]: ...
+
+    def list_sas(self, *, ike: str | None = ...) -> builtins.list[Any]: ...
+
+    def terminate(self, *, ike: str | None = ..., timeout_ms: int = ..., force: bool = ...) -> Any: ...
+
+    def batch(self, commands: Sequence[CharonCommand]) -> builtins.list[Any]:
+        """Run ``commands`` in order on one connection, pipelined: per command as
+        :meth:`CharonPipeline.finish` gives it (the others still ran after a refusal)."""
+        ...
+
+    def pipeline(self) -> CharonPipeline: ...
+
+
+#: A charon by its VICI socket path.
+AgentViciFactory = Callable[[str], AgentVici]

@@ -1,0 +1,237 @@
+"""The agent store's contract (``app.services.agent_ports``): the SQL store (units of work over the
+repositories, request transactions on the hot path) on SQLite and PostgreSQL and the in-memory
+fake of ``tests/fakes/agent_store.py`` pass the same tests: single-use nonces and leases (also
+under concurrency), Target's revocation list, single-use tickets, enrolled users."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.adapters.db.agent_store import SqlAgentStore
+from app.domain.agent import AgentSessionState, EnrolledUser, b64e
+from app.domain.errors import AlreadyExists, NotFound
+from app.services.agent_ports import AgentSession, AgentStore
+from tests.contract.databases import migrated_sessions
+from tests.fakes.agent_store import FakeAgentStore
+
+LATER = datetime.now(UTC) + timedelta(minutes=5)
+KEY_A, KEY_B = b"\x01" * 32, b"\x02" * 32
+
+
+@pytest.fixture(params=["fake", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentStore]:
+    """An agent store on an empty, migrated database of each kind."""
+    if request.param == "fake":
+        yield FakeAgentStore()
+        return
+    with migrated_sessions(request.param, tmp_path) as sessions:
+        yield SqlAgentStore(sessions)
+
+
+def _session(ticket: str, **changes: object) -> AgentSession:
+    session = AgentSession(ticket=ticket, user_id="a", host_id="h", request_id="00" * 16, objective_id=3,
+                           protection="esp", conn=f"qoss-agent-{ticket[:16]}", pool=None, virtual_ip="10.8.0.1",
+                           client_identity="x.a", suite={}, state="active", expires_at=LATER)
+    return replace(session, **changes)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ nonces
+
+
+def test_a_nonce_is_claimed_once_and_a_clash_leaves_the_transaction_usable(store: AgentStore) -> None:
+    with store.unit() as uow:
+        assert uow.nonces.claim("target", "user:a", b"n" * 16, LATER)
+        assert not uow.nonces.claim("target", "user:a", b"n" * 16, LATER)
+        assert uow.nonces.claim("target", "user:b", b"n" * 16, LATER)  # the same transaction goes on
+        uow.commit()
+    with store.request() as transaction:
+        assert not transaction.claim_nonce("target", "user:a", b"n" * 16, LATER)
+        assert transaction.claim_nonce("host", "user:a", b"n" * 16, LATER)
+        transaction.commit()
+    with store.unit() as uow:
+        assert not uow.nonces.claim("host", "user:a", b"n" * 16, LATER)
+
+
+def test_twenty_concurrent_claims_of_one_nonce_one_wins(store: AgentStore) -> None:
+    results: list[bool] = []
+    barrier = threading.Barrier(20)
+
+    def claim() -> None:
+        barrier.wait()
+        with store.request() as transaction:
+            results.append(transaction.claim_nonce("host", "user:c", b"c" * 16, LATER))
+            transaction.commit()
+
+    threads = [threading.Thread(target=claim) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(results) == [False] * 19 + [True]
+
+
+def test_a_request_left_uncommitted_or_failed_leaves_nothing(store: AgentStore) -> None:
+    with store.request() as transaction:
+        assert transaction.claim_nonce("host", "user:d", b"d" * 16, LATER)
+
+    def refused_after_the_claim() -> None:
+        with store.request() as transaction:
+            assert transaction.claim_nonce("host", "user:d", b"d" * 16, LATER)
+            raise RuntimeError("refused after the claim")
+
+    with pytest.raises(RuntimeError):
+        refused_after_the_claim()
+    with store.request() as transaction:
+        assert transaction.claim_nonce("host", "user:d", b"d" * 16, LATER)
+        transaction.rollback()
+    with store.unit() as uow:
+        assert uow.nonces.claim("host", "user:d", b"d" * 16, LATER)
+        uow.rollback()
+    with store.unit() as uow:
+        assert uow.nonces.claim("host", "user:d", b"d" * 16, LATER)
+
+
+def test_stale_nonces_are_purged(store: AgentStore) -> None:
+    now = datetime.now(UTC)
+    with store.unit() as uow:
+        uow.nonces.claim("host", "user:e", b"old", now - timedelta(seconds=1))
+        uow.nonces.claim("host", "user:e", b"new", now + timedelta(seconds=60))
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.nonces.purge(now) == 1
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.nonces.claim("host", "user:e", b"old", LATER)
+        assert not uow.nonces.claim("host", "user:e", b"new", LATER)
+
+
+# ------------------------------------------------------------------ leases and revocations
+
+
+def test_an_address_is_leased_once(store: AgentStore) -> None:
+    with store.unit() as uow:
+        assert uow.leases.take("10.8.0.1", "t" * 32)
+        assert not uow.leases.take("10.8.0.1", "u" * 32)
+        assert uow.leases.taken() == {"10.8.0.1"}
+        uow.leases.release("t" * 32)
+        assert uow.leases.take("10.8.0.1", "u" * 32)
+        uow.commit()
+    with store.request() as transaction:
+        assert transaction.leased_addresses() == {"10.8.0.1"}
+        assert not transaction.take_lease("10.8.0.1", "v" * 32)
+        assert transaction.take_lease("10.8.0.2", "v" * 32)
+        assert not transaction.take_lease("10.8.0.3", "v" * 32)  # one address a ticket
+        transaction.commit()
+    with store.unit() as uow:
+        assert uow.leases.taken() == {"10.8.0.1", "10.8.0.2"}
+
+
+def test_revocations_are_per_user_and_key(store: AgentStore) -> None:
+    with store.unit() as uow:
+        assert uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-1")
+        assert not uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-2")
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.revocations.revoked("dave", KEY_A)
+        assert not uow.revocations.revoked("dave", KEY_B)  # re-enrolled with new keys
+        assert not uow.revocations.revoked("erin", KEY_A)
+        [record] = uow.revocations.all()
+        assert (record.user_id, record.host_id, record.sign_public_key) == ("dave", "host-1", b64e(KEY_A))
+        assert record.revoked_at.tzinfo is not None
+        assert uow.revocations.add(user_id="erin", sign_public_key=KEY_B, host_id="host-1")
+        assert [r.user_id for r in uow.revocations.all(1)] == ["erin"]  # newest first
+    with store.request() as transaction:
+        assert transaction.is_revoked("dave", KEY_A)
+        assert not transaction.is_revoked("erin", KEY_B)  # never committed
+
+
+# ------------------------------------------------------------------ sessions
+
+
+def test_a_ticket_is_single_use(store: AgentStore) -> None:
+    with store.unit() as uow:
+        uow.sessions.add(_session("a" * 32))
+        uow.commit()
+    with pytest.raises(AlreadyExists), store.unit() as uow:
+        uow.sessions.add(_session("a" * 32))
+    with pytest.raises(AlreadyExists), store.request() as transaction:
+        transaction.add_session(_session("a" * 32))
+
+
+def test_a_session_gets_its_defaults_and_reads_back(store: AgentStore) -> None:
+    suite = {"esp": "aes128gcm16-x25519", "levels": {"c": 7}, "notes": ["a", "b"]}
+    with store.request() as transaction:
+        transaction.add_session(_session("b" * 32, suite=suite))
+        transaction.commit()
+    with store.unit() as uow:
+        row = uow.sessions.get("b" * 32)
+        assert uow.sessions.get("c" * 32) is None
+    assert row is not None
+    assert (row.reason, row.suite, row.virtual_ip, row.expires_at) == ("", suite, "10.8.0.1", LATER)
+    assert row.created_at.tzinfo is not None
+    assert row.updated_at == row.created_at
+
+
+def test_sessions_are_listed_newest_first_and_finished_once(store: AgentStore) -> None:
+    now = datetime.now(UTC)
+    with store.unit() as uow:
+        uow.sessions.add(_session("1" * 32, created_at=now - timedelta(seconds=3), expires_at=now))
+        uow.sessions.add(_session("2" * 32, created_at=now - timedelta(seconds=2), user_id="b"))
+        uow.sessions.add(_session("3" * 32, created_at=now - timedelta(seconds=1)))
+        uow.commit()
+    with store.unit() as uow:
+        assert [s.ticket[0] for s in uow.sessions.select()] == ["3", "2", "1"]
+        assert [s.ticket[0] for s in uow.sessions.select(user_id="a", limit=1)] == ["3"]
+        assert [s.ticket[0] for s in uow.sessions.expired(now)] == ["1"]
+        assert uow.sessions.finish("1" * 32, AgentSessionState.EXPIRED, "x" * 300)
+        assert not uow.sessions.finish("1" * 32, AgentSessionState.CLOSED, "again")
+        assert not uow.sessions.finish("9" * 32, AgentSessionState.CLOSED, "no such ticket")
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.sessions.expired(now) == []
+        assert [s.ticket[0] for s in uow.sessions.select(state=AgentSessionState.ACTIVE)] == ["3", "2"]
+        [ended] = uow.sessions.select(state=AgentSessionState.EXPIRED)
+    assert (ended.state, ended.reason) == ("expired", "x" * 200)
+    assert ended.updated_at is not None
+    assert ended.updated_at >= ended.created_at
+
+
+# ------------------------------------------------------------------ users
+
+
+def test_a_user_is_enrolled_once_found_revoked_and_enrolled_again(store: AgentStore) -> None:
+    user = EnrolledUser(user_id="fay", sign_public_key=KEY_A, kem_public_key=KEY_B, objectives=frozenset({2, 3}))
+    with store.unit() as uow:
+        uow.users.enroll(user)
+        uow.commit()
+    with pytest.raises(AlreadyExists), store.unit() as uow:
+        uow.users.enroll(user)
+    with store.request() as transaction:
+        assert transaction.find_user("fay") == user
+        assert transaction.find_user("gus") is None
+    with store.unit() as uow:
+        assert uow.users.revoke("fay")
+        assert not uow.users.revoke("fay")
+        with pytest.raises(NotFound):
+            uow.users.revoke("gus")
+        uow.commit()
+    with store.unit() as uow:
+        found = uow.users.find("fay")
+        assert found is not None
+        assert found.revoked
+        [(listed, created, revoked)] = uow.users.all()
+        assert listed.revoked
+        assert revoked is not None
+        assert created <= revoked
+        uow.users.enroll(replace(user, sign_public_key=KEY_B, objectives=frozenset({1})))
+        uow.users.enroll(replace(user, user_id="abe"))
+        uow.commit()
+    with store.unit() as uow:
+        assert [(u.user_id, u.sign_public_key, sorted(u.objectives), r) for u, _, r in uow.users.all()] == [
+            ("abe", KEY_A, [2, 3], None), ("fay", KEY_B, [1], None)]

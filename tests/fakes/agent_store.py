@@ -1,0 +1,255 @@
+"""An in-memory store of the tunnel agent's state (``app.services.agent_ports.AgentStore``), for
+tests of the agent's roles that need neither SQLite nor PostgreSQL.
+
+:class:`FakeAgentStore` holds the committed state. A transaction takes the store's one writer
+lock when it first touches the state (a request transaction: at once), as SQLite's ``BEGIN
+IMMEDIATE`` does, and works on a copy; ``commit`` writes the copy back and lets the lock go,
+``rollback`` and leaving ``with`` uncommitted throw it away. The stores raise the domain's
+errors exactly where the SQL ones do: ``tests/contract/test_agent_stores.py`` holds both to the
+same behaviour.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+
+from app.domain.agent import AgentSessionState, EnrolledUser, b64e
+from app.domain.errors import AlreadyExists, NotFound
+from app.services.agent_ports import AgentSession, RevocationRecord, UserListing
+
+__all__ = ["FakeAgentRequest", "FakeAgentStore", "FakeAgentUnitOfWork"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _State:
+    #: user id -> (the user, not revoked; enrolled at; revoked at)
+    users: dict[str, tuple[EnrolledUser, datetime, datetime | None]] = field(default_factory=dict)
+    #: (scope, sender, nonce in hex) -> expiry
+    nonces: dict[tuple[str, str, str], datetime] = field(default_factory=dict)
+    sessions: dict[str, AgentSession] = field(default_factory=dict)
+    #: address -> ticket
+    leases: dict[str, str] = field(default_factory=dict)
+    #: (user id, signing key in base64url) -> record
+    revocations: dict[tuple[str, str], RevocationRecord] = field(default_factory=dict)
+
+    def copy(self) -> _State:
+        return _State(dict(self.users), dict(self.nonces), dict(self.sessions), dict(self.leases),
+                      dict(self.revocations))
+
+
+class FakeAgentStore:
+    """The committed state and its one writer lock."""
+
+    def __init__(self, *, lock_timeout: float = 10.0) -> None:
+        self.state = _State()
+        self.writer = threading.Lock()
+        self.lock_timeout = lock_timeout
+
+    def unit(self) -> FakeAgentUnitOfWork:
+        return FakeAgentUnitOfWork(self)
+
+    def request(self) -> FakeAgentRequest:
+        return FakeAgentRequest(self)
+
+
+class _Transaction:
+    def __init__(self, store: FakeAgentStore) -> None:
+        self._store = store
+        self._copy: _State | None = None
+
+    @property
+    def state(self) -> _State:
+        """This transaction's copy, begun (the writer lock taken) on first use."""
+        if self._copy is None:
+            if not self._store.writer.acquire(timeout=self._store.lock_timeout):
+                raise TimeoutError("the fake agent store is locked (a transaction left open?)")
+            self._copy = self._store.state.copy()
+        return self._copy
+
+    def _end(self, keep: bool) -> None:
+        if self._copy is not None:
+            if keep:
+                self._store.state = self._copy
+            self._copy = None
+            self._store.writer.release()
+
+    def commit(self) -> None:
+        self._end(True)
+
+    def rollback(self) -> None:
+        self._end(False)
+
+    def __exit__(self, *exc: object) -> None:
+        self._end(False)
+
+
+class _Users:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def enroll(self, user: EnrolledUser) -> None:
+        users = self._tx.state.users
+        found = users.get(user.user_id)
+        if found is not None and found[2] is None:
+            raise AlreadyExists(f"user {user.user_id} is enrolled already")
+        users[user.user_id] = (replace(user, revoked=False), _now(), None)
+
+    def find(self, user_id: str) -> EnrolledUser | None:
+        found = self._tx.state.users.get(user_id)
+        return None if found is None else replace(found[0], revoked=found[2] is not None)
+
+    def all(self) -> list[UserListing]:
+        users = self._tx.state.users
+        return [(replace(u, revoked=r is not None), c, r) for u, c, r in (users[k] for k in sorted(users))]
+
+    def revoke(self, user_id: str) -> bool:
+        users = self._tx.state.users
+        found = users.get(user_id)
+        if found is None:
+            raise NotFound(f"no user {user_id}")
+        if found[2] is not None:
+            return False
+        users[user_id] = (found[0], found[1], _now())
+        return True
+
+
+class _Nonces:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def claim(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+        nonces, key = self._tx.state.nonces, (scope, sender, nonce.hex())
+        if key in nonces:
+            return False
+        nonces[key] = expires_at
+        return True
+
+    def purge(self, now: datetime) -> int:
+        nonces = self._tx.state.nonces
+        stale = [k for k, expires in nonces.items() if expires < now]
+        for k in stale:
+            del nonces[k]
+        return len(stale)
+
+
+class _Sessions:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def add(self, session: AgentSession) -> None:
+        sessions = self._tx.state.sessions
+        if session.ticket in sessions:
+            raise AlreadyExists("ticket exists")
+        sessions[session.ticket] = replace(session, updated_at=session.updated_at or session.created_at)
+
+    def get(self, ticket: str) -> AgentSession | None:
+        return self._tx.state.sessions.get(ticket)
+
+    def select(self, *, state: AgentSessionState | None = None, user_id: str | None = None,
+               limit: int = 1000) -> list[AgentSession]:
+        chosen = [s for s in self._tx.state.sessions.values()
+                  if (state is None or s.state == state.value) and (user_id is None or s.user_id == user_id)]
+        return sorted(chosen, key=lambda s: s.created_at, reverse=True)[:limit]
+
+    def expired(self, now: datetime) -> list[AgentSession]:
+        return [s for s in self._tx.state.sessions.values()
+                if s.state == AgentSessionState.ACTIVE.value and s.expires_at <= now]
+
+    def finish(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        sessions = self._tx.state.sessions
+        found = sessions.get(ticket)
+        if found is None or found.state != AgentSessionState.ACTIVE.value:
+            return False
+        sessions[ticket] = replace(found, state=state.value, reason=reason[:200], updated_at=_now())
+        return True
+
+
+class _Leases:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def taken(self) -> set[str]:
+        return set(self._tx.state.leases)
+
+    def take(self, address: str, ticket: str) -> bool:
+        leases = self._tx.state.leases
+        if address in leases or ticket in leases.values():  # both unique
+            return False
+        leases[address] = ticket
+        return True
+
+    def release(self, ticket: str) -> None:
+        leases = self._tx.state.leases
+        for address in [a for a, t in leases.items() if t == ticket]:
+            del leases[address]
+
+
+class _Revocations:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        revocations, key = self._tx.state.revocations, (user_id, b64e(sign_public_key))
+        if key in revocations:
+            return False
+        revocations[key] = RevocationRecord(user_id=user_id, sign_public_key=key[1], host_id=host_id,
+                                            revoked_at=_now())
+        return True
+
+    def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
+        return (user_id, b64e(sign_public_key)) in self._tx.state.revocations
+
+    def all(self, limit: int | None = None) -> list[RevocationRecord]:
+        return sorted(self._tx.state.revocations.values(), key=lambda r: r.revoked_at, reverse=True)[:limit]
+
+
+class FakeAgentUnitOfWork(_Transaction):
+    """One transaction and the agent's stores."""
+
+    def __init__(self, store: FakeAgentStore) -> None:
+        super().__init__(store)
+        self.users = _Users(self)
+        self.nonces = _Nonces(self)
+        self.sessions = _Sessions(self)
+        self.leases = _Leases(self)
+        self.revocations = _Revocations(self)
+
+    def __enter__(self) -> FakeAgentUnitOfWork:
+        return self
+
+
+class FakeAgentRequest(_Transaction):
+    """One message's write transaction: the lock taken at once."""
+
+    def __init__(self, store: FakeAgentStore) -> None:
+        super().__init__(store)
+        _ = self.state  # begun now
+        self._users, self._nonces, self._sessions = _Users(self), _Nonces(self), _Sessions(self)
+        self._leases, self._revocations = _Leases(self), _Revocations(self)
+
+    def find_user(self, user_id: str) -> EnrolledUser | None:
+        return self._users.find(user_id)
+
+    def claim_nonce(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
+        return self._nonces.claim(scope, sender, nonce, expires_at)
+
+    def is_revoked(self, user_id: str, sign_public_key: bytes) -> bool:
+        return self._revocations.revoked(user_id, sign_public_key)
+
+    def leased_addresses(self) -> set[str]:
+        return self._leases.taken()
+
+    def take_lease(self, address: str, ticket: str) -> bool:
+        return self._leases.take(address, ticket)
+
+    def add_session(self, session: AgentSession) -> None:
+        self._sessions.add(session)
+
+    def __enter__(self) -> FakeAgentRequest:
+        return self

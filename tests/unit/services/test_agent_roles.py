@@ -1,0 +1,227 @@
+"""The agent's Host and Target roles on the fakes (``tests/fakes/agent_store.py``,
+``tests/fakes/agent_vici.py``, the in-memory unit of work): no database, no charon, no socket.
+Connect, replay, disconnect, revocation, a refused load, expiry and reconcile, each checked in
+the store and in what charon holds. The same roles against SQLite and a real charon:
+``tests/integration/agent``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from app.adapters.agent.crypto import CRYPTO, KeyPair
+from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, agent_conn_name
+from app.domain.errors import GatewayRejected
+from app.domain.tunnels import keywords_from_charon
+from app.services.agent_client import AgentClient
+from app.services.agent_config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
+from app.services.agent_host import HostAgent
+from app.services.agent_target import TargetAgent
+from app.services.agent_target_sessions import RECONCILE_GRACE
+from app.services.ratings import TableCache
+from tests.fakes.agent_store import FakeAgentStore
+from tests.fakes.agent_vici import FakeAgentCharon
+from tests.fakes.uow import FakeDatabase
+
+SERVER = KeyPair.generate("hq")
+TARGET = KeyPair.generate("far")
+ALICE = KeyPair.generate("alice")
+POOL = "10.3.8.0/29"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Roles:
+    """Host and Target in one process (``url: local``) on the fakes, and alice's client."""
+
+    def __init__(self, database: FakeDatabase, tmp_path: Path) -> None:
+        self.clock = Clock()
+        self.store = FakeAgentStore()
+        self.charon = FakeAgentCharon()
+        me = Party(**SERVER.public.as_dict())
+        config = AgentConfig(
+            id="hq", key_dir=tmp_path, host=HostRole(targets={"hq": Party(url="local", **SERVER.public.as_dict())}),
+            target=TargetRole(hosts={"hq": me}, vici_socket="/run/fake.vici", ike_address="10.99.0.3",
+                              protected=["10.3.0.1/32"], pool=POOL))
+        self.target = TargetAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, units=database.unit,
+                                  vici=self.charon, cache=TableCache(), default_table="standards-2026",
+                                  clock=self.clock)
+        self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
+                              post=self._unreachable, clock=self.clock)
+        self.client = AgentClient(
+            config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
+                                                                      **SERVER.public.as_dict()},
+                                targets={"hq": me}, vici_socket="/run/client.vici", state_dir=tmp_path / "state"),
+            keys=ALICE, crypto=CRYPTO, vici=FakeAgentCharon()("/run/client.vici"), post=self._unreachable,
+            clock=self.clock)
+        self.host.enroll(user_id="alice", objectives=[1, 3], **ALICE.public.as_dict())
+
+    @staticmethod
+    def _unreachable(url: str, wire: bytes) -> bytes:
+        raise AssertionError(f"nothing is posted in these tests ({url})")
+
+    def connect(self, objective_id: int = 3) -> tuple[str, str]:
+        """(ticket, protection) of a connect through Host."""
+        supports = tuple(sorted(keywords_from_charon(self.charon.algorithms)))
+        request, wire = self.client.request(Kind.CONNECT, RequestInfo(target="hq", supports=supports), objective_id)
+        response = self.client.accept(self.host.handle(wire).answer, request)
+        assert response.tunneling_info is not None
+        return response.tunneling_info.ticket, response.tunneling_info.protection
+
+    def disconnect(self, ticket: str) -> Kind:
+        request, wire = self.client.request(Kind.DISCONNECT, RequestInfo(target="hq", ticket=ticket), 3)
+        return self.client.accept(self.host.handle(wire).answer, request).kind
+
+    def session(self, ticket: str) -> tuple[str, str | None, set[str]]:
+        """The session's state, virtual IP, and the addresses leased now."""
+        with self.store.unit() as uow:
+            found = uow.sessions.get(ticket)
+            assert found is not None
+            return found.state, found.virtual_ip, uow.leases.taken()
+
+
+@contextmanager
+def rejected(reason: str) -> Iterator[None]:
+    """The block raises :class:`AgentRejected` for a reason that starts with ``reason``."""
+    with pytest.raises(AgentRejected) as info:
+        yield
+    assert info.value.reason.startswith(reason), info.value.reason
+
+
+@pytest.fixture
+def roles(database: FakeDatabase, tmp_path: Path) -> Roles:
+    return Roles(database, tmp_path)
+
+
+def test_a_connect_is_recorded_leased_and_loaded_into_charon_in_one_write(roles: Roles) -> None:
+    ticket, protection = roles.connect()
+    conn = agent_conn_name(ticket)
+    state, vip, leased = roles.session(ticket)
+    assert (protection, state) == ("esp", "active")
+    assert vip is not None
+    assert leased == {vip}
+    assert roles.charon.pools == {conn: f"{vip}/32"}
+    assert set(roles.charon.conns) == set(roles.charon.shared) == {conn}
+    assert roles.charon.writes == [["LoadShared", "LoadConn"], ["LoadPool"]]  # no lease hint yet
+    roles.connect()
+    assert roles.charon.writes[-1] == ["LoadShared", "LoadConn", "LoadPool"]  # the pool on the hint
+
+
+def test_a_native_connect_configures_nothing(roles: Roles) -> None:
+    ticket, protection = roles.connect(objective_id=1)
+    assert protection == "native"
+    assert roles.charon.empty
+    assert roles.charon.writes == []
+    with roles.store.unit() as uow:
+        assert uow.sessions.get(ticket) is None
+
+
+def test_a_replayed_request_is_refused_and_configures_nothing_more(roles: Roles) -> None:
+    supports = tuple(sorted(keywords_from_charon(roles.charon.algorithms)))
+    _, wire = roles.client.request(Kind.CONNECT, RequestInfo(target="hq", supports=supports), 3)
+    roles.host.handle(wire)
+    with rejected("replayed request"):
+        roles.host.handle(wire)
+    assert len(roles.charon.conns) == 1
+
+
+def test_a_request_refused_by_admit_spends_no_nonce(roles: Roles) -> None:
+    _, wire = roles.client.request(Kind.CONNECT, RequestInfo(target="hq"), 1)
+
+    def full(user_id: str) -> None:
+        raise RuntimeError(f"{user_id}: rate limited")
+
+    with pytest.raises(RuntimeError, match="rate limited"):
+        roles.host.handle(wire, admit=full)
+    roles.host.handle(wire)  # the same request, later: not a replay
+
+
+def test_a_disconnect_closes_the_session_releases_the_lease_and_unloads(roles: Roles) -> None:
+    ticket, _ = roles.connect()
+    assert roles.disconnect(ticket) is Kind.CLOSED
+    assert roles.session(ticket)[0] == "closed"
+    assert roles.session(ticket)[2] == set()
+    assert roles.charon.empty
+    with rejected("target rejected: ticket unknown"):
+        roles.disconnect(ticket)
+
+
+def test_revoking_a_user_ends_their_sessions_and_refuses_their_key(roles: Roles) -> None:
+    ticket, _ = roles.connect()
+    result = roles.host.revoke("alice")
+    assert result["targets"] == {"hq": "confirmed: 1 tunnels closed"}
+    assert roles.session(ticket)[0] == "revoked"
+    assert roles.charon.empty
+    assert [r["user_id"] for r in roles.target.revocations()] == ["alice"]
+    with rejected("revoked user alice"):
+        roles.connect()
+
+
+def test_a_load_charon_refuses_unloads_the_others_and_fails_the_session(roles: Roles) -> None:
+    roles.charon.refuse["LoadPool"] = "bad address"
+    with pytest.raises(GatewayRejected, match="bad address"):
+        roles.connect()
+    assert roles.charon.empty
+    [failed] = roles.target.sessions()
+    assert (failed["state"], failed["reason"]) == ("failed", "charon: LoadPool refused: bad address")
+    assert roles.session(failed["ticket"])[2] == set()
+
+
+def test_the_sweep_ends_expired_sessions(roles: Roles) -> None:
+    ticket, _ = roles.connect()
+    roles.clock.now += 3600 + 1
+    assert roles.target.sweep() == [ticket]
+    assert roles.session(ticket)[0] == AgentSessionState.EXPIRED.value
+    assert roles.charon.empty
+
+
+def test_reconcile_unloads_orphans_seen_twice_and_ends_sessions_whose_conn_vanished(roles: Roles) -> None:
+    ticket, _ = roles.connect()
+    roles.charon.conns["qoss-agent-orphan"] = {}
+    roles.charon.conns.pop(agent_conn_name(ticket))
+    roles.clock.now += RECONCILE_GRACE + 1  # the session is settled
+    first = roles.target.reconcile()
+    assert (first.orphans, first.vanished) == ([], [ticket])
+    assert roles.session(ticket)[0] == "failed"
+    assert roles.target.reconcile().orphans == ["qoss-agent-orphan"]
+    assert "qoss-agent-orphan" not in roles.charon.conns
+
+
+def test_host_endorses_to_a_remote_target_that_opens_and_answers(database: FakeDatabase, tmp_path: Path) -> None:
+    roles = Roles(database, tmp_path)
+    target_store, charon = FakeAgentStore(), FakeAgentCharon()
+    far = TargetAgent(
+        config=AgentConfig(id="far", key_dir=tmp_path, target=TargetRole(
+            hosts={"hq": Party(**SERVER.public.as_dict())}, vici_socket="/run/far.vici", ike_address="10.99.0.4",
+            protected=["10.4.0.1/32"], pool=POOL)),
+        keys=TARGET, crypto=CRYPTO, store=target_store, units=database.unit, vici=charon, cache=TableCache(),
+        default_table="standards-2026", clock=roles.clock)
+    posted: list[str] = []
+
+    def post(url: str, wire: bytes) -> bytes:
+        posted.append(url)
+        return far.handle(wire).answer
+
+    host = HostAgent(config=AgentConfig(id="hq", key_dir=tmp_path, host=HostRole(targets={
+        "far": Party(url="http://far:8000", **TARGET.public.as_dict())})),
+        keys=SERVER, crypto=CRYPTO, store=roles.store, post=post, clock=roles.clock)
+    client = AgentClient(
+        config=roles.client.config.model_copy(update={"targets": {"far": Party(**TARGET.public.as_dict())}}),
+        keys=ALICE, crypto=CRYPTO, vici=FakeAgentCharon()("/run/client.vici"), post=post, clock=roles.clock)
+    supports = tuple(sorted(keywords_from_charon(charon.algorithms)))
+    request, wire = client.request(Kind.CONNECT, RequestInfo(target="far", supports=supports), 3)
+    response = client.accept(host.handle(wire).answer, request)
+    assert posted == ["http://far:8000/v1/agent/target/requests"]
+    assert response.tunneling_info is not None
+    assert set(charon.conns) == {agent_conn_name(response.tunneling_info.ticket)}
+    with target_store.unit() as uow:
+        assert [s.user_id for s in uow.sessions.select()] == ["alice"]
