@@ -229,7 +229,7 @@ def _create_tunnel(
         negotiation=plan.result.as_dict(), peer=plan.peer, provenance=plan.origin,
     )
     try:
-        record = _still_right(uow=uow, cache=cache, request=request, default_table=default_table,
+        record = _still_right(uow=uow, request=request, default_table=default_table,
                               allowed_networks=allowed_networks, plan=plan, record=record)
         stored = uow.tunnels.add(record)
         uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
@@ -244,24 +244,42 @@ def _create_tunnel(
         raise
 
 
-def _still_right(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_table: str,
-                 allowed_networks: Sequence[str], plan: _Plan, record: TunnelRecord) -> TunnelRecord:
+def _still_right(*, uow: UnitOfWork, request: TunnelIn, default_table: str, allowed_networks: Sequence[str],
+                 plan: _Plan, record: TunnelRecord) -> TunnelRecord:
     """The record to keep for a tunnel brought up under ``plan``, read again in the transaction
-    that keeps it: an edit of a gateway, a rating table or a policy committed while strongSwan
-    was busy is either one that changes nothing of this tunnel (its record then names what it
-    is compliant with now) or a ``Conflict`` (the caller takes the tunnel down)."""
+    that keeps it. Unless a gateway, rating table or policy it depends on was edited while
+    strongSwan was busy (or, to an unmanaged peer, another tunnel took its identities), that is
+    ``record``. After such an edit the tunnel is negotiated again: if strongSwan would be given
+    exactly what it was given, the record names the new negotiation; if not, ``Conflict``
+    (the caller takes the tunnel down)."""
     try:
-        now = _plan(uow=uow, cache=cache, request=request, default_table=default_table,
+        initiator = uow.gateways.get(plan.initiator.name)
+        responder = uow.gateways.get(plan.responder.name) if plan.responder is not None else None
+        if request.peer is not None:
+            _peer_end(request.peer, initiator, allowed_networks, uow.tunnels.list())
+        unchanged = (initiator, responder) == (plan.initiator, plan.responder) and plan.origin == provenance(
+            uow=uow, inputs=plan.inputs, result=plan.result, initiator=initiator, responder=responder)
+        if unchanged:
+            return record
+        # Fresh tables: the cache may trust a read from before the edit for a moment.
+        now = _plan(uow=uow, cache=TableCache(ttl=0), request=request, default_table=default_table,
                     allowed_networks=allowed_networks, inputs=plan.inputs)
     except (NotFound, NoFeasibleSuite) as exc:
         raise Conflict(f"the tunnel's inputs changed while it was being set up ({exc.message}); "
                        "nothing was kept: retry") from exc
-    same_ends = (now.initiator, now.responder, now.peer, now.local_ts, now.remote_ts) == \
-        (plan.initiator, plan.responder, plan.peer, plan.local_ts, plan.remote_ts)
-    if not same_ends or now.result.as_dict() != plan.result.as_dict():
+    if _loaded(now) != _loaded(plan):
         raise Conflict("a gateway, rating table or policy this tunnel depends on changed while it was being "
                        "set up, and it would now be negotiated differently; nothing was kept: retry")
-    return record if now.origin == plan.origin else dataclasses.replace(record, provenance=now.origin)
+    return dataclasses.replace(record, negotiation=now.result.as_dict(), provenance=now.origin)
+
+
+def _loaded(plan: _Plan) -> tuple[Any, ...]:
+    """What strongSwan is given for a plan: the ends and the proposals, mode and lifetimes."""
+    r = plan.result
+    ends = (plan.initiator.ike_address, plan.initiator.identity, plan.initiator.vici_socket) + (
+        (plan.responder.ike_address, plan.responder.identity, plan.responder.vici_socket)
+        if plan.responder is not None else ())
+    return (ends, plan.peer, plan.local_ts, plan.remote_ts, r.suite, dict(r.proposals), r.mode, dict(r.lifetimes))
 
 
 def list_tunnels(*, uow: UnitOfWork) -> list[TunnelRecord]:
