@@ -47,9 +47,8 @@ def serve(
     Forwarded headers are read by qoss alone, from the trusted proxies only: uvicorn's own
     proxy-header handling (which trusts 127.0.0.1 by default) is off.
     """
-    import uvicorn
-
     from app.api.main import create_app
+    from app.api.server import serve as serve_http
 
     settings = settings_for(database_url)
     if host:
@@ -66,8 +65,8 @@ def serve(
     prepared = setup_database(settings.database_url)[1]
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                http="httptools", proxy_headers=False, backlog=settings.listen_backlog)
+    serve_http(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+               backlog=settings.listen_backlog)
 
 
 @db_app.command("upgrade")

@@ -359,6 +359,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    #: Set when the server is asked to stop: event streams end at once (their clients resume
+    #: elsewhere with Last-Event-ID) instead of holding the shutdown open.
+    app.state.draining = False
 
     app.add_middleware(_GuardAndAudit, settings=settings)
     # Outermost: a request over the in-flight limit is answered before anything else runs. The

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -162,3 +163,22 @@ def test_a_stream_ends_after_its_time_and_the_client_resumes(tmp_path: Path, dat
         assert [e["kind"] for e in rest] == ["rating_table.revision", "audit"]
         assert rest[0]["data"]["revision"] == revision
 
+
+
+def test_a_stopping_server_ends_its_event_streams_instead_of_waiting_for_them(
+        tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, admin, _ = database
+    with serving([sys.executable, "-m", "app.cli", "serve", "--database-url", url], cwd=REPO_ROOT,
+                 env={**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false"},
+                 log=tmp_path / "serve-stop.log") as (base, proc):
+        follower = Follower(base, admin)
+        try:
+            assert follower.started() == 200
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=10)  # not held open by the stream (it would be for an hour)
+        finally:
+            follower.close()
+        # a graceful stop (uvicorn raises the signal again once done: the exit status is SIGTERM's)
+        assert "Application shutdown complete" in (tmp_path / "serve-stop.log").read_text()
+        follower._thread.join(5)
+        assert not follower._thread.is_alive()  # the stream ended; its client may resume elsewhere

@@ -12,13 +12,22 @@ from app.domain.audit_chain import entry_hash, verify
 from tests.cli.run import qoss
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A database with four audit entries (each token create writes one)."""
-    path = tmp_path / "qoss.db"
+@pytest.fixture(scope="module")
+def four_entries(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A database with four audit entries (each token create writes one), made once."""
+    path = tmp_path_factory.mktemp("audit") / "qoss.db"
     for i in range(4):
         made = qoss("token", "create", "--name", f"t{i}", "--scopes", "tunnels:read", "--plain", db=path)
         assert made.returncode == 0, made.stderr
+    return path
+
+
+@pytest.fixture
+def db(four_entries: Path, tmp_path: Path) -> Path:
+    """A copy of that database of this test's own (the tests alter it)."""
+    path = tmp_path / "qoss.db"
+    with sqlite3.connect(four_entries) as source, sqlite3.connect(path) as target:
+        source.backup(target)  # the WAL's content too
     return path
 
 

@@ -97,7 +97,7 @@ async def follow(request: Request, scopes: frozenset[str] | None, start: int | N
         state.event_streams += 1
         try:
             yield f"retry: 2000\n: following events after {last}\n\n"
-            while time.monotonic() < ends and not await request.is_disconnected():
+            while time.monotonic() < ends and not state.draining and not await request.is_disconnected():
                 try:
                     batch = await anyio.to_thread.run_sync(read, last)
                 except Exception as exc:  # the database went away: end cleanly; the client resumes
