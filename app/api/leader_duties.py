@@ -38,7 +38,7 @@ class LeaderDuties:
             if s.reconcile_on_start:
                 self._reconcile("at start" if first else "on taking the lead")
             if s.monitor_tunnels:
-                state.tunnel_monitor = TunnelMonitor(units=state.units, vici=state.vici_factory,
+                state.tunnel_monitor = TunnelMonitor(units=state.units, reads=state.read_units, vici=state.vici_factory,
                                                      listen=updown_listener, resync=s.monitor_interval,
                                                      metrics=state.metrics)
                 state.tunnel_monitor.start()

@@ -18,7 +18,6 @@ its events until then were not seen.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -86,6 +85,7 @@ class TunnelMonitor:
 
     Args:
         units: units of work on the service's database (the monitor commits its own).
+        reads: read-only units of work for what it only reads (default: ``units``).
         vici: socket path -> VICI gateway, for the ``list-sas`` checks.
         listen: makes an event listener for a socket (production: a VICI connection that
             delivers ``ike-updown`` and ``child-updown``).
@@ -101,12 +101,14 @@ class TunnelMonitor:
         units: UnitOfWorkFactory,
         vici: ViciFactory,
         listen: ListenerFactory,
+        reads: UnitOfWorkFactory | None = None,
         settle: float = 1.0,
         resync: float = 5.0,
         metrics: Metrics = NO_METRICS,
     ) -> None:
         self._metrics = metrics
         self._units = units
+        self._reads = reads or units
         self._vici = vici
         self._listen = listen
         self._settle = settle
@@ -193,7 +195,7 @@ class TunnelMonitor:
 
     def sync_listeners(self) -> None:
         """Watch every registered gateway; reconnect listeners that stopped; drop removed ones."""
-        with self._units() as uow:
+        with self._reads() as uow:
             sockets = {g.vici_socket for g in uow.gateways.list()}
         for path in sorted(set(self._listeners) - sockets):
             self._listeners.pop(path).stop(timeout=1.0)
@@ -213,7 +215,7 @@ class TunnelMonitor:
             self._check_all_on(path)
 
     def _check_all_on(self, socket_path: str) -> None:
-        with self._units() as uow:
+        with self._reads() as uow:
             gateways = {g.name: g.vici_socket for g in uow.gateways.list()}
             records = uow.tunnels.list()
         for record in records:
@@ -226,12 +228,13 @@ class TunnelMonitor:
         Only tunnels that are ``up`` or ``down`` move; requested, configuring and failed
         ones belong to the request or reconcile that handles them. Without a down event
         (``down_seen``) an ``up`` tunnel is left unasked: set-ups and restores, which
-        bring many up events, cost charon nothing extra.
+        bring many up events, cost charon nothing extra. The record is read, and charon
+        asked, outside any write transaction; the change is written only if the record
+        still is as it was read (a move, a delete or a set-up in the meantime wins).
         """
-        with self._units() as uow:
-            tunnels = uow.tunnels
+        with self._reads() as uow:
             try:
-                record = tunnels.get(tunnel_id)
+                record = uow.tunnels.get(tunnel_id)
             except NotFound:
                 return  # deleted, or a set-up that was rolled back
             if record.state not in (TunnelState.UP, TunnelState.DOWN):
@@ -242,19 +245,25 @@ class TunnelMonitor:
             ends = [gateways.get(record.initiator)]
             if record.responder is not None:
                 ends.append(gateways.get(record.responder))
+        try:
+            alive = established_everywhere(self._vici, ends, record.conn)
+        except GatewayError as exc:
+            log.info("tunnel monitor: %s not checked: %s", tunnel_id, exc.message)
+            return
+        new = TunnelState.UP if alive else TunnelState.DOWN
+        if new is record.state:
+            return
+        detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
+        with self._units() as uow:
+            tunnels = uow.tunnels
             try:
-                alive = established_everywhere(self._vici, ends, record.conn)
-            except GatewayError as exc:
-                log.info("tunnel monitor: %s not checked: %s", tunnel_id, exc.message)
-                return
-            new = TunnelState.UP if alive else TunnelState.DOWN
-            if new is record.state:
-                return
-            detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
-            with contextlib.suppress(NotFound):
+                if tunnels.get(tunnel_id).state is not record.state:
+                    return
                 tunnels.set_state(tunnel_id, new, detail)
-                uow.events.append("tunnel.state", tunnel_id, {"state": new.value, "detail": detail},
-                                  scope="tunnels:read")
-                uow.commit()
-                self.changes += 1
-                log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)
+            except NotFound:
+                return
+            uow.events.append("tunnel.state", tunnel_id, {"state": new.value, "detail": detail},
+                              scope="tunnels:read")
+            uow.commit()
+        self.changes += 1
+        log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)

@@ -134,7 +134,7 @@ def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence
 def create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
-    tunnel_id: str | None = None,
+    tunnel_id: str | None = None, reads: UnitOfWork | None = None,
 ) -> TunnelRecord:
     """Negotiate, load the managed end(s), bring the tunnel up and verify it.
 
@@ -146,6 +146,10 @@ def create_tunnel(
     loaded, with the peer's write-only PSK, and verified. ``tunnel_id``: the new tunnel's id
     (default: a random one); a taken one is ``AlreadyExists`` and its conn is left alone.
 
+    The negotiation reads through ``reads`` (a read-only unit of work; default ``uow``), and
+    ``uow``'s transaction is ended before strongSwan is touched: it must hold nothing uncommitted.
+    The record is written in a new transaction of ``uow``, which the caller commits.
+
     Raises:
         InvalidInput: bad selectors, a peer address outside the allowed networks.
         Conflict: a tunnel to the same peer with the same identities exists.
@@ -156,7 +160,8 @@ def create_tunnel(
     """
     try:
         record = _create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id)
+                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id,
+                                reads=reads or uow)
     except Exception as exc:
         metrics.count("qoss_tunnel_setups_total", outcome=error_label(exc))
         raise
@@ -200,12 +205,14 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_tabl
 
 def _create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
-    allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None,
+    allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None, reads: UnitOfWork,
 ) -> TunnelRecord:
-    plan = _plan(uow=uow, cache=cache, request=request, default_table=default_table,
+    plan = _plan(uow=reads, cache=cache, request=request, default_table=default_table,
                  allowed_networks=allowed_networks)
     # strongSwan's part takes most of a set-up: no transaction stays open through it (on SQLite
     # an open write transaction would make every other change wait for these charons).
+    if reads is not uow:
+        reads.rollback()
     uow.rollback()
     tunnel_id = tunnel_id or secrets.token_hex(6)
     far: Gateway | PeerEnd
@@ -364,7 +371,7 @@ class Answer:
 def request_tunnel(
     *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
-    fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS,
+    fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS, reads: UnitOfWork | None = None,
 ) -> Answer:
     """:func:`create_tunnel` for a client, at most once per ``idempotency_key``.
 
@@ -399,7 +406,7 @@ def request_tunnel(
             return Answer(201, body, replayed=True)
     try:
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                               allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id)
+                               allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads)
         body = _answer(record)
         uow.commit()
     except BaseException as exc:

@@ -32,6 +32,7 @@ def create_tunnel(
     body: TunnelIn,
     request: Request,
     uow: UnitDep,
+    reads: ReadUnitDep,
     cache: CacheDep,
     vici: ViciDep,
     settings: SettingsDep,
@@ -57,7 +58,7 @@ def create_tunnel(
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
         fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics,
-        lease=settings.idempotency_lease)
+        lease=settings.idempotency_lease, reads=reads)
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body

@@ -178,3 +178,25 @@ def test_a_charon_that_is_not_there_yet_is_tried_again(database: FakeDatabase,
     monitor.sync_listeners()
     assert monitor.watched == ["/run/left.vici", "/run/right.vici"]
     monitor.stop()
+
+
+def test_a_change_made_while_charon_is_asked_wins_over_the_check(database: FakeDatabase,
+                                                                 world: tuple[dict[str, Charon], list]) -> None:
+    """The check asks charon outside any write transaction; a move or a delete that commits
+    meanwhile is not overwritten by what the check saw before it."""
+    charons, listeners = world
+    right = charons["/run/right.vici"]
+    right.established.clear()  # the check will see the SA gone ...
+
+    class Racing(Charon):
+        def list_sas(self, *, ike: str | None = None) -> list[IkeSa]:
+            with database.unit() as uow:  # ... while a move marks the tunnel configuring
+                uow.tunnels.set_state("aaa", TunnelState.CONFIGURING, "moving")
+                uow.commit()
+            return right.list_sas(ike=ike)
+
+    charons["/run/right.vici"] = Racing(right.socket)
+    monitor = _monitor(database, charons, listeners)
+    monitor.check("aaa")
+    assert _state(database, "aaa") == (TunnelState.CONFIGURING, "moving")
+    assert monitor.changes == 0
