@@ -19,6 +19,8 @@ import contextlib
 import ctypes
 import functools
 import logging
+import os
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -27,7 +29,7 @@ from typing import Any
 import anyio
 from sqlalchemy import Engine
 
-__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of", "limit_arenas"]
+__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of", "limit_arenas", "run_on_system_malloc"]
 
 log = logging.getLogger("qoss.memory")
 
@@ -68,6 +70,27 @@ def glibc_of(library: Any) -> Glibc | None:
     name = version()
     return Glibc(version=name.decode("ascii", "replace") if isinstance(name, bytes) else str(name),
                  mallopt=mallopt, malloc_trim=trim)
+
+
+def run_on_system_malloc(*, libc: Callable[[], Glibc | None] = c_library) -> None:
+    """Start this process again (same pid, argv and environment) with ``PYTHONMALLOC=malloc``:
+    every Python object then lives in glibc's heap, whose free pages ``malloc_trim`` returns,
+    instead of pymalloc's 1 MiB arenas, each kept while one object in it lives.
+
+    Returns (does nothing) where ``PYTHONMALLOC`` is already set, the operator's choice or the
+    restart's own, and where the C library is not glibc (nothing would give the memory back).
+    Call it before threads or files are opened: :func:`os.execv` keeps only the process id and
+    the open descriptors.
+
+    Args:
+        libc: finds glibc (the seam for tests: production, :func:`c_library`).
+    """
+    if "PYTHONMALLOC" in os.environ or libc() is None:
+        return
+    os.environ["PYTHONMALLOC"] = "malloc"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 - this very command again
 
 
 def limit_arenas(count: int, libc: Glibc | None = None) -> bool:
