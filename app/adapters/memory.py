@@ -29,20 +29,15 @@ from typing import Any
 import anyio
 from sqlalchemy import Engine
 
-__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of", "limit_arenas", "run_on_system_malloc"]
+__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of", "run_on_system_malloc"]
 
 log = logging.getLogger("qoss.memory")
 
-#: glibc's ``mallopt`` parameter for the number of malloc arenas (``malloc.h``).
-_M_ARENA_MAX = -8
-
-
 @dataclass(frozen=True)
 class Glibc:
-    """The two glibc functions used here (both public: ``malloc.h``)."""
+    """glibc's version and ``malloc_trim`` (public: ``malloc.h``)."""
 
     version: str
-    mallopt: Callable[[int, int], int]
     malloc_trim: Callable[[int], int]
 
 
@@ -53,23 +48,22 @@ def c_library() -> Glibc | None:
 
 
 def glibc_of(library: Any) -> Glibc | None:
-    """``library``'s ``malloc_trim`` and ``mallopt`` if it is glibc (it has ``gnu_get_libc_version``),
-    else None: musl has neither that nor ``malloc_trim``.
+    """``library``'s ``malloc_trim`` if it is glibc (it has ``gnu_get_libc_version``), else None:
+    musl has neither.
 
     Args:
         library: a :class:`ctypes.CDLL`, or any object with its functions as attributes.
     """
     try:
-        version, trim, mallopt = library.gnu_get_libc_version, library.malloc_trim, library.mallopt
+        version, trim = library.gnu_get_libc_version, library.malloc_trim
     except AttributeError:
         return None
     with contextlib.suppress(AttributeError, TypeError):  # ctypes functions; a test's fake has no types
         version.restype = ctypes.c_char_p
         trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-        mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     name = version()
     return Glibc(version=name.decode("ascii", "replace") if isinstance(name, bytes) else str(name),
-                 mallopt=mallopt, malloc_trim=trim)
+                 malloc_trim=trim)
 
 
 def run_on_system_malloc(*, libc: Callable[[], Glibc | None] = c_library) -> None:
@@ -91,16 +85,6 @@ def run_on_system_malloc(*, libc: Callable[[], Glibc | None] = c_library) -> Non
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 - this very command again
-
-
-def limit_arenas(count: int, libc: Glibc | None = None) -> bool:
-    """At most ``count`` glibc malloc arenas (``mallopt(M_ARENA_MAX)``); call before threads start.
-
-    Returns:
-        Whether the limit is set (False where the C library is not glibc).
-    """
-    libc = libc or c_library()
-    return libc is not None and libc.mallopt(_M_ARENA_MAX, count) == 1
 
 
 class QuietRelease:

@@ -19,7 +19,7 @@ from anyio._backends._asyncio import WorkerThread
 from sqlalchemy import text
 
 from app.adapters.db.engine import make_engine
-from app.adapters.memory import Glibc, QuietRelease, c_library, glibc_of, limit_arenas
+from app.adapters.memory import Glibc, QuietRelease, c_library, glibc_of
 from tests import REPO_ROOT
 
 pytestmark = pytest.mark.anyio
@@ -35,21 +35,16 @@ class FakeGlibc:
 
     def __init__(self) -> None:
         self.trims: list[int] = []
-        self.options: list[tuple[int, int]] = []
 
     def glibc(self) -> Glibc:
         def trim(pad: int) -> int:
             self.trims.append(pad)
             return 1
-
-        def mallopt(param: int, value: int) -> int:
-            self.options.append((param, value))
-            return 1
-        return Glibc(version="fake", mallopt=mallopt, malloc_trim=trim)
+        return Glibc(version="fake", malloc_trim=trim)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="this process's C library is not glibc")
-def test_this_glibc_has_malloc_trim_and_mallopt() -> None:
+def test_this_glibc_is_found_with_malloc_trim() -> None:
     libc = c_library()
     assert libc is not None
     assert libc.version == platform.libc_ver()[1]
@@ -57,22 +52,16 @@ def test_this_glibc_has_malloc_trim_and_mallopt() -> None:
 
 
 def test_a_c_library_without_gnu_get_libc_version_is_left_alone_as_on_musl() -> None:
-    musl = SimpleNamespace(malloc=object(), free=object(), mallopt=object())  # musl: no glibc symbols
+    musl = SimpleNamespace(malloc=object(), free=object())  # musl: no gnu_get_libc_version, no malloc_trim
     assert glibc_of(musl) is None
 
 
-def test_glibc_of_reads_the_version_and_keeps_the_functions() -> None:
+def test_glibc_of_reads_the_version_and_keeps_malloc_trim() -> None:
     fake = FakeGlibc().glibc()
-    libc = glibc_of(SimpleNamespace(gnu_get_libc_version=lambda: b"2.36", malloc_trim=fake.malloc_trim,
-                                    mallopt=fake.mallopt))
+    libc = glibc_of(SimpleNamespace(gnu_get_libc_version=lambda: b"2.36", malloc_trim=fake.malloc_trim))
     assert libc is not None
     assert libc.version == "2.36"
-
-
-def test_limit_arenas_sets_m_arena_max() -> None:
-    fake = FakeGlibc()
-    assert limit_arenas(2, fake.glibc())
-    assert fake.options == [(-8, 2)]  # M_ARENA_MAX in malloc.h
+    assert libc.malloc_trim is fake.malloc_trim
 
 
 def _pooled(tmp_path: Path) -> tuple[object, int]:
