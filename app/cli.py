@@ -52,10 +52,6 @@ def serve(
     from app.api.main import create_app
 
     settings = settings_for(database_url)
-    if settings.system_malloc and settings.memory_release:
-        from app.adapters.memory import run_on_system_malloc
-
-        run_on_system_malloc()  # on glibc, unless PYTHONMALLOC is set: this command again, with it
     if host:
         settings.host = host
     if port:

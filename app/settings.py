@@ -159,10 +159,6 @@ class Settings(BaseSettings):
     memory_release_after: float = Field(
         default=15.0, ge=1, le=86_400, description="seconds without a request before the memory release; worker "
         "threads end only once idle for 10 s")
-    system_malloc: bool = Field(
-        default=True, description="with memory_release on glibc, `qoss serve` runs Python's objects on glibc's "
-        "malloc (it starts itself again at once with PYTHONMALLOC=malloc, unless PYTHONMALLOC is set), whose free "
-        "pages malloc_trim returns; false: pymalloc, whose 1 MiB arenas stay while one object in each lives")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:

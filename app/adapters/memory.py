@@ -1,13 +1,15 @@
 """Giving memory back after a burst: what a burst made the process take, returned once it is quiet.
 
-A burst of a few thousand requests leaves the process larger than it started although nothing it
-made is still used: glibc keeps the memory its ``free`` got back for the next ``malloc`` (inside
-its heaps, where the kernel cannot take it), the worker threads the burst started stay (their
-stacks and thread caches), and the pool keeps its connections open (each SQLite connection with
-its page cache and prepared statements). :class:`QuietRelease` gives these back once no counted
-request has come for a while; the next burst takes them again at the cost of a few milliseconds.
+A burst of a few thousand requests leaves the process larger than it started although little of
+what it made is still used (a 3,000 burst: some 3 MB of objects, once). The rest is held by the
+allocators: pymalloc keeps a 1 MiB arena while one object in it lives, glibc keeps what ``free``
+got back inside its heaps for the next ``malloc``, the worker threads the burst started stay, and
+the pools keep their connections open (each SQLite connection with its page cache and prepared
+statements). :class:`QuietRelease` gives back what glibc, the threads and the pools hold once
+no counted request has come for a while; pymalloc's arenas stay (docs/performance.md, "Under a
+burst").
 
-glibc's functions are reached through :mod:`ctypes` and only where the C library is glibc
+glibc's ``malloc_trim`` is reached through :mod:`ctypes` and only where the C library is glibc
 (``gnu_get_libc_version`` is there): elsewhere (musl, macOS) :func:`c_library` is None and
 nothing here touches the allocator.
 """
@@ -19,8 +21,6 @@ import contextlib
 import ctypes
 import functools
 import logging
-import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 from sqlalchemy import Engine
 
-__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of", "run_on_system_malloc"]
+__all__ = ["Glibc", "QuietRelease", "c_library", "glibc_of"]
 
 log = logging.getLogger("qoss.memory")
 
@@ -64,27 +64,6 @@ def glibc_of(library: Any) -> Glibc | None:
     name = version()
     return Glibc(version=name.decode("ascii", "replace") if isinstance(name, bytes) else str(name),
                  malloc_trim=trim)
-
-
-def run_on_system_malloc(*, libc: Callable[[], Glibc | None] = c_library) -> None:
-    """Start this process again (same pid, argv and environment) with ``PYTHONMALLOC=malloc``:
-    every Python object then lives in glibc's heap, whose free pages ``malloc_trim`` returns,
-    instead of pymalloc's 1 MiB arenas, each kept while one object in it lives.
-
-    Returns (does nothing) where ``PYTHONMALLOC`` is already set, the operator's choice or the
-    restart's own, and where the C library is not glibc (nothing would give the memory back).
-    Call it before threads or files are opened: :func:`os.execv` keeps only the process id and
-    the open descriptors.
-
-    Args:
-        libc: finds glibc (the seam for tests: production, :func:`c_library`).
-    """
-    if "PYTHONMALLOC" in os.environ or libc() is None:
-        return
-    os.environ["PYTHONMALLOC"] = "malloc"
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])  # noqa: S606 - this very command again
 
 
 class QuietRelease:

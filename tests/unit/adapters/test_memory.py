@@ -4,10 +4,7 @@ touched where it is not, and the release runs once a quiet spell with every part
 from __future__ import annotations
 
 import asyncio
-import os
 import platform
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +17,6 @@ from sqlalchemy import text
 
 from app.adapters.db.engine import make_engine
 from app.adapters.memory import Glibc, QuietRelease, c_library, glibc_of
-from tests import REPO_ROOT
 
 pytestmark = pytest.mark.anyio
 
@@ -147,36 +143,3 @@ async def test_the_release_ends_worker_threads_idle_for_anyios_idle_time(monkeyp
         t.join(timeout=2)
     assert sum(t.is_alive() for t in workers) <= 1  # the one that ran the release stays
 
-
-_SHOW_ALLOCATOR = """
-import os, sys
-from app.adapters.memory import run_on_system_malloc
-print("start", flush=True)
-run_on_system_malloc()
-print(os.environ.get("PYTHONMALLOC"), "pymalloc" if "arenas allocated" in _stats() else "malloc")
-"""
-
-
-def _run(code: str, **env: str) -> list[str]:
-    stats = ("def _stats():\n    import os, sys, tempfile\n    with tempfile.TemporaryFile('w+') as f:\n"
-             "        saved = os.dup(2); os.dup2(f.fileno(), 2); sys._debugmallocstats(); os.dup2(saved, 2)\n"
-             "        f.seek(0); return f.read()\n")
-    environ = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"} | env
-    done = subprocess.run([sys.executable, "-c", stats + code], env=environ, cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=60, check=True)
-    return done.stdout.split()
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="this process's C library is not glibc")
-def test_serve_starts_itself_again_on_glibcs_malloc() -> None:
-    # Twice "start": the first run restarted itself; the second, with PYTHONMALLOC set, went on.
-    assert _run(_SHOW_ALLOCATOR) == ["start", "start", "malloc", "malloc"]
-
-
-def test_an_operators_pythonmalloc_is_kept() -> None:
-    assert _run(_SHOW_ALLOCATOR, PYTHONMALLOC="pymalloc") == ["start", "pymalloc", "pymalloc"]
-
-
-def test_without_glibc_python_keeps_pymalloc() -> None:
-    no_glibc = _SHOW_ALLOCATOR.replace("run_on_system_malloc()", "run_on_system_malloc(libc=lambda: None)")
-    assert _run(no_glibc) == ["start", "None", "pymalloc"]
