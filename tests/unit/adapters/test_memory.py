@@ -96,28 +96,28 @@ async def test_after_a_quiet_spell_the_pool_is_emptied_and_glibc_trimmed_once(tm
         engine.dispose()  # type: ignore[attr-defined]
 
 
+async def _running(release: QuietRelease, seconds: float) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(release.run(stop))
+    await asyncio.sleep(seconds)
+    stop.set()
+    await task
+
+
 async def test_nothing_is_released_before_the_first_request() -> None:
     fake = FakeGlibc()
     release = QuietRelease(after=0.1, libc=fake.glibc())
-    stop = asyncio.Event()
-    task = asyncio.create_task(release.run(stop))
-    await asyncio.sleep(0.4)
-    stop.set()
-    await task
+    await _running(release, 0.4)
     assert release.releases == 0
     assert fake.trims == []
 
 
-async def test_without_trim_glibc_is_not_asked(tmp_path: Path) -> None:
+async def test_without_trim_glibc_is_not_asked() -> None:
     fake = FakeGlibc()
     release = QuietRelease(after=0.1, trim=False, libc=fake.glibc())
     release.touch()
     await asyncio.sleep(0.15)
-    stop = asyncio.Event()
-    task = asyncio.create_task(release.run(stop))
-    await asyncio.sleep(0.3)
-    stop.set()
-    await task
+    await _running(release, 0.3)
     assert release.releases == 1
     assert fake.trims == []
 
@@ -134,11 +134,7 @@ async def test_the_release_ends_worker_threads_idle_for_anyios_idle_time(monkeyp
     release = QuietRelease(after=0.1, libc=FakeGlibc().glibc())
     release.touch()
     await asyncio.sleep(0.15)
-    stop = asyncio.Event()
-    task = asyncio.create_task(release.run(stop))
-    await asyncio.sleep(0.3)
-    stop.set()
-    await task
+    await _running(release, 0.3)
     for t in workers:
         t.join(timeout=2)
     assert sum(t.is_alive() for t in workers) <= 1  # the one that ran the release stays
