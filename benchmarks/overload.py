@@ -9,7 +9,10 @@ Each burst sends N requests at once (half anonymous `POST /v1/negotiations`, hal
 token, and every 50th an authenticated rating edit), each with a 30 s client timeout, while a
 probe asks `/healthz` every 50 ms. Printed per burst: answers by status, requests without an
 answer, the slowest /healthz during and right after, and the server's RSS at start, at its
-peak and after. The service's defaults are used (64 in flight, a 0.5 s pool timeout).
+peak, 2 s after and after --quiet seconds without requests. The bursts are sent to one fresh
+server per --arm, one after another (default: the memory release off, then the defaults), and
+a table compares them. The service's defaults are used otherwise (64 in flight, a 0.5 s pool
+timeout, memory given back after 15 quiet seconds).
 """
 
 from __future__ import annotations
