@@ -155,6 +155,15 @@ class Settings(BaseSettings):
     forwarded_header: Literal["x-forwarded-for", "forwarded"] = Field(
         default="x-forwarded-for", description="the header those proxies write (only that one is read)")
 
+    memory_release: Annotated[list[Literal["threads", "pool", "trim"]], NoDecode] = Field(
+        default=["threads", "pool", "trim"], description="what the process gives back after a burst, once no "
+        "request has come for memory_release_after seconds (comma-separated in the environment; 'off' or empty: "
+        "nothing): the idle worker threads end (threads), the pooled database connections are closed (pool), "
+        "glibc returns its free memory to the kernel (trim, glibc only)")
+    memory_release_after: float = Field(
+        default=15.0, ge=1, le=86_400, description="seconds without a request before the memory release; worker "
+        "threads end only once idle for 10 s")
+
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
         if self.max_writes_in_flight is not None and self.max_writes_in_flight >= self.worker_threads:
@@ -167,11 +176,13 @@ class Settings(BaseSettings):
         """``max_writes_in_flight``, or its default: a quarter of ``worker_threads`` (at least 1)."""
         return self.max_writes_in_flight or max(1, self.worker_threads // 4)
 
-    @field_validator("trusted_proxies", mode="before")
+    @field_validator("trusted_proxies", "memory_release", mode="before")
     @classmethod
-    def _split_proxies(cls, value: object) -> object:
+    def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
+            if value == ["off"]:  # memory_release's word for none (no address or network is spelt so)
+                value = []
         return value
 
     @field_validator("trusted_proxies")

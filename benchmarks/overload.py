@@ -9,7 +9,10 @@ Each burst sends N requests at once (half anonymous `POST /v1/negotiations`, hal
 token, and every 50th an authenticated rating edit), each with a 30 s client timeout, while a
 probe asks `/healthz` every 50 ms. Printed per burst: answers by status, requests without an
 answer, the slowest /healthz during and right after, and the server's RSS at start, at its
-peak and after. The service's defaults are used (64 in flight, a 0.5 s pool timeout).
+peak, 2 s after and after --quiet seconds without requests. The bursts are sent to one fresh
+server per --arm, one after another (default: the memory release off, then the defaults), and
+a table compares them. The service's defaults are used otherwise (64 in flight, a 0.5 s pool
+timeout, memory given back after 15 quiet seconds).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+OFF = {"QOSS_MEMORY_RELEASE": "off"}  # the environment that turns the memory release off
 NEGOTIATION = {"rating_table": "standards-2026", "peers": [{"name": "app", "min_levels": {"confidentiality": 8}}]}
 
 
@@ -97,23 +102,42 @@ async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
             "health_max_during": max(health, default=0.0), "health_max_after": max(after), "rss_peak": peak}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--postgres", help="SQLAlchemy URL of a PostgreSQL database to use instead of SQLite")
-    parser.add_argument("--bursts", default="300,3000", help="comma-separated burst sizes")
-    args = parser.parse_args()
+@dataclass
+class Row:
+    """One burst's figures in one arm."""
+
+    n: int
+    statuses: Counter[int | str]
+    by_kind: Counter[tuple[str, int | str]]
+    seconds: float
+    health_during: float
+    health_after: float
+    start: float
+    peak: float
+    after: float
+    quiet: float
+
+    @property
+    def unanswered(self) -> int:
+        return sum(v for k, v in self.statuses.items() if isinstance(k, str))
+
+
+def _serve_arm(name: str, extra: dict[str, str], bursts: list[int], quiet: float,
+               postgres: str | None) -> list[Row]:
+    """A fresh `qoss serve` (its own database) with ``extra`` in its environment, ``bursts`` at it."""
     work = Path(tempfile.mkdtemp(prefix="qoss-overload-"))
-    url = args.postgres or f"sqlite:///{work / 'q.db'}"
+    url = postgres or f"sqlite:///{work / 'q.db'}"
     env = {**os.environ, "QOSS_DATABASE_URL": url, "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning"}
+           "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning", **extra}
     qoss = [sys.executable, "-m", "app.cli"]  # this checkout's code, whatever the venv's install points at
     subprocess.run([*qoss, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-    token = subprocess.run([*qoss, "token", "create", "--name", "overload", "--scopes", "admin", "--plain"],
+    token = subprocess.run([*qoss, "token", "create", "--name", f"overload-{name}", "--scopes", "admin", "--plain"],
                            env=env, check=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
     port = _port()
     with (work / "serve.log").open("wb") as log:
         proc = subprocess.Popen([*qoss, "serve", "--port", str(port)], env=env, stdout=log, stderr=log, cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
+    rows: list[Row] = []
     try:
         for _ in range(300):
             try:
@@ -121,31 +145,86 @@ def main() -> None:
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
+        time.sleep(2)  # start-up's own work settles
         start = _rss_mb(proc.pid)
-        print(f"qoss serve on {'PostgreSQL' if args.postgres else 'SQLite'}, RSS at start {start:.0f} MB")
-        for n in (int(x) for x in args.bursts.split(",")):
+        settings = " ".join(f"{k}={v}" for k, v in extra.items()) or "defaults"
+        print(f"[{name}] qoss serve on {'PostgreSQL' if postgres else 'SQLite'} ({settings}), "
+              f"RSS at start {start:.0f} MB", flush=True)
+        for n in bursts:
             r = asyncio.run(_burst(base, n, token, proc.pid))
             time.sleep(2)
-            statuses = r["statuses"]
-            assert isinstance(statuses, Counter)
-            unanswered = sum(v for k, v in statuses.items() if isinstance(k, str))
-            print(f"burst {n}: {dict(sorted(statuses.items(), key=str))} in {r['seconds']:.1f} s; "
-                  f"500s {statuses.get(500, 0)}, unanswered {unanswered}; "
-                  f"/healthz max {r['health_max_during'] * 1000:.0f} ms during, "
-                  f"{r['health_max_after'] * 1000:.0f} ms right after; "
-                  f"RSS peak {r['rss_peak']:.0f} MB, after {_rss_mb(proc.pid):.0f} MB "
-                  f"({_rss_mb(proc.pid) / start:.2f}x start)")
-            by_kind = r["by_kind"]
-            assert isinstance(by_kind, Counter)
-            for kind in sorted({k for k, _ in by_kind}):
+            after = _rss_mb(proc.pid)
+            time.sleep(max(0.0, quiet - 2))
+            row = Row(n=n, statuses=r["statuses"], by_kind=r["by_kind"], seconds=r["seconds"],  # type: ignore[arg-type]
+                      health_during=r["health_max_during"], health_after=r["health_max_after"],  # type: ignore[arg-type]
+                      start=start, peak=r["rss_peak"], after=after, quiet=_rss_mb(proc.pid))  # type: ignore[arg-type]
+            rows.append(row)
+            print(f"[{name}] burst {n}: {dict(sorted(row.statuses.items(), key=str))} in {row.seconds:.1f} s; "
+                  f"500s {row.statuses.get(500, 0)}, unanswered {row.unanswered}; "
+                  f"/healthz max {row.health_during * 1000:.0f} ms during, "
+                  f"{row.health_after * 1000:.0f} ms right after; RSS peak {row.peak:.0f} MB, "
+                  f"2 s after {row.after:.0f} MB ({row.after / start:.2f}x start), "
+                  f"{quiet:.0f} s after {row.quiet:.0f} MB ({row.quiet / start:.2f}x start)", flush=True)
+            for kind in sorted({k for k, _ in row.by_kind}):
                 print(f"  {kind}: " + ", ".join(f"{status} x {count}" for (k, status), count
-                                                 in sorted(by_kind.items(), key=str) if k == kind))
+                                                 in sorted(row.by_kind.items(), key=str) if k == kind))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+    return rows
+
+
+def _arm(text: str) -> tuple[str, dict[str, str]]:
+    """``NAME`` or ``NAME:VAR=VALUE VAR=VALUE`` (``off`` alone has its own meaning: see --arm)."""
+    name, _, rest = text.partition(":")
+    env = dict(item.split("=", 1) for item in rest.split())
+    if name == "off" and not rest:
+        env = dict(OFF)
+    return name, env
+
+
+def _table(arms: dict[str, list[Row]], quiet: float) -> None:
+    print(f"\n| arm | burst | 200s | 503s | 500s | unanswered | /healthz max during / after | "
+          f"RSS start → peak → 2 s → {quiet:.0f} s after (x start) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, rows in arms.items():
+        for r in rows:
+            print(f"| {name} | {r.n:,} | {r.statuses.get(200, 0)} | {r.statuses.get(503, 0)} | "
+                  f"{r.statuses.get(500, 0)} | {r.unanswered} | "
+                  f"{r.health_during * 1000:.0f} / {r.health_after * 1000:.0f} ms | "
+                  f"{r.start:.0f} → {r.peak:.0f} → {r.after:.0f} → {r.quiet:.0f} MB (x{r.quiet / r.start:.2f}) |")
+    names = list(arms)
+    if len(names) < 2:
+        return
+    base = names[0]
+    print(f"\nratios against {base} (same burst), each arm: RSS {quiet:.0f} s after / its start; 200s; "
+          "slowest /healthz during")
+    for name in names[1:]:
+        for a, b in zip(arms[base], arms[name], strict=False):
+            print(f"  {name} vs {base}, burst {a.n:,}: RSS after x{b.quiet / b.start:.2f} vs x{a.quiet / a.start:.2f} "
+                  f"({(b.quiet / b.start) / (a.quiet / a.start):.2f}); "
+                  f"200s {b.statuses.get(200, 0)} vs {a.statuses.get(200, 0)}; "
+                  f"/healthz {b.health_during * 1000:.0f} vs {a.health_during * 1000:.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--postgres", help="SQLAlchemy URL of a PostgreSQL database to use instead of SQLite")
+    parser.add_argument("--bursts", default="300,3000", help="comma-separated burst sizes")
+    parser.add_argument("--quiet", type=float, default=30.0,
+                        help="seconds without requests after each burst before RSS is read again (default 30)")
+    parser.add_argument("--arm", action="append", default=[],
+                        help="a server to run the bursts at, one after another: 'NAME:VAR=VALUE VAR=VALUE' sets "
+                             "its environment; 'off' alone is the memory release off, 'on' alone the defaults "
+                             "(default: off, then on)")
+    args = parser.parse_args()
+    bursts = [int(x) for x in args.bursts.split(",")]
+    arms = dict(_arm(a) for a in (args.arm or ["off", "on"]))
+    results = {name: _serve_arm(name, env, bursts, args.quiet, args.postgres) for name, env in arms.items()}
+    _table(results, args.quiet)
 
 
 if __name__ == "__main__":

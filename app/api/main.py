@@ -26,11 +26,12 @@ from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.agent import agent_vici
 from app.adapters.vici.driver import ViciGateway
 from app.adapters.vici.slots import CONTROL_SLOTS
-from app.api.admission import AdmissionControl, Door, HealthProbe
+from app.api.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
 from app.api.deps import in_worker_thread
 from app.api.errors import error_body, install_error_handlers
@@ -78,6 +79,9 @@ class QossApp(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         timer: RequestTimer | None = getattr(self.state, "request_timer", None)
+        release: QuietRelease | None = getattr(self.state, "memory_release", None)
+        if release is not None and scope["type"] == "http" and scope["path"] not in UNCOUNTED_PATHS:
+            release.touch()
         if scope["type"] == "http" and timer is not None:
             await timer(self._serve, scope, receive, send)
             return
@@ -332,6 +336,14 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         stop_sweeping = asyncio.Event()
         sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
                    if app.state.agent_target else None)
+        # After a burst, once quiet: the idle worker threads end, the pools close their connections
+        # and glibc returns its free memory (app.adapters.memory).
+        release = app.state.memory_release = (QuietRelease(
+            after=resolved.memory_release_after, trim="trim" in resolved.memory_release,
+            engines=dict.fromkeys([engine, read_engine]) if "pool" in resolved.memory_release else ())
+            if resolved.memory_release else None)
+        stop_releasing = asyncio.Event()
+        releaser = asyncio.create_task(release.run(stop_releasing)) if release is not None else None
         # What start-up made lives as long as the process: out of the collector's way, so a
         # full collection (tens of ms over every module's objects) never lands on a request.
         gc.collect()
@@ -342,6 +354,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if sweeper is not None:
                 stop_sweeping.set()
                 await sweeper  # the sweep under way ends first
+            if releaser is not None:
+                stop_releasing.set()
+                await releaser  # a release under way ends before the engines are disposed
             await in_worker_thread(leadership.stop)
             app.state.auditor.close()
             app.state.health.close()

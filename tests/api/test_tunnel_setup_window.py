@@ -89,7 +89,8 @@ async def test_an_edit_in_the_window_that_changes_the_choice_is_a_409_and_nothin
         r = await c.post("/v1/tunnels", json=tunnel(PSK))
         assert r.status_code == 409, r.text
         assert "changed while it was being set up" in r.json()["detail"]
-        assert fake.conns == {} and fake.shared == {}
+        assert fake.conns == {}
+        assert fake.shared == {}
         assert (await c.get("/v1/tunnels")).json() == []
         _on_initiate(fake, lambda: None)
         again = await c.post("/v1/tunnels", json=tunnel(PSK))  # the retry is negotiated under the edit

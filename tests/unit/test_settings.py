@@ -22,3 +22,16 @@ def test_as_many_write_slots_as_worker_threads_is_refused() -> None:
 def test_one_worker_thread_is_refused() -> None:
     with pytest.raises(ValidationError, match="worker_threads"):
         Settings(worker_threads=1)
+
+
+def test_memory_release_reads_a_comma_separated_list_and_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().memory_release == ["threads", "pool", "trim"]
+    monkeypatch.setenv("QOSS_MEMORY_RELEASE", "pool, trim")
+    assert Settings().memory_release == ["pool", "trim"]
+    monkeypatch.setenv("QOSS_MEMORY_RELEASE", "off")
+    assert Settings().memory_release == []
+    monkeypatch.setenv("QOSS_MEMORY_RELEASE", "")
+    assert Settings().memory_release == []
+    monkeypatch.setenv("QOSS_MEMORY_RELEASE", "heap")
+    with pytest.raises(ValidationError, match="memory_release"):
+        Settings()

@@ -37,7 +37,8 @@ def test_a_session_holds_the_gate_from_its_first_statement_to_its_commit_or_roll
         database: tuple[str, list[Engine]]) -> None:
     engine = _engine(database)
     gate = gate_of(engine)
-    assert gate is not None and not gate.held()
+    assert gate is not None
+    assert not gate.held()
     factory = make_session_factory(engine)
     with factory() as session:
         session.execute(text("CREATE TABLE t (x INTEGER)"))
@@ -63,9 +64,14 @@ def test_the_hot_path_holds_the_gate_and_stays_hot(database: tuple[str, list[Eng
         cursor._cursor.execute("INSERT INTO t VALUES (1)")
         assert gate.held()
     assert not gate.held()
-    with pytest.raises(RuntimeError), hot_transaction(engine) as cursor:
-        cursor._cursor.execute("INSERT INTO t VALUES (2)")
-        raise RuntimeError("rolled back")
+
+    def fails() -> None:
+        with hot_transaction(engine) as cursor:
+            cursor._cursor.execute("INSERT INTO t VALUES (2)")
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError):
+        fails()
     assert not gate.held()
 
 
@@ -118,7 +124,8 @@ def test_a_second_writer_waits_at_the_gate_not_on_sqlites_lock(database: tuple[s
         order.append("first out")
         session.commit()
     thread.join(10)
-    assert not thread.is_alive() and not errors, errors
+    assert not thread.is_alive()
+    assert not errors, errors
     assert order == ["first out", "second in"]
 
 
