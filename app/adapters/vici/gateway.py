@@ -73,7 +73,7 @@ from app.adapters.vici.models import (
 )
 from app.adapters.vici.pipeline import Pipeline, _pipelined, _StreamFailed
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
-from app.adapters.vici.slots import CONTROL_SLOTS
+from app.adapters.vici.slots import CONTROL_COMMANDS, CONTROL_SLOTS
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 from app.services.ports import NO_METRICS, Metrics
 
@@ -224,11 +224,16 @@ class ViciGateway:
         secrets = tuple(s for c in commands for s in c.secrets)
         _log.debug("vici %s on %s", names, self.socket_path)
         repeatable = all(c.name in _REPEATABLE for c in commands)
+        control = any(c.name in CONTROL_COMMANDS for c in commands)
+        release = self._control_slot(names, self.timeout) if control else None
         try:
             replies = self._run(commands[0].name if repeatable else names, self.timeout,
                                 lambda session: _pipelined(session, commands))
         except Exception as exc:
             self._fail(exc, names, self.timeout, secrets=secrets)
+        finally:
+            if release is not None:
+                release()
         return self._decoded(commands, replies)
 
     def pipeline(self) -> Pipeline:
@@ -281,16 +286,26 @@ class ViciGateway:
     def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
         """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`)."""
         wait = self.timeout + max(timeout_ms, 0) / 1000.0
-        release = CONTROL_SLOTS.take(self.socket_path, wait)
-        if release is None:
-            self.metrics.count("qoss_vici_errors_total", gateway=self.socket_path, error="GatewayUnreachable")
-            raise GatewayUnreachable(self.socket_path, f"{command}: busy ({CONTROL_SLOTS.per_socket} control calls "
-                                     f"were waiting in this charon for all of {wait:g} s)")
+        release = self._control_slot(command, wait)
         try:
             events = self._streamed(command, "control-log", message, timeout=wait)
         finally:
             release()
         return _log_lines(events)
+
+    def _control_slot(self, command: str, wait: float) -> Callable[[], None]:
+        """One of this charon's control slots (:mod:`app.adapters.vici.slots`): the function that
+        gives it back.
+
+        Raises:
+            GatewayUnreachable: none came free within ``wait`` seconds (charon is busy).
+        """
+        release = CONTROL_SLOTS.take(self.socket_path, wait)
+        if release is None:
+            self.metrics.count("qoss_vici_errors_total", gateway=self.socket_path, error="GatewayUnreachable")
+            raise GatewayUnreachable(self.socket_path, f"{command}: busy ({CONTROL_SLOTS.per_socket} control calls "
+                                     f"were waiting in this charon for all of {wait:g} s)")
+        return release
 
     # -- information ----------------------------------------------------------
 

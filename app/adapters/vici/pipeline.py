@@ -6,7 +6,7 @@ between its event's registration and unregistration, in the same write."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import vici
@@ -15,6 +15,7 @@ from vici.protocol import Message, Packet
 
 from app.adapters.vici.commands import _REPEATABLE, Command
 from app.adapters.vici.session import ViciSession, _Held
+from app.adapters.vici.slots import CONTROL_COMMANDS
 from app.domain.errors import GatewayRejected
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class Pipeline:
         self._replies: list[dict[str, Any] | GatewayRejected] = []
         self._secrets: tuple[str, ...] = ()
         self._broken = False
+        self._release: Callable[[], None] | None = None  # a control slot, held until close
 
     def send(self, commands: Sequence[Command]) -> None:
         """Write ``commands`` without waiting for charon.
@@ -150,6 +152,8 @@ class Pipeline:
         names = ",".join(c.name for c in commands)
         self._secrets += tuple(s for c in commands for s in c.secrets)
         _log.debug("vici %s on %s (pipelined)", names, g.socket_path)
+        if self._release is None and any(c.name in CONTROL_COMMANDS for c in commands):
+            self._release = g._control_slot(names, g.timeout)
         try:
             if self._held is None:
                 pool = g._pool
@@ -196,7 +200,10 @@ class Pipeline:
         return list(self._replies)
 
     def close(self) -> None:
-        """Give the connection back (every reply read) or close it."""
+        """Give the connection back (every reply read) or close it; give back a control slot."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
         held, self._held = self._held, None
         if held is None:
             return

@@ -14,7 +14,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["CONTROL_SLOTS", "ControlSlots"]
+__all__ = ["CONTROL_COMMANDS", "CONTROL_SLOTS", "ControlSlots"]
+
+#: The commands that wait in charon for their SAs (pipelined or batched ones too).
+CONTROL_COMMANDS = frozenset({"initiate", "terminate"})
 
 
 class ControlSlots:

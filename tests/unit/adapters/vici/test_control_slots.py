@@ -115,3 +115,28 @@ def test_a_connect_to_a_full_accept_queue_is_tried_again_until_it_is_taken(socke
         for c in queued:
             c.close()
         server.close()
+
+
+def test_a_pipelined_or_batched_initiate_holds_a_slot_too(fake: FakeCharon, one_slot: None) -> None:
+    from app.adapters.vici.commands import initiate_command, list_sas_command
+
+    fake.script("initiate", Reply({"success": "yes"}))
+    gateway = ViciGateway(fake.socket_path, timeout=2.0)
+    with gateway.pipeline() as charon:
+        charon.send([list_sas_command()])
+        assert _free(fake)  # no control command yet
+        charon.send([initiate_command(child="c", ike="c", timeout_ms=1000)])
+        assert not _free(fake)  # held from the initiate until the pipeline closes
+        charon.finish()
+        assert not _free(fake)
+    assert _free(fake)
+    gateway.batch([initiate_command(child="c", ike="c", timeout_ms=1000)])
+    assert _free(fake)
+
+
+def _free(fake: FakeCharon) -> bool:
+    release = CONTROL_SLOTS.take(str(fake.socket_path), 0)
+    if release is None:
+        return False
+    release()
+    return True
