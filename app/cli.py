@@ -167,16 +167,18 @@ def ratings_edit(
     performance: Annotated[float | None, typer.Option(min=0, max=10)] = None,
     reason: Annotated[str | None, typer.Option(help="why, kept with the rating")] = None,
     author: Annotated[str, typer.Option(help="recorded as the revision's author")] = "cli",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="change nothing: print the impact on running tunnels")]
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="change nothing: print the impact on running tunnels "
+                                                            "and agent sessions")]
     = False,
     database_url: DbUrl = None,
 ) -> None:
     """Edit one algorithm's rating (a new revision), as PATCH /v1/rating-tables/NAME/ratings/ALG does.
 
-    With --dry-run nothing is kept: prints which running tunnels would fall below their
-    minimums, get a cheaper or different choice, or stay. Otherwise the edit is committed and
-    the tunnels below their minimums are moved to a compliant suite (make-before-break) by
-    this command; the moves are printed.
+    With --dry-run nothing is kept: prints which running tunnels and agent sessions would fall
+    below their minimums, get a cheaper or different choice, or stay. Otherwise the edit is
+    committed and the tunnels below their minimums are moved to a compliant suite
+    (make-before-break) by this command; the moves are printed. The agent sessions below their
+    minimums are closed by the running Target, which reads the edit from the database.
     """
     from app.services.impact import preview
     from app.services.ratings import get_table, update_rating
@@ -194,10 +196,12 @@ def ratings_edit(
                               expected_revision=get_table(uow=uow, name=name).revision)
         out: dict[str, Any] = {"table": name, "revision": table.revision}
         if dry_run:
-            out.update(dry_run=True, impact=preview(uow, default_table=kw["default_table"]).as_list())
+            report = preview(uow, default_table=kw["default_table"], sessions=sessions)
+            out.update(dry_run=True, impact=report.as_list(), sessions=report.sessions_list())
         return out
 
     unit = Unit(database_url)
+    sessions = unit.agent_sessions() if dry_run else []
     out = unit.run(edit)
     if not dry_run and unit.settings.rekey:
         out.update(unit.rekey(f"rating table {name} revision {out['revision']}"))

@@ -85,6 +85,18 @@ class Unit:
         finally:
             engine.dispose()
 
+    def agent_sessions(self) -> list[Any]:
+        """The active agent sessions in this database (what an edit's dry run assesses beside the tunnels)."""
+        from app.adapters.db.agent_store import SqlAgentStore
+        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.services.agent_target_edits import active_sessions
+
+        engine = make_engine(self.settings.database_url, fast_paths=self.settings.fast_paths)
+        try:
+            return active_sessions(SqlAgentStore(make_session_factory(engine)))
+        finally:
+            engine.dispose()
+
     def rekey(self, cause: str) -> dict[str, Any]:
         """After a committed edit: negotiate the running tunnels again and move those below their
         minimums (in this process, as a running service would); what was found and done."""

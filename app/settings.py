@@ -66,12 +66,14 @@ class Settings(BaseSettings):
     events_keep_days: float = Field(default=30.0, gt=0, le=3650, description="days events are kept for resuming")
     rekey: bool = Field(
         default=True, description="after a rating, policy or gateway edit, negotiate the running tunnels again and "
-                                  "move those below their minimums to a compliant suite (make-before-break)")
+                                  "move those below their minimums to a compliant suite (make-before-break); "
+                                  "a Target closes the agent sessions below their minimums, with the reason")
     rekey_cheaper: Literal["never", "on-next-rekey", "now"] = Field(
         default="never", description="a tunnel still compliant after an edit but with a cheaper or different choice: "
                                      "stays as it is (never), moves a few seconds before its charon would rekey "
                                      "its CHILD_SA anyway (on-next-rekey), or moves at once (now)")
-    rekey_concurrency: int = Field(default=8, ge=1, le=256, description="tunnels moved at once")
+    rekey_concurrency: int = Field(default=8, ge=1, le=256,
+                                   description="tunnels moved (and agent sessions closed) at once")
     rekey_watch: float = Field(
         default=0.5, gt=0, le=60, description="seconds between the leader's looks at the event log for edits made "
                                              "by any replica (rating tables, policies, gateway refreshes)")

@@ -1,7 +1,9 @@
 """What follows an edit of a rating table, a policy or a gateway: with ``?dry_run=true`` the
-edit is made, its impact on the running tunnels assessed, and all of it rolled back. Otherwise
-it commits with its event, which the leading replica's rekeyer reads to negotiate the running
-tunnels again (:mod:`app.services.rekey`), whichever replica took the edit."""
+edit is made, its impact on the running tunnels and the agent sessions of this database assessed,
+and all of it rolled back. Otherwise it commits with its event, which the leading replica's
+rekeyer reads to negotiate the running tunnels again (:mod:`app.services.rekey`), whichever
+replica took the edit, and every process playing Target on this database reads to close the
+sessions left below their minimums (:mod:`app.services.agent_target_edits`)."""
 
 from __future__ import annotations
 
@@ -11,11 +13,20 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
+from app.services.agent_ports import AgentSession, AgentStore
+from app.services.agent_target_edits import active_sessions
 from app.services.impact import preview
 from app.services.ports import NO_METRICS, Metrics, UnitOfWork
 from app.settings import Settings
 
-__all__ = ["Edit", "EditDep", "count_revision"]
+__all__ = ["Edit", "EditDep", "count_revision", "sessions_of"]
+
+
+def sessions_of(request: Request) -> list[AgentSession]:
+    """The active agent sessions in this service's database (none without its agent store)."""
+    store: AgentStore | None = getattr(request.app.state, "agent_reads", None)
+    return active_sessions(store) if store is not None else []
+
 
 def count_revision(request: Request, kind: str) -> None:
     """Count one new revision of a ``rating_table`` or a ``policy`` (``qoss_revisions_total``)."""
@@ -32,12 +43,14 @@ class Edit:
 
     def finish(self, uow: UnitOfWork, document: dict[str, Any], revised: str | None = None) -> Any:
         """The answer of an edit made in ``uow``: the document, or with ``dry_run`` the document
-        it would have made and its impact on every running tunnel, nothing kept. ``revised``:
-        the kind of revision the edit made (``rating_table``, ``policy``), counted once kept."""
+        it would have made and its impact on every running tunnel (``impact``) and active agent
+        session (``sessions``), nothing kept. ``revised``: the kind of revision the edit made
+        (``rating_table``, ``policy``), counted once kept."""
         if self.dry_run:
             settings: Settings = self.request.app.state.settings
-            impact = preview(uow, default_table=settings.default_table).as_list()
-            return JSONResponse({"dry_run": True, "would_be": document, "impact": impact})
+            report = preview(uow, default_table=settings.default_table, sessions=sessions_of(self.request))
+            return JSONResponse({"dry_run": True, "would_be": document, "impact": report.as_list(),
+                                 "sessions": report.sessions_list()})
         if revised is not None:
             count_revision(self.request, revised)
         return document  # committed, its event reaches the leading replica's rekeyer (app.services.rekey)

@@ -58,6 +58,7 @@ from app.services import idempotency
 from app.services.agent_config import load_server_config
 from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
+from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
 from app.services.ports import UnitOfWorkFactory, ViciFactory
 from app.services.ratelimit import RateLimiter
@@ -114,7 +115,7 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
         return None, None
     config = load_server_config(settings.agent_config)
     keys = load_keys(config.key_dir, config.id)
-    store = SqlAgentStore(app.state.session_factory)
+    store = app.state.agent_store
     target = None
     if config.target is not None:
         target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=app.state.units,
@@ -143,8 +144,10 @@ def _idempotency_key(units: UnitOfWorkFactory) -> bytes:
         return key
 
 
-async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
-    """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded.
+async def _sweep(target: TargetAgent, follower: SessionFollower | None, stop: asyncio.Event) -> None:
+    """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded;
+    with ``follower``, the sessions that an edit of this database's rating tables or policies
+    left below their minimums closed (:mod:`app.services.agent_target_edits`).
 
     Stopped by ``stop``, never cancelled mid-sweep: a sweep runs in a thread that holds a
     database connection, which must be back in the pool before the engine is disposed.
@@ -156,6 +159,13 @@ async def _sweep(target: TargetAgent, stop: asyncio.Event) -> None:
                 log.info("agent sessions expired: %d", len(ended))
         except Exception:
             log.exception("agent sweep failed")
+        if follower is not None:
+            try:
+                closed = await in_worker_thread(follower.follow)
+                if closed:
+                    log.info("agent sessions closed after an edit: %d", len(closed))
+            except Exception:
+                log.exception("agent sessions: following the edits failed")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=target.role.sweep_interval)
 
@@ -327,6 +337,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         )
         app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
         app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
+        app.state.agent_store = SqlAgentStore(app.state.session_factory)
+        # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
+        app.state.agent_reads = SqlAgentStore(app.state.read_session_factory)
         app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
         duties = LeaderDuties(app.state, resolved)
         leadership = Leadership(resolved.database_url, on_elected=duties.elected, on_deposed=duties.deposed,
@@ -334,8 +347,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         await in_worker_thread(leadership.start)  # the first replica leads at once
         app.state.leadership = leadership
         stop_sweeping = asyncio.Event()
-        sweeper = (asyncio.create_task(_sweep(app.state.agent_target, stop_sweeping))
-                   if app.state.agent_target else None)
+        target = app.state.agent_target
+        # Target's own process follows the edits of its database (whichever replica leads).
+        follower = target.follower(concurrency=resolved.rekey_concurrency) if target and resolved.rekey else None
+        sweeper = asyncio.create_task(_sweep(target, follower, stop_sweeping)) if target else None
         # After a burst, once quiet: the idle worker threads end, the pools close their connections
         # and glibc returns its free memory (app.adapters.memory).
         release = app.state.memory_release = (QuietRelease(

@@ -373,7 +373,8 @@ class AgentClient:
         IKE_SA ESTABLISHED with a CHILD_SA INSTALLED now (one ``list-sas``).
 
         A tunnel of which charon has no IKE_SA at all was closed from the other side (Target
-        revoked the user, the ticket expired, or charon restarted): it is cleaned up here, its
+        revoked the user, the ticket expired, an edit left its suite below the objective's
+        minimums, or charon restarted): it is cleaned up here, its
         conn and secret unloaded and its record forgotten, and reported once with ``closed``
         saying why. One whose IKE_SA exists but is not up (connecting, rekeying) is left as it is.
         """
@@ -391,8 +392,10 @@ class AgentClient:
             self._teardown(str(t["conn"]))
             self._forget(str(t["ticket"]))
             out.append({**t, "in_charon": False,
-                        "closed": "charon has no IKE_SA for it: closed by the target (the ticket expired or "
-                                  "the user was revoked) or charon restarted; its conn and secret were unloaded"})
+                        "closed": "charon has no IKE_SA for it: closed by the target (the ticket expired, the "
+                                  "user was revoked, or an edit of the ratings or policies left its suite below "
+                                  "the objective's minimums) or charon restarted; its conn and secret were "
+                                  "unloaded: connect again"})
         return out
 
     def tunnels(self) -> list[dict[str, Any]]:

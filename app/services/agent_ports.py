@@ -84,6 +84,9 @@ class AgentSession:
     created_at: datetime = field(default_factory=_now)
     #: None: the same as ``created_at``.
     updated_at: datetime | None = None
+    #: What it was negotiated under, to negotiate it again after an edit
+    #: (:func:`app.services.agent_target_edits.session_provenance`); None: made before it was kept.
+    provenance: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

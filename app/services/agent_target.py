@@ -54,11 +54,10 @@ from app.services.agent_ports import (
     PeerKeys,
 )
 from app.services.agent_target_charon import TargetCharon, host_prefix
+from app.services.agent_target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
 from app.services.agent_target_sessions import Reconciled, TargetSessions, at
 from app.services.agent_timing import Steps
-from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
-from app.services.negotiation import run_negotiation
-from app.services.ports import UnitOfWork, UnitOfWorkFactory
+from app.services.ports import UnitOfWorkFactory
 from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]
@@ -224,27 +223,6 @@ class TargetAgent:
 
     # -- connect ------------------------------------------------------------------------
 
-    def _negotiate(self, uow: UnitOfWork, request: ClientRequest,
-                   capabilities: tuple[frozenset[str], str | None]) -> NegotiationResult:
-        algorithms, backend = capabilities
-        info = request.request_info
-        libipsec = backend == "kernel-libipsec"
-        peers = [
-            PeerIn(name="client", objective_id=request.objective_id,
-                   min_levels=MinLevelsIn(**dict(info.min_levels)),
-                   supports=list(info.supports) if info.supports else None),
-            # Target agrees to Native (Objective-ID 1) unless its own policy asks for protection.
-            PeerIn(name="target", policy=self.role.policy, supports=sorted(algorithms),
-                   objective_id=1 if request.objective_id == 1 else None),
-        ]
-        body = NegotiationIn(
-            rating_table=self.role.rating_table, peers=peers,
-            backend=BackendIn(name=backend or "strongswan", ah=info.ah and not libipsec, ah_esp_bundle=False,
-                              transport=info.transport and not libipsec),
-        )
-        return run_negotiation(uow=uow, cache=self._cache, request=body,
-                               default_table=self._default_table)
-
     def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
                  steps: Steps, answer_with: Callable[[TunnelingInfo], bytes]) -> tuple[TunnelingInfo, bytes]:
         """Negotiate (reading only), then admit, lease and record the session in ONE hot
@@ -266,9 +244,14 @@ class TargetAgent:
         # query) in a unit of work of its own, before the write transaction; its refusal is raised
         # only once the request is admitted, so a replayed or revoked request is refused as such.
         refusal: Exception | None = None
+        inputs = session_inputs(request, policy=self.role.policy, rating_table=self.role.rating_table,
+                                capabilities=capabilities)
         try:
             with self._units() as uow:
-                result = self._negotiate(uow, request, capabilities)
+                result = negotiate_session(uow=uow, cache=self._cache, inputs=inputs,
+                                           default_table=self._default_table)
+                origin = (session_provenance(uow=uow, cache=self._cache, inputs=inputs, result=result)
+                          if result.suite.protocol != "none" else None)
         except Exception as exc:  # raised below, after the admission checks
             refusal = exc
         steps.mark("negotiate")
@@ -327,7 +310,7 @@ class TargetAgent:
                             request_id=request.request_id.hex(), objective_id=request.objective_id,
                             protection="esp",
                             conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
-                            state=AgentSessionState.ACTIVE.value, expires_at=at(expires),
+                            state=AgentSessionState.ACTIVE.value, expires_at=at(expires), provenance=origin,
                         ))
                         transaction.commit()
                     except BaseException:
@@ -407,6 +390,13 @@ class TargetAgent:
         """Make the database and charon agree about agent conns (:meth:`TargetSessions.reconcile
         <app.services.agent_target_sessions.TargetSessions.reconcile>`)."""
         return self._book.reconcile()
+
+    def follower(self, *, concurrency: int = 8) -> SessionFollower:
+        """What closes this Target's sessions that an edit of a rating table or policy leaves
+        below their minimums (:class:`~app.services.agent_target_edits.SessionFollower`): its
+        ``follow`` runs from the sweeper."""
+        return SessionFollower(store=self._store, units=self._units, finish=self._book.finish,
+                               default_table=self._default_table, concurrency=concurrency)
 
     def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""

@@ -20,7 +20,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -34,7 +34,7 @@ from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
 
-__all__ = ["Cheaper", "Impact", "Rekeyer", "assess", "assess_one"]
+__all__ = ["Cheaper", "Impact", "ImpactKind", "Rekeyer", "Verdict", "assess", "assess_one", "judge", "suite_keywords"]
 
 log = logging.getLogger("qoss.rekey")
 
@@ -76,10 +76,54 @@ def _suite(document: Mapping[str, Any]) -> dict[str, Any]:
     return {"suite": document.get("suite"), "proposals": document.get("proposals"), "cost": document.get("cost")}
 
 
-def _keywords(proposals: Mapping[str, str | None]) -> list[str]:
-    """The algorithm keywords of a tunnel's proposals (``aes128gcm16-prfsha1-x25519`` -> three)."""
+def suite_keywords(proposals: Mapping[str, str | None]) -> list[str]:
+    """The algorithm keywords of a suite's proposals (``aes128gcm16-prfsha1-x25519`` -> three)."""
     found = {part for proposal in proposals.values() if proposal for part in proposal.split("-")}
     return sorted(k for k in found if k in CATALOGUE)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What negotiating a running suite again says: its kind of impact, the new negotiation (if
+    any), why, and the running suite's algorithms the new negotiation rejects."""
+
+    kind: ImpactKind
+    result: NegotiationResult | None
+    reason: str
+    rejected: tuple[str, ...] = ()
+
+    @property
+    def new(self) -> dict[str, Any] | None:
+        """The new suite (suite, proposals, cost), if there is one."""
+        return _suite(self.result.as_dict()) if self.result is not None else None
+
+
+def judge(current: Mapping[str, str | None],
+          negotiate: Callable[[Sequence[str] | None], NegotiationResult]) -> Verdict:
+    """Whether the suite whose proposals are ``current`` is still what ``negotiate`` (the same
+    inputs as it was made with, the tables and policies as they are now) gives: ``negotiate(None)``
+    chooses freely, ``negotiate(keywords)`` only among the running suite's algorithms."""
+    keywords = suite_keywords(current)
+    try:
+        pinned: NegotiationResult | None = negotiate(keywords)
+    except NegotiationError as exc:
+        pinned = None
+        why = exc.message
+    except QossError as exc:
+        return Verdict("unassessed", None, exc.message)
+    try:
+        chosen = negotiate(None)
+    except NegotiationError as exc:
+        return Verdict("noncompliant", None, f"nothing meets its minimums any more: {exc.message}")
+    if pinned is None:
+        rejected = tuple(sorted({r.algorithm for r in chosen.rejected if r.algorithm in keywords}))
+        return Verdict("noncompliant", chosen, f"its suite no longer meets its minimums: {why}", rejected)
+    if chosen.proposals == dict(current):
+        return Verdict("stays", None, "its suite is still the choice")
+    if chosen.cost < pinned.cost:
+        return Verdict("cheaper", chosen, f"still compliant; the choice now costs {chosen.cost:.4g} "
+                                          f"against {pinned.cost:.4g} {chosen.cost_unit}")
+    return Verdict("different", chosen, "still compliant; the engine now chooses another suite")
 
 
 def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str,
@@ -97,30 +141,10 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str,
         responder = uow.gateways.get(record.responder) if record.responder is not None else None
     except NotFound as exc:
         return Impact(record.id, "unassessed", old, None, exc.message)
-    current = result_from(record)
-    args: dict[str, Any] = {"uow": uow, "cache": cache, "inputs": inputs, "initiator": initiator,
-                            "responder": responder, "default_table": default_table}
-    try:
-        pinned = negotiate_tunnel(**args, pinned=_keywords(current.proposals))
-    except NegotiationError as exc:
-        pinned = None
-        why = exc.message
-    except QossError as exc:
-        return Impact(record.id, "unassessed", old, None, exc.message)
-    try:
-        chosen = negotiate_tunnel(**args)
-    except NegotiationError as exc:
-        return Impact(record.id, "noncompliant", old, None, f"nothing meets its minimums any more: {exc.message}")
-    new = _suite(chosen.as_dict())
-    if pinned is None:
-        return Impact(record.id, "noncompliant", old, new, f"its suite no longer meets its minimums: {why}",
-                      chosen)
-    if chosen.proposals == current.proposals:
-        return Impact(record.id, "stays", old, None, "its suite is still the choice")
-    if chosen.cost < pinned.cost:
-        return Impact(record.id, "cheaper", old, new, f"still compliant; the choice now costs {chosen.cost:.4g} "
-                                                      f"against {pinned.cost:.4g} {chosen.cost_unit}", chosen)
-    return Impact(record.id, "different", old, new, "still compliant; the engine now chooses another suite", chosen)
+    verdict = judge(result_from(record).proposals, lambda pinned: negotiate_tunnel(
+        uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder, default_table=default_table,
+        pinned=pinned))
+    return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result)
 
 
 def assess(uow: UnitOfWork, *, default_table: str, tunnels: Iterable[TunnelRecord] | None = None) -> list[Impact]:

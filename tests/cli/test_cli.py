@@ -220,7 +220,8 @@ def test_ratings_edit_dry_run_keeps_nothing_then_the_edit_is_a_revision(db: Path
     start = revision()
     dry = qoss("ratings", "edit", "standards-2026", "aes128gcm16", "--confidentiality", "5", "--dry-run", db=db)
     assert dry.returncode == 0, dry.stderr
-    assert json.loads(dry.stdout) == {"table": "standards-2026", "revision": start + 1, "dry_run": True, "impact": []}
+    assert json.loads(dry.stdout) == {"table": "standards-2026", "revision": start + 1, "dry_run": True, "impact": [],
+                                       "sessions": []}
     assert revision() == start
     done = qoss("ratings", "edit", "standards-2026", "aes128gcm16", "--confidentiality", "5", db=db)
     assert done.returncode == 0, done.stderr

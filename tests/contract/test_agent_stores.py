@@ -176,6 +176,24 @@ def test_a_session_gets_its_defaults_and_reads_back(store: AgentStore) -> None:
     assert (row.reason, row.suite, row.virtual_ip, row.expires_at) == ("", suite, "10.8.0.1", LATER)
     assert row.created_at.tzinfo is not None
     assert row.updated_at == row.created_at
+    assert row.provenance is None  # a session made before provenance was kept
+
+
+def test_a_sessions_provenance_reads_back_from_either_path(store: AgentStore) -> None:
+    origin = {"request": {"objective_id": 3, "min_levels": {"confidentiality": 6}, "supports": None,
+                          "target_supports": ["aes128gcm16", "x25519"], "backend": None, "policy": None},
+              "tables": {"standards-2026": 4}, "policy_revision": None, "cost": 1.25}
+    with store.request() as transaction:
+        transaction.add_session(_session("d" * 32, provenance=origin))
+        transaction.commit()
+    with store.unit() as uow:
+        uow.sessions.add(_session("e" * 32, provenance=origin))
+        uow.commit()
+    with store.unit() as uow:
+        found = [uow.sessions.get(t) for t in ("d" * 32, "e" * 32)]
+        listed = uow.sessions.select(state=AgentSessionState.ACTIVE)
+    assert [s.provenance if s else None for s in found] == [origin, origin]
+    assert [s.provenance for s in listed] == [origin, origin]
 
 
 def test_sessions_are_listed_newest_first_and_finished_once(store: AgentStore) -> None:

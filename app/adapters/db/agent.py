@@ -90,6 +90,8 @@ class AgentSessionRow(Base):
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
+    #: What the session was negotiated under (None: made before it was kept).
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
 
 
 class AgentLeaseRow(Base):
@@ -254,7 +256,8 @@ def _session(row: AgentSessionRow) -> AgentSession:
         ticket=row.ticket, user_id=row.user_id, host_id=row.host_id, request_id=row.request_id,
         objective_id=row.objective_id, protection=row.protection, conn=row.conn, pool=row.pool,
         virtual_ip=row.virtual_ip, client_identity=row.client_identity, suite=row.suite, state=row.state,
-        expires_at=row.expires_at, reason=row.reason, created_at=row.created_at, updated_at=row.updated_at)
+        expires_at=row.expires_at, reason=row.reason, created_at=row.created_at, updated_at=row.updated_at,
+        provenance=row.provenance)
 
 
 class SessionRepository:

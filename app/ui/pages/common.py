@@ -12,6 +12,8 @@ from starlette.responses import Response
 
 from app.domain.auth import Forbidden
 from app.services import impact
+from app.services.agent_ports import AgentStore
+from app.services.agent_target_edits import active_sessions
 from app.services.ports import UnitOfWork
 from app.settings import Settings
 from app.ui.render import page
@@ -86,10 +88,16 @@ def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str
     (:func:`app.services.impact.preview`: nothing of it kept), and what the service will do
     about each kind of tunnel once the edit is saved. The request's audit record says that
     nothing was saved."""
-    report = impact.preview(uow, default_table=settings.default_table)
+    store: AgentStore | None = getattr(request.app.state, "agent_reads", None)
+    sessions = active_sessions(store) if store is not None else []
+    report = impact.preview(uow, default_table=settings.default_table, sessions=sessions)
     request.state.audit_detail = "preview: nothing saved"
+    grouped = report.sessions_by_kind()
     if not settings.rekey:
         off = "left as they are once saved (QOSS_REKEY is off)"
-        return {"report": report, "noncompliant": off, "changed": off}
-    return {"report": report, "noncompliant": "moved to their new suite once saved (make-before-break)",
-            "changed": _AFTER_CHEAPER[settings.rekey_cheaper]}
+        return {"report": report, "sessions": grouped, "noncompliant": off, "changed": off,
+                "sessions_noncompliant": off, "sessions_changed": off}
+    return {"report": report, "sessions": grouped, "noncompliant": "moved to their new suite once saved "
+            "(make-before-break)", "changed": _AFTER_CHEAPER[settings.rekey_cheaper],
+            "sessions_noncompliant": "closed by the Target once saved, with the reason; the user connects again",
+            "sessions_changed": "they keep their suite until the user next connects"}

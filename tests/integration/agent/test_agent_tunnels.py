@@ -7,7 +7,9 @@ import subprocess
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
+import httpx
 import pytest
 
 from app.adapters.vici.driver import Command, Pipeline
@@ -221,3 +223,73 @@ def test_a_pool_loaded_on_a_taken_address_is_loaded_again_with_the_leased_one(ag
         with engine.begin() as conn:
             conn.execute(delete(AgentLeaseRow.__table__).where(AgentLeaseRow.ticket == "f" * 32))
         engine.dispose()
+
+
+def _patch_rating(env: AgentEnv, algorithm: str, changes: dict[str, object], *, dry_run: bool = False
+                  ) -> dict[str, Any]:
+    url = f"{env.url}/v1/rating-tables/standards-2026"
+    revision = httpx.get(url, headers=env.admin, timeout=10).headers["ETag"]
+    r = httpx.patch(f"{url}/ratings/{algorithm}", params={"dry_run": "true"} if dry_run else None, json=changes,
+                    headers={**env.admin, "If-Match": revision}, timeout=30)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _session_record(env: AgentEnv, ticket: str) -> dict[str, Any]:
+    r = httpx.get(f"{env.url}/v1/agent/sessions", headers=env.admin, params={"limit": 1000}, timeout=10)
+    assert r.status_code == 200, r.text
+    [record] = [s for s in r.json() if s["ticket"] == ticket]
+    return dict(record)
+
+
+def test_an_edit_that_leaves_a_session_below_its_minimums_closes_it_and_a_reconnect_gets_a_new_suite(
+        agent_env: AgentEnv) -> None:
+    """The dry run names exactly that session (old and new suite); the committed edit has Target
+    close it with the reason; the client's status says so and to connect again; a new connect
+    gets another suite that meets the minimums. The rating is put back at the end."""
+    agent_env.enroll("mover", [3])
+    client = agent_env.client("mover")
+    report = client.connect(target="hq", objective_id=3, min_levels={"confidentiality": 5, "integrity": 5})
+    encryption, ticket = report["suite"]["encryption"], report["ticket"]
+    table = httpx.get(f"{agent_env.url}/v1/rating-tables/standards-2026", headers=agent_env.admin, timeout=10).json()
+    [row] = [r for r in table["ratings"] if r["algorithm"] == encryption]
+    weakened = {"confidentiality": 2, "reason": "test: broken"}
+    again: dict[str, Any] | None = None
+    try:
+        preview = _patch_rating(agent_env, encryption, weakened, dry_run=True)
+        [session] = [s for s in preview["sessions"] if s["kind"] == "noncompliant"]
+        assert (session["ticket"], session["user"]) == (ticket, "mover")
+        assert session["old"]["proposals"]["esp"] == report["esp_proposal"]
+        assert session["new"]["proposals"]["esp"] != report["esp_proposal"]
+        assert _session_record(agent_env, ticket)["state"] == "active"  # nothing kept
+
+        edited = _patch_rating(agent_env, encryption, weakened)
+        deadline = time.monotonic() + 15  # Target's sweeper reads the edit from the event log
+        while _session_record(agent_env, ticket)["state"] == "active" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        record = _session_record(agent_env, ticket)
+        assert record["state"] == "closed"
+        assert record["reason"] == (f"rating table standards-2026 revision {edited['revision']} puts {encryption} "
+                                    "below objective 3's minimums: connect again")
+        [entry] = [a for a in agent_env.audit() if a["object"] == f"/v1/agent/sessions/{ticket}"]
+        assert f"a new connect gets {session['new']['proposals']['esp']}" in entry["detail"]
+        assert agent_env.target_vici.list_sas(ike=report["conn"]) == []
+        assert report["conn"] not in agent_env.target_vici.list_conns()
+
+        deadline = time.monotonic() + 20  # Target's DELETE reaches the client's charon
+        while agent_env.client_vici.list_sas(ike=report["conn"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [status] = [t for t in client.status() if t["ticket"] == ticket]
+        assert status["in_charon"] is False
+        assert status["closed"].endswith("connect again")
+        assert client.tunnels() == []
+
+        again = client.connect(target="hq", objective_id=3, min_levels={"confidentiality": 5, "integrity": 5})
+        assert again["suite"]["encryption"] != encryption
+        assert again["esp_proposal"] == session["new"]["proposals"]["esp"]
+        [sa] = agent_env.target_vici.list_sas(ike=again["conn"])
+        assert sa.state == "ESTABLISHED"
+    finally:
+        if again is not None:
+            client.disconnect(again["ticket"])
+        _patch_rating(agent_env, encryption, {"confidentiality": row["confidentiality"], "reason": row.get("reason")})

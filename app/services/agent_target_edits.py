@@ -1,0 +1,246 @@
+"""Target's sessions and the edits of rating tables and policies: what each session was
+negotiated under (its provenance), what an edit does to it, and closing the sessions an edit
+leaves below their objective's minimums.
+
+A session's suite is also held by the client's own charon, so Target cannot move it alone: a
+session whose suite falls below its minimums is closed by Target with the reason (its record
+``closed``, its SAs terminated and its conn, secret and pool unloaded, an event and an audit
+record naming the edit, the old suite and the one a new connect gets); the client's status then
+reports it closed, and a new connect gets the new suite. A session that is merely offered a
+cheaper or different suite keeps its suite until the client connects again.
+
+Which edits count: those made in Target's own database, whose rating tables and policies its
+negotiation reads. Every process playing Target reads that database's event log
+(:meth:`SessionFollower.follow`, from Target's sweeper); a session is closed once, by whichever
+process gets there first.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.agent import AgentSessionState, ClientRequest
+from app.domain.errors import QossError
+from app.domain.negotiation import NegotiationResult
+from app.services.agent_ports import AgentSession, AgentStore
+from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
+from app.services.negotiation import run_negotiation
+from app.services.ports import UnitOfWork, UnitOfWorkFactory
+from app.services.ratings import TableCache
+from app.services.rekey import ImpactKind, judge
+
+__all__ = ["SessionFollower", "SessionImpact", "active_sessions", "assess_session", "assess_sessions",
+           "close_reason", "negotiate_session", "session_inputs", "session_provenance"]
+
+log = logging.getLogger("qoss.agent.target")
+
+#: The events of edits a session's negotiation may depend on, and how a reason names them.
+_EDITS = {"rating_table.revision": "rating table", "rating_table.deleted": "rating table",
+          "policy.revision": "policy", "policy.deleted": "policy"}
+_SUITE_FIELDS = ("protocol", "encryption", "integrity", "key_exchange", "aead")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def session_inputs(request: ClientRequest, *, policy: str | None, rating_table: str | None,
+                   capabilities: tuple[frozenset[str], str | None]) -> dict[str, Any]:
+    """What decides a session's negotiation, as a document: the client's objective, minimums and
+    algorithms, AH and transport mode asked for; Target's policy, rating table, algorithms and
+    back end. Kept in the session's provenance, so it can be negotiated again after an edit."""
+    info = request.request_info
+    algorithms, backend = capabilities
+    return {"objective_id": request.objective_id, "min_levels": dict(info.min_levels),
+            "supports": list(info.supports) if info.supports else None, "ah": info.ah,
+            "transport": info.transport, "policy": policy, "rating_table": rating_table,
+            "target_supports": sorted(algorithms), "backend": backend}
+
+
+def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], default_table: str,
+                      pinned: Sequence[str] | None = None) -> NegotiationResult:
+    """Negotiate a session from its inputs (:func:`session_inputs`): the client a peer with its
+    objective, minimums and algorithms, Target a peer with its policy and algorithms (it agrees to
+    Native, Objective-ID 1, unless its policy asks for protection).
+
+    ``pinned``: also only these algorithms (the suite the session runs on), to ask whether that
+    suite still meets the minimums (``NoFeasibleSuite`` if not).
+    """
+    libipsec = inputs["backend"] == "kernel-libipsec"
+    objective = inputs["objective_id"]
+    peers = [
+        PeerIn(name="client", objective_id=objective, min_levels=MinLevelsIn(**inputs["min_levels"]),
+               supports=inputs["supports"]),
+        PeerIn(name="target", policy=inputs["policy"], supports=inputs["target_supports"],
+               objective_id=1 if objective == 1 else None),
+    ]
+    if pinned is not None:
+        peers.append(PeerIn(name="current-suite", supports=list(pinned)))
+    body = NegotiationIn(
+        rating_table=inputs["rating_table"], peers=peers,
+        backend=BackendIn(name=inputs["backend"] or "strongswan", ah=inputs["ah"] and not libipsec,
+                          ah_esp_bundle=False, transport=inputs["transport"] and not libipsec))
+    return run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
+
+
+def session_provenance(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any],
+                       result: NegotiationResult) -> dict[str, Any]:
+    """What a session was negotiated under: its inputs, the revision of each rating table the
+    negotiation read (from ``cache``: the tables it used, no query) and of Target's stored policy,
+    and the suite's cost."""
+    tables = {name: cache.get(uow.tables, name).revision for name in sorted(set(result.tables.values()))}
+    policy = inputs.get("policy")
+    return {"request": dict(inputs), "tables": tables,
+            "policy_revision": uow.policies.get(policy)[1] if policy else None, "cost": result.cost}
+
+
+# --------------------------------------------------------------------------- assessment
+
+
+@dataclass(frozen=True)
+class SessionImpact:
+    """What an edit does to one agent session (its ticket and user)."""
+
+    ticket: str
+    user: str
+    objective_id: int
+    kind: ImpactKind
+    old: Mapping[str, Any]
+    new: Mapping[str, Any] | None
+    reason: str
+    #: The running suite's algorithms the new negotiation rejects (noncompliant only).
+    rejected: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ticket": self.ticket, "user": self.user, "objective_id": self.objective_id, "kind": self.kind,
+                "old": dict(self.old), "new": dict(self.new) if self.new is not None else None,
+                "reason": self.reason}
+
+
+def active_sessions(store: AgentStore) -> list[AgentSession]:
+    """Target's active sessions that run IPsec (a Native one has no suite to assess)."""
+    with store.unit() as uow:
+        return [s for s in uow.sessions.select(state=AgentSessionState.ACTIVE, limit=100_000)
+                if s.protection == "esp"]
+
+
+def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str,
+                   cache: TableCache | None = None) -> SessionImpact:
+    """Negotiate ``session`` again under its provenance, with the tables and policies as ``uow``
+    sees them now (an uncommitted edit included)."""
+    suite = session.suite
+    old = {"suite": {k: suite.get(k) for k in _SUITE_FIELDS}, "proposals": suite.get("proposals"),
+           "cost": (session.provenance or {}).get("cost")}
+
+    def impact(kind: ImpactKind, new: Mapping[str, Any] | None, reason: str,
+               rejected: tuple[str, ...] = ()) -> SessionImpact:
+        return SessionImpact(session.ticket, session.user_id, session.objective_id, kind, old, new, reason, rejected)
+
+    if session.provenance is None:
+        return impact("unassessed", None, "made before qoss recorded what sessions are negotiated under: it "
+                                          "follows edits from its next connect")
+    used = cache or TableCache()  # reads this unit of work's tables, an uncommitted edit included
+    inputs = session.provenance["request"]
+    verdict = judge(dict(suite.get("proposals") or {}), lambda pinned: negotiate_session(
+        uow=uow, cache=used, inputs=inputs, default_table=default_table, pinned=pinned))
+    return impact(verdict.kind, verdict.new, verdict.reason, verdict.rejected)
+
+
+def assess_sessions(uow: UnitOfWork, sessions: Iterable[AgentSession], *, default_table: str) -> list[SessionImpact]:
+    """:func:`assess_session` for each of ``sessions``, in one unit of work."""
+    cache = TableCache()
+    return [assess_session(uow, s, default_table=default_table, cache=cache) for s in sessions]
+
+
+# --------------------------------------------------------------------------- after an edit
+
+
+def _proposal(suite: Mapping[str, Any] | None) -> str:
+    proposals = (suite or {}).get("proposals") or {}
+    return str(proposals.get("esp") or proposals.get("ah") or "nothing")
+
+
+def close_reason(impact: SessionImpact, cause: str) -> str:
+    """Why Target closed a session (at most 200 characters, always ending in what to do)."""
+    what = (", ".join(impact.rejected) or _proposal(impact.old))[:80]
+    tail = f" puts {what} below objective {impact.objective_id}'s minimums: connect again"
+    return f"{cause[:200 - len(tail)]}{tail}"
+
+
+class SessionFollower:
+    """Reads the event log of Target's database for edits of rating tables and policies and
+    closes the sessions they leave below their minimums, with the reason (see the module).
+
+    Args:
+        store: Target's sessions.
+        units: Target's database (rating tables, policies, the event log, the audit log).
+        finish: ends one session (ticket, state, reason) in the store and in charon; None if it
+            was no longer active.
+        concurrency: sessions closed at once.
+    """
+
+    def __init__(self, *, store: AgentStore, units: UnitOfWorkFactory,
+                 finish: Callable[[str, AgentSessionState, str], AgentSession | None], default_table: str,
+                 concurrency: int = 8) -> None:
+        self._store, self._units, self._finish = store, units, finish
+        self._default_table = default_table
+        self._concurrency = concurrency
+        self._last: int | None = None
+
+    def follow(self) -> list[str]:
+        """Look at the edits made since the last look (the first look only notes where the log
+        is) and act on them; the tickets closed."""
+        with self._units() as uow:
+            if self._last is None:
+                self._last = uow.events.last_id()
+                return []
+            events = uow.events.after(self._last, scopes=None, limit=1000)
+        if not events:
+            return []
+        self._last = max(int(e["id"]) for e in events)
+        causes = [f"{_EDITS[e['kind']]} {e['subject']}" + (f" revision {e['data']['revision']}"
+                                                           if e["data"].get("revision") else " deleted")
+                  for e in events if e["kind"] in _EDITS]
+        if not causes:
+            return []
+        return self.run_once("; ".join(dict.fromkeys(causes)))
+
+    def run_once(self, cause: str) -> list[str]:
+        """Assess every active session and close the noncompliant ones (``concurrency`` at once;
+        one's failure never stops the others); the tickets closed."""
+        sessions = active_sessions(self._store)
+        if not sessions:
+            return []
+        with self._units() as uow:
+            impacts = assess_sessions(uow, sessions, default_table=self._default_table)
+        todo = [i for i in impacts if i.kind == "noncompliant"]
+        with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="qoss-agent-close") as pool:
+            closed = list(pool.map(lambda i: self._close(i, cause), todo))
+        return [i.ticket for i, done in zip(todo, closed, strict=True) if done]
+
+    def _close(self, impact: SessionImpact, cause: str) -> bool:
+        reason = close_reason(impact, cause)
+        try:
+            if self._finish(impact.ticket, AgentSessionState.CLOSED, reason) is None:
+                return False  # ended meanwhile, or closed by another process
+            detail = (f"closed: {reason}; was {_proposal(impact.old)}, a new connect gets "
+                      f"{_proposal(impact.new)}")
+            with self._units() as uow:
+                uow.events.append("agent.session.closed", impact.ticket, {
+                    "user": impact.user, "objective_id": impact.objective_id, "cause": cause, "reason": reason,
+                    "old": dict(impact.old), "new": dict(impact.new) if impact.new is not None else None},
+                    scope="tunnels:read")
+                uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None,
+                                 scopes=[], source="local", action="DELETE",
+                                 object=f"/v1/agent/sessions/{impact.ticket}", outcome=200, detail=detail[:200])
+                uow.commit()
+        except Exception as exc:  # one session's failure never stops the others
+            why = exc.message if isinstance(exc, QossError) else f"{type(exc).__name__}: {exc}"
+            log.warning("agent session %s (below its minimums after %s) not closed: %s", impact.ticket, cause, why)
+            return False
+        log.info("agent session %s of %s closed: %s", impact.ticket, impact.user, reason)
+        return True
