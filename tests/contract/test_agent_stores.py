@@ -20,7 +20,7 @@ from app.services.agent_ports import AgentSession, AgentStore
 from tests.contract.databases import migrated_sessions
 from tests.fakes.agent_store import FakeAgentStore
 
-LATER = datetime.now(UTC) + timedelta(minutes=5)
+LATER = datetime.now(UTC) + timedelta(days=1)  # not expired whenever in the run a test uses it
 KEY_A, KEY_B = b"\x01" * 32, b"\x02" * 32
 
 

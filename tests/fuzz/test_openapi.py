@@ -77,7 +77,7 @@ def _serve(tmp: Path, database_url: str, backend: str) -> Iterator[Server]:
     cfg = Settings(database_url=database_url, vici_socket_dirs=[tmp / "sockets"],
                    reconcile_on_start=False, tunnel_burst=100_000, max_body_bytes=65536,
                    agent_config=agent_server_config(tmp)[0], agent_rate=100_000.0, agent_burst=100_000,
-                   event_stream_seconds=0.3)  # each GET /v1/events answers its stream, then ends
+                   event_stream_seconds=0.1)  # each GET /v1/events answers its stream, then ends
     prepare_database(cfg)
     token = make_token(cfg.database_url, "fuzzer", ["admin"])
     port = _free_port()

@@ -112,7 +112,7 @@ async def follow(request: Request, scopes: frozenset[str] | None, start: int | N
                 if time.monotonic() - quiet_since > KEEPALIVE:
                     yield ": keep-alive\n\n"
                     quiet_since = time.monotonic()
-                await asyncio.sleep(POLL)
+                await asyncio.sleep(min(POLL, max(0.0, ends - time.monotonic())))  # ends on time
         finally:
             state.event_streams -= 1
 
