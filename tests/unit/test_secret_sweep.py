@@ -121,3 +121,17 @@ def test_a_registered_token_is_searched_for_with_and_without_its_prefix(tmp_path
     leaked = tmp_path / "app.log"
     leaked.write_text(f"header {secret}\n")
     assert find_leaks(added, [leaked])
+
+
+def test_a_form_inside_a_longer_token_and_a_secret_with_spaces_are_both_found(tmp_path: Path) -> None:
+    token, phrase = b"qoss_0123456789abcdef0123456789abcdef", b"a pre-shared key: with spaces, 32+ chars"
+    glued = tmp_path / "glued.log"
+    glued.write_bytes(b"Authorization=Bearer" + token + b"trailing0123 and " + phrase + b"\n")
+    hexed = tmp_path / "hexed.db"
+    hexed.write_bytes(b"\x00\x01" + b"ff" + phrase.hex().encode() + b"00\x02")
+    clean = tmp_path / "clean.log"
+    clean.write_bytes(b"Bearer qoss_0123456789abcdef0123456789abcdeX " + phrase[:-1] + b"\n")
+    leaks = find_leaks([token, phrase], [glued, hexed, clean])
+    assert len([leak for leak in leaks if leak.startswith(str(glued))]) == 2
+    assert len([leak for leak in leaks if leak.startswith(str(hexed))]) == 1
+    assert not [leak for leak in leaks if leak.startswith(str(clean))]
