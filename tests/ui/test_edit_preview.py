@@ -235,3 +235,31 @@ async def test_removing_a_row_is_asked_with_its_impact(
         removed = await client.post(f"{ROW}/remove", data=_resent(asked.text, f"{ROW}/remove"))
         assert (removed.status_code, removed.headers["location"]) == (303, TABLE)
     assert await _revision(api) == before + 1
+
+
+async def test_a_preview_names_the_agent_session_an_edit_would_leave_below_its_minimums(
+        running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str],
+        settings: Settings) -> None:
+    from tests.api.test_edit_sessions import _record_session
+
+    app, api, _ = running
+    ticket = "cd" * 16
+    _record_session(settings, ticket)  # alice's session on aes128gcm16, confidentiality 6 at least
+    before = await _revision(api)
+    current = next(r for r in (await api.get("/v1/rating-tables/standards-2026")).json()["ratings"]
+                   if r["algorithm"] == "aes128gcm16")
+    weaker = {"confidentiality": "3", "integrity": str(current["integrity"]),
+              "key_exchange": "" if current.get("key_exchange") is None else str(current["key_exchange"]),
+              "performance": str(current["performance"]), "reason": "previewed: broken"}
+    async with client_of(app) as client:
+        csrf = await sign_in(client, token("editor", ["ratings:write", "tunnels:read"]))
+        shown = await client.post(f"{ROW}/preview", data={"csrf": csrf, "revision": str(before), **weaker})
+        assert shown.status_code == 200, shown.text
+        table = re.search(r'<table class="compare impact sessions noncompliant">(.*?)</table>', shown.text,
+                          re.DOTALL)
+        assert table is not None, shown.text
+        row = re.search(rf'<tr id="impact-session-{ticket}">(.*?)</tr>', table.group(1), re.DOTALL)
+        assert row is not None
+        assert "alice" in row.group(1)
+        assert "aes128gcm16" in row.group(1)
+    assert await _revision(api) == before  # nothing saved
