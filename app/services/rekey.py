@@ -284,8 +284,9 @@ class Rekeyer:
             elif self._watch is not None and last is not None:
                 try:
                     found, last = self._edits_after(last)
-                except Exception:  # the database is away for a moment: look again next time
-                    log.exception("rekey: reading the event log failed")
+                except Exception as exc:  # the database is away or busy for a moment: look again next time
+                    log.warning("rekey: reading the event log failed (%s: %s); looking again in %g s",
+                                type(exc).__name__, str(exc).splitlines()[0][:200] if str(exc) else "", self._watch)
                     found = []
                 causes += found
             if not causes and self._left_noncompliant and time.monotonic() >= self._retry_at:
