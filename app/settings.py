@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
     max_body_bytes: int = Field(default=1_048_576, description="request bodies larger than this get 413")
     vici_timeout: float = Field(default=15.0, description="seconds to wait for a charon's answer")
+    sa_reports: bool = Field(
+        default=True, description="verify a tunnel set-up's ends by charon's child-updown report of the SAs "
+                                  "(one event connection per charon), asking list-sas only where a report is "
+                                  "missing or differs; false: always list-sas")
     charon_control_calls: int = Field(
         default=4, ge=1, le=256, description="initiate and terminate calls this process keeps waiting in one charon at "
                                              "once (each holds one of charon's worker threads until its SAs are up "

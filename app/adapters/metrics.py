@@ -78,6 +78,9 @@ CATALOGUE: Mapping[str, MetricSpec] = {
         "counter", "Tunnels the re-keyer moved to a compliant suite (moved) or could not (refused)", ("outcome",)),
     "qoss_rekey_move_seconds": MetricSpec(
         "histogram", "Seconds for one make-before-break move, from reading the tunnel to recording the move"),
+    "qoss_sa_reports_total": MetricSpec(
+        "counter", "Tunnel set-ups' waits for charon's report of an end's CHILD_SA coming up: reported (read "
+        "instead of list-sas), missed (none in time or no event connection: list-sas asked)", ("outcome",)),
     "qoss_vici_calls_total": MetricSpec(
         "counter", "VICI commands sent to a charon, by gateway (its VICI socket)", ("gateway",)),
     "qoss_vici_errors_total": MetricSpec(

@@ -10,7 +10,6 @@ import threading
 import uuid
 from typing import Any
 
-from app.adapters.vici.events import updown_listener
 from app.services.rekey import Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
@@ -39,7 +38,8 @@ class LeaderDuties:
                 self._reconcile("at start" if first else "on taking the lead")
             if s.monitor_tunnels:
                 state.tunnel_monitor = TunnelMonitor(units=state.units, reads=state.read_units, vici=state.vici_factory,
-                                                     listen=updown_listener, resync=s.monitor_interval,
+                                                     listen=state.sa_events.listener,
+                                                     resync=s.monitor_interval,
                                                      metrics=state.metrics)
                 state.tunnel_monitor.start()
             if s.rekey:

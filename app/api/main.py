@@ -30,6 +30,7 @@ from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.agent import agent_vici
 from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
@@ -313,6 +314,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         timeout = resolved.vici_timeout
         CONTROL_SLOTS.configure(resolved.charon_control_calls)
         app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port))
+        # Charon's up/down events, one connection per charon: set-ups read their SAs from them
+        # (unless sa_reports is off) and the tunnel monitor is told by them.
+        app.state.sa_events = SaEventHub(metrics=metrics_port)
         install(app.state.session_factory)  # a request's unit of work writes its audit record
         app.state.auditor = Auditor(app.state.session_factory)
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
@@ -373,6 +377,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 stop_releasing.set()
                 await releaser  # a release under way ends before the engines are disposed
             await in_worker_thread(leadership.stop)
+            await in_worker_thread(app.state.sa_events.close)
             app.state.auditor.close()
             app.state.health.close()
             app.state.scrape_reader.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
@@ -44,6 +45,7 @@ __all__ = [
     "TunnelStore",
     "UnitOfWork",
     "UnitOfWorkFactory",
+    "UpReports",
     "ViciFactory",
     "ViciPort",
     "error_label",
@@ -360,6 +362,16 @@ class ViciPort(Protocol):
 
 #: A charon by its VICI socket path.
 ViciFactory = Callable[[str], ViciPort]
+
+
+class UpReports(Protocol):
+    """Charon's own reports of CHILD_SAs coming up (``app.adapters.vici.sa_events.SaEventHub``
+    has it): what a set-up can read instead of asking ``list-sas``."""
+
+    def expect(self, socket_path: str, ike: str, /) -> AbstractContextManager[Callable[[float], Any]]:
+        """Enter before initiating conn ``ike``; the value is ``wait(timeout)``: the reported
+        IKE_SA (``list_sas``'s shape) or None (no report in time: ask ``list-sas``)."""
+        ...
 
 #: Seconds on a monotonic clock.
 Clock = Callable[[], float]

@@ -2,7 +2,8 @@
 
 Changing strongSwan follows stage -> verify -> commit or roll back: the responder's
 secret and conn are loaded, then the initiator's, the initiator initiates, and both
-ends' ``list-sas`` must show exactly the chosen algorithms. Any failure on the way
+ends must show exactly the chosen algorithms: in charon's own report of the CHILD_SA
+coming up (``child-updown``), or else in their ``list-sas``. Any failure on the way
 unloads everything that was loaded, on both ends, before the error reaches the caller.
 The PSK is 32 fresh random bytes per tunnel, handed to charon and otherwise forgotten:
 never stored, logged or returned.
@@ -32,13 +33,17 @@ from app.domain.tunnels import (
     expected_sa,
     mismatches,
 )
-from app.services.ports import ViciFactory, ViciPort
+from app.services.ports import UpReports, ViciFactory, ViciPort
 
 __all__ = ["bring_up", "established", "established_everywhere", "move", "observed_sa", "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
 _INITIATE_TIMEOUT_MS = 15_000
+#: Seconds a set-up waits, after its ``initiate`` returned, for charon's report of each end's
+#: CHILD_SA coming up before it asks that end's ``list-sas`` instead (a report is sent as the
+#: SA is installed, so it is normally there within milliseconds).
+REPORT_WAIT = 1.0
 #: Runs a tunnel's independent VICI calls (the two loads of one side, the two list-sas)
 #: concurrently: each is a separate UNIX-socket connection to a charon.
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qoss-vici")
@@ -100,11 +105,16 @@ def _rollback(name: str, initiator: ViciPort, responder: ViciPort | None,
 def bring_up(
     *, tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
     remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory, psk: bytes | None = None,
+    reports: UpReports | None = None,
 ) -> None:
     """Load, initiate, verify; on any failure unload what was loaded (stage -> verify -> commit).
 
     ``far`` is a managed gateway (both ends loaded and verified, fresh PSK) or an unmanaged
     peer (only the initiator loaded and verified, with the peer's write-only ``psk``).
+
+    ``reports``: charon's reports of SAs coming up. An end whose report (within
+    :data:`REPORT_WAIT` seconds) shows exactly the expected algorithms is verified by it;
+    any other end by its ``list-sas``, as without ``reports``.
     """
     name = conn_name(tunnel_id)
     v_init = vici(initiator.vici_socket)
@@ -130,18 +140,40 @@ def bring_up(
             steps += [("shared", v, partial(v.load_shared, name, psk, owners=owners)),
                       ("conn", v, partial(v.load_conn, name, conn))]
         _together(loaded, steps)
-        v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
-        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
-                               encryption=result.suite.encryption, integrity=result.suite.integrity)
         sides = [(v_init, initiator.name)]
         if v_resp is not None:
             sides.append((v_resp, str(getattr(far, "name", "responder"))))
-        observed_sas = list(_POOL.map(lambda side: side[0].list_sas(ike=name), sides))
-        for (_, side_name), sas in zip(sides, observed_sas, strict=True):
-            _verify(side_name, sas, name, expected)
+        with contextlib.ExitStack() as stack:
+            waits = [stack.enter_context(reports.expect(v.socket_path, name)) if reports is not None else None
+                     for v, _ in sides]
+            v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+            expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
+                                   encryption=result.suite.encryption, integrity=result.suite.integrity)
+            # What charon reported as it installed the SAs, if it matches; otherwise (no report
+            # in time, or a report that does not match) what list-sas says now decides.
+            ask = [i for i, ((_, side_name), wait) in enumerate(zip(sides, waits, strict=True))
+                   if not _reported_right(wait, side_name, name, expected)]
+        observed_sas = list(_POOL.map(lambda i: sides[i][0].list_sas(ike=name), ask))
+        for i, sas in zip(ask, observed_sas, strict=True):
+            _verify(sides[i][1], sas, name, expected)
     except BaseException:
         _rollback(name, v_init, v_resp, loaded)
         raise
+
+
+def _reported_right(wait: Callable[[float], Any] | None, side: str, name: str, expected: ExpectedSa) -> bool:
+    """Whether charon's report of conn ``name`` coming up (``wait``) shows exactly ``expected``."""
+    if wait is None:
+        return False
+    sa = wait(REPORT_WAIT)
+    if sa is None:
+        return False
+    try:
+        _verify(side, [sa], name, expected)
+    except TunnelVerificationFailed as exc:
+        log.info("%s: charon's report of %s does not match (%s); asking list-sas", side, name, exc.message)
+        return False
+    return True
 
 
 def _verify(side: str, sas: Sequence[Any], name: str, expected: ExpectedSa, *,

@@ -27,7 +27,15 @@ from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, pars
 from app.services import idempotency as idem
 from app.services.inputs import BackendIn, NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
 from app.services.negotiation import run_negotiation
-from app.services.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory, error_label
+from app.services.ports import (
+    NO_METRICS,
+    Metrics,
+    UnitOfWork,
+    UnitOfWorkFactory,
+    UpReports,
+    ViciFactory,
+    error_label,
+)
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
 
@@ -134,7 +142,7 @@ def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence
 def create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
-    tunnel_id: str | None = None, reads: UnitOfWork | None = None,
+    tunnel_id: str | None = None, reads: UnitOfWork | None = None, reports: UpReports | None = None,
 ) -> TunnelRecord:
     """Negotiate, load the managed end(s), bring the tunnel up and verify it.
 
@@ -150,6 +158,9 @@ def create_tunnel(
     ``uow``'s transaction is ended before strongSwan is touched: it must hold nothing uncommitted.
     The record is written in a new transaction of ``uow``, which the caller commits.
 
+    ``reports``: charon's reports of SAs coming up, read instead of ``list-sas`` where they
+    show exactly the expected algorithms (``app.services.tunnel_setup.bring_up``).
+
     Raises:
         InvalidInput: bad selectors, a peer address outside the allowed networks.
         Conflict: a tunnel to the same peer with the same identities exists.
@@ -161,7 +172,7 @@ def create_tunnel(
     try:
         record = _create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
                                 allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id,
-                                reads=reads or uow)
+                                reads=reads or uow, reports=reports)
     except Exception as exc:
         metrics.count("qoss_tunnel_setups_total", outcome=error_label(exc))
         raise
@@ -206,6 +217,7 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_tabl
 def _create_tunnel(
     *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
     allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None, reads: UnitOfWork,
+    reports: UpReports | None,
 ) -> TunnelRecord:
     plan = _plan(uow=reads, cache=cache, request=request, default_table=default_table,
                  allowed_networks=allowed_networks)
@@ -225,7 +237,7 @@ def _create_tunnel(
     started = time.monotonic()
     try:
         bring_up(tunnel_id=tunnel_id, initiator=plan.initiator, far=far, local_ts=plan.local_ts,
-                 remote_ts=plan.remote_ts, result=plan.result, vici=vici, psk=psk)
+                 remote_ts=plan.remote_ts, result=plan.result, vici=vici, psk=psk, reports=reports)
     except Exception as exc:
         metrics.observe("qoss_tunnel_setup_seconds", time.monotonic() - started, outcome=error_label(exc))
         raise
@@ -372,6 +384,7 @@ def request_tunnel(
     *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
     fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS, reads: UnitOfWork | None = None,
+    reports: UpReports | None = None,
 ) -> Answer:
     """:func:`create_tunnel` for a client, at most once per ``idempotency_key``.
 
@@ -406,7 +419,8 @@ def request_tunnel(
             return Answer(201, body, replayed=True)
     try:
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
-                               allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads)
+                               allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads,
+                               reports=reports)
         body = _answer(record)
         uow.commit()
     except BaseException as exc:

@@ -236,5 +236,5 @@ class EventListener:
 
 def updown_listener(socket_path: str, callback: Callable[[SaEvent], None]) -> EventListener:
     """A listener (not yet started) for ``ike-updown`` and ``child-updown`` on one charon: the
-    tunnel monitor's (``app.services.tunnel_monitor.ListenerFactory``)."""
+    one :class:`~app.adapters.vici.sa_events.SaEventHub` keeps per charon."""
     return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0)

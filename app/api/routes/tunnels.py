@@ -39,7 +39,8 @@ def create_tunnel(
     principal: Annotated[Principal, Depends(require("tunnels:write"))],
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] = None,
 ) -> Any:
-    """Negotiate, load both charons (fresh PSK, never returned), bring up, verify with list-sas.
+    """Negotiate, load both charons (fresh PSK, never returned), bring up, verify what strongSwan
+    installed (charon's report of the SAs coming up, or list-sas).
 
     With ``peer`` instead of ``responder`` the far end is an unmanaged IKEv2 gateway: only
     the initiator is loaded (with the peer's write-only PSK: never stored, logged or
@@ -58,7 +59,8 @@ def create_tunnel(
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
         fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics,
-        lease=settings.idempotency_lease, reads=reads)
+        lease=settings.idempotency_lease, reads=reads,
+        reports=request.app.state.sa_events if settings.sa_reports else None)
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body

@@ -50,6 +50,10 @@ class SpyGateway(ViciGateway):
         if self._calls.after_load is not None:
             self._calls.after_load(self.socket_path)
 
+    def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[Any]:
+        self._calls.log.append(("list_sas", self.socket_path))
+        return super().list_sas(ike=ike, ike_id=ike_id)
+
     def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
                  loglevel: int = 1) -> list[str]:
         self._calls.log.append(("initiate", self.socket_path))

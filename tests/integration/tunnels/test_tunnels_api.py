@@ -97,6 +97,29 @@ async def test_tunnel_up_verified_pings_and_deletes_clean(client: httpx.AsyncCli
     assert (await client.get(f"/v1/tunnels/{tunnel['id']}")).status_code == 404
 
 
+@pytest.mark.parametrize("reports", [True, False], ids=["reports", "list-sas"])
+async def test_each_end_is_verified_by_charons_report_or_else_by_list_sas(
+        client: httpx.AsyncClient, calls: Calls, settings: Any, lab: Lab, reports: bool) -> None:
+    """With reports on, an end whose child-updown report came (normally all of them) is not
+    asked with list-sas; with them off, both ends of every tunnel are."""
+    settings.sa_reports = reports
+    hub = client.qoss_app.state.sa_events  # type: ignore[attr-defined]
+    for _ in range(3):  # one after the other: they protect the same selectors
+        r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+        assert r.status_code == 201, r.text
+        assert (await client.delete(f"/v1/tunnels/{r.json()['id']}")).status_code == 204
+    if reports:
+        assert hub.reported + hub.missed == 6
+        assert hub.reported >= 1, "no report of charon was read"
+        assert calls.count("list_sas") == hub.missed
+        metrics = (await client.get("/metrics")).text
+        assert f'qoss_sa_reports_total{{outcome="reported"}} {float(hub.reported)}' in metrics
+    else:
+        assert (hub.reported, hub.missed) == (0, 0)
+        assert calls.count("list_sas") == 6
+    assert nothing_left(lab), leftovers(lab)
+
+
 async def test_unsatisfiable_minimums_are_409_with_zero_loads(client: httpx.AsyncClient, lab: Lab,
                                                                calls: Calls) -> None:
     r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right",

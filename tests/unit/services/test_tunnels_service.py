@@ -4,12 +4,13 @@ stage, verify, roll back."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.sa_events import SaEventHub
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
 from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
@@ -70,10 +71,13 @@ def established(fake: FakeCharon, name: str, *, encr: str | None = None, integ: 
 
 
 def up_on_initiate(initiator: FakeCharon, *others: FakeCharon) -> None:
-    """Make ``initiate`` on ``initiator`` bring the conn up there and on ``others``, as loaded."""
+    """Make ``initiate`` on ``initiator`` bring the conn up there and on ``others``, as loaded,
+    each reporting it (``child-updown``) to its event listeners as charon does."""
     def up(message: dict[str, object]) -> Reply:
         for fake in (initiator, *others):
-            established(fake, str(message["ike"]))
+            name = str(message["ike"])
+            established(fake, name)
+            fake.emit("child-updown", {"up": "yes", name: fake.sas[name]})
         return Reply({"success": "yes"})
 
     initiator.script("initiate", up)
@@ -200,3 +204,85 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
     assert tunnels.list_tunnels(uow=uow) == []
     assert [g.name for g in gateways.list_gateways(uow=uow)] == ["other"]
     assert not any(c.command.startswith("unload") for f in fakes for c in f.calls)  # charon is not touched
+
+
+# -------------------------------------------------------------- charon's reports of SAs coming up
+
+
+@pytest.fixture
+def hub() -> Iterator[SaEventHub]:
+    events = SaEventHub()
+    try:
+        yield events
+    finally:
+        events.close()
+
+
+def _create_with(uow: FakeUnitOfWork, reports: SaEventHub) -> TunnelRecord:
+    return tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, request=request(),
+                                 default_table="standards-2026", reports=reports)
+
+
+def test_a_set_up_both_charons_report_is_verified_without_list_sas(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub
+) -> None:
+    left, right = fakes
+    up_on_initiate(left, right)
+    record = _create_with(uow, hub)
+    assert record.state.value == "up"
+    assert (hub.reported, hub.missed) == (2, 0)
+    for fake in fakes:
+        assert "list-sas" not in [c.command for c in fake.calls]
+
+
+def test_an_end_that_reports_nothing_is_asked_with_list_sas(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.services import tunnel_setup
+
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.2)
+    left, right = fakes
+
+    def up(message: dict[str, object]) -> Reply:
+        name = str(message["ike"])
+        for fake in fakes:
+            established(fake, name)
+        left.emit("child-updown", {"up": "yes", name: left.sas[name]})  # the right end stays silent
+        return Reply({"success": "yes"})
+
+    left.script("initiate", up)
+    assert _create_with(uow, hub).state.value == "up"
+    assert (hub.reported, hub.missed) == (1, 1)
+    assert "list-sas" not in [c.command for c in left.calls]
+    assert [c.message for c in right.calls if c.command == "list-sas"] == [{"ike": f"qoss-{uow.tunnels.list()[0].id}"}]
+
+
+def test_a_report_that_differs_from_the_choice_is_checked_with_list_sas(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub
+) -> None:
+    """A report is read only when it shows exactly the chosen suite; otherwise list-sas decides,
+    both ways: right there, the tunnel is kept; wrong there too, nothing is."""
+    left, _ = fakes
+
+    def reported_wrong(actually_wrong: bool) -> Callable[[dict[str, object]], Reply]:
+        def up(message: dict[str, object]) -> Reply:
+            name = str(message["ike"])
+            for fake in fakes:
+                established(fake, name, encr="3DES_CBC", integ="HMAC_SHA1_96")
+                fake.emit("child-updown", {"up": "yes", name: fake.sas[name]})
+                if not actually_wrong:
+                    established(fake, name)
+            return Reply({"success": "yes"})
+        return up
+
+    left.script("initiate", reported_wrong(actually_wrong=False))
+    assert _create_with(uow, hub).state.value == "up"
+    assert all("list-sas" in [c.command for c in fake.calls] for fake in fakes)
+    uow.commit()
+    left.script("initiate", reported_wrong(actually_wrong=True))
+    with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):
+        _create_with(uow, hub)
+    assert len(uow.tunnels.list()) == 1
+    for fake in fakes:
+        assert list(fake.conns) == [f"qoss-{uow.tunnels.list()[0].id}"]
