@@ -9,7 +9,7 @@ two arms, one after the other, the order alternating between rounds:
 
 * **qoss**: ``POST /v1/tunnels`` for each of the N sources, C clients at a time (each its own
   kept-alive HTTP connection); each answer is a tunnel negotiated, loaded on both ends,
-  initiated and verified with ``list-sas`` on both ends. Timed from the first request to the
+  initiated and verified on both ends (charon's reports, or ``list-sas``). Timed from the first request to the
   last answer; then every tunnel is deleted, C at a time (timed apart).
 * **charon**: the same N conns (the suite qoss negotiated, one IKE and one ESP proposal, the
   same selectors, a PSK each) loaded on both ends over VICI with the ``vici`` package, C at a
@@ -18,8 +18,11 @@ two arms, one after the other, the order alternating between rounds:
 
 Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
 ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio against charon's
-load + initiate. A 503 from qoss is retried after its Retry-After (counted); any other failure
-is counted and printed. Bounded by the number of tunnels and by ``--budget`` seconds.
+load + initiate, and how busy qoss's SQLite write queue was in the timed phase (from its
+``/metrics``: the share of the time a write transaction was open, and per write how long it
+was open and how long it waited for its turn). A 503 from qoss is retried after its
+Retry-After (counted); any other failure is counted and printed. Bounded by the number of
+tunnels and by ``--budget`` seconds.
 """
 
 from __future__ import annotations
@@ -60,6 +63,10 @@ class Arm:
     extra_seconds: float = 0.0  # charon: the load phase; qoss: the delete phase
     retried: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds in the timed phase, by process
+    # qoss: its SQLite writes in the timed phase (seconds one was open, seconds waited, how many)
+    queue_held: float = 0.0
+    queue_waited: float = 0.0
+    queue_writes: int = 0
     failures: list[str] = field(default_factory=list)
 
     def rate(self, with_extra: bool = False) -> float:
@@ -98,6 +105,19 @@ def _parallel(concurrency: int, jobs: list[Callable[[], None]], budget: _Budget)
         return time.perf_counter() - t0, errors
 
 
+def _write_queue(clients: ThreadClients) -> tuple[float, float, float]:
+    """qoss's SQLite write queue so far, from ``/metrics``: seconds held, seconds waited, writes."""
+    text = clients.get().get("/metrics").text
+    totals = {"qoss_sqlite_write_held_seconds_total": 0.0, "qoss_sqlite_write_wait_seconds_total": 0.0,
+              "qoss_sqlite_writes_total": 0.0}
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return (totals["qoss_sqlite_write_held_seconds_total"], totals["qoss_sqlite_write_wait_seconds_total"],
+            totals["qoss_sqlite_writes_total"])
+
+
 def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right: LabHost, concurrency: int,
                 budget: _Budget, arm: Arm) -> None:
     ids: list[str] = []
@@ -126,8 +146,13 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
     def delete(tunnel_id: str) -> Callable[[], None]:
         return lambda: clients.get().delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()
 
+    queue_before = _write_queue(clients)
     with _cpu(arm, {"qoss": svc.pid, **svc.lab.pids}):
         seconds, errors = _parallel(concurrency, [create(s) for s in sources], budget)
+    queue_after = _write_queue(clients)
+    arm.queue_held += queue_after[0] - queue_before[0]
+    arm.queue_waited += queue_after[1] - queue_before[1]
+    arm.queue_writes += int(queue_after[2] - queue_before[2])
     arm.tunnels += len(ids)
     arm.seconds += seconds
     arm.retried += retried[0]
@@ -380,6 +405,12 @@ def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, d
                                                                for k, v in arm.cpu.items())
                                      for name, arm in arms.items())
         for c, arms in results.items()))
+    print("qoss's SQLite writes in the timed phase (one at a time): " + "; ".join(
+        f"{c} clients: open {q.queue_held / q.seconds:.0%} of the time, "
+        f"{q.queue_held / max(1, q.queue_writes) * 1000:.1f} ms each, "
+        f"waited {q.queue_waited / max(1, q.queue_writes) * 1000:.1f} ms each "
+        f"({q.queue_writes} writes)"
+        for c, q in ((c, arms["qoss"]) for c, arms in results.items()) if q.seconds > 0))
     for c, arms in results.items():
         for name, arm in arms.items():
             for line in arm.failures[:3]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy import create_engine, func, pool, select
@@ -30,6 +30,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import TunnelRow
+from app.adapters.db.write_gate import gates
 
 __all__ = [
     "CATALOGUE",
@@ -38,6 +39,7 @@ __all__ = [
     "MetricSpec",
     "PrometheusMetrics",
     "ScrapeReader",
+    "WriteGateCounts",
     "exposition",
 ]
 
@@ -150,6 +152,25 @@ class _TunnelCounts(Collector):
                                "at this scrape, 0 if the database did not answer in time")
         up.add_metric([], 1 if self._read else 0)
         yield up
+
+
+class WriteGateCounts(Collector):
+    """This process's SQLite writer queue (``app.adapters.db.write_gate``), per database file:
+    write transactions, and the seconds writers waited for their turn and held it."""
+
+    def collect(self) -> Iterator[Metric]:
+        writes = CounterMetricFamily("qoss_sqlite_writes", "SQLite write transactions of this process (they run "
+                                     "one at a time)", labels=["database"])
+        waited = CounterMetricFamily("qoss_sqlite_write_wait_seconds", "Seconds this process's SQLite write "
+                                     "transactions waited for their turn", labels=["database"])
+        held = CounterMetricFamily("qoss_sqlite_write_held_seconds", "Seconds one of this process's SQLite write "
+                                   "transactions was open (its rate is the share of time the queue was busy)",
+                                   labels=["database"])
+        for database, gate in sorted(gates().items()):
+            writes.add_metric([database], gate.entered + gate.bypassed)
+            waited.add_metric([database], gate.waited)
+            held.add_metric([database], gate.busy)
+        yield from (writes, waited, held)
 
 
 def exposition(registry: CollectorRegistry, extra: Iterable[Collector] = (), *,

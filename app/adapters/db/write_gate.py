@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import MutableMapping
 from typing import Any
 
 from sqlalchemy import Engine, event
 
-__all__ = ["WriteGate", "gate_of", "install"]
+__all__ = ["WriteGate", "gate_of", "gates", "install"]
 
-#: Where a connection's (pool record's) info says it holds the gate.
+#: Where a connection's (pool record's) info says it holds the gate, and since when.
 _HELD = "qoss.write_gate"
+_SINCE = "qoss.write_gate.since"
 
 _gates: dict[str, WriteGate] = {}
 _gates_lock = threading.Lock()
@@ -44,21 +46,31 @@ class WriteGate:
         #: How many writers took the gate, and how many went on without it (timed out).
         self.entered = 0
         self.bypassed = 0
+        #: Seconds writers waited for the gate, and seconds it was held (each write
+        #: transaction's, from its BEGIN to its end): ``busy`` over a span of time is the
+        #: share of it this process's SQLite writes took, one after the other.
+        self.waited = 0.0
+        self.busy = 0.0
 
     def enter(self, info: MutableMapping[str, Any], timeout: float) -> None:
         """Wait for the gate (at most ``timeout`` seconds) for the connection whose ``info`` this is."""
         if info.get(_HELD) is self:
             return  # this connection's transaction holds it already
+        asked = time.perf_counter()
         if self._lock.acquire(timeout=timeout):
-            info[_HELD] = self
+            now = time.perf_counter()
+            info[_HELD], info[_SINCE] = self, now
             self.entered += 1
+            self.waited += now - asked
         else:
             self.bypassed += 1
+            self.waited += time.perf_counter() - asked
 
     def leave(self, info: MutableMapping[str, Any]) -> None:
         """Give the gate back if that connection holds it (a second call does nothing)."""
         if info.get(_HELD) is self:
             del info[_HELD]
+            self.busy += time.perf_counter() - info.pop(_SINCE)
             self._lock.release()
 
     def held(self) -> bool:
@@ -86,6 +98,12 @@ def install(engine: Engine, database: str, timeout: float) -> WriteGate:
         gate.leave(record.info)
 
     return gate
+
+
+def gates() -> dict[str, WriteGate]:
+    """This process's gates, by database file."""
+    with _gates_lock:
+        return dict(_gates)
 
 
 def gate_of(engine: Engine) -> WriteGate | None:

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
 from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.adapters.metrics import CONTENT_TYPE, PrometheusMetrics, ScrapeReader, exposition
+from app.adapters.metrics import CONTENT_TYPE, PrometheusMetrics, ScrapeReader, WriteGateCounts, exposition
 from app.api.deps import Bearer, Principal
 from app.api.errors import error_body
 from app.api.routing import QossRoute
@@ -49,7 +49,7 @@ async def metrics(request: Request, _bearer: Bearer,
         record = authenticate(uow=SqlUnitOfWork(session), presented=presented)
         request.state.principal = Principal(record.id, record.name, record.scopes)
         check_scopes(record, SCOPE)
-        return exposition(counted.registry, [reader.tunnel_counts(session)])
+        return exposition(counted.registry, [reader.tunnel_counts(session), WriteGateCounts()])
 
     try:
         body: bytes = await asyncio.wait_for(asyncio.wrap_future(reader.submit(scrape)), reader.timeout * 2)

@@ -141,3 +141,47 @@ def test_a_writer_that_cannot_have_the_gate_in_time_goes_on_without_it() -> None
     gate.leave(holder)
     gate.leave(holder)  # a second end gives nothing back twice
     assert not gate.held()
+
+
+def test_the_gate_counts_the_time_writers_waited_and_held_it() -> None:
+    gate = WriteGate()
+    first: dict[str, Any] = {}
+    gate.enter(first, timeout=1)
+    done = threading.Event()
+
+    def second() -> None:
+        mine: dict[str, Any] = {}
+        gate.enter(mine, timeout=10)
+        gate.leave(mine)
+        done.set()
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    assert not done.wait(0.2)  # the second writer waits while the first holds the gate
+    gate.leave(first)
+    thread.join(10)
+    assert gate.entered == 2
+    assert gate.waited >= 0.2  # the second writer's wait, at least
+    assert gate.busy >= 0.2  # the first writer's hold, at least
+    assert gate.busy <= gate.waited + 1.0  # each hold is counted once, not per waiter
+
+
+def test_the_metrics_show_each_database_files_writes_waits_and_holds(database: tuple[str, list[Engine]]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from app.adapters.metrics import WriteGateCounts
+
+    engine = _engine(database)
+    with make_session_factory(engine)() as session:
+        session.execute(text("CREATE TABLE t (x INTEGER)"))
+        session.commit()
+    registry = CollectorRegistry()
+    registry.register(WriteGateCounts())
+    path = engine.url.database
+    assert path is not None
+    labels = {"database": str(Path(path).resolve())}
+    gate = gate_of(engine)
+    assert gate is not None
+    assert registry.get_sample_value("qoss_sqlite_writes_total", labels) == gate.entered >= 1
+    assert registry.get_sample_value("qoss_sqlite_write_held_seconds_total", labels) == gate.busy > 0
+    assert registry.get_sample_value("qoss_sqlite_write_wait_seconds_total", labels) == gate.waited
