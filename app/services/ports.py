@@ -117,6 +117,10 @@ class GatewayStore(Protocol):
 
     def get(self, name: str) -> Gateway: ...
 
+    def get_many(self, names: Collection[str]) -> dict[str, Gateway]:
+        """The gateways of ``names``, by name, in one read. Raises NotFound naming one that is missing."""
+        ...
+
     def list(self) -> builtins.list[Gateway]:
         """Every gateway, by name."""
         ...
@@ -131,11 +135,17 @@ class GatewayStore(Protocol):
 class TunnelStore(Protocol):
     """Tunnel records (never a PSK)."""
 
-    def add(self, record: TunnelRecord) -> TunnelRecord:
-        """Store a new record; returns it with its timestamps. Raises AlreadyExists for a taken id."""
+    def add(self, record: TunnelRecord, *, keep_transaction: bool = True) -> TunnelRecord:
+        """Store a new record; returns it with its timestamps. Raises AlreadyExists for a taken id:
+        nothing is written, and the transaction goes on; with ``keep_transaction=False`` (one
+        statement fewer for a caller that rolls back on it) the transaction must be rolled back."""
         ...
 
     def get(self, tunnel_id: str) -> TunnelRecord: ...
+
+    def state_of(self, tunnel_id: str) -> TunnelState:
+        """Only the tunnel's state (a cheaper read than :meth:`get`). Raises NotFound."""
+        ...
 
     def list(self) -> builtins.list[TunnelRecord]:
         """Every tunnel, oldest first."""

@@ -234,13 +234,15 @@ class TunnelMonitor:
         """
         with self._reads() as uow:
             try:
+                # The state alone first: most checks (a set-up's up events) end here.
+                state = uow.tunnels.state_of(tunnel_id)
+                if state not in (TunnelState.UP, TunnelState.DOWN):
+                    return
+                if state is TunnelState.UP and not down_seen:
+                    return
                 record = uow.tunnels.get(tunnel_id)
             except NotFound:
                 return  # deleted, or a set-up that was rolled back
-            if record.state not in (TunnelState.UP, TunnelState.DOWN):
-                return
-            if record.state is TunnelState.UP and not down_seen:
-                return
             gateways = uow.gateways
             ends = [gateways.get(record.initiator)]
             if record.responder is not None:

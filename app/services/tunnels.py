@@ -198,9 +198,9 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_tabl
           allowed_networks: Sequence[str], inputs: dict[str, Any] | None = None) -> _Plan:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
-    gateways = uow.gateways
-    initiator = gateways.get(request.initiator)
-    responder = gateways.get(request.responder) if request.responder is not None else None
+    found = uow.gateways.get_many([n for n in (request.initiator, request.responder) if n is not None])
+    initiator = found[request.initiator]
+    responder = found[request.responder] if request.responder is not None else None
     peer = None
     if request.peer is not None:
         peer = _peer_end(request.peer, initiator, allowed_networks, uow.tunnels.list())
@@ -250,7 +250,8 @@ def _create_tunnel(
     try:
         record = _still_right(uow=uow, request=request, default_table=default_table,
                               allowed_networks=allowed_networks, plan=plan, record=record)
-        stored = uow.tunnels.add(record)
+        # Taken (AlreadyExists): the caller rolls the transaction back; no savepoint needed.
+        stored = uow.tunnels.add(record, keep_transaction=False)
         uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
                                                         "initiator": record.initiator, "responder": record.responder},
                           scope="tunnels:read")
@@ -272,8 +273,9 @@ def _still_right(*, uow: UnitOfWork, request: TunnelIn, default_table: str, allo
     exactly what it was given, the record names the new negotiation; if not, ``Conflict``
     (the caller takes the tunnel down)."""
     try:
-        initiator = uow.gateways.get(plan.initiator.name)
-        responder = uow.gateways.get(plan.responder.name) if plan.responder is not None else None
+        found = uow.gateways.get_many([g.name for g in (plan.initiator, plan.responder) if g is not None])
+        initiator = found[plan.initiator.name]
+        responder = found[plan.responder.name] if plan.responder is not None else None
         if request.peer is not None:
             _peer_end(request.peer, initiator, allowed_networks, uow.tunnels.list())
         unchanged = (initiator, responder) == (plan.initiator, plan.responder) and plan.origin == provenance(

@@ -215,6 +215,9 @@ class FakeGateways(_Store):
             raise NotFound(f"gateway {name!r} does not exist")
         return gateway
 
+    def get_many(self, names: Collection[str]) -> dict[str, Gateway]:
+        return {name: self.get(name) for name in names}
+
     def list(self) -> builtins.list[Gateway]:
         gateways = self._read()
         return [gateways[n] for n in sorted(gateways)]
@@ -232,7 +235,7 @@ class FakeGateways(_Store):
 class FakeTunnels(_Store):
     _attribute = "tunnels"
 
-    def add(self, record: TunnelRecord) -> TunnelRecord:
+    def add(self, record: TunnelRecord, *, keep_transaction: bool = True) -> TunnelRecord:
         now = _now().isoformat()
         stored = replace(record, created_at=now, updated_at=now)
         if record.id in self._read():
@@ -245,6 +248,9 @@ class FakeTunnels(_Store):
         if record is None:
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")
         return record
+
+    def state_of(self, tunnel_id: str) -> TunnelState:
+        return self.get(tunnel_id).state
 
     def list(self) -> builtins.list[TunnelRecord]:
         return list(self._read().values())  # insertion order: oldest first

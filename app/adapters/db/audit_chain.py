@@ -48,7 +48,10 @@ _DEFAULTS: dict[str, Any] = {"token_id": None, "token_name": None, "client_reque
 
 _LOCK_HEAD = HotStatement(lambda _: select(_HEAD.c.last_id, _HEAD.c.hash).where(_HEAD.c.id == 1).with_for_update())
 _LAST = HotStatement(lambda _: select(_AUDIT.c.id, _AUDIT.c.hash).order_by(_AUDIT.c.id.desc()).limit(1))
-_MAX_ID = HotStatement(lambda _: select(func.max(_AUDIT.c.id)))
+#: SQLite: the head and the largest id in one statement (each statement of a write
+#: transaction is time the one writer holds the database).
+_HEAD_AND_MAX = HotStatement(lambda _: select(_HEAD.c.last_id, _HEAD.c.hash, select(func.max(_AUDIT.c.id))
+                                              .scalar_subquery()).where(_HEAD.c.id == 1))
 _NEXT_IDS = HotStatement(lambda _: text(
     "SELECT nextval(pg_get_serial_sequence('audit_events', 'id')) FROM generate_series(1, :n)",
 ).bindparams(bindparam("n", type_=Integer)).columns(column("id", Integer)))
@@ -86,15 +89,22 @@ def append(cursor: HotCursor, records: Sequence[Mapping[str, Any]]) -> list[dict
         return []
     now = utcnow()
     rows = [{**_DEFAULTS, **r, "at": r.get("at") or now, "scopes": list(r["scopes"])} for r in records]
-    found = cursor.first(_LOCK_HEAD, {})
+    sqlite = cursor.dialect.name == "sqlite"
+    read_head = _HEAD_AND_MAX if sqlite else _LOCK_HEAD
+    found = cursor.first(read_head, {})
     if found is None:  # the head row is made by the migration; someone removed it
         last = cursor.first(_LAST, {})
         log.warning("the audit chain head was missing: made again from the last entry (%s)", last and last[0])
         cursor.execute(_MAKE_HEAD, {"last_id": last[0] if last else None, "hash": last[1] if last else GENESIS})
-        found = cursor.first(_LOCK_HEAD, {})
+        found = cursor.first(read_head, {})
         assert found is not None
-    last_id, prev_hash = found
-    linked = link(rows, ids=_ids(cursor, len(rows), last_id), prev_hash=prev_hash)
+    last_id, prev_hash = found[0], found[1]
+    if sqlite:  # after the largest id and the head's: never the id of a removed last entry
+        base = max(int(found[2] or 0), last_id or 0)
+        ids = list(range(base + 1, base + len(rows) + 1))
+    else:
+        ids = _ids(cursor, len(rows), last_id)
+    linked = link(rows, ids=ids, prev_hash=prev_hash)
     cursor.execute_many(_INSERT, linked)
     cursor.execute_many(_INSERT_EVENT, [
         {"at": r["at"], "kind": "audit", "subject": str(r["id"]), "scope": "audit:read",
@@ -105,16 +115,12 @@ def append(cursor: HotCursor, records: Sequence[Mapping[str, Any]]) -> list[dict
 
 
 def _ids(cursor: HotCursor, n: int, last_id: int | None) -> list[int]:
-    """``n`` increasing ids after ``last_id``, taken while the head is locked."""
-    if cursor.dialect.name == "postgresql":
+    """``n`` increasing ids after ``last_id``, taken while the head is locked (PostgreSQL)."""
+    ids = sorted(int(r[0]) for r in cursor.all(_NEXT_IDS, {"n": n}))
+    if last_id is not None and ids[0] <= last_id:  # the sequence was set back: move it past the head
+        cursor.first(_SETVAL, {"value": last_id})
         ids = sorted(int(r[0]) for r in cursor.all(_NEXT_IDS, {"n": n}))
-        if last_id is not None and ids[0] <= last_id:  # the sequence was set back: move it past the head
-            cursor.first(_SETVAL, {"value": last_id})
-            ids = sorted(int(r[0]) for r in cursor.all(_NEXT_IDS, {"n": n}))
-        return ids
-    largest = cursor.first(_MAX_ID, {})
-    base = max(int(largest[0] or 0) if largest else 0, last_id or 0)
-    return list(range(base + 1, base + n + 1))
+    return ids
 
 
 def append_in(session: Session, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -132,6 +138,8 @@ def lock_in(session: Session) -> None:
     write transaction holds the database's one write lock already). The event log takes it
     too, so that events, like audit entries, get their ids in the order they commit."""
     session.flush()
+    if session.get_bind().dialect.name == "sqlite":
+        return  # its write transaction (BEGIN IMMEDIATE) excludes every other writer already
     with session_cursor(session) as cursor:
         cursor.first(_LOCK_HEAD, {})
 

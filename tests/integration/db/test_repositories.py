@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -11,10 +12,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow
-from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
+from app.adapters.db.repositories import GatewayRepository, PolicyRepository, RatingTableRepository, TunnelRepository
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import Rating, RatingTable
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 
 TABLE = RatingTable.of(
     "t",
@@ -353,3 +355,57 @@ def test_twenty_concurrent_policy_updates_exactly_one_wins(session_factory: sess
         assert [h["revision"] for h in history] == [1, 2]
         assert policy.ike_lifetime == 3600 + int(history[1]["author"].removeprefix("w"))
         assert _count(s, PolicyRevisionRow) == 2
+
+
+def _gateway(name: str) -> Gateway:
+    return Gateway(name=name, vici_socket=f"/run/{name}.vici", ike_address="10.99.0.1", identity=name,
+                   inside_networks=("10.1.0.0/24",), backend="kernel-libipsec", version="5.9.8",
+                   algorithms=frozenset({"aes128", "sha256"}))
+
+
+def test_gateways_in_one_read_or_not_found_naming_the_first_missing(session_factory: sessionmaker[Session]) -> None:
+    with session_factory() as s, s.begin():
+        for name in ("left", "right", "other"):
+            GatewayRepository(s).create(_gateway(name))
+    with session_factory() as s:
+        repo = GatewayRepository(s)
+        assert repo.get_many(["right", "left"]) == {"left": repo.get("left"), "right": repo.get("right")}
+        with pytest.raises(NotFound, match="'ghost'"):
+            repo.get_many(["left", "ghost", "phantom"])
+
+
+@pytest.mark.parametrize("keep_transaction", [True, False])
+def test_a_taken_tunnel_id_is_already_exists_with_or_without_keeping_the_transaction(
+        session_factory: sessionmaker[Session], keep_transaction: bool) -> None:
+    record = TunnelRecord(id="t1", initiator="left", responder=None, local_ts=("10.1.0.0/24",),
+                          remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}})
+    with session_factory() as s, s.begin():
+        GatewayRepository(s).create(_gateway("left"))
+        TunnelRepository(s).add(record)
+    with session_factory() as s:
+        s.begin()
+        with pytest.raises(AlreadyExists):
+            TunnelRepository(s).add(dataclasses.replace(record, state=TunnelState.DOWN),
+                                    keep_transaction=keep_transaction)
+        if keep_transaction:  # the transaction goes on
+            TunnelRepository(s).add(dataclasses.replace(record, id="t2"))
+            s.commit()
+        else:  # it is to be rolled back, and nothing of it stays
+            s.rollback()
+    with session_factory() as s:
+        tunnels = TunnelRepository(s).list()
+        assert [(t.id, t.state) for t in tunnels] == ([("t1", TunnelState.UP), ("t2", TunnelState.UP)]
+                                                      if keep_transaction else [("t1", TunnelState.UP)])
+
+
+def test_a_tunnels_state_alone(session_factory: sessionmaker[Session]) -> None:
+    record = TunnelRecord(id="t1", initiator="left", responder=None, local_ts=("10.1.0.0/24",),
+                          remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}})
+    with session_factory() as s, s.begin():
+        GatewayRepository(s).create(_gateway("left"))
+        TunnelRepository(s).add(record)
+        TunnelRepository(s).set_state("t1", TunnelState.DOWN, "SA went down")
+    with session_factory() as s:
+        assert TunnelRepository(s).state_of("t1") is TunnelState.DOWN
+        with pytest.raises(NotFound, match="'t2'"):
+            TunnelRepository(s).state_of("t2")

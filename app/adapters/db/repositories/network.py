@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -64,6 +65,19 @@ class GatewayRepository:
         """
         return _gateway(self._row(name))
 
+    def get_many(self, names: Collection[str]) -> dict[str, Gateway]:
+        """The gateways of ``names``, by name, in one statement.
+
+        Raises:
+            NotFound: one of them does not exist (the first such in ``names``).
+        """
+        rows = self.session.scalars(select(GatewayRow).where(GatewayRow.name.in_(sorted(set(names)))))
+        found = {row.name: _gateway(row) for row in rows}
+        for name in names:
+            if name not in found:
+                raise NotFound(f"gateway {name!r} does not exist")
+        return found
+
     def list(self) -> list[Gateway]:
         """Every gateway, by name."""
         return [_gateway(r) for r in self.session.scalars(select(GatewayRow).order_by(GatewayRow.name))]
@@ -112,8 +126,11 @@ class TunnelRepository:
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")
         return row
 
-    def add(self, record: TunnelRecord) -> TunnelRecord:
+    def add(self, record: TunnelRecord, *, keep_transaction: bool = True) -> TunnelRecord:
         """Store a new tunnel record and return it with its timestamps.
+
+        ``keep_transaction=False``: no savepoint around the insert (two statements fewer); after
+        ``AlreadyExists`` the transaction must be rolled back.
 
         Raises:
             AlreadyExists: a tunnel with this id exists (nothing is written).
@@ -125,7 +142,7 @@ class TunnelRepository:
             provenance=dict(record.provenance) if record.provenance is not None else None,
         )
         try:
-            with self.session.begin_nested():
+            with self.session.begin_nested() if keep_transaction else contextlib.nullcontext():
                 self.session.add(row)
                 self.session.flush()
         except IntegrityError as exc:
@@ -139,6 +156,17 @@ class TunnelRepository:
             NotFound: No such tunnel.
         """
         return _tunnel(self._row(tunnel_id))
+
+    def state_of(self, tunnel_id: str) -> TunnelState:
+        """Only the tunnel's state: one column, no record built.
+
+        Raises:
+            NotFound: No such tunnel.
+        """
+        state = self.session.scalar(select(TunnelRow.state).where(TunnelRow.id == tunnel_id))
+        if state is None:
+            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+        return TunnelState(state)
 
     def list(self) -> list[TunnelRecord]:
         """Every tunnel, oldest first."""
