@@ -143,8 +143,8 @@ class TunnelStore(Protocol):
 
     def get(self, tunnel_id: str) -> TunnelRecord: ...
 
-    def state_of(self, tunnel_id: str) -> TunnelState:
-        """Only the tunnel's state (a cheaper read than :meth:`get`). Raises NotFound."""
+    def states(self, tunnel_ids: Collection[str]) -> dict[str, TunnelState]:
+        """Only the states of those of ``tunnel_ids`` that exist, in one read (cheaper than :meth:`get`)."""
         ...
 
     def list(self) -> builtins.list[TunnelRecord]:

@@ -180,9 +180,10 @@ class TunnelMonitor:
                 seen = {tunnel_id: self._first_seen.pop(tunnel_id, now) for tunnel_id, _ in due}
                 for tunnel_id, _ in due:
                     del self._due[tunnel_id]
-            for tunnel_id, down in due:
+            for tunnel_id, _ in due:
                 self._metrics.observe("qoss_monitor_lag_seconds", time.monotonic() - seen[tunnel_id])
-                self._guarded(self.check, tunnel_id, down)
+            if due:
+                self._guarded(self._check_due, due)
             if time.monotonic() >= next_sync:
                 self._guarded(self.sync_listeners)
                 next_sync = time.monotonic() + self._resync
@@ -222,6 +223,16 @@ class TunnelMonitor:
             if socket_path in (gateways.get(record.initiator), gateways.get(record.responder or "")):
                 self.check(record.id)
 
+    def _check_due(self, due: list[tuple[str, bool]]) -> None:
+        """:meth:`check` the tunnels ``due`` (id, whether a down event was among its events)
+        whose state asks for it, the states of all read at once: most checks are of a
+        set-up's up events on a tunnel that is ``up``, and end there."""
+        with self._reads() as uow:
+            states = uow.tunnels.states([tunnel_id for tunnel_id, _ in due])
+        for tunnel_id, down in due:
+            if _worth_checking(states.get(tunnel_id), down):
+                self._guarded(self.check, tunnel_id, down)
+
     def check(self, tunnel_id: str, down_seen: bool = True) -> None:
         """Record ``up`` or ``down`` for one tunnel from what its managed ends' ``list-sas`` say.
 
@@ -234,15 +245,11 @@ class TunnelMonitor:
         """
         with self._reads() as uow:
             try:
-                # The state alone first: most checks (a set-up's up events) end here.
-                state = uow.tunnels.state_of(tunnel_id)
-                if state not in (TunnelState.UP, TunnelState.DOWN):
-                    return
-                if state is TunnelState.UP and not down_seen:
-                    return
                 record = uow.tunnels.get(tunnel_id)
             except NotFound:
                 return  # deleted, or a set-up that was rolled back
+            if not _worth_checking(record.state, down_seen):
+                return
             gateways = uow.gateways
             ends = [gateways.get(record.initiator)]
             if record.responder is not None:
@@ -269,3 +276,10 @@ class TunnelMonitor:
             uow.commit()
         self.changes += 1
         log.info("tunnel %s is %s: %s", tunnel_id, new.value, detail)
+
+
+def _worth_checking(state: TunnelState | None, down_seen: bool) -> bool:
+    """Whether a tunnel in ``state`` (None: no record) is to be asked of charon after its events."""
+    if state not in (TunnelState.UP, TunnelState.DOWN):
+        return False  # gone, or the request or reconcile handling it decides
+    return state is TunnelState.DOWN or down_seen

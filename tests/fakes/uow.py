@@ -249,8 +249,9 @@ class FakeTunnels(_Store):
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")
         return record
 
-    def state_of(self, tunnel_id: str) -> TunnelState:
-        return self.get(tunnel_id).state
+    def states(self, tunnel_ids: Collection[str]) -> dict[str, TunnelState]:
+        records = self._read()
+        return {i: records[i].state for i in tunnel_ids if i in records}
 
     def list(self) -> builtins.list[TunnelRecord]:
         return list(self._read().values())  # insertion order: oldest first

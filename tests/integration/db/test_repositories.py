@@ -406,6 +406,5 @@ def test_a_tunnels_state_alone(session_factory: sessionmaker[Session]) -> None:
         TunnelRepository(s).add(record)
         TunnelRepository(s).set_state("t1", TunnelState.DOWN, "SA went down")
     with session_factory() as s:
-        assert TunnelRepository(s).state_of("t1") is TunnelState.DOWN
-        with pytest.raises(NotFound, match="'t2'"):
-            TunnelRepository(s).state_of("t2")
+        assert TunnelRepository(s).states(["t2", "t1"]) == {"t1": TunnelState.DOWN}
+        assert TunnelRepository(s).states([]) == {}

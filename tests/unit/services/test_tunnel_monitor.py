@@ -200,3 +200,35 @@ def test_a_change_made_while_charon_is_asked_wins_over_the_check(database: FakeD
     monitor.check("aaa")
     assert _state(database, "aaa") == (TunnelState.CONFIGURING, "moving")
     assert monitor.changes == 0
+
+
+def test_a_burst_of_set_ups_costs_charon_nothing_and_a_down_among_them_is_still_seen(
+        database: FakeDatabase, world: tuple[dict[str, Charon], list]) -> None:
+    charons, listeners = world
+    with database.unit() as uow:
+        for i in range(50):
+            uow.tunnels.add(TunnelRecord(id=f"n{i:02}", initiator="left", responder="right",
+                                         local_ts=("10.1.0.1/32",), remote_ts=("10.2.0.1/32",),
+                                         state=TunnelState.UP, negotiation={}))
+        uow.commit()
+    for c in charons.values():
+        c.established |= {f"qoss-n{i:02}" for i in range(50)}
+    monitor = _monitor(database, charons, listeners)
+    monitor.start()
+    try:
+        assert until(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
+        # Each listener's connect checks every tunnel on its gateway once (both ends asked).
+        assert until(lambda: all(c.asked == 2 * 51 for c in charons.values()))
+        for c in charons.values():
+            c.asked = 0
+        for i in range(50):
+            for listener in listeners:
+                listener.callback(_event(f"qoss-n{i:02}", up=True, kind=EventKind.IKE_UPDOWN))
+                listener.callback(_event(f"qoss-n{i:02}", up=True))
+        charons["/run/right.vici"].established.clear()
+        listeners[0].callback(_event("qoss-aaa", up=False))  # in the same batch
+        assert until(lambda: _state(database, "aaa")[0] is TunnelState.DOWN)
+        assert [c.asked for c in charons.values()] == [1, 1]  # only "aaa", on each end
+        assert all(_state(database, f"n{i:02}")[0] is TunnelState.UP for i in range(50))
+    finally:
+        monitor.stop()
