@@ -209,15 +209,6 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
 # -------------------------------------------------------------- charon's reports of SAs coming up
 
 
-@pytest.fixture
-def hub() -> Iterator[SaEventHub]:
-    events = SaEventHub()
-    try:
-        yield events
-    finally:
-        events.close()
-
-
 def _create_with(uow: FakeUnitOfWork, reports: SaEventHub) -> TunnelRecord:
     return tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, request=request(),
                                  default_table="standards-2026", reports=reports)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ from app.adapters.vici.sa_events import RETRY_AFTER, SaEventHub
 from app.domain.errors import GatewayUnreachable
 from tests.fakes import FakeCharon
 from tests.fakes.fake_charon import child_sa_message, ike_sa_message
+from tests.fixtures.waiting import until
 
 WAIT = 10.0  # returns as soon as the event is there; this long only if the test is failing
 
@@ -20,24 +19,6 @@ WAIT = 10.0  # returns as soon as the event is there; this long only if the test
 def _up(name: str, *, child: str | None = None) -> dict[str, object]:
     child = child or name
     return {"up": "yes", name: ike_sa_message(children={f"{child}-7": child_sa_message(name=child)})}
-
-
-def _until(condition: object, what: str) -> None:
-    done = threading.Event()
-    for _ in range(200):
-        if callable(condition) and condition():
-            return
-        done.wait(0.05)
-    raise AssertionError(f"not within 10 s: {what}")
-
-
-@pytest.fixture
-def hub() -> Iterator[SaEventHub]:
-    events = SaEventHub()
-    try:
-        yield events
-    finally:
-        events.close()
 
 
 def test_a_wait_gets_the_report_of_its_own_conn(fake: FakeCharon, hub: SaEventHub) -> None:
@@ -68,7 +49,7 @@ def test_a_wait_ended_leaves_nothing_registered(fake: FakeCharon, hub: SaEventHu
     with hub.expect(fake.socket_path, "qoss-a") as wait:
         assert wait(0.05) is None
     fake.emit("child-updown", _up("qoss-a"))  # nobody waits for it any more
-    _until(lambda: len(seen) == 1, "the event was delivered")
+    assert until(lambda: len(seen) == 1), "the event was delivered"
     with hub.expect(fake.socket_path, "qoss-a") as wait:
         assert wait(0.05) is None  # the old report is not kept for a later set-up of that name
     assert hub._sockets[fake.socket_path].waiters == {}
@@ -115,16 +96,16 @@ def test_the_monitors_subscription_shares_the_connection_and_comes_back_after_a_
             assert fake.listeners("child-updown") == 1  # one connection for both
             fake.emit("child-updown", _up("qoss-a"))
             assert wait(WAIT) is not None
-        _until(lambda: len(seen) == 1, "the subscriber got the event")
-    _until(lambda: not subscription.running, "the subscription is seen to have lost its charon")
+        assert until(lambda: len(seen) == 1), "the subscriber got the event"
+    assert until(lambda: not subscription.running), "the subscription is seen to have lost its charon"
     with FakeCharon(path) as fake:
         again = hub.listener(path, seen.append)  # what the monitor does on its next resync
         again.start()
         assert again.running
         fake.emit("child-updown", _up("qoss-b"))
-        _until(lambda: len(seen) == 2, "the event after the restart")
+        assert until(lambda: len(seen) == 2), "the event after the restart"
         fake.emit("ike-updown", _up("qoss-c"))
-        _until(lambda: len(seen) == 3, "one more")
+        assert until(lambda: len(seen) == 3), "one more"
         assert [e.ike_name for e in seen] == ["qoss-a", "qoss-b", "qoss-c"]  # each once
         again.stop()
         fake.emit("child-updown", _up("qoss-d"))
@@ -133,7 +114,7 @@ def test_the_monitors_subscription_shares_the_connection_and_comes_back_after_a_
             assert wait(WAIT) is not None
         assert [e.ike_name for e in seen] == ["qoss-a", "qoss-b", "qoss-c"]
         hub.close()
-        _until(lambda: fake.listeners("child-updown") == 0, "close ends the connection")
+        assert until(lambda: fake.listeners("child-updown") == 0), "close ends the connection"
 
 
 def test_a_subscription_to_an_unreachable_charon_raises(socket_dir: Path, hub: SaEventHub) -> None:
