@@ -106,6 +106,11 @@ class Settings(BaseSettings):
         default=4096, ge=16, le=65535,
         description="connections the kernel queues before qoss accepts them (capped by net.core.somaxconn); "
                     "a burst larger than this waits for SYN retransmits")
+    max_connections: int = Field(
+        default=256, ge=0, le=1_000_000,
+        description="connections a process holds open at once (idle kept-alive ones included); beyond it, new "
+                    "connections wait in the kernel's listen backlog until one closes, and are accepted in turn; "
+                    "0: every connection is accepted at once. Above max_in_flight + max_event_streams")
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
@@ -171,6 +176,13 @@ class Settings(BaseSettings):
         if self.max_writes_in_flight is not None and self.max_writes_in_flight >= self.worker_threads:
             raise ValueError(f"max_writes_in_flight ({self.max_writes_in_flight}) must be below worker_threads "
                              f"({self.worker_threads})")
+        return self
+
+    @model_validator(mode="after")
+    def _connections_leave_room(self) -> Settings:
+        if self.max_connections and self.max_connections <= self.max_in_flight + self.max_event_streams:
+            raise ValueError(f"max_connections ({self.max_connections}) must be above max_in_flight + "
+                             f"max_event_streams ({self.max_in_flight + self.max_event_streams}), or 0")
         return self
 
     @property
