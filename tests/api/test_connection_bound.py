@@ -118,4 +118,9 @@ def test_the_bound_must_leave_room_for_the_requests_in_flight_and_the_event_stre
     with pytest.raises(ValueError, match="max_connections"):
         Settings(max_connections=164, max_in_flight=64, max_event_streams=100)
     assert Settings(max_connections=165, max_in_flight=64, max_event_streams=100).max_connections == 165
-    assert Settings(max_connections=0).max_connections == 0
+    assert Settings(max_connections=0).connections_held == 0
+
+
+def test_by_default_the_bound_is_256_or_room_for_the_requests_in_flight_and_the_event_streams() -> None:
+    assert Settings().connections_held == 256
+    assert Settings(max_in_flight=250, max_event_streams=100).connections_held == 414
