@@ -8,14 +8,19 @@ at their peak is what the process keeps afterwards (docs/performance.md, "Under 
 With a bound, :class:`_Server` accepts on its own listening socket (``loop.add_reader`` and
 ``loop.connect_accepted_socket``, both public) while fewer than ``max_connections`` are open,
 stops reading the socket at the bound and starts again as soon as one closes: the rest wait
-in the kernel's listen backlog (``listen_backlog``) and are answered in turn. uvicorn then
-serves each accepted connection as it does its own (its protocol class, its server state,
-its graceful shutdown); ``tests/api/test_connection_bound.py`` fails if it no longer can.
+in the kernel's listen backlog (``listen_backlog``) and are answered in turn, a new health
+check's connection among them (one kept open is answered at once). uvicorn then serves each
+accepted connection as it does its own; what of it this relies on beyond its documented API
+(``Server.startup(sockets=[])`` listening on nothing, ``Config.http_protocol_class`` and its
+keyword arguments, ``server_state.connections``, ``lifespan.state``) is exercised by
+``tests/api/test_connection_bound.py``, on asyncio and uvloop, so an upgrade that changes it
+fails there. ``max_connections=0`` is uvicorn's own accepting, untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections.abc import Callable
@@ -132,7 +137,8 @@ class _Server(uvicorn.Server):
                 return
             conn.setblocking(False)
             if conn.family in (socket.AF_INET, socket.AF_INET6):
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with contextlib.suppress(OSError):  # as asyncio's transports do; a reset peer is found later
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._connecting += 1
             self.most_open = max(self.most_open, self._open())
             task = loop.create_task(self._connect(conn))
