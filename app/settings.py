@@ -110,6 +110,12 @@ class Settings(BaseSettings):
         default=4096, ge=16, le=65535,
         description="connections the kernel queues before qoss accepts them (capped by net.core.somaxconn); "
                     "a burst larger than this waits for SYN retransmits")
+    max_connections: int | None = Field(
+        default=None, ge=0, le=1_000_000,
+        description="connections a process holds open at once (idle kept-alive ones included); beyond it, new "
+                    "connections wait in the kernel's listen backlog until one closes, and are accepted in turn; "
+                    "0: every connection is accepted at once. Above max_in_flight + max_event_streams (default: "
+                    "256, or those two and 64 more if that is more)")
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
@@ -176,6 +182,21 @@ class Settings(BaseSettings):
             raise ValueError(f"max_writes_in_flight ({self.max_writes_in_flight}) must be below worker_threads "
                              f"({self.worker_threads})")
         return self
+
+    @model_validator(mode="after")
+    def _connections_leave_room(self) -> Settings:
+        if self.max_connections and self.max_connections <= self.max_in_flight + self.max_event_streams:
+            raise ValueError(f"max_connections ({self.max_connections}) must be above max_in_flight + "
+                             f"max_event_streams ({self.max_in_flight + self.max_event_streams}), or 0")
+        return self
+
+    @property
+    def connections_held(self) -> int:
+        """``max_connections``, or its default: 256, or ``max_in_flight`` + ``max_event_streams`` + 64
+        if that is more (0: no bound)."""
+        if self.max_connections is not None:
+            return self.max_connections
+        return max(256, self.max_in_flight + self.max_event_streams + 64)
 
     @property
     def writes_in_flight(self) -> int:

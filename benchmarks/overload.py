@@ -7,12 +7,14 @@
 Each burst sends N requests at once (half anonymous `POST /v1/negotiations`, half anonymous
 `GET /v1/rating-tables/standards-2026/revisions`, one in ten of them authenticated with a
 token, and every 50th an authenticated rating edit), each with a 30 s client timeout, while a
-probe asks `/healthz` every 50 ms. Printed per burst: answers by status, requests without an
-answer, the slowest /healthz during and right after, and the server's RSS at start, at its
-peak, 2 s after and after --quiet seconds without requests. The bursts are sent to one fresh
-server per --arm, one after another (default: the memory release off, then the defaults), and
-a table compares them. The service's defaults are used otherwise (64 in flight, a 0.5 s pool
-timeout, memory given back after 15 quiet seconds).
+probe asks `/healthz` every 50 ms on one kept connection and another every 0.2 s on a new
+connection each time (which waits its turn behind the burst's in the listen backlog). Printed
+per burst: answers by status, requests without an answer, the slowest /healthz during and right
+after (and on new connections during), and the server's RSS at start, at its peak, 2 s after
+and after --quiet seconds without requests. The bursts are sent to one fresh server per --arm,
+one after another (default: the memory release off, then the defaults), and a table compares
+them. The service's defaults are used otherwise (256 connections and 64 requests in flight at
+once, a 0.5 s pool timeout, memory given back after 15 quiet seconds).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def _port() -> int:
 async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
     limits = httpx.Limits(max_connections=n + 20, max_keepalive_connections=0)
     health: list[float] = []
+    fresh: list[float] = []  # /healthz on a new connection each time: it waits its turn to be accepted
     peak = _rss_mb(pid)
     done = threading.Event()
     async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
@@ -87,19 +90,32 @@ async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
                     peak = max(peak, _rss_mb(pid))
                     time.sleep(0.05)
 
+        def probe_fresh() -> None:  # every 0.2 s on a connection of its own, as a load balancer's check
+            while not done.is_set():
+                t = time.perf_counter()
+                try:
+                    httpx.get(f"{base}/healthz", timeout=30)
+                    fresh.append(time.perf_counter() - t)
+                except httpx.HTTPError:
+                    fresh.append(float("inf"))
+                time.sleep(0.2)
+
         prober = asyncio.create_task(asyncio.to_thread(probe))
+        fresh_prober = asyncio.create_task(asyncio.to_thread(probe_fresh))
         started = time.perf_counter()
         results = await asyncio.gather(*(one(i) for i in range(n)))
         elapsed = time.perf_counter() - started
         done.set()
         await prober
+        await fresh_prober
         after: list[float] = []
         for _ in range(10):
             t = time.perf_counter()
             await client.get("/healthz", timeout=10)
             after.append(time.perf_counter() - t)
     return {"statuses": Counter(status for _, status in results), "by_kind": Counter(results), "seconds": elapsed,
-            "health_max_during": max(health, default=0.0), "health_max_after": max(after), "rss_peak": peak}
+            "health_max_during": max(health, default=0.0), "health_max_after": max(after), "rss_peak": peak,
+            "health_fresh_max": max(fresh, default=0.0)}
 
 
 @dataclass
@@ -112,6 +128,7 @@ class Row:
     seconds: float
     health_during: float
     health_after: float
+    health_fresh: float
     start: float
     peak: float
     after: float
@@ -157,12 +174,14 @@ def _serve_arm(name: str, extra: dict[str, str], bursts: list[int], quiet: float
             time.sleep(max(0.0, quiet - 2))
             row = Row(n=n, statuses=r["statuses"], by_kind=r["by_kind"], seconds=r["seconds"],  # type: ignore[arg-type]
                       health_during=r["health_max_during"], health_after=r["health_max_after"],  # type: ignore[arg-type]
+                      health_fresh=r["health_fresh_max"],  # type: ignore[arg-type]
                       start=start, peak=r["rss_peak"], after=after, quiet=_rss_mb(proc.pid))  # type: ignore[arg-type]
             rows.append(row)
             print(f"[{name}] burst {n}: {dict(sorted(row.statuses.items(), key=str))} in {row.seconds:.1f} s; "
                   f"500s {row.statuses.get(500, 0)}, unanswered {row.unanswered}; "
                   f"/healthz max {row.health_during * 1000:.0f} ms during, "
-                  f"{row.health_after * 1000:.0f} ms right after; RSS peak {row.peak:.0f} MB, "
+                  f"{row.health_after * 1000:.0f} ms right after, {row.health_fresh * 1000:.0f} ms on new "
+                  f"connections during; RSS peak {row.peak:.0f} MB, "
                   f"2 s after {row.after:.0f} MB ({row.after / start:.2f}x start), "
                   f"{quiet:.0f} s after {row.quiet:.0f} MB ({row.quiet / start:.2f}x start)", flush=True)
             for kind in sorted({k for k, _ in row.by_kind}):
@@ -187,14 +206,14 @@ def _arm(text: str) -> tuple[str, dict[str, str]]:
 
 
 def _table(arms: dict[str, list[Row]], quiet: float) -> None:
-    print(f"\n| arm | burst | 200s | 503s | 500s | unanswered | /healthz max during / after | "
-          f"RSS start → peak → 2 s → {quiet:.0f} s after (x start) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"\n| arm | burst | 200s | 429s | 503s | 500s | unanswered | /healthz max during / after / new "
+          f"connections during | RSS start → peak → 2 s → {quiet:.0f} s after (x start) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, rows in arms.items():
         for r in rows:
-            print(f"| {name} | {r.n:,} | {r.statuses.get(200, 0)} | {r.statuses.get(503, 0)} | "
-                  f"{r.statuses.get(500, 0)} | {r.unanswered} | "
-                  f"{r.health_during * 1000:.0f} / {r.health_after * 1000:.0f} ms | "
+            print(f"| {name} | {r.n:,} | {r.statuses.get(200, 0)} | {r.statuses.get(429, 0)} | "
+                  f"{r.statuses.get(503, 0)} | {r.statuses.get(500, 0)} | {r.unanswered} | "
+                  f"{r.health_during * 1000:.0f} / {r.health_after * 1000:.0f} / {r.health_fresh * 1000:.0f} ms | "
                   f"{r.start:.0f} → {r.peak:.0f} → {r.after:.0f} → {r.quiet:.0f} MB (x{r.quiet / r.start:.2f}) |")
     names = list(arms)
     if len(names) < 2:
