@@ -99,7 +99,7 @@ CATALOGUE: Mapping[str, MetricSpec] = {
         ("kind",)),
     "qoss_monitor_lag_seconds": MetricSpec(
         "histogram", "Seconds from a charon's up/down event to the tunnel monitor's check of that tunnel "
-        "(includes the monitor's settle time, 1 s)"),
+        "(includes the monitor's settle time, 1 to 1.25 s)"),
 }
 
 

@@ -1,11 +1,13 @@
 """Tunnel state from charon's own events: a tunnel that goes down is shown ``down``.
 
-One event listener per registered gateway (``app.adapters.vici.events.EventListener``) (its own
-VICI connection, never carrying commands) receives ``ike-updown`` and ``child-updown``.
-An event about a ``qoss-*`` connection only *schedules* a check of that tunnel a short
-``settle`` time later; the check reads the record and, when it is ``up`` or ``down``,
-asks every managed end's ``list-sas`` whether the SA is ESTABLISHED with its CHILD_SA
-INSTALLED, and records ``up`` or ``down`` accordingly. Checking instead of trusting one
+One event listener per registered gateway (production: the process's shared one,
+``app.adapters.vici.sa_events``, on a VICI connection of its own that never carries commands)
+receives ``ike-updown`` and ``child-updown``. An event about a ``qoss-*`` connection only
+*schedules* a check of that tunnel a short ``settle`` time later (on the next ``tick``: the
+checks due together have their states read at once); a tunnel that is ``down``, or ``up``
+with a down event among its events, is read in full and every managed end's ``list-sas``
+asked whether the SA is ESTABLISHED with its CHILD_SA INSTALLED, and recorded ``up`` or
+``down`` accordingly. Checking instead of trusting one
 event makes the outcome independent of event order and of the service's own set-ups,
 teardowns and reconciles (whose events arrive while those run): by the time the check
 runs, a deleted tunnel has no record and a restored one is established again.
@@ -19,6 +21,7 @@ its events until then were not seen.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -89,7 +92,8 @@ class TunnelMonitor:
         vici: socket path -> VICI gateway, for the ``list-sas`` checks.
         listen: makes an event listener for a socket (production: a VICI connection that
             delivers ``ike-updown`` and ``child-updown``).
-        settle: seconds between an event and the check it triggers.
+        settle: seconds between an event and the check it triggers (rounded up to ``tick``).
+        tick: the checks due within one tick run together (their states read at once).
         resync: seconds between re-reading the gateways (and reconnecting lost listeners).
         metrics: each check's lag behind the first event that asked for it
             (``qoss_monitor_lag_seconds``, the settle time included).
@@ -103,6 +107,7 @@ class TunnelMonitor:
         listen: ListenerFactory,
         reads: UnitOfWorkFactory | None = None,
         settle: float = 1.0,
+        tick: float = 0.25,
         resync: float = 5.0,
         metrics: Metrics = NO_METRICS,
     ) -> None:
@@ -112,6 +117,7 @@ class TunnelMonitor:
         self._vici = vici
         self._listen = listen
         self._settle = settle
+        self._tick = tick
         self._resync = resync
         self._listeners: dict[str, Listener] = {}
         #: tunnel id -> (when to check, whether a down event was among its events)
@@ -158,10 +164,16 @@ class TunnelMonitor:
         tunnel_id = event.ike_name[len(_PREFIX):]
         with self._wake:
             now = time.monotonic()
-            at, down = self._due.get(tunnel_id, (now + self._settle, False))
-            self._due[tunnel_id] = (at, down or event.up is False)
-            self._first_seen.setdefault(tunnel_id, now)
-            self._wake.notify_all()
+            pending = self._due.get(tunnel_id)
+            if pending is None:
+                # Due on the next tick after the settle time, so that the checks of a burst of
+                # set-ups (4 events each) are read together, one batch per tick.
+                at = math.ceil((now + self._settle) / self._tick) * self._tick
+                self._due[tunnel_id] = (at, event.up is False)
+                self._first_seen[tunnel_id] = now
+                self._wake.notify_all()
+            elif event.up is False and not pending[1]:
+                self._due[tunnel_id] = (pending[0], True)
 
     # ------------------------------------------------------------------ the loop
 
