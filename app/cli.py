@@ -66,7 +66,8 @@ def serve(
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     serve_http(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-               backlog=settings.listen_backlog, max_connections=settings.connections_held)
+               backlog=settings.listen_backlog, max_connections=settings.connections_held,
+               waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout)
 
 
 @db_app.command("upgrade")

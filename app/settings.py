@@ -116,6 +116,16 @@ class Settings(BaseSettings):
                     "connections wait in the kernel's listen backlog until one closes, and are accepted in turn; "
                     "0: every connection is accepted at once. Above max_in_flight + max_event_streams (default: "
                     "256, or those two and 64 more if that is more)")
+    waiting_room: bool = Field(
+        default=True,
+        description="at max_connections, go on accepting up to listen_backlog more connections and hold each as "
+                    "a bare socket (about 100 bytes): GET /healthz, /livez and /metrics on them are answered at "
+                    "once, other requests in turn as places free; false: they all wait in the kernel's listen "
+                    "backlog, health checks on new connections among them")
+    silent_timeout: float = Field(
+        default=10.0, gt=0, le=3600,
+        description="seconds a connection in the waiting room may send nothing before it is closed (one that "
+                    "has sent its request waits its turn however long)")
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "

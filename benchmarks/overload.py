@@ -8,7 +8,8 @@ Each burst sends N requests at once (half anonymous `POST /v1/negotiations`, hal
 `GET /v1/rating-tables/standards-2026/revisions`, one in ten of them authenticated with a
 token, and every 50th an authenticated rating edit), each with a 30 s client timeout, while a
 probe asks `/healthz` every 50 ms on one kept connection and another every 0.2 s on a new
-connection each time (which waits its turn behind the burst's in the listen backlog). Printed
+connection each time, as a load balancer's check (answered from the waiting room at once; with
+`QOSS_WAITING_ROOM=false` it waits its turn behind the burst's in the listen backlog). Printed
 per burst: answers by status, requests without an answer, the slowest /healthz during and right
 after (and on new connections during), and the server's RSS at start, at its peak, 2 s after
 and after --quiet seconds without requests. The bursts are sent to one fresh server per --arm,
@@ -56,7 +57,7 @@ def _port() -> int:
 async def _burst(base: str, n: int, token: str, pid: int) -> dict[str, object]:
     limits = httpx.Limits(max_connections=n + 20, max_keepalive_connections=0)
     health: list[float] = []
-    fresh: list[float] = []  # /healthz on a new connection each time: it waits its turn to be accepted
+    fresh: list[float] = []  # /healthz on a new connection each time, as a load balancer's check
     peak = _rss_mb(pid)
     done = threading.Event()
     async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as client:
