@@ -114,6 +114,7 @@ class _Server(uvicorn.Server):
         await super().startup(sockets=[])  # the lifespan; uvicorn itself listens on nothing
         if not self.started:
             return
+        self.started = False  # not before this server's own socket takes connections
         config = self.config
         family = socket.AF_INET6 if config.host and ":" in config.host else socket.AF_INET
         try:
@@ -128,6 +129,7 @@ class _Server(uvicorn.Server):
         log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit); at most %d connections at once, "
                  "%d more waiting", *listener.getsockname()[:2], self.max_connections, self.waiting_room)
         self._resume()
+        self.started = True
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         listener, self._listener = self._listener, None
