@@ -14,10 +14,16 @@ One lab (two charons with kernel-libipsec in network namespaces) and one real ``
    tunnels have settled): the server's CPU seconds again; the difference is what watching N
    tunnels costs (the monitor's event listeners, its resync of the gateways; no rekey falls in
    it: the lifetimes are hours);
-4. every tunnel deleted, ``--concurrency`` at a time: the teardown's wall time.
+4. every tunnel deleted, ``--concurrency`` at a time: the teardown's wall time;
+5. a last quiet interval, ``--quiet`` but at least :data:`LAST_QUIET` seconds: long enough for
+   the server to give back what it holds once no request has come for 15 s (its default
+   ``QOSS_MEMORY_RELEASE_AFTER``).
 
-RSS of the server (before, all up, after teardown) and of both charons (all up) are printed,
-and, with 0 and with N tunnels up, the median of 5 bare VICI ``initiate``s of one more conn
+RSS of the server is printed at each step: before, all up, after the listing of all N
+(``GET /v1/tunnels``, once after set-up and once before teardown: a few KiB of JSON per tunnel,
+whose building takes RSS of its own), before and after teardown, and after the last quiet
+interval: what stays after that is held, not used (no request is running). RSS of both charons
+(all up) is printed too, and, with 0 and with N tunnels up, the median of 5 bare VICI ``initiate``s of one more conn
 (loaded beforehand, untimed; terminated and unloaded after): what charon alone takes then.
 If not all N come up (the time budget, or 20 failures in a row), the run goes on with those that
 did and prints what stopped it: the error of the last failure or the budget.
@@ -43,6 +49,9 @@ from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources, percentile, rss_kib
 
 MAX_FAILURES_IN_A_ROW = 20
+#: Seconds of the last quiet interval at least: the server's memory release (after 15 s without
+#: a request, its default) has run by then.
+LAST_QUIET = 20.0
 #: The suite of the bare initiates: what qoss negotiates for these tunnels (set from the warm-up).
 SUITE: dict[str, str] = {}
 
@@ -174,7 +183,8 @@ def main() -> None:
             up_seconds = time.perf_counter() - t0
             rss_up = svc.rss_kib()
             charon_up = {name: rss_kib(pid) for name, pid in charons.items()}
-            listed = client.get("/v1/tunnels").json()
+            answer = client.get("/v1/tunnels")
+            rss_listed, listed_bytes, listed = svc.rss_kib(), len(answer.content), answer.json()
             states: dict[str, int] = {}
             for t in listed:
                 states[t["state"]] = states.get(t["state"], 0) + 1
@@ -184,6 +194,7 @@ def main() -> None:
             print(f"quiet with {len(ids)} tunnels: server CPU {cpu_idle_n:.2f} s in {args.quiet:g} s", flush=True)
             bare_n = _bare_initiate(svc, sources[n])
             still_up = sum(1 for t in client.get("/v1/tunnels").json() if t["state"] == "up")
+            rss_before_teardown = svc.rss_kib()
 
             failed_deletes: list[str] = []
 
@@ -201,6 +212,9 @@ def main() -> None:
             time.sleep(2)
             rss_after = svc.rss_kib()
             left_over = len(client.get("/v1/tunnels").json())
+            last_quiet = max(args.quiet, LAST_QUIET)
+            time.sleep(last_quiet)
+            rss_quiet = svc.rss_kib()
         finally:
             clients.close()
 
@@ -212,7 +226,10 @@ def main() -> None:
               f"max {max(times):.1f} ms; first 100 p50 {statistics.median(times[:100]):.1f} ms, "
               f"last 100 p50 {statistics.median(times[-100:]):.1f} ms")
     print(f"  server RSS: before {rss_before / 1024:.1f} MiB, all up {rss_up / 1024:.1f} MiB "
-          f"({(rss_up - rss_before) / max(1, len(ids)):.1f} KiB per tunnel), after teardown {rss_after / 1024:.1f} MiB")
+          f"({(rss_up - rss_before) / max(1, len(ids)):.1f} KiB per tunnel), after listing all "
+          f"({listed_bytes / 2**20:.1f} MiB of JSON) {rss_listed / 1024:.1f} MiB, before teardown "
+          f"{rss_before_teardown / 1024:.1f} MiB, after teardown {rss_after / 1024:.1f} MiB, "
+          f"after {last_quiet:g} s quiet {rss_quiet / 1024:.1f} MiB")
     print("  charon RSS: " + ", ".join(
         f"{name} {charon_before[name] / 1024:.1f} -> {charon_up[name] / 1024:.1f} MiB "
         f"({(charon_up[name] - charon_before[name]) / max(1, len(ids)):.1f} KiB per tunnel)" for name in charons))

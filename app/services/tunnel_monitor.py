@@ -124,6 +124,8 @@ class TunnelMonitor:
         self._due: dict[str, tuple[float, bool]] = {}
         #: tunnel id -> when the first event of its pending check arrived
         self._first_seen: dict[str, float] = {}
+        #: how many of the tunnels taken off ``_due`` are being checked now
+        self._checking = 0
         self._wake = threading.Condition()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -147,6 +149,12 @@ class TunnelMonitor:
         for listener in list(self._listeners.values()):
             listener.stop(timeout=1.0)
         self._listeners.clear()
+
+    @property
+    def pending(self) -> int:
+        """Tunnels with a check scheduled or running: none once every event so far is dealt with."""
+        with self._wake:
+            return len(self._due) + self._checking
 
     @property
     def watched(self) -> list[str]:
@@ -192,10 +200,13 @@ class TunnelMonitor:
                 seen = {tunnel_id: self._first_seen.pop(tunnel_id, now) for tunnel_id, _ in due}
                 for tunnel_id, _ in due:
                     del self._due[tunnel_id]
+                self._checking = len(due)
             for tunnel_id, _ in due:
                 self._metrics.observe("qoss_monitor_lag_seconds", time.monotonic() - seen[tunnel_id])
             if due:
                 self._guarded(self._check_due, due)
+                with self._wake:
+                    self._checking = 0
             if time.monotonic() >= next_sync:
                 self._guarded(self.sync_listeners)
                 next_sync = time.monotonic() + self._resync

@@ -89,6 +89,12 @@ class SaEventHub:
         self.reported = 0
         self.missed = 0
 
+    @property
+    def waiting(self) -> int:
+        """Set-ups waiting for a report now: none once every set-up has returned."""
+        with self._lock:
+            return sum(len(waiters) for sock in self._sockets.values() for waiters in sock.waiters.values())
+
     # -------------------------------------------------------------- listeners
 
     def _socket(self, path: str) -> _Socket:

@@ -24,6 +24,8 @@ class Calls:
     """Every VICI command the service sent, by command name."""
 
     log: list[tuple[str, str]] = field(default_factory=list)
+    #: the conn each ``list_sas`` asked for, in order
+    listed: list[str | None] = field(default_factory=list)
     secrets: list[bytes] = field(default_factory=list)
     after_load: Callable[[str], None] | None = None
 
@@ -52,6 +54,7 @@ class SpyGateway(ViciGateway):
 
     def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[Any]:
         self._calls.log.append(("list_sas", self.socket_path))
+        self._calls.listed.append(ike)
         return super().list_sas(ike=ike, ike_id=ike_id)
 
     def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,

@@ -13,6 +13,8 @@ from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.bootstrap import prepare_database
 from app.settings import Settings
+from tests.fixtures.waiting import until
+from tests.integration.tunnels.conftest import Calls
 from tests.integration.tunnels.test_tunnels_api import nothing_left, ping
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
@@ -55,4 +57,38 @@ async def test_sa_closed_by_the_peer_shows_down_then_up_again(client: httpx.Asyn
     assert ping(lab).returncode == 0
 
     assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
+    assert nothing_left(lab)
+
+
+async def test_deleted_tunnels_leave_the_monitor_and_the_event_hub_nothing(client: httpx.AsyncClient, lab: Lab,
+                                                                            calls: Calls) -> None:
+    """A delete terminates the SAs, so both charons send ike-updown and child-updown down, and
+    then removes the record: the monitor's checks of those events find no record, ask charon
+    nothing and change nothing; afterwards nothing is pending and no set-up waits."""
+    app = client.qoss_app  # type: ignore[attr-defined]
+    hub, monitor = app.state.sa_events, app.state.tunnel_monitor
+    sockets = sorted(host.vici_socket for host in lab.hosts)
+    assert await asyncio.to_thread(until, lambda: monitor.watched == sockets)
+    # Subscribed after the monitor: each event reaches it before it reaches us.
+    downs: dict[str, set[str]] = {path: set() for path in sockets}
+    subscriptions = [hub.listener(path, lambda event, path=path: downs[path].add(event.ike_name)
+                                  if event.up is False else None) for path in sockets]
+    for subscription in subscriptions:
+        subscription.start()
+    deleted: dict[str, int] = {}  # conn -> how many list_sas had been asked when its delete returned
+    try:
+        for _ in range(3):  # one after the other: they protect the same selectors
+            r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+            assert r.status_code == 201, r.text
+            assert (await client.delete(f"/v1/tunnels/{r.json()['id']}")).status_code == 204
+            deleted[r.json()["conn"]] = len(calls.listed)
+        assert await asyncio.to_thread(until, lambda: all(downs[path] >= set(deleted) for path in sockets))
+        assert await asyncio.to_thread(until, lambda: monitor.pending == 0)
+    finally:
+        for subscription in subscriptions:
+            subscription.stop()
+    asked_after = [conn for conn, at in deleted.items() if conn in calls.listed[at:]]
+    assert asked_after == []
+    assert monitor.changes == 0
+    assert hub.waiting == 0
     assert nothing_left(lab)

@@ -113,7 +113,7 @@ def test_sa_going_down_marks_the_tunnel_down_and_coming_back_up(database: FakeDa
         charons["/run/right.vici"].established.add("qoss-aaa")
         listeners[1].callback(_event("qoss-aaa", up=True, kind=EventKind.IKE_UPDOWN))
         assert until(lambda: _state(database, "aaa")[0] is TunnelState.UP)
-        assert monitor.changes == 2
+        assert until(lambda: monitor.changes == 2)  # counted just after the record is written
     finally:
         monitor.stop()
     assert not any(listener.running for listener in listeners)
@@ -230,5 +230,30 @@ def test_a_burst_of_set_ups_costs_charon_nothing_and_a_down_among_them_is_still_
         assert until(lambda: _state(database, "aaa")[0] is TunnelState.DOWN)
         assert [c.asked for c in charons.values()] == [1, 1]  # only "aaa", on each end
         assert all(_state(database, f"n{i:02}")[0] is TunnelState.UP for i in range(50))
+    finally:
+        monitor.stop()
+
+
+def test_down_events_of_deleted_tunnels_ask_charon_nothing_and_leave_nothing_pending(
+        database: FakeDatabase, world: tuple[dict[str, Charon], list]) -> None:
+    """A delete terminates the SAs (ike-updown and child-updown down, on both ends) and then
+    removes the record: the monitor's checks of those events find no record, ask no charon and
+    keep nothing once done."""
+    charons, listeners = world
+    monitor = _monitor(database, charons, listeners)
+    monitor.start()
+    try:
+        assert until(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
+        assert until(lambda: all(c.asked == 2 for c in charons.values()))  # "aaa", at each connect
+        for c in charons.values():
+            c.asked = 0
+        for i in range(500):
+            for listener in listeners:
+                listener.callback(_event(f"qoss-gone{i:03}", up=False))
+                listener.callback(_event(f"qoss-gone{i:03}", up=False, kind=EventKind.IKE_UPDOWN))
+        assert until(lambda: monitor.pending == 0)
+        assert [c.asked for c in charons.values()] == [0, 0]
+        assert monitor.changes == 0
+        assert _state(database, "aaa")[0] is TunnelState.UP
     finally:
         monitor.stop()
