@@ -7,7 +7,7 @@ import contextlib
 import functools
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sized
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -153,20 +153,19 @@ async def _sweep(target: TargetAgent, follower: SessionFollower | None, stop: as
     Stopped by ``stop``, never cancelled mid-sweep: a sweep runs in a thread that holds a
     database connection, which must be back in the pool before the engine is disposed.
     """
+    duties: list[tuple[Callable[[], Sized], str, str]] = [
+        (target.sweep, "agent sessions expired: %d", "agent sweep failed")]
+    if follower is not None:
+        duties.append((follower.follow, "agent sessions closed after an edit: %d",
+                       "agent sessions: following the edits failed"))
     while not stop.is_set():
-        try:
-            ended = await in_worker_thread(target.sweep)
-            if ended:
-                log.info("agent sessions expired: %d", len(ended))
-        except Exception:
-            log.exception("agent sweep failed")
-        if follower is not None:
+        for duty, done, failed in duties:
             try:
-                closed = await in_worker_thread(follower.follow)
-                if closed:
-                    log.info("agent sessions closed after an edit: %d", len(closed))
+                handled = await in_worker_thread(duty)
+                if handled:
+                    log.info(done, len(handled))
             except Exception:
-                log.exception("agent sessions: following the edits failed")
+                log.exception(failed)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=target.role.sweep_interval)
 
