@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -40,9 +41,9 @@ __all__ = ["bring_up", "established", "established_everywhere", "move", "observe
 log = logging.getLogger("qoss.tunnels")
 
 _INITIATE_TIMEOUT_MS = 15_000
-#: Seconds a set-up waits, after its ``initiate`` returned, for charon's report of each end's
-#: CHILD_SA coming up before it asks that end's ``list-sas`` instead (a report is sent as the
-#: SA is installed, so it is normally there within milliseconds).
+#: Seconds a set-up waits, after its ``initiate`` returned, for charon's reports of its ends'
+#: CHILD_SAs coming up (both ends together) before it asks an unreported end's ``list-sas``
+#: instead (a report is sent as the SA is installed, so it is normally there within milliseconds).
 REPORT_WAIT = 1.0
 #: Runs a tunnel's independent VICI calls (the two loads of one side, the two list-sas)
 #: concurrently: each is a separate UNIX-socket connection to a charon.
@@ -150,9 +151,11 @@ def bring_up(
             expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
                                    encryption=result.suite.encryption, integrity=result.suite.integrity)
             # What charon reported as it installed the SAs, if it matches; otherwise (no report
-            # in time, or a report that does not match) what list-sas says now decides.
+            # in time, or a report that does not match) what list-sas says now decides. One
+            # REPORT_WAIT for both ends together, not one after the other.
+            deadline = time.monotonic() + REPORT_WAIT
             ask = [i for i, ((_, side_name), wait) in enumerate(zip(sides, waits, strict=True))
-                   if not _reported_right(wait, side_name, name, expected)]
+                   if not _reported_right(wait, deadline, side_name, name, expected)]
         observed_sas = list(_POOL.map(lambda i: sides[i][0].list_sas(ike=name), ask))
         for i, sas in zip(ask, observed_sas, strict=True):
             _verify(sides[i][1], sas, name, expected)
@@ -161,11 +164,13 @@ def bring_up(
         raise
 
 
-def _reported_right(wait: Callable[[float], Any] | None, side: str, name: str, expected: ExpectedSa) -> bool:
-    """Whether charon's report of conn ``name`` coming up (``wait``) shows exactly ``expected``."""
+def _reported_right(wait: Callable[[float], Any] | None, deadline: float, side: str, name: str,
+                    expected: ExpectedSa) -> bool:
+    """Whether charon's report of conn ``name`` coming up (``wait``, until the monotonic
+    ``deadline``) shows exactly ``expected``."""
     if wait is None:
         return False
-    sa = wait(REPORT_WAIT)
+    sa = wait(max(0.0, deadline - time.monotonic()))
     if sa is None:
         return False
     try:

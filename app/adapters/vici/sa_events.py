@@ -57,8 +57,7 @@ class _Waiter:
 class _Socket:
     """The listener of one socket, its subscribers and its waiters."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    def __init__(self) -> None:
         self.listener: EventListener | None = None
         self.failed_at: float | None = None
         self.subscribers: list[Callable[[SaEvent], None]] = []
@@ -99,7 +98,7 @@ class SaEventHub:
 
     def _socket(self, path: str) -> _Socket:
         with self._lock:
-            return self._sockets.setdefault(path, _Socket(path))
+            return self._sockets.setdefault(path, _Socket())
 
     def _ensure(self, path: str, *, retry: bool) -> bool:
         """Whether ``path``'s listener runs, starting it if it does not.
