@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -153,6 +154,20 @@ class ThreadClients:
     def close(self) -> None:
         for client in self._all:
             client.close()
+
+
+def all_tunnels(client: httpx.Client) -> tuple[list[dict[str, Any]], int]:
+    """Every tunnel, walking ``GET /v1/tunnels`` a page of 1,000 at a time; and the bytes read."""
+    found: list[dict[str, Any]] = []
+    read = 0
+    url: str | None = "/v1/tunnels?limit=1000"
+    while url is not None:
+        answer = client.get(url)
+        answer.raise_for_status()
+        found += answer.json()
+        read += len(answer.content)
+        url = answer.links.get("next", {}).get("url")
+    return found, read
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -46,7 +46,16 @@ import httpx
 
 from app.domain.errors import GatewayError
 from app.domain.tunnels import TunnelEnd, conn_payload
-from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources, percentile, rss_kib
+from benchmarks._harness import (
+    Service,
+    ThreadClients,
+    all_tunnels,
+    cpu_seconds,
+    lab_and_service,
+    left_sources,
+    percentile,
+    rss_kib,
+)
 
 MAX_FAILURES_IN_A_ROW = 20
 #: Seconds of the last quiet interval at least: the server's memory release (after 15 s without
@@ -183,8 +192,8 @@ def main() -> None:
             up_seconds = time.perf_counter() - t0
             rss_up = svc.rss_kib()
             charon_up = {name: rss_kib(pid) for name, pid in charons.items()}
-            answer = client.get("/v1/tunnels")
-            rss_listed, listed_bytes, listed = svc.rss_kib(), len(answer.content), answer.json()
+            listed, listed_bytes = all_tunnels(client)
+            rss_listed = svc.rss_kib()
             states: dict[str, int] = {}
             for t in listed:
                 states[t["state"]] = states.get(t["state"], 0) + 1
@@ -193,7 +202,7 @@ def main() -> None:
             cpu_idle_n = _quiet_cpu(svc, args.quiet)
             print(f"quiet with {len(ids)} tunnels: server CPU {cpu_idle_n:.2f} s in {args.quiet:g} s", flush=True)
             bare_n = _bare_initiate(svc, sources[n])
-            still_up = sum(1 for t in client.get("/v1/tunnels").json() if t["state"] == "up")
+            still_up = sum(1 for t in all_tunnels(client)[0] if t["state"] == "up")
             rss_before_teardown = svc.rss_kib()
 
             failed_deletes: list[str] = []
@@ -211,7 +220,7 @@ def main() -> None:
             teardown = time.perf_counter() - t0
             time.sleep(2)
             rss_after = svc.rss_kib()
-            left_over = len(client.get("/v1/tunnels").json())
+            left_over = len(all_tunnels(client)[0])
             last_quiet = max(args.quiet, LAST_QUIET)
             time.sleep(last_quiet)
             rss_quiet = svc.rss_kib()

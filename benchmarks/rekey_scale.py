@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from app.adapters.lab_network import IKE_INTERFACE
-from benchmarks._harness import lab_and_service, left_sources
+from benchmarks._harness import all_tunnels, lab_and_service, left_sources
 
 TABLE = "/v1/rating-tables/standards-2026"
 LEVELS = {"confidentiality": 8, "integrity": 8}
@@ -106,7 +106,7 @@ def main() -> None:
         client.patch(path, json=edit, headers={"If-Match": _revision(client)}).raise_for_status()
         pending = set(ids)
         while pending and time.monotonic() < deadline:
-            listed = client.get("/v1/tunnels").json()
+            listed = all_tunnels(client)[0]
             pending = {t["id"] for t in listed if t["id"] in pending and t["state"] != "noncompliant"
                        and t["proposals"]["esp"].startswith("aes128gcm")}
             time.sleep(0.2)
@@ -114,7 +114,7 @@ def main() -> None:
         time.sleep(1)
         lost_move = _lost(pings)
         cpu_move, rss_move = _cpu_seconds(svc.pid) - cpu0, svc.rss_kib()
-        listed = client.get("/v1/tunnels").json()
+        listed = all_tunnels(client)[0]
         states = [t["state"] for t in listed]
         for t in [t for t in listed if t["state"] != "up"][:3]:
             print(f"  not moved: {t['id']} {t['state']}: {t['detail'][:300]}")

@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from benchmarks._harness import lab_and_service, left_sources, percentile
+from benchmarks._harness import all_tunnels, lab_and_service, left_sources, percentile
 
 
 def main() -> None:
@@ -58,7 +58,7 @@ def main() -> None:
                     continue
                 ids.append(r.json()["id"])
             rss_up = svc.rss_kib()
-            listed = len(client.get("/v1/tunnels").json())
+            listed = len(all_tunnels(client)[0])
             t0 = time.perf_counter()
             for tunnel_id in ids:
                 client.delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()

@@ -151,6 +151,12 @@ class TunnelStore(Protocol):
         """Every tunnel, oldest first."""
         ...
 
+    def page(self, *, limit: int, after: tuple[str, str] | None = None,
+             state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
+        """Up to ``limit`` tunnels, oldest first (by creation time, then id), only those that come
+        after ``after`` = (``created_at`` as ISO 8601, id) in that order, and only those in ``state``."""
+        ...
+
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None: ...
 
     def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,

@@ -3,14 +3,17 @@ up in strongSwan (``app.services.tunnel_setup``), keep the record; list, inspect
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from app.domain.errors import (
@@ -41,12 +44,14 @@ from app.services.tunnel_setup import bring_up, teardown
 
 __all__ = [
     "Answer",
+    "TunnelPage",
     "create_tunnel",
     "delete_tunnel",
     "keyed_tunnel_id",
     "list_tunnels",
     "negotiate_tunnel",
     "negotiation_inputs",
+    "page_tunnels",
     "provenance",
     "request_tunnel",
     "result_from",
@@ -305,6 +310,49 @@ def _loaded(plan: _Plan) -> tuple[Any, ...]:
 
 def list_tunnels(*, uow: UnitOfWork) -> list[TunnelRecord]:
     return uow.tunnels.list()
+
+
+_TUNNEL_ID = re.compile(r"[a-z0-9-]{1,40}")
+
+
+@dataclass(frozen=True)
+class TunnelPage:
+    """One page of a listing, and the cursor of the next one (None: this was the last)."""
+
+    records: list[TunnelRecord]
+    next_cursor: str | None
+
+
+def _cursor(record: TunnelRecord) -> str:
+    raw = f"{record.created_at}|{record.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after(cursor: str) -> tuple[str, str]:
+    """The (created_at, id) a cursor of :func:`_cursor` stands for.
+
+    Raises:
+        InvalidInput: not a cursor this service gave.
+    """
+    try:
+        stamp, _, tunnel_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition("|")
+        when = datetime.fromisoformat(stamp)
+    except (ValueError, UnicodeDecodeError):
+        when, tunnel_id = None, ""
+    if when is None or when.tzinfo is None or not _TUNNEL_ID.fullmatch(tunnel_id):
+        raise InvalidInput("cursor: not one this service gave (take it from the Link header of the page before, "
+                           "or start again without it)")
+    return stamp, tunnel_id
+
+
+def page_tunnels(*, uow: UnitOfWork, limit: int, cursor: str | None = None,
+                 state: TunnelState | None = None) -> TunnelPage:
+    """Up to ``limit`` tunnels, oldest first, from where ``cursor`` left off. A cursor stays
+    valid when tunnels are made or deleted meanwhile: nothing is listed twice or skipped
+    (a tunnel made meanwhile is on a later page)."""
+    found = uow.tunnels.page(limit=limit + 1, after=_after(cursor) if cursor is not None else None, state=state)
+    records = found[:limit]
+    return TunnelPage(records, _cursor(records[-1]) if len(found) > limit else None)
 
 
 def tunnel_status(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> dict[str, Any]:

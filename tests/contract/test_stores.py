@@ -196,6 +196,38 @@ def test_gateways_and_tunnels(units: Units) -> None:
                 call()
 
 
+def test_tunnels_page_in_creation_order_from_a_key_that_may_be_gone(units: Units) -> None:
+    ids = ["t5", "t3", "t1", "t4", "t2", "t6"]
+    with units() as uow:
+        for n, tunnel_id in enumerate(ids):
+            uow.tunnels.add(TunnelRecord(id=tunnel_id, initiator="left", responder="right", local_ts=("10.1.0.0/24",),
+                                         remote_ts=("10.2.0.0/24",), negotiation={"suite": {}},
+                                         state=TunnelState.DOWN if n % 2 else TunnelState.UP))
+        uow.commit()
+
+    def key(record: TunnelRecord) -> tuple[str, str]:
+        return record.created_at or "", record.id
+
+    with units() as uow:
+        ordered = sorted(uow.tunnels.list(), key=lambda r: (datetime.fromisoformat(r.created_at or ""), r.id))
+        assert len(ordered) == 6
+        walked: list[str] = []
+        after = None
+        while page := uow.tunnels.page(limit=4, after=after):
+            walked += [r.id for r in page]
+            after = key(page[-1])
+        assert walked == [r.id for r in ordered]
+        assert [r.id for r in uow.tunnels.page(limit=100, state=TunnelState.DOWN)] == [
+            r.id for r in ordered if r.state is TunnelState.DOWN]
+        assert [r.id for r in uow.tunnels.page(limit=1, after=key(ordered[0]), state=TunnelState.UP)] == [
+            next(r.id for r in ordered[1:] if r.state is TunnelState.UP)]
+        uow.tunnels.delete(ordered[2].id)  # the tunnel a cursor names is torn down: the next page is unchanged
+        uow.commit()
+    with units() as uow:
+        assert [r.id for r in uow.tunnels.page(limit=2, after=key(ordered[2]))] == [r.id for r in ordered[3:5]]
+        assert uow.tunnels.page(limit=2, after=key(ordered[5])) == []
+
+
 # ------------------------------------------------------------------ tokens, audit, keys
 
 

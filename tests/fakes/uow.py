@@ -256,6 +256,15 @@ class FakeTunnels(_Store):
     def list(self) -> builtins.list[TunnelRecord]:
         return list(self._read().values())  # insertion order: oldest first
 
+    def page(self, *, limit: int, after: tuple[str, str] | None = None,
+             state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
+        def key(record: TunnelRecord) -> tuple[datetime, str]:
+            return datetime.fromisoformat(record.created_at or ""), record.id
+
+        start = (datetime.fromisoformat(after[0]), after[1]) if after is not None else None
+        found = sorted((r for r in self._read().values() if state is None or r.state == state), key=key)
+        return [r for r in found if start is None or key(r) > start][:limit]
+
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
         record = self.get(tunnel_id)
         self._write()[tunnel_id] = replace(record, state=state, detail=detail, updated_at=_now().isoformat())

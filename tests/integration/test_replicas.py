@@ -284,7 +284,7 @@ def test_tunnels_and_edits_through_three_replicas_one_killed_mid_run(tmp_path: P
         # Every request: its tunnel, or a clear error; none twice.
         made = {i: tid for i, tid, _ in results if tid is not None}
         assert len(made) == TUNNELS, [(i, tries) for i, tid, tries in results if tid is None][:10]
-        records = httpx.get(f"{lb}/v1/tunnels", headers=auth, timeout=30).json()
+        records = httpx.get(f"{lb}/v1/tunnels?limit=1000", headers=auth, timeout=30).json()
         assert sorted(r["id"] for r in records) == sorted(made.values())
         assert len({tuple(r["local_ts"]) for r in records}) == TUNNELS
         # No conn in a charon without its record once the leader has reconciled.

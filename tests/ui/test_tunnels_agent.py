@@ -5,6 +5,7 @@ a key file, revoked; sessions), over a fake charon that speaks VICI."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ import pytest
 from app.adapters.agent.crypto import KeyPair
 from app.api.main import create_app
 from app.settings import Settings
+from app.ui.pages.tunnels import PAGE_ROWS
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config, register_keys
 from tests.fixtures.secrets import register
+from tests.fixtures.tunnel_records import add_tunnel_records
 from tests.ui.conftest import HTMX, client_of, gateway_app, sign_in
 
 pytestmark = pytest.mark.anyio
@@ -60,6 +63,28 @@ async def test_a_tunnels_detail_its_rows_and_a_confirmed_tear_down(
         assert (gone.status_code, gone.headers["location"]) == (303, "/ui/tunnels")
         assert "No tunnels." in (await client.get("/ui/tunnels")).text
         assert (await client.get(f"/ui/tunnels/{tunnel_id}")).status_code == 404
+
+
+async def test_the_list_shows_a_page_of_tunnels_and_its_rows_are_read_again_for_that_page(
+        app: Any, settings: Settings, token: Callable[..., str]) -> None:
+    ordered = add_tunnel_records(settings.database_url, PAGE_ROWS + 1)
+    async with client_of(app) as client:
+        await sign_in(client, token("reader", ["tunnels:read"]))
+        first = await client.get("/ui/tunnels")
+        shown = re.findall(r'<tr id="tunnel-([a-z0-9-]+)"', first.text)
+        assert shown == ordered[:PAGE_ROWS]
+        after = re.search(r'href="/ui/tunnels\?cursor=([A-Za-z0-9_-]+)" rel="next"', first.text)
+        assert after is not None
+        second = await client.get(f"/ui/tunnels?cursor={after.group(1)}")
+        assert re.findall(r'<tr id="tunnel-([a-z0-9-]+)"', second.text) == ordered[PAGE_ROWS:]
+        assert 'rel="next"' not in second.text
+        assert 'href="/ui/tunnels">First page' in second.text
+        assert f'hx-get="/ui/tunnels/rows?cursor={after.group(1)}"' in second.text
+        rows = await client.get(f"/ui/tunnels/rows?cursor={after.group(1)}", headers=HTMX)
+        assert re.findall(r'<tr id="tunnel-([a-z0-9-]+)"', rows.text) == ordered[PAGE_ROWS:]
+        refused = await client.get("/ui/tunnels?cursor=bm90LWEtY3Vyc29y")
+        assert refused.status_code == 422
+        assert "cursor" in refused.text
 
 
 async def test_tear_down_needs_tunnels_write_and_csrf(served: tuple[Any, str], token: Callable[..., str]) -> None:

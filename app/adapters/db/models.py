@@ -18,6 +18,7 @@ from sqlalchemy import (
     Dialect,
     Float,
     ForeignKey,
+    Index,
     Integer,
     MetaData,
     String,
@@ -173,6 +174,8 @@ class TunnelRow(Base):
     """A tunnel record (never the PSK)."""
 
     __tablename__ = "tunnels"
+    #: Listings page in creation order (``GET /v1/tunnels?cursor=``).
+    __table_args__ = (Index("ix_tunnels_created_at_id", "created_at", "id"),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     initiator: Mapped[str] = mapped_column(String(64), index=True)

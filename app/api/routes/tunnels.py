@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Header, Path, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.api.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
+from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
@@ -66,10 +68,26 @@ def create_tunnel(
     return answer.body
 
 
-@router.get("/tunnels", dependencies=_TUNNELS_READ)
-def list_tunnels(uow: ReadUnitDep) -> list[dict[str, Any]]:
-    """Every tunnel qoss made."""
-    return [t.as_dict() for t in svc.list_tunnels(uow=uow)]
+@router.get("/tunnels", dependencies=_TUNNELS_READ, responses=_ERRORS, response_model=list[dict[str, Any]])
+def list_tunnels(
+    request: Request,
+    uow: ReadUnitDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="at most this many tunnels")] = 100,
+    cursor: Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$",
+                                        description="where the page before left off (from its Link header)")] = None,
+    state: Annotated[TunnelState | None, Query(description="only tunnels in this state")] = None,
+) -> Response:
+    """The tunnels qoss made, oldest first, a page at a time. When there are more, the answer has
+    a ``Link: <...>; rel="next"`` header with the next page's address (same ``limit`` and
+    ``state``); a page without it is the last. Tunnels made or torn down meanwhile never make a
+    page repeat or skip one."""
+    page = svc.page_tunnels(uow=uow, limit=limit, cursor=cursor, state=state)
+    headers = {}
+    if page.next_cursor is not None:
+        query = {"limit": str(limit), **({"state": state.value} if state is not None else {}),
+                 "cursor": page.next_cursor}
+        headers["Link"] = f'<{request.url.path}?{urlencode(query)}>; rel="next"'
+    return JSONResponse([t.as_dict() for t in page.records], headers=headers)
 
 
 @router.get("/tunnels/{tunnel_id}", dependencies=_TUNNELS_READ, responses=_ERRORS)

@@ -12,6 +12,7 @@ from starlette.responses import RedirectResponse, Response
 
 from app.api.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
 from app.api.routes.events import follow
+from app.domain.errors import NotFound
 from app.services import gateways as gateway_svc
 from app.services import tunnels as tunnel_svc
 from app.services.events import visible_scopes
@@ -44,26 +45,34 @@ def _age(stamp: str | None, now: datetime) -> str:
     return f"{max(seconds, 0)} s"
 
 
-def _listing(uow: UnitOfWork) -> list[dict[str, Any]]:
+#: Rows on one page of the console's tunnel list.
+PAGE_ROWS = 100
+Cursor = Annotated[str | None, Query(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def _listing(uow: UnitOfWork, cursor: str | None) -> dict[str, Any]:
+    """One page of tunnels, with their ages, the cursor it starts at and the next page's."""
     now = datetime.now(UTC)
-    records = [t.as_dict() for t in tunnel_svc.list_tunnels(uow=uow)]
-    return [{**d, "age": _age(d.get("created_at"), now)} for d in records]
+    found = tunnel_svc.page_tunnels(uow=uow, limit=PAGE_ROWS, cursor=cursor)
+    rows = [{**d, "age": _age(d.get("created_at"), now)} for d in (t.as_dict() for t in found.records)]
+    return {"tunnels": rows, "cursor": cursor, "next_cursor": found.next_cursor, "page_rows": PAGE_ROWS}
 
 
 @router.get("/tunnels")
-def tunnels(who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    """Every tunnel qoss made, as its records say (``GET /v1/tunnels``); the list follows the events."""
+def tunnels(who: ConsoleDep, uow: ReadUnitDep, cursor: Cursor = None) -> Response:
+    """The tunnels qoss made, as its records say (``GET /v1/tunnels``), a page of
+    ``PAGE_ROWS`` at a time, oldest first; the page follows the events."""
     needs(who, "tunnels:read")
-    return page("tunnels.html", {"console": who, "tunnels": _listing(uow), "events": " ".join(TUNNEL_EVENTS)})
+    return page("tunnels.html", {"console": who, **_listing(uow, cursor), "events": " ".join(TUNNEL_EVENTS)})
 
 
 @router.get("/tunnels/rows")
-def tunnel_rows(request: Request, who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    """The list's rows alone (htmx reads them again after a tunnel event)."""
+def tunnel_rows(request: Request, who: ConsoleDep, uow: ReadUnitDep, cursor: Cursor = None) -> Response:
+    """The page's rows alone (htmx reads them again after a tunnel event)."""
     needs(who, "tunnels:read")
     if not is_htmx(request):
         return RedirectResponse("/ui/tunnels", status_code=303)
-    return page("_tunnel_rows.html", {"console": who, "tunnels": _listing(uow)})
+    return page("_tunnel_rows.html", {"console": who, **_listing(uow, cursor)})
 
 
 @router.get("/tunnels/{tunnel_id}")
@@ -81,8 +90,9 @@ def tunnel(tunnel_id: TunnelId, who: ConsoleDep, uow: ReadUnitDep, vici: ViciDep
 def confirm_teardown(tunnel_id: TunnelId, who: ConsoleDep, uow: ReadUnitDep) -> Response:
     """Ask before tearing a tunnel down."""
     needs(who, "tunnels:write")
-    record = next((t for t in tunnel_svc.list_tunnels(uow=uow) if t.id == tunnel_id), None)
-    if record is None:
+    try:
+        record = uow.tunnels.get(tunnel_id)
+    except NotFound:
         return RedirectResponse("/ui/tunnels", status_code=303)
     far = record.responder or (record.peer.address if record.peer else "")
     return page("confirm.html", {

@@ -107,5 +107,6 @@ async def client(settings: Settings, calls: Calls, lab: Lab) -> AsyncIterator[ht
                 assert r.status_code == 201, r.text
             yield c
             # Whatever a test left, take it down so the next test starts clean.
-            for t in (await c.get("/v1/tunnels")).json():
-                await c.delete(f"/v1/tunnels/{t['id']}")
+            while left_over := (await c.get("/v1/tunnels?limit=1000")).json():
+                for t in left_over:
+                    await c.delete(f"/v1/tunnels/{t['id']}")

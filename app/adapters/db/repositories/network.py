@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import Collection, Mapping
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -171,6 +173,20 @@ class TunnelRepository:
         """Every tunnel, oldest first."""
         return [_tunnel(r) for r in self.session.scalars(select(TunnelRow).order_by(TunnelRow.created_at,
                                                                                     TunnelRow.id))]
+
+    def page(self, *, limit: int, after: tuple[str, str] | None = None,
+             state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
+        """Up to ``limit`` tunnels in the order of :meth:`list`, after ``after`` = (created_at, id),
+        only those in ``state``: one statement on the (created_at, id) index."""
+        query = select(TunnelRow)
+        if after is not None:
+            stamp, last = datetime.fromisoformat(after[0]), after[1]
+            query = query.where(or_(TunnelRow.created_at > stamp,
+                                    and_(TunnelRow.created_at == stamp, TunnelRow.id > last)))
+        if state is not None:
+            query = query.where(TunnelRow.state == state.value)
+        query = query.order_by(TunnelRow.created_at, TunnelRow.id).limit(limit)
+        return [_tunnel(r) for r in self.session.scalars(query)]
 
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
         """Move a tunnel to ``state`` with a human-readable ``detail``.
