@@ -13,7 +13,7 @@ import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.errors import (
@@ -336,13 +336,14 @@ def _after(cursor: str) -> tuple[str, str]:
     """
     try:
         stamp, _, tunnel_id = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode().partition("|")
-        when = datetime.fromisoformat(stamp)
-    except (ValueError, UnicodeDecodeError):
+        when: datetime | None = datetime.fromisoformat(stamp)
+        when = when.astimezone(UTC) if when is not None and when.tzinfo is not None else None
+    except (ValueError, OverflowError):  # not base64, not UTF-8, not a time, out of range in UTC
         when, tunnel_id = None, ""
-    if when is None or when.tzinfo is None or not _TUNNEL_ID.fullmatch(tunnel_id):
+    if when is None or not _TUNNEL_ID.fullmatch(tunnel_id):
         raise InvalidInput("cursor: not one this service gave (take it from the Link header of the page before, "
                            "or start again without it)")
-    return stamp, tunnel_id
+    return when.isoformat(), tunnel_id
 
 
 def page_tunnels(*, uow: UnitOfWork, limit: int, cursor: str | None = None,

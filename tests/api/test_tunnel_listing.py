@@ -60,8 +60,13 @@ async def test_a_page_goes_on_after_the_tunnel_its_cursor_names_is_torn_down(
     assert [t["id"] for t in rest.json()] == ordered[2:4]
 
 
-@pytest.mark.parametrize("query", ["limit=0", "limit=1001", "cursor=bm90LWEtY3Vyc29y", "cursor=%21%21",
-                                   "state=sideways", "cursor=" + "A" * 201])
+@pytest.mark.parametrize("query", [
+    "limit=0", "limit=1001", "state=sideways", "cursor=%21%21", "cursor=" + "A" * 201, "cursor=A",
+    "cursor=bm90LWEtY3Vyc29y",  # "not-a-cursor"
+    "cursor=MjAyNi0xMS0yNlQxMjowMDowMHx0MQ",  # a time without a zone
+    "cursor=MDAwMS0wMS0wMVQwMDowMDowMCsxNDowMHx0MQ",  # a time before year 1 in UTC
+    "cursor=OTk5OS0xMi0zMVQyMzo1OTo1OS0xNDowMHx0MQ",  # a time after year 9999 in UTC
+])
 async def test_a_bad_page_request_is_a_422_that_says_which_part(client: httpx.AsyncClient, query: str) -> None:
     r = await client.get(f"/v1/tunnels?{query}")
     assert r.status_code == 422, r.text
