@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole suite: ruff, mypy (strict on app/), pytest
 # (unit, API, SQLite and a real PostgreSQL started here, real charon in network
-# namespaces). Fails if pytest collects no tests.
+# namespaces). Fails if pytest collects no tests. With arguments: pytest ARGS alone (one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,10 +24,22 @@ port=${QOSS_TEST_PG_PORT:-54329}
 QOSS_TEST_PG_URL=$(bash scripts/pg.sh start "$pgdir" "$port" | tail -n 1)
 export QOSS_TEST_PG_URL
 
-echo "== pytest" >&2
 set +e
-.venv/bin/pytest "$@"
-rc=$?
+if [[ $# -gt 0 ]]; then  # the tests asked for, one at a time
+  echo "== pytest" >&2
+  .venv/bin/pytest "$@"
+  rc=$?
+else
+  # Most tests wait on charon, servers and databases: QOSS_TEST_WORKERS (2) run side by side.
+  # Those marked "alone" hold only with the machine to themselves: they run after, one at a time.
+  echo "== pytest (${QOSS_TEST_WORKERS:-2} workers)" >&2
+  .venv/bin/pytest -n "${QOSS_TEST_WORKERS:-2}" -m "not alone"
+  rc=$?
+  echo "== pytest (alone)" >&2
+  .venv/bin/pytest -m alone
+  alone=$?
+  if [[ $rc -eq 0 || $alone -eq 5 ]]; then rc=$alone; fi
+fi
 set -e
 if [[ $rc -eq 5 ]]; then
   echo "test: pytest collected no tests" >&2

@@ -38,6 +38,8 @@ async def _patch(client: httpx.AsyncClient, revision: int, **params: str) -> htt
                               headers={"If-Match": f'"{revision}"'})
 
 
+# With the other tests taking the CPU beside it, one ping in 100 was seen lost during the move.
+@pytest.mark.alone
 async def test_an_edit_below_the_minimum_moves_the_tunnel_without_losing_a_packet(
         client: httpx.AsyncClient, lab: Lab) -> None:
     r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right", "min_levels": LEVELS})
