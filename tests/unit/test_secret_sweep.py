@@ -88,9 +88,12 @@ def test_writes_a_row(database_url):
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("planted", [True, False], ids=["planted", "clean"])
-def test_a_secret_in_a_postgres_row_fails_the_run(pytester: pytest.Pytester, planted: bool) -> None:
-    """A whole pytest run whose only test leaves a registered secret in a PostgreSQL row fails."""
+@pytest.mark.parametrize(("planted", "workers"), [(True, ()), (False, ()), (True, ("-n", "2"))],
+                         ids=["planted", "clean", "planted-two-workers"])
+def test_a_secret_in_a_postgres_row_fails_the_run(pytester: pytest.Pytester, planted: bool,
+                                                  workers: tuple[str, ...]) -> None:
+    """A whole pytest run whose only test leaves a registered secret in a PostgreSQL row fails,
+    also when a pytest-xdist worker ran the test (the controller sweeps the workers' files)."""
     assert os.environ.get("QOSS_TEST_PG_URL"), "the PostgreSQL cases need QOSS_TEST_PG_URL (scripts/test.sh)"
     pytester.makeconftest((REPO_ROOT / "tests" / "conftest.py").read_text().replace('"pytester", ', ""))
     pytester.makepyfile(test_inner=INNER_TEST.format(secret=secrets.token_urlsafe(32), planted=planted))
@@ -98,7 +101,7 @@ def test_a_secret_in_a_postgres_row_fails_the_run(pytester: pytest.Pytester, pla
     env_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env_path) if p)
     try:
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-q", *workers)
     finally:
         if env_path is None:
             del os.environ["PYTHONPATH"]
