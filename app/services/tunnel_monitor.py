@@ -15,7 +15,8 @@ runs, a deleted tunnel has no record and a restored one is established again.
 Listeners are kept in step with the gateway table every ``resync`` seconds, so a gateway
 registered later is watched too and a listener whose charon restarted is reconnected;
 each time a listener (re)connects, every tunnel on that gateway is checked once, since
-its events until then were not seen.
+its events until then were not seen: a page of records at a time, each page against one
+``list-sas`` of each charon involved.
 """
 
 from __future__ import annotations
@@ -30,13 +31,15 @@ from typing import Protocol
 from app.domain.errors import GatewayError, NotFound
 from app.domain.tunnels import TunnelState
 from app.services.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
-from app.services.tunnel_setup import established_everywhere
+from app.services.tunnel_setup import established_conns, established_everywhere
 
 __all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]
 
 log = logging.getLogger("qoss.monitor")
 
 _PREFIX = "qoss-"
+#: Records read at once when every tunnel on a gateway is checked.
+_CHECK_PAGE = 1000
 
 
 #: The SA events the monitor acts on (VICI's names).
@@ -236,15 +239,45 @@ class TunnelMonitor:
                 continue
             self._listeners[path] = listener
             # Events before this moment were not seen (a new gateway, a restarted charon).
-            self._check_all_on(path)
+            self.check_all_on(path)
 
-    def _check_all_on(self, socket_path: str) -> None:
+    def check_all_on(self, socket_path: str) -> None:
+        """Check every ``up`` or ``down`` tunnel with an end on ``socket_path`` (its events until
+        now were not seen), a page of records at a time: after reading a page, one ``list-sas``
+        of each charon its tunnels have ends on answers for all of them (asking per tunnel made
+        charon walk every IKE_SA it holds once per tunnel)."""
         with self._reads() as uow:
-            gateways = {g.name: g.vici_socket for g in uow.gateways.list()}
-            records = uow.tunnels.list()
-        for record in records:
-            if socket_path in (gateways.get(record.initiator), gateways.get(record.responder or "")):
-                self.check(record.id)
+            gateways = {g.name: g for g in uow.gateways.list()}
+        after: tuple[str, str] | None = None
+        while True:
+            with self._reads() as uow:
+                page = uow.tunnels.page(limit=_CHECK_PAGE, after=after)
+            if not page:
+                return
+            after = (page[-1].created_at or "", page[-1].id)
+            established: dict[str, set[str] | None] = {}  # socket -> conns up there (None: no answer)
+            for record in page:
+                ends = [gateways.get(record.initiator), *(
+                    [gateways.get(record.responder)] if record.responder is not None else [])]
+                if (record.state not in (TunnelState.UP, TunnelState.DOWN) or None in ends
+                        or socket_path not in {g.vici_socket for g in ends if g is not None}):
+                    continue
+                seen = [self._established_on(established, g.vici_socket) for g in ends if g is not None]
+                if any(conns is None for conns in seen):
+                    continue  # a charon that does not answer says nothing of the tunnel
+                self._guarded(self._record, record.id, record.state,
+                              all(conns is not None and record.conn in conns for conns in seen))
+
+    def _established_on(self, established: dict[str, set[str] | None], socket_path: str) -> set[str] | None:
+        """The conns ESTABLISHED with their CHILD_SA INSTALLED on one charon (one ``list-sas``,
+        remembered in ``established``); None if it does not answer."""
+        if socket_path not in established:
+            try:
+                established[socket_path] = established_conns(self._vici(socket_path).list_sas())
+            except GatewayError as exc:
+                log.info("tunnel monitor: %s not asked: %s", socket_path, exc.message)
+                established[socket_path] = None
+        return established[socket_path]
 
     def _check_due(self, due: list[tuple[str, bool]]) -> None:
         """:meth:`check` the tunnels ``due`` (id, whether a down event was among its events)
@@ -282,14 +315,19 @@ class TunnelMonitor:
         except GatewayError as exc:
             log.info("tunnel monitor: %s not checked: %s", tunnel_id, exc.message)
             return
+        self._record(tunnel_id, record.state, alive)
+
+    def _record(self, tunnel_id: str, was: TunnelState, alive: bool) -> None:
+        """Record what charon said of a tunnel read in state ``was``, if that changes its state
+        and the record still is in ``was`` (a move, a delete or a set-up in the meantime wins)."""
         new = TunnelState.UP if alive else TunnelState.DOWN
-        if new is record.state:
+        if new is was:
             return
         detail = "SA established again (charon event)" if alive else "SA went down (charon event)"
         with self._units() as uow:
             tunnels = uow.tunnels
             try:
-                if tunnels.get(tunnel_id).state is not record.state:
+                if tunnels.get(tunnel_id).state is not was:
                     return
                 tunnels.set_state(tunnel_id, new, detail)
             except NotFound:

@@ -254,6 +254,13 @@ def established_everywhere(vici: ViciFactory, gateways: Sequence[Gateway], name:
     return True
 
 
+def established_conns(sas: Sequence[Any]) -> set[str]:
+    """The conns of a whole ``list-sas`` whose IKE_SA is ESTABLISHED with the CHILD_SA of the
+    same name INSTALLED (as :func:`established_everywhere` asks of one conn)."""
+    return {sa.name for sa in sas if sa.state == "ESTABLISHED"
+            and any(c.name == sa.name and c.state == "INSTALLED" for c in sa.children)}
+
+
 def established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:
     """As :func:`established_everywhere` on one gateway; an unreachable charon counts as not established."""
     try:
