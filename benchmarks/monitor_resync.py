@@ -10,8 +10,8 @@ between two ways:
 * **per tunnel**: :meth:`TunnelMonitor.check` of each tunnel, as after a down event: its
   record read, and one ``list-sas`` of its conn on each end (charon walks every IKE_SA it
   holds for each);
-* **per page**: :meth:`TunnelMonitor.check_all_on` (what a listener's connect does): a page
-  of records at a time, one ``list-sas`` of each charon for the page.
+* **all at once**: :meth:`TunnelMonitor.check_all_on` (what a listener's connect does): the
+  records read a page at a time, then one ``list-sas`` of each charon for all of them.
 
 Every tunnel is up, so neither writes anything: what is timed is reading and asking. Prints
 the median seconds of each way, the ratio, and the VICI calls each made. Then every tunnel
@@ -102,7 +102,7 @@ def main() -> None:
                     monitor.check(tunnel_id)
 
             ways: dict[str, Callable[[], None]] = {
-                "per tunnel": per_tunnel, "per page": lambda: monitor.check_all_on(left_socket)}
+                "per tunnel": per_tunnel, "all at once": lambda: monitor.check_all_on(left_socket)}
             seconds: dict[str, list[float]] = {way: [] for way in ways}
             calls: dict[str, int] = {}
             for r in range(max(1, args.rounds)):
@@ -112,10 +112,10 @@ def main() -> None:
             changed = monitor.changes
             print(f"\nmonitor_resync: all {len(up)} tunnels on one gateway pair checked, {args.rounds} rounds each")
             for way in ways:
-                print(f"  {way:10}: median {statistics.median(seconds[way]):.2f} s "
+                print(f"  {way:11}: median {statistics.median(seconds[way]):.2f} s "
                       f"({', '.join(f'{s:.2f}' for s in seconds[way])}), {calls[way]} list-sas calls")
-            ratio = statistics.median(seconds["per tunnel"]) / max(statistics.median(seconds["per page"]), 1e-9)
-            print(f"  per tunnel / per page: {ratio:.1f}; states changed: {changed}")
+            ratio = statistics.median(seconds["per tunnel"]) / max(statistics.median(seconds["all at once"]), 1e-9)
+            print(f"  per tunnel / all at once: {ratio:.1f}; states changed: {changed}")
         finally:
             engine.dispose()
             listed, _ = all_tunnels(clients.get())

@@ -15,8 +15,8 @@ runs, a deleted tunnel has no record and a restored one is established again.
 Listeners are kept in step with the gateway table every ``resync`` seconds, so a gateway
 registered later is watched too and a listener whose charon restarted is reconnected;
 each time a listener (re)connects, every tunnel on that gateway is checked once, since
-its events until then were not seen: a page of records at a time, each page against one
-``list-sas`` of each charon involved.
+its events until then were not seen: their records are read a page at a time, then one
+``list-sas`` of each charon involved answers for all of them.
 """
 
 from __future__ import annotations
@@ -243,41 +243,36 @@ class TunnelMonitor:
 
     def check_all_on(self, socket_path: str) -> None:
         """Check every ``up`` or ``down`` tunnel with an end on ``socket_path`` (its events until
-        now were not seen), a page of records at a time: after reading a page, one ``list-sas``
-        of each charon its tunnels have ends on answers for all of them (asking per tunnel made
-        charon walk every IKE_SA it holds once per tunnel)."""
+        now were not seen). The records are read first, a page at a time (only what the check
+        needs of each is kept), then one ``list-sas`` of each charon involved answers for all of
+        them: asking per tunnel made charon walk every IKE_SA it holds once per tunnel and end."""
         with self._reads() as uow:
-            gateways = {g.name: g for g in uow.gateways.list()}
+            sockets = {g.name: g.vici_socket for g in uow.gateways.list()}
+        todo: list[tuple[str, str, TunnelState, list[str]]] = []  # id, conn, state as read, its ends' sockets
         after: tuple[str, str] | None = None
         while True:
             with self._reads() as uow:
                 page = uow.tunnels.page(limit=_CHECK_PAGE, after=after)
             if not page:
-                return
+                break
             after = (page[-1].created_at or "", page[-1].id)
-            established: dict[str, set[str] | None] = {}  # socket -> conns up there (None: no answer)
             for record in page:
-                ends = [gateways.get(record.initiator), *(
-                    [gateways.get(record.responder)] if record.responder is not None else [])]
-                if (record.state not in (TunnelState.UP, TunnelState.DOWN) or None in ends
-                        or socket_path not in {g.vici_socket for g in ends if g is not None}):
-                    continue
-                seen = [self._established_on(established, g.vici_socket) for g in ends if g is not None]
-                if any(conns is None for conns in seen):
-                    continue  # a charon that does not answer says nothing of the tunnel
-                self._guarded(self._record, record.id, record.state,
-                              all(conns is not None and record.conn in conns for conns in seen))
-
-    def _established_on(self, established: dict[str, set[str] | None], socket_path: str) -> set[str] | None:
-        """The conns ESTABLISHED with their CHILD_SA INSTALLED on one charon (one ``list-sas``,
-        remembered in ``established``); None if it does not answer."""
-        if socket_path not in established:
+                ends = [sockets.get(name) for name in (record.initiator, record.responder) if name is not None]
+                if (record.state in (TunnelState.UP, TunnelState.DOWN) and socket_path in ends
+                        and None not in ends):
+                    todo.append((record.id, record.conn, record.state, [e for e in ends if e is not None]))
+        established: dict[str, set[str] | None] = {}  # socket -> its conns that are up (None: no answer)
+        for path in sorted({path for *_, paths in todo for path in paths}):
             try:
-                established[socket_path] = established_conns(self._vici(socket_path).list_sas())
+                established[path] = established_conns(self._vici(path).list_sas())
             except GatewayError as exc:
-                log.info("tunnel monitor: %s not asked: %s", socket_path, exc.message)
-                established[socket_path] = None
-        return established[socket_path]
+                log.info("tunnel monitor: %s not asked: %s", path, exc.message)
+                established[path] = None
+        for tunnel_id, conn, state, paths in todo:
+            seen = [established[path] for path in paths]
+            if all(conns is not None for conns in seen):  # a charon that does not answer says nothing
+                self._guarded(self._record, tunnel_id, state, all(conns is not None and conn in conns
+                                                                  for conns in seen))
 
     def _check_due(self, due: list[tuple[str, bool]]) -> None:
         """:meth:`check` the tunnels ``due`` (id, whether a down event was among its events)

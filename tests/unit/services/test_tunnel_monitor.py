@@ -15,6 +15,7 @@ from app.adapters.vici.events import EventKind, SaEvent
 from app.adapters.vici.models import IkeSa, parse_ike_sa
 from app.domain.errors import GatewayUnreachable
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.services import tunnel_monitor
 from app.services.tunnel_monitor import TunnelMonitor
 from tests.fakes.uow import FakeDatabase
 from tests.fixtures.waiting import until
@@ -161,8 +162,9 @@ def test_lost_listeners_are_reconnected_and_their_tunnels_rechecked(database: Fa
 
 
 def test_a_reconnected_listener_checks_all_its_tunnels_with_one_list_sas_per_charon(
-        database: FakeDatabase, world: tuple[dict[str, Charon], list]) -> None:
+        database: FakeDatabase, world: tuple[dict[str, Charon], list], monkeypatch: pytest.MonkeyPatch) -> None:
     charons, listeners = world
+    monkeypatch.setattr(tunnel_monitor, "_CHECK_PAGE", 7)  # the records are read in pages: 32 span five
     with database.unit() as uow:
         for n in range(30):
             uow.tunnels.add(TunnelRecord(id=f"t{n:02}", initiator="left", responder="right",
