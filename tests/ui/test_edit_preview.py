@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from app.settings import Settings
+from app.ui.pages import common
 from tests.fixtures.secrets import register
 from tests.ui.conftest import HTMX, client_of, gateway_app, sign_in
 from tests.ui.test_policy_edit import _form
@@ -217,6 +218,30 @@ async def test_a_policy_edit_is_previewed_with_its_impact_then_saved(
         assert (await client.post(page, data=save)).status_code == 303
     policy = (await api.get("/v1/policies/voip")).json()
     assert (policy["revision"], policy["policy"]["min_levels"]["confidentiality"]) == (before + 1, 9)
+
+
+async def test_a_long_impact_shows_its_first_rows_and_counts_the_rest(
+        running: tuple[Any, httpx.AsyncClient, dict[str, Any]], token: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    app, api, _ = running
+    monkeypatch.setattr(common, "IMPACT_ROWS", 2)
+    voips = []
+    for n in (7, 8, 9):
+        r = await api.post("/v1/tunnels", json={
+            "initiator": "left", "remote_ts": [f"10.{n}.0.0/24"], "policy": "voip",
+            "peer": {"address": f"10.99.0.{n}", "identity": f"voip{n}.example", "psk": PSK}})
+        assert r.status_code == 201, r.text
+        voips.append(r.json()["id"])
+    page = "/ui/policies/voip"
+    async with client_of(app) as client:
+        await sign_in(client, token("pol", ["policies:write"]))
+        mine = {**_form((await client.get(page)).text), "confidentiality": "9"}
+        shown = await client.post(f"{page}/preview", data=mine)
+    assert shown.status_code == 200, shown.text
+    assert len(_impact_rows(shown.text, "noncompliant")) == 2
+    assert set(_impact_rows(shown.text, "noncompliant")) < set(voips)
+    assert re.search(r"<strong>3</strong> would fall below their minimums", shown.text)
+    assert "… and 1 more (the API's <code>?dry_run=true</code> lists all of them)" in shown.text
 
 
 async def test_removing_a_row_is_asked_with_its_impact(

@@ -83,6 +83,10 @@ _AFTER_CHEAPER = {"never": "they stay as they are (QOSS_REKEY_CHEAPER=never)",
                   "now": "moved once saved (QOSS_REKEY_CHEAPER=now)"}
 
 
+#: Rows an impact preview shows per table (its counts are of all; ``?dry_run=true`` lists all).
+IMPACT_ROWS = 100
+
+
 def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str, Any]:
     """The impact on the running tunnels of the edit made in ``uow``, which is rolled back
     (:func:`app.services.impact.preview`: nothing of it kept), and what the service will do
@@ -95,9 +99,10 @@ def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str
     grouped = report.sessions_by_kind()
     if not settings.rekey:
         off = "left as they are once saved (QOSS_REKEY is off)"
-        return {"report": report, "sessions": grouped, "noncompliant": off, "changed": off,
+        return {"report": report, "sessions": grouped, "rows": IMPACT_ROWS, "noncompliant": off, "changed": off,
                 "sessions_noncompliant": off, "sessions_changed": off}
-    return {"report": report, "sessions": grouped, "noncompliant": "moved to their new suite once saved "
+    return {"report": report, "sessions": grouped, "rows": IMPACT_ROWS,
+            "noncompliant": "moved to their new suite once saved "
             "(make-before-break)", "changed": _AFTER_CHEAPER[settings.rekey_cheaper],
             "sessions_noncompliant": "closed by the Target once saved, with the reason; the user connects again",
             "sessions_changed": "they keep their suite until the user next connects"}
