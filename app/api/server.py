@@ -236,8 +236,8 @@ class _Server(uvicorn.Server):
                 break
             loop.remove_reader(conn.fileno())
             del self._silent[conn]
+            self.silent_closed += 1  # counted before the client can see the close
             conn.close()
-            self.silent_closed += 1
         self._resume()
 
     def _close_waiting(self) -> None:

@@ -150,10 +150,30 @@ def test_by_default_the_bound_is_256_or_room_for_the_requests_in_flight_and_the_
     assert Settings(max_in_flight=250, max_event_streams=100).connections_held == 414
 
 
-def _send(base: str, path: str) -> socket.socket:
-    """A new connection to ``base`` with ``GET path`` sent on it (Connection: close)."""
+#: Every connection a test opened, closed after the test whatever happened in it (a socket
+#: left open would be reported as a ResourceWarning in whichever test collects it).
+_OPENED: list[socket.socket] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_what_the_test_opened() -> Iterator[None]:
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+def _connect(base: str) -> socket.socket:
+    """A new connection to ``base`` (closed after the test at the latest)."""
     host, port = base.removeprefix("http://").split(":")
     conn = socket.create_connection((host, int(port)), timeout=15)
+    _OPENED.append(conn)
+    return conn
+
+
+def _send(base: str, path: str) -> socket.socket:
+    """A new connection to ``base`` with ``GET path`` sent on it (Connection: close)."""
+    host = base.removeprefix("http://").split(":")[0]
+    conn = _connect(base)
     conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
     return conn
 
@@ -238,8 +258,7 @@ def test_a_silent_connection_in_the_waiting_room_is_closed_and_one_that_asked_wa
         held = _hold_every_place(base, watch)
         asked = _send(base, f"/hold?i={BOUND}")
         assert until(lambda: len(server._ready) == 1)
-        host, port = base.removeprefix("http://").split(":")
-        silent = socket.create_connection((host, int(port)), timeout=15)
+        silent = _connect(base)
         assert _closed_by_server(silent)
         assert server.silent_closed == 1
         assert len(server._ready) == 1
@@ -255,8 +274,7 @@ def test_a_stopping_server_closes_every_connection_in_its_waiting_room(loop: str
         assert server is not None
         held = _hold_every_place(base, watch)
         asked = _send(base, f"/hold?i={BOUND}")
-        host, port = base.removeprefix("http://").split(":")
-        silent = socket.create_connection((host, int(port)), timeout=15)
+        silent = _connect(base)
         assert until(lambda: len(server._ready) == 1 and len(server._silent) == 1)
         server.should_exit = True
         assert until(lambda: server._waiting() == 0)
