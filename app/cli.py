@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -356,10 +357,23 @@ def tunnel_up(
 
 @tunnel_app.command("list")
 def tunnel_list(database_url: DbUrl = None) -> None:
-    """List tunnels."""
+    """List tunnels, oldest first (a JSON array, written a page of records at a time)."""
     from app.services import tunnels
 
-    emit(Unit(database_url).run(lambda **kw: [t.as_dict() for t in tunnels.list_tunnels(uow=kw["uow"])]))
+    def write(uow: Any, **_: Any) -> None:
+        cursor, written = None, 0
+        while True:
+            page = tunnels.page_tunnels(uow=uow, limit=500, cursor=cursor)
+            for record in page.records:
+                item = textwrap.indent(json.dumps(record.as_dict(), indent=2, default=str), "  ")
+                typer.echo(("[\n" if written == 0 else ",\n") + item, nl=False)
+                written += 1
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        typer.echo("\n]" if written else "[]")
+
+    Unit(database_url).run(write)
 
 
 @tunnel_app.command("show")

@@ -87,6 +87,7 @@ def test_lab_up_tunnel_up_ping_down(tmp_path: Path) -> None:
         assert ping.returncode == 0, ping.stdout
         shown = json.loads(qoss("tunnel", "show", tid, db=db, env=env).stdout)
         assert shown["live"]["child_state"] == "INSTALLED"
+        assert [t["id"] for t in json.loads(qoss("tunnel", "list", db=db, env=env).stdout)] == [tid]
         assert qoss("tunnel", "down", tid, db=db, env=env).returncode == 0
         assert json.loads(qoss("tunnel", "list", db=db, env=env).stdout) == []
     finally:

@@ -20,6 +20,7 @@ from app.adapters.db.migrate import downgrade
 from app.cli import app
 from tests.cli.run import qoss
 from tests.fixtures.db import postgres_database
+from tests.fixtures.tunnel_records import add_tunnel_records, unit_on
 
 UPGRADE = "run 'qoss db upgrade' (with the same --database-url)"
 
@@ -206,3 +207,13 @@ def test_as_a_user_sees_it_a_read_command_on_a_fresh_path(tmp_path: Path) -> Non
     assert out.returncode == 2
     assert out.stderr.splitlines() == [f"qoss: there is no database at sqlite:///{db}: {UPGRADE} to create it"]
     assert not db.exists()
+
+
+@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
+def test_tunnel_list_writes_every_record_a_page_at_a_time_as_one_json_array(database_url: str) -> None:
+    ordered = add_tunnel_records(database_url, 1001)  # three pages of records
+    with unit_on(database_url) as uow:
+        records = {t.id: t.as_dict() for t in uow.tunnels.list()}
+    listed = qoss("tunnel", "list", env={"QOSS_DATABASE_URL": database_url})
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == json.dumps([records[i] for i in ordered], indent=2, default=str) + "\n"
