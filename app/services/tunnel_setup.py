@@ -247,16 +247,12 @@ def established_everywhere(vici: ViciFactory, gateways: Sequence[Gateway], name:
     Raises:
         GatewayUnreachable: a charon does not answer (nothing can be said).
     """
-    for gateway in gateways:
-        observed = observed_sa(vici(gateway.vici_socket).list_sas(ike=name), name)
-        if observed is None or observed.ike_state != "ESTABLISHED" or observed.child_state != "INSTALLED":
-            return False
-    return True
+    return all(name in established_conns(vici(gateway.vici_socket).list_sas(ike=name)) for gateway in gateways)
 
 
 def established_conns(sas: Sequence[Any]) -> set[str]:
-    """The conns of a whole ``list-sas`` whose IKE_SA is ESTABLISHED with the CHILD_SA of the
-    same name INSTALLED (as :func:`established_everywhere` asks of one conn)."""
+    """The conns of a ``list-sas`` answer with an IKE_SA ESTABLISHED and, in it, the CHILD_SA of
+    the same name INSTALLED."""
     return {sa.name for sa in sas if sa.state == "ESTABLISHED"
             and any(c.name == sa.name and c.state == "INSTALLED" for c in sa.children)}
 
