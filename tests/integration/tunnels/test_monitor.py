@@ -12,6 +12,7 @@ import pytest
 from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.bootstrap import prepare_database
+from app.domain.tunnels import TunnelState
 from app.settings import Settings
 from tests.fixtures.waiting import until
 from tests.integration.tunnels.conftest import Calls
@@ -91,4 +92,28 @@ async def test_deleted_tunnels_leave_the_monitor_and_the_event_hub_nothing(clien
     assert asked_after == []
     assert monitor.changes == 0
     assert hub.waiting == 0
+    assert nothing_left(lab)
+
+
+async def test_checking_every_tunnel_on_a_charon_asks_each_charon_once(client: httpx.AsyncClient, lab: Lab,
+                                                                       calls: Calls) -> None:
+    """What a listener's (re)connect does: every tunnel with an end on that charon is checked
+    against one whole ``list-sas`` of each charon, none asked by name, and the record follows."""
+    app = client.qoss_app  # type: ignore[attr-defined]
+    monitor = app.state.tunnel_monitor
+    r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
+    assert r.status_code == 201, r.text
+    tunnel = r.json()
+    assert await asyncio.to_thread(until, lambda: monitor.pending == 0)  # the set-up's events are dealt with
+    with app.state.units() as uow:  # what a missed event leaves: recorded down while the SA is up
+        uow.tunnels.set_state(tunnel["id"], TunnelState.DOWN, "events missed")
+        uow.commit()
+    asked_before = len(calls.log)
+    await asyncio.to_thread(monitor.check_all_on, lab.host("right").vici_socket)
+    asked = sorted(path for command, path in calls.log[asked_before:] if command == "list_sas")
+    assert asked == sorted(host.vici_socket for host in lab.hosts)
+    assert calls.listed[-2:] == [None, None]  # the whole list, not the tunnel's conn
+    shown = (await client.get(f"/v1/tunnels/{tunnel['id']}")).json()
+    assert (shown["state"], shown["detail"]) == ("up", "SA established again (charon event)")
+    assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
     assert nothing_left(lab)
