@@ -48,7 +48,6 @@ __all__ = [
     "create_tunnel",
     "delete_tunnel",
     "keyed_tunnel_id",
-    "list_tunnels",
     "negotiate_tunnel",
     "negotiation_inputs",
     "page_tunnels",
@@ -306,10 +305,6 @@ def _loaded(plan: _Plan) -> tuple[Any, ...]:
         (plan.responder.ike_address, plan.responder.identity, plan.responder.vici_socket)
         if plan.responder is not None else ())
     return (ends, plan.peer, plan.local_ts, plan.remote_ts, r.suite, dict(r.proposals), r.mode, dict(r.lifetimes))
-
-
-def list_tunnels(*, uow: UnitOfWork) -> list[TunnelRecord]:
-    return uow.tunnels.list()
 
 
 _TUNNEL_ID = re.compile(r"[a-z0-9-]{1,40}")

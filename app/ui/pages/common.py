@@ -96,13 +96,11 @@ def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str
     sessions = active_sessions(store) if store is not None else []
     report = impact.preview(uow, default_table=settings.default_table, sessions=sessions)
     request.state.audit_detail = "preview: nothing saved"
-    grouped = report.sessions_by_kind()
+    shown = {"report": report, "sessions": report.sessions_by_kind(), "rows": IMPACT_ROWS}
     if not settings.rekey:
         off = "left as they are once saved (QOSS_REKEY is off)"
-        return {"report": report, "sessions": grouped, "rows": IMPACT_ROWS, "noncompliant": off, "changed": off,
-                "sessions_noncompliant": off, "sessions_changed": off}
-    return {"report": report, "sessions": grouped, "rows": IMPACT_ROWS,
-            "noncompliant": "moved to their new suite once saved "
-            "(make-before-break)", "changed": _AFTER_CHEAPER[settings.rekey_cheaper],
+        return {**shown, "noncompliant": off, "changed": off, "sessions_noncompliant": off, "sessions_changed": off}
+    return {**shown, "noncompliant": "moved to their new suite once saved (make-before-break)",
+            "changed": _AFTER_CHEAPER[settings.rekey_cheaper],
             "sessions_noncompliant": "closed by the Target once saved, with the reason; the user connects again",
             "sessions_changed": "they keep their suite until the user next connects"}

@@ -20,7 +20,7 @@ from app.measure.adapters.micro import machine_id
 from app.measure.adapters.tunnel import charon_pids, run_bench
 from app.measure.cli_tunnel import bench_lab
 from app.measure.domain.tunnel import SuiteSpec, bench_document
-from app.services import gateways, tunnels
+from app.services import gateways
 from app.services.ratings import get_table
 
 pytestmark = pytest.mark.charon
@@ -87,7 +87,7 @@ def test_the_command_writes_the_document_and_the_measured_table(tmp_path: Path,
     try:
         with sql_units_of_work(make_session_factory(engine))() as uow:
             table = get_table(uow=uow, name="tunnel-test")
-            left_behind = (tunnels.list_tunnels(uow=uow), gateways.list_gateways(uow=uow))
+            left_behind = (uow.tunnels.list(), gateways.list_gateways(uow=uow))
     finally:
         engine.dispose()
     assert set(table.ratings) == {"aes128", "sha1"}

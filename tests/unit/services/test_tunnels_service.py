@@ -128,7 +128,7 @@ def test_initiator_load_failure_unloads_the_responder(uow: FakeUnitOfWork, regis
     assert right.conns == {}
     assert right.shared == {}
     assert left.shared == {}
-    assert tunnels.list_tunnels(uow=uow) == []
+    assert uow.tunnels.list() == []
 
 
 def test_initiate_failure_rolls_back_both_ends(uow: FakeUnitOfWork, registered: None,
@@ -201,7 +201,7 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
         gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
             name="other", vici_socket=other.socket_path, ike_address="10.99.0.3", inside_networks=["10.3.0.1/32"]))
     gateways.forget_gateways(uow=uow, names=["left", "right", "never-registered"])
-    assert tunnels.list_tunnels(uow=uow) == []
+    assert uow.tunnels.list() == []
     assert [g.name for g in gateways.list_gateways(uow=uow)] == ["other"]
     assert not any(c.command.startswith("unload") for f in fakes for c in f.calls)  # charon is not touched
 
