@@ -149,6 +149,10 @@ class Settings(BaseSettings):
     ui_session_ttl: int = Field(
         default=8 * 3600, ge=60, le=7 * 86400,
         description="seconds a console sign-in lasts (never longer than its token)")
+    state_dir: Path = Field(
+        default_factory=lambda: Path("var").resolve(),
+        description="the service's own directory (made 0700, owned by the service's user; links in it are refused): "
+                    "the console's plot cache, the audit chain's key and checkpoints")
     measurements_dir: Path = Field(
         default=Path("var/bench"),
         description="where the console looks for the newest `qoss bench micro --out` document (its "
