@@ -51,12 +51,12 @@ def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_wheel_carries_migrations_and_shipped_data_and_no_tests(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    assert "app/shipped/ratings/esaf-2006.yaml" in names
-    assert "app/shipped/ratings/standards-2026.yaml" in names
-    assert "app/shipped/policies/voip.yaml" in names
-    assert "app/migrations/env.py" in names
+    assert "app/_shipped/ratings/esaf-2006.yaml" in names
+    assert "app/_shipped/ratings/standards-2026.yaml" in names
+    assert "app/_shipped/policies/voip.yaml" in names
+    assert "app/_shipped/migrations/env.py" in names
     assert {"app/ui/templates/base.html", "app/ui/static/htmx.min.js", "app/ui/static/htmx.LICENSE"} <= set(names)
-    assert any(n.startswith("app/migrations/versions/") and n.endswith(".py") for n in names)
+    assert any(n.startswith("app/_shipped/migrations/versions/") and n.endswith(".py") for n in names)
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]
 
 

@@ -1,6 +1,6 @@
 """Run the Alembic migrations programmatically: the only way the schema is made.
 
-The migrations travel inside the package (``app/migrations``, :data:`app.resources.MIGRATIONS_DIR`);
+The migrations (``migrations/``, inside the wheel ``app/_shipped/migrations``: :data:`app.resources.MIGRATIONS_DIR`);
 the database URL is passed in, never read from ``alembic.ini``.
 """
 

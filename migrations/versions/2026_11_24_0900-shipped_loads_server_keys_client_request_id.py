@@ -24,7 +24,7 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: What the releases before this one shipped (``app/shipped``), frozen here: the data step
+#: What the releases before this one shipped (``ratings/``, ``policies/``), frozen here: the data step
 #: must not change when later releases ship more.
 _SHIPPED: dict[str, tuple[str, ...]] = {
     "rating_table": ("esaf-2006", "standards-2026"),

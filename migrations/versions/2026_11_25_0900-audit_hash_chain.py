@@ -4,20 +4,23 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-25 09:00:00
 
-The data step chains the entries already there, in id order, with the function the
-writer and ``qoss audit verify`` use (app.domain.audit_chain), and records the head; so an
-upgraded database verifies. It reads and updates 1,000 entries at a time.
+The data step chains the entries already there, in id order, with the chain's first hash
+(SHA-256 of the canonical JSON of every column but ``hash``, kept here as it was defined when
+this revision was written: a migration never changes with the code), and records the head;
+so an upgraded database verifies. It reads and updates 1,000 entries at a time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-
-from app.adapters.db.models import Json, UtcDateTime
-from app.domain.audit_chain import GENESIS, entry_hash
+from sqlalchemy.dialects.postgresql import JSONB
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -25,6 +28,21 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _PAGE = 1000
+_GENESIS = "0" * 64
+_HASHED = ("action", "at", "client_request_id", "detail", "id", "object", "outcome", "prev_hash", "request_id",
+           "scopes", "source", "token_id", "token_name")
+_JSON = sa.JSON().with_variant(JSONB(), "postgresql")
+
+
+def _entry_hash(entry: Mapping[str, Any]) -> str:
+    fields = {name: entry[name] for name in _HASHED}
+    at: datetime = fields["at"]
+    if at.tzinfo is None:  # SQLite gives back the naive UTC it stores
+        at = at.replace(tzinfo=UTC)
+    fields["at"] = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    fields["scopes"] = list(fields["scopes"])
+    data = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+    return hashlib.sha256(data).hexdigest()
 
 
 def upgrade() -> None:
@@ -56,12 +74,12 @@ def _chain_existing_entries() -> tuple[int | None, str]:
     names = ("id", "request_id", "client_request_id", "token_id", "token_name", "source", "action", "object",
              "outcome", "detail")
     events = sa.table("audit_events", *(sa.column(n) for n in names),
-                      sa.column("at", UtcDateTime()),  # aware UTC, from SQLite's naive text as from PostgreSQL
-                      sa.column("scopes", Json), sa.column("prev_hash", sa.String()), sa.column("hash", sa.String()))
+                      sa.column("at", sa.DateTime(timezone=True)),
+                      sa.column("scopes", _JSON), sa.column("prev_hash", sa.String()), sa.column("hash", sa.String()))
     update = (events.update().where(events.c.id == sa.bindparam("b_id"))
               .values(prev_hash=sa.bindparam("b_prev_hash"), hash=sa.bindparam("b_hash")))
     last_id: int | None = None
-    prev_hash = GENESIS
+    prev_hash = _GENESIS
     while True:
         query = sa.select(*(events.c[n] for n in (*names, "at", "scopes"))).order_by(events.c.id).limit(_PAGE)
         if last_id is not None:
@@ -72,7 +90,7 @@ def _chain_existing_entries() -> tuple[int | None, str]:
         changes = []
         for entry in page:
             entry["prev_hash"] = prev_hash
-            prev_hash = entry_hash(entry)
+            prev_hash = _entry_hash(entry)
             changes.append({"b_id": entry["id"], "b_prev_hash": entry["prev_hash"], "b_hash": prev_hash})
         conn.execute(update, changes)
         last_id = page[-1]["id"]

@@ -13,10 +13,14 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from app.adapters.db.models import Base
-
 config = context.config
-target_metadata = Base.metadata
+#: The models' metadata, for ``alembic revision --autogenerate`` only: the migrations themselves
+#: never import the application (each revision is a fixed step, whatever the code becomes).
+target_metadata = None
+if getattr(config.cmd_opts, "autogenerate", False):
+    from app.adapters.db.models import Base
+
+    target_metadata = Base.metadata
 
 if config.config_file_name is not None:
     fileConfig(config.config_file_name, disable_existing_loggers=False)  # the `alembic` command line only
