@@ -78,3 +78,17 @@ def test_the_console_reaches_the_database_only_through_the_services(path: Path) 
     reached = {name for name in _imports(path)
                if name.startswith(("sqlalchemy", "app.adapters.db", "app.adapters.vici", "vici"))}
     assert not reached, f"{_module(path)} imports {sorted(reached)}"
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "migrations").rglob("*.py")), ids=lambda p: p.name)
+def test_migrations_import_nothing_of_the_application(path: Path) -> None:
+    """A revision is a fixed step: it must not change when the application's code does (the
+    models' metadata is read only for ``alembic revision --autogenerate``, inside a branch)."""
+    source = path.read_text()
+    tree = ast.parse(source, str(path))
+    top = {name for node in tree.body for name in (
+        [a.name for a in node.names] if isinstance(node, ast.Import)
+        else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
+    assert not {name for name in top if name.startswith("app")}, f"{path.name} imports the application"
+    if path.name != "env.py":
+        assert not {name for name in _imports(path) if name.startswith("app")}, f"{path.name} imports the application"
