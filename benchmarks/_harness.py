@@ -25,7 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.lab import Lab  # noqa: E402
+from app.lab.hosts import Lab  # noqa: E402
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Agent join time: ``connect`` -> tunnel up, against a bare VICI ``initiate`` of a prepared road warrior.
 
-Three namespaces (``app.adapters.lab_agent``, as ``qoss lab up --agent`` builds them): Host and
+Three namespaces (``app.lab.agent``, as ``qoss lab up --agent`` builds them): Host and
 Target each a real ``qoss serve``, the client's charon in its own namespace. In one run:
 
 * **agent**: the client (a Python process inside the client's namespace, the same code
@@ -51,8 +51,8 @@ from typing import Any
 
 import yaml
 
-from app.adapters.lab_agent import MARK, AgentLab
-from app.adapters.lab_agent_users import enroll
+from app.lab.agent import MARK, AgentLab
+from app.lab.agent_users import enroll
 
 INNER = r"""
 import gc, json, os, sys, time

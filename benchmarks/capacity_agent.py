@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.capacity_agent [--joins 1000] [--concurrency 8] [--budget 900]
 
-Three namespaces as ``qoss lab up --agent`` builds them (``app.adapters.lab_agent``): Host and
+Three namespaces as ``qoss lab up --agent`` builds them (``app.lab.agent``): Host and
 Target each a real ``qoss serve`` (uvicorn, SQLite, the fast paths on), the client's charon in
 its own namespace. N users are enrolled at Host (a key pair and a client config each); then one
 Python process in the client's namespace (the same code as ``qoss agent connect``, without an
@@ -43,8 +43,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.adapters.lab_agent import HOST_ID, TARGET_ID, AgentLab
-from app.adapters.lab_agent_configs import client_config, write_config
+from app.lab.agent import HOST_ID, TARGET_ID, AgentLab
+from app.lab.agent_configs import client_config, write_config
 from benchmarks._harness import cpu_seconds, percentile, rss_kib
 
 POOL = "10.8.0.0/22"

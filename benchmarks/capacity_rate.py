@@ -42,9 +42,9 @@ from typing import Any
 
 import vici
 
-from app.adapters.lab import LabHost
 from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
+from app.lab.hosts import LabHost
 from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources
 
 #: The lifetimes qoss loads by default (no rekey happens within a run).

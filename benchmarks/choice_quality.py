@@ -69,11 +69,11 @@ from app.adapters.db.unit_of_work import SqlUnitOfWork  # noqa: E402
 from app.adapters.files import parse_rating_table_yaml  # noqa: E402
 from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
 from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
+from app.lab.bench import BenchLab, bench_lab, read_micro_prior  # noqa: E402
 from app.measure.adapters.micro import KERNELS, machine_id, run_micro  # noqa: E402
 from app.measure.adapters.pinning import parse_cpus  # noqa: E402
 from app.measure.adapters.traffic import BenchError  # noqa: E402
 from app.measure.adapters.tunnel import run_bench  # noqa: E402
-from app.measure.cli_tunnel import BenchLab, bench_lab, read_micro_prior  # noqa: E402
 from app.measure.domain.report import pinning  # noqa: E402
 from app.measure.domain.tunnel import (  # noqa: E402
     SuiteSpec,

@@ -29,10 +29,10 @@ sys.path.insert(0, str(ROOT))
 
 from app.adapters.db.engine import make_engine, make_session_factory  # noqa: E402
 from app.adapters.db.unit_of_work import sql_units_of_work  # noqa: E402
-from app.api.main import create_app  # noqa: E402
 from app.bootstrap import prepare_database  # noqa: E402
 from app.domain.algorithms import CATALOGUE  # noqa: E402
 from app.domain.ratings import Rating, relevant_dimensions  # noqa: E402
+from app.main import create_app  # noqa: E402
 from app.services import ratings as table_svc  # noqa: E402
 from app.services.auth import create_token  # noqa: E402
 from app.settings import Settings  # noqa: E402

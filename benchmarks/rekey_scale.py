@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from app.adapters.lab_network import IKE_INTERFACE
+from app.lab.network import IKE_INTERFACE
 from benchmarks._harness import all_tunnels, lab_and_service, left_sources
 
 TABLE = "/v1/rating-tables/standards-2026"

@@ -1,4 +1,4 @@
-"""Prometheus metrics: the :class:`~app.services.ports.Metrics` port on ``prometheus_client``,
+"""Prometheus metrics: the :class:`~app.domain.ports.Metrics` port on ``prometheus_client``,
 the tunnel counts read from the database at scrape time, and the exposition.
 
 Every metric is declared once, in :data:`CATALOGUE` (name, kind, help, labels); counting a
@@ -104,7 +104,7 @@ CATALOGUE: Mapping[str, MetricSpec] = {
 
 
 class PrometheusMetrics:
-    """The :class:`~app.services.ports.Metrics` port on ``prometheus_client`` (thread-safe).
+    """The :class:`~app.domain.ports.Metrics` port on ``prometheus_client`` (thread-safe).
 
     Args:
         registry: where the metrics are registered (a fresh one per application by default;

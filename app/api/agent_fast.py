@@ -22,13 +22,13 @@ from sqlalchemy.exc import OperationalError
 from starlette.types import Message, Receive, Scope, Send
 
 from app.adapters.db.audit import Auditor
-from app.api.body import loads
-from app.api.deps import in_worker_thread
-from app.api.errors import error_body, qoss_error_parts
-from app.api.provenance import client_request_id, new_request_id
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
+from app.web.body import loads
+from app.web.deps import in_worker_thread
+from app.web.errors import error_body, qoss_error_parts
+from app.web.provenance import client_request_id, new_request_id
 
 __all__ = ["is_message_request", "serve_message"]
 

@@ -17,7 +17,7 @@
         ├── GatewayRejected (RuntimeError)        -> 502
         └── TunnelVerificationFailed (RuntimeError) -> 502
 
-The HTTP status of each is decided in one place, ``app.api.errors``.
+The HTTP status of each is decided in one place, ``app.web.errors``.
 """
 
 from __future__ import annotations

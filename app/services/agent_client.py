@@ -35,10 +35,7 @@ from app.domain.agent import (
     check_fresh,
     client_conn,
 )
-from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
-from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
-from app.services.agent_config import ClientConfig
-from app.services.agent_ports import (
+from app.domain.agent.ports import (
     AgentCrypto,
     AgentKeys,
     AgentVici,
@@ -50,6 +47,9 @@ from app.services.agent_ports import (
     Post,
     Unload,
 )
+from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
+from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
+from app.services.agent_config import ClientConfig
 from app.services.agent_timing import Steps
 
 __all__ = ["CAPABILITIES_TTL", "AgentClient"]

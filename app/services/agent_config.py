@@ -42,8 +42,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from app.domain.agent.ports import AgentCrypto, PeerKeys
 from app.domain.errors import InvalidInput
-from app.services.agent_ports import AgentCrypto, PeerKeys
 
 __all__ = ["AgentConfig", "ClientConfig", "Party", "TargetRole", "load_client_config", "load_server_config"]
 

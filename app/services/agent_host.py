@@ -29,9 +29,9 @@ from app.domain.agent import (
     Revocation,
     check_fresh,
 )
+from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post
 from app.domain.errors import InvalidInput, QossError
 from app.services.agent_config import AgentConfig, HostRole
-from app.services.agent_ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post
 from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_timing import Steps
 

@@ -39,9 +39,7 @@ from app.domain.agent import (
     check_fresh,
     target_conn,
 )
-from app.domain.negotiation import NegotiationResult
-from app.services.agent_config import AgentConfig, TargetRole
-from app.services.agent_ports import (
+from app.domain.agent.ports import (
     AgentCrypto,
     AgentKeys,
     AgentRequest,
@@ -53,11 +51,13 @@ from app.services.agent_ports import (
     LoadShared,
     PeerKeys,
 )
+from app.domain.negotiation import NegotiationResult
+from app.domain.ports import UnitOfWorkFactory
+from app.services.agent_config import AgentConfig, TargetRole
 from app.services.agent_target_charon import TargetCharon, host_prefix
 from app.services.agent_target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
 from app.services.agent_target_sessions import Reconciled, TargetSessions, at
 from app.services.agent_timing import Steps
-from app.services.ports import UnitOfWorkFactory
 from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]

@@ -10,9 +10,9 @@ import threading
 import time
 from collections.abc import Sequence
 
+from app.domain.agent.ports import AgentVici, AgentViciFactory, CharonPipeline, Unload
 from app.domain.errors import GatewayError, GatewayUnreachable
 from app.domain.tunnels import keywords_from_charon
-from app.services.agent_ports import AgentVici, AgentViciFactory, CharonPipeline, Unload
 
 __all__ = ["TargetCharon", "host_prefix"]
 

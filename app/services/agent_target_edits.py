@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.agent import AgentSessionState, ClientRequest
+from app.domain.agent.ports import AgentSession, AgentStore
 from app.domain.errors import QossError
 from app.domain.negotiation import NegotiationResult
-from app.services.agent_ports import AgentSession, AgentStore
+from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
 from app.services.negotiation import run_negotiation
-from app.services.ports import UnitOfWork, UnitOfWorkFactory
 from app.services.ratings import TableCache
 from app.services.rekey import ImpactKind, judge
 

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState
+from app.domain.agent.ports import AgentRequest, AgentSession, AgentStore
 from app.domain.errors import GatewayError
-from app.services.agent_ports import AgentRequest, AgentSession, AgentStore
 from app.services.agent_target_charon import TargetCharon
 
 __all__ = ["RECONCILE_GRACE", "Reconciled", "TargetSessions", "at"]

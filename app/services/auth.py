@@ -9,7 +9,7 @@ from typing import Any
 
 from app.domain.auth import TokenRecord, Unauthenticated, hash_secret, parse_token, secret_matches, validate_scopes
 from app.domain.errors import InvalidInput
-from app.services.ports import UnitOfWork
+from app.domain.ports import UnitOfWork
 
 __all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_audit", "revoke_token"]
 

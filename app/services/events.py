@@ -6,7 +6,7 @@ from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from app.services.ports import UnitOfWork
+from app.domain.ports import UnitOfWork
 
 __all__ = ["events_after", "last_event_id", "prune_events", "visible_scopes"]
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.domain.errors import Conflict, InvalidInput, NotFound
+from app.domain.ports import UnitOfWork, ViciFactory
 from app.domain.tunnels import Gateway, keywords_from_charon, parse_traffic_selectors
 from app.services.inputs import GatewayIn
-from app.services.ports import UnitOfWork, ViciFactory
 
 __all__ = [
     "delete_gateway",

@@ -28,7 +28,7 @@ from pydantic import BaseModel, SecretBytes, SecretStr
 from pydantic_core import to_jsonable_python
 
 from app.domain.errors import Conflict, InvalidInput
-from app.services.ports import StoredAnswer, UnitOfWork, UnitOfWorkFactory
+from app.domain.ports import StoredAnswer, UnitOfWork, UnitOfWorkFactory
 
 __all__ = [
     "IdempotencyInProgress",

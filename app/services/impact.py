@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from app.services.agent_ports import AgentSession
+from app.domain.agent.ports import AgentSession
+from app.domain.ports import UnitOfWork
 from app.services.agent_target_edits import SessionImpact, assess_sessions
-from app.services.ports import UnitOfWork
 from app.services.rekey import Impact, assess
 
 __all__ = ["ImpactReport", "preview"]

@@ -12,9 +12,9 @@ from typing import Any
 
 from app.domain.negotiation import Backend, NegotiationRequest, NegotiationResult, Peer, negotiate
 from app.domain.policies import Levels, Policy, TrafficProfile, keyword_set, parse_objectives
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, error_label
 from app.domain.ratings import RatingTable
 from app.services.inputs import MinLevelsIn, NegotiationIn, PeerIn
-from app.services.ports import NO_METRICS, Metrics, UnitOfWork, error_label
 from app.services.ratings import TableCache
 
 __all__ = ["run_negotiation"]

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.domain.errors import InvalidPolicy
 from app.domain.policies import Policy
-from app.services.ports import UnitOfWork
+from app.domain.ports import UnitOfWork
 from app.services.revisions import load_shipped, restore_shipped, revert, tell
 
 __all__ = [

@@ -12,8 +12,8 @@ from typing import Any
 
 from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
+from app.domain.ports import Clock, RatingTableStore, UnitOfWork
 from app.domain.ratings import Rating, RatingTable
-from app.services.ports import Clock, RatingTableStore, UnitOfWork
 from app.services.revisions import load_shipped, restore_shipped, revert, tell
 
 __all__ = [

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.errors import GatewayError, GatewayRejected
+from app.domain.ports import UnitOfWork, ViciFactory
 from app.domain.tunnels import TunnelState, is_tunnel_conn
-from app.services.ports import UnitOfWork, ViciFactory
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, established, teardown
 from app.services.tunnels import result_from

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
-from app.services.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from app.domain.errors import NotFound
+from app.domain.ports import RevisionedStore, ShippedLoadStore, UnitOfWork
 from app.domain.revisions import check_revert, revert_message
-from app.services.ports import RevisionedStore, ShippedLoadStore, UnitOfWork
 
 __all__ = ["load_shipped", "restore_shipped", "revert", "tell"]
 

@@ -29,8 +29,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from app.domain.errors import GatewayError, NotFound
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelState
-from app.services.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
 from app.services.tunnel_setup import established_conns, established_everywhere
 
 __all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]

@@ -22,6 +22,7 @@ from typing import Any
 
 from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
 from app.domain.negotiation import NegotiationResult
+from app.domain.ports import UpReports, ViciFactory, ViciPort
 from app.domain.tunnels import (
     ExpectedSa,
     Gateway,
@@ -34,7 +35,6 @@ from app.domain.tunnels import (
     expected_sa,
     mismatches,
 )
-from app.services.ports import UpReports, ViciFactory, ViciPort
 
 __all__ = ["bring_up", "established", "established_everywhere", "move", "observed_sa", "teardown"]
 

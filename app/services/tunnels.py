@@ -26,11 +26,7 @@ from app.domain.errors import (
     UnsupportedProtection,
 )
 from app.domain.negotiation import NegotiationResult
-from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
-from app.services import idempotency as idem
-from app.services.inputs import BackendIn, NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
-from app.services.negotiation import run_negotiation
-from app.services.ports import (
+from app.domain.ports import (
     NO_METRICS,
     Metrics,
     UnitOfWork,
@@ -39,6 +35,10 @@ from app.services.ports import (
     ViciFactory,
     error_label,
 )
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
+from app.services import idempotency as idem
+from app.services.inputs import BackendIn, NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
+from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from app.domain.auth import TokenRecord, Unauthenticated
+from app.domain.ports import UnitOfWork
 from app.domain.sessions import SessionRecord, hash_session_id, new_session_id, session_expiry
 from app.services.auth import authenticate
-from app.services.ports import UnitOfWork
 
 __all__ = ["resolve", "sign_in", "sign_out"]
 

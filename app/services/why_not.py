@@ -24,9 +24,9 @@ from typing import Any
 
 from app.domain.algorithms import Kind, Protocol, lookup
 from app.domain.negotiation import NegotiationResult
+from app.domain.ports import UnitOfWork
 from app.services.inputs import NegotiationIn
 from app.services.negotiation import run_negotiation
-from app.services.ports import UnitOfWork
 from app.services.ratings import TableCache
 
 __all__ = ["WhyNot", "why_not"]

@@ -11,11 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.errors import status_for
-from app.api.routing import QossRoute
 from app.domain.errors import QossError
 from app.ui.render import page, secure
 from app.ui.session import CsrfRefused, SignInRequired
+from app.web.errors import status_for
+from app.web.routing import QossRoute
 
 __all__ = ["ConsoleRoute", "is_htmx"]
 
@@ -39,11 +39,11 @@ def _refused(request: Request, status: int, title: str, message: str) -> Respons
 
 
 class ConsoleRoute(QossRoute):
-    """A :class:`~app.api.routing.QossRoute` whose errors are pages, and whose answers carry
+    """A :class:`~app.web.routing.QossRoute` whose errors are pages, and whose answers carry
     :data:`SECURITY_HEADERS`.
 
     The status it answers is noted on the request (``route_status``, ``answer_status``), as
-    the API's routes do, for the audit record of a change (:func:`app.api.deps.get_unit`).
+    the API's routes do, for the audit record of a change (:func:`app.web.deps.get_unit`).
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:

@@ -2,7 +2,7 @@
 
 - The session cookie (``qoss_session``) is HttpOnly, SameSite=Strict, path ``/ui``, Secure
   when the request came over TLS (directly, or from a trusted proxy's ``X-Forwarded-Proto``:
-  :mod:`app.api.provenance`), and expires with the session.
+  :mod:`app.web.provenance`), and expires with the session.
 - Every request finds the session and checks its token again
   (:func:`app.services.ui_sessions.resolve`): a revoked token is signed out at once.
 - Every change needs the session's CSRF token, in the form (``csrf``) or in the
@@ -28,10 +28,10 @@ from urllib.parse import parse_qsl
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from app.api.deps import Principal, ReadUnitDep
 from app.domain.auth import TokenRecord, check_scopes
 from app.domain.sessions import csrf_matches, csrf_token
 from app.services.ui_sessions import resolve
+from app.web.deps import Principal, ReadUnitDep
 
 __all__ = [
     "INVALID_UPLOAD",

@@ -9,8 +9,8 @@ import pytest
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
-from app.api.main import create_app
 from app.bootstrap import prepare_database
+from app.main import create_app
 from app.services.auth import create_token
 from app.settings import Settings
 from tests.fixtures.loop_guard import no_database_on_the_loop

@@ -18,10 +18,10 @@ from starlette.applications import Starlette
 from starlette.datastructures import State
 from starlette.types import Receive, Scope, Send
 
-from app.api.admission import AdmissionControl
-from app.api.main import QossApp, _GuardAndAudit, create_app
 from app.api.routes.agent import MESSAGE_PATHS
+from app.main import QossApp, _GuardAndAudit, create_app
 from app.settings import Settings
+from app.web.admission import AdmissionControl
 from tests.fixtures.library_pins import assert_pinned
 
 STARLETTE = assert_pinned("starlette", "app/api/agent_fast.py")

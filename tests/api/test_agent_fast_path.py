@@ -18,10 +18,10 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
+from app import main as api_main
 from app.adapters.agent.crypto import KeyPair
-from app.api import main as api_main
-from app.api.main import create_app
 from app.domain.agent import MAX_WIRE_BYTES, Kind
+from app.main import create_app
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll, sealed_request
 from tests.fixtures.agent_roles import agent_server_config

@@ -22,9 +22,9 @@ from sqlalchemy import func, select
 from app.adapters.agent.crypto import KeyPair, seal
 from app.adapters.db.agent import AgentLeaseRow, AgentSessionRow
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.api.main import create_app
 from app.domain.agent import AgentRejected, ClientRequest, Endorsement, EnrolledUser, Kind, RequestInfo
 from app.domain.errors import GatewayUnreachable
+from app.main import create_app
 from app.settings import Settings
 from tests.api.test_db_faults import set_connections
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from app.adapters.agent.crypto import KeyPair
 from app.adapters.vici.driver import ViciGateway
-from app.api.main import create_app
-from app.cli import app as cli
+from app.cli.main import app as cli
+from app.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon

@@ -21,9 +21,9 @@ from sqlalchemy import MetaData, select
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow
 from app.adapters.db.repositories import TokenRepository
-from app.api.main import create_app
 from app.api.routes import admin, agent, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels
 from app.domain.auth import TokenRecord, hash_secret
+from app.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import agent_server_config

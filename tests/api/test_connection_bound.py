@@ -1,4 +1,4 @@
-"""The connection bound (app/api/server.py): a real uvicorn on loopback, accepting on its own
+"""The connection bound (app/web/server.py): a real uvicorn on loopback, accepting on its own
 listening socket, holds at most ``max_connections`` connections while more clients wait in the
 kernel's backlog, and answers every one of them in turn; with a waiting room it accepts more
 as bare sockets, answers a probe on a new connection at once and the rest in the order they
@@ -20,8 +20,8 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from app.api.server import _PROBE_ROOM, _is_probe, _Server
 from app.settings import Settings
+from app.web.server import _PROBE_ROOM, _is_probe, _Server
 from tests.fixtures.served import free_port
 from tests.fixtures.waiting import until
 

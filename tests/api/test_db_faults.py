@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import MetaData, create_engine, event, select, text
 from sqlalchemy.engine import make_url
 
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 from tests.fixtures.figures import tally
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.services.agent_ports import AgentSession
+from app.domain.agent.ports import AgentSession
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import ApiTokenRow, IdempotencyRow
 from app.adapters.db.unit_of_work import SqlUnitOfWork, sql_units_of_work
-from app.api.main import create_app
+from app.main import create_app
 from app.services import idempotency as idem
 from app.services.inputs import TunnelIn
 from app.settings import Settings

@@ -10,9 +10,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from app.api.deps import MAX_DB_INT
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
+from app.web.deps import MAX_DB_INT
 
 pytestmark = pytest.mark.anyio
 

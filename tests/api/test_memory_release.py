@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import pytest
 
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.adapters.metrics import CATALOGUE, exposition
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
@@ -170,7 +170,7 @@ async def test_the_dashboard_asks_only_for_metrics_the_service_exposes(client: h
 
 _ONE_PROCESS = """
 import asyncio, sys, httpx
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 
 async def main():

@@ -21,9 +21,9 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import create_engine, text
 
-from app.api.deps import ReadUnitDep, in_worker_thread
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
+from app.web.deps import ReadUnitDep, in_worker_thread
 from tests import REPO_ROOT
 from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.served import serving

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -119,7 +119,7 @@ async def test_plain_decimals_still_import(client: httpx.AsyncClient) -> None:
 
 
 def test_every_route_parses_json_with_every_key_once(settings: Settings) -> None:
-    from app.api.routing import QossRoute
+    from app.web.routing import QossRoute
 
     def api_routes(routes: list[Any]) -> list[APIRoute]:
         found: list[APIRoute] = []

@@ -2,7 +2,7 @@
 
 Set-up commands (``db upgrade``, ``token create``, ...) migrate the database; every other
 command refuses one that is missing, never migrated, behind or unreadable with one line
-naming ``qoss db upgrade`` (app/cli_db.py). Most cases run in-process (``CliRunner``: the
+naming ``qoss db upgrade`` (app/cli/db.py). Most cases run in-process (``CliRunner``: the
 same group and exit path as ``main``); two run as real processes, as a user sees them.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from app.adapters.db.migrate import downgrade
-from app.cli import app
+from app.cli.main import app
 from tests.cli.run import qoss
 from tests.fixtures.db import postgres_database
 from tests.fixtures.tunnel_records import add_tunnel_records, unit_on

@@ -1,4 +1,4 @@
-"""The agent store's contract (``app.services.agent_ports``): the SQL store (units of work over the
+"""The agent store's contract (``app.domain.agent.ports``): the SQL store (units of work over the
 repositories, request transactions on the hot path) on SQLite and PostgreSQL and the in-memory
 fake of ``tests/fakes/agent_store.py`` pass the same tests: single-use nonces and leases (also
 under concurrency), Target's revocation list, single-use tickets, enrolled users."""
@@ -15,8 +15,8 @@ import pytest
 
 from app.adapters.db.agent_store import SqlAgentStore
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
+from app.domain.agent.ports import AgentSession, AgentStore
 from app.domain.errors import AlreadyExists, NotFound
-from app.services.agent_ports import AgentSession, AgentStore
 from tests.contract.databases import migrated_sessions
 from tests.fakes.agent_store import FakeAgentStore
 

@@ -1,4 +1,4 @@
-"""The unit-of-work contract (``app.services.ports``): the SQL adapters on SQLite and
+"""The unit-of-work contract (``app.domain.ports``): the SQL adapters on SQLite and
 PostgreSQL and the in-memory fakes of ``tests/fakes`` pass the same tests, so a service test
 on the fakes says something about the service on a database."""
 
@@ -16,11 +16,11 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
+from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.ratings import RatingTable
 from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
-from app.services.ports import UnitOfWork, UnitOfWorkFactory
 from tests.contract.databases import migrated_sessions
 from tests.fakes.uow import FakeDatabase
 

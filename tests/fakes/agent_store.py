@@ -1,4 +1,4 @@
-"""An in-memory store of the tunnel agent's state (``app.services.agent_ports.AgentStore``), for
+"""An in-memory store of the tunnel agent's state (``app.domain.agent.ports.AgentStore``), for
 tests of the agent's roles that need neither SQLite nor PostgreSQL.
 
 :class:`FakeAgentStore` holds the committed state. A transaction takes the store's one writer
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
+from app.domain.agent.ports import AgentSession, RevocationRecord, UserListing
 from app.domain.errors import AlreadyExists, NotFound
-from app.services.agent_ports import AgentSession, RevocationRecord, UserListing
 
 __all__ = ["FakeAgentRequest", "FakeAgentStore", "FakeAgentUnitOfWork"]
 

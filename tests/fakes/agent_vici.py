@@ -1,4 +1,4 @@
-"""An in-memory charon as the tunnel agent's roles see it (``app.services.agent_ports.AgentVici``),
+"""An in-memory charon as the tunnel agent's roles see it (``app.domain.agent.ports.AgentVici``),
 for tests of the roles that need no socket: what is loaded (conns, secrets, pools), every write
 the roles made, and refusals scripted per command. For the wire protocol itself, the VICI
 adapters are tested against :class:`tests.fakes.fake_charon.FakeCharon`."""
@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.domain.agent.ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 from app.domain.errors import GatewayRejected
-from app.services.agent_ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 
 __all__ = ["FakeAgentCharon", "FakeAgentVici"]
 

@@ -1,4 +1,4 @@
-"""An in-memory :class:`~app.services.ports.Metrics`: keeps what it is told, and refuses what
+"""An in-memory :class:`~app.domain.ports.Metrics`: keeps what it is told, and refuses what
 the Prometheus adapter would refuse (a name outside its catalogue, other labels, a wrong kind)."""
 
 from __future__ import annotations

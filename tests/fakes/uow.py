@@ -1,4 +1,4 @@
-"""An in-memory unit of work with the stores of ``app.services.ports``, for service tests
+"""An in-memory unit of work with the stores of ``app.domain.ports``, for service tests
 that need neither SQLite nor PostgreSQL.
 
 :class:`FakeDatabase` holds the committed state. A :class:`FakeUnitOfWork` reads a copy
@@ -22,11 +22,11 @@ from typing import Any, Generic, TypeVar
 from app.domain.auth import TokenRecord
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
+from app.domain.ports import StoredAnswer
 from app.domain.ratings import RatingTable
 from app.domain.revisions import diff_policies, diff_tables
 from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
-from app.services.ports import StoredAnswer
 
 __all__ = ["FakeDatabase", "FakeUnitOfWork"]
 

@@ -26,8 +26,8 @@ import schemathesis
 import uvicorn
 from hypothesis import HealthCheck, given, settings
 
-from app.api.main import create_app
 from app.bootstrap import prepare_database
+from app.main import create_app
 from app.measure.services.jobs import BenchmarkJobs
 from app.settings import Settings
 from tests.api.conftest import make_token

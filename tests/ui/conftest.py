@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.main import create_app
 from app.bootstrap import prepare_database
+from app.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from app.adapters.agent.crypto import KeyPair
-from app.api.main import create_app
+from app.main import create_app
 from app.settings import Settings
 from app.ui.pages.tunnels import PAGE_ROWS
 from tests.api.conftest import make_token

@@ -47,7 +47,7 @@ def test_pure_cores_import_only_the_standard_library_and_the_domain(path: Path) 
 @pytest.mark.parametrize("path", _files("domain", "measure/domain", "adapters", "services", "measure/adapters",
                                         "measure/services"), ids=lambda p: _module(p))
 def test_no_layer_imports_the_api_or_the_command_line(path: Path) -> None:
-    upward = {name for name in _imports(path) if name.startswith(("app.api", "app.cli"))}
+    upward = {name for name in _imports(path) if name.startswith(("app.api", "app.cli.main"))}
     assert not upward, f"{_module(path)} imports {sorted(upward)}"
 
 
@@ -61,8 +61,8 @@ def test_the_domain_imports_no_service_or_adapter(path: Path) -> None:
 @pytest.mark.parametrize("path", _files("services"), ids=lambda p: _module(p))
 def test_services_import_no_database_library_and_no_concrete_adapter(path: Path) -> None:
     concrete = {name for name in _imports(path) if name.startswith(("sqlalchemy", "app.adapters", "vici"))}
-    assert not concrete, (f"{_module(path)} imports {sorted(concrete)}: use a port of app.services.ports "
-                          "(the tunnel agent's roles: app.services.agent_ports)")
+    assert not concrete, (f"{_module(path)} imports {sorted(concrete)}: use a port of app.domain.ports "
+                          "(the tunnel agent's roles: app.domain.agent.ports)")
 
 
 def test_the_layers_test_sees_a_foreign_import(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_the_layers_test_sees_a_foreign_import(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", _files("ui"), ids=lambda p: _module(p))
 def test_the_console_reaches_the_database_only_through_the_services(path: Path) -> None:
     """The console is a view over the services, through the API's request unit of work
-    (``app.api.deps``): no database library, no repository, no charon of its own."""
+    (``app.web.deps``): no database library, no repository, no charon of its own."""
     reached = {name for name in _imports(path)
                if name.startswith(("sqlalchemy", "app.adapters.db", "app.adapters.vici", "vici"))}
     assert not reached, f"{_module(path)} imports {sorted(reached)}"

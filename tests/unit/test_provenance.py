@@ -1,10 +1,10 @@
-"""app.api.provenance: whose address a forwarded header may name, and whose request id we keep."""
+"""app.web.provenance: whose address a forwarded header may name, and whose request id we keep."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.api.provenance import TrustedProxies, client_request_id, new_request_id
+from app.web.provenance import TrustedProxies, client_request_id, new_request_id
 
 XFF = b"x-forwarded-for"
 FWD = b"forwarded"

@@ -249,7 +249,7 @@ def load_public(path: Path) -> tuple[str, PublicKeys]:
 
 class _Crypto:
     """What needs no private key, as the agent's roles take it
-    (:class:`app.services.agent_ports.AgentCrypto`)."""
+    (:class:`app.domain.agent.ports.AgentCrypto`)."""
 
     __slots__ = ()
 

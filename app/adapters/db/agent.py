@@ -21,8 +21,8 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
+from app.domain.agent.ports import AgentSession, RevocationRecord
 from app.domain.errors import AlreadyExists, NotFound
-from app.services.agent_ports import AgentSession, RevocationRecord
 
 __all__ = [
     "AgentLeaseRow",

@@ -1,4 +1,4 @@
-"""The tunnel agent's state in SQL (:class:`app.services.agent_ports.AgentStore`): units of work
+"""The tunnel agent's state in SQL (:class:`app.domain.agent.ports.AgentStore`): units of work
 over a SQLAlchemy session and the repositories of :mod:`app.adapters.db.agent`, and the
 request transactions of agent messages on the hot path (:mod:`app.adapters.db.hot`: one
 precompiled statement per call on the driver's cursor, no ORM, no Session)."""
@@ -28,7 +28,7 @@ from app.adapters.db.agent import (
 from app.adapters.db.hot import HotTransaction, engine_of
 from app.adapters.db.unit_of_work import SessionTransaction
 from app.domain.agent import EnrolledUser
-from app.services.agent_ports import AgentSession
+from app.domain.agent.ports import AgentSession
 
 __all__ = ["SqlAgentRequest", "SqlAgentStore", "SqlAgentUnitOfWork"]
 

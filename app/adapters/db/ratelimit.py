@@ -6,7 +6,7 @@ whose clocks differ still agree, and a client gets the configured rate whichever
 reaches, not that rate times the number of replicas.
 
 In front of it each process keeps the same limit in memory
-(:class:`app.services.ratelimit.RateLimiter`): a request that limit refuses never reaches the
+(:class:`app.domain.ratelimit.RateLimiter`): a request that limit refuses never reaches the
 database, so a flood from one address costs the database nothing past the first burst. If
 the database cannot be asked (it is away, or too slow) the request is judged by the
 in-memory limit alone: a limit must not turn a database hiccup into refused clients.
@@ -21,7 +21,7 @@ import time
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.services.ratelimit import RateLimited, RateLimiter
+from app.domain.ratelimit import RateLimited, RateLimiter
 
 __all__ = ["SharedRateLimiter", "shared_buckets_engine"]
 

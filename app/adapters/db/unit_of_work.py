@@ -1,4 +1,4 @@
-"""The unit of work on SQLAlchemy: one session, its repositories (``app.services.ports.UnitOfWork``)."""
+"""The unit of work on SQLAlchemy: one session, its repositories (``app.domain.ports.UnitOfWork``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A charon as the tunnel agent's roles use it (:class:`app.services.agent_ports.AgentVici`): a
+"""A charon as the tunnel agent's roles use it (:class:`app.domain.agent.ports.AgentVici`): a
 :class:`~app.adapters.vici.gateway.ViciGateway` whose batches and pipelines take the agent's
 command values, each turned into its VICI :class:`~app.adapters.vici.commands.Command`."""
 
@@ -8,11 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.adapters.vici import commands as vc
-from app.adapters.vici.gateway import ViciGateway
+from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.adapters.vici.models import IkeSa
-from app.adapters.vici.pipeline import Pipeline
+from app.domain.agent import ports as ap
 from app.domain.errors import GatewayError
-from app.services import agent_ports as ap
 
 __all__ = ["AgentPipeline", "AgentVici", "agent_vici"]
 
@@ -38,7 +37,7 @@ def _replies(commands: Sequence[ap.CharonCommand], replies: list[Any]) -> list[A
 
 
 class AgentPipeline:
-    """A :class:`~app.adapters.vici.pipeline.Pipeline` of the agent's commands."""
+    """A :class:`~app.adapters.vici.gateway.Pipeline` of the agent's commands."""
 
     __slots__ = ("_pipeline", "_sent")
 

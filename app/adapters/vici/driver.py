@@ -12,8 +12,7 @@ from app.adapters.vici.commands import (
     sas_of,
     unload_command,
 )
-from app.adapters.vici.gateway import ViciGateway
-from app.adapters.vici.pipeline import Pipeline
+from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, unix_connect
 
 __all__ = [

@@ -71,13 +71,13 @@ from app.adapters.vici.models import (
     parse_stats,
     parse_version,
 )
-from app.adapters.vici.pipeline import Pipeline, _pipelined, _StreamFailed
+from app.adapters.vici.pipeline import StreamFailed, pipelined, receive_replies, send_commands
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
 from app.adapters.vici.slots import CONTROL_COMMANDS, CONTROL_SLOTS
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
-from app.services.ports import NO_METRICS, Metrics
+from app.domain.ports import NO_METRICS, Metrics
 
-__all__ = ["ViciGateway"]
+__all__ = ["Pipeline", "ViciGateway"]
 
 _log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ class ViciGateway:
         release = self._control_slot(names, self.timeout) if control else None
         try:
             replies = self._run(commands[0].name if repeatable else names, self.timeout,
-                                lambda session: _pipelined(session, commands))
+                                lambda session: pipelined(session, commands))
         except Exception as exc:
             self._fail(exc, names, self.timeout, secrets=secrets)
         finally:
@@ -248,7 +248,7 @@ class ViciGateway:
         out: list[dict[str, Any] | GatewayRejected] = []
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, Exception):
-                streamed = decode(reply.events) if isinstance(reply, _StreamFailed) else []
+                streamed = decode(reply.events) if isinstance(reply, StreamFailed) else []
                 log = _log_lines(streamed) if command.stream == "control-log" else []
                 try:
                     self._fail(reply, command.name, self.timeout, log=log, secrets=hidden)
@@ -445,3 +445,103 @@ class ViciGateway:
             message["force"] = "yes"
         return self._control("terminate", message, timeout_ms)
 
+
+class Pipeline:
+    """Commands written now, their replies read later, on one connection (from
+    :meth:`ViciGateway.pipeline`): charon works on them while the caller does something else.
+
+    :meth:`send` may be called several times; :meth:`finish` reads every reply not read yet and
+    returns all of them in the order sent (a reply, or charon's refusal as
+    :class:`GatewayRejected`). Closing returns the connection to the pool only if every reply
+    was read; otherwise it is closed, and charon still runs what it received.
+    """
+
+    def __init__(self, gateway: ViciGateway) -> None:
+        self._gateway = gateway
+        self._key = (gateway._connect, gateway.socket_path, gateway.timeout)
+        self._held: _Held | None = None
+        self._unread: list[Command] = []
+        self._replies: list[dict[str, Any] | GatewayRejected] = []
+        self._secrets: tuple[str, ...] = ()
+        self._broken = False
+        self._release: Callable[[], None] | None = None  # a control slot, held until close
+
+    def send(self, commands: Sequence[Command]) -> None:
+        """Write ``commands`` without waiting for charon.
+
+        Raises:
+            GatewayUnreachable: the socket failed (which commands charon got is unknown). A
+                reused connection that fails as the first commands go out, all of them
+                repeatable, is replaced once.
+        """
+        if not commands:
+            return
+        g = self._gateway
+        names = ",".join(c.name for c in commands)
+        self._secrets += tuple(s for c in commands for s in c.secrets)
+        _log.debug("vici %s on %s (pipelined)", names, g.socket_path)
+        if self._release is None and any(c.name in CONTROL_COMMANDS for c in commands):
+            self._release = g._control_slot(names, g.timeout)
+        try:
+            if self._held is None:
+                pool = g._pool
+                held = pool.take(self._key) if pool is not None else None
+                if held is not None:
+                    try:
+                        self._early(send_commands(held.session, commands), commands)
+                        self._held = held
+                        return
+                    except OSError as exc:
+                        held.close()
+                        if isinstance(exc, TimeoutError) or not all(c.name in _REPEATABLE for c in commands):
+                            raise
+                        _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
+                                   names, g.socket_path, type(exc).__name__)
+                self._held = _Held(g._connect, g.socket_path, g.timeout)
+            self._early(send_commands(self._held.session, commands), commands)
+        except Exception as exc:
+            self._broken = True
+            g._fail(exc, names, g.timeout, secrets=self._secrets)
+
+    def _early(self, replies: list[Mapping[str, Any] | Exception] | None, commands: Sequence[Command]) -> None:
+        if replies is None:
+            self._unread.extend(commands)
+        else:
+            self._replies.extend(self._gateway._decoded(commands, replies, self._secrets))
+
+    def finish(self) -> list[dict[str, Any] | GatewayRejected]:
+        """Every reply so far, in the order sent (reading those not read yet).
+
+        Raises:
+            GatewayUnreachable: the socket failed before every reply was read.
+        """
+        if self._unread:
+            assert self._held is not None
+            unread, self._unread = self._unread, []
+            try:
+                raw = receive_replies(self._held.session, unread)
+            except Exception as exc:
+                self._broken = True
+                self._gateway._fail(exc, ",".join(c.name for c in unread), self._gateway.timeout,
+                                    secrets=self._secrets)
+            self._replies.extend(self._gateway._decoded(unread, raw, self._secrets))
+        return list(self._replies)
+
+    def close(self) -> None:
+        """Give the connection back (every reply read) or close it; give back a control slot."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+        held, self._held = self._held, None
+        if held is None:
+            return
+        if self._broken or self._unread:
+            held.close()
+        else:
+            self._gateway._give(self._key, held)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

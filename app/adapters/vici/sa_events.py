@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from app.adapters.vici.events import EventKind, EventListener, SaEvent, updown_listener
 from app.adapters.vici.models import IkeSa
 from app.domain.errors import GatewayError
-from app.services.ports import NO_METRICS, Metrics
+from app.domain.ports import NO_METRICS, Metrics
 
 __all__ = ["SaEventHub", "Subscription"]
 

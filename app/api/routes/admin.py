@@ -8,10 +8,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.adapters.db import audit_log
-from app.api.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.services import auth as svc
+from app.web.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["router"]
 

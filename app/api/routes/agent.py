@@ -17,15 +17,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import in_worker_thread, require
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
 from app.domain.errors import NotFound
+from app.domain.ports import NO_METRICS, Metrics, error_label
+from app.domain.ratelimit import RateLimited, RateLimiter
 from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
-from app.services.ports import NO_METRICS, Metrics, error_label
-from app.services.ratelimit import RateLimited, RateLimiter
+from app.web.deps import in_worker_thread, require
+from app.web.routing import QossRoute
+from app.web.schemas import EnrollIn, ErrorOut
 
 __all__ = ["router"]
 
@@ -50,16 +50,6 @@ _MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
     403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
     429: {"model": ErrorOut}, 502: {"model": ErrorOut}, 503: {"model": ErrorOut},
 }
-
-
-class EnrollIn(BaseModel):
-    """A user's public keys (from ``qoss agent keygen``) and the Objective-IDs they may ask for."""
-
-    model_config = ConfigDict(extra="forbid")
-    user_id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-    sign_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
-    kem_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
-    objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
 
 
 #: What an accepted message's audit detail starts with: the ``kind`` label of ``qoss_agent_joins_total``.

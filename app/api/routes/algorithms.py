@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from app.api.deps import reader
-from app.api.routing import QossRoute
-from app.api.schemas import AlgorithmOut
 from app.domain.algorithms import CATALOGUE, Kind, Protocol, lookup
 from app.domain.errors import NotFound, UnknownAlgorithm
+from app.web.deps import reader
+from app.web.routing import QossRoute
+from app.web.schemas import AlgorithmOut
 
 __all__ = ["router"]
 

@@ -7,10 +7,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import require
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.measure.services.jobs import BenchmarkJobs
+from app.web.deps import require
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["router"]
 

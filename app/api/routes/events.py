@@ -22,12 +22,12 @@ import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import MAX_DB_INT, Principal, require_token
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.domain.errors import InvalidInput
+from app.domain.ratelimit import Overloaded
 from app.services.events import events_after, last_event_id, visible_scopes
-from app.services.ratelimit import Overloaded
+from app.web.deps import MAX_DB_INT, Principal, require_token
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["follow", "router"]
 

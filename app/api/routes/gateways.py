@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Response
 
-from app.api.deps import ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
-from app.api.edits import EditDep
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.services import gateways as svc
 from app.services.inputs import GatewayIn
+from app.web.deps import ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
+from app.web.edits import EditDep
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["router"]
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from app import __version__
-from app.api.errors import error_body
-from app.api.routing import QossRoute
+from app.web.errors import error_body
+from app.web.routing import QossRoute
 
 __all__ = ["router"]
 

@@ -1,7 +1,7 @@
 """``GET /metrics``: the Prometheus exposition, for a token with the ``metrics:read`` scope.
 
 It answers whatever the load: admission control neither counts nor refuses it
-(:data:`app.api.admission.UNCOUNTED_PATHS`), and the token check, the tunnel counts and, in
+(:data:`app.web.admission.UNCOUNTED_PATHS`), and the token check, the tunnel counts and, in
 multi-process mode, the reading of every process's files run on a database connection and a
 thread of its own (:class:`app.adapters.metrics.ScrapeReader`), never on the event loop and
 never behind the requests that hold the worker threads and the pool.
@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.adapters.metrics import CONTENT_TYPE, PrometheusMetrics, ScrapeReader, WriteGateCounts, exposition
-from app.api.deps import Bearer, Principal
-from app.api.errors import error_body
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.domain.auth import check_scopes
 from app.services.auth import authenticate
+from app.web.deps import Bearer, Principal
+from app.web.errors import error_body
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["SCOPE", "router"]
 

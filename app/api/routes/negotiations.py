@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, ReadUnitDep, SettingsDep, reader
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut, NegotiationIn, NegotiationOut
 from app.services.negotiation import run_negotiation
+from app.web.deps import CacheDep, ReadUnitDep, SettingsDep, reader
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut, NegotiationIn, NegotiationOut
 
 __all__ = ["router"]
 

@@ -6,12 +6,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request, Response
 
-from app.api.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
-from app.api.edits import EditDep, count_revision
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 from app.domain.policies import Policy
 from app.services import policies as svc
+from app.web.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
+from app.web.edits import EditDep, count_revision
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
 
 __all__ = ["router"]
 

@@ -8,7 +8,9 @@ from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from app.adapters import files
-from app.api.deps import (
+from app.domain.ratings import RatingTable
+from app.services import ratings as svc
+from app.web.deps import (
     MAX_DB_INT,
     ActorDep,
     CacheDep,
@@ -19,11 +21,9 @@ from app.api.deps import (
     reader,
     require,
 )
-from app.api.edits import EditDep, count_revision
-from app.api.routing import QossRoute
-from app.api.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
-from app.domain.ratings import RatingTable
-from app.services import ratings as svc
+from app.web.edits import EditDep, count_revision
+from app.web.routing import QossRoute
+from app.web.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
 
 __all__ = ["router"]
 

@@ -8,13 +8,13 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from app.api.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
-from app.api.routing import QossRoute
-from app.api.schemas import ErrorOut
 from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
+from app.web.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
+from app.web.routing import QossRoute
+from app.web.schemas import ErrorOut
 
 __all__ = ["router"]
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from app.adapters.lab import LabHost
+from app.measure.adapters.hosts import Host
 
 __all__ = [
     "IPERF_PORT",
@@ -114,7 +114,7 @@ def run_command(args: list[str], timeout: float,
 
 
 @contextlib.contextmanager
-def _iperf_server(host: LabHost, address: str, port: int, timeout: float,
+def _iperf_server(host: Host, address: str, port: int, timeout: float,
                   cpus: frozenset[int] | None = None) -> Iterator[None]:
     """A one-off iperf3 server bound to ``address`` in the host's namespace (on ``cpus`` if given);
     killed on exit."""
@@ -145,7 +145,7 @@ def check_duration(duration: float) -> None:
         raise ValueError("an iperf3 duration is a whole number of seconds, at least 1")
 
 
-def iperf3(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
+def iperf3(client: Host, server: Host, src: str, dst: str, *, duration: float, flows: int = 1,
            port: int = IPERF_PORT, cpus: frozenset[int] | None = None) -> float:
     """TCP Mbit/s from ``src`` (in ``client``'s namespace) to ``dst`` (in ``server``'s),
     both iperf3 processes on ``cpus`` if given.
@@ -158,7 +158,7 @@ def iperf3(client: LabHost, server: LabHost, src: str, dst: str, *, duration: fl
                                       cpus=cpus))
 
 
-def iperf3_report(client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, flows: int = 1,
+def iperf3_report(client: Host, server: Host, src: str, dst: str, *, duration: float, flows: int = 1,
                    port: int = IPERF_PORT, cpus: frozenset[int] | None = None) -> str:
     check_duration(duration)
     with _iperf_server(server, dst, port, timeout=5.0, cpus=cpus):
@@ -180,7 +180,7 @@ def iperf3_bytes(report: str) -> int:
         raise BenchError("iperf3 JSON has no end.sum_received.bytes") from exc
 
 
-def ping(client: LabHost, src: str, dst: str, *, size: int, count: int, cpus: frozenset[int] | None = None) -> float:
+def ping(client: Host, src: str, dst: str, *, size: int, count: int, cpus: frozenset[int] | None = None) -> float:
     """Mean RTT in ms of ``count`` echoes with ``size`` payload bytes (ping on ``cpus`` if given).
 
     Raises:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.adapters.lab import LabHost
 from app.domain.errors import GatewayError, QossError
+from app.measure.adapters.hosts import Host
 from app.measure.adapters.pinning import ThreadPins, pin_threads
 from app.measure.adapters.traffic import (
     BenchError,
@@ -67,7 +67,7 @@ class TunnelOpener(Protocol):
     def close(self, tunnel: OpenTunnel) -> None: ...
 
 
-def charon_pids(hosts: Sequence[LabHost]) -> list[int]:
+def charon_pids(hosts: Sequence[Host]) -> list[int]:
     """The charon processes in these hosts' namespaces (``ip netns pids``, comm ``charon``)."""
     found = []
     for host in hosts:
@@ -80,7 +80,7 @@ def charon_pids(hosts: Sequence[LabHost]) -> list[int]:
     return found
 
 
-def charon_cpu_seconds(hosts: Sequence[LabHost]) -> float:
+def charon_cpu_seconds(hosts: Sequence[Host]) -> float:
     """User + system CPU seconds the charons in these hosts' namespaces have used so far.
 
     With kernel-libipsec, ESP runs in charon (crypto and the TUN device's reads and
@@ -98,7 +98,7 @@ def charon_cpu_seconds(hosts: Sequence[LabHost]) -> float:
 
 
 def measure_pair(
-    run: SuiteRun, client: LabHost, server: LabHost, src: str, dst: str, *, duration: float, ping_count: int,
+    run: SuiteRun, client: Host, server: Host, src: str, dst: str, *, duration: float, ping_count: int,
     flows: Sequence[int] = PARALLEL_FLOWS, sizes: Sequence[int] = PING_SIZES, cpus: frozenset[int] | None = None,
 ) -> None:
     """One repetition between two addresses, appended to ``run`` (flows 1 is the throughput,
@@ -120,7 +120,7 @@ def measure_pair(
         run.rtt_ms.setdefault(size, []).append(ping(client, src, dst, size=size, count=ping_count, cpus=cpus))
 
 
-def _observe(host: LabHost, conn: str) -> dict[str, Any]:
+def _observe(host: Host, conn: str) -> dict[str, Any]:
     try:
         sas = host.gateway(timeout=5.0).list_sas(ike=conn)
     except GatewayError as exc:
@@ -136,7 +136,7 @@ def _observe(host: LabHost, conn: str) -> dict[str, Any]:
 
 
 def run_bench(
-    *, initiator: LabHost, responder: LabHost, opener: TunnelOpener, suites: Sequence[SuiteSpec],
+    *, initiator: Host, responder: Host, opener: TunnelOpener, suites: Sequence[SuiteSpec],
     repetitions: int, duration: float, ping_count: int = 20, flows: Sequence[int] = PARALLEL_FLOWS,
     sizes: Sequence[int] = PING_SIZES, baseline: bool = True, cpus: frozenset[int] | None = None,
     progress: Callable[[str], None] = lambda _: None,
@@ -174,7 +174,7 @@ def run_bench(
 
 
 def _run_bench(
-    *, initiator: LabHost, responder: LabHost, opener: TunnelOpener, suites: Sequence[SuiteSpec],
+    *, initiator: Host, responder: Host, opener: TunnelOpener, suites: Sequence[SuiteSpec],
     repetitions: int, duration: float, ping_count: int, flows: Sequence[int], sizes: Sequence[int],
     baseline: bool, progress: Callable[[str], None], pins: ThreadPins | None,
 ) -> tuple[SuiteRun, list[SuiteRun], dict[str, str]]:

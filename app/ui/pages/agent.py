@@ -11,7 +11,6 @@ from fastapi import Path, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.api.routes.agent import EnrollIn
 from app.domain.agent import AgentSessionState
 from app.domain.errors import AlreadyExists, InvalidInput
 from app.services.agent_host import HostAgent
@@ -19,6 +18,7 @@ from app.services.agent_target import TargetAgent
 from app.ui.pages.common import AgentWriter, console_router, failed, needs, problems
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep
+from app.web.schemas import EnrollIn
 
 __all__ = ["router"]
 

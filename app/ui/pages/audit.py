@@ -7,11 +7,11 @@ from typing import Annotated
 from fastapi import Query, Request
 from starlette.responses import Response
 
-from app.api.deps import ReadUnitDep
 from app.services import auth as auth_svc
 from app.ui.pages.common import console_router, needs
 from app.ui.render import page
 from app.ui.session import ConsoleDep
+from app.web.deps import ReadUnitDep
 
 __all__ = ["router"]
 

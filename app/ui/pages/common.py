@@ -10,11 +10,11 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from app.domain.agent.ports import AgentStore
 from app.domain.auth import Forbidden
+from app.domain.ports import UnitOfWork
 from app.services import impact
-from app.services.agent_ports import AgentStore
 from app.services.agent_target_edits import active_sessions
-from app.services.ports import UnitOfWork
 from app.settings import Settings
 from app.ui.render import page
 from app.ui.routing import ConsoleRoute

@@ -11,13 +11,13 @@ from typing import Annotated
 from fastapi import Path
 from starlette.responses import FileResponse, Response
 
-from app.api.deps import ReadUnitDep, SettingsDep
 from app.domain.errors import NotFound
+from app.measure.services.latest import draw_plots, latest_measurement
 from app.services import ratings as table_svc
-from app.services.measurements import draw_plots, latest_measurement
 from app.ui.pages.common import console_router
 from app.ui.render import page, secure
 from app.ui.session import ConsoleDep
+from app.web.deps import ReadUnitDep, SettingsDep
 
 __all__ = ["PLOTS_DIR", "router"]
 

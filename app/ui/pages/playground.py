@@ -8,8 +8,6 @@ from fastapi import Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.api.deps import CacheDep, ReadUnitDep, SettingsDep
-from app.api.errors import status_for
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import InvalidInput, NoFeasibleSuite, QossError
 from app.services import policies as policy_svc
@@ -20,6 +18,8 @@ from app.services.why_not import why_not
 from app.ui.pages.common import console_router, problems
 from app.ui.render import page
 from app.ui.session import ConsoleDep
+from app.web.deps import CacheDep, ReadUnitDep, SettingsDep
+from app.web.errors import status_for
 
 __all__ = ["router"]
 

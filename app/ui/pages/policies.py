@@ -10,17 +10,17 @@ from fastapi import Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from app.api.deps import ActorDep, ReadUnitDep, SettingsDep, UnitDep
-from app.api.edits import count_revision
-from app.api.schemas import PolicyIn
 from app.domain.errors import InvalidInput, StaleRevision
 from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
+from app.domain.ports import UnitOfWork
 from app.services import policies as policy_svc
 from app.services import ratings as table_svc
-from app.services.ports import UnitOfWork
 from app.ui.pages.common import Name, PoliciesWriter, console_router, failed, history_page, impact_of, problems
 from app.ui.render import page
 from app.ui.session import Console, ConsoleDep, FormDep
+from app.web.deps import ActorDep, ReadUnitDep, SettingsDep, UnitDep
+from app.web.edits import count_revision
+from app.web.schemas import PolicyIn
 
 __all__ = ["router"]
 

@@ -7,7 +7,6 @@ from datetime import timedelta
 from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.deps import Principal, SettingsDep, UnitDep
 from app.domain.auth import Unauthenticated
 from app.services import ui_sessions
 from app.ui.pages.common import AnyWriter, console_router, failed
@@ -21,6 +20,7 @@ from app.ui.session import (
     set_login_cookie,
     set_session_cookie,
 )
+from app.web.deps import Principal, SettingsDep, UnitDep
 
 __all__ = ["router"]
 

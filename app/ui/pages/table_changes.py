@@ -12,17 +12,17 @@ from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.adapters import files
-from app.api.deps import ActorDep, CacheDep, SettingsDep, UnitDep
-from app.api.edits import count_revision
 from app.domain.algorithms import lookup
 from app.domain.errors import AlreadyExists, InvalidInput, StaleRevision
+from app.measure.services.latest import table_from_measurement
 from app.services import ratings as svc
-from app.services.measurements import table_from_measurement
 from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, impact_of, needs
 from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, ConsoleDep, FormDep
+from app.web.deps import ActorDep, CacheDep, SettingsDep, UnitDep
+from app.web.edits import count_revision
 
 __all__ = ["router"]
 

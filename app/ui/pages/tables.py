@@ -15,15 +15,13 @@ from pydantic import ValidationError
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from app.adapters import files
-from app.api.deps import ActorDep, CacheDep, ReadUnitDep, SettingsDep, UnitDep
-from app.api.schemas import RatingPatch
 from app.domain.algorithms import CATALOGUE, lookup
 from app.domain.auth import Forbidden
 from app.domain.errors import InvalidInput, NotFound, StaleRevision
+from app.domain.ports import UnitOfWork
 from app.domain.ratings import Rating, RatingTable
+from app.measure.services.latest import latest_measurement
 from app.services import ratings as svc
-from app.services.measurements import latest_measurement
-from app.services.ports import UnitOfWork
 from app.settings import Settings
 from app.ui.pages.common import (
     Keyword,
@@ -38,6 +36,8 @@ from app.ui.pages.common import Name as TableName
 from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import Console, ConsoleDep, FormDep
+from app.web.deps import ActorDep, CacheDep, ReadUnitDep, SettingsDep, UnitDep
+from app.web.schemas import RatingPatch
 
 __all__ = ["grid_row", "list_page", "rating_patch", "router", "table_page"]
 

@@ -10,17 +10,17 @@ from typing import Annotated, Any
 from fastapi import Header, Path, Query, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
 from app.api.routes.events import follow
 from app.domain.errors import NotFound
+from app.domain.ports import UnitOfWork
 from app.services import gateways as gateway_svc
 from app.services import tunnels as tunnel_svc
 from app.services.events import visible_scopes
-from app.services.ports import UnitOfWork
 from app.ui.pages.common import TunnelsWriter, console_router, needs
 from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import ConsoleDep
+from app.web.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
 
 __all__ = ["TUNNEL_EVENTS", "router"]
 

@@ -19,15 +19,15 @@ import httpx
 import pytest
 import uvicorn
 
-from app.adapters import lab_agent_configs
 from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
 from app.adapters.agent.transport import post_message
-from app.adapters.lab import Lab
-from app.adapters.lab_agent_configs import client_config, host_role, target_role, write_config
 from app.adapters.vici.agent import AgentVici
 from app.adapters.vici.driver import ViciGateway
-from app.api.main import create_app
 from app.bootstrap import prepare_database
+from app.lab import agent_configs as lab_agent_configs
+from app.lab.agent_configs import client_config, host_role, target_role, write_config
+from app.lab.hosts import Lab
+from app.main import create_app
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
 from app.settings import Settings

@@ -1,6 +1,6 @@
 """End to end in three namespaces: ``qoss agent connect`` in the client's namespace gets a real
 tunnel from Target through Host (each its own ``qoss serve``), pings through it from its virtual IP,
-and ``qoss agent disconnect`` leaves nothing on Target. The lab is ``app.adapters.lab_agent``'s,
+and ``qoss agent disconnect`` leaves nothing on Target. The lab is ``app.lab.agent``'s,
 as ``qoss lab up --agent`` builds it; every test runs with the fast paths on and off (QOSS_FAST_PATHS)."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from app.adapters.agent.crypto import load_keys
-from app.adapters.lab_agent import HOST_ID, POOL, TARGET_ID, AgentLab
-from app.adapters.lab_agent_users import enroll
 from app.adapters.vici.driver import ViciGateway
+from app.lab.agent import HOST_ID, POOL, TARGET_ID, AgentLab
+from app.lab.agent_users import enroll
 from tests.fixtures.agent_roles import register_keys
 from tests.fixtures.secrets import keep_log
 

@@ -27,11 +27,11 @@ from app.adapters.db.models import utcnow
 from app.adapters.vici.agent import AgentVici
 from app.adapters.vici.driver import Command, Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
+from app.domain.agent.ports import AgentRequest, AgentUnitOfWork
+from app.domain.ratelimit import RateLimiter
 from app.services.agent_client import AgentClient
-from app.services.agent_ports import AgentRequest, AgentUnitOfWork
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_sessions import RECONCILE_GRACE
-from app.services.ratelimit import RateLimiter
 from tests.integration.agent.conftest import AgentEnv
 
 pytestmark = pytest.mark.charon

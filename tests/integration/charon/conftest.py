@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from app.adapters.lab import Lab, LabHost
 from app.adapters.vici import IkeSa, ViciGateway
 from app.domain.errors import GatewayError
+from app.lab.hosts import Lab, LabHost
 from tests.fixtures.secrets import keep_log
 
 PSK = "lab-psk-" + uuid.uuid4().hex

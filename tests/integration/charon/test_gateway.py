@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.lab import Lab
-from app.adapters.lab_processes import LabError
 from app.adapters.vici import EventKind, EventListener, SaEvent, ViciGateway
 from app.adapters.vici.session import unix_connect
 from app.domain.algorithms import lookup
 from app.domain.errors import GatewayRejected, GatewayUnreachable
 from app.domain.tunnels import keywords_from_charon
+from app.lab.hosts import Lab
+from app.lab.processes import LabError
 from tests.integration.charon.conftest import PSK, Pair, clean_up, conn, load_both, ping, sas, temporary_lab
 
 pytestmark = pytest.mark.charon

@@ -37,7 +37,7 @@ from app.adapters.db.hot import (
     session_cursor,
 )
 from app.domain.agent import AgentSessionState, b64e
-from app.services.agent_ports import AgentSession
+from app.domain.agent.ports import AgentSession
 from tests.fixtures.db import postgres_database
 
 

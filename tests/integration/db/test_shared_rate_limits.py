@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
-from app.api.main import create_app
 from app.bootstrap import prepare_database
-from app.services.ratelimit import RateLimited
+from app.domain.ratelimit import RateLimited
+from app.main import create_app
 from app.settings import Settings
 from tests.fixtures.db import postgres_database
 from tests.fixtures.served import free_port

@@ -18,7 +18,7 @@ from app.adapters.db.migrate import downgrade, upgrade
 from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.bootstrap import prepare_database
-from app.cli import app as cli
+from app.cli.main import app as cli
 from app.domain.errors import NotFound
 from app.services import policies as policy_svc
 from app.services import ratings as rating_svc

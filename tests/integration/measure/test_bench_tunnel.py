@@ -15,10 +15,10 @@ from typer.testing import CliRunner
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
-from app.cli import app
+from app.cli.main import app
+from app.lab.bench import bench_lab
 from app.measure.adapters.micro import machine_id
 from app.measure.adapters.tunnel import charon_pids, run_bench
-from app.measure.cli_tunnel import bench_lab
 from app.measure.domain.tunnel import SuiteSpec, bench_document
 from app.services import gateways
 from app.services.ratings import get_table

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
-from app.api.main import create_app
 from app.bootstrap import prepare_database
+from app.lab.hosts import Lab
+from app.main import create_app
 from app.settings import Settings
 from tests.fixtures.secrets import register
 from tests.integration.charon.conftest import temporary_lab

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.bootstrap import prepare_database
+from app.lab.hosts import Lab
 from app.settings import Settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import MetaData, select
 
 from app.adapters.db.engine import make_engine
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
+from app.lab.hosts import Lab
 from tests.integration.tunnels.conftest import Calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.bootstrap import prepare_database
 from app.domain.tunnels import TunnelState
+from app.lab.hosts import Lab
 from app.settings import Settings
 from tests.fixtures.waiting import until
 from tests.integration.tunnels.conftest import Calls

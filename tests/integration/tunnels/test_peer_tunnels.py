@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.domain.algorithms import CATALOGUE
+from app.lab.hosts import Lab
 from tests.fixtures.secrets import register
 from tests.integration.tunnels.conftest import Calls
 from tests.integration.tunnels.test_tunnels_api import SUITES, leftovers, make_table, nothing_left, ping

@@ -11,9 +11,9 @@ import time
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
-from app.adapters.lab_network import IKE_INTERFACE
 from app.adapters.vici.driver import ViciGateway
+from app.lab.hosts import Lab
+from app.lab.network import IKE_INTERFACE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
 

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.lab import Lab
 from app.adapters.vici.driver import ViciGateway
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayRejected
+from app.lab.hosts import Lab
 from tests.integration.tunnels.conftest import Calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
@@ -228,7 +228,7 @@ async def test_unknown_gateway_is_404_and_bad_selector_422(client: httpx.AsyncCl
 
 async def test_service_start_reconciles_after_a_charon_restart(client: httpx.AsyncClient, lab: Lab,
                                                                settings: Any) -> None:
-    from app.api.main import create_app
+    from app.main import create_app
 
     r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
     assert r.status_code == 201, r.text

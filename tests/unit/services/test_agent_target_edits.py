@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from app.domain.agent import AgentSessionState, Kind, RequestInfo, agent_conn_name
+from app.domain.agent.ports import AgentSession
 from app.domain.tunnels import keywords_from_charon
 from app.services import ratings
-from app.services.agent_ports import AgentSession
 from app.services.agent_target_edits import SessionFollower, active_sessions, assess_sessions
 from app.services.impact import preview
 from tests.fakes.uow import FakeDatabase

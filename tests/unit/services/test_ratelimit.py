@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.services.ratelimit import RateLimited, RateLimiter
+from app.domain.ratelimit import RateLimited, RateLimiter
 
 
 class Clock:

@@ -1,5 +1,5 @@
 """Repositories: domain objects in and out of the database, one module per kind of thing.
-Each satisfies a store protocol of ``app.services.ports``; they flush, never commit."""
+Each satisfies a store protocol of ``app.domain.ports``; they flush, never commit."""
 
 from app.adapters.db.repositories.access import AuditRepository, SessionRepository, TokenRepository
 from app.adapters.db.repositories.events import EventRepository

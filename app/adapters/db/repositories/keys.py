@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import IdempotencyRow, ServerKeyRow, ShippedLoadRow, utcnow
-from app.services.ports import StoredAnswer
+from app.domain.ports import StoredAnswer
 
 __all__ = ["IdempotencyRepository", "ServerKeyRepository", "ShippedLoadRepository"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app
+from app.cli.main import app
 from app.measure.adapters.pinning import check_cpus, parse_cpus, pin_threads
 
 ALLOWED = frozenset(os.sched_getaffinity(0))

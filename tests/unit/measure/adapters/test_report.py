@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.cli import app
+from app.cli.main import app
 from app.domain.errors import InvalidInput
 from app.measure.adapters.report import cpu_flags, write_report
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.lab import LabHost
-from app.cli import app
+from app.cli.main import app
+from app.lab.bench import read_micro_prior
+from app.lab.hosts import LabHost
 from app.measure.adapters.traffic import BenchError
 from app.measure.adapters.tunnel import OpenTunnel, run_bench
-from app.measure.cli_tunnel import read_micro_prior
 from app.measure.domain.tunnel import SuiteSpec
 
 ALLOWED = frozenset(os.sched_getaffinity(0))

@@ -12,12 +12,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.adapters.files import load_rating_table
-from app.adapters.lab import LabHost
 from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.errors import InvalidInput, NegotiationError
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.policies import Levels, Policy, parse_objectives
 from app.domain.ratings import RatingTable
+from app.lab.hosts import LabHost
 from app.measure.adapters.traffic import BenchError, iperf3_mbps, ping_mean_ms
 from app.measure.adapters.tunnel import OpenTunnel, run_bench
 from app.measure.domain.tunnel import (

@@ -21,10 +21,10 @@ from typing import Any
 
 from app.domain.algorithms import lookup
 from app.domain.errors import InvalidInput, NotFound
+from app.domain.ports import UnitOfWork
 from app.domain.ratings import RatingTable
 from app.domain.scoring import measured_table
 from app.measure.domain.runs import MicroRun, parse_micro
-from app.services.ports import UnitOfWork
 from app.services.ratings import get_table, import_table
 
 __all__ = ["Measured", "draw_plots", "latest_measurement", "table_from_measurement"]

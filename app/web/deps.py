@@ -15,13 +15,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db.audit import attach
 from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.api.provenance import audit_fields
 from app.domain.auth import TokenRecord, check_scopes
+from app.domain.ports import ViciFactory
+from app.domain.ratelimit import Overloaded
 from app.services.auth import authenticate
-from app.services.ports import ViciFactory
-from app.services.ratelimit import Overloaded
 from app.services.ratings import TableCache
 from app.settings import Settings
+from app.web.provenance import audit_fields
 
 __all__ = [
     "MAX_DB_INT",
@@ -59,7 +59,7 @@ async def in_worker_thread(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kw
 
 
 def _outcome(request: Request) -> int:
-    """The status this request answers (:class:`app.api.routing.QossRoute` notes it)."""
+    """The status this request answers (:class:`app.web.routing.QossRoute` notes it)."""
     state = request.scope.get("state", {})
     status: int = state.get("answer_status") or state.get("route_status") or 200
     return status

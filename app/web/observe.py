@@ -16,7 +16,7 @@ from re import Pattern
 from starlette.routing import BaseRoute, compile_path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.services.ports import Metrics
+from app.domain.ports import Metrics
 
 __all__ = ["UNMATCHED", "RequestTimer", "RouteLabels"]
 

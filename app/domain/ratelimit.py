@@ -16,7 +16,7 @@ import threading
 import time
 
 from app.domain.errors import QossError
-from app.services.ports import Clock
+from app.domain.ports import Clock
 
 __all__ = ["Overloaded", "RateLimited", "RateLimiter"]
 

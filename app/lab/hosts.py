@@ -2,11 +2,11 @@
 
 Two hosts (``left``, ``right``) are joined by a veth pair created directly inside their
 namespaces; more hosts hang off a bridge in a hub namespace ``<prefix>-hub``
-(:mod:`app.adapters.lab_network`). Every host gets an IKE address on ``10.99.0.0/24``
+(:mod:`app.lab.network`). Every host gets an IKE address on ``10.99.0.0/24``
 (``.1``, ``.2``, ...), an "inside" /32 on ``lo`` (``10.1.0.1``, ``10.2.0.1``, ...), and its
 own charon with kernel-libipsec, started in its own mount namespace (private tmpfs on
 ``/run``) with its own ``strongswan.conf`` (``STRONGSWAN_CONF``), VICI socket and log file
-under ``state_dir/<host>/`` (:mod:`app.adapters.lab_charon`). Charon gives up on a silent
+under ``state_dir/<host>/`` (:mod:`app.lab.charon`). Charon gives up on a silent
 peer after two quick retransmits, so failing tests fail fast.
 
 Nothing in the root namespace is touched. The lab's state (namespaces, pids, sockets,
@@ -15,7 +15,7 @@ works from another process and after a partial :meth:`Lab.up`; it also stops any
 whose ``strongswan.conf`` lies under ``state_dir`` that the record missed (a process killed
 between starting a charon and writing its pid). Needs root, iproute2, util-linux
 ``unshare`` and strongSwan >= 5.9 (``kernel-libipsec``). The tunnel agent's lab (Client,
-Host, Target and their servers) builds on it: :mod:`app.adapters.lab_agent`.
+Host, Target and their servers) builds on it: :mod:`app.lab.agent`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.adapters.lab_charon import CHARON, start_charon, wait_for_charon
-from app.adapters.lab_network import (
+from app.adapters.vici.driver import ViciGateway
+from app.lab.charon import CHARON, start_charon, wait_for_charon
+from app.lab.network import (
     add_addresses,
     add_namespace,
     delete_namespace,
@@ -41,8 +42,7 @@ from app.adapters.lab_network import (
     join_pair,
     netns_exists,
 )
-from app.adapters.lab_processes import LabError, processes_with_env, running, running_with_env, stop_processes
-from app.adapters.vici.driver import ViciGateway
+from app.lab.processes import LabError, processes_with_env, running, running_with_env, stop_processes
 
 __all__ = ["Lab", "LabHost", "LabStatus"]
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.adapters.agent.crypto import KeyPair, load_public, write_keys
-from app.adapters.lab_agent import HOST_ID, TARGET_ID, AgentLab, AgentLabError
-from app.adapters.lab_agent_configs import client_config, write_config
 from app.adapters.vici import IkeSa
 from app.domain.errors import AlreadyExists, GatewayError
+from app.lab.agent import HOST_ID, TARGET_ID, AgentLab, AgentLabError
+from app.lab.agent_configs import client_config, write_config
 
 __all__ = ["ALL_OBJECTIVES", "charon_suite", "enroll", "join"]
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli_db import require_database, setup_database
+from app.cli.db import require_database, setup_database
 from app.domain.errors import QossError
 
 __all__ = ["DbUrl", "Unit", "emit", "fail", "prepared", "read_input", "settings_of"]
@@ -23,7 +23,7 @@ DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABA
 def settings_of(database_url: str | None) -> Any:
     """The settings of a command that works on an existing database: it must be at this
     version's newest migration, else the command stops with one line naming `qoss db upgrade`
-    (app/cli_db.py; set-up commands call :func:`setup_database` instead)."""
+    (app/cli/db.py; set-up commands call :func:`setup_database` instead)."""
     return require_database(database_url)
 
 
@@ -61,7 +61,7 @@ def read_input(path: str) -> str:
 
 class Unit:
     """A database at this version's migration head and one unit of work, for CLI commands that act
-    in-process; ``setup``: a set-up command, which migrates the database (app/cli_db.py)."""
+    in-process; ``setup``: a set-up command, which migrates the database (app/cli/db.py)."""
 
     def __init__(self, database_url: str | None, *, setup: bool = False) -> None:
         self.settings = setup_database(database_url)[0] if setup else settings_of(database_url)

@@ -1,13 +1,13 @@
 """The tunnel agent's lab: Client, Host and Target in network namespaces, each role its own process.
 
-Three lab hosts (:class:`app.adapters.lab.Lab`: ``client``, ``host`` and ``target``
+Three lab hosts (:class:`app.lab.hosts.Lab`: ``client``, ``host`` and ``target``
 behind a bridge, each with its own charon). Host and Target each run ``qoss serve`` with
 their role's agent config and their own SQLite database, listening on their IKE address,
 which only the namespaces reach; ``combined`` makes one server in Target's namespace play
 both roles (the config's ``url: local``). A user joins from the client's namespace with
-``qoss agent connect``; :func:`app.adapters.lab_agent_users.join` makes the user's key pair,
+``qoss agent connect``; :func:`app.lab.agent_users.join` makes the user's key pair,
 enrols the user at Host and writes the client's config on the way, then pings through the
-tunnel. The servers' agent configs are made by :mod:`app.adapters.lab_agent_configs`.
+tunnel. The servers' agent configs are made by :mod:`app.lab.agent_configs`.
 
 Everything lives under ``state_dir``::
 
@@ -23,7 +23,7 @@ Every process the lab starts carries ``QOSS_LAB=<state_dir>`` in its environment
 :meth:`AgentLab.down` finds it whatever the record says: it works from another process
 and after a partial :meth:`AgentLab.up`, stops the servers and any client still running,
 then the charons, deletes the namespaces and removes ``state_dir``. Needs root, as
-:class:`~app.adapters.lab.Lab` does.
+:class:`~app.lab.hosts.Lab` does.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from app.adapters.agent.crypto import KeyPair, write_keys
-from app.adapters.lab import Lab, LabHost, LabStatus
-from app.adapters.lab_agent_configs import host_role, server_config, target_role, write_config
-from app.adapters.lab_processes import LabError, processes_with_env, running_with_env, stop_processes
+from app.lab.agent_configs import host_role, server_config, target_role, write_config
+from app.lab.hosts import Lab, LabHost, LabStatus
+from app.lab.processes import LabError, processes_with_env, running_with_env, stop_processes
 
 __all__ = [
     "HOST_ID",

@@ -9,8 +9,14 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli_common import DbUrl, Unit, emit, fail, prepared, read_input, settings_of
-from app.cli_db import DatabaseGroup, settings_for, setup_database
+from app.cli.agent import agent_app
+from app.cli.audit import audit_app
+from app.cli.bench import bench_micro, bench_report
+from app.cli.bench_tunnel import bench_tunnel
+from app.cli.common import DbUrl, Unit, emit, fail, prepared, read_input, settings_of
+from app.cli.db import DatabaseGroup, settings_for, setup_database
+from app.cli.events import events as events_command
+from app.cli.lab import lab_app
 from app.domain.errors import QossError
 
 __all__ = ["app", "main"]
@@ -48,8 +54,8 @@ def serve(
     Forwarded headers are read by qoss alone, from the trusted proxies only: uvicorn's own
     proxy-header handling (which trusts 127.0.0.1 by default) is off.
     """
-    from app.api.main import create_app
-    from app.api.server import serve as serve_http
+    from app.main import create_app
+    from app.web.server import serve as serve_http
 
     settings = settings_for(database_url)
     if host:
@@ -435,19 +441,8 @@ def token_revoke(token_id: str, database_url: DbUrl = None) -> None:
     typer.echo(f"token {token_id} revoked")
 
 
-from app.cli_agent import agent_app  # noqa: E402 - after the commands above, so the order of --help stays
-
-app.add_typer(agent_app, name="agent")
-
-from app.cli_audit import audit_app  # noqa: E402 - after the commands above, so the order of --help stays
-from app.cli_events import events as events_command  # noqa: E402
-from app.cli_lab import lab_app  # noqa: E402
-from app.measure.cli_bench import bench_micro, bench_report  # noqa: E402
-
+app.add_typer(agent_app, name="agent")  # the groups after the commands above: the order of --help
 app.add_typer(audit_app, name="audit")
-
-from app.measure.cli_tunnel import bench_tunnel  # noqa: E402
-
 app.add_typer(lab_app, name="lab")
 app.command("events")(events_command)
 bench_app.command("micro")(bench_micro)
@@ -458,7 +453,3 @@ bench_app.command("tunnel")(bench_tunnel)
 def main() -> None:
     """Entry point of the ``qoss`` script."""
     app()
-
-
-if __name__ == "__main__":
-    main()

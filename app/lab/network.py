@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from app.adapters.lab_processes import run_command
+from app.lab.processes import run_command
 
 __all__ = ["IKE_INTERFACE", "add_addresses", "add_namespace", "delete_namespace", "join_by_bridge", "join_pair",
            "netns_exists"]

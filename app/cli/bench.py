@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli_common import DbUrl, Unit, emit
+from app.cli.common import DbUrl, Unit, emit
 from app.domain.errors import QossError
 
 __all__ = ["bench_micro", "bench_report"]

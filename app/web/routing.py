@@ -1,8 +1,8 @@
 """The route class of every API route.
 
 Around each handler: the JSON body is parsed once with every key once
-(:mod:`app.api.body`), and the status the route answers is noted on the request, for the
-audit record its unit of work writes when it commits (:func:`app.api.deps.get_unit`).
+(:mod:`app.web.body`), and the status the route answers is noted on the request, for the
+audit record its unit of work writes when it commits (:func:`app.web.deps.get_unit`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.api.body import UniqueKeysRequest, parse_json_body
+from app.web.body import UniqueKeysRequest, parse_json_body
 
 __all__ = ["QossRoute"]
 

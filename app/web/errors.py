@@ -16,7 +16,7 @@ from app.adapters.agent.transport import RemoteRefused
 from app.domain import errors as e
 from app.domain.agent import AgentRejected
 from app.domain.auth import Forbidden, Unauthenticated
-from app.services.ratelimit import Overloaded, RateLimited
+from app.domain.ratelimit import Overloaded, RateLimited
 
 __all__ = ["STATUS", "install_error_handlers", "qoss_error_parts", "status_for"]
 

@@ -11,9 +11,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from app.adapters.lab_processes import LabError
 from app.adapters.vici.driver import ViciGateway
 from app.domain.errors import GatewayError
+from app.lab.processes import LabError
 
 __all__ = ["CHARON", "start_charon", "wait_for_charon"]
 

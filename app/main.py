@@ -32,13 +32,7 @@ from app.adapters.vici.agent import agent_vici
 from app.adapters.vici.driver import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
-from app.api.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
 from app.api.agent_fast import is_message_request, serve_message
-from app.api.deps import in_worker_thread
-from app.api.errors import error_body, install_error_handlers
-from app.api.leader_duties import LeaderDuties
-from app.api.observe import RequestTimer, RouteLabels
-from app.api.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 from app.api.routes import (
     admin,
     agent,
@@ -53,6 +47,8 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
+from app.domain.ports import UnitOfWorkFactory, ViciFactory
+from app.domain.ratelimit import RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
 from app.measure.services.jobs import BenchmarkJobs
 from app.services import idempotency
@@ -61,11 +57,15 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
-from app.services.ports import UnitOfWorkFactory, ViciFactory
-from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
+from app.web.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
+from app.web.deps import in_worker_thread
+from app.web.errors import error_body, install_error_handlers
+from app.web.leader_duties import LeaderDuties
+from app.web.observe import RequestTimer, RouteLabels
+from app.web.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
 
 __all__ = ["create_app"]
 
@@ -104,7 +104,7 @@ class QossApp(FastAPI):
 
 
 def _forwarded_client(app: FastAPI, scope: Scope) -> None:
-    """Behind a trusted proxy, the client is the address it forwards for (see :mod:`app.api.provenance`)."""
+    """Behind a trusted proxy, the client is the address it forwards for (see :mod:`app.web.provenance`)."""
     trusted: TrustedProxies | None = getattr(app.state, "trusted_proxies", None)
     if trusted:
         trusted.rewrite(scope)
@@ -178,7 +178,7 @@ class _GuardAndAudit:
     that lies), reading past the cap raises 413 and nothing more is read.
 
     Records: a change made in the request's unit of work was recorded in its transaction
-    (:func:`app.api.deps.get_unit`); any other 2xx answer to a change is recorded before
+    (:func:`app.web.deps.get_unit`); any other 2xx answer to a change is recorded before
     the answer is sent (:meth:`Auditor.write`); refusals and computations are queued.
 
     Plain ASGI rather than ``BaseHTTPMiddleware``: no extra task and memory streams per
@@ -429,7 +429,7 @@ def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> Non
     from fastapi.dependencies.models import Dependant
     from fastapi.routing import APIRoute
 
-    from app.api.deps import get_if_match, reader
+    from app.web.deps import get_if_match, reader
 
     def uses(dependant: Dependant, call: object) -> bool:
         return any(d.call is call or uses(d, call) for d in dependant.dependencies)

@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli_common import DbUrl, Unit, emit
-from app.cli_db import settings_for
+from app.cli.common import DbUrl, Unit, emit
+from app.cli.db import settings_for
 from app.domain.errors import NotFound
 
 __all__ = ["lab_app"]
@@ -39,15 +39,15 @@ def lab_up(
     each part is (namespaces, addresses, URLs, pids, logs) as JSON. Then `qoss lab join
     NAME` for each user; `qoss lab down` removes it all, also after a failed `up`.
     """
-    from app.adapters.lab import Lab
-    from app.adapters.lab_processes import LabError
+    from app.lab.hosts import Lab
+    from app.lab.processes import LabError
     from app.services import gateways
     from app.services.inputs import GatewayIn
 
     if agent:
         if hosts != 2:
             raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
-        from app.adapters.lab_agent import AgentLab
+        from app.lab.agent import AgentLab
 
         try:
             emit(AgentLab(settings_for(database_url).lab_dir / "agent", prefix=prefix).up())
@@ -100,9 +100,9 @@ def lab_join(
     Several users join one after another, each with their own virtual IP. Exit status 0 when
     the ping crossed the tunnel, 1 when it did not, 2 when NAME could not connect.
     """
-    from app.adapters.lab_agent import AgentLab
-    from app.adapters.lab_agent_users import join
-    from app.adapters.lab_processes import LabError
+    from app.lab.agent import AgentLab
+    from app.lab.agent_users import join
+    from app.lab.processes import LabError
 
     try:
         lab = AgentLab(settings_for(None).lab_dir / "agent")
@@ -127,10 +127,10 @@ def lab_down(database_url: DbUrl = None) -> None:
     gateways in the database (which must be migrated). Prints "lab down"; exit status 1,
     with one line per problem, if something could not be removed.
     """
-    from app.adapters.lab import Lab
-    from app.adapters.lab_agent import AgentLab
-    from app.adapters.lab_processes import LabError
-    from app.cli_db import DatabaseUnusable
+    from app.cli.db import DatabaseUnusable
+    from app.lab.agent import AgentLab
+    from app.lab.hosts import Lab
+    from app.lab.processes import LabError
     from app.services import gateways
 
     lab_dir = settings_for(database_url).lab_dir
@@ -167,8 +167,8 @@ def lab_status(database_url: DbUrl = None) -> None:
     url, users). "healthy" at the top: something is up and every part of it is well. Exit
     status 1 when not healthy.
     """
-    from app.adapters.lab import Lab
-    from app.adapters.lab_agent import AgentLab
+    from app.lab.agent import AgentLab
+    from app.lab.hosts import Lab
 
     lab_dir = settings_for(database_url).lab_dir
     status = Lab(lab_dir).status()

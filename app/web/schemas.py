@@ -11,6 +11,7 @@ from app.services.inputs import MinLevelsIn, NegotiationIn, TrafficIn
 __all__ = [
     "NO_NUL",
     "AlgorithmOut",
+    "EnrollIn",
     "ErrorOut",
     "MeasurementIn",
     "NegotiationIn",
@@ -163,3 +164,14 @@ class NegotiationOut(BaseModel):
     notes: list[str]
     requirement: dict[str, dict[str, int]]
     tables: dict[str, str]
+
+
+class EnrollIn(BaseModel):
+    """A user's public keys (from ``qoss agent keygen``) and the Objective-IDs they may ask for (lax: the
+    console's form sends them as text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+    sign_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
+    kem_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
+    objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]

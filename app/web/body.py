@@ -2,7 +2,7 @@
 
 ``json.loads`` keeps the last of two equal keys, so ``{"confidentiality": 8,
 "confidentiality": 1}`` would be stored as 1 whatever the client meant. Every route
-(:class:`app.api.routing.QossRoute`) parses a JSON body once, by :func:`parse_json_body`,
+(:class:`app.web.routing.QossRoute`) parses a JSON body once, by :func:`parse_json_body`,
 before FastAPI reads it (FastAPI then takes the parsed document from the request), and a
 key given twice is a 422 in the API's one validation error shape, naming the key.
 """

@@ -35,9 +35,9 @@ def _fail(exc: QossError, code: int = 2) -> None:
 
 def _session_factory(database_url: str | None) -> Any:
     """Sessions on the Host's or Target's database, which must be migrated already: these
-    commands set nothing up (``qoss db upgrade`` does; app/cli_db.py says it in one line)."""
+    commands set nothing up (``qoss db upgrade`` does; app/cli/db.py says it in one line)."""
     from app.adapters.db.engine import make_engine, make_session_factory
-    from app.cli_db import require_database
+    from app.cli.db import require_database
 
     settings = require_database(database_url)
     return make_session_factory(make_engine(settings.database_url, fast_paths=settings.fast_paths)), settings

@@ -13,10 +13,10 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.services.agent_ports import AgentSession, AgentStore
+from app.domain.agent.ports import AgentSession, AgentStore
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWork
 from app.services.agent_target_edits import active_sessions
 from app.services.impact import preview
-from app.services.ports import NO_METRICS, Metrics, UnitOfWork
 from app.settings import Settings
 
 __all__ = ["Edit", "EditDep", "count_revision", "sessions_of"]

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the ``qoss`` command."""
+
+from app.cli.main import main
+
+main()
