@@ -106,10 +106,6 @@ class StaleRevision(Conflict):
         self.current = current
 
 
-class DatabaseNotReady(QossError):
-    """The database was never migrated, or is behind this version's schema."""
-
-
 class NegotiationError(QossError):
     """Negotiation could not produce a suite."""
 

@@ -42,7 +42,6 @@ __all__ = [
     "kex_score",
     "low_estimate",
     "measured_table",
-    "relative_spread",
     "split_half_spread",
     "throughput_score",
 ]
@@ -98,15 +97,6 @@ def split_half_spread(runs: Sequence[float]) -> float:
     first, second = low_estimate(runs[0::2]), low_estimate(runs[1::2])
     whole = low_estimate(runs)
     return abs(first - second) / whole if whole > 0 else 0.0
-
-
-def relative_spread(runs: Sequence[float]) -> float:
-    """Run-to-run spread: interquartile range over the median (robust to a stray slow run
-    on a shared machine); 0 for fewer than four runs' worth of quartiles."""
-    if len(runs) < 4:
-        return 0.0
-    q1, median, q3 = statistics.quantiles(runs, n=4)
-    return (q3 - q1) / median if median > 0 else 0.0
 
 
 def throughput_score(mb_per_s: float) -> float:

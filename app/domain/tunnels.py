@@ -35,7 +35,6 @@ __all__ = [
     "keywords_from_charon",
     "mismatches",
     "parse_traffic_selectors",
-    "shared_payload",
 ]
 
 #: Every conn and secret qoss loads into a charon starts with this.
@@ -253,11 +252,6 @@ def conn_payload(
         "children": {name: child},
     }
     return conn
-
-
-def shared_payload(*, name: str, secret: bytes, owners: Sequence[str]) -> dict[str, Any]:
-    """The VICI ``load-shared`` message for the tunnel's PSK (the secret stays bytes)."""
-    return {"id": name, "type": "IKE", "data": secret, "owners": list(owners)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,8 +151,3 @@ def _run_negotiation(
     )
     _RESULTS.put(key, result, tables)
     return result
-
-
-def result_document(result: NegotiationResult) -> dict[str, Any]:
-    """The JSON answer of a negotiation."""
-    return result.as_dict()

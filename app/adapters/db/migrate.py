@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 
 from app.resources import MIGRATIONS_DIR
 
-__all__ = ["MIGRATIONS", "SchemaState", "alembic_config", "current", "downgrade", "is_at_head", "schema_state",
+__all__ = ["MIGRATIONS", "SchemaState", "alembic_config", "current", "downgrade", "schema_state",
            "sqlite_path", "upgrade"]
 
 #: The migrations' directory.
@@ -120,11 +120,3 @@ def schema_state(url: str) -> SchemaState:
         return SchemaState("current", revision, head)
     known = {r.revision for r in script.walk_revisions()}
     return SchemaState("behind" if revision in known else "unknown", revision, head)
-
-
-def is_at_head(url: str) -> bool:
-    """Whether the database at ``url`` exists and is migrated to the newest revision.
-
-    A SQLite file that does not exist is not created by asking.
-    """
-    return schema_state(url).kind == "current"

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import vici.exception
 
@@ -22,7 +22,7 @@ from app.adapters.vici.models import ChildSa, IkeSa, decode, parse_child_sa, par
 from app.adapters.vici.session import unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 
-__all__ = ["EventKind", "EventListener", "ListenConnect", "ListenSession", "SaEvent", "parse_event", "updown_listener"]
+__all__ = ["EventKind", "EventListener", "ListenConnect", "SaEvent", "parse_event", "updown_listener"]
 
 _log = logging.getLogger(__name__)
 
@@ -57,14 +57,6 @@ class SaEvent:
     old_ike_sa: IkeSa | None = None
     children: tuple[ChildSa, ...] = ()
     old_children: tuple[ChildSa, ...] = ()
-
-
-class ListenSession(Protocol):
-    """What the listener needs of a VICI session (``vici.Session`` has it)."""
-
-    def listen(self, event_types: list[str], timeout: float = ...) -> Iterator[tuple[Any, Any]]:
-        """Register, then yield ``(event, message)``, or ``(None, None)`` after ``timeout``."""
-        ...
 
 
 #: Opens the listener's session; same contract as :data:`app.adapters.vici.session.Connect`.
