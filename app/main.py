@@ -28,8 +28,7 @@ from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
-from app.adapters.vici.agent import agent_vici
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import is_message_request, serve_message
@@ -120,7 +119,7 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
     target = None
     if config.target is not None:
         target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=app.state.units,
-                             vici=agent_vici(app.state.vici_factory), cache=app.state.table_cache,
+                             vici=app.state.vici_factory, cache=app.state.table_cache,
                              default_table=settings.default_table)
     host = None
     if config.host is not None:

@@ -58,8 +58,7 @@ INNER = r"""
 import gc, json, os, sys, time
 from pathlib import Path
 from app.adapters.agent.crypto import CRYPTO, load_keys
-from app.adapters.vici.agent import AgentVici, agent_vici
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
 arms = json.loads(sys.argv[1])  # [{"config", "fast"}]: the first one's config is the breakdown's and bare's
@@ -96,7 +95,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     tc, tk, tf = role("target")
     target_store = SqlAgentStore(tf)
     target = TargetAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, units=sql_units_of_work(tf),
-                         vici=agent_vici(lambda p: ViciGateway(p, 20.0)), cache=TableCache(),
+                         vici=lambda p: ViciGateway(p, 20.0), cache=TableCache(),
                          default_table="standards-2026")
     if (d / "host.yaml").exists():
         hc, hk, hf = role("host")
@@ -106,7 +105,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
         host = HostAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, local_target=target, post=post_message)
     post = lambda url, wire: host.handle(wire).answer
     clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                           vici=AgentVici(ViciGateway(cfg.vici_socket, 20.0)), post=post)]
+                           vici=ViciGateway(cfg.vici_socket, 20.0), post=post)]
 else:
     import functools
     from app.adapters.agent.transport import post_message
@@ -114,7 +113,7 @@ else:
     def client_of(arm):  # each arm's client posts with its arm's QOSS_FAST_PATHS, as qoss agent connect would
         c = load_client_config(Path(arm["config"]))
         return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), crypto=CRYPTO,
-                           vici=AgentVici(ViciGateway(c.vici_socket, 20.0)),
+                           vici=ViciGateway(c.vici_socket, 20.0),
                            post=functools.partial(post_message, fast_paths=arm["fast"]))
     clients = [client_of(arm) for arm in arms]
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)

@@ -59,8 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import RemoteRefused, post_message
-from app.adapters.vici.agent import AgentVici
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent.codec import AgentRejected
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
@@ -77,7 +76,7 @@ outcomes, times, refusals, failures, joined, examples = Counter(), [], Counter()
 def make(path):
     cfg = load_client_config(Path(path))
     return AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                       vici=AgentVici(ViciGateway(cfg.vici_socket, 30.0)), post=post)
+                       vici=ViciGateway(cfg.vici_socket, 30.0), post=post)
 
 
 def join(path):

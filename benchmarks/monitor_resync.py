@@ -32,7 +32,7 @@ from typing import Any
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.tunnels import TunnelState
 from app.services.tunnel_monitor import TunnelMonitor
 from benchmarks._harness import ThreadClients, all_tunnels, lab_and_service, left_sources

@@ -28,7 +28,8 @@ from typing import Any
 import httpx
 import vici
 
-from app.adapters.vici.driver import ViciGateway, unix_connect
+from app.adapters.vici.gateway import ViciGateway
+from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import lab_and_service, percentile
 

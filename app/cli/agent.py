@@ -105,8 +105,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
     from app.adapters.agent.transport import post_message
     from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.unit_of_work import sql_units_of_work
-    from app.adapters.vici.agent import agent_vici
-    from app.adapters.vici.driver import ViciGateway
+    from app.adapters.vici.gateway import ViciGateway
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
     from app.services.agent_target import TargetAgent
@@ -124,7 +123,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
         if agent_config.target is not None:
             target = TargetAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store,
                                  units=sql_units_of_work(factory),
-                                 vici=agent_vici(lambda path: ViciGateway(path, settings.vici_timeout)),
+                                 vici=lambda path: ViciGateway(path, settings.vici_timeout),
                                  cache=TableCache(), default_table=settings.default_table)
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
                          post=functools.partial(post_message, fast_paths=settings.fast_paths))
@@ -137,8 +136,7 @@ def _client(config: Path) -> Any:
     """The user's client; its HTTP to Host takes the fast path unless ``QOSS_FAST_PATHS`` is false."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
     from app.adapters.agent.transport import post_message
-    from app.adapters.vici.agent import AgentVici
-    from app.adapters.vici.driver import ViciGateway
+    from app.adapters.vici.gateway import ViciGateway
     from app.services.agent_client import AgentClient
     from app.services.agent_config import load_client_config
     from app.settings import Settings
@@ -146,7 +144,7 @@ def _client(config: Path) -> Any:
     cfg = load_client_config(config)
     post = functools.partial(post_message, fast_paths=Settings().fast_paths)
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                         vici=AgentVici(ViciGateway(cfg.vici_socket, 20.0)), post=post)
+                         vici=ViciGateway(cfg.vici_socket, 20.0), post=post)
     gc.freeze()  # the modules' objects: no full collection over them during the connect
     return client
 

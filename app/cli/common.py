@@ -69,7 +69,7 @@ class Unit:
     def run(self, fn: Any, **kw: Any) -> Any:
         from app.adapters.db.engine import make_engine, make_session_factory
         from app.adapters.db.unit_of_work import SqlUnitOfWork
-        from app.adapters.vici.driver import ViciGateway
+        from app.adapters.vici.gateway import ViciGateway
         from app.services.ratings import TableCache
 
         engine = make_engine(self.settings.database_url, fast_paths=self.settings.fast_paths)
@@ -102,7 +102,7 @@ class Unit:
         minimums (in this process, as a running service would); what was found and done."""
         from app.adapters.db.engine import make_engine, make_session_factory
         from app.adapters.db.unit_of_work import sql_units_of_work
-        from app.adapters.vici.driver import ViciGateway
+        from app.adapters.vici.gateway import ViciGateway
         from app.services.rekey import Rekeyer
 
         s = self.settings

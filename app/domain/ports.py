@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -29,10 +29,17 @@ from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 __all__ = [
     "NO_METRICS",
     "AuditStore",
+    "CharonCommand",
+    "CharonPipeline",
     "Clock",
     "EventStore",
     "GatewayStore",
     "IdempotencyStore",
+    "Initiate",
+    "ListSas",
+    "LoadConn",
+    "LoadPool",
+    "LoadShared",
     "Metrics",
     "PolicyStore",
     "RatingTableStore",
@@ -45,6 +52,7 @@ __all__ = [
     "TunnelStore",
     "UnitOfWork",
     "UnitOfWorkFactory",
+    "Unload",
     "UpReports",
     "ViciFactory",
     "ViciPort",
@@ -333,6 +341,79 @@ class UnitOfWork(Protocol):
 UnitOfWorkFactory = Callable[[], UnitOfWork]
 
 
+@dataclass(frozen=True, slots=True)
+class LoadShared:
+    """``load-shared``: an IKE secret for ``owners`` (never in a log, a repr or an error)."""
+
+    name: str
+    secret: bytes = field(repr=False)
+    owners: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConn:
+    """``load-conn``: load or replace conn ``name`` (swanctl.conf-style settings)."""
+
+    name: str
+    conn: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPool:
+    """``load-pool``: load or replace virtual-IP pool ``name`` (a subnet or a range)."""
+
+    name: str
+    addrs: str
+
+
+@dataclass(frozen=True, slots=True)
+class Initiate:
+    """``initiate`` a CHILD_SA (and its IKE_SA); a failure's reply carries charon's log lines."""
+
+    child: str
+    ike: str
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListSas:
+    """``list-sas``: its reply is the IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
+
+    ike: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unload:
+    """``unload-conn``, ``unload-pool`` or ``unload-shared`` (``what``: conn, pool or shared)."""
+
+    what: str
+    name: str
+
+
+CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload
+
+
+class CharonPipeline(Protocol):
+    """Commands written to one charon connection now, their replies read later (charon answers
+    one connection's requests in order). Closing gives the connection back once every reply
+    was read."""
+
+    def send(self, commands: Sequence[CharonCommand]) -> None:
+        """Write ``commands`` in one go without waiting (``GatewayUnreachable``: the socket failed)."""
+        ...
+
+    def finish(self) -> builtins.list[Any]:
+        """Every reply so far, in the order sent: the reply (a :class:`ListSas`'s: its IKE_SAs), or
+        the ``GatewayRejected`` charon's refusal makes of it."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> CharonPipeline: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
 class ViciPort(Protocol):
     """What the services ask of one strongSwan charon (``app.adapters.vici.ViciGateway`` has it).
 
@@ -373,6 +454,15 @@ class ViciPort(Protocol):
 
     def list_sas(self, *, ike: str | None = ...) -> builtins.list[Any]:
         """The IKE_SAs (``app.adapters.vici.models.IkeSa`` shape: name, state, algorithms, children)."""
+        ...
+
+    def batch(self, commands: Sequence[CharonCommand]) -> builtins.list[Any]:
+        """Run ``commands`` in order on one connection, pipelined: per command as
+        :meth:`CharonPipeline.finish` gives it (the others still ran after a refusal)."""
+        ...
+
+    def pipeline(self) -> CharonPipeline:
+        """Commands written now, their replies read later, on one connection."""
         ...
 
 

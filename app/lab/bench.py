@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
     from app.adapters.db.unit_of_work import SqlUnitOfWork
-    from app.adapters.vici.driver import ViciGateway
+    from app.adapters.vici.gateway import ViciGateway
     from app.domain.tunnels import Gateway
     from app.lab.hosts import Lab, LabHost
     from app.measure.adapters.tunnel import OpenTunnel
@@ -61,7 +61,7 @@ class ServiceTunnels:
         self.cache = TableCache()
 
     def _vici(self, path: str) -> ViciGateway:
-        from app.adapters.vici.driver import ViciGateway
+        from app.adapters.vici.gateway import ViciGateway
 
         return ViciGateway(path, self.settings.vici_timeout)
 
@@ -166,7 +166,7 @@ class BenchLab:
 def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iterator[BenchLab]:
     """A lab under a unique prefix and a database; everything is torn down on exit."""
     from app.adapters.db.engine import make_engine, make_session_factory
-    from app.adapters.vici.driver import ViciGateway
+    from app.adapters.vici.gateway import ViciGateway
     from app.bootstrap import prepare_database
     from app.lab.hosts import Lab
     from app.services import gateways

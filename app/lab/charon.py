@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.errors import GatewayError
 from app.lab.processes import LabError
 

@@ -35,19 +35,9 @@ from app.domain.agent import (
     check_fresh,
     client_conn,
 )
-from app.domain.agent.ports import (
-    AgentCrypto,
-    AgentKeys,
-    AgentVici,
-    Initiate,
-    ListSas,
-    LoadConn,
-    LoadShared,
-    PeerKeys,
-    Post,
-    Unload,
-)
+from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
 from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
+from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Unload, ViciPort
 from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
 from app.services.agent_config import ClientConfig
 from app.services.agent_timing import Steps
@@ -95,7 +85,7 @@ class AgentClient:
         post: sends a message to Host.
     """
 
-    def __init__(self, *, config: ClientConfig, keys: AgentKeys, crypto: AgentCrypto, vici: AgentVici, post: Post,
+    def __init__(self, *, config: ClientConfig, keys: AgentKeys, crypto: AgentCrypto, vici: ViciPort, post: Post,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.keys = keys

@@ -39,20 +39,9 @@ from app.domain.agent import (
     check_fresh,
     target_conn,
 )
-from app.domain.agent.ports import (
-    AgentCrypto,
-    AgentKeys,
-    AgentRequest,
-    AgentSession,
-    AgentStore,
-    AgentViciFactory,
-    LoadConn,
-    LoadPool,
-    LoadShared,
-    PeerKeys,
-)
+from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentRequest, AgentSession, AgentStore, PeerKeys
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import UnitOfWorkFactory
+from app.domain.ports import LoadConn, LoadPool, LoadShared, UnitOfWorkFactory, ViciFactory
 from app.services.agent_config import AgentConfig, TargetRole
 from app.services.agent_target_charon import TargetCharon, host_prefix
 from app.services.agent_target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
@@ -87,7 +76,7 @@ class TargetAgent:
 
     def __init__(
         self, *, config: AgentConfig, keys: AgentKeys, crypto: AgentCrypto, store: AgentStore,
-        units: UnitOfWorkFactory, vici: AgentViciFactory, cache: TableCache, default_table: str,
+        units: UnitOfWorkFactory, vici: ViciFactory, cache: TableCache, default_table: str,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if config.target is None:

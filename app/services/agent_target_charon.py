@@ -10,8 +10,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from app.domain.agent.ports import AgentVici, AgentViciFactory, CharonPipeline, Unload
 from app.domain.errors import GatewayError, GatewayUnreachable
+from app.domain.ports import CharonPipeline, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
 
 __all__ = ["TargetCharon", "host_prefix"]
@@ -29,13 +29,13 @@ def host_prefix(address: str) -> str:
 class TargetCharon:
     """Target's charon at ``socket``, reached through ``vici``."""
 
-    def __init__(self, *, vici: AgentViciFactory, socket: str) -> None:
+    def __init__(self, *, vici: ViciFactory, socket: str) -> None:
         self._vici = vici
         self._socket = socket
         self._caps: tuple[float, frozenset[str], str | None] | None = None
         self._caps_lock = threading.Lock()
 
-    def gateway(self) -> AgentVici:
+    def gateway(self) -> ViciPort:
         """A gateway to Target's charon."""
         return self._vici(self._socket)
 
@@ -48,7 +48,7 @@ class TargetCharon:
                 self._caps = (now, keywords_from_charon(v.get_algorithms().as_sections()), v.stats().backend)
             return self._caps[1], self._caps[2]
 
-    def finish_load(self, v: AgentVici, conn: str, loads: CharonPipeline, sent: Sequence[str], *,
+    def finish_load(self, v: ViciPort, conn: str, loads: CharonPipeline, sent: Sequence[str], *,
                     undo: bool = False) -> None:
         """Read the loads' replies (``sent`` names what was sent, in order); if any load failed (or
         ``undo``), unload what may be loaded and raise the first error (with ``undo`` the caller
@@ -71,7 +71,7 @@ class TargetCharon:
             raise errors[0]
 
     @staticmethod
-    def unload(v: AgentVici, conn: str, loaded: Sequence[str]) -> None:
+    def unload(v: ViciPort, conn: str, loaded: Sequence[str]) -> None:
         """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``."""
         what = [w for w in ("conn", "shared", "pool") if w in loaded]
         try:

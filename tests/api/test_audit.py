@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 from typer.testing import CliRunner
 
 from app.adapters.agent.crypto import KeyPair
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.cli.main import app as cli
 from app.main import create_app
 from app.settings import Settings

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.domain.agent.ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 from app.domain.errors import GatewayRejected
+from app.domain.ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 
 __all__ = ["FakeAgentCharon", "FakeAgentVici"]
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests import REPO_ROOT

@@ -1,24 +1,34 @@
-"""VICI commands as values: what :meth:`~app.adapters.vici.gateway.ViciGateway.batch` and
-:meth:`~app.adapters.vici.gateway.ViciGateway.pipeline` send, built by the ``*_command`` functions."""
+"""VICI commands on the wire, and the one entry per command that turns the charon port's values
+(:data:`app.domain.ports.CharonCommand`) into them and reads their replies
+(:data:`ENTRIES`): what :meth:`~app.adapters.vici.gateway.ViciGateway.batch` and
+:meth:`~app.adapters.vici.gateway.ViciGateway.pipeline` send.
+
+A new VICI command for the services: its value in ``app/domain/ports.py``, its entry here
+(name and message, reply parser), and a handler in the wire fake (``tests/fakes/fake_charon.py``).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from app.adapters.vici.models import (
     IkeSa,
     parse_ike_sa,
 )
+from app.domain.ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
 
 __all__ = [
+    "ENTRIES",
     "Command",
+    "Entry",
     "initiate_command",
     "list_sas_command",
     "load_conn_command",
     "load_pool_command",
     "load_shared_command",
     "sas_of",
+    "to_wire",
     "unload_command",
 ]
 
@@ -113,4 +123,27 @@ def unload_command(what: str, name: str) -> Command:
     if what not in ("conn", "pool", "shared"):
         raise ValueError(f"nothing to unload called {what!r}")
     return Command(f"unload-{what}", {"id" if what == "shared" else "name": name})
+
+
+class Entry(NamedTuple):
+    """One command of the charon port: its wire form, and what its decoded reply means."""
+
+    command: Callable[[Any], Command]
+    reply: Callable[[dict[str, Any]], Any] = lambda reply: reply
+
+
+#: The charon port's commands (:data:`app.domain.ports.CharonCommand`), one entry each.
+ENTRIES: dict[type, Entry] = {
+    LoadShared: Entry(lambda c: load_shared_command(c.name, c.secret, c.owners)),
+    LoadConn: Entry(lambda c: load_conn_command(c.name, c.conn)),
+    LoadPool: Entry(lambda c: load_pool_command(c.name, c.addrs)),
+    Initiate: Entry(lambda c: initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)),
+    ListSas: Entry(lambda c: list_sas_command(ike=c.ike), lambda reply: sas_of(reply["events"])),
+    Unload: Entry(lambda c: unload_command(c.what, c.name)),
+}
+
+
+def to_wire(commands: Sequence[CharonCommand]) -> list[Command]:
+    """The wire form of the charon port's commands."""
+    return [ENTRIES[type(c)].command(c) for c in commands]
 

@@ -50,6 +50,7 @@ from app.adapters.vici.charon_log import _log_lines, _reasons, _scrub, _unreacha
 from app.adapters.vici.commands import (
     _CMD_UNKNOWN,
     _REPEATABLE,
+    ENTRIES,
     Command,
     _initiate_message,
     _list_sas_message,
@@ -75,9 +76,9 @@ from app.adapters.vici.pipeline import StreamFailed, pipelined, receive_replies,
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
 from app.adapters.vici.slots import CONTROL_COMMANDS, CONTROL_SLOTS
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
-from app.domain.ports import NO_METRICS, Metrics
+from app.domain.ports import NO_METRICS, CharonCommand, Metrics
 
-__all__ = ["Pipeline", "ViciGateway"]
+__all__ = ["Pipeline", "ViciGateway", "read_replies", "wire_form"]
 
 _log = logging.getLogger(__name__)
 
@@ -206,12 +207,14 @@ class ViciGateway:
         """One unstreamed :class:`Command` on its own."""
         return self._request(command.name, command.message, command.secrets)
 
-    def batch(self, commands: Sequence[Command]) -> list[dict[str, Any] | GatewayRejected]:
-        """Run ``commands`` in order on one connection, pipelined (see the module's docstring).
+    def batch(self, commands: Sequence[CharonCommand | Command]) -> list[Any]:
+        """Run ``commands`` in order on one connection, pipelined (see the module's docstring):
+        the charon port's values (:data:`app.domain.ports.CharonCommand`) or wire commands.
 
         Returns:
-            per command, its decoded reply or the :class:`GatewayRejected` charon's refusal
-            makes of it (the others still ran).
+            per command, its reply (a port value's as its entry reads it: a ``ListSas``'s is
+            its IKE_SAs; a wire command's decoded) or the :class:`GatewayRejected` charon's
+            refusal makes of it (the others still ran).
 
         Raises:
             GatewayUnreachable: the socket failed; which commands took effect is unknown (a
@@ -220,21 +223,22 @@ class ViciGateway:
         """
         if not commands:
             return []
-        names = ",".join(c.name for c in commands)
-        secrets = tuple(s for c in commands for s in c.secrets)
+        wire = wire_form(commands)
+        names = ",".join(c.name for c in wire)
+        secrets = tuple(s for c in wire for s in c.secrets)
         _log.debug("vici %s on %s", names, self.socket_path)
-        repeatable = all(c.name in _REPEATABLE for c in commands)
-        control = any(c.name in CONTROL_COMMANDS for c in commands)
+        repeatable = all(c.name in _REPEATABLE for c in wire)
+        control = any(c.name in CONTROL_COMMANDS for c in wire)
         release = self._control_slot(names, self.timeout) if control else None
         try:
-            replies = self._run(commands[0].name if repeatable else names, self.timeout,
-                                lambda session: pipelined(session, commands))
+            replies = self._run(wire[0].name if repeatable else names, self.timeout,
+                                lambda session: pipelined(session, wire))
         except Exception as exc:
             self._fail(exc, names, self.timeout, secrets=secrets)
         finally:
             if release is not None:
                 release()
-        return self._decoded(commands, replies)
+        return read_replies(commands, self._decoded(wire, replies))
 
     def pipeline(self) -> Pipeline:
         """A :class:`Pipeline` on one connection of this charon's (use it as a context manager)."""
@@ -460,14 +464,15 @@ class Pipeline:
         self._gateway = gateway
         self._key = (gateway._connect, gateway.socket_path, gateway.timeout)
         self._held: _Held | None = None
+        self._sent: list[CharonCommand | Command] = []
         self._unread: list[Command] = []
         self._replies: list[dict[str, Any] | GatewayRejected] = []
         self._secrets: tuple[str, ...] = ()
         self._broken = False
         self._release: Callable[[], None] | None = None  # a control slot, held until close
 
-    def send(self, commands: Sequence[Command]) -> None:
-        """Write ``commands`` without waiting for charon.
+    def send(self, commands: Sequence[CharonCommand | Command]) -> None:
+        """Write ``commands`` (the charon port's values or wire commands) without waiting for charon.
 
         Raises:
             GatewayUnreachable: the socket failed (which commands charon got is unknown). A
@@ -476,6 +481,8 @@ class Pipeline:
         """
         if not commands:
             return
+        self._sent.extend(commands)
+        commands = wire_form(commands)
         g = self._gateway
         names = ",".join(c.name for c in commands)
         self._secrets += tuple(s for c in commands for s in c.secrets)
@@ -509,7 +516,7 @@ class Pipeline:
         else:
             self._replies.extend(self._gateway._decoded(commands, replies, self._secrets))
 
-    def finish(self) -> list[dict[str, Any] | GatewayRejected]:
+    def finish(self) -> list[Any]:
         """Every reply so far, in the order sent (reading those not read yet).
 
         Raises:
@@ -525,7 +532,7 @@ class Pipeline:
                 self._gateway._fail(exc, ",".join(c.name for c in unread), self._gateway.timeout,
                                     secrets=self._secrets)
             self._replies.extend(self._gateway._decoded(unread, raw, self._secrets))
-        return list(self._replies)
+        return read_replies(self._sent[:len(self._replies)], self._replies)
 
     def close(self) -> None:
         """Give the connection back (every reply read) or close it; give back a control slot."""
@@ -545,3 +552,15 @@ class Pipeline:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def wire_form(commands: Sequence[CharonCommand | Command]) -> list[Command]:
+    """Each command as it goes on the wire (a port value through its entry)."""
+    return [c if isinstance(c, Command) else ENTRIES[type(c)].command(c) for c in commands]
+
+
+def read_replies(commands: Sequence[CharonCommand | Command], replies: Sequence[Any]) -> list[Any]:
+    """Each reply as its command's entry reads it (a refusal and a wire command's reply as they are)."""
+    return [r if isinstance(c, Command) or isinstance(r, GatewayError) else ENTRIES[type(c)].reply(r)
+            for c, r in zip(commands, replies, strict=True)]
+

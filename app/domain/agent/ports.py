@@ -1,14 +1,15 @@
 """What the tunnel agent's roles (``app/services/agent_*.py``) need from the world, as protocols:
 their state (users, nonces, sessions, leases, revocations), their keys and the other parties'
-public keys, the message transport between roles, and their charon.
+public keys, and the message transport between roles. Their charon is the one charon port,
+:class:`app.domain.ports.ViciPort`, as everywhere else.
 
-The roles are written against these and nothing concrete. The composition roots (the API's
-``main``, ``cli_agent``) hand them the real adapters: ``SqlAgentStore`` (``adapters/db/agent_store.py``;
-its request transactions are the raw-SQL hot path of ``adapters/db/hot.py``), ``KeyPair`` and
-``CRYPTO`` (``adapters/agent/crypto.py``), ``post_message`` (``adapters/agent/transport.py``) and
-``AgentVici`` (``adapters/vici/agent.py``); tests hand them the in-memory fakes of ``tests/fakes``
-(``agent_store``, ``agent_vici``). The same
-contract tests run against the SQL store and its fake (``tests/contract/test_agent_stores.py``).
+The roles are written against these and nothing concrete. The composition roots
+(``app/main.py``, ``app/cli/agent.py``) hand them the real adapters: ``SqlAgentStore``
+(``adapters/db/agent_store.py``; its request transactions are the raw-SQL hot path of
+``adapters/db/hot.py``), ``KeyPair`` and ``CRYPTO`` (``adapters/agent/crypto.py``) and
+``post_message`` (``adapters/agent/transport.py``); tests hand them the in-memory store of
+``tests/fakes/agent_store.py``. The same contract tests run against the SQL store and its fake
+(``tests/contract/test_agent_stores.py``).
 
 A unit of work or a request transaction is one transaction: its stores flush, never commit;
 the role that opened it commits it or rolls it back (leaving ``with`` rolls back what was not
@@ -19,7 +20,7 @@ database's.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,22 +37,12 @@ __all__ = [
     "AgentStore",
     "AgentUnitOfWork",
     "AgentUserStore",
-    "AgentVici",
-    "AgentViciFactory",
-    "CharonCommand",
-    "CharonPipeline",
-    "Initiate",
     "LeaseStore",
-    "ListSas",
-    "LoadConn",
-    "LoadPool",
-    "LoadShared",
     "NonceStore",
     "PeerKeys",
     "Post",
     "RevocationRecord",
     "RevocationStore",
-    "Unload",
     "UserListing",
 ]
 
@@ -314,110 +305,3 @@ class AgentCrypto(Protocol):
 #: ``RemoteRefused`` (the other role answered with an error) or ``PeerUnreachable``.
 Post = Callable[[str, bytes], bytes]
 
-
-# --------------------------------------------------------------------------- charon
-
-
-@dataclass(frozen=True, slots=True)
-class LoadShared:
-    """``load-shared``: an IKE secret for ``owners`` (never in a log, a repr or an error)."""
-
-    name: str
-    secret: bytes = field(repr=False)
-    owners: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadConn:
-    """``load-conn``: load or replace conn ``name`` (swanctl.conf-style settings)."""
-
-    name: str
-    conn: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class LoadPool:
-    """``load-pool``: load or replace virtual-IP pool ``name`` (a subnet or a range)."""
-
-    name: str
-    addrs: str
-
-
-@dataclass(frozen=True, slots=True)
-class Initiate:
-    """``initiate`` a CHILD_SA (and its IKE_SA); a failure's reply carries charon's log lines."""
-
-    child: str
-    ike: str
-    timeout_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class ListSas:
-    """``list-sas``: its reply is the IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
-
-    ike: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Unload:
-    """``unload-conn``, ``unload-pool`` or ``unload-shared`` (``what``: conn, pool or shared)."""
-
-    what: str
-    name: str
-
-
-CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload
-
-
-class CharonPipeline(Protocol):
-    """Commands written to one charon connection now, their replies read later (charon answers
-    one connection's requests in order). Closing gives the connection back once every reply
-    was read."""
-
-    def send(self, commands: Sequence[CharonCommand]) -> None:
-        """Write ``commands`` in one go without waiting (``GatewayUnreachable``: the socket failed)."""
-        ...
-
-    def finish(self) -> builtins.list[Any]:
-        """Every reply so far, in the order sent: the reply (a :class:`ListSas`'s: its IKE_SAs), or
-        the ``GatewayRejected`` charon's refusal makes of it."""
-        ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> CharonPipeline: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-
-class AgentVici(Protocol):
-    """What the agent's roles ask of a charon (``AgentVici`` in ``adapters/vici/agent.py``). Failures are
-    the domain's ``GatewayUnreachable`` and ``GatewayRejected``."""
-
-    socket_path: str
-
-    def get_algorithms(self) -> Any:
-        """``.as_sections()``: charon's algorithms by section."""
-        ...
-
-    def stats(self) -> Any:
-        """``.backend``: the IPsec back end."""
-        ...
-
-    def list_conns(self) -> builtins.list[str]: ...
-
-    def list_sas(self, *, ike: str | None = ...) -> builtins.list[Any]: ...
-
-    def terminate(self, *, ike: str | None = ..., timeout_ms: int = ..., force: bool = ...) -> Any: ...
-
-    def batch(self, commands: Sequence[CharonCommand]) -> builtins.list[Any]:
-        """Run ``commands`` in order on one connection, pipelined: per command as
-        :meth:`CharonPipeline.finish` gives it (the others still ran after a refusal)."""
-        ...
-
-    def pipeline(self) -> CharonPipeline: ...
-
-
-#: A charon by its VICI socket path.
-AgentViciFactory = Callable[[str], AgentVici]

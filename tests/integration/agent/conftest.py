@@ -21,8 +21,7 @@ import uvicorn
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
 from app.adapters.agent.transport import post_message
-from app.adapters.vici.agent import AgentVici
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
 from app.lab import agent_configs as lab_agent_configs
 from app.lab.agent_configs import client_config, host_role, target_role, write_config
@@ -91,7 +90,7 @@ class AgentEnv:
             ike_address=left.ike_address), client=True)
         config = load_client_config(path)
         return AgentClient(config=config, keys=load_keys(config.key_dir, user),
-                           crypto=CRYPTO, vici=AgentVici(RegisteringVici(config.vici_socket, timeout=20.0)),
+                           crypto=CRYPTO, vici=RegisteringVici(config.vici_socket, timeout=20.0),
                            post=post_message)
 
     def audit(self) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from app.adapters.agent.crypto import load_keys
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.lab.agent import HOST_ID, POOL, TARGET_ID, AgentLab
 from app.lab.agent_users import enroll
 from tests.fixtures.agent_roles import register_keys

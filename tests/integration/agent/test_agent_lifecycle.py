@@ -6,6 +6,7 @@ The charon-restart test is last in this module: it restarts the ``right`` charon
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import threading
 import time
@@ -24,10 +25,10 @@ from app.adapters.db import agent_store
 from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.hot import HotStatement, HotTransaction
 from app.adapters.db.models import utcnow
-from app.adapters.vici.agent import AgentVici
-from app.adapters.vici.driver import Command, Pipeline, ViciGateway
+from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.domain.agent.ports import AgentRequest, AgentUnitOfWork
+from app.domain.ports import CharonCommand, LoadPool
 from app.domain.ratelimit import RateLimiter
 from app.services.agent_client import AgentClient
 from app.services.agent_target import TargetAgent
@@ -286,22 +287,21 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
     target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
     real = target._charon._vici
 
-    def unparsable(commands: Sequence[Command]) -> list[Command]:
-        return [c._replace(message={n: {**p, "addrs": "10.3.0.999/32"} for n, p in (c.message or {}).items()})
-                if c.name == "load-pool" else c for c in commands]
+    def unparsable(commands: Sequence[CharonCommand]) -> list[CharonCommand]:
+        return [dataclasses.replace(c, addrs="10.3.0.999/32") if isinstance(c, LoadPool) else c for c in commands]
 
     class RefusingPipeline(Pipeline):
-        def send(self, commands: Sequence[Command]) -> None:
+        def send(self, commands: Sequence[CharonCommand]) -> None:
             super().send(unparsable(commands))
 
     class RefusedPool(ViciGateway):
-        def batch(self, commands: Sequence[Command]) -> list[Any]:
+        def batch(self, commands: Sequence[CharonCommand]) -> list[Any]:
             return super().batch(unparsable(commands))
 
         def pipeline(self) -> Pipeline:
             return RefusingPipeline(self)
 
-    monkeypatch.setattr(target._charon, "_vici", lambda path: AgentVici(RefusedPool(real(path).socket_path, 20.0)))
+    monkeypatch.setattr(target._charon, "_vici", lambda path: RefusedPool(real(path).socket_path, 20.0))
     agent_env.enroll("hank", [3])
     with pytest.raises(RemoteRefused) as info:
         agent_env.client("hank").connect(target="hq", objective_id=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import subprocess
 import time
@@ -12,8 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.vici.driver import Command, Pipeline
+from app.adapters.vici.gateway import Pipeline, wire_form
 from app.domain.errors import GatewayRejected
+from app.domain.ports import CharonCommand, Initiate
 from tests.integration.agent.conftest import POOL, AgentEnv
 
 pytestmark = pytest.mark.charon
@@ -127,25 +129,25 @@ def test_connect_is_one_pipelined_exchange_with_charon(agent_env: AgentEnv) -> N
     agent_env.enroll("gina", [3])
     client = agent_env.client("gina")
     sent: list[list[str]] = []
-    make = client.vici.gateway.pipeline
+    make = client.vici.pipeline
 
     def spy() -> Pipeline:
         pipeline = make()
         send = pipeline.send
 
-        def recording(commands: Sequence[Command]) -> None:
-            sent.append([c.name for c in commands])
+        def recording(commands: Sequence[CharonCommand]) -> None:
+            sent.append([c.name for c in wire_form(commands)])
             send(commands)
 
         pipeline.send = recording  # type: ignore[method-assign]
         return pipeline
 
-    client.vici.gateway.pipeline = spy  # type: ignore[method-assign]
+    client.vici.pipeline = spy  # type: ignore[method-assign]
     for name in ("initiate", "list_sas", "batch"):
-        setattr(client.vici.gateway, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} outside the pipeline"))
+        setattr(client.vici, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} outside the pipeline"))
     report = client.connect(target="hq", objective_id=3)
     for name in ("initiate", "list_sas", "batch"):
-        delattr(client.vici.gateway, name)
+        delattr(client.vici, name)
     try:
         assert sent == [["load-shared", "load-conn", "initiate", "list-sas"]]
         assert report["virtual_ip"] is not None
@@ -169,20 +171,20 @@ def test_the_ticket_is_remembered_while_charon_initiates_and_forgotten_if_that_f
         client.disconnect()
     assert client.tunnels() == []
 
-    make = client.vici.gateway.pipeline
+    make = client.vici.pipeline
 
     def hurried() -> Pipeline:
         """charon gives up waiting for the tunnel after 1 ms (the IKE_SA goes on in the background)."""
         pipeline = make()
         send = pipeline.send
         pipeline.send = lambda commands: send([  # type: ignore[method-assign]
-            c._replace(message={**(c.message or {}), "timeout": 1}) if c.name == "initiate" else c for c in commands])
+            dataclasses.replace(c, timeout_ms=1) if isinstance(c, Initiate) else c for c in commands])
         return pipeline
 
-    client.vici.gateway.pipeline = hurried  # type: ignore[method-assign]
+    client.vici.pipeline = hurried  # type: ignore[method-assign]
     with pytest.raises(GatewayRejected, match="initiate"):
         client.connect(target="hq", objective_id=3)
-    del client.vici.gateway.pipeline
+    del client.vici.pipeline
     assert client.tunnels() == []
     assert not [c for c in client.vici.list_conns() if c.startswith("qoss-agent-")]
     assert not [sa for sa in client.vici.list_sas() if sa.name.startswith("qoss-agent-")]

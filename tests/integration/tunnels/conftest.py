@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
 from app.lab.hosts import Lab
 from app.main import create_app

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
 from app.lab.hosts import Lab
 from app.settings import Settings

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import MetaData, select
 
 from app.adapters.db.engine import make_engine
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.lab.hosts import Lab
 from tests.integration.tunnels.conftest import Calls
 

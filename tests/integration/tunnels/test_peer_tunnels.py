@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.algorithms import CATALOGUE
 from app.lab.hosts import Lab
 from tests.fixtures.secrets import register

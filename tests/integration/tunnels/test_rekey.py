@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.lab.hosts import Lab
 from app.lab.network import IKE_INTERFACE
 

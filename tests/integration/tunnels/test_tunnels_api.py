@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayRejected
 from app.lab.hosts import Lab

@@ -15,8 +15,7 @@ import pytest
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair, open_sealed, seal
 from app.adapters.agent.transport import post_message
-from app.adapters.vici.agent import AgentVici
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
 from app.domain.errors import GatewayRejected, TunnelVerificationFailed
 from app.services.agent_client import CAPABILITIES_TTL, AgentClient
@@ -49,7 +48,7 @@ def client(tmp_path: Path, socket_path: str, clock: Clock) -> AgentClient:
         targets={"target-1": Party(**TARGET.public.as_dict())},
         vici_socket=socket_path, state_dir=tmp_path / "state",
     )
-    return AgentClient(config=config, keys=USER, crypto=CRYPTO, vici=AgentVici(ViciGateway(socket_path, timeout=2.0)),
+    return AgentClient(config=config, keys=USER, crypto=CRYPTO, vici=ViciGateway(socket_path, timeout=2.0),
                        post=post_message, clock=clock)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.errors import GatewayRejected, NoFeasibleSuite
 from app.services import tunnels
 from app.services.inputs import MinLevelsIn, NegotiationIn

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.adapters.vici.driver import ViciGateway
+from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
 from app.domain.tunnels import TunnelRecord

@@ -14,20 +14,18 @@ from typing import Any
 import pytest
 import vici
 
-from app.adapters.vici import AsyncViciGateway, ChildSa, IkeSa, ViciGateway
-from app.adapters.vici.driver import (
+from app.adapters.vici import ChildSa, IkeSa, ViciGateway
+from app.adapters.vici.commands import (
     Command,
-    Connect,
-    SessionPool,
     initiate_command,
     list_sas_command,
     load_conn_command,
     load_pool_command,
     load_shared_command,
     sas_of,
-    unix_connect,
     unload_command,
 )
+from app.adapters.vici.session import Connect, SessionPool, unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
 from tests.fakes import FakeCharon, Reply, child_sa_message, ike_sa_message
 
@@ -558,19 +556,3 @@ def test_one_connection_per_operation_allows_threads(fake: FakeCharon, gateway: 
         t.join()
     assert errors == []
     assert fake.count("version") == 40
-
-
-@pytest.mark.anyio
-async def test_async_facade(fake: FakeCharon) -> None:
-    gateway = AsyncViciGateway.for_socket(fake.socket_path, timeout=2.0)
-    assert (await gateway.version()).daemon == "charon"
-    await gateway.load_conn("c", {"children": {"c": {}}})
-    assert await gateway.list_conns() == ["c"]
-    await gateway.initiate("c", "c", timeout_ms=100)
-    with pytest.raises(GatewayRejected, match="no matching SAs"):
-        await gateway.terminate(ike="nope")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

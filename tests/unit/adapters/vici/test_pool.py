@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.adapters.vici import ViciGateway
-from app.adapters.vici.driver import SessionPool, ViciSession, unix_connect
+from app.adapters.vici.session import SessionPool, ViciSession, unix_connect
 from app.domain.errors import GatewayRejected, GatewayUnreachable
 from tests.fakes import FakeCharon, Reply, ike_sa_message
 
