@@ -12,7 +12,7 @@ Objectives and Objective-IDs come from Liu et al. Tables 2-1 and 2-2:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -183,6 +183,30 @@ class Policy:
     rating_table: str | None = None
     ike_lifetime: int = 14400
     child_lifetime: int = 3600
+
+    def for_peer(self, *, min_levels: Levels | None = None, objectives: frozenset[str] = frozenset(),
+                 objective_id: int | None = None, mode: str | None = None, pfs: bool | None = None,
+                 strict: bool | None = None, rating_table: str | None = None) -> Policy:
+        """This policy as one peer of a negotiation states it: its minimums raised to what the peer
+        asks inline (never lowered), its objectives with the peer's added, and each other setting
+        the peer names in place of the stored one.
+
+        Raises:
+            ValueError: ``mode`` is not a :class:`Mode`.
+        """
+        asked = min_levels or Levels()
+        return replace(
+            self,
+            min_levels=Levels(max(self.min_levels.confidentiality, asked.confidentiality),
+                              max(self.min_levels.integrity, asked.integrity),
+                              max(self.min_levels.key_exchange, asked.key_exchange)),
+            objectives=self.objectives | objectives,
+            objective_id=objective_id if objective_id is not None else self.objective_id,
+            mode=self.mode if mode is None else Mode(mode),
+            pfs=self.pfs if pfs is None else pfs,
+            strict=self.strict if strict is None else strict,
+            rating_table=rating_table or self.rating_table,
+        )
 
     @property
     def option(self) -> IpsecOption:

@@ -246,6 +246,10 @@ class RatingTable:
         """A copy with one rating removed."""
         return replace(self, ratings={k: v for k, v in self.ratings.items() if k != keyword})
 
+    def at_revision(self, revision: int) -> RatingTable:
+        """The same table as revision ``revision`` (what a store answers after writing it)."""
+        return replace(self, revision=revision)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -16,7 +16,7 @@ from typing import Any
 
 from app.domain.agent.conns import AGENT_CONN_PREFIX
 from app.domain.algorithms import CATALOGUE, Kind, lookup
-from app.domain.errors import InvalidInput
+from app.domain.errors import Conflict, InvalidInput
 
 __all__ = [
     "TRANSITIONS",
@@ -55,27 +55,31 @@ class TunnelState(StrEnum):
     NONCOMPLIANT = "noncompliant"
 
 
+#: The moves a tunnel's record may make. A set-up goes requested → negotiated → configuring → up
+#: (recorded once up); afterwards the monitor moves it between up and down as charon reports, a
+#: re-key marks it noncompliant or moves it to a new suite (up again), reconcile finds it up,
+#: restores it (up) or gives up (failed). Every store checks each move against this table.
 TRANSITIONS: dict[TunnelState, frozenset[TunnelState]] = {
     TunnelState.REQUESTED: frozenset({TunnelState.NEGOTIATED, TunnelState.FAILED}),
     TunnelState.NEGOTIATED: frozenset({TunnelState.CONFIGURING, TunnelState.FAILED}),
     TunnelState.CONFIGURING: frozenset({TunnelState.UP, TunnelState.FAILED}),
-    TunnelState.UP: frozenset({TunnelState.DOWN, TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING,
+    TunnelState.UP: frozenset({TunnelState.UP, TunnelState.DOWN, TunnelState.FAILED, TunnelState.CONFIGURING,
                                TunnelState.NONCOMPLIANT}),
-    TunnelState.DOWN: frozenset({TunnelState.CONFIGURING, TunnelState.UP}),
-    TunnelState.FAILED: frozenset({TunnelState.CONFIGURING}),
+    TunnelState.DOWN: frozenset({TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING}),
+    TunnelState.FAILED: frozenset({TunnelState.UP, TunnelState.FAILED, TunnelState.CONFIGURING}),
     TunnelState.NONCOMPLIANT: frozenset({TunnelState.UP, TunnelState.DOWN, TunnelState.FAILED,
                                          TunnelState.NONCOMPLIANT}),
 }
 
 
 def check_transition(current: TunnelState, new: TunnelState) -> TunnelState:
-    """``new`` if the move is allowed.
+    """``new`` if a tunnel in ``current`` may move there.
 
     Raises:
-        InvalidInput: the move is not in :data:`TRANSITIONS`.
+        Conflict: the move is not in :data:`TRANSITIONS`.
     """
     if new not in TRANSITIONS[current]:
-        raise InvalidInput(f"a tunnel cannot go from {current.value} to {new.value}")
+        raise Conflict(f"a tunnel cannot go from {current.value} to {new.value}")
     return new
 
 

@@ -19,33 +19,6 @@ from app.services.ratings import TableCache
 
 __all__ = ["run_negotiation"]
 
-def _peer_policy(peer: PeerIn, stored: Policy | None) -> Policy:
-    base = stored or Policy(name="inline")
-    inline_levels = peer.min_levels or MinLevelsIn()
-    levels = Levels(
-        max(base.min_levels.confidentiality, inline_levels.confidentiality),
-        max(base.min_levels.integrity, inline_levels.integrity),
-        max(base.min_levels.key_exchange, inline_levels.key_exchange),
-    )
-    objectives = base.objectives | parse_objectives(peer.objectives, peer.objective_id)
-    return Policy(
-        name=base.name,
-        description=base.description,
-        min_levels=levels,
-        objectives=objectives,
-        objective_id=peer.objective_id if peer.objective_id is not None else base.objective_id,
-        allow=base.allow,
-        deny=base.deny,
-        traffic=base.traffic,
-        mode=base.mode if peer.mode is None else type(base.mode)(peer.mode),
-        pfs=base.pfs if peer.pfs is None else peer.pfs,
-        strict=base.strict if peer.strict is None else peer.strict,
-        rating_table=peer.rating_table or base.rating_table,
-        ike_lifetime=base.ike_lifetime,
-        child_lifetime=base.child_lifetime,
-    )
-
-
 class _Results:
     """The last few negotiations' results, by everything they depend on.
 
@@ -120,7 +93,11 @@ def _run_negotiation(
     for p in request.peers:
         stored = policies.get(p.policy)[0] if p.policy else None
         stored_policies.append(stored)
-        policy = _peer_policy(p, stored)
+        inline = p.min_levels or MinLevelsIn()
+        policy = (stored or Policy(name="inline")).for_peer(
+            min_levels=Levels(inline.confidentiality, inline.integrity, inline.key_exchange),
+            objectives=parse_objectives(p.objectives, p.objective_id), objective_id=p.objective_id,
+            mode=p.mode, pfs=p.pfs, strict=p.strict, rating_table=p.rating_table)
         resolved.append((p, policy, cache.get(uow.tables, policy.rating_table) if policy.rating_table else table))
     tables = (default, table, *(peer_table for _, _, peer_table in resolved))
     key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))

@@ -93,7 +93,7 @@ def revert_table(*, uow: UnitOfWork, name: str, revision: int, expected_revision
     past, new = revert(uow.tables, name=name, revision=revision, expected_revision=expected_revision,
                        author=author, message=message)
     tell(uow, "rating_table", name, new, author)
-    return RatingTable.from_dict(past.as_dict(), revision=new)
+    return past.at_revision(new)
 
 
 def create_table(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) -> RatingTable:
@@ -101,7 +101,7 @@ def create_table(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) -
     table = RatingTable.from_dict(document)
     revision = uow.tables.create(table, author=author, message="created")
     tell(uow, "rating_table", table.name, revision, author)
-    return RatingTable.from_dict(table.as_dict(), revision=revision)
+    return table.at_revision(revision)
 
 
 def replace_table(
@@ -117,7 +117,7 @@ def replace_table(
         table, expected_revision=expected_revision, author=author, message=message
     )
     tell(uow, "rating_table", name, revision, author)
-    return RatingTable.from_dict(table.as_dict(), revision=revision)
+    return table.at_revision(revision)
 
 
 def update_rating(
@@ -140,7 +140,7 @@ def update_rating(
     revision = repo.update(updated, expected_revision=expected_revision, author=author,
                            message=f"edited {keyword}")
     tell(uow, "rating_table", name, revision, author)
-    return RatingTable.from_dict(updated.as_dict(), revision=revision)
+    return updated.at_revision(revision)
 
 
 def delete_table(*, uow: UnitOfWork, name: str, default_table: str) -> None:
@@ -161,7 +161,7 @@ def import_table(*, uow: UnitOfWork, table: RatingTable, fmt: str, author: str,
         revision = uow.tables.update(table, expected_revision=expected_revision, author=author,
                                      message=f"imported ({fmt})")
     tell(uow, "rating_table", table.name, revision, author)
-    return RatingTable.from_dict(table.as_dict(), revision=revision)
+    return table.at_revision(revision)
 
 
 #: The kind under which shipped rating tables are recorded as loaded.
@@ -187,7 +187,7 @@ def restore_shipped_table(*, uow: UnitOfWork, tables: list[RatingTable], name: s
                                       documents=tables, name_of=_name, name=name, author=author,
                                       message="restored from ratings/")
     tell(uow, "rating_table", name, revision, author)
-    return RatingTable.from_dict(table.as_dict(), revision=revision)
+    return table.at_revision(revision)
 
 
 def _name(table: RatingTable) -> str:

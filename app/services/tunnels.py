@@ -25,7 +25,7 @@ from app.domain.errors import (
     NotFound,
     UnsupportedProtection,
 )
-from app.domain.negotiation import NegotiationResult
+from app.domain.negotiation import Backend, NegotiationResult
 from app.domain.ports import (
     NO_METRICS,
     Metrics,
@@ -37,7 +37,7 @@ from app.domain.ports import (
 )
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
 from app.services import idempotency as idem
-from app.services.inputs import BackendIn, NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
+from app.services.inputs import NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
@@ -56,12 +56,6 @@ __all__ = [
     "result_from",
     "tunnel_status",
 ]
-
-
-def _backend(gateways: Sequence[Gateway]) -> BackendIn:
-    if any(g.backend == "kernel-libipsec" for g in gateways):
-        return BackendIn(name="kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)
-    return BackendIn(name=gateways[0].backend or "strongswan", ah=True, ah_esp_bundle=False, transport=True)
 
 
 def negotiation_inputs(request: TunnelIn) -> dict[str, Any]:
@@ -100,7 +94,7 @@ def negotiate_tunnel(
     body = NegotiationIn.model_validate({
         "rating_table": inputs.get("rating_table"), "traffic": inputs.get("traffic"),
         "peers": [p.model_dump(exclude_none=True) for p in peers],
-        "backend": _backend([initiator] if responder is None else [initiator, responder]).model_dump()})
+        "backend": dataclasses.asdict(Backend.of_ends([g.backend for g in (initiator, responder) if g is not None]))})
     result = run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
     if result.suite.protocol == "none":
         raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")

@@ -14,7 +14,7 @@ import pytest
 from app.adapters import files
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.auth import TokenRecord
-from app.domain.errors import AlreadyExists, NotFound, StaleRevision
+from app.domain.errors import AlreadyExists, Conflict, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.ratings import RatingTable
@@ -194,6 +194,23 @@ def test_gateways_and_tunnels(units: Units) -> None:
                      lambda: uow.tunnels.set_state("abc123", TunnelState.UP, ""), lambda: uow.gateways.delete("x")):
             with pytest.raises(NotFound):
                 call()
+
+
+def test_a_move_the_state_machine_has_not_is_refused_and_changes_nothing(units: Units) -> None:
+    with units() as uow:
+        uow.gateways.create(_gateway("left"))
+        uow.tunnels.add(TunnelRecord(id="sm1", initiator="left", responder=None, local_ts=("10.1.0.0/24",),
+                                     remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}}))
+        uow.tunnels.set_state("sm1", TunnelState.DOWN, "went down")
+        with pytest.raises(Conflict, match="from down to noncompliant"):
+            uow.tunnels.set_state("sm1", TunnelState.NONCOMPLIANT, "an edit")
+        with pytest.raises(Conflict, match="from down to requested"):
+            uow.tunnels.set_state("sm1", TunnelState.REQUESTED, "")
+        got = uow.tunnels.get("sm1")
+        assert (got.state, got.detail) == (TunnelState.DOWN, "went down")
+        uow.tunnels.set_state("sm1", TunnelState.FAILED, "reconcile gave up")
+        uow.tunnels.set_negotiation("sm1", {"suite": {}}, None, "restored")
+        assert uow.tunnels.get("sm1").state is TunnelState.UP
 
 
 def test_tunnels_page_in_creation_order_from_a_key_that_may_be_gone(units: Units) -> None:

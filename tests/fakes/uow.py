@@ -26,7 +26,7 @@ from app.domain.ports import StoredAnswer
 from app.domain.ratings import RatingTable
 from app.domain.revisions import diff_policies, diff_tables
 from app.domain.sessions import SessionRecord
-from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState, check_transition
 
 __all__ = ["FakeDatabase", "FakeUnitOfWork"]
 
@@ -267,11 +267,13 @@ class FakeTunnels(_Store):
 
     def set_state(self, tunnel_id: str, state: TunnelState, detail: str) -> None:
         record = self.get(tunnel_id)
-        self._write()[tunnel_id] = replace(record, state=state, detail=detail, updated_at=_now().isoformat())
+        self._write()[tunnel_id] = replace(record, state=check_transition(record.state, state), detail=detail,
+                                           updated_at=_now().isoformat())
 
     def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
                         detail: str) -> None:
         record = self.get(tunnel_id)
+        check_transition(record.state, TunnelState.UP)
         self._write()[tunnel_id] = replace(record, negotiation=copy.deepcopy(dict(negotiation)),
                                            provenance=copy.deepcopy(dict(provenance)) if provenance else None,
                                            state=TunnelState.UP, detail=detail, updated_at=_now().isoformat())

@@ -27,6 +27,15 @@ class Backend:
     ah_esp_bundle: bool = False
     transport: bool = True
 
+    @classmethod
+    def of_ends(cls, backends: Sequence[str | None]) -> Backend:
+        """What a tunnel between charons with these back ends can do: kernel-libipsec at either
+        end rules out AH and transport mode (ESP in tunnel mode only); strongSwan has no AH+ESP
+        bundles anywhere."""
+        if "kernel-libipsec" in backends:
+            return cls(name="kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)
+        return cls(name=(backends[0] if backends else None) or "strongswan")
+
 
 @dataclass(frozen=True)
 class Peer:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
 from app.domain.errors import AlreadyExists, NotFound
-from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
 
 __all__ = ["GatewayRepository", "TunnelRepository"]
 
@@ -193,9 +193,11 @@ class TunnelRepository:
 
         Raises:
             NotFound: No such tunnel.
+            Conflict: the tunnel's state machine has no such move.
         """
         row = self._row(tunnel_id)
-        row.state, row.detail, row.updated_at = state.value, detail, utcnow()
+        row.state = check_transition(TunnelState(row.state), state).value
+        row.detail, row.updated_at = detail, utcnow()
         self.session.flush()
 
     def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
@@ -206,8 +208,9 @@ class TunnelRepository:
             NotFound: No such tunnel.
         """
         row = self._row(tunnel_id)
+        row.state = check_transition(TunnelState(row.state), TunnelState.UP).value
         row.negotiation, row.provenance = dict(negotiation), dict(provenance) if provenance is not None else None
-        row.state, row.detail, row.updated_at = TunnelState.UP.value, detail, utcnow()
+        row.detail, row.updated_at = detail, utcnow()
         self.session.flush()
 
     def delete(self, tunnel_id: str) -> None:
