@@ -50,11 +50,13 @@ __all__ = ["AgentConfig", "ClientConfig", "Party", "TargetRole", "load_client_co
 Ident = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
 
 
-class _Strict(BaseModel):
+class _Config(BaseModel):
+    """A part of the agent's YAML config: unknown keys refused, read-only once loaded."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Party(_Strict):
+class Party(_Config):
     """Another party's public keys (inline or from its ``.pub.json``), and where to reach it."""
 
     url: Annotated[str, Field(pattern=r"^(local|https?://[A-Za-z0-9.:\[\]_-]+(/[A-Za-z0-9._/-]*)?)$")] | None = None
@@ -77,11 +79,11 @@ class Party(_Strict):
         return crypto.public_keys(self.sign_public_key or "", self.kem_public_key or "")
 
 
-class HostRole(_Strict):
+class HostRole(_Config):
     targets: Annotated[dict[Ident, Party], Field(min_length=1, max_length=64)]
 
 
-class TargetRole(_Strict):
+class TargetRole(_Config):
     hosts: Annotated[dict[Ident, Party], Field(min_length=1, max_length=64)]
     vici_socket: Annotated[str, Field(pattern=r"^/[A-Za-z0-9_./-]{1,106}$")]
     ike_address: str
@@ -112,7 +114,7 @@ class TargetRole(_Strict):
         return str(net)
 
 
-class AgentConfig(_Strict):
+class AgentConfig(_Config):
     """A server's agent configuration."""
 
     id: Ident
@@ -138,7 +140,7 @@ class AgentConfig(_Strict):
         return (self.target.identity if self.target and self.target.identity else f"{self.id}.qoss")
 
 
-class ClientConfig(_Strict):
+class ClientConfig(_Config):
     """The client's agent configuration."""
 
     user: Ident
@@ -161,7 +163,7 @@ class ClientConfig(_Strict):
         return _HostRef.model_validate(self.host)
 
 
-class _HostRef(_Strict):
+class _HostRef(_Config):
     id: Ident
     url: Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.:\[\]_-]+(/[A-Za-z0-9._/-]*)?$")]
     public_key_file: Path | None = None

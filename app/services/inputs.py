@@ -18,6 +18,7 @@ __all__ = [
     "MinLevelsIn",
     "NegotiationIn",
     "PeerIn",
+    "Strict",
     "TrafficIn",
     "TunnelIn",
     "TunnelPeerIn",
@@ -29,13 +30,14 @@ Level = Annotated[int, Field(ge=0, le=10)]
 Cidr = Annotated[str, Field(min_length=1, max_length=64)]
 
 
-class _Strict(BaseModel):
-    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
+class Strict(BaseModel):
+    """The base of every request document (API and command line): unknown fields refused; no
+    coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class MinLevelsIn(_Strict):
+class MinLevelsIn(Strict):
     """Minimum security levels (0-10); an absent level is 0."""
 
     confidentiality: Level = 0
@@ -43,14 +45,14 @@ class MinLevelsIn(_Strict):
     key_exchange: Level = 0
 
 
-class TrafficIn(_Strict):
+class TrafficIn(Strict):
     """The traffic profile: typical packet size, needed throughput."""
 
     packet_size: Annotated[int, Field(ge=20, le=65535)] = 1400
     min_throughput_mbps: Annotated[float, Field(ge=0, le=1e6)] | None = None
 
 
-class BackendIn(_Strict):
+class BackendIn(Strict):
     """What the data plane can do; the default is strongSwan with kernel-netlink."""
 
     name: Annotated[str, Field(min_length=1, max_length=64)] = "strongswan"
@@ -59,7 +61,7 @@ class BackendIn(_Strict):
     transport: bool = True
 
 
-class PeerIn(_Strict):
+class PeerIn(Strict):
     """One party. Inline fields combine with a named stored policy: levels take the
     maximum, objectives and forbidden algorithms the union; inline flags override."""
 
@@ -76,7 +78,7 @@ class PeerIn(_Strict):
     mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] | None = None
 
 
-class NegotiationIn(_Strict):
+class NegotiationIn(Strict):
     """A negotiation request (POST /v1/negotiations, ``qoss negotiate``)."""
 
     rating_table: Name | None = None
@@ -86,7 +88,7 @@ class NegotiationIn(_Strict):
     alternatives: Annotated[int, Field(ge=0, le=20)] = 5
 
 
-class GatewayIn(_Strict):
+class GatewayIn(Strict):
     """A strongSwan instance to drive."""
 
     name: Name
@@ -99,7 +101,7 @@ class GatewayIn(_Strict):
 Identity = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")]
 
 
-class TunnelPeerIn(_Strict):
+class TunnelPeerIn(Strict):
     """An unmanaged far end: an IKEv2 gateway qoss does not drive, set up by its own administrator.
 
     Its administrator configures it with ``psk``, its own ``identity`` and qoss's
@@ -128,7 +130,7 @@ class TunnelPeerIn(_Strict):
         return value
 
 
-class TunnelIn(_Strict):
+class TunnelIn(Strict):
     """A tunnel from a registered gateway to another one (``responder``) or to an unmanaged ``peer``."""
 
     initiator: Name

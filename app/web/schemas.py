@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.services.inputs import MinLevelsIn, NegotiationIn, TrafficIn
+from app.services.inputs import MinLevelsIn, NegotiationIn, Strict, TrafficIn
 
 __all__ = [
     "NO_NUL",
@@ -34,12 +34,6 @@ Short = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 
 
-class _Strict(BaseModel):
-    """Unknown fields refused; no coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 class ErrorOut(BaseModel):
     error: str
     detail: Any
@@ -58,7 +52,7 @@ class AlgorithmOut(BaseModel):
     description: str
 
 
-class MeasurementIn(_Strict):
+class MeasurementIn(Strict):
     """Where a row's numbers come from (bounds far beyond any real measurement)."""
 
     throughput_mbps: Annotated[float, Field(ge=0, le=1e9)] | None = None
@@ -72,7 +66,7 @@ class MeasurementIn(_Strict):
     spread: Annotated[float, Field(ge=0, le=1e9)] | None = None
 
 
-class RatingIn(_Strict):
+class RatingIn(Strict):
     algorithm: Annotated[str, Field(min_length=1, max_length=64, pattern=NO_NUL)]
     confidentiality: Level | None = None
     integrity: Level | None = None
@@ -84,7 +78,7 @@ class RatingIn(_Strict):
     measurement: MeasurementIn | None = None
 
 
-class RatingPatch(_Strict):
+class RatingPatch(Strict):
     """Fields of one row to change; absent fields keep their value."""
 
     confidentiality: Level | None = None
@@ -97,7 +91,7 @@ class RatingPatch(_Strict):
     measurement: MeasurementIn | None = None
 
 
-class RatingTableIn(_Strict):
+class RatingTableIn(Strict):
     name: Name
     description: Text = ""
     source: Text = ""
@@ -112,7 +106,7 @@ class RatingTableOut(BaseModel):
     ratings: list[dict[str, Any]]
 
 
-class RevertIn(_Strict):
+class RevertIn(Strict):
     """Go back to a past revision: a new revision with its content."""
 
     revision: Annotated[int, Field(ge=1, le=2**31 - 1, description="the revision whose content to restore")]
@@ -127,7 +121,7 @@ class RevisionOut(BaseModel):
     changes: list[dict[str, Any]] | None = None
 
 
-class PolicyIn(_Strict):
+class PolicyIn(Strict):
     name: Name
     description: Text = ""
     min_levels: MinLevelsIn | None = None
