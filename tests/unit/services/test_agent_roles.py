@@ -1,5 +1,5 @@
-"""The agent's Host and Target roles on the fakes (``tests/fakes/agent_store.py``,
-``tests/fakes/agent_vici.py``, the in-memory unit of work): no database, no charon, no socket.
+"""The agent's Host and Target roles on the fakes (``tests/fakes/agent_store.py``, the VICI
+wire fake ``tests/fakes/fake_charon.py``, the in-memory unit of work): no database, no charon.
 Connect, replay, disconnect, revocation, a refused load, expiry and reconcile, each checked in
 the store and in what charon holds. The same roles against SQLite and a real charon:
 ``tests/integration/agent``."""
@@ -7,12 +7,13 @@ the store and in what charon holds. The same roles against SQLite and a real cha
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair
+from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, agent_conn_name
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
@@ -23,13 +24,27 @@ from app.services.agent_target import TargetAgent
 from app.services.agent_target_sessions import RECONCILE_GRACE
 from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
-from tests.fakes.agent_vici import FakeAgentCharon
+from tests.fakes.fake_charon import FakeCharon
 from tests.fakes.uow import FakeDatabase
 
 SERVER = KeyPair.generate("hq")
 TARGET = KeyPair.generate("far")
 ALICE = KeyPair.generate("alice")
 POOL = "10.3.8.0/29"
+
+
+def gateway(path: str) -> ViciGateway:
+    return ViciGateway(path, timeout=2.0)
+
+
+def loads(charon: FakeCharon) -> list[str]:
+    """The commands that changed what ``charon`` holds, in order."""
+    return [c for c in charon.commands if c.startswith(("load-", "unload-"))]
+
+
+def empty(charon: FakeCharon) -> bool:
+    """Nothing of the agent's is loaded."""
+    return not (charon.conns or charon.shared or charon.pools)
 
 
 class Clock:
@@ -43,25 +58,27 @@ class Clock:
 class Roles:
     """Host and Target in one process (``url: local``) on the fakes, and alice's client."""
 
-    def __init__(self, database: FakeDatabase, tmp_path: Path) -> None:
+    def __init__(self, database: FakeDatabase, tmp_path: Path, stack: ExitStack) -> None:
         self.clock = Clock()
         self.store = FakeAgentStore()
-        self.charon = FakeAgentCharon()
+        self.charon = stack.enter_context(FakeCharon(tmp_path / "target.vici"))
+        self.client_charon = stack.enter_context(FakeCharon(tmp_path / "client.vici"))
         me = Party(**SERVER.public.as_dict())
         config = AgentConfig(
             id="hq", key_dir=tmp_path, host=HostRole(targets={"hq": Party(url="local", **SERVER.public.as_dict())}),
-            target=TargetRole(hosts={"hq": me}, vici_socket="/run/fake.vici", ike_address="10.99.0.3",
+            target=TargetRole(hosts={"hq": me}, vici_socket=self.charon.socket_path, ike_address="10.99.0.3",
                               protected=["10.3.0.1/32"], pool=POOL))
         self.target = TargetAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, units=database.unit,
-                                  vici=self.charon, cache=TableCache(), default_table="standards-2026",
+                                  vici=gateway, cache=TableCache(), default_table="standards-2026",
                                   clock=self.clock)
         self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
                               post=self._unreachable, clock=self.clock)
         self.client = AgentClient(
             config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
                                                                       **SERVER.public.as_dict()},
-                                targets={"hq": me}, vici_socket="/run/client.vici", state_dir=tmp_path / "state"),
-            keys=ALICE, crypto=CRYPTO, vici=FakeAgentCharon()("/run/client.vici"), post=self._unreachable,
+                                targets={"hq": me}, vici_socket=self.client_charon.socket_path,
+                                state_dir=tmp_path / "state"),
+            keys=ALICE, crypto=CRYPTO, vici=gateway(self.client_charon.socket_path), post=self._unreachable,
             clock=self.clock)
         self.host.enroll(user_id="alice", objectives=[1, 3], **ALICE.public.as_dict())
 
@@ -98,29 +115,40 @@ def rejected(reason: str) -> Iterator[None]:
 
 
 @pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Roles:
-    return Roles(database, tmp_path)
+def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
+    with ExitStack() as stack:
+        yield Roles(database, tmp_path, stack)
 
 
-def test_a_connect_is_recorded_leased_and_loaded_into_charon_in_one_write(roles: Roles) -> None:
+def writes(caplog: pytest.LogCaptureFixture) -> list[list[str]]:
+    """The commands the Target's charon got in each pipelined write, from the gateway's log."""
+    return [r.getMessage().split()[1].split(",") for r in caplog.records
+            if r.name == "app.adapters.vici.gateway" and r.getMessage().endswith("(pipelined)")
+            and "target.vici" in r.getMessage()]
+
+
+def test_a_connect_is_recorded_leased_and_loaded_into_charon_in_one_write(roles: Roles,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG", logger="app.adapters.vici.gateway")
     ticket, protection = roles.connect()
     conn = agent_conn_name(ticket)
     state, vip, leased = roles.session(ticket)
     assert (protection, state) == ("esp", "active")
     assert vip is not None
     assert leased == {vip}
-    assert roles.charon.pools == {conn: f"{vip}/32"}
+    assert roles.charon.pools == {conn: {"addrs": f"{vip}/32"}}
     assert set(roles.charon.conns) == set(roles.charon.shared) == {conn}
-    assert roles.charon.writes == [["LoadShared", "LoadConn"], ["LoadPool"]]  # no lease hint yet
+    assert writes(caplog) == [["load-shared", "load-conn"], ["load-pool"]]  # no lease hint yet
     roles.connect()
-    assert roles.charon.writes[-1] == ["LoadShared", "LoadConn", "LoadPool"]  # the pool on the hint
+    assert writes(caplog)[-1] == ["load-shared", "load-conn", "load-pool"]  # the pool on the hint
+    assert loads(roles.charon) == ["load-shared", "load-conn", "load-pool"] * 2
 
 
 def test_a_native_connect_configures_nothing(roles: Roles) -> None:
     ticket, protection = roles.connect(objective_id=1)
     assert protection == "native"
-    assert roles.charon.empty
-    assert roles.charon.writes == []
+    assert empty(roles.charon)
+    assert loads(roles.charon) == []
     with roles.store.unit() as uow:
         assert uow.sessions.get(ticket) is None
 
@@ -150,7 +178,7 @@ def test_a_disconnect_closes_the_session_releases_the_lease_and_unloads(roles: R
     assert roles.disconnect(ticket) is Kind.CLOSED
     assert roles.session(ticket)[0] == "closed"
     assert roles.session(ticket)[2] == set()
-    assert roles.charon.empty
+    assert empty(roles.charon)
     with rejected("target rejected: ticket unknown"):
         roles.disconnect(ticket)
 
@@ -160,19 +188,21 @@ def test_revoking_a_user_ends_their_sessions_and_refuses_their_key(roles: Roles)
     result = roles.host.revoke("alice")
     assert result["targets"] == {"hq": "confirmed: 1 tunnels closed"}
     assert roles.session(ticket)[0] == "revoked"
-    assert roles.charon.empty
+    assert empty(roles.charon)
     assert [r["user_id"] for r in roles.target.revocations()] == ["alice"]
     with rejected("revoked user alice"):
         roles.connect()
 
 
 def test_a_load_charon_refuses_unloads_the_others_and_fails_the_session(roles: Roles) -> None:
-    roles.charon.refuse["LoadPool"] = "bad address"
+    roles.charon.fail("load-pool", "bad address")
     with pytest.raises(GatewayRejected, match="bad address"):
         roles.connect()
-    assert roles.charon.empty
+    assert empty(roles.charon)
     [failed] = roles.target.sessions()
-    assert (failed["state"], failed["reason"]) == ("failed", "charon: LoadPool refused: bad address")
+    assert failed["state"] == "failed"
+    assert failed["reason"].startswith("charon: ")
+    assert "bad address" in failed["reason"]
     assert roles.session(failed["ticket"])[2] == set()
 
 
@@ -181,7 +211,7 @@ def test_the_sweep_ends_expired_sessions(roles: Roles) -> None:
     roles.clock.now += 3600 + 1
     assert roles.target.sweep() == [ticket]
     assert roles.session(ticket)[0] == AgentSessionState.EXPIRED.value
-    assert roles.charon.empty
+    assert empty(roles.charon)
 
 
 def test_reconcile_unloads_orphans_seen_twice_and_ends_sessions_whose_conn_vanished(roles: Roles) -> None:
@@ -196,14 +226,15 @@ def test_reconcile_unloads_orphans_seen_twice_and_ends_sessions_whose_conn_vanis
     assert "qoss-agent-orphan" not in roles.charon.conns
 
 
-def test_host_endorses_to_a_remote_target_that_opens_and_answers(database: FakeDatabase, tmp_path: Path) -> None:
-    roles = Roles(database, tmp_path)
-    target_store, charon = FakeAgentStore(), FakeAgentCharon()
+def test_host_endorses_to_a_remote_target_that_opens_and_answers(roles: Roles, database: FakeDatabase,
+                                                                  tmp_path: Path) -> None:
+    target_store = FakeAgentStore()
+    charon = FakeCharon(tmp_path / "far.vici").start()
     far = TargetAgent(
         config=AgentConfig(id="far", key_dir=tmp_path, target=TargetRole(
-            hosts={"hq": Party(**SERVER.public.as_dict())}, vici_socket="/run/far.vici", ike_address="10.99.0.4",
+            hosts={"hq": Party(**SERVER.public.as_dict())}, vici_socket=charon.socket_path, ike_address="10.99.0.4",
             protected=["10.4.0.1/32"], pool=POOL)),
-        keys=TARGET, crypto=CRYPTO, store=target_store, units=database.unit, vici=charon, cache=TableCache(),
+        keys=TARGET, crypto=CRYPTO, store=target_store, units=database.unit, vici=gateway, cache=TableCache(),
         default_table="standards-2026", clock=roles.clock)
     posted: list[str] = []
 
@@ -216,7 +247,7 @@ def test_host_endorses_to_a_remote_target_that_opens_and_answers(database: FakeD
         keys=SERVER, crypto=CRYPTO, store=roles.store, post=post, clock=roles.clock)
     client = AgentClient(
         config=roles.client.config.model_copy(update={"targets": {"far": Party(**TARGET.public.as_dict())}}),
-        keys=ALICE, crypto=CRYPTO, vici=FakeAgentCharon()("/run/client.vici"), post=post, clock=roles.clock)
+        keys=ALICE, crypto=CRYPTO, vici=gateway(roles.client_charon.socket_path), post=post, clock=roles.clock)
     supports = tuple(sorted(keywords_from_charon(charon.algorithms)))
     request, wire = client.request(Kind.CONNECT, RequestInfo(target="far", supports=supports), 3)
     response = client.accept(host.handle(wire).answer, request)
@@ -225,3 +256,4 @@ def test_host_endorses_to_a_remote_target_that_opens_and_answers(database: FakeD
     assert set(charon.conns) == {agent_conn_name(response.tunneling_info.ticket)}
     with target_store.unit() as uow:
         assert [s.user_id for s in uow.sessions.select()] == ["alice"]
+    charon.stop()

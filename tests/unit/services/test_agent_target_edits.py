@@ -4,6 +4,8 @@ sessions an edit leaves below their minimums."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,8 +27,9 @@ MINIMUMS = {"confidentiality": 6}
 
 
 @pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Roles:
-    return Roles(database, tmp_path)
+def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
+    with ExitStack() as stack:
+        yield Roles(database, tmp_path, stack)
 
 
 def _connect(roles: Roles, min_levels: dict[str, int] | None = None) -> str:
