@@ -1,18 +1,36 @@
-"""Bring a database to a usable state: migrate, then load the shipped tables and policies once."""
+"""What every entry point (the API's app factory, the command line, the lab) builds from the
+settings, built one way: the database engine, the charons' factory, and a database brought to a
+usable state (migrated, the shipped tables and policies loaded once)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
 
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import upgrade
 from app.adapters.db.unit_of_work import SqlUnitOfWork
+from app.adapters.vici.gateway import ViciGateway
 from app.services.policies import load_shipped_policies
 from app.services.ratings import load_shipped_tables
 from app.settings import Settings
 
-__all__ = ["Prepared", "prepare_database"]
+__all__ = ["Prepared", "charons", "engine_for", "prepare_database"]
+
+
+def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engine:
+    """The database engine of ``settings`` (``writes=False``: SQLite's read-only engine)."""
+    return make_engine(settings.database_url, writes=writes, fast_paths=settings.fast_paths, **pool)
+
+
+def charons(settings: Settings) -> Callable[[str], ViciGateway]:
+    """A charon by its VICI socket path, answering within ``settings.vici_timeout``."""
+    timeout = settings.vici_timeout
+    return lambda path: ViciGateway(path, timeout)
 
 
 @dataclass(frozen=True)
@@ -35,7 +53,7 @@ def prepare_database(settings: Settings) -> Prepared:
         return Prepared([], [])
     tables = files.load_rating_tables(settings.ratings_dir)
     policies = files.load_policies(settings.policies_dir)
-    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
+    engine = engine_for(settings)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             added_t = load_shipped_tables(uow=uow, tables=tables)

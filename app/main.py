@@ -22,7 +22,7 @@ from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import post_message
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.audit import Auditor, PendingRecord, install
-from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.engine import make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
@@ -46,6 +46,7 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
+from app.bootstrap import engine_for
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -277,9 +278,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         resolved = settings or Settings()
         pool: dict[str, Any] = {"pool_size": resolved.db_pool_size, "max_overflow": resolved.db_pool_overflow,
                 "pool_timeout": resolved.db_pool_timeout}
-        engine = make_engine(resolved.database_url, fast_paths=resolved.fast_paths, **pool)
+        engine = engine_for(resolved, **pool)
         read_engine = (
-            make_engine(resolved.database_url, writes=False, fast_paths=resolved.fast_paths, **pool)
+            engine_for(resolved, writes=False, **pool)
             if resolved.database_url.startswith("sqlite") else engine
         )
         # Blocking work runs in this many threads; the admission limit and the pool are sized

@@ -36,11 +36,12 @@ def _fail(exc: QossError, code: int = 2) -> None:
 def _session_factory(database_url: str | None) -> Any:
     """Sessions on the Host's or Target's database, which must be migrated already: these
     commands set nothing up (``qoss db upgrade`` does; app/cli/db.py says it in one line)."""
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import engine_for
     from app.cli.db import require_database
 
     settings = require_database(database_url)
-    return make_session_factory(make_engine(settings.database_url, fast_paths=settings.fast_paths)), settings
+    return make_session_factory(engine_for(settings)), settings
 
 
 @agent_app.command("keygen")
@@ -105,7 +106,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
     from app.adapters.agent.transport import post_message
     from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.unit_of_work import sql_units_of_work
-    from app.adapters.vici.gateway import ViciGateway
+    from app.bootstrap import charons
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
     from app.services.agent_target import TargetAgent
@@ -123,7 +124,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
         if agent_config.target is not None:
             target = TargetAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store,
                                  units=sql_units_of_work(factory),
-                                 vici=lambda path: ViciGateway(path, settings.vici_timeout),
+                                 vici=charons(settings),
                                  cache=TableCache(), default_table=settings.default_table)
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
                          post=functools.partial(post_message, fast_paths=settings.fast_paths))

@@ -18,11 +18,12 @@ DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABA
 
 def _read_session(database_url: str | None) -> Any:
     """A read-only session on a database at this version's migration head (else one line: app/cli/db.py)."""
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import engine_for
     from app.cli.db import require_database
 
     settings = require_database(database_url)
-    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths, writes=False)
+    engine = engine_for(settings, writes=False)
     return engine, make_session_factory(engine)
 
 

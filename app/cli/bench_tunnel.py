@@ -56,9 +56,9 @@ def _summary(document: dict[str, Any]) -> str:
 
 def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str, backend: str, date: str,
                  database_url: str | None, prior: Mapping[str, float] | None = None) -> dict[str, Any]:
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
     from app.adapters.files import dump_rating_table_yaml
-    from app.bootstrap import prepare_database
+    from app.bootstrap import engine_for, prepare_database
     from app.lab.bench import unit_of_work
     from app.measure.domain.tunnel import tunnel_table
     from app.services.ratings import get_table, import_table
@@ -66,7 +66,7 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
 
     settings = Settings(database_url=database_url) if database_url else Settings()
     prepare_database(settings)
-    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
+    engine = engine_for(settings)
     try:
         with unit_of_work(make_session_factory(engine)) as uow:
             table = tunnel_table(name=name, base=get_table(uow=uow, name=base), runs=runs,

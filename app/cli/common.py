@@ -36,13 +36,13 @@ def fail(exc: QossError, code: int = 2) -> None:
 def prepared(database_url: str | None) -> Iterator[tuple[Any, Any]]:
     """The settings and one unit of work on the database, migrated and loaded as at a start;
     committed when the block ends without an error. A refusal exits with its message."""
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
     from app.adapters.db.unit_of_work import SqlUnitOfWork
-    from app.bootstrap import prepare_database
+    from app.bootstrap import engine_for, prepare_database
 
     settings = settings_of(database_url)
     prepare_database(settings)
-    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
+    engine = engine_for(settings)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             yield settings, uow
@@ -67,12 +67,13 @@ class Unit:
         self.settings = setup_database(database_url)[0] if setup else settings_of(database_url)
 
     def run(self, fn: Any, **kw: Any) -> Any:
-        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.adapters.db.engine import make_session_factory
         from app.adapters.db.unit_of_work import SqlUnitOfWork
         from app.adapters.vici.gateway import ViciGateway
+        from app.bootstrap import engine_for
         from app.services.ratings import TableCache
 
-        engine = make_engine(self.settings.database_url, fast_paths=self.settings.fast_paths)
+        engine = engine_for(self.settings)
         timeout = self.settings.vici_timeout
         try:
             with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
@@ -88,10 +89,11 @@ class Unit:
     def agent_sessions(self) -> list[Any]:
         """The active agent sessions in this database (what an edit's dry run assesses beside the tunnels)."""
         from app.adapters.db.agent_store import SqlAgentStore
-        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.adapters.db.engine import make_session_factory
+        from app.bootstrap import engine_for
         from app.services.agent_target_edits import active_sessions
 
-        engine = make_engine(self.settings.database_url, fast_paths=self.settings.fast_paths)
+        engine = engine_for(self.settings)
         try:
             return active_sessions(SqlAgentStore(make_session_factory(engine)))
         finally:
@@ -100,15 +102,15 @@ class Unit:
     def rekey(self, cause: str) -> dict[str, Any]:
         """After a committed edit: negotiate the running tunnels again and move those below their
         minimums (in this process, as a running service would); what was found and done."""
-        from app.adapters.db.engine import make_engine, make_session_factory
+        from app.adapters.db.engine import make_session_factory
         from app.adapters.db.unit_of_work import sql_units_of_work
-        from app.adapters.vici.gateway import ViciGateway
+        from app.bootstrap import charons, engine_for
         from app.services.rekey import Rekeyer
 
         s = self.settings
-        engine = make_engine(s.database_url, fast_paths=s.fast_paths)
+        engine = engine_for(s)
         rekeyer = Rekeyer(units=sql_units_of_work(make_session_factory(engine)),
-                          vici=lambda p: ViciGateway(p, s.vici_timeout), default_table=s.default_table,
+                          vici=charons(s), default_table=s.default_table,
                           cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
                           teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain)
         try:

@@ -92,8 +92,9 @@ def negotiate(
     """Negotiate exactly as POST /v1/negotiations does; the answer is JSON on stdout."""
     from pydantic import ValidationError
 
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
     from app.adapters.db.unit_of_work import SqlUnitOfWork
+    from app.bootstrap import engine_for
     from app.services.inputs import NegotiationIn
     from app.services.negotiation import run_negotiation
     from app.services.ratings import TableCache
@@ -104,7 +105,7 @@ def negotiate(
         typer.echo(json.dumps({"error": "ValidationError", "detail": json.loads(exc.json())}, indent=2), err=True)
         raise typer.Exit(2) from exc
     settings = settings_of(database_url)
-    engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
+    engine = engine_for(settings)
     try:
         with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
             result = run_negotiation(uow=uow, cache=TableCache(), request=body, default_table=settings.default_table)

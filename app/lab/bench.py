@@ -165,9 +165,8 @@ class BenchLab:
 @contextlib.contextmanager
 def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iterator[BenchLab]:
     """A lab under a unique prefix and a database; everything is torn down on exit."""
-    from app.adapters.db.engine import make_engine, make_session_factory
-    from app.adapters.vici.gateway import ViciGateway
-    from app.bootstrap import prepare_database
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import charons, engine_for, prepare_database
     from app.lab.hosts import Lab
     from app.services import gateways
     from app.services.inputs import GatewayIn
@@ -182,7 +181,7 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
     names: list[str] = []
     try:
         prepare_database(settings)
-        engine = make_engine(settings.database_url, fast_paths=settings.fast_paths)
+        engine = engine_for(settings)
         sessions = make_session_factory(engine)
         lab.up()
         left, right = lab.host("left"), lab.host("right")
@@ -192,7 +191,7 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
                                      ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
             with unit_of_work(sessions) as uow:
                 registered.append(gateways.register_gateway(
-                    uow=uow, vici=lambda p: ViciGateway(p, settings.vici_timeout), body=body,
+                    uow=uow, vici=charons(settings), body=body,
                     allowed_socket_dirs=[lab.state_dir]))
             names.append(body.name)
         yield BenchLab(lab, left, right, (registered[0], registered[1]), settings, sessions)
