@@ -29,8 +29,8 @@ def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engin
 
 def charons(settings: Settings) -> Callable[[str], ViciGateway]:
     """A charon by its VICI socket path, answering within ``settings.vici_timeout``."""
-    timeout = settings.vici_timeout
-    return lambda path: ViciGateway(path, timeout)
+    timeout, pipelining = settings.vici_timeout, settings.fast_paths
+    return lambda path: ViciGateway(path, timeout, pipelining=pipelining)
 
 
 @dataclass(frozen=True)

@@ -312,7 +312,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             0.0 if resolved.database_url.startswith("postgresql") else 1.0))
         timeout = resolved.vici_timeout
         CONTROL_SLOTS.configure(resolved.charon_control_calls)
-        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port))
+        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port,
+                                                                            pipelining=resolved.fast_paths))
         # Charon's up/down events, one connection per charon: set-ups read their SAs from them
         # (unless sa_reports is off) and the tunnel monitor is told by them.
         app.state.sa_events = SaEventHub(metrics=metrics_port)

@@ -61,12 +61,18 @@ def _is_json(request: Request) -> bool:
 
 
 class UniqueKeysRequest(Request):
-    """A request whose ``json()`` is :func:`loads` (parsed once, then cached)."""
+    """A request whose ``json()`` is :func:`loads` (parsed once, then cached): FastAPI reads a
+    body through the public ``Request.json()``, and a route swaps its request for this one as
+    FastAPI's "custom Request class" recipe does (:class:`app.web.routing.QossRoute`)."""
+
+    _document: Any
 
     async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            self._json = loads(await self.body())
-        return self._json
+        try:
+            return self._document
+        except AttributeError:
+            self._document = loads(await self.body())
+            return self._document
 
 
 async def parse_json_body(request: UniqueKeysRequest) -> None:

@@ -101,8 +101,12 @@ class ViciGateway:
     """
 
     def __init__(self, socket_path: str, timeout: float = 10.0, connect: Connect = unix_connect,
-                 pool: SessionPool | None = POOL, metrics: Metrics = NO_METRICS) -> None:
+                 pool: SessionPool | None = POOL, metrics: Metrics = NO_METRICS, pipelining: bool = True) -> None:
         self.metrics = metrics
+        #: Several commands written to charon's socket in one go (the vici package's transport,
+        #: below its public ``Session``: app/adapters/vici/pipeline.py); False: one request at a
+        #: time through ``Session`` alone (QOSS_FAST_PATHS=false).
+        self.pipelining = pipelining
         self.socket_path = socket_path
         self.timeout = timeout
         self._connect = connect
@@ -232,7 +236,7 @@ class ViciGateway:
         release = self._control_slot(names, self.timeout) if control else None
         try:
             replies = self._run(wire[0].name if repeatable else names, self.timeout,
-                                lambda session: pipelined(session, wire))
+                                lambda session: pipelined(session, wire, wire=self.pipelining))
         except Exception as exc:
             self._fail(exc, names, self.timeout, secrets=secrets)
         finally:
@@ -495,7 +499,7 @@ class Pipeline:
                 held = pool.take(self._key) if pool is not None else None
                 if held is not None:
                     try:
-                        self._early(send_commands(held.session, commands), commands)
+                        self._early(send_commands(held.session, commands, wire=g.pipelining), commands)
                         self._held = held
                         return
                     except OSError as exc:
@@ -505,7 +509,7 @@ class Pipeline:
                         _log.debug("vici %s on %s: reused session failed (%s), once more on a new one",
                                    names, g.socket_path, type(exc).__name__)
                 self._held = _Held(g._connect, g.socket_path, g.timeout)
-            self._early(send_commands(self._held.session, commands), commands)
+            self._early(send_commands(self._held.session, commands, wire=g.pipelining), commands)
         except Exception as exc:
             self._broken = True
             g._fail(exc, names, g.timeout, secrets=self._secrets)

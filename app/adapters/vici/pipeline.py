@@ -30,12 +30,12 @@ class StreamFailed(vici.exception.CommandException):  # type: ignore[misc]
         self.events = events
 
 
-def send_commands(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception] | None:
+def send_commands(session: ViciSession, commands: Sequence[Command], *, wire: bool = True) -> list[Mapping[str, Any] | Exception] | None:
     """Write ``commands`` in one go (the ``vici`` package's session), a streamed one between the
     registration and the unregistration of its event: None, the replies are read by
     :func:`_receive`. Any other session (a test's) is asked one command at a time: its replies
     (or :class:`vici.exception.CommandException`) at once."""
-    transport = getattr(session, "transport", None)
+    transport = getattr(session, "transport", None) if wire else None
     if transport is None:
         out: list[Mapping[str, Any] | Exception] = []
         for command in commands:
@@ -107,10 +107,11 @@ def receive_replies(session: ViciSession, commands: Sequence[Command]) -> list[M
     return replies
 
 
-def pipelined(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
+def pipelined(session: ViciSession, commands: Sequence[Command], *, wire: bool = True
+              ) -> list[Mapping[str, Any] | Exception]:
     """Every command's raw reply, or its :class:`vici.exception.CommandException`, in order:
     all requests written first, then the replies read."""
-    early = send_commands(session, commands)
+    early = send_commands(session, commands, wire=wire)
     return early if early is not None else receive_replies(session, commands)
 
 
