@@ -30,11 +30,13 @@ class StreamFailed(vici.exception.CommandException):  # type: ignore[misc]
         self.events = events
 
 
-def send_commands(session: ViciSession, commands: Sequence[Command], *, wire: bool = True) -> list[Mapping[str, Any] | Exception] | None:
+def send_commands(session: ViciSession, commands: Sequence[Command], *, wire: bool = True
+                  ) -> list[Mapping[str, Any] | Exception] | None:
     """Write ``commands`` in one go (the ``vici`` package's session), a streamed one between the
     registration and the unregistration of its event: None, the replies are read by
-    :func:`_receive`. Any other session (a test's) is asked one command at a time: its replies
-    (or :class:`vici.exception.CommandException`) at once."""
+    :func:`receive_replies`. Any other session (a test's), or any session when ``wire`` is false
+    (QOSS_FAST_PATHS=false), is asked one command at a time through its public ``request``: its
+    replies (or :class:`vici.exception.CommandException`) at once."""
     transport = getattr(session, "transport", None) if wire else None
     if transport is None:
         out: list[Mapping[str, Any] | Exception] = []
