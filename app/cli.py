@@ -68,7 +68,10 @@ def serve(
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
     serve_http(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                backlog=settings.listen_backlog, max_connections=settings.connections_held,
-               waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout)
+               waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout,
+               header_timeout=settings.header_timeout, body_timeout=settings.body_timeout,
+               max_connections_per_source=settings.max_connections_per_source,
+               trusted_proxies=settings.trusted_proxies)
 
 
 @db_app.command("upgrade")
@@ -150,11 +153,12 @@ def ratings_import(
     if (path is None) == (shipped is None):
         raise typer.BadParameter("give a file to import or --shipped NAME, not both")
     kind = fmt or ("csv" if path and path.endswith(".csv") else "yaml")
+    text = read_input(path) if path is not None else ""  # before the database: a refusal changes nothing
     with prepared(database_url) as (settings, uow):
         if shipped is not None:
             table = restore_shipped_table(uow=uow, tables=files.load_rating_tables(settings.ratings_dir), name=shipped)
         else:
-            table = import_table(uow=uow, table=files.parse_rating_table(read_input(path or "-"), kind, name=name),
+            table = import_table(uow=uow, table=files.parse_rating_table(text, kind, name=name),
                                  fmt=kind, author=author, expected_revision=revision)
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
 
@@ -275,12 +279,13 @@ def policies_import(
 
     if (path is None) == (shipped is None):
         raise typer.BadParameter("give a file to import or --shipped NAME, not both")
+    text = read_input(path) if path is not None else ""  # before the database: a refusal changes nothing
     with prepared(database_url) as (settings, uow):
         if shipped is not None:
             policy, revision = restore_shipped_policy(
                 uow=uow, policies=files.load_policies(settings.policies_dir), name=shipped)
         else:
-            document = files.parse_policy_yaml(read_input(path or "-")).as_dict()
+            document = files.parse_policy_yaml(text).as_dict()
             policy, revision = create_policy(uow=uow, document=document, author=author)
     typer.echo(json.dumps({"name": policy.name, "revision": revision}))
 
@@ -322,7 +327,8 @@ def tunnel_up(
     rating_table: Annotated[str | None, typer.Option(help="negotiating rating table")] = None,
     peer: Annotated[str | None, typer.Option(help="IKE address of an unmanaged peer (instead of RESPONDER)")] = None,
     peer_id: Annotated[str | None, typer.Option(help="the peer's IKE identity (default: its address)")] = None,
-    psk_file: Annotated[Path | None, typer.Option(help="file holding the peer's PSK (never on the command line)")]
+    psk_file: Annotated[Path | None, typer.Option(help="file holding the peer's PSK, or - for stdin (never on the "
+                                                      "command line)")]
         = None,
     remote_ts: Annotated[list[str] | None, typer.Option(help="the peer's protected networks (repeatable)")] = None,
     database_url: DbUrl = None,
@@ -338,7 +344,7 @@ def tunnel_up(
         if peer is not None:
             if psk_file is None:
                 raise typer.BadParameter("--peer needs --psk-file")
-            psk = psk_file.read_text().strip()
+            psk = read_input(str(psk_file)).strip()  # a regular file of at most 1 MiB; errors never quote it
             peer_in = TunnelPeerIn(address=peer, identity=peer_id, psk=SecretStr(psk))
         body = TunnelIn(initiator=initiator, responder=responder, peer=peer_in, remote_ts=remote_ts or None,
                                 policy=policy, rating_table=rating_table,
@@ -346,9 +352,6 @@ def tunnel_up(
                                                        key_exchange=key_exchange))
     except ValidationError as exc:  # the message names fields and rules, never the PSK
         typer.echo("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), err=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.echo(f"cannot read --psk-file: {exc.strerror}", err=True)
         raise typer.Exit(2) from None
     unit = Unit(database_url)
     record = unit.run(tunnels.create_tunnel, request=body, allowed_networks=unit.settings.gateway_networks)

@@ -124,8 +124,8 @@ class Settings(BaseSettings):
                     "backlog, health checks on new connections among them")
     silent_timeout: float = Field(
         default=10.0, gt=0, le=3600,
-        description="seconds a connection in the waiting room may send nothing before it is closed (one that "
-                    "has sent its request waits its turn however long)")
+        description="seconds a new connection may send nothing before it is closed (with max_connections above "
+                    "0; one that has sent its request waits its turn however long)")
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
@@ -189,6 +189,23 @@ class Settings(BaseSettings):
     memory_release_after: float = Field(
         default=15.0, ge=1, le=86_400, description="seconds without a request before the memory release; worker "
         "threads end only once idle for 10 s")
+    header_timeout: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="seconds a client has to send a request's whole head (request line and headers), in total, "
+                    "from its connection's accepting (from the head's first byte on a kept-alive connection); "
+                    "beyond it the connection is closed, with 408 if it had begun. A new connection holds no "
+                    "place under max_connections until its head is in. 0: no deadline")
+    body_timeout: float = Field(
+        default=30.0, ge=0, le=86_400,
+        description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
+                    "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
+                    "deadline")
+    max_connections_per_source: int = Field(
+        default=64, ge=0, le=1_000_000,
+        description="connections one client address (an IPv6 /64) may hold at once, waiting ones included; the "
+                    "next is answered 503 with Retry-After and closed. The address is the socket's peer: "
+                    "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
+                    "with max_connections above 0; 0: no limit")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
