@@ -406,12 +406,21 @@ def token_create(
     plain: Annotated[bool, typer.Option("--plain", help="print only the token")] = False,
     database_url: DbUrl = None,
 ) -> None:
-    """Create a token; it is printed once and never again."""
+    """Create a token; it is printed once and never again. The name, scopes and lifetime follow
+    the rules of POST /v1/tokens (app.domain.auth), checked before the database is opened."""
+    from app.domain.auth import token_lifetime, validate_scopes, validate_token_name
     from app.services.auth import create_token
 
+    wanted = [s.strip() for s in scopes.split(",")]
+    try:
+        validate_token_name(name)
+        validate_scopes(wanted)
+        token_lifetime(expires_in)
+    except QossError as exc:
+        fail(exc)
+
     def make(**kw: Any) -> tuple[str, Any]:
-        return create_token(uow=kw["uow"], name=name, scopes=[s.strip() for s in scopes.split(",")],
-                            expires_in=expires_in, created_by="cli")
+        return create_token(uow=kw["uow"], name=name, scopes=wanted, expires_in=expires_in, created_by="cli")
 
     token, record = Unit(database_url, setup=True).run(make)  # the first admin token: a set-up command
     if plain:
