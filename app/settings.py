@@ -207,6 +207,34 @@ class Settings(BaseSettings):
                     "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
                     "with max_connections above 0; 0: no limit")
 
+    console_origins: Annotated[list[str], NoDecode] = Field(
+        default=[], description="origins (scheme://host[:port], comma-separated in the environment) a browser may "
+        "post the console's sign-in form from besides the one the request itself names (its scheme and Host "
+        "header): the console's public address when a reverse proxy rewrites Host; a sign-in whose Origin is "
+        "neither is 403")
+
+    @field_validator("console_origins", mode="before")
+    @classmethod
+    def _console_origins(cls, value: object) -> object:
+        from urllib.parse import urlsplit  # only this validator parses URLs
+
+        items = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return value
+        origins = []
+        for item in items:
+            parts = urlsplit(str(item))
+            try:
+                port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+            except ValueError:
+                port = None
+            if parts.scheme.lower() not in ("http", "https") or not parts.hostname or port is None or (
+                    parts.path not in ("", "/") or parts.query or parts.fragment or parts.username):
+                raise ValueError(f"console_origins: {str(item)[:64]!r} is not an origin (scheme://host[:port])")
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            origins.append(f"{parts.scheme.lower()}://{host}:{port}")
+        return origins
+
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
         if self.max_writes_in_flight is not None and self.max_writes_in_flight >= self.worker_threads:

@@ -15,7 +15,7 @@ from app.api.errors import status_for
 from app.api.routing import QossRoute
 from app.domain.errors import QossError
 from app.ui.render import page, secure
-from app.ui.session import CsrfRefused, SignInRequired
+from app.ui.session import CsrfRefused, FormRefused, SignInRequired
 
 __all__ = ["ConsoleRoute", "is_htmx"]
 
@@ -62,6 +62,9 @@ class ConsoleRoute(QossRoute):
                 response = _refused(request, 403, "Refused",
                                     "This form was not sent by this console (its CSRF token is missing or wrong). "
                                     "Reload the page and try again.")
+            except FormRefused as exc:
+                request.state.error_name = exc.error
+                response = _refused(request, exc.status, "Cannot read this form", exc.message)
             except QossError as exc:
                 request.state.error_name = type(exc).__name__
                 status = status_for(exc)
