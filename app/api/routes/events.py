@@ -7,6 +7,11 @@ revisions, audit entries. A client sees the events its token's scopes allow (tun
 event has an id; a client that reconnects with ``Last-Event-ID`` (or ``?after=``) gets every
 event after it from the database, so nothing is missed across reconnects, restarts or
 replicas (they share the database). Without either the stream starts at the newest event.
+
+A stream lasts while its token may read it: within a second of the token's revocation or
+expiry (or, for the console's stream, its session's sign-out) it ends with a comment
+``: stream ended: <why>``, and its place is free. A process follows ``max_event_streams``
+streams at most (503 beyond), one token ``max_event_streams_per_token`` (429 beyond).
 """
 
 from __future__ import annotations
@@ -15,19 +20,19 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from app.api.deps import MAX_DB_INT, Principal, require_token
 from app.api.routing import QossRoute
 from app.api.schemas import ErrorOut
 from app.domain.errors import InvalidInput
-from app.services.events import events_after, last_event_id, visible_scopes
-from app.services.ratelimit import Overloaded
+from app.services.events import FollowerGone, StreamFollower, StreamSlots, events_after, last_event_id, stream_scopes
 
 __all__ = ["follow", "router"]
 
@@ -52,7 +57,8 @@ _EVENT_SCHEMA = {"type": "object", "properties": {
 
 @router.get("/events", responses={200: {"content": {_SSE: {"schema": _EVENT_SCHEMA}},
                                         "description": "Server-Sent Events, one per change"},
-                                  401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+                                  401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut},
+                                  503: {"model": ErrorOut}})
 async def stream_events(
     request: Request,
     principal: Annotated[Principal, Depends(require_token)],
@@ -60,27 +66,62 @@ async def stream_events(
                                                        pattern=r"^[0-9]+$")] = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_DB_INT, description="events after this id")] = None,
 ) -> StreamingResponse:
-    """Follow what happens, as Server-Sent Events (``id``, ``event`` = kind, ``data`` = JSON)."""
+    """Follow what happens, as Server-Sent Events (``id``, ``event`` = kind, ``data`` = JSON).
+
+    The stream ends (after a comment saying why) within a second of the token's revocation or
+    expiry; a token follows at most ``max_event_streams_per_token`` streams at once (429).
+    """
     start = after if after is not None else int(last_event_id_header) if last_event_id_header else None
-    return await follow(request, visible_scopes(principal.scopes), start)
+    assert principal.token_id is not None  # require_token: a valid token, never anonymous
+    return await follow(request, StreamFollower(principal.token_id), start)
 
 
-async def follow(request: Request, scopes: frozenset[str] | None, start: int | None) -> StreamingResponse:
-    """The stream of the events ``scopes`` may see after event ``start`` (None: from the newest
+class _EventStream(StreamingResponse):
+    """A stream that gives its place back however it ends: finished, failed, or never begun
+    (a client gone before the first byte)."""
+
+    def __init__(self, frames: AsyncIterator[str], give_back: Callable[[], None]) -> None:
+        super().__init__(frames, media_type=_SSE, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        self._give_back = give_back
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._give_back()
+
+
+def _slots(state: Any) -> StreamSlots:
+    """The process's :class:`StreamSlots` (made on first use, on the event loop)."""
+    slots: StreamSlots | None = getattr(state, "event_stream_slots", None)
+    if slots is None:
+        slots = state.event_stream_slots = StreamSlots()
+    return slots
+
+
+async def follow(request: Request, follower: StreamFollower, start: int | None) -> StreamingResponse:
+    """The stream of the events ``follower`` may see after event ``start`` (None: from the newest
     on), shared by ``GET /v1/events`` and the console's ``GET /ui/events``.
 
+    At every look at the log (every ``POLL`` seconds at most) the follower is checked again
+    (:func:`app.services.events.stream_scopes`): once its token is revoked or expired, or its
+    console session ended, the stream ends with a comment saying why, and its place is free.
+
     Raises:
+        TooManyStreams: the token follows ``max_event_streams_per_token`` streams already (429).
         Overloaded: the service follows ``max_event_streams`` streams already (503).
         InvalidInput: ``start`` is no event id of this service.
     """
     state = request.app.state
-    if state.event_streams >= state.settings.max_event_streams:
-        raise Overloaded("the service follows as many event streams as it may: retry shortly")
+    settings = state.settings
+    limits = {"total": settings.max_event_streams, "per_token": settings.max_event_streams_per_token}
+    slots = _slots(state)
+    slots.check(follower.token_id, **limits)
     units = state.read_units
 
     def read(last: int) -> list[dict[str, Any]]:
         with units() as uow:
-            return events_after(uow, last, scopes)
+            return events_after(uow, last, stream_scopes(uow, follower))
 
     def newest() -> int:
         with units() as uow:
@@ -91,30 +132,29 @@ async def follow(request: Request, scopes: frozenset[str] | None, start: int | N
     if start is None:
         start = await anyio.to_thread.run_sync(newest)
 
-    async def frames() -> AsyncIterator[str]:
-        last, quiet_since = start, time.monotonic()
-        ends = quiet_since + state.settings.event_stream_seconds
-        state.event_streams += 1
-        try:
-            yield f"retry: 2000\n: following events after {last}\n\n"
-            while time.monotonic() < ends and not state.draining and not await request.is_disconnected():
-                try:
-                    batch = await anyio.to_thread.run_sync(read, last)
-                except Exception as exc:  # the database went away: end cleanly; the client resumes
-                    log.warning("event stream ended: %s", type(exc).__name__)
-                    return
-                for event in batch:
-                    yield _frame(event)
-                    last = int(event["id"])
-                if batch:
-                    quiet_since = time.monotonic()
-                    continue
-                if time.monotonic() - quiet_since > KEEPALIVE:
-                    yield ": keep-alive\n\n"
-                    quiet_since = time.monotonic()
-                await asyncio.sleep(min(POLL, max(0.0, ends - time.monotonic())))  # ends on time
-        finally:
-            state.event_streams -= 1
+    async def frames(last: int) -> AsyncIterator[str]:
+        quiet_since = time.monotonic()
+        ends = quiet_since + settings.event_stream_seconds
+        yield f"retry: 2000\n: following events after {last}\n\n"
+        while time.monotonic() < ends and not state.draining and not await request.is_disconnected():
+            try:
+                batch = await anyio.to_thread.run_sync(read, last)
+            except FollowerGone as gone:  # revoked, expired, signed out: no more frames for it
+                yield f": stream ended: {gone.reason}\n\n"
+                return
+            except Exception as exc:  # the database went away: end cleanly; the client resumes
+                log.warning("event stream ended: %s", type(exc).__name__)
+                return
+            for event in batch:
+                yield _frame(event)
+                last = int(event["id"])
+            if batch:
+                quiet_since = time.monotonic()
+                continue
+            if time.monotonic() - quiet_since > KEEPALIVE:
+                yield ": keep-alive\n\n"
+                quiet_since = time.monotonic()
+            await asyncio.sleep(min(POLL, max(0.0, ends - time.monotonic())))  # ends on time
 
-    return StreamingResponse(frames(), media_type=_SSE, headers={"Cache-Control": "no-store",
-                                                                 "X-Accel-Buffering": "no"})
+    give_back = slots.take(follower.token_id, **limits)  # no await since: nothing can end before it is given back
+    return _EventStream(frames(start), give_back)
