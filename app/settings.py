@@ -42,8 +42,11 @@ class Settings(BaseSettings):
                                              "once (each holds one of charon's worker threads until its SAs are up "
                                              "or down; raise it with charon's `threads`)")
     vici_socket_dirs: list[Path] = Field(
-        default_factory=lambda: [Path("var").resolve(), Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
-        description="gateways' VICI sockets must live under one of these directories",
+        default_factory=lambda: [Path("var").resolve(), Path("/run/qoss"), Path("/run/strongswan")],
+        description="a gateway's VICI socket must be a socket under one of these directories once every link "
+                    "in its path and theirs is resolved (default: ./var, where `qoss lab` keeps its charons, "
+                    "/run/qoss and /run/strongswan; charon's own default /run/charon.vici is not among them: "
+                    "set its socket in one of these, or name a directory holding only charon's sockets)",
     )
     lab_dir: Path = Field(
         default_factory=lambda: Path("var", "lab").resolve(), description="state of `qoss lab` (default ./var/lab)"
@@ -235,10 +238,11 @@ class Settings(BaseSettings):
             origins.append(f"{parts.scheme.lower()}://{host}:{port}")
         return origins
 
-    max_event_streams_per_token: int = Field(
-        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
-        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
-        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
+    gateway_probe_timeout: float = Field(
+        default=3.0, gt=0, le=60,
+        description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
+                    "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
+                    "503 GatewayUnreachable)")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
