@@ -87,6 +87,8 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.api.log_redaction import install_query_secret_filter
+
 __all__ = ["deadline_protocol", "serve"]
 
 log = logging.getLogger("uvicorn.error")
@@ -606,6 +608,7 @@ def serve(application: FastAPI, *, host: str, port: int, log_level: str, backlog
     config = uvicorn.Config(application, host=host, port=port, log_level=log_level,
                             http=deadline_protocol(header_timeout, body_timeout),
                             proxy_headers=False, backlog=backlog)
+    install_query_secret_filter()  # no token values in uvicorn's access log, however serve() is called
     room = min(backlog, _descriptors() - max_connections - _PROBE_ROOM - 64) if waiting_room else 0
     _Server(config, application, max_connections=max_connections, waiting_room=max(0, room),
             silent_timeout=silent_timeout, header_timeout=header_timeout,
