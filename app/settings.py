@@ -243,6 +243,13 @@ class Settings(BaseSettings):
         description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
                     "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
                     "503 GatewayUnreachable)")
+    auth_failure_rate: float = Field(
+        default=1.0, gt=0, description="failed token checks per second a client address (an IPv6 /64) may make "
+        "on average; past auth_failure_burst, its requests that carry a token are 429 (Retry-After) before the "
+        "token is looked up, until its budget refills (counted across replicas on PostgreSQL)")
+    auth_failure_burst: int = Field(
+        default=20, ge=1, description="failed token checks a client address (an IPv6 /64) may make at once before "
+        "auth_failure_rate holds it back")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:

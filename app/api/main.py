@@ -62,7 +62,7 @@ from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
 from app.services.ports import UnitOfWorkFactory, ViciFactory
-from app.services.ratelimit import RateLimiter
+from app.services.ratelimit import FailureLimit, RateLimiter
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
@@ -340,6 +340,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         )
         app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
         app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
+        app.state.auth_failures = FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
+                                                       resolved.auth_failure_burst))
         app.state.agent_store = SqlAgentStore(app.state.session_factory)
         # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
         app.state.agent_reads = SqlAgentStore(app.state.read_session_factory)

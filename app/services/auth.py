@@ -18,8 +18,10 @@ from app.domain.auth import (
     validate_token_name,
 )
 from app.services.ports import UnitOfWork
+from app.services.ratelimit import FailureLimit
 
-__all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_audit", "revoke_token"]
+__all__ = ["authenticate", "authenticate_source", "create_token", "list_audit", "list_tokens", "record_audit",
+           "revoke_token"]
 
 
 def _audit_local(uow: UnitOfWork, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
@@ -70,6 +72,26 @@ def authenticate(*, uow: UnitOfWork, presented: str | None) -> TokenRecord:
     if not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
         raise Unauthenticated()
     return record
+
+
+def authenticate_source(*, uow: UnitOfWork, presented: str | None, source: str,
+                        failures: FailureLimit | None) -> TokenRecord:
+    """:func:`authenticate` a token that ``source`` (a client address) presented, held to
+    ``failures``: a source barred for its failures is refused before its token is read, and a
+    failure is counted against the source.
+
+    Raises:
+        RateLimited: ``source`` failed too often of late (429): its token is not looked up.
+        Unauthenticated: as :func:`authenticate`.
+    """
+    if failures is not None:
+        failures.check(source)
+    try:
+        return authenticate(uow=uow, presented=presented)
+    except Unauthenticated:
+        if failures is not None:
+            failures.failed(source)
+        raise
 
 
 def list_tokens(*, uow: UnitOfWork) -> list[dict[str, Any]]:
