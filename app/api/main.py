@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import post_message
+from app.adapters.audit_seal import AuditSeal
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
@@ -62,7 +63,7 @@ from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
 from app.services.ports import UnitOfWorkFactory, ViciFactory
-from app.services.ratelimit import FailureLimit, RateLimiter
+from app.services.ratelimit import RateLimiter
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
@@ -317,7 +318,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # (unless sa_reports is off) and the tunnel monitor is told by them.
         app.state.sa_events = SaEventHub(metrics=metrics_port)
         install(app.state.session_factory)  # a request's unit of work writes its audit record
-        app.state.auditor = Auditor(app.state.session_factory)
+        app.state.auditor = await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
+            Auditor, app.state.session_factory, seal=AuditSeal.from_settings(resolved))
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
         app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
         # Rate limits: on PostgreSQL counted across every replica (app.adapters.db.ratelimit).
@@ -340,8 +342,6 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         )
         app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
         app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
-        app.state.auth_failures = FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
-                                                       resolved.auth_failure_burst))
         app.state.agent_store = SqlAgentStore(app.state.session_factory)
         # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
         app.state.agent_reads = SqlAgentStore(app.state.read_session_factory)
