@@ -42,8 +42,11 @@ class Settings(BaseSettings):
                                              "once (each holds one of charon's worker threads until its SAs are up "
                                              "or down; raise it with charon's `threads`)")
     vici_socket_dirs: list[Path] = Field(
-        default_factory=lambda: [Path("var").resolve(), Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
-        description="gateways' VICI sockets must live under one of these directories",
+        default_factory=lambda: [Path("var").resolve(), Path("/run/qoss"), Path("/run/strongswan")],
+        description="a gateway's VICI socket must be a socket under one of these directories once every link "
+                    "in its path and theirs is resolved (default: ./var, where `qoss lab` keeps its charons, "
+                    "/run/qoss and /run/strongswan; charon's own default /run/charon.vici is not among them: "
+                    "set its socket in one of these, or name a directory holding only charon's sockets)",
     )
     lab_dir: Path = Field(
         default_factory=lambda: Path("var", "lab").resolve(), description="state of `qoss lab` (default ./var/lab)"
@@ -235,21 +238,22 @@ class Settings(BaseSettings):
             origins.append(f"{parts.scheme.lower()}://{host}:{port}")
         return origins
 
-    max_event_streams_per_token: int = Field(
-        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
-        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
-        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
-
-    audit_key_file: Path | None = Field(
-        default=None,
-        description="the audit chain's key (32 or more random bytes; the file itself, not a link; not readable by "
-                    "other users): a secret every replica writing the database shares. Unset: "
-                    "state_dir/audit/chain.key, made when the chain is empty or unkeyed so far")
-    audit_checkpoint_every: int = Field(
-        default=100, ge=1, le=1_000_000,
-        description="write a checkpoint of the audit chain's end (to state_dir/audit/checkpoints.jsonl and the log) "
-                    "each time this many more entries are written, and at shutdown: entries removed from the end "
-                    "before the last checkpoint are found by `qoss audit verify`")
+    gateway_probe_timeout: float = Field(
+        default=3.0, gt=0, le=60,
+        description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
+                    "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
+                    "503 GatewayUnreachable)")
+    auth_failure_rate: float = Field(
+        default=1.0, gt=0, description="failed token checks per second a client address (an IPv6 /64) may make "
+        "on average; past auth_failure_burst, its requests that carry a token are 429 (Retry-After) before the "
+        "token is looked up, until its budget refills (counted across replicas on PostgreSQL)")
+    auth_failure_burst: int = Field(
+        default=20, ge=1, description="failed token checks a client address (an IPv6 /64) may make at once before "
+        "auth_failure_rate holds it back")
+    audit_refusal_window: float = Field(
+        default=60.0, gt=0, le=86_400, description="seconds over which repeated refusals of one kind (same "
+        "source, outcome, method, route and token) make one audit entry: the first is recorded at once, the rest "
+        "are counted and recorded as one entry ('N more refusals like request ...') when the window closes")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
