@@ -255,6 +255,11 @@ class Settings(BaseSettings):
         "source, outcome, method, route and token) make one audit entry: the first is recorded at once, the rest "
         "are counted and recorded as one entry ('N more refusals like request ...') when the window closes")
 
+    max_event_streams_per_token: int = Field(
+        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
+        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
+        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
+
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
         if self.max_writes_in_flight is not None and self.max_writes_in_flight >= self.worker_threads:
