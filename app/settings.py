@@ -259,6 +259,16 @@ class Settings(BaseSettings):
         default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
         "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
         "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
+    audit_key_file: Path | None = Field(
+        default=None,
+        description="the audit chain's key (32 or more random bytes; the file itself, not a link; not readable by "
+                    "other users): a secret every replica writing the database shares. Unset: "
+                    "state_dir/audit/chain.key, made when the chain is empty or unkeyed so far")
+    audit_checkpoint_every: int = Field(
+        default=100, ge=1, le=1_000_000,
+        description="write a checkpoint of the audit chain's end (to state_dir/audit/checkpoints.jsonl and the log) "
+                    "each time this many more entries are written, and at shutdown: entries removed from the end "
+                    "before the last checkpoint are found by `qoss audit verify`")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:

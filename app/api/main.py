@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import post_message
+from app.adapters.audit_seal import AuditSeal
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_engine, make_session_factory
@@ -339,7 +340,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # (unless sa_reports is off) and the tunnel monitor is told by them.
         app.state.sa_events = SaEventHub(metrics=metrics_port)
         install(app.state.session_factory)  # a request's unit of work writes its audit record
-        app.state.auditor = Auditor(app.state.session_factory, refusal_window=resolved.audit_refusal_window)
+        app.state.auditor = await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
+            Auditor, app.state.session_factory, refusal_window=resolved.audit_refusal_window,
+            seal=AuditSeal.from_settings(resolved))
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
         app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
         # Rate limits: on PostgreSQL counted across every replica (app.adapters.db.ratelimit).
