@@ -192,24 +192,21 @@ class Settings(BaseSettings):
     memory_release_after: float = Field(
         default=15.0, ge=1, le=86_400, description="seconds without a request before the memory release; worker "
         "threads end only once idle for 10 s")
-    header_timeout: float = Field(
-        default=10.0, ge=0, le=3600,
-        description="seconds a client has to send a request's whole head (request line and headers), in total, "
-                    "from its connection's accepting (from the head's first byte on a kept-alive connection); "
-                    "beyond it the connection is closed, with 408 if it had begun. A new connection holds no "
-                    "place under max_connections until its head is in. 0: no deadline")
-    body_timeout: float = Field(
-        default=30.0, ge=0, le=86_400,
-        description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
-                    "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
-                    "deadline")
-    max_connections_per_source: int = Field(
-        default=64, ge=0, le=1_000_000,
-        description="connections one client address (an IPv6 /64) may hold at once, waiting ones included; the "
-                    "next is answered 503 with Retry-After and closed. The address is the socket's peer: "
-                    "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
-                    "with max_connections above 0; 0: no limit")
-
+    max_event_streams_per_token: int = Field(
+        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
+        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
+        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
+    auth_failure_rate: float = Field(
+        default=1.0, gt=0, description="failed token checks per second a client address (an IPv6 /64) may make "
+        "on average; past auth_failure_burst, its requests that carry a token are 429 (Retry-After) before the "
+        "token is looked up, until its budget refills (counted across replicas on PostgreSQL)")
+    auth_failure_burst: int = Field(
+        default=20, ge=1, description="failed token checks a client address (an IPv6 /64) may make at once before "
+        "auth_failure_rate holds it back")
+    audit_refusal_window: float = Field(
+        default=60.0, gt=0, le=86_400, description="seconds over which repeated refusals of one kind (same "
+        "source, outcome, method, route and token) make one audit entry: the first is recorded at once, the rest "
+        "are counted and recorded as one entry ('N more refusals like request ...') when the window closes")
     console_origins: Annotated[list[str], NoDecode] = Field(
         default=[], description="origins (scheme://host[:port], comma-separated in the environment) a browser may "
         "post the console's sign-in form from besides the one the request itself names (its scheme and Host "
@@ -238,27 +235,6 @@ class Settings(BaseSettings):
             origins.append(f"{parts.scheme.lower()}://{host}:{port}")
         return origins
 
-    gateway_probe_timeout: float = Field(
-        default=3.0, gt=0, le=60,
-        description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
-                    "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
-                    "503 GatewayUnreachable)")
-    auth_failure_rate: float = Field(
-        default=1.0, gt=0, description="failed token checks per second a client address (an IPv6 /64) may make "
-        "on average; past auth_failure_burst, its requests that carry a token are 429 (Retry-After) before the "
-        "token is looked up, until its budget refills (counted across replicas on PostgreSQL)")
-    auth_failure_burst: int = Field(
-        default=20, ge=1, description="failed token checks a client address (an IPv6 /64) may make at once before "
-        "auth_failure_rate holds it back")
-    audit_refusal_window: float = Field(
-        default=60.0, gt=0, le=86_400, description="seconds over which repeated refusals of one kind (same "
-        "source, outcome, method, route and token) make one audit entry: the first is recorded at once, the rest "
-        "are counted and recorded as one entry ('N more refusals like request ...') when the window closes")
-
-    max_event_streams_per_token: int = Field(
-        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
-        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
-        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
     audit_key_file: Path | None = Field(
         default=None,
         description="the audit chain's key (32 or more random bytes; the file itself, not a link; not readable by "
@@ -269,6 +245,29 @@ class Settings(BaseSettings):
         description="write a checkpoint of the audit chain's end (to state_dir/audit/checkpoints.jsonl and the log) "
                     "each time this many more entries are written, and at shutdown: entries removed from the end "
                     "before the last checkpoint are found by `qoss audit verify`")
+
+    header_timeout: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="seconds a client has to send a request's whole head (request line and headers), in total, "
+                    "from its connection's accepting (from the head's first byte on a kept-alive connection); "
+                    "beyond it the connection is closed, with 408 if it had begun. A new connection holds no "
+                    "place under max_connections until its head is in. 0: no deadline")
+    body_timeout: float = Field(
+        default=30.0, ge=0, le=86_400,
+        description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
+                    "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
+                    "deadline")
+    max_connections_per_source: int = Field(
+        default=64, ge=0, le=1_000_000,
+        description="connections one client address (an IPv6 /64) may hold at once, waiting ones included; the "
+                    "next is answered 503 with Retry-After and closed. The address is the socket's peer: "
+                    "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
+                    "with max_connections above 0; 0: no limit")
+    gateway_probe_timeout: float = Field(
+        default=3.0, gt=0, le=60,
+        description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
+                    "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
+                    "503 GatewayUnreachable)")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:
