@@ -23,9 +23,18 @@ COPY app ./app
 RUN /opt/qoss/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
  && rm -rf /srv/qoss
 COPY deploy/api/qoss-container /usr/local/bin/qoss-container
-ENV PATH=/opt/qoss/bin:$PATH
+# qoss runs as the unprivileged system user qoss, which owns its data directory (and the
+# service's own directory in it, QOSS_STATE_DIR). It reaches the gateways' VICI sockets,
+# shared through volumes, as a member of the group qoss-vici: the gateway image has the same
+# group (the same gid) and its charon gives the socket that group (charon.group).
+RUN groupadd --system --gid 991 qoss-vici \
+ && groupadd --system --gid 990 qoss \
+ && useradd --system --uid 990 --gid qoss --groups qoss-vici --home-dir /var/lib/qoss --no-create-home \
+      --shell /usr/sbin/nologin qoss \
+ && install -d -o qoss -g qoss -m 0700 /var/lib/qoss
+ENV PATH=/opt/qoss/bin:$PATH QOSS_STATE_DIR=/var/lib/qoss/state
 WORKDIR /var/lib/qoss
 EXPOSE 8000
-# Runs as root: the gateways' VICI sockets, shared through volumes, are root's.
+USER qoss
 ENTRYPOINT ["qoss-container"]
 CMD ["serve"]

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import post_message
+from app.adapters.audit_seal import AuditSeal
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_session_factory
@@ -48,7 +49,7 @@ from app.api.routes import (
 )
 from app.bootstrap import engine_for
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
-from app.domain.ratelimit import RateLimiter
+from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
 from app.measure.services.jobs import BenchmarkJobs
 from app.services import idempotency
@@ -73,6 +74,8 @@ log = logging.getLogger("qoss.api")
 _SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Requests that change nothing even though their method could: their records are batched.
 _COMPUTES = frozenset({("POST", "/v1/negotiations")})
+#: Refusals recorded whatever the method (a read refused is a security decision too).
+_REFUSED = frozenset({401, 403, 413, 429})
 
 
 class QossApp(FastAPI):
@@ -237,7 +240,7 @@ class _GuardAndAudit:
                 request.state.error_name = "InternalError"
                 _audit(request, 500)
                 raise
-        if not recorded and (request.method not in _SAFE or status in (401, 403, 413)):
+        if not recorded and (request.method not in _SAFE or status in _REFUSED):
             _audit(request, status)
 
 
@@ -259,10 +262,30 @@ async def _record_change(request: Request, status: int) -> bool:
 
 
 def _audit(request: Request, outcome: int) -> None:
-    """Queue the audit record of one request: who, what, the outcome (never a body or a secret)."""
+    """Queue the audit record of one request: who, what, the outcome (never a body or a secret).
+
+    A refusal (:func:`_is_refusal`) is counted with those of its kind from its source instead,
+    one entry per window (:meth:`Auditor.refused`).
+    """
     auditor: Auditor | None = getattr(request.app.state, "auditor", None)
-    if auditor is not None:
-        auditor.record(**audit_fields(request, outcome))
+    if auditor is None:
+        return
+    fields = audit_fields(request, outcome)
+    if _is_refusal(request.scope, outcome, fields):
+        timer: RequestTimer | None = getattr(request.app.state, "request_timer", None)
+        route = timer.labels.label(request.scope) if timer is not None else fields["object"]
+        auditor.refused(fields, route=route)
+    else:
+        auditor.record(**fields)
+
+
+def _is_refusal(scope: Scope, outcome: int, fields: dict[str, Any]) -> bool:
+    """Whether a record is one of the refusals anyone can send in bulk: 401, 403, 413, 429, or
+    any 4xx to a request without a valid token. Not the agent's messages: each of their refusals
+    has its reason (a replay, a bad seal), and their sources have limits of their own."""
+    if is_message_request(scope):
+        return False
+    return outcome in _REFUSED or (400 <= outcome < 500 and fields["token_id"] is None)
 
 
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
@@ -318,7 +341,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # (unless sa_reports is off) and the tunnel monitor is told by them.
         app.state.sa_events = SaEventHub(metrics=metrics_port)
         install(app.state.session_factory)  # a request's unit of work writes its audit record
-        app.state.auditor = Auditor(app.state.session_factory)
+        app.state.auditor = await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
+            Auditor, app.state.session_factory, refusal_window=resolved.audit_refusal_window,
+            seal=AuditSeal.from_settings(resolved))
         app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
         app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
         # Rate limits: on PostgreSQL counted across every replica (app.adapters.db.ratelimit).
@@ -341,6 +366,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         )
         app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
         app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
+        app.state.auth_failures = FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
+                                                       resolved.auth_failure_burst))
         app.state.agent_store = SqlAgentStore(app.state.session_factory)
         # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
         app.state.agent_reads = SqlAgentStore(app.state.read_session_factory)

@@ -1,17 +1,41 @@
-"""Service settings, read from the environment (prefix ``QOSS_``) or a ``.env`` file."""
+"""Service settings, read from the environment (prefix ``QOSS_``) or a ``.env`` file; and the
+files that travel with qoss: the shipped rating tables (``ratings/``) and policies
+(``policies/``), and the database migrations (``migrations/``).
+
+In a checkout those stand at the top of the repository. The wheel carries them inside the
+package, under ``app/_shipped/`` (the build maps them there, see ``pyproject.toml``), where
+:mod:`importlib.resources` finds them wherever the wheel is installed and whatever the working
+directory. Either way there is one copy of each.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
+__all__ = ["MIGRATIONS_DIR", "SHIPPED_POLICIES_DIR", "SHIPPED_RATINGS_DIR", "Settings"]
 
-__all__ = ["Settings"]
+_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
+def _shipped(name: str) -> Path:
+    # A wheel is installed unpacked, so its resources are plain directories on disk
+    # (Alembic and the YAML loader both want a real path).
+    packaged = Path(str(files("app").joinpath("_shipped", name)))
+    return packaged if packaged.is_dir() else _CHECKOUT / name
+
+
+#: The rating tables qoss ships (``esaf-2006``, ``standards-2026``).
+SHIPPED_RATINGS_DIR = _shipped("ratings")
+#: The policies qoss ships.
+SHIPPED_POLICIES_DIR = _shipped("policies")
+#: The Alembic migrations: the only way the schema is made.
+MIGRATIONS_DIR = _shipped("migrations")
 
 
 class Settings(BaseSettings):
@@ -42,8 +66,11 @@ class Settings(BaseSettings):
                                              "once (each holds one of charon's worker threads until its SAs are up "
                                              "or down; raise it with charon's `threads`)")
     vici_socket_dirs: list[Path] = Field(
-        default_factory=lambda: [Path("var").resolve(), Path("/run"), Path("/var/run"), Path("/tmp")],  # noqa: S108
-        description="gateways' VICI sockets must live under one of these directories",
+        default_factory=lambda: [Path("var").resolve(), Path("/run/qoss"), Path("/run/strongswan")],
+        description="a gateway's VICI socket must be a socket under one of these directories once every link "
+                    "in its path and theirs is resolved (default: ./var, where `qoss lab` keeps its charons, "
+                    "/run/qoss and /run/strongswan; charon's own default /run/charon.vici is not among them: "
+                    "set its socket in one of these, or name a directory holding only charon's sockets)",
     )
     lab_dir: Path = Field(
         default_factory=lambda: Path("var", "lab").resolve(), description="state of `qoss lab` (default ./var/lab)"
@@ -124,8 +151,8 @@ class Settings(BaseSettings):
                     "backlog, health checks on new connections among them")
     silent_timeout: float = Field(
         default=10.0, gt=0, le=3600,
-        description="seconds a connection in the waiting room may send nothing before it is closed (one that "
-                    "has sent its request waits its turn however long)")
+        description="seconds a new connection may send nothing before it is closed (with max_connections above "
+                    "0; one that has sent its request waits its turn however long)")
     max_in_flight: int = Field(
         default=64, ge=1, le=100_000,
         description="requests a process works on at once; beyond it, 503 Overloaded with Retry-After at once "
@@ -189,6 +216,82 @@ class Settings(BaseSettings):
     memory_release_after: float = Field(
         default=15.0, ge=1, le=86_400, description="seconds without a request before the memory release; worker "
         "threads end only once idle for 10 s")
+    max_event_streams_per_token: int = Field(
+        default=5, ge=1, le=10_000, description="event streams (GET /v1/events and the console's /ui/events) one "
+        "token may follow at once, within max_event_streams; beyond: 429 TooManyStreams for that token only (a "
+        "browser opens about 6 connections to one server, so 5 streams leave it one for pages)")
+    auth_failure_rate: float = Field(
+        default=1.0, gt=0, description="failed token checks per second a client address (an IPv6 /64) may make "
+        "on average; past auth_failure_burst, its requests that carry a token are 429 (Retry-After) before the "
+        "token is looked up, until its budget refills (counted across replicas on PostgreSQL)")
+    auth_failure_burst: int = Field(
+        default=20, ge=1, description="failed token checks a client address (an IPv6 /64) may make at once before "
+        "auth_failure_rate holds it back")
+    audit_refusal_window: float = Field(
+        default=60.0, gt=0, le=86_400, description="seconds over which repeated refusals of one kind (same "
+        "source, outcome, method, route and token) make one audit entry: the first is recorded at once, the rest "
+        "are counted and recorded as one entry ('N more refusals like request ...') when the window closes")
+    console_origins: Annotated[list[str], NoDecode] = Field(
+        default=[], description="origins (scheme://host[:port], comma-separated in the environment) a browser may "
+        "post the console's sign-in form from besides the one the request itself names (its scheme and Host "
+        "header): the console's public address when a reverse proxy rewrites Host; a sign-in whose Origin is "
+        "neither is 403")
+
+    @field_validator("console_origins", mode="before")
+    @classmethod
+    def _console_origins(cls, value: object) -> object:
+        from urllib.parse import urlsplit  # only this validator parses URLs
+
+        items = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            return value
+        origins = []
+        for item in items:
+            parts = urlsplit(str(item))
+            try:
+                port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+            except ValueError:
+                port = None
+            if parts.scheme.lower() not in ("http", "https") or not parts.hostname or port is None or (
+                    parts.path not in ("", "/") or parts.query or parts.fragment or parts.username):
+                raise ValueError(f"console_origins: {str(item)[:64]!r} is not an origin (scheme://host[:port])")
+            host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+            origins.append(f"{parts.scheme.lower()}://{host}:{port}")
+        return origins
+
+    audit_key_file: Path | None = Field(
+        default=None,
+        description="the audit chain's key (32 or more random bytes; the file itself, not a link; not readable by "
+                    "other users): a secret every replica writing the database shares. Unset: "
+                    "state_dir/audit/chain.key, made when the chain is empty or unkeyed so far")
+    audit_checkpoint_every: int = Field(
+        default=100, ge=1, le=1_000_000,
+        description="write a checkpoint of the audit chain's end (to state_dir/audit/checkpoints.jsonl and the log) "
+                    "each time this many more entries are written, and at shutdown: entries removed from the end "
+                    "before the last checkpoint are found by `qoss audit verify`")
+
+    header_timeout: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="seconds a client has to send a request's whole head (request line and headers), in total, "
+                    "from its connection's accepting (from the head's first byte on a kept-alive connection); "
+                    "beyond it the connection is closed, with 408 if it had begun. A new connection holds no "
+                    "place under max_connections until its head is in. 0: no deadline")
+    body_timeout: float = Field(
+        default=30.0, ge=0, le=86_400,
+        description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
+                    "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
+                    "deadline")
+    max_connections_per_source: int = Field(
+        default=64, ge=0, le=1_000_000,
+        description="connections one client address (an IPv6 /64) may hold at once, waiting ones included; the "
+                    "next is answered 503 with Retry-After and closed. The address is the socket's peer: "
+                    "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
+                    "with max_connections above 0; 0: no limit")
+    gateway_probe_timeout: float = Field(
+        default=3.0, gt=0, le=60,
+        description="seconds a gateway's registration or refresh waits for its charon to answer version, stats "
+                    "and get-algorithms, all together (read before the change takes a write slot; beyond it, "
+                    "503 GatewayUnreachable)")
 
     @model_validator(mode="after")
     def _writers_leave_a_thread(self) -> Settings:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from app.adapters.files import load_rating_table  # noqa: E402
 from app.domain.negotiation import NegotiationRequest, Peer, negotiate  # noqa: E402
 from app.domain.policies import Policy  # noqa: E402
-from app.resources import SHIPPED_RATINGS_DIR  # noqa: E402
+from app.settings import SHIPPED_RATINGS_DIR  # noqa: E402
 
 BODY = {
     "peers": [

@@ -2,7 +2,8 @@
 
 Pure I/O and format conversion around the domain's ``from_dict`` / ``as_dict``: the
 domain validates, this module reads, parses and writes. Every document is capped at
-:data:`MAX_DOCUMENT_BYTES` before it is parsed; every syntax error becomes the domain's
+:data:`MAX_DOCUMENT_BYTES` before it is parsed, and a file is read only if it is a regular
+file, never more than the cap and one byte (:func:`read_document`); every syntax error becomes the domain's
 :class:`~app.domain.errors.InvalidRatingTable` or :class:`~app.domain.errors.InvalidPolicy`,
 chained to the parser's exception and naming the line where the parser knows it. The YAML
 is read and written by :mod:`app.adapters.yaml_dialect`, a table's CSV rows by
@@ -16,6 +17,7 @@ Round trips are exact: ``parse_rating_table_yaml(dump_rating_table_yaml(t))``,
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -28,6 +30,7 @@ from app.domain.ratings import RatingTable
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
+    "decode_document",
     "dump_policy_yaml",
     "dump_rating_table",
     "dump_rating_table_csv",
@@ -40,9 +43,11 @@ __all__ = [
     "parse_rating_table",
     "parse_rating_table_csv",
     "parse_rating_table_yaml",
+    "read_document",
 ]
 
-#: Largest document (file or text) accepted, in bytes of UTF-8.
+#: Largest document (file or text) accepted, in bytes of UTF-8: 1 MiB, the API's default
+#: ``max_body_bytes``.
 MAX_DOCUMENT_BYTES = 1 << 20
 
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -210,6 +215,50 @@ def dump_policy_yaml(policy: Policy) -> str:
     return dump_yaml({k: v for k, v in policy.as_dict().items() if v is not None})
 
 
+# --------------------------------------------------------------------------- reading files
+
+
+def read_document(path: _Path, error: type[InvalidInput] = InvalidInput) -> str:
+    """The text of a document file: a regular file of at most :data:`MAX_DOCUMENT_BYTES` of UTF-8.
+
+    The file is opened without waiting (a FIFO without a writer does not hang) and refused
+    unless it is a regular file: a FIFO, a device such as ``/dev/zero``, a socket or a
+    directory is never read. At most the cap and one byte are read, whatever the file's size
+    says or becomes meanwhile.
+
+    Raises:
+        error: not a regular file, larger than the cap, or not UTF-8; the message starts
+            with the path.
+        OSError: the file cannot be opened.
+    """
+    where = os.fspath(path)
+    if not stat.S_ISREG(os.stat(where).st_mode):  # not even opened: opening some devices acts
+        raise error(f"{where}: not a regular file")
+    fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    with open(fd, "rb", closefd=True) as fh:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):  # replaced since the first look
+            raise error(f"{where}: not a regular file")
+        if found.st_size > MAX_DOCUMENT_BYTES:
+            raise error(f"{where}: larger than {MAX_DOCUMENT_BYTES} bytes")
+        data = fh.read(MAX_DOCUMENT_BYTES + 1)
+    return decode_document(data, where, error)
+
+
+def decode_document(data: bytes, where: str, error: type[InvalidInput] = InvalidInput) -> str:
+    """Bytes read of a document (at most the cap and one byte) as its text.
+
+    Raises:
+        error: more than :data:`MAX_DOCUMENT_BYTES`, or not UTF-8; the message starts with ``where``.
+    """
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise error(f"{where}: larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{where}: not UTF-8 text (byte {exc.start})") from exc
+
+
 # --------------------------------------------------------------------------- helpers
 
 
@@ -219,7 +268,7 @@ def _load_file(file: Path, from_dict: Callable[..., _T], error: type[_E]) -> _T:
     A document without a ``name`` takes the file's stem as its name; an error's message
     starts with the file name.
     """
-    text = _read_capped(file, error)
+    text = read_document(file, error)
     try:
         data = load_yaml(text, error)
         name = file.stem if isinstance(data, Mapping) and "name" not in data else None
@@ -239,17 +288,6 @@ def _load_all(
             raise error(f"{file.name}: {name!r} is defined in {found[name][1].name} already")
         found[name] = (item, file)
     return [found[name][0] for name in sorted(found)]
-
-
-def _read_capped(file: Path, error: type[_E]) -> str:
-    with file.open("rb") as fh:
-        data = fh.read(MAX_DOCUMENT_BYTES + 1)
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise error(f"{file.name}: larger than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{file.name}: not UTF-8 text (byte {exc.start})") from exc
 
 
 def _check_size(text: str, error: type[_E]) -> None:

@@ -1,6 +1,15 @@
 """A rating table's rows as CSV (RFC 4180): one row per algorithm under the :data:`CSV_COLUMNS`
 header, an empty cell for an absent value, numbers in plain decimals. The table's name,
-description and source are not part of the CSV."""
+description and source are not part of the CSV.
+
+A spreadsheet runs a cell that starts with ``=``, ``+``, ``-`` or ``@`` as a formula (some
+also one that starts with a tab or carriage return), so a text cell the table's authors wrote,
+such as a reason of ``=HYPERLINK(...)``, could act when an operator opens the export. Every text cell that
+starts with one of :data:`FORMULA_TRIGGERS`, after any number of ``'``, is written with one
+more ``'`` in front (OWASP's advice: the spreadsheet shows it as text). Reading CSV takes
+that one ``'`` off again, so an export reads back as it was; numbers are written as numbers,
+``-0.5`` included.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +22,7 @@ from typing import Any, TypeVar
 from app.domain.errors import InvalidRatingTable
 from app.domain.ratings import LEVEL_DIMENSIONS, Rating, RatingTable
 
-__all__ = ["CSV_COLUMNS", "rows_from_csv", "table_to_csv"]
+__all__ = ["CSV_COLUMNS", "FORMULA_TRIGGERS", "rows_from_csv", "table_to_csv"]
 
 _MEASUREMENT_COLUMNS: tuple[str, ...] = (
     "throughput_mbps", "a_ns_per_byte", "b_ns", "machine", "backend", "date", "samples", "method", "spread",
@@ -25,6 +34,13 @@ _TEXT_MEASUREMENTS = frozenset({"machine", "backend", "date", "method"})
 CSV_COLUMNS: tuple[str, ...] = (
     "algorithm", *LEVEL_DIMENSIONS, "performance", "requirement", "source", "reason", *_MEASUREMENT_COLUMNS,
 )
+
+#: First characters that make a spreadsheet read a cell as a formula: ``= + - @``, tab and
+#: carriage return, and their full-width forms (U+FF1D, U+FF0B, U+FF0D, U+FF20) some spreadsheets also take.
+FORMULA_TRIGGERS: frozenset[str] = frozenset("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+
+#: The guard a text cell gets in front of a trigger (and ``'`` already there).
+_GUARD = "'"
 
 _T = TypeVar("_T")
 
@@ -84,7 +100,19 @@ def _csv_cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str):
+        return _GUARD + value if _guarded(value) else value
     return str(value)
+
+
+def _guarded(text: str) -> bool:
+    """Whether a text cell starts with a formula trigger, after any number of guards: those
+    cells are written with one guard more, and read with one guard less."""
+    return text.lstrip(_GUARD)[:1] in FORMULA_TRIGGERS
+
+
+def _text_cell(cell: str) -> str:
+    return cell[1:] if cell.startswith(_GUARD) and _guarded(cell) else cell
 
 
 def _csv_header(header: list[str], line: int) -> list[str]:
@@ -112,7 +140,7 @@ def _csv_row(cells: Mapping[str, str], line: int) -> dict[str, Any]:
         elif column in ("performance", *_MEASUREMENT_COLUMNS) and column not in _TEXT_MEASUREMENTS:
             value = _parse_number(cell, float, where)
         else:
-            value = cell
+            value = _text_cell(cell)
         if column in _MEASUREMENT_COLUMNS:
             measurement[column] = value
         else:

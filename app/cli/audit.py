@@ -17,34 +17,52 @@ DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABA
 
 
 def _read_session(database_url: str | None) -> Any:
-    """A read-only session on a database at this version's migration head (else one line: app/cli/db.py)."""
+    """The settings, and read-only sessions on a database at this version's migration head (else one
+    line: app/cli/db.py)."""
     from app.adapters.db.engine import make_session_factory
     from app.bootstrap import engine_for
     from app.cli.db import require_database
 
     settings = require_database(database_url)
     engine = engine_for(settings, writes=False)
-    return engine, make_session_factory(engine)
+    return settings, engine, make_session_factory(engine)
 
 
 @audit_app.command("verify")
-def verify(database_url: DbUrl = None) -> None:
+def verify(
+    checkpoints: Annotated[list[Path] | None, typer.Option(
+        "--checkpoints", help="another checkpoints file to hold the chain against (another replica's "
+        "audit/checkpoints.jsonl); repeatable")] = None,
+    database_url: DbUrl = None,
+) -> None:
     """Walk the hash chain in id order: exit 0 if intact, 1 naming the first entry altered or out of place.
 
-    Also finds entries removed from the end (the chain must end where the writers recorded).
+    Keyed entries are checked with the audit key (QOSS_AUDIT_KEY_FILE, else
+    QOSS_STATE_DIR/audit/chain.key); the chain's end is held against the checkpoints in
+    QOSS_STATE_DIR/audit/checkpoints.jsonl (and --checkpoints) and the head the writers
+    record, so entries removed from the end are found too. Exit 2: the key or a checkpoint
+    cannot be used.
     """
+    from app.adapters.audit_seal import AuditSeal, AuditSealError
     from app.adapters.db.audit_log import verify_log
+    from app.adapters.state_dir import UnsafeStateDir
 
-    engine, factory = _read_session(database_url)
+    settings, engine, factory = _read_session(database_url)
     try:
+        seal = AuditSeal.from_settings(settings)
         with factory() as session, session.begin():
-            report = verify_log(session=session)
+            report = verify_log(session=session, seal=seal, more_checkpoints=checkpoints or ())
+    except (AuditSealError, UnsafeStateDir, OSError) as exc:
+        typer.echo(f"cannot verify the audit chain: {exc}", err=True)
+        raise typer.Exit(2) from exc
     finally:
         engine.dispose()
     if report.broken is None:
-        typer.echo(f"{report.entries} entries, chain intact (last entry {report.last_id}, hash {report.last_hash})")
+        keyed = "unkeyed" if report.keyed_from is None else f"keyed from entry {report.keyed_from}"
+        typer.echo(f"{report.entries} entries, chain intact (last entry {report.last_id}, hash {report.last_hash}; "
+                   f"{keyed}; {report.checkpoints} checkpoints agree)")
         return
-    where = "" if report.broken.id is None else f" at entry {report.broken.id}"
+    where = "" if report.broken.id is None or report.broken.kind == "truncated" else f" at entry {report.broken.id}"
     typer.echo(f"chain broken{where}: {report.broken.detail} ({report.entries} entries before it intact)")
     raise typer.Exit(1)
 
@@ -59,7 +77,7 @@ def export(
     """Entries oldest first as JSON lines, each with its prev_hash and hash (for a SIEM)."""
     from app.adapters.db.audit_log import export_lines
 
-    engine, factory = _read_session(database_url)
+    _, engine, factory = _read_session(database_url)
     try:
         with contextlib.ExitStack() as stack:
             sink: TextIO = sys.stdout if out is None else stack.enter_context(out.open("w", encoding="ascii"))

@@ -108,7 +108,7 @@ def bench_report(
                    "install qoss with its bench extra (pip install 'qoss[bench]')", err=True)
         raise typer.Exit(2) from None
     from app.adapters.files import load_rating_table
-    from app.resources import SHIPPED_RATINGS_DIR
+    from app.settings import SHIPPED_RATINGS_DIR
 
     table = load_rating_table(SHIPPED_RATINGS_DIR / f"{levels_from}.yaml")
     levels = {k: r.confidentiality if r.confidentiality is not None else r.integrity

@@ -7,13 +7,12 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
 from app.cli.db import require_database, setup_database
-from app.domain.errors import QossError
+from app.domain.errors import InvalidInput, QossError
 
 __all__ = ["DbUrl", "Unit", "emit", "fail", "prepared", "read_input", "settings_of"]
 
@@ -27,7 +26,7 @@ def settings_of(database_url: str | None) -> Any:
     return require_database(database_url)
 
 
-def fail(exc: QossError, code: int = 2) -> None:
+def fail(exc: QossError, code: int = 2) -> NoReturn:
     typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
     raise typer.Exit(code)
 
@@ -54,9 +53,20 @@ def prepared(database_url: str | None) -> Iterator[tuple[Any, Any]]:
 
 
 def read_input(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read(1_048_577)
-    return Path(path).read_text(encoding="utf-8")
+    """The text of a document named on the command line, ``-`` for standard input: at most
+    :data:`app.adapters.files.MAX_DOCUMENT_BYTES` of UTF-8 (no more is read), from a regular
+    file only (:func:`app.adapters.files.read_document`). A refusal prints its error as JSON
+    and exits 2."""
+    from app.adapters import files
+
+    try:
+        if path == "-":
+            return files.decode_document(sys.stdin.buffer.read(files.MAX_DOCUMENT_BYTES + 1), "standard input")
+        return files.read_document(path)
+    except OSError as exc:
+        fail(InvalidInput(f"cannot read {path}: {exc.strerror or type(exc).__name__}"))
+    except QossError as exc:
+        fail(exc)
 
 
 class Unit:

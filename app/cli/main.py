@@ -55,6 +55,7 @@ def serve(
     proxy-header handling (which trusts 127.0.0.1 by default) is off.
     """
     from app.main import create_app
+    from app.web.log_redaction import install_query_secret_filter
     from app.web.server import serve as serve_http
 
     settings = settings_for(database_url)
@@ -72,9 +73,13 @@ def serve(
     prepared = setup_database(settings.database_url)[1]
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
+    install_query_secret_filter()  # uvicorn's access log writes each query string: no token values in it
     serve_http(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                backlog=settings.listen_backlog, max_connections=settings.connections_held,
-               waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout)
+               waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout,
+               header_timeout=settings.header_timeout, body_timeout=settings.body_timeout,
+               max_connections_per_source=settings.max_connections_per_source,
+               trusted_proxies=settings.trusted_proxies)
 
 
 @db_app.command("upgrade")
@@ -157,11 +162,12 @@ def ratings_import(
     if (path is None) == (shipped is None):
         raise typer.BadParameter("give a file to import or --shipped NAME, not both")
     kind = fmt or ("csv" if path and path.endswith(".csv") else "yaml")
+    text = read_input(path) if path is not None else ""  # before the database: a refusal changes nothing
     with prepared(database_url) as (settings, uow):
         if shipped is not None:
             table = restore_shipped_table(uow=uow, tables=files.load_rating_tables(settings.ratings_dir), name=shipped)
         else:
-            table = import_table(uow=uow, table=files.parse_rating_table(read_input(path or "-"), kind, name=name),
+            table = import_table(uow=uow, table=files.parse_rating_table(text, kind, name=name),
                                  fmt=kind, author=author, expected_revision=revision)
     typer.echo(json.dumps({"name": table.name, "revision": table.revision, "ratings": len(table.ratings)}))
 
@@ -282,12 +288,13 @@ def policies_import(
 
     if (path is None) == (shipped is None):
         raise typer.BadParameter("give a file to import or --shipped NAME, not both")
+    text = read_input(path) if path is not None else ""  # before the database: a refusal changes nothing
     with prepared(database_url) as (settings, uow):
         if shipped is not None:
             policy, revision = restore_shipped_policy(
                 uow=uow, policies=files.load_policies(settings.policies_dir), name=shipped)
         else:
-            document = files.parse_policy_yaml(read_input(path or "-")).as_dict()
+            document = files.parse_policy_yaml(text).as_dict()
             policy, revision = create_policy(uow=uow, document=document, author=author)
     typer.echo(json.dumps({"name": policy.name, "revision": revision}))
 
@@ -329,7 +336,8 @@ def tunnel_up(
     rating_table: Annotated[str | None, typer.Option(help="negotiating rating table")] = None,
     peer: Annotated[str | None, typer.Option(help="IKE address of an unmanaged peer (instead of RESPONDER)")] = None,
     peer_id: Annotated[str | None, typer.Option(help="the peer's IKE identity (default: its address)")] = None,
-    psk_file: Annotated[Path | None, typer.Option(help="file holding the peer's PSK (never on the command line)")]
+    psk_file: Annotated[Path | None, typer.Option(help="file holding the peer's PSK, or - for stdin (never on the "
+                                                      "command line)")]
         = None,
     remote_ts: Annotated[list[str] | None, typer.Option(help="the peer's protected networks (repeatable)")] = None,
     database_url: DbUrl = None,
@@ -345,7 +353,7 @@ def tunnel_up(
         if peer is not None:
             if psk_file is None:
                 raise typer.BadParameter("--peer needs --psk-file")
-            psk = psk_file.read_text().strip()
+            psk = read_input(str(psk_file)).strip()  # a regular file of at most 1 MiB; errors never quote it
             peer_in = TunnelPeerIn(address=peer, identity=peer_id, psk=SecretStr(psk))
         body = TunnelIn(initiator=initiator, responder=responder, peer=peer_in, remote_ts=remote_ts or None,
                                 policy=policy, rating_table=rating_table,
@@ -353,9 +361,6 @@ def tunnel_up(
                                                        key_exchange=key_exchange))
     except ValidationError as exc:  # the message names fields and rules, never the PSK
         typer.echo("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), err=True)
-        raise typer.Exit(2) from None
-    except OSError as exc:
-        typer.echo(f"cannot read --psk-file: {exc.strerror}", err=True)
         raise typer.Exit(2) from None
     unit = Unit(database_url)
     record = unit.run(tunnels.create_tunnel, request=body, allowed_networks=unit.settings.gateway_networks)
@@ -410,12 +415,21 @@ def token_create(
     plain: Annotated[bool, typer.Option("--plain", help="print only the token")] = False,
     database_url: DbUrl = None,
 ) -> None:
-    """Create a token; it is printed once and never again."""
+    """Create a token; it is printed once and never again. The name, scopes and lifetime follow
+    the rules of POST /v1/tokens (app.domain.auth), checked before the database is opened."""
+    from app.domain.auth import token_lifetime, validate_scopes, validate_token_name
     from app.services.auth import create_token
 
+    wanted = [s.strip() for s in scopes.split(",")]
+    try:
+        validate_token_name(name)
+        validate_scopes(wanted)
+        token_lifetime(expires_in)
+    except QossError as exc:
+        fail(exc)
+
     def make(**kw: Any) -> tuple[str, Any]:
-        return create_token(uow=kw["uow"], name=name, scopes=[s.strip() for s in scopes.split(",")],
-                            expires_in=expires_in, created_by="cli")
+        return create_token(uow=kw["uow"], name=name, scopes=wanted, expires_in=expires_in, created_by="cli")
 
     token, record = Unit(database_url, setup=True).run(make)  # the first admin token: a set-up command
     if plain:

@@ -12,12 +12,15 @@ import hmac
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from app.domain.errors import InvalidInput, QossError
 
 __all__ = [
     "SCOPES",
+    "TOKEN_MAX_LIFETIME",
+    "TOKEN_NAME_MAX_LENGTH",
+    "TOKEN_NAME_PATTERN",
     "Forbidden",
     "TokenRecord",
     "Unauthenticated",
@@ -25,7 +28,9 @@ __all__ = [
     "hash_secret",
     "parse_token",
     "secret_matches",
+    "token_lifetime",
     "validate_scopes",
+    "validate_token_name",
 ]
 
 #: Every scope; ``admin`` implies all others.
@@ -34,6 +39,14 @@ SCOPES: frozenset[str] = frozenset({
     "audit:read", "metrics:read", "admin",
 })
 
+#: A token's name (who or what it is for, shown in token lists, the audit log and the console):
+#: a letter or digit, then letters, digits, ``.``, ``_``, ``@`` and ``-``; no spaces, no markup.
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@-]*$"  # noqa: S105 - a pattern of names, not a secret
+TOKEN_NAME_MAX_LENGTH = 64
+#: The longest a token lives, and how long one lives when no lifetime is given.
+TOKEN_MAX_LIFETIME = timedelta(days=366)
+
+_TOKEN_NAME = re.compile(TOKEN_NAME_PATTERN, re.ASCII)
 _TOKEN = re.compile(r"^qoss_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
 
 
@@ -74,6 +87,32 @@ def validate_scopes(scopes: Iterable[str]) -> frozenset[str]:
     if unknown or not found:
         raise InvalidInput(f"scopes must be a non-empty subset of {sorted(SCOPES)}")
     return found
+
+
+def validate_token_name(name: str) -> str:
+    """A new token's name, as POST /v1/tokens and ``qoss token create`` take it.
+
+    Raises:
+        InvalidInput: empty, longer than :data:`TOKEN_NAME_MAX_LENGTH`, or not of
+            :data:`TOKEN_NAME_PATTERN` (the message does not repeat the name).
+    """
+    if not 1 <= len(name) <= TOKEN_NAME_MAX_LENGTH or _TOKEN_NAME.fullmatch(name) is None:
+        raise InvalidInput(f"a token name is 1-{TOKEN_NAME_MAX_LENGTH} characters: a letter or digit, then "
+                           "letters, digits, '.', '_', '@' or '-'")
+    return name
+
+
+def token_lifetime(expires_in: int | None) -> timedelta:
+    """How long a new token lives: ``expires_in`` seconds, or :data:`TOKEN_MAX_LIFETIME` when None.
+
+    Raises:
+        InvalidInput: less than a second or more than :data:`TOKEN_MAX_LIFETIME`.
+    """
+    if expires_in is None:
+        return TOKEN_MAX_LIFETIME
+    if not 1 <= expires_in <= TOKEN_MAX_LIFETIME.total_seconds():
+        raise InvalidInput(f"expires_in is 1 second to {TOKEN_MAX_LIFETIME.days} days")
+    return timedelta(seconds=expires_in)
 
 
 def parse_token(presented: str | None) -> tuple[str, str]:

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from app.domain.auth import TokenRecord, Unauthenticated, hash_secret, parse_token, secret_matches, validate_scopes
-from app.domain.errors import InvalidInput
+from app.domain.auth import (
+    TokenRecord,
+    Unauthenticated,
+    hash_secret,
+    parse_token,
+    secret_matches,
+    token_lifetime,
+    validate_scopes,
+    validate_token_name,
+)
 from app.domain.ports import UnitOfWork
+from app.domain.ratelimit import FailureLimit
 
-__all__ = ["authenticate", "create_token", "list_audit", "list_tokens", "record_audit", "revoke_token"]
-
-_MAX_TTL = timedelta(days=366)
+__all__ = ["authenticate", "authenticate_source", "create_token", "list_audit", "list_tokens", "record_audit",
+           "revoke_token"]
 
 
 def _audit_local(uow: UnitOfWork, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
@@ -35,11 +43,8 @@ def create_token(
         audit: append an audit record of the creation (the API passes False: its
             middleware records every request already).
     """
-    if not name or len(name) > 64:
-        raise InvalidInput("a token name is 1-64 characters")
-    ttl = timedelta(seconds=expires_in) if expires_in is not None else _MAX_TTL
-    if not timedelta(seconds=1) <= ttl <= _MAX_TTL:
-        raise InvalidInput("expires_in is 1 second to 366 days")
+    ttl = token_lifetime(expires_in)
+    name = validate_token_name(name)
     token_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     now = datetime.now(UTC)
@@ -67,6 +72,26 @@ def authenticate(*, uow: UnitOfWork, presented: str | None) -> TokenRecord:
     if not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
         raise Unauthenticated()
     return record
+
+
+def authenticate_source(*, uow: UnitOfWork, presented: str | None, source: str,
+                        failures: FailureLimit | None) -> TokenRecord:
+    """:func:`authenticate` a token that ``source`` (a client address) presented, held to
+    ``failures``: a source barred for its failures is refused before its token is read, and a
+    failure is counted against the source.
+
+    Raises:
+        RateLimited: ``source`` failed too often of late (429): its token is not looked up.
+        Unauthenticated: as :func:`authenticate`.
+    """
+    if failures is not None:
+        failures.check(source)
+    try:
+        return authenticate(uow=uow, presented=presented)
+    except Unauthenticated:
+        if failures is not None:
+            failures.failed(source)
+        raise
 
 
 def list_tokens(*, uow: UnitOfWork) -> list[dict[str, Any]]:

@@ -16,7 +16,9 @@ Listeners are kept in step with the gateway table every ``resync`` seconds, so a
 registered later is watched too and a listener whose charon restarted is reconnected;
 each time a listener (re)connects, every tunnel on that gateway is checked once, since
 its events until then were not seen: their records are read a page at a time, then one
-``list-sas`` of each charon involved answers for all of them.
+``list-sas`` of each charon involved answers for all of them. A gateway whose charon does not
+answer is tried again at the next look, then after 2, 4, 8 ... looks, at most every
+``retry_max`` seconds, until it answers.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class TunnelMonitor:
         settle: seconds between an event and the check it triggers (rounded up to ``tick``).
         tick: the checks due within one tick run together (their states read at once).
         resync: seconds between re-reading the gateways (and reconnecting lost listeners).
+        retry_max: the longest wait, in seconds, between two tries of a gateway whose charon
+            does not answer (the waits double from one look).
         metrics: each check's lag behind the first event that asked for it
             (``qoss_monitor_lag_seconds``, the settle time included).
     """
@@ -112,6 +116,7 @@ class TunnelMonitor:
         settle: float = 1.0,
         tick: float = 0.25,
         resync: float = 5.0,
+        retry_max: float = 300.0,
         metrics: Metrics = NO_METRICS,
     ) -> None:
         self._metrics = metrics
@@ -123,6 +128,9 @@ class TunnelMonitor:
         self._tick = tick
         self._resync = resync
         self._listeners: dict[str, Listener] = {}
+        #: Looks at a gateway whose charon did not answer: socket -> (failures in a row, looks to skip)
+        self._failing: dict[str, tuple[int, int]] = {}
+        self._skip_max = max(0, math.ceil(retry_max / resync) - 1)
         #: tunnel id -> (when to check, whether a down event was among its events)
         self._due: dict[str, tuple[float, bool]] = {}
         #: tunnel id -> when the first event of its pending check arrived
@@ -226,17 +234,27 @@ class TunnelMonitor:
             sockets = {g.vici_socket for g in uow.gateways.list()}
         for path in sorted(set(self._listeners) - sockets):
             self._listeners.pop(path).stop(timeout=1.0)
+        for path in sorted(set(self._failing) - sockets):
+            del self._failing[path]
         for path in sorted(sockets):
             current = self._listeners.get(path)
             if current is not None and current.running:
+                continue
+            failures, skip = self._failing.get(path, (0, 0))
+            if skip:
+                self._failing[path] = (failures, skip - 1)
                 continue
             listener = self._listen(path, self.on_event)
             try:
                 listener.start()
             except GatewayError as exc:
-                log.info("tunnel monitor: not watching %s yet: %s", path, exc.message)
                 self._listeners.pop(path, None)
+                skip = min(2 ** failures - 1, self._skip_max)  # tries at looks 1, 2, 4, 8 ... from the first
+                self._failing[path] = (failures + 1, skip)
+                log.info("tunnel monitor: not watching %s yet (%d tries; the next in %g s): %s",
+                         path, failures + 1, (skip + 1) * self._resync, exc.message)
                 continue
+            self._failing.pop(path, None)
             self._listeners[path] = listener
             # Events before this moment were not seen (a new gateway, a restarted charon).
             self.check_all_on(path)

@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from app.domain.errors import QossError
 from app.ui.render import page, secure
-from app.ui.session import CsrfRefused, SignInRequired
+from app.ui.session import CsrfRefused, FormRefused, SignInRequired
 from app.web.errors import status_for
 from app.web.routing import QossRoute
 
@@ -62,6 +62,9 @@ class ConsoleRoute(QossRoute):
                 response = _refused(request, 403, "Refused",
                                     "This form was not sent by this console (its CSRF token is missing or wrong). "
                                     "Reload the page and try again.")
+            except FormRefused as exc:
+                request.state.error_name = exc.error
+                response = _refused(request, exc.status, "Cannot read this form", exc.message)
             except QossError as exc:
                 request.state.error_name = type(exc).__name__
                 status = status_for(exc)

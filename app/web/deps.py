@@ -17,8 +17,8 @@ from app.adapters.db.audit import attach
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.domain.auth import TokenRecord, check_scopes
 from app.domain.ports import ViciFactory
-from app.domain.ratelimit import Overloaded
-from app.services.auth import authenticate
+from app.domain.ratelimit import FailureLimit, Overloaded
+from app.services.auth import authenticate_source
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.web.provenance import audit_fields
@@ -188,12 +188,18 @@ _ANONYMOUS = Principal(None, None, frozenset())
 
 
 def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
+    """The token behind ``Authorization``. A request that sends the header is held to its
+    source's limit of failed checks (``auth_failure_rate``, ``auth_failure_burst``): past it,
+    429 before the token is looked up. A request without one is 401 and counts for nothing."""
     presented = None
     if authorization is not None and authorization[:7].lower() == "bearer ":
         presented = authorization[7:].strip()
+    failures: FailureLimit | None = (getattr(request.app.state, "auth_failures", None)
+                                     if authorization is not None else None)
     factory: sessionmaker[Session] = request.app.state.read_session_factory
     with SqlUnitOfWork(factory(), owned=True) as uow:
-        return authenticate(uow=uow, presented=presented)
+        return authenticate_source(uow=uow, presented=presented,
+                                   source=request.client.host if request.client else "", failures=failures)
 
 
 def require(scope: str) -> Callable[..., Principal]:

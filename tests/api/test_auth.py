@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy import MetaData, select
 
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow
+from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow, RateBucketRow
 from app.adapters.db.repositories import TokenRepository
 from app.api.routes import admin, agent, algorithms, benchmarks, gateways, negotiations, policies, ratings, tunnels
 from app.domain.auth import TokenRecord, hash_secret
@@ -93,7 +93,7 @@ def test_every_route_is_either_protected_or_a_known_open_one() -> None:
 
 def snapshot(database_url: str) -> dict[str, list[str]]:
     """Every row of every table but the audit log, its chain head and the events (which record the
-    refusals: each audit entry is an event too)."""
+    refusals: each audit entry is an event too), and the rate limits' buckets (which count them)."""
     engine = make_engine(database_url)
     meta = MetaData()
     try:
@@ -102,7 +102,7 @@ def snapshot(database_url: str) -> dict[str, list[str]]:
             return {table.name: sorted(repr(tuple(row)) for row in conn.execute(select(table)))
                     for table in meta.sorted_tables
                     if table.name not in (AuditRow.__tablename__, AuditChainHeadRow.__tablename__,
-                                          EventRow.__tablename__)}
+                                          EventRow.__tablename__, RateBucketRow.__tablename__)}
     finally:
         engine.dispose()
 
@@ -126,8 +126,10 @@ def insert_token(database_url: str, *, expired: bool = False, revoked: bool = Fa
 
 @pytest.fixture
 async def bare(settings: Settings, tmp_path: Path) -> Any:
-    """No credentials; the app plays the agent's Host and Target roles, so agent routes are live."""
-    app = create_app(settings.model_copy(update={"agent_config": agent_server_config(tmp_path)[0]}))
+    """No credentials; the app plays the agent's Host and Target roles, so agent routes are live.
+    Its failed token checks are not held back (test_refusal_flood.py tests that)."""
+    app = create_app(settings.model_copy(update={"agent_config": agent_server_config(tmp_path)[0],
+                                                 "auth_failure_burst": 100_000}))
     transport = httpx.ASGITransport(app=app)
     async with app.router.lifespan_context(app), httpx.AsyncClient(transport=transport, base_url="http://q.test") as c:
         yield c

@@ -275,7 +275,7 @@ def test_a_stopping_server_closes_every_connection_in_its_waiting_room(loop: str
         held = _hold_every_place(base, watch)
         asked = _send(base, f"/hold?i={BOUND}")
         silent = _connect(base)
-        assert until(lambda: len(server._ready) == 1 and len(server._silent) == 1)
+        assert until(lambda: len(server._ready) == 1 and len(server._heads) == 1)
         server.should_exit = True
         assert until(lambda: server._waiting() == 0)
         assert _closed_by_server(asked)

@@ -45,27 +45,36 @@ def database(tmp_path: Path) -> tuple[str, str, str]:
 
 
 class Follower:
-    """Reads an event stream in a thread; ``take`` waits (bounded) for the next events."""
+    """Reads an event stream in a thread; ``take`` waits (bounded) for the next events, ``ended``
+    is set once the server has closed the stream, ``comments`` holds its comment lines."""
 
-    def __init__(self, base: str, token: str, last_event_id: int | None = None) -> None:
+    def __init__(self, base: str, token: str | None, last_event_id: int | None = None, *,
+                 path: str = "/v1/events", cookies: dict[str, str] | None = None) -> None:
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.status: queue.Queue[int] = queue.Queue()
+        self.comments: list[str] = []
+        self.ended = threading.Event()
         self._stop = threading.Event()
-        headers = {"Authorization": f"Bearer {token}"}
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
         if last_event_id is not None:
             headers["Last-Event-ID"] = str(last_event_id)
-        self._thread = threading.Thread(target=self._read, args=(base, headers), daemon=True)
+        self._thread = threading.Thread(target=self._read, args=(f"{base}{path}", headers, cookies or {}),
+                                        daemon=True)
         self._thread.start()
 
-    def _read(self, base: str, headers: dict[str, str]) -> None:
+    def _read(self, url: str, headers: dict[str, str], cookies: dict[str, str]) -> None:
         try:
-            with httpx.stream("GET", f"{base}/v1/events", headers=headers, timeout=httpx.Timeout(5, read=30)) as r:
+            with httpx.Client(cookies=cookies, timeout=httpx.Timeout(5, read=30)) as client, \
+                    client.stream("GET", url, headers=headers) as r:
                 self.status.put(r.status_code)
                 for line in r.iter_lines():
                     if self._stop.is_set():
                         return
                     if line.startswith("data: "):
                         self.events.put(json.loads(line[6:]))
+                    elif line.startswith(":"):
+                        self.comments.append(line)
+                self.ended.set()
         except httpx.HTTPError:
             if not self._stop.is_set():  # the server went away while followed: the test sees no more events
                 self.status.put(0)
@@ -182,3 +191,89 @@ def test_a_stopping_server_ends_its_event_streams_instead_of_waiting_for_them(
         assert "Application shutdown complete" in (tmp_path / "serve-stop.log").read_text()
         follower._thread.join(5)
         assert not follower._thread.is_alive()  # the stream ended; its client may resume elsewhere
+
+
+def _token_id(token: str) -> str:
+    return token.split("_")[1]
+
+
+def _ends_within(follower: Follower, seconds: float) -> bool:
+    return follower.ended.wait(seconds)
+
+
+def test_a_revoked_tokens_streams_end_within_a_second_and_free_their_places(
+        tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, admin, reader = database
+    with served(tmp_path, url, QOSS_MAX_EVENT_STREAMS="2") as base, httpx.Client(base_url=base, timeout=10) as c:
+        followers = [Follower(base, reader), Follower(base, reader)]
+        try:
+            assert [f.started() for f in followers] == [200, 200]
+            full = c.get("/v1/events", headers={"Authorization": f"Bearer {admin}"})
+            assert full.status_code == 503, full.text  # the reader's streams hold every place
+            assert c.delete(f"/v1/tokens/{_token_id(reader)}",
+                            headers={"Authorization": f"Bearer {admin}"}).status_code == 204
+            assert all(_ends_within(f, 3) for f in followers), "a revoked token's stream went on"
+            assert all(": stream ended: the token was revoked" in f.comments for f in followers)
+            admitted = Follower(base, admin)  # the places are free again
+            try:
+                assert admitted.started() == 200
+            finally:
+                admitted.close()
+        finally:
+            for f in followers:
+                f.close()
+
+
+def test_an_expired_tokens_stream_ends(tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, _, _ = database
+    with served(tmp_path, url) as base:
+        brief = make_token(url, "events-brief", ["audit:read"], expires_in=2)
+        follower = Follower(base, brief)
+        try:
+            assert follower.started() == 200
+            assert _ends_within(follower, 5), "an expired token's stream went on"
+            assert ": stream ended: the token has expired" in follower.comments
+            refused = httpx.get(f"{base}/v1/events", headers={"Authorization": f"Bearer {brief}"}, timeout=5)
+            assert refused.status_code == 401
+        finally:
+            follower.close()
+
+
+def test_a_token_follows_at_most_its_cap_of_streams_while_others_still_get_theirs(
+        tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, admin, reader = database
+    with served(tmp_path, url, QOSS_MAX_EVENT_STREAMS_PER_TOKEN="5") as base:
+        followers = [Follower(base, reader) for _ in range(5)]
+        try:
+            assert [f.started() for f in followers] == [200] * 5
+            sixth = httpx.get(f"{base}/v1/events", headers={"Authorization": f"Bearer {reader}"}, timeout=5)
+            assert sixth.status_code == 429, sixth.text
+            assert sixth.json()["error"] == "TooManyStreams"
+            assert "max_event_streams_per_token" in sixth.json()["detail"]
+            assert "5" in sixth.json()["detail"]
+            assert sixth.headers["Retry-After"]
+            other = Follower(base, admin)  # another token still gets its streams
+            followers.append(other)
+            assert other.started() == 200
+        finally:
+            for f in followers:
+                f.close()
+
+
+def test_a_low_privilege_tokens_stream_carries_no_audit_frames(
+        tmp_path: Path, database: tuple[str, str, str]) -> None:
+    url, _, _ = database
+    editor = make_token(url, "events-editor", ["ratings:write", "tunnels:read"])
+    auditor = make_token(url, "events-auditor", ["audit:read"])
+    with served(tmp_path, url) as base, httpx.Client(base_url=base, timeout=10) as c:
+        low, audit = Follower(base, editor), Follower(base, auditor)
+        try:
+            assert (low.started(), audit.started()) == (200, 200)
+            _edit(c, editor, 0.5)  # the editor's own change: its revision and its audit entry
+            assert [e["kind"] for e in audit.take(2)] == ["rating_table.revision", "audit"]
+            assert [e["kind"] for e in low.take(1)] == ["rating_table.revision"]
+            with pytest.raises(queue.Empty):
+                low.take(1, timeout=1.5)
+        finally:
+            low.close()
+            audit.close()

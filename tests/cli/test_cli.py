@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.resources import SHIPPED_POLICIES_DIR
+from app.settings import SHIPPED_POLICIES_DIR
 from tests.cli.run import qoss
 
 

@@ -20,7 +20,7 @@ from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.ratings import RatingTable
 from app.domain.sessions import SessionRecord
 from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
-from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 from tests.contract.databases import migrated_sessions
 from tests.fakes.uow import FakeDatabase
 

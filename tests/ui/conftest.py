@@ -35,7 +35,7 @@ def anyio_backend() -> str:
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     settings = Settings(database_url=database_url, max_body_bytes=262144, trusted_proxies=["127.0.0.1"],
-                        measurements_dir=tmp_path / "bench")
+                        measurements_dir=tmp_path / "bench", state_dir=tmp_path / "state")
     prepare_database(settings)
     return settings
 

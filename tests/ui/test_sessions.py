@@ -69,9 +69,9 @@ async def test_the_cookie_is_secure_when_a_trusted_proxy_says_the_client_used_tl
     client = browser()
     tls = {"X-Forwarded-Proto": "https"}
     form = await client.get("/ui/login", headers=tls)
-    assert "secure" in _cookie_header(form, "qoss_login").lower()
-    nonce = form.cookies["qoss_login"]  # a client sends a Secure cookie over TLS only: by hand here
-    answer = await client.post("/ui/login", headers={**tls, "Cookie": f"qoss_login={nonce}"},
+    assert "secure" in _cookie_header(form, "__Host-qoss_login").lower()
+    nonce = form.cookies["__Host-qoss_login"]  # a client sends a Secure cookie over TLS only: by hand here
+    answer = await client.post("/ui/login", headers={**tls, "Cookie": f"__Host-qoss_login={nonce}"},
                                data={"csrf": nonce, "token": token()})
     assert answer.status_code == 303
     assert "; secure" in _cookie_header(answer, "qoss_session").lower()

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests import REPO_ROOT
@@ -21,7 +24,7 @@ GATEWAYS = ("gw-left", "gw-right")
 
 def _dockerfile(service: str) -> Path:
     build = SERVICES[service]["build"]
-    return REPO_ROOT / build["context"] / build.get("dockerfile", "Dockerfile")
+    return Path(REPO_ROOT, build["context"], build.get("dockerfile", "Dockerfile"))
 
 
 def _joined(text: str) -> str:
@@ -177,3 +180,83 @@ def test_the_check_cleans_up_and_bounds_its_waits() -> None:
     for line in CHECK.splitlines():
         if re.search(r"\bpodman (exec|build|logs)\b", line) and "podman build --help" not in line:
             assert "timeout " in line, line
+
+
+def _unit(path: Path) -> dict[str, list[str]]:
+    """A systemd unit's settings, each key's values in order (a key may be given more than once)."""
+    settings: dict[str, list[str]] = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            settings.setdefault(key.strip(), []).append(value.strip())
+    return settings
+
+
+def _vici_gid(dockerfile: str) -> str:
+    found = re.search(r"groupadd --system --gid (\d+) qoss-vici", _joined((REPO_ROOT / dockerfile).read_text()))
+    assert found, dockerfile
+    return found.group(1)
+
+
+def test_the_api_image_runs_as_the_unprivileged_user_qoss_owning_its_data() -> None:
+    text = (REPO_ROOT / "Dockerfile").read_text()
+    users = [line.split()[1] for line in text.splitlines() if line.startswith("USER ")]
+    assert users == ["qoss"], "the image's last USER is qoss, not root"
+    joined = _joined(text)
+    assert re.search(r"useradd --system --uid (\d+) --gid qoss --groups qoss-vici .*--shell /usr/sbin/nologin qoss",
+                     joined)
+    assert "install -d -o qoss -g qoss -m 0700 /var/lib/qoss" in joined
+    assert "WORKDIR /var/lib/qoss" in text
+    assert re.search(r"^ENV .*QOSS_STATE_DIR=/var/lib/qoss/state", text, re.MULTILINE)
+    assert text.index("USER qoss") > text.rindex("RUN ")  # nothing runs as root after it
+
+
+def test_the_gateways_vici_socket_has_the_group_the_api_user_is_in() -> None:
+    conf = (REPO_ROOT / "deploy/strongswan/strongswan.conf").read_text()
+    assert re.search(r"^charon \{\n(?:\s*#.*\n)*\s*group = qoss-vici$", conf, re.MULTILINE)
+    assert _vici_gid("deploy/strongswan/Dockerfile") == _vici_gid("Dockerfile")  # one gid across the volume
+
+
+def test_the_debian_unit_runs_qoss_unprivileged_in_its_state_directory() -> None:
+    unit = _unit(REPO_ROOT / "deploy/debian/qoss.service")
+    single = {key: values[-1] for key, values in unit.items()}
+    assert (single["User"], single["Group"], single["SupplementaryGroups"]) == ("qoss", "qoss", "qoss-vici")
+    assert (single["StateDirectory"], single["StateDirectoryMode"], single["WorkingDirectory"]) == (
+        "qoss", "0700", "/var/lib/qoss")
+    environment = dict(value.split("=", 1) for value in unit["Environment"])
+    assert environment["QOSS_STATE_DIR"].startswith("/var/lib/qoss/")
+    assert environment["QOSS_DATABASE_URL"] == "sqlite:////var/lib/qoss/qoss.db"
+    for key, value in {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes", "ProtectHome": "yes",
+                       "CapabilityBoundingSet": "", "AmbientCapabilities": "", "RestrictSUIDSGID": "yes"}.items():
+        assert single[key] == value, key
+    assert single["ExecStart"].startswith("/opt/qoss/bin/qoss serve")
+
+
+def test_the_debian_users_and_charons_socket_group_agree() -> None:
+    lines = [line.split() for line in (REPO_ROOT / "deploy/debian/qoss.sysusers").read_text().splitlines()
+             if line and not line.startswith("#")]
+    assert ["g", "qoss-vici", "-"] in lines
+    assert ["m", "qoss", "qoss-vici"] in lines
+    (user,) = [line for line in lines if line[:2] == ["u", "qoss"]]
+    assert user[-2:] == ["/var/lib/qoss", "/usr/sbin/nologin"]
+    conf = (REPO_ROOT / "deploy/debian/strongswan-qoss-vici.conf").read_text()
+    assert re.search(r"^charon \{\n\s*group = qoss-vici\n\}$", conf, re.MULTILINE)
+
+
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers is not installed")
+def test_systemd_sysusers_makes_qoss_in_the_vici_group(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    for name in ("passwd", "group", "shadow", "gshadow"):
+        (tmp_path / "etc" / name).write_text("")
+    sysusers = tmp_path / "usr/lib/sysusers.d"
+    sysusers.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "deploy/debian/qoss.sysusers", sysusers / "qoss.conf")
+    for _ in range(2):  # idempotent
+        subprocess.run(["systemd-sysusers", f"--root={tmp_path}", "qoss.conf"], check=True, capture_output=True,
+                       timeout=30)
+    passwd = [line.split(":") for line in (tmp_path / "etc/passwd").read_text().splitlines()]
+    groups = {line.split(":")[0]: line.split(":") for line in (tmp_path / "etc/group").read_text().splitlines()}
+    (qoss,) = [entry for entry in passwd if entry[0] == "qoss"]
+    assert qoss[2] != "0" and qoss[3] == groups["qoss"][2]  # noqa: PT018
+    assert qoss[5:] == ["/var/lib/qoss", "/usr/sbin/nologin"]
+    assert groups["qoss-vici"][3] == "qoss"

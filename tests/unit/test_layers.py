@@ -1,5 +1,6 @@
 """The layers, read from the imports of every module: the pure cores import only the
-standard library and each other, and no arrow runs back up (domain ← services ← api/cli)."""
+standard library and each other, and no arrow runs back up (domain ← services, adapters ←
+bootstrap, web, measure ← api, ui, lab ← the app factory ← the command line)."""
 
 from __future__ import annotations
 

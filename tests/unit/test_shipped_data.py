@@ -10,7 +10,7 @@ from app.adapters.files import load_policies, load_policy, load_rating_table, lo
 from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.policies import IpsecOption, Policy
 from app.domain.ratings import RatingTable, relevant_dimensions
-from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
 RATINGS = SHIPPED_RATINGS_DIR
 POLICIES = SHIPPED_POLICIES_DIR

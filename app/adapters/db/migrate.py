@@ -1,6 +1,6 @@
 """Run the Alembic migrations programmatically: the only way the schema is made.
 
-The migrations (``migrations/``, inside the wheel ``app/_shipped/migrations``: :data:`app.resources.MIGRATIONS_DIR`);
+The migrations (``migrations/``, inside the wheel ``app/_shipped/migrations``: :data:`app.settings.MIGRATIONS_DIR`);
 the database URL is passed in, never read from ``alembic.ini``.
 """
 
@@ -17,7 +17,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import make_url
 
-from app.resources import MIGRATIONS_DIR
+from app.settings import MIGRATIONS_DIR
 
 __all__ = ["MIGRATIONS", "SchemaState", "alembic_config", "current", "downgrade", "schema_state",
            "sqlite_path", "upgrade"]

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.adapters.db import audit_log
+from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAME_PATTERN
 from app.services import auth as svc
 from app.web.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.web.routing import QossRoute
@@ -25,9 +26,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"mod
 class TokenIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")]
+    name: Annotated[str, Field(min_length=1, max_length=TOKEN_NAME_MAX_LENGTH, pattern=TOKEN_NAME_PATTERN)]
     scopes: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)]
-    expires_in: Annotated[int, Field(ge=1, le=366 * 86400)] | None = None
+    expires_in: Annotated[int, Field(ge=1, le=int(TOKEN_MAX_LIFETIME.total_seconds()))] | None = None
 
 
 @router.post("/tokens", dependencies=_ADMIN, status_code=201, responses=_ERRORS)

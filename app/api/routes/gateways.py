@@ -1,14 +1,23 @@
-"""Gateways: the strongSwan instances qoss drives."""
+"""Gateways: the strongSwan instances qoss drives.
+
+A registration or a refresh reads charon in a dependency that runs before the unit of work's
+(:data:`ProbedGateway`, :data:`ReadAgainGateway`): a charon that is slow, or a socket that never
+answers, holds a worker thread for at most ``gateway_probe_timeout`` and never a write slot or a
+write transaction; the unit of work then only stores what was read.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 
+from app.adapters.vici.probe import prober
+from app.domain.ports import UnitOfWorkFactory
+from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.services.inputs import GatewayIn
-from app.web.deps import ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
+from app.web.deps import ReadUnitDep, SettingsDep, UnitDep, require
 from app.web.edits import EditDep
 from app.web.routing import QossRoute
 from app.web.schemas import ErrorOut
@@ -25,6 +34,29 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+def probed_gateway(body: GatewayIn, settings: SettingsDep) -> Gateway:
+    """The gateway a registration names, read from its charon (a plain function: FastAPI runs it
+    in a worker thread, before the route's unit of work takes a write slot)."""
+    return svc.probe_gateway(vici=prober(settings.gateway_probe_timeout), body=body,
+                             allowed_socket_dirs=settings.vici_socket_dirs,
+                             allowed_networks=settings.gateway_networks)
+
+
+def read_gateway_again(name: GatewayName, request: Request, settings: SettingsDep) -> Gateway:
+    """A registered gateway read from its charon again (as :func:`probed_gateway`: before the
+    route's unit of work; the record is read in a read-only unit of work of its own, ended first)."""
+    units: UnitOfWorkFactory = request.app.state.read_units
+    with units() as uow:
+        gateway = svc.get_gateway(uow=uow, name=name)
+    return svc.read_gateway_again(vici=prober(settings.gateway_probe_timeout), gateway=gateway,
+                                  allowed_socket_dirs=settings.vici_socket_dirs)
+
+
+#: Declared before ``UnitDep`` in a route's parameters: FastAPI solves dependencies in order.
+ProbedGateway = Annotated[Gateway, Depends(probed_gateway)]
+ReadAgainGateway = Annotated[Gateway, Depends(read_gateway_again)]
+
+
 @router.get("/gateways", dependencies=_TUNNELS_READ)
 def list_gateways(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every registered gateway with its back end and algorithms."""
@@ -32,12 +64,10 @@ def list_gateways(uow: ReadUnitDep) -> list[dict[str, Any]]:
 
 
 @router.post("/gateways", dependencies=_GATEWAYS_WRITE, status_code=201, responses=_ERRORS)
-def register_gateway(body: GatewayIn, uow: UnitDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
-    """Register a charon; its back end and algorithms are read over VICI (503 if it does not answer)."""
-    gateway = svc.register_gateway(uow=uow, vici=vici, body=body,
-                                   allowed_socket_dirs=settings.vici_socket_dirs,
-                                   allowed_networks=settings.gateway_networks)
-    return gateway.as_dict()
+def register_gateway(gateway: ProbedGateway, uow: UnitDep) -> dict[str, Any]:
+    """Register a charon; its back end and algorithms are read over VICI (503 ``GatewayUnreachable``
+    if no charon answers on the socket, whatever the reason)."""
+    return svc.add_gateway(uow=uow, gateway=gateway).as_dict()
 
 
 @router.get("/gateways/{name}", dependencies=_TUNNELS_READ, responses=_ERRORS)
@@ -47,11 +77,11 @@ def get_gateway(name: GatewayName, uow: ReadUnitDep) -> dict[str, Any]:
 
 
 @router.post("/gateways/{name}/refresh", dependencies=_GATEWAYS_WRITE, responses=_ERRORS)
-def refresh_gateway(name: GatewayName, uow: UnitDep, vici: ViciDep, edit: EditDep) -> Any:
+def refresh_gateway(gateway: ReadAgainGateway, uow: UnitDep, edit: EditDep) -> Any:
     """Read the gateway's back end and algorithms again; the tunnels on it are negotiated again
     (and moved) afterwards. ``?dry_run=true``: nothing is kept; the answer is what would be
     stored and its impact on the running tunnels."""
-    return edit.finish(uow, svc.refresh_gateway(uow=uow, vici=vici, name=name).as_dict())
+    return edit.finish(uow, svc.refresh_gateway(uow=uow, gateway=gateway).as_dict())
 
 
 @router.delete("/gateways/{name}", dependencies=_GATEWAYS_WRITE, status_code=204, responses=_ERRORS)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.adapters.metrics import CONTENT_TYPE, PrometheusMetrics, ScrapeReader, WriteGateCounts, exposition
 from app.domain.auth import check_scopes
-from app.services.auth import authenticate
+from app.services.auth import authenticate_source
 from app.web.deps import Bearer, Principal
 from app.web.errors import error_body
 from app.web.routing import QossRoute
@@ -44,9 +44,12 @@ async def metrics(request: Request, _bearer: Bearer,
     reader: ScrapeReader = request.app.state.scrape_reader
     counted: PrometheusMetrics = request.app.state.metrics
     presented = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
+    source = request.client.host if request.client else ""
+    failures = getattr(request.app.state, "auth_failures", None) if authorization is not None else None
 
     def scrape(session: Session) -> bytes:
-        record = authenticate(uow=SqlUnitOfWork(session), presented=presented)
+        record = authenticate_source(uow=SqlUnitOfWork(session), presented=presented, source=source,
+                                     failures=failures)
         request.state.principal = Principal(record.id, record.name, record.scopes)
         check_scopes(record, SCOPE)
         return exposition(counted.registry, [reader.tunnel_counts(session), WriteGateCounts()])

@@ -12,10 +12,11 @@ from app.services import ui_sessions
 from app.ui.pages.common import AnyWriter, console_router, failed
 from app.ui.render import page
 from app.ui.session import (
-    LOGIN_COOKIE,
-    FormDep,
+    LoginFormDep,
+    clear_login_cookie,
     clear_session_cookie,
     login_check,
+    login_key,
     new_login_nonce,
     set_login_cookie,
     set_session_cookie,
@@ -33,24 +34,25 @@ def home() -> Response:
 
 
 @router.get("/login")
-def login_form(request: Request) -> Response:
-    """The sign-in form (its CSRF value is also a short-lived cookie)."""
-    nonce = new_login_nonce()
+def login_form(request: Request, uow: UnitDep) -> Response:
+    """The sign-in form (its CSRF value, a nonce this server signs, is also a short-lived cookie)."""
+    nonce = new_login_nonce(login_key(uow))
     response = page("login.html", {"console": None, "csrf": nonce, "error": None})
     set_login_cookie(response, request, nonce)
     return response
 
 
 @router.post("/login")
-def login(request: Request, form: FormDep, uow: UnitDep, settings: SettingsDep) -> Response:
+def login(request: Request, form: LoginFormDep, uow: UnitDep, settings: SettingsDep) -> Response:
     """Sign in with an API token: a server-side session, its id in an HttpOnly cookie."""
-    login_check(request, form)
+    key = login_key(uow)
+    login_check(request, form, key)
     try:
         session_id, record, token = ui_sessions.sign_in(
             uow=uow, presented=form.get("token", "").strip(), ttl=timedelta(seconds=settings.ui_session_ttl))
     except Unauthenticated:
         failed(request, "Unauthenticated", 401)
-        nonce = new_login_nonce()
+        nonce = new_login_nonce(key)
         response = page("login.html", {"console": None, "csrf": nonce,
                                        "error": "That token was not accepted (unknown, expired or revoked)."},
                         status=401)
@@ -60,7 +62,7 @@ def login(request: Request, form: FormDep, uow: UnitDep, settings: SettingsDep) 
     request.state.audit_detail = "console sign-in"
     signed_in = RedirectResponse("/ui/tables", status_code=303)
     set_session_cookie(signed_in, request, session_id, record.expires_at)
-    signed_in.delete_cookie(LOGIN_COOKIE, path="/ui/login")
+    clear_login_cookie(signed_in, request)
     return signed_in
 
 

@@ -10,17 +10,18 @@ from typing import Annotated, Any
 from fastapi import Header, Path, Query, Request
 from starlette.responses import RedirectResponse, Response
 
-from app.api.routes.events import follow
 from app.domain.errors import NotFound
 from app.domain.ports import UnitOfWork
+from app.domain.sessions import hash_session_id
 from app.services import gateways as gateway_svc
 from app.services import tunnels as tunnel_svc
-from app.services.events import visible_scopes
+from app.services.events import StreamFollower
 from app.ui.pages.common import TunnelsWriter, console_router, needs
 from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import ConsoleDep
 from app.web.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
+from app.web.streams import follow
 
 __all__ = ["TUNNEL_EVENTS", "router"]
 
@@ -126,7 +127,8 @@ async def events(request: Request, who: ConsoleDep,
                                                              pattern=r"^[0-9]+$")] = None,
                  after: Annotated[int | None, Query(ge=0, le=MAX_DB_INT)] = None) -> Response:
     """The events the signed-in token may see, as ``GET /v1/events`` streams them (same scopes,
-    same resumption with ``Last-Event-ID``): the console's pages follow it with the session
-    cookie, so no token is ever handed to a script."""
+    same resumption with ``Last-Event-ID``, same limits): the console's pages follow it with the
+    session cookie, so no token is ever handed to a script. It ends within a second of the
+    session's sign-out or expiry, or of its token's revocation or expiry."""
     start = after if after is not None else int(last_event_id) if last_event_id else None
-    return await follow(request, visible_scopes(who.token.scopes), start)
+    return await follow(request, StreamFollower(who.token.id, hash_session_id(who.session_id)), start)

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import Engine, create_engine, inspect, pool, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.adapters.audit_seal import AuditSeal
 from app.adapters.db import audit_chain
 from app.adapters.db.audit import Auditor, attach, install
 from app.adapters.db.audit_log import export_lines, verify_log
@@ -23,6 +24,7 @@ from app.adapters.db.repositories import AuditRepository
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.domain.audit_chain import ChainReport, entry_hash, verify
 from app.services.auth import create_token
+from app.settings import Settings
 
 
 def fields(n: int | str, **extra: Any) -> dict[str, Any]:
@@ -174,8 +176,9 @@ def test_export_round_trips(session_factory: sessionmaker[Session]) -> None:
         later = list(export_lines(session=session, since=9))
     parsed = [json.loads(line) for line in lines]
     assert [p["id"] for p in parsed] == list(range(1, 13))
-    assert all(entry_hash(p) == p["hash"] for p in parsed)
-    assert verify(parsed).intact
+    key = AuditSeal.from_settings(Settings()).read_key()  # the key outside the database, which a SIEM is given
+    assert all(entry_hash(p, key) == p["hash"] for p in parsed)
+    assert verify(parsed, key=key).intact
     for p, s in zip(parsed, stored, strict=True):
         assert datetime.fromisoformat(p.pop("at")) == s.pop("at")
         assert p == s
@@ -218,6 +221,8 @@ def test_upgrade_chains_existing_entries_and_downgrade_removes_the_chain(databas
         with plain.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM audit_events")).scalar_one() == 2502
         upgrade(database_url)  # and up again: the same entries, chained again
+        # a chain made again (unkeyed) is a new chain: the old one's checkpoints are put aside
+        (Settings().state_dir / "audit" / "checkpoints.jsonl").rename(Settings().state_dir / "old-checkpoints")
         engine = make_engine(database_url)
         try:
             assert check(make_session_factory(engine)).intact

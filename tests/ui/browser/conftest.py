@@ -52,7 +52,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     bench.mkdir()
     shutil.copy(REPO_ROOT / "docs" / "measurements" / "micro.json", bench / "micro.json")
     env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_MEASUREMENTS_DIR": str(bench), "QOSS_EVENT_STREAM_SECONDS": "30",
+           "QOSS_MEASUREMENTS_DIR": str(bench), "QOSS_STATE_DIR": str(where / "state"),
+           "QOSS_EVENT_STREAM_SECONDS": "30",
            # the code under test, wherever the interpreter's own install of qoss points
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     try:

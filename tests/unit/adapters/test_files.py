@@ -30,7 +30,7 @@ from app.adapters.rating_csv import CSV_COLUMNS
 from app.domain.errors import InvalidPolicy, InvalidRatingTable
 from app.domain.policies import Policy
 from app.domain.ratings import Measurement, Rating, RatingTable
-from app.resources import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 
 RATINGS = SHIPPED_RATINGS_DIR
 POLICIES = SHIPPED_POLICIES_DIR

@@ -9,7 +9,7 @@ from app.domain.errors import NoFeasibleSuite, UnsupportedProtection
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.policies import Policy
 from app.domain.ratings import Measurement, Rating, RatingTable
-from app.resources import SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_RATINGS_DIR
 
 ESAF = load_rating_table(SHIPPED_RATINGS_DIR / "esaf-2006.yaml")
 STD = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")

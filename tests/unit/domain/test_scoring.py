@@ -20,7 +20,7 @@ from app.domain.scoring import (
     split_half_spread,
     throughput_score,
 )
-from app.resources import SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_RATINGS_DIR
 
 #: Niedermayer et al. Table 4, ESP AES-128 + AH SHA-1, transport mode: cycles per packet.
 TABLE_4_AES_SHA1 = [(64, 24587), (300, 43944), (700, 74956), (1400, 131012)]

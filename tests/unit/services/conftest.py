@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from app.adapters import files
-from app.resources import SHIPPED_RATINGS_DIR
 from app.services.ratings import load_shipped_tables
+from app.settings import SHIPPED_RATINGS_DIR
 from tests.fakes.uow import FakeDatabase, FakeUnitOfWork
 
 _SHIPPED = files.load_rating_tables(SHIPPED_RATINGS_DIR)

@@ -36,7 +36,7 @@ from app.measure.domain.tunnel import (
     summarize,
     tunnel_table,
 )
-from app.resources import SHIPPED_RATINGS_DIR
+from app.settings import SHIPPED_RATINGS_DIR
 
 STANDARDS = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
 LIBIPSEC = Backend("kernel-libipsec", ah=False, ah_esp_bundle=False, transport=False)

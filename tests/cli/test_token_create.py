@@ -1,0 +1,51 @@
+"""``qoss token create`` applies the rules POST /v1/tokens applies (app.domain.auth): a
+refused name, scope or lifetime is one JSON error, exit status 2, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.cli.run import qoss
+
+
+def _refused(db: Path, *args: str) -> str:
+    done = qoss("token", "create", *args, db=db)
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    error = json.loads(done.stderr)
+    assert error["error"] == "InvalidInput"
+    return str(error["detail"])
+
+
+@pytest.mark.parametrize("name", ['"><img src=x>', "ops team", "-ops", "a" * 65])
+def test_a_name_the_api_refuses_is_refused_and_nothing_is_written(tmp_path: Path, name: str) -> None:
+    db = tmp_path / "q.db"
+    detail = _refused(db, "--name", name, "--scopes", "admin")
+    assert detail.startswith("a token name is 1-64 characters")
+    assert name not in detail
+    assert not db.exists()  # refused before the database is even opened
+
+
+@pytest.mark.parametrize(("args", "detail"), [
+    (("--scopes", "admin,root"), "scopes must be a non-empty subset of"),
+    (("--scopes", ""), "scopes must be a non-empty subset of"),
+    (("--scopes", "admin", "--expires-in", "0"), "expires_in is 1 second to 366 days"),
+    (("--scopes", "admin", "--expires-in", str(366 * 86400 + 1)), "expires_in is 1 second to 366 days"),
+], ids=["unknown-scope", "no-scope", "no-lifetime", "too-long"])
+def test_scopes_and_lifetimes_the_api_refuses_are_refused(tmp_path: Path, args: tuple[str, ...], detail: str) -> None:
+    db = tmp_path / "q.db"
+    assert _refused(db, "--name", "ops", *args).startswith(detail)
+    assert not db.exists()
+
+
+def test_a_plain_name_still_makes_a_token(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    made = qoss("token", "create", "--name", "ops.team@site-1", "--scopes", "tunnels:read", db=db)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["name"] == "ops.team@site-1"
+    listed = json.loads(qoss("token", "list", db=db).stdout)
+    assert [t["name"] for t in listed] == ["ops.team@site-1"]
