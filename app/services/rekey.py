@@ -18,7 +18,6 @@ import contextlib
 import heapq
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +29,7 @@ from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError
 from app.domain.negotiation import NegotiationResult
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
+from app.services.background import Worker
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
@@ -198,30 +198,19 @@ class Rekeyer:
         self._units, self._vici, self._default_table = units, vici, default_table
         self._cheaper, self._teardown = cheaper, teardown_noncompliant
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qoss-rekey")
-        self._wake = threading.Condition()
+        self._worker = Worker("rekeyer")
+        self._wake = self._worker.wake
         self._causes: list[str] = []
-        self._stopping = False
         self._busy = False
-        self._thread: threading.Thread | None = None
         #: Moves made and refused since start (for tests and logs).
         self.moved = 0
         self.refused = 0
 
     def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("the rekeyer was started already")
-        self._thread = threading.Thread(target=self._run, name="qoss-rekeyer", daemon=True)
-        self._thread.start()
-        self._closer = threading.Thread(target=self._close_loop, name="qoss-rekey-close", daemon=True)
-        self._closer.start()
+        self._worker.start(("qoss-rekeyer", self._run), ("qoss-rekey-close", self._close_loop))
 
     def stop(self, timeout: float = 10.0) -> None:
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._closer.join(timeout)
+        self._worker.stop(timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def schedule(self, cause: str) -> None:
@@ -269,8 +258,8 @@ class Rekeyer:
                 if self._at_rekey:
                     soonest = max(0.0, min(when for when, _ in self._at_rekey.values()) - time.monotonic())
                     timeout = soonest if timeout is None else min(timeout, soonest)
-                self._wake.wait_for(lambda: self._stopping or bool(self._causes), timeout)
-                if self._stopping:
+                self._wake.wait_for(lambda: self._worker.stopping or bool(self._causes), timeout)
+                if self._worker.stopping:
                     return
                 causes, self._causes = self._causes, []
                 now = time.monotonic()
@@ -311,14 +300,14 @@ class Rekeyer:
             impacts = assess(uow, default_table=self._default_table)
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
                                                                      and self._cheaper == "now")]
-        if self._cheaper == "on-next-rekey" and self._thread is not None:  # the command line cannot wait
+        if self._cheaper == "on-next-rekey" and self._worker.started:  # the command line cannot wait
             later = [i.tunnel for i in impacts if i.kind in ("cheaper", "different")]
             list(self._pool.map(lambda tunnel: self._when_it_rekeys(tunnel, cause), later))  # each asks its charon
         refused = self.refused
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
             future.result()
         self._left_noncompliant = self.refused > refused
-        if self._thread is None:  # one run, not in the background (the command line): close the old SAs here
+        if not self._worker.started:  # one run, not in the background (the command line): close the old SAs here
             with self._wake:
                 last = max((when for when, _, _ in self._closing), default=0.0)
             time.sleep(max(0.0, last - time.monotonic()))
@@ -418,9 +407,9 @@ class Rekeyer:
         """Close each moved tunnel's old SAs once their drain time is over (all of them at stop)."""
         while True:
             with self._wake:
-                while not self._stopping and not (self._closing and self._closing[0][0] <= time.monotonic()):
+                while not self._worker.stopping and not (self._closing and self._closing[0][0] <= time.monotonic()):
                     self._wake.wait(self._closing[0][0] - time.monotonic() if self._closing else None)
-                stopping = self._stopping
+                stopping = self._worker.stopping
                 due = self._due(everything=stopping)
             for close in due:
                 try:

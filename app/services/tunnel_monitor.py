@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -33,6 +32,7 @@ from typing import Protocol
 from app.domain.errors import GatewayError, NotFound
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelState
+from app.services.background import Worker
 from app.services.tunnel_setup import established_conns, established_everywhere
 
 __all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]
@@ -137,26 +137,18 @@ class TunnelMonitor:
         self._first_seen: dict[str, float] = {}
         #: how many of the tunnels taken off ``_due`` are being checked now
         self._checking = 0
-        self._wake = threading.Condition()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._worker = Worker("monitor")
+        self._wake = self._worker.wake
         #: How many checks changed a record (for tests and logs).
         self.changes = 0
 
     def start(self) -> None:
         """Start watching (returns at once; listeners connect in the monitor's thread)."""
-        if self._thread is not None:
-            raise RuntimeError("the monitor was started already")
-        self._thread = threading.Thread(target=self._run, name="qoss-tunnel-monitor", daemon=True)
-        self._thread.start()
+        self._worker.start(("qoss-tunnel-monitor", self._run))
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop every listener and the monitor's thread."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._worker.stop(timeout)
         for listener in list(self._listeners.values()):
             listener.stop(timeout=1.0)
         self._listeners.clear()
@@ -201,7 +193,7 @@ class TunnelMonitor:
         while True:
             with self._wake:
                 while True:
-                    if self._stopping:
+                    if self._worker.stopping:
                         return
                     now = time.monotonic()
                     due = [(t, down) for t, (at, down) in self._due.items() if at <= now]
