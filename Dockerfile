@@ -20,6 +20,9 @@ RUN python3 -m venv /opt/qoss \
       -r requirements/runtime.txt
 COPY pyproject.toml ./
 COPY app ./app
+COPY ratings ./ratings
+COPY policies ./policies
+COPY migrations ./migrations
 RUN /opt/qoss/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation . \
  && rm -rf /srv/qoss
 COPY deploy/api/qoss-container /usr/local/bin/qoss-container
