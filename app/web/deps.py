@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated, ParamSpec, TypeVar
 
 import anyio
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,11 +29,14 @@ __all__ = [
     "Bearer",
     "CacheDep",
     "IfMatchDep",
+    "NamePath",
     "Principal",
     "ReadUnitDep",
     "ReaderDep",
     "SettingsDep",
+    "TunnelIdPath",
     "UnitDep",
+    "UserIdPath",
     "ViciDep",
     "get_read_unit",
     "get_unit",
@@ -243,4 +246,11 @@ CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]
 IfMatchDep = Annotated[int, Depends(get_if_match)]
 ReaderDep = Annotated[Principal, Depends(reader)]
+
+#: A rating table's, a policy's or a gateway's name in a path.
+NamePath = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+#: A tunnel's id in a path.
+TunnelIdPath = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")]
+#: An agent user's id in a path.
+UserIdPath = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 ViciDep = Annotated[ViciFactory, Depends(get_vici)]

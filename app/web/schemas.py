@@ -24,6 +24,7 @@ __all__ = [
     "RatingTableOut",
     "RevertIn",
     "RevisionOut",
+    "error_responses",
 ]
 
 Level = Annotated[int, Field(ge=0, le=10)]
@@ -37,6 +38,11 @@ Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z
 class ErrorOut(BaseModel):
     error: str
     detail: Any
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """A route's ``responses``: each of ``codes`` answered with an :class:`ErrorOut`, in that order."""
+    return {code: {"model": ErrorOut} for code in codes}
 
 
 class AlgorithmOut(BaseModel):

@@ -12,15 +12,14 @@ from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAM
 from app.services import auth as svc
 from app.web.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["admin"], route_class=QossRoute)
 _ADMIN = [Depends(require("admin"))]
 _AUDIT = [Depends(require("audit:read"))]
-_ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},
-                                            404: {"model": ErrorOut}, 422: {"model": ErrorOut}}
+_ERRORS = error_responses(401, 403, 404, 422)
 
 
 class TokenIn(BaseModel):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
@@ -23,15 +23,15 @@ from app.domain.ports import NO_METRICS, Metrics, error_label
 from app.domain.ratelimit import RateLimited, RateLimiter
 from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
-from app.web.deps import in_worker_thread, require
+from app.web.deps import UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
-from app.web.schemas import EnrollIn, ErrorOut
+from app.web.schemas import EnrollIn, error_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["agent"], route_class=QossRoute)
 
-UserId = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+UserId = UserIdPath
 
 
 class MessageIn(BaseModel):
@@ -46,9 +46,7 @@ class MessageOut(BaseModel):
 
 
 _MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
-    200: {"model": MessageOut},
-    403: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
-    429: {"model": ErrorOut}, 502: {"model": ErrorOut}, 503: {"model": ErrorOut},
+    200: {"model": MessageOut}, **error_responses(403, 404, 409, 422, 429, 502, 503),
 }
 
 
@@ -169,7 +167,7 @@ async def target_revocation(body: MessageIn, request: Request) -> Response:
 
 
 @router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],
-            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+            responses=error_responses(401, 403, 404))
 async def target_sessions(request: Request, state: AgentSessionState | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: the tunnels it set up for clients, newest first."""
@@ -178,7 +176,7 @@ async def target_sessions(request: Request, state: AgentSessionState | None = No
 
 
 @router.get("/agent/revocations", dependencies=[Depends(require("tunnels:read"))],
-            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+            responses=error_responses(401, 403, 404))
 async def target_revocations(request: Request,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: its own revocation list (users and signing keys it refuses whatever a Host says), newest first."""
@@ -187,8 +185,7 @@ async def target_revocations(request: Request,
 
 
 @router.post("/agent/users", status_code=201, dependencies=[Depends(require("agent:enroll"))],
-             responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut},
-                        409: {"model": ErrorOut}, 422: {"model": ErrorOut}})
+             responses=error_responses(401, 403, 404, 409, 422))
 async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
     """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
     host = _host(request.app.state)
@@ -197,14 +194,14 @@ async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
 
 
 @router.get("/agent/users", dependencies=[Depends(require("agent:enroll"))],
-            responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+            responses=error_responses(401, 403, 404))
 async def list_users(request: Request) -> list[dict[str, Any]]:
     """Host: the enrolled users (public keys only)."""
     return await in_worker_thread(_host(request.app.state).users)
 
 
 @router.delete("/agent/users/{user_id}", dependencies=[Depends(require("agent:enroll"))],
-               responses={401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 404: {"model": ErrorOut}})
+               responses=error_responses(401, 403, 404))
 async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
     """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
     return await in_worker_thread(_host(request.app.state).revoke, user_id)

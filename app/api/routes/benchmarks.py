@@ -10,15 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.measure.services.jobs import BenchmarkJobs
 from app.web.deps import require
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["benchmarks"], route_class=QossRoute)
 _WRITE = [Depends(require("ratings:write"))]
-_ERRORS: dict[int | str, dict[str, Any]] = {401: {"model": ErrorOut}, 403: {"model": ErrorOut},
-                                            404: {"model": ErrorOut}, 409: {"model": ErrorOut},
-                                            422: {"model": ErrorOut}}
+_ERRORS = error_responses(401, 403, 404, 409, 422)
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 
 

@@ -24,7 +24,7 @@ from fastapi.responses import StreamingResponse
 from app.services.events import StreamFollower
 from app.web.deps import MAX_DB_INT, Principal, require_token
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 from app.web.streams import follow
 
 __all__ = ["router"]
@@ -41,8 +41,7 @@ _EVENT_SCHEMA = {"type": "object", "properties": {
 
 @router.get("/events", responses={200: {"content": {_SSE: {"schema": _EVENT_SCHEMA}},
                                         "description": "Server-Sent Events, one per change"},
-                                  401: {"model": ErrorOut}, 422: {"model": ErrorOut}, 429: {"model": ErrorOut},
-                                  503: {"model": ErrorOut}})
+                                  **error_responses(401, 422, 429, 503)})
 async def stream_events(
     request: Request,
     principal: Annotated[Principal, Depends(require_token)],

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from app.adapters.vici.probe import prober
 from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.services.inputs import GatewayIn
-from app.web.deps import ReadUnitDep, SettingsDep, UnitDep, require
+from app.web.deps import NamePath, ReadUnitDep, SettingsDep, UnitDep, require
 from app.web.edits import EditDep
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 
 __all__ = ["router"]
 
@@ -28,10 +28,8 @@ router = APIRouter(tags=["gateways"], route_class=QossRoute)
 _GATEWAYS_WRITE = [Depends(require("gateways:write"))]
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
 
-GatewayName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}, 503: {"model": ErrorOut},
-}
+GatewayName = NamePath
+_ERRORS = error_responses(404, 409, 422, 503)
 
 
 def probed_gateway(body: GatewayIn, settings: SettingsDep) -> Gateway:

@@ -23,7 +23,7 @@ from app.services.auth import authenticate_source
 from app.web.deps import Bearer, Principal
 from app.web.errors import error_body
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 
 __all__ = ["SCOPE", "router"]
 
@@ -35,7 +35,7 @@ SCOPE = "metrics:read"
 
 @router.get("/metrics", response_class=Response, responses={
     200: {"content": {CONTENT_TYPE: {}}, "description": "The Prometheus text exposition (format 0.0.4)"},
-    401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 503: {"model": ErrorOut}})
+    **error_responses(401, 403, 503)})
 async def metrics(request: Request, _bearer: Bearer,
                   authorization: Annotated[str | None, Header()] = None) -> Response:
     """Every metric of this process (every process's, summed, in multi-process mode) and the

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from app.services.negotiation import run_negotiation
 from app.web.deps import CacheDep, ReadUnitDep, SettingsDep, reader
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut, NegotiationIn, NegotiationOut
+from app.web.schemas import NegotiationIn, NegotiationOut, error_responses
 
 __all__ = ["router"]
 
@@ -19,8 +19,7 @@ _READ = [Depends(reader)]
 @router.post(
     "/negotiations", dependencies=_READ,
     response_class=JSONResponse,
-    responses={200: {"model": NegotiationOut}, 409: {"model": ErrorOut}, 404: {"model": ErrorOut},
-               422: {"model": ErrorOut}, 429: {"model": ErrorOut}},
+    responses={200: {"model": NegotiationOut}, **error_responses(409, 404, 422, 429)},
 )
 def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
                        settings: SettingsDep, request: Request) -> JSONResponse:

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
 from app.domain.policies import Policy
 from app.services import policies as svc
-from app.web.deps import ActorDep, IfMatchDep, ReadUnitDep, UnitDep, reader, require
+from app.web.deps import ActorDep, IfMatchDep, NamePath, ReadUnitDep, UnitDep, reader, require
 from app.web.edits import EditDep, count_revision
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut, PolicyIn, PolicyOut, RevertIn, RevisionOut
+from app.web.schemas import PolicyIn, PolicyOut, RevertIn, RevisionOut, error_responses
 
 __all__ = ["router"]
 
@@ -19,10 +19,8 @@ router = APIRouter(tags=["policies"], route_class=QossRoute)
 _POLICIES_WRITE = [Depends(require("policies:write"))]
 _READ = [Depends(reader)]
 
-PolicyName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}, 428: {"model": ErrorOut},
-}
+PolicyName = NamePath
+_ERRORS = error_responses(404, 409, 422, 428)
 
 
 def _out(policy: Policy, revision: int, response: Response) -> dict[str, Any]:

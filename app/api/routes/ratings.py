@@ -15,6 +15,7 @@ from app.web.deps import (
     ActorDep,
     CacheDep,
     IfMatchDep,
+    NamePath,
     ReadUnitDep,
     SettingsDep,
     UnitDep,
@@ -23,7 +24,15 @@ from app.web.deps import (
 )
 from app.web.edits import EditDep, count_revision
 from app.web.routing import QossRoute
-from app.web.schemas import NO_NUL, ErrorOut, RatingPatch, RatingTableIn, RatingTableOut, RevertIn, RevisionOut
+from app.web.schemas import (
+    NO_NUL,
+    RatingPatch,
+    RatingTableIn,
+    RatingTableOut,
+    RevertIn,
+    RevisionOut,
+    error_responses,
+)
 
 __all__ = ["router"]
 
@@ -31,7 +40,7 @@ router = APIRouter(tags=["rating tables"], route_class=QossRoute)
 _RATINGS_WRITE = [Depends(require("ratings:write"))]
 _READ = [Depends(reader)]
 
-TableName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+TableName = NamePath
 Format = Annotated[Literal["yaml", "csv"], Query()]
 #: Errors of a text/plain route are still JSON: say so, or the schema would claim text.
 _JSON_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -39,9 +48,7 @@ _JSON_ERRORS: dict[int | str, dict[str, Any]] = {
            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
     for code in (401, 404, 422)
 }
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut}, 428: {"model": ErrorOut},
-}
+_ERRORS = error_responses(404, 409, 422, 428)
 
 
 def _out(table: RatingTable, response: Response) -> dict[str, Any]:

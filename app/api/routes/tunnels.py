@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
-from app.web.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, UnitDep, ViciDep, require
+from app.web.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, TunnelIdPath, UnitDep, ViciDep, require
 from app.web.routing import QossRoute
-from app.web.schemas import ErrorOut
+from app.web.schemas import error_responses
 
 __all__ = ["router"]
 
@@ -22,11 +22,8 @@ router = APIRouter(tags=["tunnels"], route_class=QossRoute)
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
 _TUNNELS_WRITE = [Depends(require("tunnels:write"))]
 
-TunnelId = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")]
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorOut}, 409: {"model": ErrorOut}, 422: {"model": ErrorOut},
-    502: {"model": ErrorOut}, 503: {"model": ErrorOut},
-}
+TunnelId = TunnelIdPath
+_ERRORS = error_responses(404, 409, 422, 502, 503)
 
 
 @router.post("/tunnels", status_code=201, responses=_ERRORS)

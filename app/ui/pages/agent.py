@@ -5,9 +5,9 @@ sessions, read-only (``tunnels:read``)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Path, Request
+from fastapi import Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
@@ -18,12 +18,13 @@ from app.services.agent_target import TargetAgent
 from app.ui.pages.common import AgentWriter, console_router, failed, needs, problems
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep
+from app.web.deps import UserIdPath
 from app.web.schemas import EnrollIn
 
 __all__ = ["router"]
 
 router = console_router()
-UserId = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+UserId = UserIdPath
 _SESSIONS = 100
 
 

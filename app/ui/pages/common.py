@@ -19,6 +19,7 @@ from app.settings import Settings
 from app.ui.render import page
 from app.ui.routing import ConsoleRoute
 from app.ui.session import Console, writer
+from app.web.deps import NamePath
 
 __all__ = [
     "AgentWriter",
@@ -36,7 +37,7 @@ __all__ = [
     "problems",
 ]
 
-Name = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Name = NamePath
 Keyword = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")]
 RatingsWriter = Annotated[Console, Depends(writer("ratings:write"))]
 PoliciesWriter = Annotated[Console, Depends(writer("policies:write"))]

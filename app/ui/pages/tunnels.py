@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Header, Path, Query, Request
+from fastapi import Header, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from app.domain.errors import NotFound
@@ -20,13 +20,13 @@ from app.ui.pages.common import TunnelsWriter, console_router, needs
 from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import ConsoleDep
-from app.web.deps import MAX_DB_INT, ReadUnitDep, UnitDep, ViciDep
+from app.web.deps import MAX_DB_INT, ReadUnitDep, TunnelIdPath, UnitDep, ViciDep
 from app.web.streams import follow
 
 __all__ = ["TUNNEL_EVENTS", "router"]
 
 router = console_router()
-TunnelId = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z0-9-]+$")]
+TunnelId = TunnelIdPath
 #: The events after which the tunnel list is read again.
 TUNNEL_EVENTS = ("tunnel.created", "tunnel.deleted", "tunnel.state", "tunnel.moved")
 
