@@ -16,6 +16,7 @@ from typing import Any
 
 from app.domain.agent.conns import AGENT_CONN_PREFIX
 from app.domain.algorithms import CATALOGUE, Kind, lookup
+from app.domain.conn_settings import child_timers, psk_ends
 from app.domain.errors import Conflict, InvalidInput
 
 __all__ = [
@@ -233,11 +234,7 @@ def conn_payload(
         "local_ts": list(local.traffic_selectors),
         "remote_ts": list(remote.traffic_selectors),
         "mode": mode,
-        "start_action": "none",
-        "close_action": "none",
-        "dpd_action": "clear",
-        "rekey_time": f"{child_lifetime}s",
-        "life_time": f"{child_lifetime + child_lifetime // 10}s",
+        **child_timers(child_lifetime),
     }
     if esp_proposal is not None:
         child["esp_proposals"] = [esp_proposal]
@@ -251,8 +248,7 @@ def conn_payload(
         "rekey_time": f"{ike_lifetime}s",
         "unique": "replace",
         "mobike": "no",
-        "local": {"auth": "psk", "id": local.identity},
-        "remote": {"auth": "psk", "id": remote.identity},
+        **psk_ends(local.identity, remote.identity),
         "children": {name: child},
     }
     return conn

@@ -8,6 +8,7 @@ from typing import Any
 
 from app.domain.agent.codec import AgentRejected
 from app.domain.agent.messages import TunnelingInfo
+from app.domain.conn_settings import child_timers, psk_ends
 
 __all__ = [
     "AGENT_CONN_PREFIX",
@@ -43,17 +44,12 @@ def target_conn(*, name: str, target_address: str, target_identity: str, client_
         "unique": "replace",
         "mobike": "no",
         "rekey_time": f"{ike_lifetime}s",
-        "local": {"auth": "psk", "id": target_identity},
-        "remote": {"auth": "psk", "id": client_identity},
+        **psk_ends(target_identity, client_identity),
         "children": {name: {
             "local_ts": list(local_ts),
             "esp_proposals": [esp_proposal],
             "mode": mode,
-            "start_action": "none",
-            "close_action": "none",
-            "dpd_action": "clear",
-            "rekey_time": f"{child_lifetime}s",
-            "life_time": f"{child_lifetime + child_lifetime // 10}s",
+            **child_timers(child_lifetime),
         }},
     }
 
@@ -68,8 +64,7 @@ def client_conn(*, name: str, info: TunnelingInfo, client_address: str | None) -
         "vips": ["0.0.0.0"],  # noqa: S104 - asks the responder for any virtual IP
         "proposals": [info.ike_proposal],
         "mobike": "no",
-        "local": {"auth": "psk", "id": info.client_identity},
-        "remote": {"auth": "psk", "id": info.target_identity},
+        **psk_ends(info.client_identity, info.target_identity),
         "children": {name: {
             "remote_ts": list(info.remote_ts),
             "esp_proposals": [info.esp_proposal],
