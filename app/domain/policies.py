@@ -18,7 +18,7 @@ from typing import Any
 
 from app.domain.algorithms import resolve
 from app.domain.errors import InvalidPolicy, UnknownAlgorithm
-from app.domain.ratings import LEVEL_DIMENSIONS, validate_name
+from app.domain.ratings import LEVEL_DIMENSIONS, refuse_unknown_keys, validate_name
 
 __all__ = [
     "AH_OBJECTIVES",
@@ -112,9 +112,8 @@ class Levels:
             return cls()
         if not isinstance(data, Mapping):
             raise InvalidPolicy(f"{where} must be a mapping")
-        unknown = set(data) - set(LEVEL_DIMENSIONS)
-        if unknown:
-            raise InvalidPolicy(f"{where}: unknown levels {sorted(unknown, key=str)}; known: {list(LEVEL_DIMENSIONS)}")
+        refuse_unknown_keys(data, LEVEL_DIMENSIONS, InvalidPolicy, f"{where}: unknown levels",
+                            after=f"; known: {list(LEVEL_DIMENSIONS)}")
         values: dict[str, int] = {}
         for dim, raw in data.items():
             if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 10:
@@ -142,9 +141,7 @@ class TrafficProfile:
             return cls()
         if not isinstance(data, Mapping):
             raise InvalidPolicy(f"{where} must be a mapping")
-        unknown = set(data) - {"packet_size", "min_throughput_mbps"}
-        if unknown:
-            raise InvalidPolicy(f"{where}: unknown fields {sorted(unknown, key=str)}")
+        refuse_unknown_keys(data, ("packet_size", "min_throughput_mbps"), InvalidPolicy, f"{where}: unknown fields")
         size = data.get("packet_size", 1400)
         if isinstance(size, bool) or not isinstance(size, int) or not 20 <= size <= 65535:
             raise InvalidPolicy(f"{where}.packet_size: an integer from 20 to 65535")
@@ -246,9 +243,7 @@ class Policy:
         """
         if not isinstance(data, Mapping):
             raise InvalidPolicy("a policy must be a mapping")
-        unknown = set(data) - _POLICY_FIELDS
-        if unknown:
-            raise InvalidPolicy(f"unknown fields {sorted(unknown, key=str)}")
+        refuse_unknown_keys(data, _POLICY_FIELDS, InvalidPolicy, "unknown fields")
         policy_name = validate_name(name if name is not None else data.get("name", "inline"), InvalidPolicy)
         objectives = parse_objectives(data.get("objectives"), data.get("objective_id"))
         mode = data.get("mode", "tunnel")

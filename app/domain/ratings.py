@@ -23,6 +23,7 @@ __all__ = [
     "Rating",
     "RatingTable",
     "kind_family",
+    "refuse_unknown_keys",
     "relevant_dimensions",
     "validate_name",
 ]
@@ -89,9 +90,7 @@ class Measurement:
     def from_dict(cls, data: Mapping[str, Any], where: str) -> Measurement:
         if not isinstance(data, Mapping):
             raise InvalidRatingTable(f"{where}: measurement must be a mapping")
-        unknown = set(data) - set(_MEASUREMENT_FIELDS)
-        if unknown:
-            raise InvalidRatingTable(f"{where}: unknown measurement fields {sorted(unknown, key=str)}")
+        refuse_unknown_keys(data, _MEASUREMENT_FIELDS, InvalidRatingTable, f"{where}: unknown measurement fields")
         values: dict[str, Any] = {}
         for key in ("throughput_mbps", "a_ns_per_byte", "b_ns", "spread"):
             if data.get(key) is not None:
@@ -165,9 +164,7 @@ class Rating:
         if not isinstance(data, Mapping):
             raise InvalidRatingTable(f"{where}: a rating must be a mapping")
         allowed = {"algorithm", *LEVEL_DIMENSIONS, "performance", "source", "reason", "requirement", "measurement"}
-        unknown = set(data) - allowed
-        if unknown:
-            raise InvalidRatingTable(f"{where}: unknown fields {sorted(unknown, key=str)}")
+        refuse_unknown_keys(data, allowed, InvalidRatingTable, f"{where}: unknown fields")
         if "algorithm" not in data:
             raise InvalidRatingTable(f"{where}: 'algorithm' is required")
         try:
@@ -267,9 +264,7 @@ class RatingTable:
         """
         if not isinstance(data, Mapping):
             raise InvalidRatingTable("a rating table must be a mapping")
-        unknown = set(data) - {"name", "description", "source", "ratings"}
-        if unknown:
-            raise InvalidRatingTable(f"unknown fields {sorted(unknown, key=str)}")
+        refuse_unknown_keys(data, ("name", "description", "source", "ratings"), InvalidRatingTable, "unknown fields")
         table_name = validate_name(name if name is not None else data.get("name"), InvalidRatingTable)
         rows = data.get("ratings")
         if not isinstance(rows, list) or not rows:
@@ -302,6 +297,14 @@ def validate_name(value: Any, error: type[InvalidRatingTable] | type[Any]) -> st
     ):
         raise error(f"name {value[:64]!r} must be lower-case letters, digits, '.', '_' or '-'")
     return value
+
+
+def refuse_unknown_keys(data: Mapping[str, Any], known: Iterable[str], error: type[Exception], what: str,
+                       after: str = "") -> None:
+    """Refuse a document with keys outside ``known``: ``error(f"{what} {sorted unknown keys}{after}")``."""
+    unknown = set(data) - set(known)
+    if unknown:
+        raise error(f"{what} {sorted(unknown, key=str)}{after}")
 
 
 def _level(value: Any, where: str) -> int:
