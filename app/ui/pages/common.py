@@ -12,6 +12,7 @@ from starlette.responses import Response
 
 from app.domain.agent.ports import AgentStore
 from app.domain.auth import Forbidden
+from app.domain.errors import InvalidInput
 from app.domain.ports import UnitOfWork
 from app.services import impact
 from app.services.agent_target_edits import active_sessions
@@ -31,6 +32,7 @@ __all__ = [
     "TunnelsWriter",
     "console_router",
     "failed",
+    "form_revision",
     "history_page",
     "impact_of",
     "needs",
@@ -60,6 +62,18 @@ def needs(who: Console, scope: str) -> None:
 def problems(exc: ValidationError) -> str:
     """A pydantic validation error as one line: ``field: message; ...``."""
     return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+
+
+def form_revision(form: dict[str, str], field: str = "revision") -> int:
+    """The revision a form names in ``field`` (the one its page was loaded at, or one to go back to).
+
+    Raises:
+        InvalidInput: the field is missing or not an integer.
+    """
+    try:
+        return int(form.get(field, ""))
+    except ValueError as exc:
+        raise InvalidInput("the form names no revision") from exc
 
 
 def failed(request: Request, error: str, status: int) -> None:

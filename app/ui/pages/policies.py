@@ -15,7 +15,16 @@ from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
 from app.domain.ports import UnitOfWork
 from app.services import policies as policy_svc
 from app.services import ratings as table_svc
-from app.ui.pages.common import Name, PoliciesWriter, console_router, failed, history_page, impact_of, problems
+from app.ui.pages.common import (
+    Name,
+    PoliciesWriter,
+    console_router,
+    failed,
+    form_revision,
+    history_page,
+    impact_of,
+    problems,
+)
 from app.ui.render import page
 from app.ui.session import Console, ConsoleDep, FormDep
 from app.web.deps import ActorDep, ReadUnitDep, SettingsDep, UnitDep
@@ -136,10 +145,7 @@ def _replaced(name: str, request: Request, who: Console, mine: dict[str, str], f
     A concurrent edit answers 409 with both values side by side (preview mine over the new
     revision, or drop mine); an invalid value answers 422 with the form again.
     """
-    try:
-        expected = int(form.get("revision", ""))
-    except ValueError as exc:
-        raise InvalidInput("the form names no revision") from exc
+    expected = form_revision(form)
     try:
         policy_svc.replace_policy(uow=uow, name=name, document=_document(name, mine), expected_revision=expected,
                                   author=actor)
@@ -195,9 +201,6 @@ def policy_revisions(name: Name, who: ConsoleDep, uow: ReadUnitDep) -> Response:
 @router.post("/policies/{name}/revert")
 def revert_policy(name: Name, who: PoliciesWriter, form: FormDep, uow: UnitDep, actor: ActorDep) -> Response:
     """Go back to a revision of a policy (a new revision; 409 if it changed since the page was loaded)."""
-    try:
-        revision, expected = int(form.get("revision", "")), int(form.get("expected", ""))
-    except ValueError as exc:
-        raise InvalidInput("the form names no revision") from exc
+    revision, expected = form_revision(form), form_revision(form, "expected")
     policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
     return RedirectResponse(f"/ui/policies/{name}/revisions", status_code=303)

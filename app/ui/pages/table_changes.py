@@ -16,7 +16,7 @@ from app.domain.algorithms import lookup
 from app.domain.errors import AlreadyExists, InvalidInput, StaleRevision
 from app.measure.services.latest import table_from_measurement
 from app.services import ratings as svc
-from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, impact_of, needs
+from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, form_revision, impact_of, needs
 from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
@@ -30,13 +30,6 @@ router = console_router()
 _ROW_FIELDS = ("algorithm", "confidentiality", "integrity", "key_exchange", "performance", "reason")
 
 
-def _revision(form: dict[str, str]) -> int:
-    try:
-        return int(form.get("revision", ""))
-    except ValueError as exc:
-        raise InvalidInput("the form names no revision") from exc
-
-
 def _stale(request: Request, current: int) -> str:
     failed(request, "StaleRevision", 409)
     return (f"The table changed while you had it open (revision {current} is current now): nothing was saved. "
@@ -47,7 +40,7 @@ def _stale(request: Request, current: int) -> str:
 def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
             cache: CacheDep) -> Response:
     """Add an algorithm's row: a new revision based on the one the form was opened at."""
-    expected = _revision(form)
+    expected = form_revision(form)
     adding = {f: form.get(f, "") for f in _ROW_FIELDS}
     current = svc.get_table(uow=uow, name=name)
     try:
@@ -94,7 +87,7 @@ def confirm_remove(name: TableName, keyword: Keyword, request: Request, who: Con
 def remove_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
                uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
     """Remove a row: the whole table replaced without it (``PUT`` with If-Match underneath)."""
-    expected = _revision(form)
+    expected = form_revision(form)
     current = svc.get_table(uow=uow, name=name)
     if current.revision != expected:
         return table_page(who, current, notice=_stale(request, current.revision), status=409)
@@ -125,7 +118,7 @@ def import_table(request: Request, who: RatingsWriter, form: FormDep, uow: UnitD
         text = form.get("file", "")
         if not text.strip():
             raise InvalidInput("choose a YAML file (as `qoss ratings export` or Export YAML gives one)")
-        expected = _revision(form) if replacing else None
+        expected = form_revision(form) if replacing else None
         table = files.parse_rating_table(text, "yaml", name=name)
         imported = svc.import_table(uow=uow, table=table, fmt="yaml", author=actor, expected_revision=expected)
     except (InvalidInput, AlreadyExists, StaleRevision) as exc:

@@ -28,6 +28,7 @@ from app.ui.pages.common import (
     RatingsWriter,
     console_router,
     failed,
+    form_revision,
     history_page,
     impact_of,
     problems,
@@ -153,10 +154,7 @@ def _edited(name: str, keyword: str, request: Request, who: Console, form: dict[
     the form again.
     """
     mine = {f: form.get(f, "") for f in _FIELDS}
-    try:
-        expected = int(form.get("revision", ""))
-    except ValueError as exc:
-        raise InvalidInput("the form names no revision") from exc
+    expected = form_revision(form)
     try:
         changes = rating_patch(form)
         return svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=changes,
@@ -225,10 +223,7 @@ def revert(name: TableName, request: Request, who: RatingsWriter, form: FormDep,
            cache: CacheDep) -> Response:
     """Go back to a revision (a new revision; history kept). The form names the current
     revision it saw: a revert over someone's newer edit is refused (409)."""
-    try:
-        revision, expected = int(form.get("revision", "")), int(form.get("expected", ""))
-    except ValueError as exc:
-        raise InvalidInput("the form names no revision") from exc
+    revision, expected = form_revision(form), form_revision(form, "expected")
     svc.revert_table(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
     cache.invalidate(name)
     return RedirectResponse(f"/ui/tables/{name}/revisions", status_code=303)
