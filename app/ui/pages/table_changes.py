@@ -14,13 +14,14 @@ from starlette.responses import RedirectResponse, Response
 from app.adapters import files
 from app.domain.algorithms import lookup
 from app.domain.errors import AlreadyExists, InvalidInput, StaleRevision
+from app.domain.ports import UnitOfWork
 from app.measure.services.latest import table_from_measurement
 from app.services import ratings as svc
 from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, form_revision, impact_of, needs
 from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
-from app.ui.session import INVALID_UPLOAD, ConsoleDep, FormDep
+from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep
 from app.web.deps import ActorDep, CacheDep, SettingsDep, UnitDep
 from app.web.edits import count_revision
 
@@ -34,6 +35,14 @@ def _stale(request: Request, current: int) -> str:
     failed(request, "StaleRevision", 409)
     return (f"The table changed while you had it open (revision {current} is current now): nothing was saved. "
             "Look at it again, then repeat the change.")
+
+
+def _stale_page(request: Request, who: Console, uow: UnitOfWork, name: str,
+                adding: dict[str, str] | None = None) -> Response:
+    """The table page after another edit came first (409): this edit rolled back, the current revision shown."""
+    uow.rollback()
+    current = svc.get_table(uow=uow, name=name)
+    return table_page(who, current, notice=_stale(request, current.revision), adding=adding, status=409)
 
 
 @router.post("/tables/{name}/ratings")
@@ -50,9 +59,7 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
         svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=rating_patch(form),
                           expected_revision=expected, author=actor)
     except StaleRevision:
-        uow.rollback()
-        current = svc.get_table(uow=uow, name=name)
-        return table_page(who, current, notice=_stale(request, current.revision), adding=adding, status=409)
+        return _stale_page(request, who, uow, name, adding=adding)
     except (InvalidInput, AlreadyExists) as exc:
         status = 409 if isinstance(exc, AlreadyExists) else 422
         failed(request, type(exc).__name__, status)
@@ -97,9 +104,7 @@ def remove_row(name: TableName, keyword: Keyword, request: Request, who: Ratings
         svc.replace_table(uow=uow, name=name, document=current.without(keyword).as_dict(),
                           expected_revision=expected, author=actor, message=f"removed {keyword}")
     except StaleRevision:
-        uow.rollback()
-        current = svc.get_table(uow=uow, name=name)
-        return table_page(who, current, notice=_stale(request, current.revision), status=409)
+        return _stale_page(request, who, uow, name)
     cache.invalidate(name)
     count_revision(request, "rating_table")
     return RedirectResponse(f"/ui/tables/{name}", status_code=303)
