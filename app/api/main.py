@@ -482,6 +482,11 @@ def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> Non
                             param["required"] = True
                 if (path, method) in public and optional_token:
                     op["security"] = [{}, *op.get("security", [])]
+                responses = op.setdefault("responses", {})
+                if op.get("security") and "429" not in responses:  # the failed-token-check limit holds a token
+                    responses["429"] = {"description": "Too many failed token checks from this address, or too "
+                                        "many requests: try again after Retry-After", "content": {
+                                            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
