@@ -328,7 +328,6 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.read_session_factory = make_session_factory(read_engine)
         app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.read_units = sql_units_of_work(app.state.read_session_factory)
-        app.state.event_streams = 0
         await in_worker_thread(_prune_events, app.state.units, resolved.events_keep_days)
         ttl = resolved.table_cache_ttl
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
