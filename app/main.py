@@ -328,7 +328,6 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.read_session_factory = make_session_factory(read_engine)
         app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.read_units = sql_units_of_work(app.state.read_session_factory)
-        app.state.event_streams = 0
         await in_worker_thread(_prune_events, app.state.units, resolved.events_keep_days)
         ttl = resolved.table_cache_ttl
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
@@ -483,6 +482,11 @@ def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> Non
                             param["required"] = True
                 if (path, method) in public and optional_token:
                     op["security"] = [{}, *op.get("security", [])]
+                responses = op.setdefault("responses", {})
+                if op.get("security") and "429" not in responses:  # the failed-token-check limit holds a token
+                    responses["429"] = {"description": "Too many failed token checks from this address, or too "
+                                        "many requests: try again after Retry-After", "content": {
+                                            "application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -10,23 +10,26 @@ from datetime import UTC, datetime, timedelta
 
 from app.domain.auth import TokenRecord, Unauthenticated
 from app.domain.ports import UnitOfWork
+from app.domain.ratelimit import FailureLimit
 from app.domain.sessions import SessionRecord, hash_session_id, new_session_id, session_expiry
-from app.services.auth import authenticate
+from app.services.auth import authenticate_source
 
 __all__ = ["resolve", "sign_in", "sign_out"]
 
 
-def sign_in(*, uow: UnitOfWork, presented: str | None, ttl: timedelta,
-            now: datetime | None = None) -> tuple[str, SessionRecord, TokenRecord]:
-    """A new session for a valid token; also forgets every session that has ended.
+def sign_in(*, uow: UnitOfWork, presented: str | None, ttl: timedelta, now: datetime | None = None,
+            source: str = "", failures: FailureLimit | None = None) -> tuple[str, SessionRecord, TokenRecord]:
+    """A new session for a valid token; also forgets every session that has ended. The token is
+    checked as the API checks one, held to ``source``'s limit of failed checks (``failures``).
 
     Returns:
         The session id (for the cookie: it is not stored), its record and the token's.
 
     Raises:
         Unauthenticated: the token is missing, malformed, unknown, expired or revoked.
+        RateLimited: ``source`` failed too often of late: its token is not looked up (429).
     """
-    token = authenticate(uow=uow, presented=presented)
+    token = authenticate_source(uow=uow, presented=presented, source=source, failures=failures)
     at = now or datetime.now(UTC)
     session_id = new_session_id()
     record = SessionRecord(id_hash=hash_session_id(session_id), token_id=token.id, created_at=at,

@@ -24,9 +24,10 @@ from app.settings import Settings
 
 __all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "Door", "HealthProbe"]
 
-#: Answered whatever the load: they do no work that can queue. The event stream is long-lived
-#: by design: it has a limit of its own (``max_event_streams``) instead.
-UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events"})
+#: Answered whatever the load: they do no work that can queue. The event streams (the API's
+#: and the console's) are long-lived by design: they have limits of their own
+#: (``max_event_streams``, ``max_event_streams_per_token``) instead.
+UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events", "/ui/events"})
 
 
 #: Set in a request's scope once the door has counted it.

@@ -33,9 +33,9 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path) -> Settings:
+def settings(database_url: str, tmp_path: Path, own_state_dir: Path) -> Settings:
     settings = Settings(database_url=database_url, max_body_bytes=262144, trusted_proxies=["127.0.0.1"],
-                        measurements_dir=tmp_path / "bench", state_dir=tmp_path / "state")
+                        measurements_dir=tmp_path / "bench", state_dir=own_state_dir)
     prepare_database(settings)
     return settings
 

@@ -49,7 +49,9 @@ def login(request: Request, form: LoginFormDep, uow: UnitDep, settings: Settings
     login_check(request, form, key)
     try:
         session_id, record, token = ui_sessions.sign_in(
-            uow=uow, presented=form.get("token", "").strip(), ttl=timedelta(seconds=settings.ui_session_ttl))
+            uow=uow, presented=form.get("token", "").strip(), ttl=timedelta(seconds=settings.ui_session_ttl),
+            source=request.client.host if request.client else "",
+            failures=getattr(request.app.state, "auth_failures", None))
     except Unauthenticated:
         failed(request, "Unauthenticated", 401)
         nonce = new_login_nonce(key)
