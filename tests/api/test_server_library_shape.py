@@ -8,6 +8,7 @@ and the deadlines' protocol stay, the latter pinned in test_slow_clients)."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import uvicorn
@@ -56,6 +57,9 @@ def test_a_connections_protocol_is_made_from_the_config_as_the_server_makes_it()
     protocol_class = config.http_protocol_class
     _shape({"config", "server_state", "app_state"} <= set(_params(protocol_class.__init__)),
            "http_protocol_class(config=, server_state=, app_state=)")
-    protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+    async def made() -> object:  # a protocol is made on the running loop, as uvicorn makes it
+        return protocol_class(config=config, server_state=ServerState(), app_state={})
+
+    protocol = asyncio.run(made())
     for hook in ("connection_made", "connection_lost", "data_received"):
         _shape(callable(getattr(protocol, hook, None)), f"the protocol's {hook}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import tomllib
 
 from tests import REPO_ROOT
 
@@ -20,5 +21,12 @@ def test_htmx_is_the_recorded_release_with_its_licence() -> None:
 
 
 def test_templates_and_static_files_travel_in_the_package() -> None:
-    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
-    assert '"ui/templates/*.html", "ui/static/*"' in pyproject
+    """The wheel is the whole ``app`` package (files git tracks, whatever their kind): the build
+    names no file pattern that could leave a template or a static file behind (the wheel test
+    finds them in the built wheel)."""
+    wheel = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["packages"] == ["app"]
+    assert not {"only-include", "include", "exclude"} & set(wheel)
+    assert (REPO_ROOT / "app" / "ui" / "templates" / "base.html").is_file()
+    assert not [line for line in (REPO_ROOT / ".gitignore").read_text().splitlines()
+                if line.strip().endswith((".html", ".js", ".css", "static/", "templates/"))]
