@@ -107,7 +107,7 @@ def bench_report(
         typer.echo("qoss bench report draws its plots with matplotlib, which this install lacks: "
                    "install qoss with its bench extra (pip install 'qoss[bench]')", err=True)
         raise typer.Exit(2) from None
-    from app.adapters.files import load_rating_table
+    from app.adapters.files import load_rating_table, read_document
     from app.settings import SHIPPED_RATINGS_DIR
 
     table = load_rating_table(SHIPPED_RATINGS_DIR / f"{levels_from}.yaml")
@@ -117,7 +117,7 @@ def bench_report(
                         f"--out {out}"])
     micro_command = None
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        micro_command = json.loads(micro.read_text()).get("command")
+        micro_command = json.loads(read_document(micro)).get("command")
     try:
         report = write_report(micro_path=micro, tunnel_path=tunnel, out_dir=out, levels=levels,
                               commands=[c for c in (micro_command, command) if c])

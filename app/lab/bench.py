@@ -247,10 +247,11 @@ def read_micro_prior(path: Path, machine: str) -> dict[str, float]:
     Raises:
         ValueError: unreadable, not such a document, from another machine, or without data-plane figures.
     """
+    from app.adapters.files import read_document
     from app.measure.domain.tunnel import micro_prior
 
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_document(path))
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read {path}: {type(exc).__name__}") from exc
     if not isinstance(doc, dict) or doc.get("kind") != "qoss-bench-micro" or not isinstance(doc.get("results"), list):

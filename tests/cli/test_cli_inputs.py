@@ -117,3 +117,21 @@ def test_a_file_within_the_cap_is_still_imported(db: Path, tmp_path: Path) -> No
     done = _qoss_capped("ratings", "import", str(table), "--name", "small-one", db=db)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"name": "small-one", "revision": 1, "ratings": 1}
+
+
+def test_bench_report_refuses_a_micro_document_that_is_dev_zero(tmp_path: Path, db: Path) -> None:
+    done = _qoss_capped("bench", "report", "--micro", "/dev/zero", "--out", str(tmp_path / "report"), db=db)
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert "/dev/zero: not a regular file" in done.stderr
+    assert not (tmp_path / "report").exists() or not any((tmp_path / "report").iterdir())
+
+
+def test_the_bench_lab_refuses_a_prior_larger_than_the_document_cap(tmp_path: Path) -> None:
+    from app.lab.bench import read_micro_prior
+
+    big = tmp_path / "micro.json"
+    with big.open("wb") as fh:
+        fh.truncate(4 << 30)  # 4 GiB, sparse: never read
+    with pytest.raises(ValueError, match=r"cannot read .*: InvalidInput"):  # refused by size, not parsed
+        read_micro_prior(big, "this machine")

@@ -17,6 +17,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from app.adapters.files import read_document
 from app.domain.errors import InvalidInput
 from app.domain.scoring import SIZES
 from app.measure.domain.comparison import (
@@ -64,7 +65,7 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
 
 def _load(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_document(path))  # a regular file within the document cap, never /dev/zero
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{what}: cannot read {path}: {exc}") from exc
 
