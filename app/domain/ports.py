@@ -49,6 +49,7 @@ __all__ = [
     "ShippedLoadStore",
     "StoredAnswer",
     "TokenStore",
+    "Transaction",
     "TunnelStore",
     "UnitOfWork",
     "UnitOfWorkFactory",
@@ -290,8 +291,23 @@ class ShippedLoadStore(Protocol):
     def record(self, kind: str, name: str) -> None: ...
 
 
-class UnitOfWork(Protocol):
-    """One transaction and its stores. Its opener commits or rolls back; the stores never do."""
+class Transaction(Protocol):
+    """What every unit of work is: one transaction, committed or rolled back by whoever opened
+    it (its stores flush, never commit); leaving ``with`` rolls back what was not committed."""
+
+    def commit(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+    def __enter__(self) -> Transaction: ...
+
+    def __exit__(self, *exc: object) -> None:
+        """Roll back what was not committed, and let go of the connection."""
+        ...
+
+
+class UnitOfWork(Transaction, Protocol):
+    """One transaction and the service's stores."""
 
     @property
     def tables(self) -> RatingTableStore: ...
@@ -326,15 +342,7 @@ class UnitOfWork(Protocol):
     @property
     def shipped(self) -> ShippedLoadStore: ...
 
-    def commit(self) -> None: ...
-
-    def rollback(self) -> None: ...
-
     def __enter__(self) -> UnitOfWork: ...
-
-    def __exit__(self, *exc: object) -> None:
-        """Roll back what was not committed, and let go of the connection."""
-        ...
 
 
 #: Opens a fresh unit of work (its own transaction).

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from app.domain.agent import AgentSessionState, EnrolledUser, Kind
+from app.domain.ports import Transaction
 
 __all__ = [
     "AgentCrypto",
@@ -175,9 +176,9 @@ class RevocationStore(Protocol):
         ...
 
 
-class AgentUnitOfWork(Protocol):
+class AgentUnitOfWork(Transaction, Protocol):
     """One transaction over the agent's state, for what is not on a message's path (enrolment,
-    listings, ending sessions, sweeps). Its opener commits or rolls back."""
+    listings, ending sessions, sweeps)."""
 
     @property
     def users(self) -> AgentUserStore: ...
@@ -194,15 +195,7 @@ class AgentUnitOfWork(Protocol):
     @property
     def revocations(self) -> RevocationStore: ...
 
-    def commit(self) -> None: ...
-
-    def rollback(self) -> None: ...
-
     def __enter__(self) -> AgentUnitOfWork: ...
-
-    def __exit__(self, *exc: object) -> None:
-        """Roll back what was not committed, and let go of the connection."""
-        ...
 
 
 class AgentRequest(Protocol):
