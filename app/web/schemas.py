@@ -6,14 +6,19 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.domain.agent.codec import MAX_WIRE_BYTES
+from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAME_PATTERN
 from app.services.inputs import MinLevelsIn, NegotiationIn, Strict, TrafficIn
 
 __all__ = [
     "NO_NUL",
     "AlgorithmOut",
+    "BenchmarkIn",
     "EnrollIn",
     "ErrorOut",
     "MeasurementIn",
+    "MessageIn",
+    "MessageOut",
     "NegotiationIn",
     "NegotiationOut",
     "PolicyIn",
@@ -24,6 +29,7 @@ __all__ = [
     "RatingTableOut",
     "RevertIn",
     "RevisionOut",
+    "TokenIn",
     "error_responses",
 ]
 
@@ -175,3 +181,39 @@ class EnrollIn(BaseModel):
     sign_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
     kem_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
     objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
+
+
+class TokenIn(BaseModel):
+    """A new API token: its name, scopes and lifetime (the rules of :mod:`app.domain.auth`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=TOKEN_NAME_MAX_LENGTH, pattern=TOKEN_NAME_PATTERN)]
+    scopes: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)]
+    expires_in: Annotated[int, Field(ge=1, le=int(TOKEN_MAX_LIFETIME.total_seconds()))] | None = None
+
+
+class MessageIn(BaseModel):
+    """One sealed agent message (the canonical wire bytes as text)."""
+
+    model_config = ConfigDict(extra="forbid")
+    message: Annotated[str, Field(min_length=1, max_length=MAX_WIRE_BYTES)]
+
+
+class MessageOut(BaseModel):
+    message: str
+
+
+#: A rating table's name, as the benchmarks' request names one.
+_TableName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+
+
+class BenchmarkIn(BaseModel):
+    """A micro benchmark run: which algorithms, how long each, and the table it may write."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    only: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=64)] | None = None
+    budget_per_algorithm: Annotated[float, Field(gt=0, le=2.0)] = 0.5
+    write_table: _TableName | None = None
+    base_table: _TableName = "standards-2026"

@@ -5,14 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.adapters.db import audit_log
-from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAME_PATTERN
 from app.services import auth as svc
 from app.web.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.web.routing import QossRoute
-from app.web.schemas import error_responses
+from app.web.schemas import TokenIn, error_responses
 
 __all__ = ["router"]
 
@@ -20,14 +18,6 @@ router = APIRouter(tags=["admin"], route_class=QossRoute)
 _ADMIN = [Depends(require("admin"))]
 _AUDIT = [Depends(require("audit:read"))]
 _ERRORS = error_responses(401, 403, 404, 422)
-
-
-class TokenIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: Annotated[str, Field(min_length=1, max_length=TOKEN_NAME_MAX_LENGTH, pattern=TOKEN_NAME_PATTERN)]
-    scopes: Annotated[list[Annotated[str, Field(max_length=32)]], Field(min_length=1, max_length=16)]
-    expires_in: Annotated[int, Field(ge=1, le=int(TOKEN_MAX_LIFETIME.total_seconds()))] | None = None
 
 
 @router.post("/tokens", dependencies=_ADMIN, status_code=201, responses=_ERRORS)

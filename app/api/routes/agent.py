@@ -15,9 +15,8 @@ from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
 
-from app.domain.agent import MAX_WIRE_BYTES, AgentSessionState
+from app.domain.agent import AgentSessionState
 from app.domain.errors import NotFound
 from app.domain.ports import NO_METRICS, Metrics, error_label
 from app.domain.ratelimit import RateLimited, RateLimiter
@@ -25,24 +24,13 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
 from app.web.deps import UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
-from app.web.schemas import EnrollIn, error_responses
+from app.web.schemas import EnrollIn, MessageIn, MessageOut, error_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["agent"], route_class=QossRoute)
 
 UserId = UserIdPath
-
-
-class MessageIn(BaseModel):
-    """One sealed agent message (the canonical wire bytes as text)."""
-
-    model_config = ConfigDict(extra="forbid")
-    message: Annotated[str, Field(min_length=1, max_length=MAX_WIRE_BYTES)]
-
-
-class MessageOut(BaseModel):
-    message: str
 
 
 _MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {

@@ -5,28 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
 
 from app.measure.services.jobs import BenchmarkJobs
 from app.web.deps import require
 from app.web.routing import QossRoute
-from app.web.schemas import error_responses
+from app.web.schemas import BenchmarkIn, error_responses
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["benchmarks"], route_class=QossRoute)
 _WRITE = [Depends(require("ratings:write"))]
 _ERRORS = error_responses(401, 403, 404, 409, 422)
-Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
-
-
-class BenchmarkIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    only: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=64)] | None = None
-    budget_per_algorithm: Annotated[float, Field(gt=0, le=2.0)] = 0.5
-    write_table: Name | None = None
-    base_table: Name = "standards-2026"
 
 
 def _jobs(request: Request) -> BenchmarkJobs:
