@@ -7,7 +7,6 @@ from datetime import timedelta
 
 import pytest
 
-from app.api.routes.admin import TokenIn
 from app.domain.auth import (
     TOKEN_MAX_LIFETIME,
     TOKEN_NAME_MAX_LENGTH,
@@ -17,6 +16,7 @@ from app.domain.auth import (
 )
 from app.domain.errors import InvalidInput
 from app.services.auth import create_token
+from app.web.schemas import TokenIn
 from tests.fakes.uow import FakeDatabase
 
 _REFUSED = ['"><img src=x>', "", " ops", "-ops", "ops team", "ops\n", "ops\x00", "a" * (TOKEN_NAME_MAX_LENGTH + 1),
