@@ -158,9 +158,9 @@ async def test_the_metrics_token_check_is_held_back_too(settings: Settings, admi
         assert (await other.get("/metrics", headers={"Authorization": f"Bearer {admin_token}"})).status_code == 200
 
 
+@pytest.mark.parametrize("db_backend", [pytest.param("postgresql", marks=pytest.mark.postgres)], indirect=True)
 async def test_replicas_on_one_postgresql_share_the_failures_of_an_address(settings: Settings) -> None:
-    if not settings.database_url.startswith("postgresql"):
-        pytest.skip("the shared limit is PostgreSQL's (SQLite: one process)")
+    """Several replicas share one PostgreSQL (one SQLite database is one process's)."""
     slow = settings.model_copy(update={"auth_failure_burst": 10, "auth_failure_rate": 0.01})
     async with served(slow) as one, served(slow) as two:
         replicas = [one(ATTACKER), two(ATTACKER)]
