@@ -7,6 +7,8 @@
 2. HTTP: one uvicorn (SQLite, migrated, shipped tables) on 127.0.0.1; the same client
    alternates rounds of POST /v1/negotiations and GET /livez (the trivial endpoint of the
    same app) so both see the same machine state. Goal: negotiation rate >= 0.5 x trivial.
+   The anonymous negotiation limits are raised for the server it starts: this measures the
+   negotiation, not the limiter (which would answer most of the burst with 429).
 Every loop is bounded in count and time; the server is stopped at the end.
 """
 
@@ -99,7 +101,9 @@ async def rate(client: httpx.AsyncClient, method: str, path: str, n: int, concur
 async def http_bench(requests: int, concurrency: int) -> dict[str, float]:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "QOSS_LOG_LEVEL": "warning"}
+        env = {**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{tmp}/bench.db", "QOSS_LOG_LEVEL": "warning",
+               "QOSS_NEGOTIATION_RATE": "1000000", "QOSS_NEGOTIATION_BURST": "1000000",
+               "QOSS_NEGOTIATION_TOTAL_RATE": "1000000", "QOSS_NEGOTIATION_TOTAL_BURST": "1000000"}
         server = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
