@@ -18,7 +18,6 @@ Errors::
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -113,21 +112,7 @@ class AuditSeal:
         if self.key_file is not None:
             raise AuditKeyError(f"QOSS_AUDIT_KEY_FILE names {self.key_file}, which does not exist: qoss never "
                                 "makes that file; write 32 or more random bytes to it (the same on every replica)")
-        with self.state_dir.folder(_FOLDER) as dfd:
-            temp = f".{_KEY}.{secrets.token_hex(6)}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dfd)
-            try:
-                with os.fdopen(fd, "wb") as handle:
-                    handle.write(secrets.token_bytes(KEY_BYTES))
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                with contextlib.suppress(FileExistsError):  # made by another process: that one is the key
-                    os.link(temp, _KEY, src_dir_fd=dfd, dst_dir_fd=dfd)
-                os.fsync(dfd)
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp, dir_fd=dfd)
+        self.state_dir.create(_FOLDER, _KEY, data=secrets.token_bytes(KEY_BYTES))  # or keep another process's
         log.warning("made a new audit key at %s: every replica writing this database needs this same file",
                     self.key_location)
         key = self.read_key()

@@ -112,6 +112,18 @@ class StateDir:
 
     def write(self, *parts: str, data: bytes, mode: int = 0o600) -> None:
         """Write ``data`` to ``root/parts…`` whole (a temporary file renamed into place)."""
+        self._put(parts, data, mode, replace=True)
+
+    def create(self, *parts: str, data: bytes, mode: int = 0o600) -> bool:
+        """Write ``data`` to ``root/parts…`` whole if no such file exists yet: one another process
+        made meanwhile stays (a temporary file linked into place, never renamed over it).
+
+        Returns:
+            Whether this call made the file.
+        """
+        return self._put(parts, data, mode, replace=False)
+
+    def _put(self, parts: tuple[str, ...], data: bytes, mode: int, *, replace: bool) -> bool:
         *folders, name = parts
         _check_name(name)
         with self.folder(*folders) as dfd:
@@ -122,11 +134,18 @@ class StateDir:
                     handle.write(data)
                     handle.flush()
                     os.fsync(handle.fileno())
-                os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            except BaseException:
+                if replace:
+                    os.rename(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    return True
+                try:
+                    os.link(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                except FileExistsError:
+                    return False
+                os.fsync(dfd)
+                return True
+            finally:
                 with contextlib.suppress(OSError):
                     os.unlink(temp, dir_fd=dfd)
-                raise
 
     def append(self, *parts: str, data: bytes) -> None:
         """Append ``data`` to ``root/parts…`` (made 0600 if missing), synced before returning."""

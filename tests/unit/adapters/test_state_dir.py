@@ -67,3 +67,12 @@ def test_a_fifo_is_not_a_file(tmp_path: Path) -> None:
 def test_names_are_plain(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError, match="plain"):
         StateDir(tmp_path).read(name)
+
+
+def test_create_keeps_a_file_that_is_there_already(tmp_path: Path) -> None:
+    state = StateDir(tmp_path / "var")
+    assert state.create("audit", "chain.key", data=b"first") is True
+    assert state.create("audit", "chain.key", data=b"second") is False
+    assert state.read("audit", "chain.key") == b"first"
+    assert sorted(p.name for p in (tmp_path / "var" / "audit").iterdir()) == ["chain.key"]  # no temporary left
+    assert (tmp_path / "var" / "audit" / "chain.key").stat().st_mode & 0o777 == 0o600
