@@ -20,12 +20,13 @@ from app.domain.errors import InvalidInput
 from app.services.events import FollowerGone, StreamFollower, StreamSlots, events_after, last_event_id, stream_scopes
 from app.web.deps import MAX_DB_INT
 
-__all__ = ["KEEPALIVE", "POLL", "follow"]
+__all__ = ["KEEPALIVE", "POLL", "SSE", "follow"]
 
 log = logging.getLogger("qoss.events")
 
-_SSE = "text/event-stream"
-
+#: The media type of a Server-Sent Events stream.
+SSE = "text/event-stream"
+#: Seconds between looks at the database while nothing happens, and between keep-alive comments.
 POLL, KEEPALIVE = 0.5, 15.0
 
 
@@ -39,7 +40,7 @@ class _EventStream(StreamingResponse):
     (a client gone before the first byte)."""
 
     def __init__(self, frames: AsyncIterator[str], give_back: Callable[[], None]) -> None:
-        super().__init__(frames, media_type=_SSE, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        super().__init__(frames, media_type=SSE, headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
         self._give_back = give_back
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

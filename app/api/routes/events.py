@@ -25,21 +25,19 @@ from app.services.events import StreamFollower
 from app.web.deps import MAX_DB_INT, Principal, require_token
 from app.web.routing import QossRoute
 from app.web.schemas import error_responses
-from app.web.streams import follow
+from app.web.streams import SSE, follow
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["events"], route_class=QossRoute)
 
-_SSE = "text/event-stream"
-#: Seconds between looks at the database while nothing happens, and between keep-alive comments.
 #: One Server-Sent Event as the stream carries it: its id, its kind, and its JSON as text.
 _EVENT_SCHEMA = {"type": "object", "properties": {
     "id": {"type": "string", "pattern": "^[0-9]+$"}, "event": {"type": "string"},
     "data": {"type": "string", "description": 'JSON: {"id", "at", "kind", "subject", "data"}'}}}
 
 
-@router.get("/events", responses={200: {"content": {_SSE: {"schema": _EVENT_SCHEMA}},
+@router.get("/events", responses={200: {"content": {SSE: {"schema": _EVENT_SCHEMA}},
                                         "description": "Server-Sent Events, one per change"},
                                   **error_responses(401, 422, 429, 503)})
 async def stream_events(
