@@ -55,7 +55,6 @@ def serve(
     proxy-header handling (which trusts 127.0.0.1 by default) is off.
     """
     from app.main import create_app
-    from app.web.log_redaction import install_query_secret_filter
     from app.web.server import serve as serve_http
 
     settings = settings_for(database_url)
@@ -73,7 +72,6 @@ def serve(
     prepared = setup_database(settings.database_url)[1]
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)
-    install_query_secret_filter()  # uvicorn's access log writes each query string: no token values in it
     serve_http(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                backlog=settings.listen_backlog, max_connections=settings.connections_held,
                waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout,
