@@ -15,6 +15,7 @@ from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import upgrade
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.adapters.vici.gateway import ViciGateway
+from app.domain.ports import NO_METRICS, Metrics
 from app.services.policies import load_shipped_policies
 from app.services.ratings import load_shipped_tables
 from app.settings import Settings
@@ -27,10 +28,11 @@ def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engin
     return make_engine(settings.database_url, writes=writes, fast_paths=settings.fast_paths, **pool)
 
 
-def charons(settings: Settings) -> Callable[[str], ViciGateway]:
-    """A charon by its VICI socket path, answering within ``settings.vici_timeout``."""
+def charons(settings: Settings, metrics: Metrics = NO_METRICS) -> Callable[[str], ViciGateway]:
+    """A charon by its VICI socket path, answering within ``settings.vici_timeout``, its calls
+    counted in ``metrics``."""
     timeout, pipelining = settings.vici_timeout, settings.fast_paths
-    return lambda path: ViciGateway(path, timeout, pipelining=pipelining)
+    return lambda path: ViciGateway(path, timeout, metrics=metrics, pipelining=pipelining)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
-from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import is_message_request, serve_message
@@ -47,7 +46,7 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
-from app.bootstrap import engine_for
+from app.bootstrap import charons, engine_for
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -332,10 +331,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         ttl = resolved.table_cache_ttl
         app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
             0.0 if resolved.database_url.startswith("postgresql") else 1.0))
-        timeout = resolved.vici_timeout
         CONTROL_SLOTS.configure(resolved.charon_control_calls)
-        app.state.vici_factory = vici_factory or (lambda path: ViciGateway(path, timeout, metrics=metrics_port,
-                                                                            pipelining=resolved.fast_paths))
+        app.state.vici_factory = vici_factory or charons(resolved, metrics_port)
         # Charon's up/down events, one connection per charon: set-ups read their SAs from them
         # (unless sa_reports is off) and the tunnel monitor is told by them.
         app.state.sa_events = SaEventHub(metrics=metrics_port)
