@@ -19,6 +19,9 @@ __all__ = ["TargetCharon", "host_prefix"]
 log = logging.getLogger("qoss.agent.target")
 
 _CAPS_TTL = 30.0
+#: Seconds a torn-down session's pool is tried again while charon still counts its lease (the
+#: IKE_SA a forced terminate ended is destroyed a moment later), and the pause between tries.
+_SETTLE, _SETTLE_STEP = 2.0, 0.05
 
 
 def host_prefix(address: str) -> str:
@@ -71,17 +74,26 @@ class TargetCharon:
             raise errors[0]
 
     @staticmethod
-    def unload(v: ViciPort, conn: str, loaded: Sequence[str]) -> None:
-        """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``."""
+    def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0) -> None:
+        """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``. A pool
+        charon still counts a lease in (its IKE_SA being torn down) is tried again for up to
+        ``settle`` seconds."""
         what = [w for w in ("conn", "shared", "pool") if w in loaded]
-        try:
-            replies = v.batch([Unload(w, conn) for w in what])
-        except GatewayError as exc:
-            log.warning("could not unload %s: %s", conn, exc.message)
-            return
-        for w, reply in zip(what, replies, strict=True):
-            if isinstance(reply, GatewayError):
-                log.warning("could not unload %s %s: %s", w, conn, reply.message)
+        deadline = time.monotonic() + settle
+        while what:
+            try:
+                replies = v.batch([Unload(w, conn) for w in what])
+            except GatewayError as exc:
+                log.warning("could not unload %s: %s", conn, exc.message)
+                return
+            refused = [(w, r) for w, r in zip(what, replies, strict=True) if isinstance(r, GatewayError)]
+            leased = [w for w, r in refused if w == "pool" and "online leases" in r.message]
+            if not leased or time.monotonic() >= deadline:
+                for w, reply in refused:
+                    log.warning("could not unload %s %s: %s", w, conn, reply.message)
+                return
+            what = leased
+            time.sleep(_SETTLE_STEP)
 
 
     def teardown(self, conn: str) -> None:
@@ -91,7 +103,7 @@ class TargetCharon:
             with contextlib.suppress(GatewayError):
                 if v.list_sas(ike=conn):
                     v.terminate(ike=conn, timeout_ms=3000, force=True)
-            self.unload(v, conn, ["pool", "shared", "conn"])
+            self.unload(v, conn, ["pool", "shared", "conn"], settle=_SETTLE)
         except GatewayUnreachable as exc:
             # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
             log.warning("teardown of %s: %s", conn, exc.message)

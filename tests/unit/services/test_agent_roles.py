@@ -194,6 +194,17 @@ def test_revoking_a_user_ends_their_sessions_and_refuses_their_key(roles: Roles)
         roles.connect()
 
 
+def test_a_pool_charon_still_counts_a_lease_in_is_unloaded_once_the_lease_is_gone(roles: Roles) -> None:
+    """A forced terminate returns before charon has destroyed the IKE_SA and freed its lease:
+    the pool's unload is refused for a moment, and tried again until it goes."""
+    ticket, _ = roles.connect()
+    conn = agent_conn_name(ticket)
+    roles.charon.fail("unload-pool", f"unload-pool: {conn} has online leases, unable to unload", once=True)
+    assert roles.disconnect(ticket) is Kind.CLOSED
+    assert empty(roles.charon)
+    assert loads(roles.charon)[-2:] == ["unload-pool", "unload-pool"]
+
+
 def test_a_load_charon_refuses_unloads_the_others_and_fails_the_session(roles: Roles) -> None:
     roles.charon.fail("load-pool", "bad address")
     with pytest.raises(GatewayRejected, match="bad address"):
