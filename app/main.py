@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.adapters.agent.crypto import CRYPTO, load_keys
+from app.adapters.agent.devices import LocalDeviceKit
 from app.adapters.agent.transport import post_message
 from app.adapters.audit_seal import AuditSeal
 from app.adapters.db.agent_store import SqlAgentStore
@@ -123,7 +124,8 @@ def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, Ta
     if config.target is not None:
         target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=app.state.units,
                              vici=app.state.vici_factory, cache=app.state.table_cache,
-                             default_table=settings.default_table)
+                             default_table=settings.default_table,
+                             devices=LocalDeviceKit(config.key_dir, owner=config.target_identity))
     host = None
     if config.host is not None:
         host = HostAgent(config=config, keys=keys, crypto=CRYPTO, store=store, local_target=target,

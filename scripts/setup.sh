@@ -2,7 +2,8 @@
 # Set up everything qoss needs on a fresh Debian 12 machine (run as root):
 # Debian packages (strongSwan charon with kernel-libipsec and the standard plugins — openssl for the ECP
 # groups, gcm for AES-GCM —, iperf3, iproute2, iptables, PostgreSQL, HAProxy for the test of
-# several replicas behind a load balancer, chromium for the console's browser tests)
+# several replicas behind a load balancer, chromium for the console's browser tests, charon-cmd:
+# strongSwan's stock command-line client, the phone or laptop of the device tests)
 # and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
 # (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
 set -euo pipefail
@@ -12,6 +13,7 @@ APT_PACKAGES=(
   strongswan-charon strongswan-swanctl libstrongswan-standard-plugins libcharon-extra-plugins libstrongswan-extra-plugins
   iperf3 iproute2 iptables iputils-ping postgresql python3-venv haproxy
   chromium  # the console's browser tests (tests/ui/browser), driven by Playwright: no browser download
+  charon-cmd  # a stock VPN client joining from a device profile (tests/integration/agent/test_device_join.py)
 )
 
 missing=()

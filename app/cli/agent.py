@@ -103,6 +103,7 @@ def users(database_url: DbUrl = None) -> None:
 def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None) -> None:
     """Host: revoke a user and tell every target to take the user's tunnels down."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
+    from app.adapters.agent.devices import LocalDeviceKit
     from app.adapters.agent.transport import post_message
     from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.unit_of_work import sql_units_of_work
@@ -125,7 +126,8 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
             target = TargetAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store,
                                  units=sql_units_of_work(factory),
                                  vici=charons(settings),
-                                 cache=TableCache(), default_table=settings.default_table)
+                                 cache=TableCache(), default_table=settings.default_table,
+                                 devices=LocalDeviceKit(agent_config.key_dir, owner=agent_config.target_identity))
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
                          post=functools.partial(post_message, fast_paths=settings.fast_paths))
         _emit(host.revoke(user_id))
@@ -176,6 +178,54 @@ def connect(
         _fail(exc)
         return
     _emit(report)
+
+
+device_app = typer.Typer(help="Client: phones and laptops, with the VPN client they already have.",
+                         no_args_is_help=True)
+agent_app.add_typer(device_app, name="device")
+_PLATFORMS = ("android", "apple", "windows", "networkmanager", "swanctl")
+
+
+@device_app.command("enrol")
+def device_enrol(
+    config: ClientConfigOpt,
+    target: Annotated[str, typer.Option(help="the target's id")],
+    platform: Annotated[str, typer.Option(help=f"the device's VPN client: {', '.join(_PLATFORMS)}")],
+    out: Annotated[Path, typer.Option(help="where the profile and its files go (made 0700)")],
+    objective: Annotated[int, typer.Option(min=2, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+) -> None:
+    """Enrol a device through Host: Target negotiates its suite, issues its certificate and
+    writes a profile for its VPN client into --out. Prints the profile's path and the
+    PKCS#12's one-time passphrase (shown once, stored nowhere)."""
+    if platform not in _PLATFORMS:
+        typer.echo(f"--platform: one of {', '.join(_PLATFORMS)}", err=True)
+        raise typer.Exit(2)
+    try:
+        report = _client(config).enrol_device(
+            target=target, objective_id=objective, platform=platform, out_dir=out,
+            min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange})
+    except QossError as exc:
+        _fail(exc)
+        return
+    _emit(report)
+
+
+@device_app.command("list")
+def device_list(config: ClientConfigOpt) -> None:
+    """The devices enrolled from here (no passphrases)."""
+    _emit(_client(config).devices())
+
+
+@device_app.command("revoke")
+def device_revoke(config: ClientConfigOpt, ticket: Annotated[str, typer.Argument(help="the device's ticket")]) -> None:
+    """Revoke a device: its live tunnel ends and its certificate is accepted no more."""
+    try:
+        _emit(_client(config).revoke_device(ticket))
+    except QossError as exc:
+        _fail(exc)
 
 
 @agent_app.command("disconnect")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -116,6 +118,49 @@ def lab_join(
     emit(result)
     if not (result["ping"] or {}).get("crossed"):
         raise typer.Exit(1)
+
+
+@lab_app.command("device")
+def lab_device(
+    name: Annotated[str, typer.Argument(help="the user (a-z, 0-9, . _ -): enrolled at Host if new")],
+    platform: Annotated[str | None, typer.Option(
+        help="the device's VPN client: android, apple, windows, networkmanager, swanctl")] = None,
+    out: Annotated[Path | None, typer.Option(help="where the profile and its files go")] = None,
+    revoke: Annotated[bool, typer.Option("--revoke", help="revoke NAME's devices instead")] = False,
+    objective: Annotated[int, typer.Option(min=2, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
+    confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+) -> None:
+    """A user enrols a phone or laptop in the agent lab (`qoss lab up --agent`), as they would:
+    `qoss agent device enrol` through the lab's Host and Target, the profile for --platform
+    written into --out. Prints one JSON line: profile (its path), passphrase (the PKCS#12's,
+    shown once), ticket, platform, ike_proposal, esp_proposal, gateway, identity, files.
+    A stock client in the namespace PREFIX-device can then join with that profile.
+    With --revoke: revokes every device NAME enrolled (their live tunnels end, their
+    certificates are refused from then on); prints {"revoked": [tickets]}.
+    Exit status 2 when Target refused or no lab is up.
+    """
+    from app.lab.agent import AgentLab
+    from app.lab.agent_users import device, revoke_devices
+    from app.lab.processes import LabError
+
+    try:
+        lab = AgentLab(settings_for(None).lab_dir / "agent")
+        if not lab.state_file.exists():
+            raise LabError(f"no agent lab is up in {lab.state_dir}: run 'qoss lab up --agent' first")
+        if revoke:
+            result: dict[str, Any] = {"revoked": revoke_devices(lab, name)}
+        else:
+            if platform is None or out is None:
+                raise typer.BadParameter("--platform and --out (or --revoke)")
+            levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+            result = device(lab, name, platform=platform, out_dir=str(out.resolve()), objective=objective,
+                            min_levels={k: v for k, v in levels.items() if v})
+    except (LabError, ValueError) as exc:
+        typer.echo(f"lab device failed: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(result, sort_keys=True))
 
 
 @lab_app.command("down")

@@ -37,6 +37,7 @@ __all__ = [
     "NegotiationError",
     "NoFeasibleSuite",
     "NotFound",
+    "PlatformCannot",
     "QossError",
     "StaleRevision",
     "TunnelVerificationFailed",
@@ -146,6 +147,11 @@ class NoFeasibleSuite(NegotiationError, ValueError):
             "unmet": [u.as_dict() for u in self.unmet],
             "notes": self.notes,
         }
+
+
+class PlatformCannot(NegotiationError, ValueError):
+    """A device's platform cannot negotiate (or cannot express in its profile) a suite that meets
+    the minimums; the message names the platform and what is missing."""
 
 
 class UnsupportedProtection(NegotiationError, ValueError):

@@ -398,7 +398,23 @@ class Unload:
     name: str
 
 
-CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload
+@dataclass(frozen=True, slots=True)
+class LoadCert:
+    """``load-cert``: an X.509 certificate (DER); ``ca``: a trust anchor."""
+
+    data: bytes = field(repr=False)
+    ca: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LoadKey:
+    """``load-key``: a private key (PKCS#8 DER; never in a log, a repr or an error)."""
+
+    data: bytes = field(repr=False)
+    type: str = "any"
+
+
+CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload | LoadCert | LoadKey
 
 
 class CharonPipeline(Protocol):

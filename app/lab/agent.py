@@ -296,7 +296,8 @@ class AgentLab:
         return {**self.describe(), "seconds": round(time.monotonic() - started, 2)}
 
     def _build(self) -> None:
-        self.lab.up(names=["client", "host", "target"])
+        # "device": a bare namespace for stock VPN clients (charon-cmd), with no qoss and no charon.
+        self.lab.up(names=["client", "host", "target", "device"], bare=["device"])
         ids = (TARGET_ID,) if self.combined else (HOST_ID, TARGET_ID)
         for name in ids:
             write_keys(KeyPair.generate(name), self.key_dir)
@@ -375,8 +376,7 @@ class AgentLab:
                 continue
             part: dict[str, Any] = {"netns": h.netns, "ike_address": h.ike_address,
                                     "charon_pid": charons.get(name), "charon_log": h.log_path}
-            if name == "client":
-                part["vici_socket"] = h.vici_socket
+            part["vici_socket"] = h.vici_socket
             if name == "target":
                 part["protected"] = [f"{h.inside_address}/32"]
             if name in servers:
@@ -386,6 +386,9 @@ class AgentLab:
                 if name == "target" and self.combined:
                     part["plays"] = ["host", "target"]
             out[name] = part
+        with contextlib.suppress(KeyError):
+            device = self.host("device")
+            out["device"] = {"netns": device.netns, "ike_address": device.ike_address}
         out["users"] = list(state.get("users", []))
         return out
 

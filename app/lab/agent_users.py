@@ -17,7 +17,7 @@ from app.domain.errors import AlreadyExists, GatewayError
 from app.lab.agent import HOST_ID, TARGET_ID, AgentLab, AgentLabError
 from app.lab.agent_configs import client_config, write_config
 
-__all__ = ["ALL_OBJECTIVES", "charon_suite", "enroll", "join"]
+__all__ = ["ALL_OBJECTIVES", "charon_suite", "device", "enroll", "join", "revoke_devices"]
 
 #: What a lab user is enrolled for: every Objective-ID (Target refuses what it cannot give).
 ALL_OBJECTIVES = (1, 2, 3, 4)
@@ -128,6 +128,51 @@ def join(lab: AgentLab, user: str, *, objective: int = 3, min_levels: Mapping[st
         received = result["ping"]["received"]
         result["ping"]["crossed"] = received > 0 and out >= received and back >= received
     return result
+
+def device(lab: AgentLab, user: str, *, platform: str, out_dir: str, objective: int = 3,
+           min_levels: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Enrol ``user`` if needed and enrol a device of theirs through the lab's Host and Target as
+    the user would (``qoss agent device enrol`` in the client's namespace): the profile for
+    ``platform`` and its files go into ``out_dir``.
+
+    Returns:
+        The client's report: ``profile`` (its path), ``passphrase`` (the PKCS#12's, shown once),
+        ``ticket``, ``platform``, the proposals, the gateway's address and identity, ``files``.
+
+    Raises:
+        AgentLabError: no lab is up, or Target refused (the message is Target's).
+    """
+    enroll(lab, user)
+    args = ["device", "enrol", "--target", TARGET_ID, "--platform", platform, "--objective", str(objective),
+            "--out", out_dir]
+    for level, value in (min_levels or {}).items():
+        args += [f"--{level.replace('_', '-')}", str(value)]
+    done = lab.agent(user, *args, check=False)
+    if done.returncode != 0:
+        raise AgentLabError(f"{user} could not enrol a device: {_client_error(done.stderr)}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def revoke_devices(lab: AgentLab, user: str) -> list[str]:
+    """Revoke every device ``user`` enrolled in the lab: the tickets revoked.
+
+    Raises:
+        AgentLabError: no such user, or a revocation failed.
+    """
+    if not lab.client_config_path(user).exists():
+        raise AgentLabError(f"{user!r} has no client config in the lab (enrol a device first)")
+    listed = lab.agent(user, "device", "list", check=False)
+    if listed.returncode != 0:
+        raise AgentLabError(f"cannot list {user}'s devices: {_client_error(listed.stderr)}")
+    revoked = []
+    for record in json.loads(listed.stdout):
+        done = lab.agent(user, "device", "revoke", str(record["ticket"]), check=False)
+        if done.returncode != 0:
+            raise AgentLabError(f"could not revoke {record['ticket']}: {_client_error(done.stderr)}")
+        revoked.append(str(record["ticket"]))
+    return revoked
+
 
 def _ping(lab: AgentLab, source: str, destination: str, count: int) -> dict[str, Any]:
     done = subprocess.run(

@@ -65,6 +65,8 @@ class LabHost:
     ike_address: str
     inside_address: str
     log_path: str
+    #: False: a bare namespace with no charon (where a stock VPN client runs).
+    charon: bool = True
 
     def gateway(self, timeout: float = 10.0) -> ViciGateway:
         """A VICI gateway to this host's charon."""
@@ -176,13 +178,14 @@ class Lab:
 
     # -- up -----------------------------------------------------------------
 
-    def up(self, n_hosts: int = 2, names: Sequence[str] | None = None) -> list[LabHost]:
+    def up(self, n_hosts: int = 2, names: Sequence[str] | None = None, *, bare: Sequence[str] = ()) -> list[LabHost]:
         """Build the lab; on any failure tear down what was built and raise.
 
         Args:
             n_hosts: how many hosts, if ``names`` is not given (2: ``left``, ``right``;
                 more: ``h1`` .. ``hN``).
             names: the host names (lower-case letters, digits, '-').
+            bare: those of ``names`` that get no charon (a namespace on the lab's network only).
 
         Raises:
             LabError: a step failed (the lab is down again).
@@ -192,6 +195,8 @@ class Lab:
         names = list(names)
         if len(names) < 2 or len(set(names)) != len(names) or not all(_NAME.match(n) for n in names):
             raise ValueError("two or more distinct host names of lower-case letters, digits or '-'")
+        if not set(bare) <= set(names):
+            raise ValueError("bare hosts must be among the names")
         if len(names) > min(200, self.ike_network.num_addresses - 2):
             raise ValueError("too many hosts for the IKE network")
         if len(names) > 2 and "hub" in names:
@@ -203,7 +208,7 @@ class Lab:
             raise LabError(f"a lab is already recorded in {self.state_file}; call down() first")
         started = time.monotonic()
         try:
-            self._build(names)
+            self._build(names, frozenset(bare))
         except BaseException:
             self.down()
             raise
@@ -211,7 +216,7 @@ class Lab:
         return self.hosts
 
 
-    def _build(self, names: list[str]) -> None:
+    def _build(self, names: list[str], bare: frozenset[str] = frozenset()) -> None:
         state = _State(prefix=self.prefix)
         ike_hosts = list(self.ike_network.hosts())
         plen = self.ike_network.prefixlen
@@ -229,6 +234,7 @@ class Lab:
                 ike_address=str(ike_hosts[i]),
                 inside_address=f"10.{i + 1}.0.1",
                 log_path=str(host_dir / "charon.log"),
+                charon=name not in bare,
             ))
         hub = f"{self.prefix}-hub" if len(names) > 2 else None
         for netns in [h.netns for h in hosts] + ([hub] if hub else []):
@@ -245,10 +251,12 @@ class Lab:
         state.hosts = [asdict(h) for h in hosts]
         self._save(state)
         for h in hosts:
-            state.pids[h.name] = self._start_charon(h)
-            self._save(state)
+            if h.charon:
+                state.pids[h.name] = self._start_charon(h)
+                self._save(state)
         for h in hosts:
-            self._wait_ready(h)
+            if h.charon:
+                self._wait_ready(h)
 
     def _conf_path(self, host: LabHost) -> str:
         return str(Path(host.vici_socket).parent / "strongswan.conf")
@@ -275,8 +283,9 @@ class Lab:
         hosts = [LabHost(**h) for h in state.hosts]
         return LabStatus(
             namespaces={n: netns_exists(n) for n in state.namespaces},
-            charons={h.name: h.name in state.pids and self._is_our_charon(state.pids[h.name], h) for h in hosts},
-            sockets={h.name: Path(h.vici_socket).exists() for h in hosts},
+            charons={h.name: h.name in state.pids and self._is_our_charon(state.pids[h.name], h)
+                     for h in hosts if h.charon},
+            sockets={h.name: Path(h.vici_socket).exists() for h in hosts if h.charon},
         )
 
     def stop_charon(self, name: str, grace: float = 3.0) -> None:
@@ -303,6 +312,8 @@ class Lab:
             LabError: charon did not come up.
         """
         host = self.host(name)
+        if not host.charon:
+            raise LabError(f"{name} is a bare namespace: it has no charon")
         state = self._load()
         pid = state.pids.get(name)
         if pid is not None and self._alive(name, pid) and self._is_our_charon(pid, host):

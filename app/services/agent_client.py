@@ -60,6 +60,15 @@ def _write_private(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _write_private_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (0600), replacing it atomically."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+    tmp.replace(path)
+
+
 def observed(sas: list[Any], name: str) -> ObservedSa | None:
     """What charon reports for conn ``name`` (IKE_SA and its CHILD_SA of the same name), from its
     IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
@@ -334,6 +343,69 @@ class AgentClient:
             self._forget(t["ticket"])
             closed.append(t["ticket"])
         return closed
+
+    # -- devices ------------------------------------------------------------------------
+
+    def enrol_device(self, *, target: str, objective_id: int, platform: str, out_dir: Path,
+                     min_levels: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Enrol a phone or laptop: ask Target (through Host, as for a tunnel) for a device
+        credential and a profile for ``platform``'s VPN client, and write them into ``out_dir``
+        (files 0600). The report names the profile and carries the PKCS#12's one-time passphrase,
+        which is kept nowhere (the record in ``state_dir`` has the ticket, to revoke it).
+
+        Raises:
+            AgentRejected: Host or Target rejected the request, or the answer is not genuine.
+            RemoteRefused: e.g. 409 when the platform cannot meet the minimums.
+        """
+        info = RequestInfo(target=target, min_levels=dict(min_levels or {}), platform=platform)
+        request, wire = self.request(Kind.CONNECT, info, objective_id)
+        response = self._send(request, wire)
+        device, tunnel = response.device, response.tunneling_info
+        if device is None or tunnel is None or device.platform != platform:
+            raise AgentRejected("the answer carries no profile for this platform")
+        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        written = {}
+        for name, data in {device.profile_name: device.profile, **device.files}.items():
+            path = out_dir / name  # names are checked when the answer is parsed: no folders, no dot files
+            _write_private_bytes(path, data)
+            written[name] = str(path)
+        report: dict[str, Any] = {
+            "ticket": tunnel.ticket, "target": target, "platform": platform,
+            "profile": written[device.profile_name], "media_type": device.media_type,
+            "files": [written[n] for n in device.files], "passphrase": device.passphrase,
+            "suite": dict(tunnel.suite), "ike_proposal": tunnel.ike_proposal, "esp_proposal": tunnel.esp_proposal,
+            "gateway": {"address": tunnel.target_address, "identity": tunnel.target_identity},
+            "identity": tunnel.client_identity, "remote_ts": list(tunnel.remote_ts), "expires": device.not_after,
+        }
+        record = {k: v for k, v in report.items() if k != "passphrase"}
+        devices = self.config.state_dir / "devices"
+        devices.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _write_private(devices / f"{tunnel.ticket}.json", json.dumps({**record, "objective_id": objective_id},
+                                                                      indent=2))
+        return report
+
+    def devices(self) -> list[dict[str, Any]]:
+        """The devices this user enrolled from here (no passphrase: it was shown once)."""
+        out = []
+        for path in sorted((self.config.state_dir / "devices").glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                out.append(json.loads(path.read_text()))
+        return out
+
+    def revoke_device(self, ticket: str) -> dict[str, Any]:
+        """Revoke a device enrolled from here: Target ends its live tunnel and accepts its
+        certificate no more.
+
+        Raises:
+            InvalidInput: no device with that ticket here. AgentRejected: Target no longer knew it.
+        """
+        path = self.config.state_dir / "devices" / f"{ticket}.json"
+        if not ticket.isalnum() or not path.is_file():
+            raise InvalidInput(f"no device with ticket {ticket} in {self.config.state_dir / 'devices'}")
+        record = json.loads(path.read_text())
+        self._disconnect_remote(str(record["target"]), ticket, int(record["objective_id"]))
+        path.unlink()
+        return {"ticket": ticket, "platform": record.get("platform"), "revoked": True}
 
     # -- local state --------------------------------------------------------------------
 

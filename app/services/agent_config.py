@@ -48,6 +48,9 @@ from app.domain.errors import InvalidInput
 __all__ = ["AgentConfig", "ClientConfig", "Party", "TargetRole", "load_client_config", "load_server_config"]
 
 Ident = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,62}$")]
+#: A DNS domain a device's VPN client connects on demand for (``corp.example``).
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+Domain = Annotated[str, Field(max_length=253, pattern=rf"^({_LABEL}\.)*{_LABEL}$")]
 
 
 class _Config(BaseModel):
@@ -94,6 +97,10 @@ class TargetRole(_Config):
     rating_table: Ident | None = None
     max_lifetime: Annotated[int, Field(ge=30, le=86_400)] = 3600
     sweep_interval: Annotated[float, Field(ge=0.05, le=60)] = 1.0
+    #: How long a device's certificate (and its enrolment) lasts, in seconds: 1 hour to 90 days.
+    device_lifetime: Annotated[int, Field(ge=3600, le=90 * 86_400)] = 7 * 86_400
+    #: DNS domains behind this Target: a device's profile connects on demand when they are looked up.
+    domains: Annotated[list[Domain], Field(max_length=16)] = []
 
     @field_validator("ike_address")
     @classmethod

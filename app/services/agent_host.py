@@ -180,7 +180,9 @@ class HostAgent:
             kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
             timestamp=int(self._clock()), user=user, client_kind=kind, client_body=body, client_tag=tag,
         )
-        what = f"{kind.value} user={user.user_id} objective={request.objective_id} target={target.name}"
+        platform = request.request_info.platform
+        what = (f"{'device' if platform else kind.value} user={user.user_id} objective={request.objective_id} "
+                f"target={target.name}" + (f" platform={platform}" if platform else ""))
         try:
             if target.url == "local" and self._local is not None:
                 # This process is the Target too: nothing to seal and sign to itself.

@@ -30,6 +30,7 @@ from app.domain.agent import (
     AgentRejected,
     AgentSessionState,
     ClientRequest,
+    DeviceBundle,
     Endorsement,
     Kind,
     Response,
@@ -37,11 +38,34 @@ from app.domain.agent import (
     TunnelingInfo,
     agent_conn_name,
     check_fresh,
+    device_conn,
+    device_identity,
     target_conn,
 )
-from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentRequest, AgentSession, AgentStore, PeerKeys
+from app.domain.agent.platforms import LABELS, PLATFORMS
+from app.domain.agent.ports import (
+    AgentCrypto,
+    AgentKeys,
+    AgentRequest,
+    AgentSession,
+    AgentStore,
+    DeviceKit,
+    DeviceProfileRequest,
+    IssuedDevice,
+    PeerKeys,
+)
+from app.domain.errors import InvalidInput, NoFeasibleSuite, PlatformCannot
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import LoadConn, LoadPool, LoadShared, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import (
+    CharonCommand,
+    LoadCert,
+    LoadConn,
+    LoadKey,
+    LoadPool,
+    LoadShared,
+    UnitOfWorkFactory,
+    ViciFactory,
+)
 from app.services.agent_config import AgentConfig, TargetRole
 from app.services.agent_target_charon import TargetCharon, host_prefix
 from app.services.agent_target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
@@ -72,12 +96,13 @@ class TargetAgent:
         store: the agent's state (a message's checks and records: one request transaction);
             ``units``: the negotiation's reads (rating tables, policies).
         vici: Target's charon by its socket path.
+        devices: Target's CA for devices and its profile writers (None: it enrols no devices).
     """
 
     def __init__(
         self, *, config: AgentConfig, keys: AgentKeys, crypto: AgentCrypto, store: AgentStore,
         units: UnitOfWorkFactory, vici: ViciFactory, cache: TableCache, default_table: str,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, devices: DeviceKit | None = None,
     ) -> None:
         if config.target is None:
             raise ValueError("the config has no target role")
@@ -91,6 +116,7 @@ class TargetAgent:
         self._cache = cache
         self._default_table = default_table
         self._clock = clock
+        self._devices = devices
         self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket)
         self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, clock=clock)
 
@@ -182,26 +208,29 @@ class TargetAgent:
             with self._store.request() as transaction:
                 self._admit(transaction, endorsement, request, now)
                 transaction.commit()
-            self._book.close(ticket, user_id=request.user_id, state=AgentSessionState.CLOSED,
-                        reason="disconnected by the client")
+            ended = self._book.close(ticket, user_id=request.user_id)
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
                                 tunneling_info=None, target=self.keys.name, user_id=request.user_id,
                                 host=endorsement.host, timestamp=int(self._clock()))
             answer = self._seal(response, endorsement)
             steps.mark("seal")
-            audit = f"disconnect user={request.user_id} ticket={ticket}"
+            audit = (f"{'revoke-device' if ended.platform else 'disconnect'} user={request.user_id} "
+                     f"ticket={ticket}")
         else:
-            session_key = secrets.token_bytes(32)
+            platform = request.request_info.platform
+            session_key = secrets.token_bytes(32) if platform is None else None
 
-            def answer_with(info: TunnelingInfo) -> bytes:
+            def answer_with(info: TunnelingInfo, device: DeviceBundle | None = None) -> bytes:
                 return self._seal(Response(
                     kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
                     tunneling_info=info, target=self.keys.name, user_id=request.user_id, host=endorsement.host,
-                    timestamp=int(self._clock())), endorsement)
+                    timestamp=int(self._clock()), device=device), endorsement)
 
             info, answer = self._connect(endorsement, request, session_key, now, steps, answer_with)
-            audit = (f"connect user={request.user_id} objective={request.objective_id} ticket={info.ticket} "
-                     f"protection={info.protection} esp={info.esp_proposal}")
+            audit = (f"{'device' if platform else 'connect'} user={request.user_id} "
+                     f"objective={request.objective_id} ticket={info.ticket} "
+                     + (f"platform={platform} " if platform else "")
+                     + f"protection={info.protection} esp={info.esp_proposal}")
         steps.done()
         return Outcome(answer=answer, audit=audit[:200])
 
@@ -212,8 +241,8 @@ class TargetAgent:
 
     # -- connect ------------------------------------------------------------------------
 
-    def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes, now: float,
-                 steps: Steps, answer_with: Callable[[TunnelingInfo], bytes]) -> tuple[TunnelingInfo, bytes]:
+    def _connect(self, endorsement: Endorsement, request: ClientRequest, session_key: bytes | None, now: float,
+                 steps: Steps, answer_with: Callable[..., bytes]) -> tuple[TunnelingInfo, bytes]:
         """Negotiate (reading only), then admit, lease and record the session in ONE hot
         transaction, and configure charon while that transaction commits; the tunneling info and
         the sealed answer
@@ -233,12 +262,14 @@ class TargetAgent:
         # query) in a unit of work of its own, before the write transaction; its refusal is raised
         # only once the request is admitted, so a replayed or revoked request is refused as such.
         refusal: Exception | None = None
+        platform = request.request_info.platform
         inputs = session_inputs(request, policy=self.role.policy, rating_table=self.role.rating_table,
                                 capabilities=capabilities)
         try:
+            if platform is not None:
+                self._check_platform(platform, request.objective_id)
             with self._units() as uow:
-                result = negotiate_session(uow=uow, cache=self._cache, inputs=inputs,
-                                           default_table=self._default_table)
+                result = self._negotiate(uow, inputs)
                 origin = (session_provenance(uow=uow, cache=self._cache, inputs=inputs, result=result)
                           if result.suite.protocol != "none" else None)
         except Exception as exc:  # raised below, after the admission checks
@@ -250,11 +281,13 @@ class TargetAgent:
             steps.mark("admit")
             if refusal is not None:
                 raise refusal
-            lifetime = min(request.request_info.lifetime, self.role.max_lifetime)
+            lifetime = (self.role.device_lifetime if platform is not None
+                        else min(request.request_info.lifetime, self.role.max_lifetime))
             expires = int(now) + lifetime
             suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
                      "proposals": dict(result.proposals)}
-            client_identity = f"{ticket[:12]}.{request.user_id}"
+            client_identity = (device_identity(ticket, request.user_id) if platform is not None
+                               else f"{ticket[:12]}.{request.user_id}")
             base: dict[str, Any] = {
                 "ticket": ticket, "target_address": self.role.ike_address, "target_identity": self.identity,
                 "client_identity": client_identity, "remote_ts": tuple(self.role.protected),
@@ -271,6 +304,18 @@ class TargetAgent:
             esp, ike = result.proposals.get("esp"), result.proposals.get("ike")
             if esp is None or ike is None:
                 raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
+            device: IssuedDevice | None = None
+            if platform is None:
+                assert session_key is not None
+                first: list[CharonCommand] = [
+                    LoadShared(conn, session_key, (self.identity, client_identity)),
+                    LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result))]
+                first_sent = ["shared", "conn"]
+            else:
+                # A device: its certificate, key and profile are made before charon is touched (a
+                # platform that cannot express the suite is refused with nothing loaded).
+                device, first = self._device_loads(conn, platform, client_identity, ike, esp, result, lifetime)
+                first_sent = ["cert", "key", "conn"]
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
             # when a client asks for an address), all while the transaction commits. The loads go
@@ -284,12 +329,8 @@ class TargetAgent:
                         # get (the hint); if the lease gets another, the pool is loaded again with it
                         # (charon replaces a pool no client has used yet).
                         hint = self._book.lease_hint
-                        sent += ["shared", "conn", *(["pool"] if hint else [])]
-                        loads.send([
-                            LoadShared(conn, session_key, (self.identity, client_identity)),
-                            LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result)),
-                            *([LoadPool(conn, host_prefix(hint))] if hint else []),
-                        ])
+                        sent += [*first_sent, *(["pool"] if hint else [])]
+                        loads.send([*first, *([LoadPool(conn, host_prefix(hint))] if hint else [])])
                         vip = self._book.lease(transaction, ticket)
                         if vip != hint:
                             sent.append("pool")
@@ -300,6 +341,7 @@ class TargetAgent:
                             protection="esp",
                             conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
                             state=AgentSessionState.ACTIVE.value, expires_at=at(expires), provenance=origin,
+                            platform=platform,
                         ))
                         transaction.commit()
                     except BaseException:
@@ -310,7 +352,7 @@ class TargetAgent:
                     info = TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
                     try:
                         try:
-                            answer = answer_with(info)  # while charon loads
+                            answer = answer_with(info, self._bundle(platform, device))  # while charon loads
                             steps.mark("seal")
                         finally:
                             self._charon.finish_load(v, conn, loads, sent)  # waited for even if sealing failed
@@ -322,6 +364,63 @@ class TargetAgent:
                     loads.close()
         steps.mark("load")
         return info, answer
+
+    def _negotiate(self, uow: Any, inputs: dict[str, Any]) -> NegotiationResult:
+        """The session's negotiation; for a device whose platform is what leaves nothing feasible,
+        a refusal naming the platform and what it lacks."""
+        try:
+            return negotiate_session(uow=uow, cache=self._cache, inputs=inputs, default_table=self._default_table)
+        except NoFeasibleSuite as exc:
+            platform = inputs.get("platform")
+            if not platform:
+                raise
+            try:  # would the others agree without the platform's table?
+                negotiate_session(uow=uow, cache=self._cache, default_table=self._default_table,
+                                  inputs={k: v for k, v in inputs.items() if k != "platform"})
+            except NoFeasibleSuite:
+                raise exc from None
+            lacks = "; ".join(
+                f"no {u.requirement} at level {u.level} (the best it can negotiate here: "
+                f"{'none' if u.best_available is None else u.best_available})" for u in exc.unmet)
+            raise PlatformCannot(f"{LABELS[platform]}: {lacks or 'no suite meets the minimums'}") from None
+
+    def _check_platform(self, platform: str, objective_id: int) -> None:
+        if self._devices is None:
+            raise InvalidInput("this Target enrols no devices")
+        if platform not in PLATFORMS:
+            raise InvalidInput(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
+        if objective_id == 1:
+            raise InvalidInput("a device profile is an IPsec tunnel: objective 1 (Native) has none")
+
+    def _device_loads(self, conn: str, platform: str, client_identity: str, ike: str, esp: str,
+                      result: NegotiationResult, lifetime: int) -> tuple[IssuedDevice, list[CharonCommand]]:
+        """The device's credential and profile, and what Target's charon loads for it: the CA as a
+        trust anchor, the gateway's key, the conn that accepts this device's certificate only."""
+        devices = self._devices
+        assert devices is not None
+        subject = devices.ike_identity(client_identity, platform)
+        # A platform that cannot say this suite in its own names raises PlatformCannot (its
+        # Inexpressible): no credential leaves Target then.
+        issued = devices.issue(client_identity, lifetime, DeviceProfileRequest(
+            platform=platform, name=f"qoss {self.identity}", remote_address=self.role.ike_address,
+            remote_id=self.identity, local_id=subject, ike_proposal=ike, esp_proposal=esp,
+            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+            remote_ts=tuple(self.role.protected), domains=tuple(self.role.domains)))
+        ca = devices.ca_cert()
+        gateway_cert, gateway_key = devices.gateway(self.identity, [self.role.ike_address])
+        body = device_conn(
+            name=conn, target_address=self.role.ike_address, target_identity=self.identity,
+            device_identity=subject, local_ts=self.role.protected, pool=conn, ike_proposal=ike,
+            esp_proposal=esp, mode=result.mode, ike_lifetime=result.lifetimes["ike"],
+            child_lifetime=result.lifetimes["child"], gateway_cert=gateway_cert, ca_cert=ca)
+        return issued, [LoadCert(ca, ca=True), LoadKey(gateway_key), LoadConn(conn, body)]
+
+    def _bundle(self, platform: str | None, device: IssuedDevice | None) -> DeviceBundle | None:
+        if platform is None or device is None or self._devices is None:
+            return None
+        return DeviceBundle(platform=platform, profile_name=device.profile_name, media_type=device.media_type,
+                            profile=device.profile, files=dict(device.files), passphrase=device.passphrase,
+                            ca_cert=self._devices.ca_cert(), not_after=int(device.not_after.timestamp()))
 
     def _conn_body(self, conn: str, client_identity: str, request: ClientRequest, ike: str, esp: str,
                    result: NegotiationResult) -> dict[str, Any]:

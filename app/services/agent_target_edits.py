@@ -35,7 +35,7 @@ from app.services.ratings import TableCache
 from app.services.rekey import ImpactKind, judge
 
 __all__ = ["SessionFollower", "SessionImpact", "active_sessions", "assess_session", "assess_sessions",
-           "close_reason", "negotiate_session", "session_inputs", "session_provenance"]
+           "close_reason", "negotiate_session", "platform_policy", "session_inputs", "session_provenance"]
 
 log = logging.getLogger("qoss.agent.target")
 
@@ -58,7 +58,13 @@ def session_inputs(request: ClientRequest, *, policy: str | None, rating_table: 
     return {"objective_id": request.objective_id, "min_levels": dict(info.min_levels),
             "supports": list(info.supports) if info.supports else None, "ah": info.ah,
             "transport": info.transport, "policy": policy, "rating_table": rating_table,
-            "target_supports": sorted(algorithms), "backend": backend}
+            "target_supports": sorted(algorithms), "backend": backend,
+            **({"platform": info.platform} if info.platform is not None else {})}
+
+
+def platform_policy(platform: str) -> str:
+    """The stored policy that says what ``platform``'s VPN client can negotiate."""
+    return f"platform-{platform}"
 
 
 def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], default_table: str,
@@ -78,6 +84,10 @@ def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str
         PeerIn(name="target", policy=inputs["policy"], supports=inputs["target_supports"],
                objective_id=1 if objective == 1 else None),
     ]
+    if inputs.get("platform"):
+        # A device's VPN client is a peer too: its platform table (a stored policy) says what it
+        # can negotiate.
+        peers.append(PeerIn(name=inputs["platform"], policy=platform_policy(inputs["platform"])))
     if pinned is not None:
         peers.append(PeerIn(name="current-suite", supports=list(pinned)))
     body = NegotiationIn(
@@ -94,8 +104,10 @@ def session_provenance(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[st
     and the suite's cost."""
     tables = {name: cache.get(uow.tables, name).revision for name in sorted(set(result.tables.values()))}
     policy = inputs.get("policy")
+    platform = inputs.get("platform")
     return {"request": dict(inputs), "tables": tables,
-            "policy_revision": uow.policies.get(policy)[1] if policy else None, "cost": result.cost}
+            "policy_revision": uow.policies.get(policy)[1] if policy else None, "cost": result.cost,
+            **({"platform_revision": uow.policies.get(platform_policy(platform))[1]} if platform else {})}
 
 
 # --------------------------------------------------------------------------- assessment

@@ -128,15 +128,22 @@ class TargetSessions:
         return row
 
 
-    def close(self, ticket: str, *, user_id: str, state: AgentSessionState, reason: str) -> None:
+    def close(self, ticket: str, *, user_id: str) -> AgentSession:
+        """The user ends their session, or revokes their device's enrolment (its live tunnel ends
+        now and its certificate is accepted no more)."""
         with self._store.unit() as uow:
             row = uow.sessions.get(ticket)
             owner = row.user_id if row is not None else None
             active = row is not None and row.state == AgentSessionState.ACTIVE.value
-        if owner != user_id or not active:
+        if row is None or owner != user_id or not active:
             raise AgentRejected("ticket unknown, not this user's, or not active")
+        if row.platform is not None:
+            state, reason = AgentSessionState.REVOKED, "device revoked by its user"
+        else:
+            state, reason = AgentSessionState.CLOSED, "disconnected by the client"
         if self.finish(ticket, state, reason) is None:
             raise AgentRejected("ticket used already")
+        return row
 
 
     def sweep(self) -> list[str]:
@@ -200,5 +207,5 @@ class TargetSessions:
                 "ticket": r.ticket, "user_id": r.user_id, "host": r.host_id, "objective_id": r.objective_id,
                 "protection": r.protection, "conn": r.conn, "virtual_ip": r.virtual_ip, "state": r.state,
                 "reason": r.reason, "suite": r.suite, "expires_at": r.expires_at.isoformat(),
-                "created_at": r.created_at.isoformat(),
+                "created_at": r.created_at.isoformat(), "platform": r.platform,
             } for r in rows]

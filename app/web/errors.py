@@ -30,6 +30,7 @@ STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (Overloaded, 503),
     (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
+    (e.PlatformCannot, 409),
     (e.UnsupportedProtection, 409),
     (e.StaleRevision, 409),
     (e.AlreadyExists, 409),

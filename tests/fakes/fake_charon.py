@@ -323,6 +323,8 @@ class FakeCharon:
         self.calls: list[Call] = []
         self.conns: dict[str, Any] = {}
         self.shared: dict[str, list[str]] = {}
+        self.certs: list[Any] = []
+        self.keys: list[Any] = []
         self.pools: dict[str, dict[str, Any]] = {}
         self.sas: dict[str, dict[str, Any]] = {}
         self.version: dict[str, Any] = {
@@ -573,6 +575,18 @@ class FakeCharon:
 
     def _cmd_get_shared(self, message: dict[str, Any]) -> Reply:
         return Reply({"keys": list(self.shared)})
+
+    def _cmd_load_cert(self, message: dict[str, Any]) -> Reply:
+        if message.get("type") != "X509" or not message.get("data"):
+            return Reply({"success": "no", "errmsg": "parsing X509 certificate failed"})
+        self.certs.append(message["data"])
+        return Reply(dict(_OK))
+
+    def _cmd_load_key(self, message: dict[str, Any]) -> Reply:
+        if not message.get("data"):
+            return Reply({"success": "no", "errmsg": "parsing private key failed"})
+        self.keys.append(message["data"])
+        return Reply({**_OK, "id": f"{len(self.keys):040x}"})
 
     def _cmd_load_pool(self, message: dict[str, Any]) -> Reply:
         for name, pool in message.items():

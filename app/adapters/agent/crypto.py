@@ -39,6 +39,7 @@ from app.domain.agent import (
     signed_bytes,
     valid_id,
 )
+from app.domain.agent.wire import limits as wire_limits
 from app.domain.errors import InvalidInput
 
 __all__ = [
@@ -159,7 +160,7 @@ def open_sealed(data: bytes, *, kinds: Sequence[Kind], me: KeyPair) -> tuple[Kin
         AgentRejected: too large, malformed, not for ``me``, or the seal does not open.
     """
     wire = parse_wire(data, kinds=kinds, to=me.name)
-    body, tag = open_plaintext(me.decrypt(wire))
+    body, tag = open_plaintext(me.decrypt(wire), max_size=wire_limits(kinds)[1])
     return wire.kind, body, tag
 
 

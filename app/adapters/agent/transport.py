@@ -33,7 +33,7 @@ import httptools
 import httpx
 
 from app.adapters.sockets import idle_and_open
-from app.domain.agent import MAX_WIRE_BYTES, AgentRejected
+from app.domain.agent import MAX_RESPONSE_WIRE_BYTES, AgentRejected
 from app.domain.errors import GatewayUnreachable, QossError
 
 __all__ = ["PeerUnreachable", "RemoteRefused", "post_message"]
@@ -180,7 +180,7 @@ class _Kept:
 
 
 #: An answer is one sealed message in a small JSON document (or an error document): more is refused unread.
-_MAX_REPLY_BYTES = MAX_WIRE_BYTES + 4096
+_MAX_REPLY_BYTES = MAX_RESPONSE_WIRE_BYTES + 4096
 _KEPT = _Kept()
 atexit.register(_KEPT.close)
 
@@ -268,6 +268,6 @@ def post_message(url: str, wire: bytes, *, timeout: float = 20.0, client: httpx.
         detail = doc.get("detail") if isinstance(doc, dict) else None
         raise RemoteRefused(status, detail if detail is not None else content.decode("utf-8", "replace")[:200])
     message = doc.get("message") if isinstance(doc, dict) else None
-    if not isinstance(message, str) or len(message) > MAX_WIRE_BYTES or not message.isascii():
+    if not isinstance(message, str) or len(message) > MAX_RESPONSE_WIRE_BYTES or not message.isascii():
         raise RemoteRefused(502, "the remote party's answer is malformed")
     return message.encode("ascii")

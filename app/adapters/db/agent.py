@@ -92,6 +92,8 @@ class AgentSessionRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
     #: What the session was negotiated under (None: made before it was kept).
     provenance: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
+    #: A device enrolment: the platform whose VPN client holds its profile (None: a client's session).
+    platform: Mapped[str | None] = mapped_column(String(24), nullable=True)
 
 
 class AgentLeaseRow(Base):
@@ -257,7 +259,7 @@ def _session(row: AgentSessionRow) -> AgentSession:
         objective_id=row.objective_id, protection=row.protection, conn=row.conn, pool=row.pool,
         virtual_ip=row.virtual_ip, client_identity=row.client_identity, suite=row.suite, state=row.state,
         expires_at=row.expires_at, reason=row.reason, created_at=row.created_at, updated_at=row.updated_at,
-        provenance=row.provenance)
+        provenance=row.provenance, platform=row.platform)
 
 
 class SessionRepository:

@@ -16,7 +16,17 @@ from app.adapters.vici.models import (
     IkeSa,
     parse_ike_sa,
 )
-from app.domain.ports import CharonCommand, Initiate, ListSas, LoadConn, LoadPool, LoadShared, Unload
+from app.domain.ports import (
+    CharonCommand,
+    Initiate,
+    ListSas,
+    LoadCert,
+    LoadConn,
+    LoadKey,
+    LoadPool,
+    LoadShared,
+    Unload,
+)
 
 __all__ = [
     "ENTRIES",
@@ -24,7 +34,9 @@ __all__ = [
     "Entry",
     "initiate_command",
     "list_sas_command",
+    "load_cert_command",
     "load_conn_command",
+    "load_key_command",
     "load_pool_command",
     "load_shared_command",
     "sas_of",
@@ -38,7 +50,7 @@ _CMD_UNKNOWN = 2  # vici Packet.CMD_UNKNOWN
 #: sent again, on a new connection, when a reused connection fails with a socket error.
 _REPEATABLE = frozenset({
     "version", "stats", "get-algorithms", "get-shared", "get-pools", "list-sas", "list-conns",
-    "load-conn", "load-shared", "load-pool",
+    "load-conn", "load-shared", "load-pool", "load-cert", "load-key",
 })
 
 
@@ -78,6 +90,18 @@ def load_pool_command(name: str, addrs: str, attributes: Mapping[str, Sequence[s
     for key, values in (attributes or {}).items():
         pool[key] = list(values)
     return Command("load-pool", {name: pool})
+
+
+def load_cert_command(data: bytes, *, ca: bool = False) -> Command:
+    """``load-cert``: an X.509 certificate (DER or PEM); ``ca`` marks it a trust anchor."""
+    return Command("load-cert", {"type": "X509", "flag": "CA" if ca else "NONE", "data": bytes(data)})
+
+
+def load_key_command(data: bytes, type: str = "any") -> Command:
+    """``load-key``: a private key (DER or PEM); its bytes are kept out of every log and exception."""
+    if type not in ("any", "rsa", "ecdsa", "ed25519", "ed448"):
+        raise ValueError(f"no private key type {type!r}")
+    return Command("load-key", {"type": type, "data": bytes(data)}, (bytes(data).decode("latin-1"),))
 
 
 def _initiate_message(child: str | None, ike: str | None, timeout_ms: int, loglevel: int) -> dict[str, Any]:
@@ -140,6 +164,8 @@ ENTRIES: dict[type, Entry] = {
     Initiate: Entry(lambda c: initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)),
     ListSas: Entry(lambda c: list_sas_command(ike=c.ike), lambda reply: sas_of(reply["events"])),
     Unload: Entry(lambda c: unload_command(c.what, c.name)),
+    LoadCert: Entry(lambda c: load_cert_command(c.data, ca=c.ca)),
+    LoadKey: Entry(lambda c: load_key_command(c.data, c.type)),
 }
 
 

@@ -21,6 +21,7 @@ messages themselves, ``conns`` the strongSwan conns of a session.
 
 from app.domain.agent.codec import (
     ENVELOPE_INFO,
+    MAX_RESPONSE_WIRE_BYTES,
     MAX_SEALED_BYTES,
     MAX_WIRE_BYTES,
     REPLAY_TTL,
@@ -34,10 +35,18 @@ from app.domain.agent.codec import (
     decode_canonical,
     valid_id,
 )
-from app.domain.agent.conns import AGENT_CONN_PREFIX, agent_conn_name, client_conn, target_conn
+from app.domain.agent.conns import (
+    AGENT_CONN_PREFIX,
+    agent_conn_name,
+    client_conn,
+    device_conn,
+    device_identity,
+    target_conn,
+)
 from app.domain.agent.messages import (
     AgentSessionState,
     ClientRequest,
+    DeviceBundle,
     Endorsement,
     EnrolledUser,
     RequestInfo,
@@ -50,6 +59,7 @@ from app.domain.agent.wire import Kind, Wire, check_fresh, open_plaintext, parse
 __all__ = [
     "AGENT_CONN_PREFIX",
     "ENVELOPE_INFO",
+    "MAX_RESPONSE_WIRE_BYTES",
     "MAX_SEALED_BYTES",
     "MAX_WIRE_BYTES",
     "REPLAY_TTL",
@@ -59,6 +69,7 @@ __all__ = [
     "AgentRejected",
     "AgentSessionState",
     "ClientRequest",
+    "DeviceBundle",
     "Endorsement",
     "EnrolledUser",
     "Kind",
@@ -74,6 +85,8 @@ __all__ = [
     "check_fresh",
     "client_conn",
     "decode_canonical",
+    "device_conn",
+    "device_identity",
     "open_plaintext",
     "parse_wire",
     "seal_plaintext",

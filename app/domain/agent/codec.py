@@ -16,6 +16,8 @@ from app.domain.errors import QossError
 
 __all__ = [
     "ENVELOPE_INFO",
+    "MAX_RESPONSE_SEALED_BYTES",
+    "MAX_RESPONSE_WIRE_BYTES",
     "MAX_SEALED_BYTES",
     "MAX_WIRE_BYTES",
     "REPLAY_TTL",
@@ -36,6 +38,9 @@ VERSION = 1
 MAX_WIRE_BYTES = 16_384
 #: The sealed part, decoded.
 MAX_SEALED_BYTES = 12_288
+#: The same for Target's answers, which only a client opens and may carry a device's profile.
+MAX_RESPONSE_WIRE_BYTES = 131_072
+MAX_RESPONSE_SEALED_BYTES = 98_304
 #: Freshness: a message may be this many seconds old, or this far in the future (clock skew).
 WINDOW_BACK = 60
 WINDOW_SKEW = 30

@@ -3,6 +3,7 @@ load for one session (a road warrior with a virtual IP)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ __all__ = [
     "AGENT_CONN_PREFIX",
     "agent_conn_name",
     "client_conn",
+    "device_conn",
+    "device_identity",
     "target_conn",
 ]
 
@@ -45,6 +48,43 @@ def target_conn(*, name: str, target_address: str, target_identity: str, client_
         "mobike": "no",
         "rekey_time": f"{ike_lifetime}s",
         **psk_ends(target_identity, client_identity),
+        "children": {name: {
+            "local_ts": list(local_ts),
+            "esp_proposals": [esp_proposal],
+            "mode": mode,
+            **child_timers(child_lifetime),
+        }},
+    }
+
+
+def device_identity(ticket: str, user_id: str) -> str:
+    """A device's name in its certificate (subject CN and DNS subjectAltName): the ticket's first 12
+    hex digits and the user, made a DNS name (``0a1b2c3d4e5f.alice``), at most 64 characters."""
+    labels = [re.sub(r"[^a-z0-9-]", "-", label).strip("-") for label in user_id.lower().split(".")]
+    name = ".".join(label[:63] for label in labels if label) or "user"
+    return f"{ticket[:12]}.{name}"[:64].rstrip(".-")
+
+
+def device_conn(*, name: str, target_address: str, target_identity: str, device_identity: str,
+                local_ts: Sequence[str], pool: str, ike_proposal: str, esp_proposal: str, mode: str,
+                ike_lifetime: int, child_lifetime: int, gateway_cert: bytes, ca_cert: bytes) -> dict[str, Any]:
+    """Target's VICI ``load-conn`` body for one enrolled device: a road warrior that proves itself
+    with the certificate issued for it (subject ``device_identity``, a DN, signed by ``ca_cert``)
+    and gets only the negotiated proposals and a virtual IP from ``pool``. Target proves itself with
+    ``gateway_cert`` (its key loaded apart). MOBIKE on: a phone moves between networks."""
+    return {
+        "version": "2",
+        "local_addrs": [target_address],
+        "remote_addrs": ["%any"],
+        "proposals": [ike_proposal],
+        "pools": [pool],
+        "unique": "replace",
+        "mobike": "yes",
+        "send_cert": "always",
+        "dpd_delay": "30s",
+        "rekey_time": f"{ike_lifetime}s",
+        "local": {"auth": "pubkey", "id": target_identity, "certs": [gateway_cert]},
+        "remote": {"auth": "pubkey", "id": device_identity, "cacerts": [ca_cert]},
         "children": {name: {
             "local_ts": list(local_ts),
             "esp_proposals": [esp_proposal],

@@ -26,8 +26,10 @@ from app.domain.agent.codec import (
 from app.domain.agent.wire import Kind
 
 __all__ = [
+    "MAX_RESPONSE_BYTES",
     "AgentSessionState",
     "ClientRequest",
+    "DeviceBundle",
     "Endorsement",
     "EnrolledUser",
     "RequestInfo",
@@ -67,6 +69,7 @@ class RequestInfo:
     lifetime: int = 600
     ike_address: str | None = None
     ticket: str | None = None
+    platform: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -81,13 +84,16 @@ class RequestInfo:
             out["ike_address"] = self.ike_address
         if self.ticket is not None:
             out["ticket"] = self.ticket
+        if self.platform is not None:
+            out["platform"] = self.platform
         return out
 
     @classmethod
     def from_dict(cls, obj: Any) -> RequestInfo:
         if not isinstance(obj, dict):
             raise AgentRejected("bad request_info")
-        _fields(obj, ("ah", "lifetime", "min_levels", "supports", "target", "transport"), ("ike_address", "ticket"))
+        _fields(obj, ("ah", "lifetime", "min_levels", "supports", "target", "transport"),
+                ("ike_address", "platform", "ticket"))
         levels = obj["min_levels"]
         if not isinstance(levels, dict):
             raise AgentRejected("bad min_levels")
@@ -106,6 +112,8 @@ class RequestInfo:
             ike_address=_str(obj, "ike_address", max_len=45, pattern=re.compile(r"^[0-9a-fA-F:.]{2,45}$"))
             if "ike_address" in obj else None,
             ticket=_str(obj, "ticket", max_len=32, pattern=re.compile(r"^[0-9a-f]{32}$")) if "ticket" in obj else None,
+            platform=_str(obj, "platform", max_len=24, pattern=re.compile(r"^[a-z][a-z0-9-]{1,23}$"))
+            if "platform" in obj else None,
         )
 
 
@@ -156,6 +164,8 @@ class ClientRequest:
             raise AgentRejected("via differs from recipient")
         if (kind is Kind.DISCONNECT) != (info.ticket is not None):
             raise AgentRejected("a disconnect names a ticket, a connect does not")
+        if kind is Kind.DISCONNECT and info.platform is not None:
+            raise AgentRejected("a disconnect names no platform")
         return cls(
             kind=kind,
             request_id=b64d(obj["request_id"], size=_NONCE),
@@ -340,6 +350,59 @@ class TunnelingInfo:
         )
 
 
+_FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+_MEDIA_TYPE = re.compile(r"^[a-z0-9.+/-]{3,60}(; ?charset=[a-z0-9-]{1,16})?$")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceBundle:
+    """What a device enrolment gives the user: the profile for the platform's VPN client, the
+    files it names beside it, and the one-time passphrase of the device's PKCS#12 (shown once,
+    kept nowhere by Target)."""
+
+    platform: str
+    profile_name: str
+    media_type: str
+    profile: bytes
+    files: Mapping[str, bytes]
+    passphrase: str
+    ca_cert: bytes
+    not_after: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"platform": self.platform, "profile_name": self.profile_name, "media_type": self.media_type,
+                "profile": b64e(self.profile), "files": {k: b64e(v) for k, v in sorted(self.files.items())},
+                "passphrase": self.passphrase, "ca_cert": b64e(self.ca_cert), "not_after": self.not_after}
+
+    @classmethod
+    def from_dict(cls, obj: Any, *, max_size: int) -> DeviceBundle:
+        if not isinstance(obj, dict):
+            raise AgentRejected("bad device")
+        _fields(obj, ("ca_cert", "files", "media_type", "not_after", "passphrase", "platform", "profile",
+                      "profile_name"))
+        files = obj["files"]
+        if not isinstance(files, dict) or len(files) > 4 or not all(
+                isinstance(k, str) and _FILE_NAME.match(k) for k in files):
+            raise AgentRejected("bad device files")
+        return cls(
+            platform=_str(obj, "platform", max_len=24, pattern=re.compile(r"^[a-z][a-z0-9-]{1,23}$")),
+            profile_name=_str(obj, "profile_name", max_len=80, pattern=_FILE_NAME),
+            media_type=_str(obj, "media_type", max_len=80, pattern=_MEDIA_TYPE),
+            profile=b64d(obj["profile"], max_size=max_size),
+            files={k: b64d(v, max_size=max_size) for k, v in files.items()},
+            passphrase=_str(obj, "passphrase", max_len=64, pattern=re.compile(r"^[A-Za-z0-9-]{12,64}$")),
+            ca_cert=b64d(obj["ca_cert"], max_size=8192),
+            not_after=_int(obj, "not_after", 0, 2**40),
+        )
+
+    def __repr__(self) -> str:  # never show the passphrase or the key inside the profile
+        return f"DeviceBundle(platform={self.platform}, profile_name={self.profile_name})"
+
+
+#: A response may carry a device's profile and files: larger than what a server ever accepts.
+MAX_RESPONSE_BYTES = 65_536
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """Target -> Client: ``Request ID || Session Key || Tunneling Info`` (+ Target's signature).
@@ -355,9 +418,11 @@ class Response:
     user_id: str
     host: str
     timestamp: int
+    device: DeviceBundle | None = None
 
     def body(self) -> bytes:
         return canonical({
+            **({"device": self.device.as_dict()} if self.device is not None else {}),
             "request_id": b64e(self.request_id),
             "session_key": b64e(self.session_key) if self.session_key is not None else None,
             "tunneling_info": self.tunneling_info.as_dict() if self.tunneling_info is not None else None,
@@ -370,17 +435,22 @@ class Response:
 
     @classmethod
     def parse(cls, body: bytes, *, kind: Kind) -> Response:
-        obj = decode_canonical(body, max_size=MAX_SEALED_BYTES)
-        _fields(obj, ("kind", "recipient", "request_id", "sender", "session_key", "ts", "tunneling_info", "via"))
+        obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
+        _fields(obj, ("kind", "recipient", "request_id", "sender", "session_key", "ts", "tunneling_info", "via"),
+                ("device",))
         if obj["kind"] != kind.value:
             raise AgentRejected("signed kind differs from the header")
         has_tunnel = kind is Kind.RESPONSE
-        if has_tunnel != (obj["tunneling_info"] is not None) or has_tunnel != (obj["session_key"] is not None):
-            raise AgentRejected("a response carries a session key and tunneling info, a close neither")
+        device = obj.get("device")
+        if has_tunnel != (obj["tunneling_info"] is not None) or (
+                has_tunnel and device is None) != (obj["session_key"] is not None) or (
+                device is not None and not has_tunnel):
+            raise AgentRejected("a response carries tunneling info and a session key or a device, a close neither")
         return cls(
             kind=kind,
+            device=DeviceBundle.from_dict(device, max_size=MAX_RESPONSE_BYTES) if device is not None else None,
             request_id=b64d(obj["request_id"], size=_NONCE),
-            session_key=b64d(obj["session_key"], size=32) if has_tunnel else None,
+            session_key=b64d(obj["session_key"], size=32) if obj["session_key"] is not None else None,
             tunneling_info=TunnelingInfo.from_dict(obj["tunneling_info"]) if has_tunnel else None,
             target=_str(obj, "sender"),
             user_id=_str(obj, "recipient"),

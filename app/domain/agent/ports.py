@@ -38,6 +38,9 @@ __all__ = [
     "AgentStore",
     "AgentUnitOfWork",
     "AgentUserStore",
+    "DeviceKit",
+    "DeviceProfileRequest",
+    "IssuedDevice",
     "LeaseStore",
     "NonceStore",
     "PeerKeys",
@@ -79,6 +82,8 @@ class AgentSession:
     #: What it was negotiated under, to negotiate it again after an edit
     #: (:func:`app.services.agent_target_edits.session_provenance`); None: made before it was kept.
     provenance: dict[str, Any] | None = None
+    #: A device enrolment: the platform whose VPN client holds its profile (None: a client's session).
+    platform: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,3 +303,60 @@ class AgentCrypto(Protocol):
 #: ``RemoteRefused`` (the other role answered with an error) or ``PeerUnreachable``.
 Post = Callable[[str, bytes], bytes]
 
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceProfileRequest:
+    """What a device's profile says: where and whom it connects to, as whom, with which suite."""
+
+    platform: str
+    name: str
+    remote_address: str
+    remote_id: str
+    local_id: str
+    ike_proposal: str
+    esp_proposal: str
+    ike_lifetime: int
+    child_lifetime: int
+    remote_ts: tuple[str, ...]
+    domains: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedDevice:
+    """A device's credential and profile, made by :class:`DeviceKit`: the profile (file name, media
+    type, bytes), the files it names beside it, the one-time passphrase of the PKCS#12 inside, and
+    when the certificate expires. Target keeps none of it."""
+
+    profile_name: str
+    media_type: str
+    profile: bytes = field(repr=False)
+    files: dict[str, bytes] = field(repr=False)
+    passphrase: str = field(repr=False)
+    not_after: datetime
+
+
+class DeviceKit(Protocol):
+    """Target's certificate authority for devices and its profile writers.
+
+    ``express`` raises ``ValueError`` (the domain's ``Inexpressible``) when the platform cannot say
+    the suite in its own names: no credential is issued then.
+    """
+
+    def ca_cert(self) -> bytes:
+        """The CA certificate (DER) that signs the gateway's and the devices' certificates."""
+        ...
+
+    def gateway(self, identity: str, addresses: Sequence[str]) -> tuple[bytes, bytes]:
+        """The gateway's certificate and private key (DER, PKCS#8), made once and kept."""
+        ...
+
+    def ike_identity(self, identity: str, platform: str) -> str:
+        """The IKE identity ``platform``'s client sends with the certificate issued for ``identity``
+        (its subject DN, or the name in its subjectAltName)."""
+        ...
+
+    def issue(self, identity: str, lifetime: int, profile: DeviceProfileRequest) -> IssuedDevice:
+        """A new key and certificate for one device, its PKCS#12 under a fresh passphrase, and its
+        profile."""
+        ...

@@ -10,6 +10,8 @@ from typing import Any
 
 from app.domain.agent.codec import (
     ENVELOPE_INFO,
+    MAX_RESPONSE_SEALED_BYTES,
+    MAX_RESPONSE_WIRE_BYTES,
     MAX_SEALED_BYTES,
     MAX_WIRE_BYTES,
     SIGNATURE_CONTEXT,
@@ -68,9 +70,10 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
     Raises:
         AgentRejected: too large, malformed, another version, unexpected kind or recipient.
     """
-    if len(data) > MAX_WIRE_BYTES:
+    wire_limit, sealed_limit = limits(kinds)
+    if len(data) > wire_limit:
         raise AgentRejected("message too large")
-    obj = decode_canonical(data, max_size=MAX_WIRE_BYTES)
+    obj = decode_canonical(data, max_size=wire_limit)
     _fields(obj, ("kind", "sealed", "to", "v"))
     if obj["v"] != VERSION or isinstance(obj["v"], bool):
         raise AgentRejected("unknown version")
@@ -79,7 +82,16 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
         raise AgentRejected("unexpected message kind")
     if obj["to"] != to:
         raise AgentRejected("wrong recipient")
-    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=MAX_SEALED_BYTES))
+    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=sealed_limit))
+
+
+def limits(kinds: Sequence[Kind]) -> tuple[int, int]:
+    """The largest wire message and sealed part accepted when expecting ``kinds``: Target's
+    answers (only a client opens them; a device's profile rides in them) may be larger than
+    anything a server accepts."""
+    if set(kinds) <= {Kind.RESPONSE, Kind.CLOSED}:
+        return MAX_RESPONSE_WIRE_BYTES, MAX_RESPONSE_SEALED_BYTES
+    return MAX_WIRE_BYTES, MAX_SEALED_BYTES
 
 
 def signed_bytes(kind: Kind, body: bytes) -> bytes:
@@ -92,15 +104,15 @@ def seal_plaintext(body: bytes, tag: bytes) -> bytes:
     return canonical({"body": b64e(body), "tag": b64e(tag)})
 
 
-def open_plaintext(plaintext: bytes) -> tuple[bytes, bytes]:
+def open_plaintext(plaintext: bytes, *, max_size: int = MAX_SEALED_BYTES) -> tuple[bytes, bytes]:
     """(body, tag) from a decrypted plaintext.
 
     Raises:
         AgentRejected: malformed.
     """
-    obj = decode_canonical(plaintext, max_size=MAX_SEALED_BYTES)
+    obj = decode_canonical(plaintext, max_size=max_size)
     _fields(obj, ("body", "tag"))
-    return b64d(obj["body"]), b64d(obj["tag"], size=64)
+    return b64d(obj["body"], max_size=max_size), b64d(obj["tag"], size=64)
 
 
 def check_fresh(timestamp: int, now: float) -> None:

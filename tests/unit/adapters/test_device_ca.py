@@ -1,0 +1,395 @@
+"""A Target's device CA: made once (race-safe), its files guarded; device credentials in a
+PKCS#12 that opens with its one-time passphrase only (OpenSSL agreeing); the gateway's
+certificate kept while it fits and made again when it does not."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
+
+from app.adapters.agent.device_ca import DeviceCA, DeviceCAError, DeviceCredential
+from app.domain.errors import InvalidInput
+from tests.fixtures.secrets import register
+
+DAY = 86400
+IKE_INTERMEDIATE = ObjectIdentifier("1.3.6.1.5.5.8.2.2")
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """A clock the test moves."""
+
+    def __init__(self, now: datetime = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ca(tmp_path: Path, clock: Clock) -> DeviceCA:
+    return DeviceCA.load_or_create(tmp_path / "ca", owner="alice", clock=clock)
+
+
+def issue(ca: DeviceCA, identity: str = "0a1b2c3d4e5f.alice", lifetime: int = 60 * DAY) -> DeviceCredential:
+    credential = ca.issue_device(identity=identity, lifetime=lifetime)
+    register(credential.passphrase)  # the secret sweep: never in a log or a database
+    return credential
+
+
+def cn(cert: x509.Certificate) -> str:
+    return str(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def ekus(cert: x509.Certificate) -> list[ObjectIdentifier]:
+    return list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+
+def signed_by(cert: x509.Certificate, ca: DeviceCA) -> None:
+    public = x509.load_der_x509_certificate(ca.cert_der).public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    assert cert.signature_hash_algorithm is not None
+    public.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+# --------------------------------------------------------------------------- the CA
+
+
+def test_the_ca_is_made_once_and_loaded_after(tmp_path: Path, ca: DeviceCA, clock: Clock) -> None:
+    again = DeviceCA.load_or_create(tmp_path / "ca", owner="alice", clock=clock)
+    assert again.cert_der == ca.cert_der
+    assert ca.common_name == "qoss alice device CA"
+    assert mode(tmp_path / "ca" / "device-ca.key") == 0o600
+    assert mode(tmp_path / "ca" / "device-ca.crt") == 0o644
+    assert mode(tmp_path / "ca") == 0o700
+    assert (tmp_path / "ca" / "device-ca.crt").read_bytes() == ca.cert_pem
+    assert "alice" in repr(ca)
+    assert "PRIVATE" not in repr(ca)
+
+
+def test_the_ca_certificate_is_a_p256_ca_for_ten_years(ca: DeviceCA) -> None:
+    cert = x509.load_der_x509_certificate(ca.cert_der)
+    public = cert.public_key()
+    assert isinstance(public, ec.EllipticCurvePublicKey)
+    assert isinstance(public.curve, ec.SECP256R1)
+    assert cert.subject == cert.issuer
+    cert.verify_directly_issued_by(cert)
+    constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints)
+    assert constraints.critical
+    assert constraints.value.ca
+    assert constraints.value.path_length == 0
+    usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert usage.key_cert_sign
+    assert usage.crl_sign
+    assert not usage.digital_signature
+    assert cert.not_valid_after_utc - NOW >= timedelta(days=3652)
+
+
+def test_racing_makers_end_with_one_ca(tmp_path: Path) -> None:
+    barrier = threading.Barrier(8)
+    made: list[bytes] = []
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        barrier.wait()
+        try:
+            made.append(DeviceCA.load_or_create(tmp_path / "ca", owner="alice").cert_der)
+        except BaseException as exc:  # reported below, with the others
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert errors == []
+    assert len(made) == 8
+    assert len(set(made)) == 1
+    assert sorted(p.name for p in (tmp_path / "ca").iterdir()) == ["device-ca.crt", "device-ca.key"]
+
+
+@pytest.mark.parametrize("loose", [0o640, 0o604, 0o620, 0o602])
+def test_a_key_file_others_can_read_or_write_is_refused(tmp_path: Path, ca: DeviceCA, loose: int) -> None:
+    os.chmod(tmp_path / "ca" / "device-ca.key", loose)
+    with pytest.raises(DeviceCAError, match="chmod 600"):
+        DeviceCA.load_or_create(tmp_path / "ca", owner="alice")
+
+
+def test_a_symlinked_key_file_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    key = tmp_path / "ca" / "device-ca.key"
+    planted = tmp_path / "planted.key"
+    key.rename(planted)
+    key.symlink_to(planted)
+    with pytest.raises(DeviceCAError, match="symbolic link"):
+        DeviceCA.load_or_create(tmp_path / "ca", owner="alice")
+
+
+def test_a_symlinked_ca_directory_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    (tmp_path / "link").symlink_to(tmp_path / "ca")
+    with pytest.raises(DeviceCAError, match="link"):
+        DeviceCA.load_or_create(tmp_path / "link", owner="alice")
+
+
+def test_a_key_that_does_not_match_the_certificate_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    other = DeviceCA.load_or_create(tmp_path / "other", owner="alice")
+    (tmp_path / "ca" / "device-ca.crt").write_bytes(other.cert_pem)
+    with pytest.raises(DeviceCAError, match="does not match"):
+        DeviceCA.load_or_create(tmp_path / "ca", owner="alice")
+
+
+def test_another_owners_ca_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    with pytest.raises(DeviceCAError, match="qoss alice device CA"):
+        DeviceCA.load_or_create(tmp_path / "ca", owner="bob")
+
+
+def test_an_unfinished_creation_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    directory = tmp_path / "ca"
+    directory.mkdir(mode=0o700)
+    key = directory / "device-ca.key"
+    key.touch(mode=0o600)  # a maker that died before writing its key
+    long_ago = time.time() - 3600
+    os.utime(key, (long_ago, long_ago))
+    started = time.monotonic()
+    with pytest.raises(DeviceCAError, match=r"move .*device-ca\.key away"):
+        DeviceCA.load_or_create(directory, owner="alice")
+    assert time.monotonic() - started < 1  # an old leftover is not waited for
+
+
+# --------------------------------------------------------------------------- devices
+
+
+def test_the_p12_opens_with_its_passphrase_and_no_other(ca: DeviceCA) -> None:
+    credential = issue(ca)
+    key, cert, extra = pkcs12.load_key_and_certificates(credential.p12, credential.passphrase.encode())
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert isinstance(key.curve, ec.SECP256R1)
+    assert cert is not None
+    assert cert.public_bytes(serialization.Encoding.DER) == credential.cert_der
+    assert [c.public_bytes(serialization.Encoding.DER) for c in extra] == [ca.cert_der]
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    assert key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
+    with pytest.raises(ValueError, match="Invalid password"):
+        pkcs12.load_key_and_certificates(credential.p12, b"abcd-efgh-ijkm-npqr-stuv-wxyz")
+    with pytest.raises(ValueError, match="Invalid password"):
+        pkcs12.load_key_and_certificates(credential.p12, None)
+
+
+def test_the_p12_carries_its_friendly_name(ca: DeviceCA) -> None:
+    credential = ca.issue_device(identity="0a1b2c3d4e5f.alice", lifetime=60 * DAY, name="Alice's phone")
+    register(credential.passphrase)
+    p12 = pkcs12.load_pkcs12(credential.p12, credential.passphrase.encode())
+    assert p12.cert is not None
+    assert p12.cert.friendly_name == b"Alice's phone"
+    assert [c.friendly_name for c in p12.additional_certs] == [b"qoss alice device CA"]
+    default = issue(ca)
+    unnamed = pkcs12.load_pkcs12(default.p12, default.passphrase.encode())
+    assert unnamed.cert is not None
+    assert unnamed.cert.friendly_name == b"0a1b2c3d4e5f.alice"
+
+
+def test_the_device_certificate_chains_to_the_ca_for_client_auth(ca: DeviceCA) -> None:
+    credential = issue(ca, lifetime=75 * DAY)
+    cert = x509.load_der_x509_certificate(credential.cert_der)
+    signed_by(cert, ca)
+    cert.verify_directly_issued_by(x509.load_der_x509_certificate(ca.cert_der))
+    assert cn(cert) == "0a1b2c3d4e5f.alice"
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in ekus(cert)
+    assert IKE_INTERMEDIATE in ekus(cert)
+    assert ExtendedKeyUsageOID.SERVER_AUTH not in ekus(cert)
+    usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+    assert usage.digital_signature
+    assert not usage.key_cert_sign
+    assert not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert credential.not_after == cert.not_valid_after_utc == NOW + timedelta(days=75)
+    assert credential.not_after.tzinfo is UTC
+    assert cert.not_valid_before_utc == NOW - timedelta(minutes=5)
+    assert credential.serial == cert.serial_number
+    assert 0 < credential.serial < 2**159
+
+
+def test_a_device_identity_that_is_a_dns_name_is_also_its_alt_name(ca: DeviceCA) -> None:
+    cert = x509.load_der_x509_certificate(issue(ca).cert_der)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["0a1b2c3d4e5f.alice"]
+    cert = x509.load_der_x509_certificate(issue(ca, identity="0a1b2c3d4e5f.al_ice").cert_der)
+    with pytest.raises(x509.ExtensionNotFound):
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+
+
+def test_two_issues_differ_and_never_show_the_passphrase(ca: DeviceCA) -> None:
+    first, second = issue(ca), issue(ca)
+    assert first.passphrase != second.passphrase
+    assert first.serial != second.serial
+    for credential in (first, second):
+        assert re.fullmatch(r"[a-km-np-z2-9]{4}(-[a-km-np-z2-9]{4}){5}", credential.passphrase)
+        assert credential.passphrase not in repr(credential)
+        assert credential.passphrase not in str(credential)
+        assert "p12" not in repr(credential)
+
+
+def test_the_device_key_is_never_written(tmp_path: Path, ca: DeviceCA) -> None:
+    issue(ca)
+    assert sorted(p.name for p in (tmp_path / "ca").iterdir()) == ["device-ca.crt", "device-ca.key"]
+
+
+def test_openssl_reads_the_p12_with_its_passphrase_only(tmp_path: Path, ca: DeviceCA) -> None:
+    credential = issue(ca)
+    p12file = tmp_path / "device.p12"
+    p12file.write_bytes(credential.p12)
+    opened = subprocess.run(["openssl", "pkcs12", "-in", str(p12file), "-passin", "pass:" + credential.passphrase,
+                             "-nokeys"], capture_output=True, text=True, timeout=10, check=False)
+    assert opened.returncode == 0, opened.stderr
+    assert "CN = 0a1b2c3d4e5f.alice" in opened.stdout
+    assert "CN = qoss alice device CA" in opened.stdout
+    wrong = subprocess.run(["openssl", "pkcs12", "-in", str(p12file), "-passin", "pass:abcd-efgh-ijkm-npqr-stuv-wxyz",
+                            "-nokeys"], capture_output=True, text=True, timeout=10, check=False)
+    assert wrong.returncode != 0
+    assert "0a1b2c3d4e5f.alice" not in wrong.stdout
+
+
+@pytest.mark.parametrize("identity", ["", "a,b", "a=b", "a+b", "a\nb", "a\x00b", "a b", 'a"b', "a\\b", "a/b",
+                                      "-x", ".x", "a" * 65, "zoë", "CN=x"])
+def test_a_bad_identity_is_refused(ca: DeviceCA, identity: str) -> None:
+    with pytest.raises(InvalidInput, match="identity"):
+        ca.issue_device(identity=identity, lifetime=60 * DAY)
+    with pytest.raises(ValueError, match="identity"):
+        DeviceCA.subject_dn(identity)
+
+
+@pytest.mark.parametrize("lifetime", [3599, 90 * DAY + 1, 0, -60 * DAY, 60.0 * DAY])
+def test_a_lifetime_outside_an_hour_to_90_days_is_refused(ca: DeviceCA, lifetime: int) -> None:
+    with pytest.raises(InvalidInput, match="an hour to 90 days"):
+        ca.issue_device(identity="0a1b2c3d4e5f.alice", lifetime=lifetime)
+
+
+def test_a_bad_owner_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="owner"):
+        DeviceCA.load_or_create(tmp_path / "ca", owner="alice, O=evil")
+    assert not (tmp_path / "ca").exists()
+
+
+def test_a_long_owner_is_cut_to_fit_the_cas_name(tmp_path: Path) -> None:
+    owner = "t" * 63
+    ca = DeviceCA.load_or_create(tmp_path / "ca", owner=owner)
+    assert ca.common_name == f"qoss {'t' * 48}~ device CA"
+    assert len(ca.common_name) == 64
+    assert DeviceCA.load_or_create(tmp_path / "ca", owner=owner).cert_der == ca.cert_der
+    with pytest.raises(InvalidInput, match="owner"):
+        DeviceCA.load_or_create(tmp_path / "other", owner="t" * 64)
+
+
+def test_the_subject_dn_is_as_strongswan_writes_it() -> None:
+    assert DeviceCA.subject_dn("0a1b2c3d4e5f.alice") == "CN=0a1b2c3d4e5f.alice"
+
+
+# --------------------------------------------------------------------------- the gateway
+
+
+def test_the_gateway_certificate_names_its_addresses_and_ike_purposes(tmp_path: Path, ca: DeviceCA) -> None:
+    gateway = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1", "2001:db8::1"])
+    cert = x509.load_der_x509_certificate(gateway.cert_der)
+    signed_by(cert, ca)
+    assert cn(cert) == "vpn.example.net"
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == ["vpn.example.net"]
+    assert {str(ip) for ip in san.get_values_for_type(x509.IPAddress)} == {"192.0.2.1", "2001:db8::1"}
+    assert ExtendedKeyUsageOID.SERVER_AUTH in ekus(cert)
+    assert IKE_INTERMEDIATE in ekus(cert)
+    assert cert.extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature
+    assert cert.not_valid_after_utc == NOW + timedelta(days=365)
+    key = serialization.load_der_private_key(gateway.key_der, password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    assert gateway.key_type == "ecdsa"
+    assert key.public_key() == cert.public_key()
+    assert mode(tmp_path / "ca" / "device-gateway.key") == 0o600
+    assert "PRIVATE" not in repr(gateway)
+    assert gateway.key_der.hex() not in repr(gateway)
+
+
+def test_a_gateway_identity_that_is_no_dns_name_gets_no_dns_name(ca: DeviceCA) -> None:
+    cert = x509.load_der_x509_certificate(ca.gateway(identity="203.0.113.7", addresses=["192.0.2.1"]).cert_der)
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.DNSName) == []
+    assert {str(ip) for ip in san.get_values_for_type(x509.IPAddress)} == {"192.0.2.1", "203.0.113.7"}
+    cert = x509.load_der_x509_certificate(ca.gateway(identity="gw_alice", addresses=["192.0.2.1"]).cert_der)
+    assert cn(cert) == "gw_alice"
+    assert cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName) == []
+
+
+def test_the_gateway_is_kept_for_the_same_inputs_and_remade_for_new_ones(tmp_path: Path, ca: DeviceCA,
+                                                                          clock: Clock) -> None:
+    first = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    assert ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"]) == first
+    reloaded = DeviceCA.load_or_create(tmp_path / "ca", owner="alice", clock=clock)
+    assert reloaded.gateway(identity="vpn.example.net", addresses=["192.0.2.1"]) == first
+    moved = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.2"])
+    assert moved.cert_der != first.cert_der
+    assert moved.key_der != first.key_der
+    renamed = ca.gateway(identity="gw.example.net", addresses=["192.0.2.2"])
+    assert renamed.cert_der != moved.cert_der
+
+
+def test_the_gateway_is_renewed_when_less_than_30_days_remain(ca: DeviceCA, clock: Clock) -> None:
+    first = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    clock.now = NOW + timedelta(days=335)  # exactly 30 days left: kept
+    assert ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"]) == first
+    clock.now += timedelta(seconds=1)
+    renewed = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    assert renewed.cert_der != first.cert_der
+    assert x509.load_der_x509_certificate(renewed.cert_der).not_valid_after_utc == clock.now + timedelta(days=365)
+
+
+def test_a_gateway_of_another_ca_is_remade(tmp_path: Path, ca: DeviceCA) -> None:
+    other = DeviceCA.load_or_create(tmp_path / "other", owner="alice")
+    foreign = other.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    for name in ("device-gateway.key", "device-gateway.crt"):
+        (tmp_path / "ca" / name).write_bytes((tmp_path / "other" / name).read_bytes())
+        os.chmod(tmp_path / "ca" / name, 0o600)
+    mine = ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    assert mine.cert_der != foreign.cert_der
+    signed_by(x509.load_der_x509_certificate(mine.cert_der), ca)
+
+
+def test_a_readable_gateway_key_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+    os.chmod(tmp_path / "ca" / "device-gateway.key", 0o644)
+    with pytest.raises(DeviceCAError, match="chmod 600"):
+        ca.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
+
+
+@pytest.mark.parametrize("addresses", [["192.0.2.300"], ["vpn.example.net"], "192.0.2.1"])
+def test_bad_gateway_addresses_are_refused(ca: DeviceCA, addresses: list[str]) -> None:
+    with pytest.raises(InvalidInput, match="address"):
+        ca.gateway(identity="vpn.example.net", addresses=addresses)
+
+
+def test_a_bad_gateway_identity_is_refused(ca: DeviceCA) -> None:
+    with pytest.raises(InvalidInput, match="identity"):
+        ca.gateway(identity="vpn.example.net, O=evil", addresses=["192.0.2.1"])
+
+
+def test_the_signature_hash_is_sha256(ca: DeviceCA) -> None:
+    cert = x509.load_der_x509_certificate(issue(ca).cert_der)
+    assert isinstance(cert.signature_hash_algorithm, hashes.SHA256)
