@@ -19,6 +19,7 @@ alone); every other state change is committed before charon is touched. Whatever
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -54,7 +55,7 @@ from app.domain.agent.ports import (
     IssuedDevice,
     PeerKeys,
 )
-from app.domain.errors import InvalidInput, NoFeasibleSuite, PlatformCannot
+from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot
 from app.domain.negotiation import NegotiationResult
 from app.domain.ports import (
     CharonCommand,
@@ -74,6 +75,8 @@ from app.services.agent_timing import Steps
 from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]
+
+log = logging.getLogger("qoss.agent.target")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,8 @@ class TargetAgent:
         self._clock = clock
         self._devices = devices
         self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket)
-        self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, clock=clock)
+        self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, clock=clock,
+                                    restore=self._restore_device if devices is not None else None)
 
     # -- messages -------------------------------------------------------------------------
 
@@ -285,7 +289,9 @@ class TargetAgent:
                         else min(request.request_info.lifetime, self.role.max_lifetime))
             expires = int(now) + lifetime
             suite = {**result.suite.as_dict(), "ike": dict(result.ike), "levels": result.levels.as_dict(),
-                     "proposals": dict(result.proposals)}
+                     "proposals": dict(result.proposals),
+                     # a device's conn is loaded again from these if charon restarts
+                     **({"mode": result.mode, "lifetimes": dict(result.lifetimes)} if platform is not None else {})}
             client_identity = (device_identity(ticket, request.user_id) if platform is not None
                                else f"{ticket[:12]}.{request.user_id}")
             base: dict[str, Any] = {
@@ -406,14 +412,45 @@ class TargetAgent:
             remote_id=self.identity, local_id=subject, ike_proposal=ike, esp_proposal=esp,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
             remote_ts=tuple(self.role.protected), domains=tuple(self.role.domains)))
+        return issued, self._device_charon(conn, subject, ike, esp, result.mode, result.lifetimes)
+
+    def _device_charon(self, conn: str, subject: str, ike: str, esp: str, mode: str,
+                       lifetimes: dict[str, int]) -> list[CharonCommand]:
+        """What Target's charon loads for one device: the CA as a trust anchor, the gateway's key,
+        the conn that accepts only that device's certificate with the negotiated proposals."""
+        devices = self._devices
+        assert devices is not None
         ca = devices.ca_cert()
         gateway_cert, gateway_key = devices.gateway(self.identity, [self.role.ike_address])
         body = device_conn(
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             device_identity=subject, local_ts=self.role.protected, pool=conn, ike_proposal=ike,
-            esp_proposal=esp, mode=result.mode, ike_lifetime=result.lifetimes["ike"],
-            child_lifetime=result.lifetimes["child"], gateway_cert=gateway_cert, ca_cert=ca)
-        return issued, [LoadCert(ca, ca=True), LoadKey(gateway_key), LoadConn(conn, body)]
+            esp_proposal=esp, mode=mode, ike_lifetime=lifetimes["ike"], child_lifetime=lifetimes["child"],
+            gateway_cert=gateway_cert, ca_cert=ca)
+        return [LoadCert(ca, ca=True), LoadKey(gateway_key), LoadConn(conn, body)]
+
+    def _restore_device(self, session: AgentSession) -> bool:
+        """Load an enrolled device's conn and pool again (charon restarted): True if charon took them."""
+        suite, platform = session.suite, session.platform
+        proposals, lifetimes = suite.get("proposals") or {}, suite.get("lifetimes")
+        if (self._devices is None or platform is None or session.virtual_ip is None or not lifetimes
+                or not proposals.get("ike") or not proposals.get("esp")):
+            return False
+        try:
+            loads = self._device_charon(session.conn, self._devices.ike_identity(session.client_identity, platform),
+                                        proposals["ike"], proposals["esp"], suite.get("mode", "tunnel"),
+                                        dict(lifetimes))
+            replies = self._charon.gateway().batch([*loads, LoadPool(session.conn, host_prefix(session.virtual_ip))])
+        except (GatewayError, ValueError, OSError) as exc:
+            log.warning("device %s not loaded again: %s", session.ticket, getattr(exc, "message", exc))
+            return False
+        failed = [r for r in replies if isinstance(r, GatewayError)]
+        if failed:
+            log.warning("device %s not loaded again: %s", session.ticket, failed[0].message)
+            self._charon.unload(self._charon.gateway(), session.conn, ["conn", "pool"])
+            return False
+        log.info("device %s of %s loaded again into charon", session.ticket, session.user_id)
+        return True
 
     def _bundle(self, platform: str | None, device: IssuedDevice | None) -> DeviceBundle | None:
         if platform is None or device is None or self._devices is None:

@@ -126,11 +126,13 @@ class SessionImpact:
     reason: str
     #: The running suite's algorithms the new negotiation rejects (noncompliant only).
     rejected: tuple[str, ...] = ()
+    #: A device enrolment: its platform (its profile goes stale when the session is closed).
+    platform: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"ticket": self.ticket, "user": self.user, "objective_id": self.objective_id, "kind": self.kind,
                 "old": dict(self.old), "new": dict(self.new) if self.new is not None else None,
-                "reason": self.reason}
+                "reason": self.reason, "platform": self.platform}
 
 
 def active_sessions(store: AgentStore) -> list[AgentSession]:
@@ -150,7 +152,8 @@ def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str
 
     def impact(kind: ImpactKind, new: Mapping[str, Any] | None, reason: str,
                rejected: tuple[str, ...] = ()) -> SessionImpact:
-        return SessionImpact(session.ticket, session.user_id, session.objective_id, kind, old, new, reason, rejected)
+        return SessionImpact(session.ticket, session.user_id, session.objective_id, kind, old, new, reason, rejected,
+                             session.platform)
 
     if session.provenance is None:
         return impact("unassessed", None, "made before qoss recorded what sessions are negotiated under: it "
@@ -179,7 +182,8 @@ def _proposal(suite: Mapping[str, Any] | None) -> str:
 def close_reason(impact: SessionImpact, cause: str) -> str:
     """Why Target closed a session (at most 200 characters, always ending in what to do)."""
     what = (", ".join(impact.rejected) or _proposal(impact.old))[:80]
-    tail = f" puts {what} below objective {impact.objective_id}'s minimums: connect again"
+    again = "its profile is stale: enrol the device again" if impact.platform else "connect again"
+    tail = f" puts {what} below objective {impact.objective_id}'s minimums: {again}"
     return f"{cause[:200 - len(tail)]}{tail}"
 
 

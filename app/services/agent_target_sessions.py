@@ -46,8 +46,12 @@ class TargetSessions:
     """The sessions of one Target: in its database (``store``) and its charon (``charon``)."""
 
     def __init__(self, *, store: AgentStore, charon: TargetCharon, pool: str,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 restore: Callable[[AgentSession], bool] | None = None) -> None:
         self._store = store
+        #: Loads a device enrolment's conn again (its device holds a profile that must keep working);
+        #: True when charon took it.
+        self._restore = restore
         self._charon = charon
         self._clock = clock
         self._sweeps = 0
@@ -169,7 +173,8 @@ class TargetSessions:
           be between the two (this process's own conns in flight are known and never suspects).
         * An active session whose conn is not in charon (charon restarted, or someone unloaded it)
           is ended as ``failed`` and its lease freed, instead of staying ``active`` until it
-          expires. Sessions still being set up (their conn loading or committing here, or, for a
+          expires; a device enrolment's conn is loaded again instead (ended only if that fails).
+          Sessions still being set up (their conn loading or committing here, or, for a
           shared database, created in the last :data:`RECONCILE_GRACE` seconds) are left be.
         """
         v = self._charon.gateway()
@@ -182,16 +187,20 @@ class TargetSessions:
         with self._inflight_lock:
             inflight = set(self._inflight)
         with self._store.unit() as uow:
-            active = [(r.ticket, r.conn, r.created_at, r.protection)
-                      for r in uow.sessions.select(state=AgentSessionState.ACTIVE, limit=100_000)]
+            rows = uow.sessions.select(state=AgentSessionState.ACTIVE, limit=100_000)
+        active = [(r.ticket, r.conn, r.created_at, r.protection) for r in rows]
+        devices = {r.ticket: r for r in rows if r.platform is not None}
         owned = {conn for _, conn, _, _ in active}
         unowned = {c for c in loaded if c.startswith(AGENT_CONN_PREFIX) and c not in owned and c not in inflight}
         orphans = sorted(unowned & self._suspects)
         self._suspects = unowned - self._suspects
         for conn in orphans:
             self._charon.teardown(conn)
-        vanished = [ticket for ticket, conn, created, protection in active
-                    if protection == "esp" and conn not in loaded and conn not in inflight and created < settled]
+        missing = [ticket for ticket, conn, created, protection in active
+                   if protection == "esp" and conn not in loaded and conn not in inflight and created < settled]
+        # A device keeps its profile for days: its conn is loaded again rather than the enrolment ended.
+        vanished = [t for t in missing
+                    if t not in devices or self._restore is None or not self._restore(devices[t])]
         ended = [t for t in vanished
                  if self.finish(t, AgentSessionState.FAILED, "conn vanished from charon (restarted?)")]
         if orphans or ended:

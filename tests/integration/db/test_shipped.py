@@ -25,7 +25,8 @@ from app.services import ratings as rating_svc
 from app.settings import Settings
 
 SHIPPED_TABLES = {"esaf-2006", "standards-2026"}
-SHIPPED_POLICIES = {"bulk-backup", "high-security", "integrity-only", "mobile-default", "voip"}
+SHIPPED_POLICIES = {"bulk-backup", "high-security", "integrity-only", "mobile-default", "voip", "platform-android",
+                    "platform-apple", "platform-networkmanager", "platform-swanctl", "platform-windows"}
 #: The schema before shipped data was recorded (what an existing database was migrated to).
 BEFORE = "0006"
 

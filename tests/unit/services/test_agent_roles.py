@@ -15,6 +15,7 @@ import pytest
 from app.adapters.agent.crypto import CRYPTO, KeyPair
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, agent_conn_name
+from app.domain.agent.ports import DeviceKit
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
 from app.services.agent_client import AgentClient
@@ -58,7 +59,8 @@ class Clock:
 class Roles:
     """Host and Target in one process (``url: local``) on the fakes, and alice's client."""
 
-    def __init__(self, database: FakeDatabase, tmp_path: Path, stack: ExitStack) -> None:
+    def __init__(self, database: FakeDatabase, tmp_path: Path, stack: ExitStack,
+                 devices: DeviceKit | None = None) -> None:
         self.clock = Clock()
         self.store = FakeAgentStore()
         self.charon = stack.enter_context(FakeCharon(tmp_path / "target.vici"))
@@ -70,7 +72,7 @@ class Roles:
                               protected=["10.3.0.1/32"], pool=POOL))
         self.target = TargetAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, units=database.unit,
                                   vici=gateway, cache=TableCache(), default_table="standards-2026",
-                                  clock=self.clock)
+                                  clock=self.clock, devices=devices)
         self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
                               post=self._unreachable, clock=self.clock)
         self.client = AgentClient(

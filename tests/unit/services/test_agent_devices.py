@@ -1,0 +1,141 @@
+"""Devices on the fakes (no database, no charon): an enrolment through Host gives a profile and a
+one-time passphrase, and loads into Target's charon the CA, the gateway's key and a conn that takes
+only that device's certificate with the negotiated proposals; a platform that cannot meet the
+minimums is refused by name with nothing loaded; revoking ends it; a charon restart loads it
+again; a platform-table edit that leaves its suite below the minimums closes it as stale.
+The same against real charons and the stock client: ``tests/integration/agent/test_device_join.py``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from app.adapters import files
+from app.adapters.agent.devices import LocalDeviceKit
+from app.domain.agent import AgentSessionState, Kind, RequestInfo, Response, agent_conn_name
+from app.domain.errors import InvalidInput, PlatformCannot
+from app.services import policies
+from app.services.agent_target_sessions import RECONCILE_GRACE
+from app.settings import SHIPPED_POLICIES_DIR
+from tests.fakes.uow import FakeDatabase
+from tests.unit.services.test_agent_roles import Roles
+
+
+@pytest.fixture
+def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
+    with database.unit() as uow:
+        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
+        uow.commit()
+    with ExitStack() as stack:
+        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq"))
+
+
+def enrol(roles: Roles, platform: str, **levels: int) -> Response:
+    info = RequestInfo(target="hq", min_levels=levels, platform=platform)
+    request, wire = roles.client.request(Kind.CONNECT, info, 3)
+    return roles.client.accept(roles.host.handle(wire).answer, request)
+
+
+def test_an_enrolment_gives_a_profile_and_loads_a_conn_for_that_certificate_only(roles: Roles) -> None:
+    response = enrol(roles, "android", confidentiality=8)
+    device, info = response.device, response.tunneling_info
+    assert device is not None
+    assert info is not None
+    assert response.session_key is None  # no PSK: the device proves itself with its certificate
+    assert device.profile_name.endswith(".sswan")
+    profile = json.loads(device.profile)
+    assert (profile["ike-proposal"], profile["esp-proposal"]) == (info.ike_proposal, info.esp_proposal)
+    assert device.passphrase not in device.profile.decode()
+    conn = agent_conn_name(info.ticket)
+    body = roles.charon.conns[conn]
+    assert body["remote"]["auth"] == "pubkey"
+    assert body["remote"]["id"] == f"CN={info.client_identity}" == profile["local"]["id"]
+    assert body["proposals"] == [info.ike_proposal]
+    assert body["children"][conn]["esp_proposals"] == [info.esp_proposal]
+    assert roles.charon.shared == {}
+    assert len(roles.charon.certs) == len(roles.charon.keys) == 1
+    with roles.store.unit() as uow:
+        session = uow.sessions.get(info.ticket)
+    assert session is not None
+    assert (session.platform, session.state) == ("android", "active")
+    assert session.provenance is not None
+    assert session.provenance["request"]["platform"] == "android"
+    assert "platform_revision" in session.provenance
+    assert roles.charon.pools == {conn: {"addrs": f"{session.virtual_ip}/32"}}
+
+
+def test_a_platform_that_cannot_meet_the_minimums_is_refused_by_name_with_nothing_loaded(roles: Roles) -> None:
+    # Of what this (fake) charon offers, Windows's client has no key exchange above modp2048 (level 6).
+    with pytest.raises(PlatformCannot, match=r"Windows 10/11 built-in IKEv2: no .*key_exchange.* 8 .*: 6\)"):
+        enrol(roles, "windows", key_exchange=8)
+    assert not roles.charon.conns
+    assert not roles.charon.pools
+    assert not roles.charon.certs
+    with roles.store.unit() as uow:
+        assert uow.sessions.select() == []
+    assert enrol(roles, "android", key_exchange=8).device is not None  # strongSwan's app can (x25519)
+
+
+@pytest.mark.parametrize(("platform", "why"), [("symbian", "unknown platform"), ("apple", None)])
+def test_an_unknown_platform_is_refused_and_a_known_one_served(roles: Roles, platform: str, why: str | None) -> None:
+    if why is None:
+        assert enrol(roles, platform).device is not None
+        return
+    with pytest.raises(InvalidInput, match=why):
+        enrol(roles, platform)
+    assert not roles.charon.conns
+
+
+def test_revoking_a_device_ends_it_and_unloads_its_conn(roles: Roles) -> None:
+    info = enrol(roles, "android").tunneling_info
+    assert info is not None
+    assert roles.disconnect(info.ticket) is Kind.CLOSED
+    with roles.store.unit() as uow:
+        session = uow.sessions.get(info.ticket)
+    assert session is not None
+    assert (session.state, session.reason) == ("revoked", "device revoked by its user")
+    assert not roles.charon.conns
+    assert not roles.charon.pools
+
+
+def test_a_charon_restart_loads_the_device_again(roles: Roles) -> None:
+    info = enrol(roles, "android").tunneling_info
+    assert info is not None
+    conn = agent_conn_name(info.ticket)
+    before = dict(roles.charon.conns[conn])
+    roles.charon.conns.clear()
+    roles.charon.pools.clear()
+    roles.clock.now += RECONCILE_GRACE + 1
+    assert roles.target.reconcile().vanished == []
+    assert roles.charon.conns[conn] == before
+    assert conn in roles.charon.pools
+    with roles.store.unit() as uow:
+        session = uow.sessions.get(info.ticket)
+    assert session is not None
+    assert session.state == "active"
+
+
+def test_a_platform_table_edit_below_the_minimums_makes_the_profile_stale(roles: Roles,
+                                                                          database: FakeDatabase) -> None:
+    info = enrol(roles, "android", confidentiality=8).tunneling_info
+    assert info is not None
+    esp = str(info.esp_proposal).split("-")[0]
+    follower = roles.target.follower()
+    follower.follow()  # notes where the event log is
+    with database.unit() as uow:
+        current, revision = policies.get_policy(uow=uow, name="platform-android")
+        policies.replace_policy(uow=uow, name="platform-android", document={**current.as_dict(), "deny": [esp]},
+                                expected_revision=revision, author="test")
+        uow.commit()
+    assert follower.follow() == [info.ticket]
+    with roles.store.unit() as uow:
+        session = uow.sessions.get(info.ticket)
+    assert session is not None
+    assert session.state == AgentSessionState.CLOSED.value
+    assert "policy platform-android revision 2" in session.reason
+    assert session.reason.endswith("its profile is stale: enrol the device again")
+    assert agent_conn_name(info.ticket) not in roles.charon.conns
