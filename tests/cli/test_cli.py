@@ -191,7 +191,8 @@ def test_lab_up_agent_join_two_users_down_leaves_nothing(tmp_path: Path) -> None
         assert "qoss lab up --agent" in refused.stderr
         up = qoss("lab", "up", "--agent", db=db, env=env)
         assert up.returncode == 0, up.stderr
-        assert sorted(_namespaces(prefix)) == sorted(f"{prefix}-{n}" for n in ("client", "host", "target", "device", "hub"))
+        parts = ("client", "host", "target", "device", "hub")
+        assert sorted(_namespaces(prefix)) == sorted(f"{prefix}-{n}" for n in parts)
         ips = set()
         for user in ("alice", "bob"):
             joined = qoss("lab", "join", user, db=db, env=env)
