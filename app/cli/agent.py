@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from app.domain.agent.platforms import PLATFORMS
 from app.domain.errors import QossError
 
 __all__ = ["agent_app"]
@@ -183,34 +185,60 @@ def connect(
 device_app = typer.Typer(help="Client: phones and laptops, with the VPN client they already have.",
                          no_args_is_help=True)
 agent_app.add_typer(device_app, name="device")
-_PLATFORMS = ("android", "apple", "windows", "networkmanager", "swanctl")
+#: The profiles that hold everything (the PKCS#12 inside): a phone can take them from a link.
+_LINKABLE = ("android", "apple")
 
 
 @device_app.command("enrol")
 def device_enrol(
     config: ClientConfigOpt,
     target: Annotated[str, typer.Option(help="the target's id")],
-    platform: Annotated[str, typer.Option(help=f"the device's VPN client: {', '.join(_PLATFORMS)}")],
+    platform: Annotated[str, typer.Option(help=f"the device's VPN client: {', '.join(PLATFORMS)}")],
     out: Annotated[Path, typer.Option(help="where the profile and its files go (made 0700)")],
     objective: Annotated[int, typer.Option(min=2, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    link: Annotated[bool, typer.Option(
+        "--link", help="also leave the profile at Host for one download and show its link as a QR code "
+        "(android, apple: the profiles that hold everything)")] = False,
+    link_base: Annotated[str | None, typer.Option(
+        help="the Host URL the phone reaches (default: the client config's)")] = None,
 ) -> None:
     """Enrol a device through Host: Target negotiates its suite, issues its certificate and
     writes a profile for its VPN client into --out. Prints the profile's path and the
-    PKCS#12's one-time passphrase (shown once, stored nowhere)."""
-    if platform not in _PLATFORMS:
-        typer.echo(f"--platform: one of {', '.join(_PLATFORMS)}", err=True)
+    PKCS#12's one-time passphrase (shown once, stored nowhere). With --link, the profile also
+    waits at Host for one download within 10 minutes: its link is printed (as "link") and
+    drawn as a QR code on the terminal, for the phone's camera."""
+    if platform not in PLATFORMS:
+        typer.echo(f"--platform: one of {', '.join(PLATFORMS)}", err=True)
+        raise typer.Exit(2)
+    if link and platform not in _LINKABLE:
+        typer.echo(f"--link: only for {', '.join(_LINKABLE)} (a {platform} profile has files beside it)", err=True)
         raise typer.Exit(2)
     try:
-        report = _client(config).enrol_device(
+        client = _client(config)
+        report = client.enrol_device(
             target=target, objective_id=objective, platform=platform, out_dir=out,
             min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange})
     except QossError as exc:
         _fail(exc)
         return
+    failed = None
+    if link:  # the device is enrolled: its report (and passphrase) is printed whatever happens here
+        try:
+            report["link"] = client.handoff(report, link_base=link_base)
+        except QossError as exc:
+            failed = exc
+    if "link" in report and sys.stderr.isatty():
+        import segno
+
+        segno.make(report["link"], error="m").terminal(out=sys.stderr, compact=True)
     _emit(report)
+    if failed is not None:
+        typer.echo(f"the profile is enrolled and written, but Host did not keep it for a link: {failed.message}",
+                   err=True)
+        raise typer.Exit(1)
 
 
 @device_app.command("list")

@@ -127,6 +127,8 @@ def lab_device(
         help="the device's VPN client: android, apple, windows, networkmanager, swanctl")] = None,
     out: Annotated[Path | None, typer.Option(help="where the profile and its files go")] = None,
     revoke: Annotated[bool, typer.Option("--revoke", help="revoke NAME's devices instead")] = False,
+    link: Annotated[bool, typer.Option(
+        "--link", help="also leave the profile at Host for one download (android, apple); prints its link")] = False,
     objective: Annotated[int, typer.Option(min=2, max=4, help="Objective-ID (Liu et al. Table 2-2)")] = 3,
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
@@ -135,7 +137,8 @@ def lab_device(
     """A user enrols a phone or laptop in the agent lab (`qoss lab up --agent`), as they would:
     `qoss agent device enrol` through the lab's Host and Target, the profile for --platform
     written into --out. Prints one JSON line: profile (its path), passphrase (the PKCS#12's,
-    shown once), ticket, platform, ike_proposal, esp_proposal, gateway, identity, files.
+    shown once), ticket, platform, ike_proposal, esp_proposal, gateway, identity, files; with
+    --link also link (one download, from the lab's namespaces, within 10 minutes).
     A stock client in the namespace PREFIX-device can then join with that profile.
     With --revoke: revokes every device NAME enrolled (their live tunnels end, their
     certificates are refused from then on); prints {"revoked": [tickets]}.
@@ -156,7 +159,7 @@ def lab_device(
                 raise typer.BadParameter("--platform and --out (or --revoke)")
             levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
             result = device(lab, name, platform=platform, out_dir=str(out.resolve()), objective=objective,
-                            min_levels={k: v for k, v in levels.items() if v})
+                            min_levels={k: v for k, v in levels.items() if v}, link=link)
     except (LabError, ValueError) as exc:
         typer.echo(f"lab device failed: {exc}", err=True)
         raise typer.Exit(2) from exc

@@ -130,10 +130,11 @@ def join(lab: AgentLab, user: str, *, objective: int = 3, min_levels: Mapping[st
     return result
 
 def device(lab: AgentLab, user: str, *, platform: str, out_dir: str, objective: int = 3,
-           min_levels: Mapping[str, int] | None = None) -> dict[str, Any]:
+           min_levels: Mapping[str, int] | None = None, link: bool = False) -> dict[str, Any]:
     """Enrol ``user`` if needed and enrol a device of theirs through the lab's Host and Target as
     the user would (``qoss agent device enrol`` in the client's namespace): the profile for
-    ``platform`` and its files go into ``out_dir``.
+    ``platform`` and its files go into ``out_dir``; with ``link``, the profile also waits at Host
+    for one download (``link`` in the report: reachable from the lab's namespaces).
 
     Returns:
         The client's report: ``profile`` (its path), ``passphrase`` (the PKCS#12's, shown once),
@@ -147,6 +148,8 @@ def device(lab: AgentLab, user: str, *, platform: str, out_dir: str, objective: 
             "--out", out_dir]
     for level, value in (min_levels or {}).items():
         args += [f"--{level.replace('_', '-')}", str(value)]
+    if link:
+        args.append("--link")
     done = lab.agent(user, *args, check=False)
     if done.returncode != 0:
         raise AgentLabError(f"{user} could not enrol a device: {_client_error(done.stderr)}")

@@ -27,6 +27,7 @@ from typing import Any
 from app.domain.agent import (
     AgentRejected,
     ClientRequest,
+    Handoff,
     Kind,
     RequestInfo,
     Response,
@@ -383,6 +384,28 @@ class AgentClient:
         _write_private(devices / f"{tunnel.ticket}.json", json.dumps({**record, "objective_id": objective_id},
                                                                       indent=2))
         return report
+
+    def handoff(self, report: Mapping[str, Any], *, ttl: int = 600, link_base: str | None = None) -> str:
+        """Leave the profile of a device just enrolled (``report`` from :meth:`enrol_device`) at Host
+        for one download within ``ttl`` seconds: the link (on ``link_base``, default Host's URL), for
+        the phone to open. Only a profile that holds everything (``.sswan``, ``.mobileconfig``) can be
+        handed off; its PKCS#12 stays encrypted under the passphrase, which never leaves here.
+
+        Raises:
+            InvalidInput: the profile has files beside it (copy those by hand).
+            AgentRejected: Host refused it.
+        """
+        if report.get("files"):
+            raise InvalidInput(f"a {report.get('platform')} profile has files beside it: copy them to the device")
+        path = Path(str(report["profile"]))
+        handoff = Handoff(user_id=self.config.user, host=self.host.id, nonce=secrets.token_bytes(16),
+                          timestamp=int(self._clock()), profile_name=path.name,
+                          media_type=str(report["media_type"]), profile=path.read_bytes(), ttl=ttl)
+        wire = self.keys.seal(kind=Kind.HANDOFF, to=self.host.id, body=handoff.body(), recipient=self.host_keys.kem)
+        answer = self._post(f"{self.host.url}/v1/agent/handoffs", wire).decode("ascii")
+        if not answer.startswith("/v1/agent/handoffs/"):
+            raise AgentRejected("Host's answer is not a link")
+        return f"{(link_base or self.host.url).rstrip('/')}{answer}"
 
     def devices(self) -> list[dict[str, Any]]:
         """The devices this user enrolled from here (no passphrase: it was shown once)."""

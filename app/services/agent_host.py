@@ -12,6 +12,7 @@ end-to-end between Target and the client.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from app.domain.agent import (
     ClientRequest,
     Endorsement,
     EnrolledUser,
+    Handoff,
     Kind,
     Revocation,
     check_fresh,
@@ -39,6 +41,10 @@ __all__ = ["Admit", "HostAgent"]
 
 #: user id -> None; raises to refuse (the per-user rate limit).
 Admit = Callable[[str], None]
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +79,50 @@ class HostAgent:
         self._local = local_target
         self._post = post
         self._clock = clock
+
+    # -- a device's profile, handed to the phone -------------------------------------------
+
+    def handoff(self, data: bytes) -> Outcome:
+        """Keep an enrolled user's device profile for one download from a link (for a phone to scan):
+        the answer is the link's path (``/v1/agent/handoffs/<secret>``). Host keeps only the
+        secret's SHA-256; the profile's PKCS#12 is encrypted under a passphrase Host never sees.
+
+        Raises:
+            AgentRejected: not an enrolled, unrevoked user's genuine, fresh, unreplayed handoff.
+        """
+        now = self._clock()
+        _, body, tag = self.keys.open_sealed(data, kinds=[Kind.HANDOFF])
+        handoff = Handoff.parse(body)
+        if handoff.host != self.keys.name:
+            raise AgentRejected("signed for another host")
+        token = secrets.token_urlsafe(32)
+        with self._store.request() as transaction:
+            user = transaction.find_user(handoff.user_id)
+            if user is None or user.revoked:
+                raise AgentRejected(f"unknown or revoked user {handoff.user_id}")
+            self._crypto.verify(user.sign_public_key, Kind.HANDOFF, body, tag)
+            check_fresh(handoff.timestamp, now)
+            if not transaction.claim_nonce("host", f"handoff:{user.user_id}", handoff.nonce,
+                                           datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
+                raise AgentRejected("replayed handoff")
+            transaction.commit()
+        with self._store.unit() as uow:
+            uow.handoffs.purge(datetime.fromtimestamp(now, UTC))
+            uow.handoffs.add(digest=_digest(token), user_id=handoff.user_id, profile_name=handoff.profile_name,
+                             media_type=handoff.media_type, profile=handoff.profile,
+                             expires_at=datetime.fromtimestamp(now + handoff.ttl, UTC))
+            uow.commit()
+        return Outcome(answer=f"/v1/agent/handoffs/{token}".encode("ascii"),
+                       audit=f"handoff user={handoff.user_id} profile={handoff.profile_name} ttl={handoff.ttl}")
+
+    def take_handoff(self, token: str) -> tuple[str, str, bytes] | None:
+        """The profile behind a link, once: (file name, media type, bytes); None if unknown, used or expired."""
+        if not 20 <= len(token) <= 64:
+            return None
+        with self._store.unit() as uow:
+            found = uow.handoffs.take(_digest(token), datetime.fromtimestamp(self._clock(), UTC))
+            uow.commit()
+        return found
 
     # -- users -------------------------------------------------------------------------
 

@@ -37,10 +37,12 @@ class _State:
     leases: dict[str, str] = field(default_factory=dict)
     #: (user id, signing key in base64url) -> record
     revocations: dict[tuple[str, str], RevocationRecord] = field(default_factory=dict)
+    #: digest -> (name, media type, profile, expiry)
+    handoffs: dict[str, tuple[str, str, bytes, datetime]] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(dict(self.users), dict(self.nonces), dict(self.sessions), dict(self.leases),
-                      dict(self.revocations))
+                      dict(self.revocations), dict(self.handoffs))
 
 
 class FakeAgentStore:
@@ -209,6 +211,26 @@ class _Revocations:
         return sorted(self._tx.state.revocations.values(), key=lambda r: r.revoked_at, reverse=True)[:limit]
 
 
+class _Handoffs:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def add(self, *, digest: str, user_id: str, profile_name: str, media_type: str, profile: bytes,
+            expires_at: datetime) -> None:
+        self._tx.state.handoffs[digest] = (profile_name, media_type, profile, expires_at)
+
+    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
+        found = self._tx.state.handoffs.pop(digest, None)
+        return None if found is None or found[3] <= now else found[:3]
+
+    def purge(self, now: datetime) -> int:
+        handoffs = self._tx.state.handoffs
+        gone = [d for d, h in handoffs.items() if h[3] <= now]
+        for d in gone:
+            del handoffs[d]
+        return len(gone)
+
+
 class FakeAgentUnitOfWork(_Transaction):
     """One transaction and the agent's stores."""
 
@@ -219,6 +241,7 @@ class FakeAgentUnitOfWork(_Transaction):
         self.sessions = _Sessions(self)
         self.leases = _Leases(self)
         self.revocations = _Revocations(self)
+        self.handoffs = _Handoffs(self)
 
     def __enter__(self) -> FakeAgentUnitOfWork:
         return self

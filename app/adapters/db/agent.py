@@ -13,7 +13,19 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Insert, Integer, String, Table, bindparam, delete, exists, insert, select, update
+from sqlalchemy import (
+    Insert,
+    Integer,
+    LargeBinary,
+    String,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
@@ -115,6 +127,19 @@ class AgentRevocationRow(Base):
     sign_public_key: Mapped[str] = mapped_column(String(43), primary_key=True)
     host_id: Mapped[str] = mapped_column(String(63))
     revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AgentHandoffRow(Base):
+    """A device's profile waiting at Host to be fetched once from a link (by the link secret's SHA-256)."""
+
+    __tablename__ = "agent_handoffs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(63))
+    profile_name: Mapped[str] = mapped_column(String(80))
+    media_type: Mapped[str] = mapped_column(String(80))
+    profile: Mapped[bytes] = mapped_column(LargeBinary)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
 
 
 #: ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, columns), as hot statements
@@ -307,6 +332,30 @@ class SessionRepository:
 
 _REVOKED = HotStatement(lambda _: select(exists().where(AgentRevocationRow.user_id == bindparam("user_id"),
                                                          AgentRevocationRow.sign_public_key == bindparam("key"))))
+
+
+class HandoffRepository:
+    """Host's profiles waiting for their one-time download."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, *, digest: str, user_id: str, profile_name: str, media_type: str, profile: bytes,
+            expires_at: datetime) -> None:
+        self.session.add(AgentHandoffRow(digest=digest, user_id=user_id, profile_name=profile_name,
+                                         media_type=media_type, profile=profile, expires_at=expires_at))
+        self.session.flush()
+
+    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
+        """Delete and return it in one statement: two fetches of one link never both get it."""
+        row = self.session.execute(
+            delete(AgentHandoffRow).where(AgentHandoffRow.digest == digest, AgentHandoffRow.expires_at > now)
+            .returning(AgentHandoffRow.profile_name, AgentHandoffRow.media_type, AgentHandoffRow.profile)).first()
+        return None if row is None else (row[0], row[1], bytes(row[2]))
+
+    def purge(self, now: datetime) -> int:
+        result = self.session.execute(delete(AgentHandoffRow).where(AgentHandoffRow.expires_at <= now))
+        return int(getattr(result, "rowcount", 0) or 0)
 
 
 class RevocationRepository:

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.adapters.db.agent import (
+    HandoffRepository,
     LeaseRepository,
     NonceRepository,
     RevocationRepository,
@@ -55,6 +56,10 @@ class SqlAgentUnitOfWork(SessionTransaction):
     @cached_property
     def leases(self) -> LeaseRepository:
         return LeaseRepository(self.session)
+
+    @cached_property
+    def handoffs(self) -> HandoffRepository:
+        return HandoffRepository(self.session)
 
     @cached_property
     def revocations(self) -> RevocationRepository:

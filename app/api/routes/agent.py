@@ -14,10 +14,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
 from app.domain.agent import AgentSessionState
-from app.domain.errors import NotFound
+from app.domain.errors import InvalidInput, NotFound
 from app.domain.ports import NO_METRICS, Metrics, error_label
 from app.domain.ratelimit import RateLimited, RateLimiter
 from app.services.agent_host import HostAgent
@@ -152,6 +152,49 @@ async def target_request(body: MessageIn, request: Request) -> Response:
 async def target_revocation(body: MessageIn, request: Request) -> Response:
     """Target: a Host revoked a user; their tunnels come down. The answer is how many."""
     return await _message("/v1/agent/target/revocations", body, request)
+
+
+#: A handoff carries a whole profile (a .mobileconfig is ~7 KB, sealed twice over in base64).
+_MAX_HANDOFF = 160_000
+
+
+@router.post("/agent/handoffs", response_model=None, responses=_MESSAGE_ERRORS)
+async def client_handoff(request: Request) -> Response:
+    """Host: an enrolled user's device profile, sealed and signed, kept for one download; the answer's
+    ``message`` is the link's path (``/v1/agent/handoffs/<secret>``), for a phone to scan."""
+    host = _host(request.app.state)
+    body = await request.body()
+    if len(body) > _MAX_HANDOFF:
+        raise HTTPException(413, f"a handoff is at most {_MAX_HANDOFF} bytes")
+    try:
+        message = json.loads(body)["message"]
+        if not isinstance(message, str) or not message.isascii():
+            raise TypeError
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidInput('the body is {"message": "<the sealed handoff>"}') from exc
+    source = request.client.host if request.client else "unknown"
+
+    def keep() -> Outcome:
+        request.app.state.agent_limiter.take(f"agent:{source}", who="this address")
+        return host.handoff(message.encode("ascii"))
+    outcome = await in_worker_thread(keep)
+    request.state.audit_detail = outcome.audit
+    return Response(answer_body(outcome), media_type="application/json")
+
+
+@router.get("/agent/handoffs/{token}", response_model=None, responses=error_responses(404),
+            response_class=Response)
+async def fetch_handoff(token: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{20,64}$")], request: Request) -> Response:
+    """Host: a device's profile, once, from the link its user made (no token: the link is the secret).
+    404 for a link unknown, used or expired."""
+    host = _host(request.app.state)
+    found = await in_worker_thread(host.take_handoff, token)
+    if found is None:
+        raise NotFound("no such link (unknown, used or expired)")
+    name, media_type, profile = found
+    request.state.audit_detail = f"handoff fetched: {name}"
+    return Response(profile, media_type=media_type, headers={
+        "Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})
 
 
 @router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],

@@ -404,6 +404,45 @@ MAX_RESPONSE_BYTES = 65_536
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff:
+    """Client -> Host: a device's profile, to be fetched once from a link (a phone scans it).
+
+    The profile holds the device's PKCS#12 encrypted under a passphrase Host never sees.
+    """
+
+    user_id: str
+    host: str
+    nonce: bytes
+    timestamp: int
+    profile_name: str
+    media_type: str
+    profile: bytes
+    ttl: int
+
+    def body(self) -> bytes:
+        return canonical({
+            "kind": Kind.HANDOFF.value, "sender": self.user_id, "recipient": self.host, "nonce": b64e(self.nonce),
+            "ts": self.timestamp, "profile_name": self.profile_name, "media_type": self.media_type,
+            "profile": b64e(self.profile), "ttl": self.ttl,
+        })
+
+    @classmethod
+    def parse(cls, body: bytes) -> Handoff:
+        obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
+        _fields(obj, ("kind", "media_type", "nonce", "profile", "profile_name", "recipient", "sender", "ts", "ttl"))
+        if obj["kind"] != Kind.HANDOFF.value:
+            raise AgentRejected("signed kind differs from the header")
+        return cls(user_id=_str(obj, "sender"), host=_str(obj, "recipient"), nonce=b64d(obj["nonce"], size=_NONCE),
+                   timestamp=_int(obj, "ts", 0, 2**40),
+                   profile_name=_str(obj, "profile_name", max_len=80, pattern=_FILE_NAME),
+                   media_type=_str(obj, "media_type", max_len=80, pattern=_MEDIA_TYPE),
+                   profile=b64d(obj["profile"], max_size=32_768), ttl=_int(obj, "ttl", 30, 3600))
+
+    def __repr__(self) -> str:
+        return f"Handoff(user_id={self.user_id}, profile_name={self.profile_name})"
+
+
+@dataclass(frozen=True, slots=True)
 class Response:
     """Target -> Client: ``Request ID || Session Key || Tunneling Info`` (+ Target's signature).
 

@@ -40,6 +40,7 @@ __all__ = [
     "AgentUserStore",
     "DeviceKit",
     "DeviceProfileRequest",
+    "HandoffStore",
     "IssuedDevice",
     "LeaseStore",
     "NonceStore",
@@ -181,6 +182,21 @@ class RevocationStore(Protocol):
         ...
 
 
+class HandoffStore(Protocol):
+    """Profiles waiting to be fetched once from a link, by the SHA-256 of the link's secret."""
+
+    def add(self, *, digest: str, user_id: str, profile_name: str, media_type: str, profile: bytes,
+            expires_at: datetime) -> None: ...
+
+    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
+        """Remove and return (name, media type, profile) if it is there and not expired."""
+        ...
+
+    def purge(self, now: datetime) -> int:
+        """Forget the expired ones; how many."""
+        ...
+
+
 class AgentUnitOfWork(Transaction, Protocol):
     """One transaction over the agent's state, for what is not on a message's path (enrolment,
     listings, ending sessions, sweeps)."""
@@ -199,6 +215,9 @@ class AgentUnitOfWork(Transaction, Protocol):
 
     @property
     def revocations(self) -> RevocationStore: ...
+
+    @property
+    def handoffs(self) -> HandoffStore: ...
 
     def __enter__(self) -> AgentUnitOfWork: ...
 

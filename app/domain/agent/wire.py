@@ -37,6 +37,7 @@ class Kind(StrEnum):
     REVOKE = "revoke"            # host -> target
     RESPONSE = "response"        # target -> client (relayed by host)
     CLOSED = "closed"            # target -> client: the ticket's tunnel is gone
+    HANDOFF = "handoff"          # client -> host: a device's profile, for a one-time download link
 
 
 
@@ -87,9 +88,9 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
 
 def limits(kinds: Sequence[Kind]) -> tuple[int, int]:
     """The largest wire message and sealed part accepted when expecting ``kinds``: Target's
-    answers (only a client opens them; a device's profile rides in them) may be larger than
-    anything a server accepts."""
-    if set(kinds) <= {Kind.RESPONSE, Kind.CLOSED}:
+    answers (only a client opens them; a device's profile rides in them) and a client's handoff
+    of a profile (on a route of its own) may be larger than any other message."""
+    if set(kinds) <= {Kind.RESPONSE, Kind.CLOSED} or set(kinds) == {Kind.HANDOFF}:
         return MAX_RESPONSE_WIRE_BYTES, MAX_RESPONSE_SEALED_BYTES
     return MAX_WIRE_BYTES, MAX_SEALED_BYTES
 

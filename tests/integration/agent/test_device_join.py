@@ -230,3 +230,38 @@ def test_a_platform_that_cannot_meet_the_minimums_is_refused_by_name_and_gets_no
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     android = enrol(cli, "frank", "android", tmp_path / "android", "--integrity", "9")  # strongSwan can
     assert android["esp_proposal"]
+
+
+_FETCH = r"""
+import sys, urllib.request, urllib.error
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    with opener.open(sys.argv[1], timeout=10) as answer:
+        sys.stdout.buffer.write(answer.read())
+        sys.stderr.write(answer.headers.get("Content-Type", ""))
+except urllib.error.HTTPError as exc:
+    sys.stderr.write(str(exc.code))
+    sys.exit(3)
+"""
+
+
+def test_the_phone_fetches_its_profile_once_from_the_link(lab: tuple[LabCli, dict[str, Any]], tmp_path: Path) -> None:
+    cli, up = lab
+    report = enrol(cli, "gina", "apple", tmp_path / "out", "--link")
+    assert report["link"].startswith("http://")
+    assert report["passphrase"] not in report["link"]
+
+    def fetch() -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(["ip", "netns", "exec", up["device"]["netns"], sys.executable, "-I", "-S", "-c",
+                               _FETCH, report["link"]], capture_output=True, timeout=30, check=False)
+
+    first = fetch()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == Path(report["profile"]).read_bytes()
+    assert first.stderr.decode() == "application/x-apple-aspen-config"
+    again = fetch()
+    assert (again.returncode, again.stderr.decode()) == (3, "404")
+    windows = enrol(cli, "gina", "windows", tmp_path / "windows", "--link", check=False)
+    assert windows.returncode == 2
+    assert "files beside it" in windows.stderr
+    assert not (tmp_path / "windows").exists()  # refused before anything was enrolled

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from app.adapters import files
 from app.adapters.agent.devices import LocalDeviceKit
-from app.domain.agent import AgentSessionState, Kind, RequestInfo, Response, agent_conn_name
+from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, Response, agent_conn_name
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
 from app.services.agent_target_sessions import RECONCILE_GRACE
@@ -139,3 +140,37 @@ def test_a_platform_table_edit_below_the_minimums_makes_the_profile_stale(roles:
     assert "policy platform-android revision 2" in session.reason
     assert session.reason.endswith("its profile is stale: enrol the device again")
     assert agent_conn_name(info.ticket) not in roles.charon.conns
+
+
+def test_a_profile_handed_off_is_fetched_once_before_it_expires(roles: Roles, tmp_path: Path) -> None:
+    posted: list[bytes] = []
+
+    def post(url: str, wire: bytes) -> bytes:
+        if url.endswith("/v1/agent/requests"):
+            return roles.host.handle(wire).answer
+        assert url.endswith("/v1/agent/handoffs")
+        posted.append(wire)
+        return roles.host.handoff(wire).answer
+
+    roles.client._post = post
+    report = roles.client.enrol_device(target="hq", objective_id=3, platform="apple", out_dir=tmp_path / "out")
+    link = roles.client.handoff(report, ttl=60)
+    token = link.rsplit("/", 1)[1]
+    profile = Path(report["profile"]).read_bytes()
+    assert roles.host.take_handoff(token) == (Path(report["profile"]).name, "application/x-apple-aspen-config",
+                                              profile)
+    assert roles.host.take_handoff(token) is None  # once
+    with pytest.raises(AgentRejected):
+        roles.host.handoff(posted[0])  # a replay
+    later = roles.client.handoff(report, ttl=60).rsplit("/", 1)[1]
+    roles.clock.now += 61
+    assert roles.host.take_handoff(later) is None  # expired
+    with roles.store.unit() as uow:
+        assert uow.handoffs.purge(datetime.fromtimestamp(roles.clock.now, UTC)) == 0  # the fetch removed it
+
+
+def test_a_profile_with_files_beside_it_is_not_handed_off(roles: Roles, tmp_path: Path) -> None:
+    roles.client._post = lambda url, wire: roles.host.handle(wire).answer
+    report = roles.client.enrol_device(target="hq", objective_id=3, platform="windows", out_dir=tmp_path / "out")
+    with pytest.raises(InvalidInput, match="files beside it"):
+        roles.client.handoff(report)
