@@ -1,0 +1,130 @@
+"""Where the server's CPU goes while it sets tunnels up: py-spy samples the running ``qoss serve``
+(the same lab and server as the other tunnel benchmarks) while clients create and delete tunnels,
+and the frames that hold the most samples are printed, by their own time and by their time
+including what they call.
+
+    .venv/bin/python -m benchmarks.profile_server [--tunnels 200] [--clients 8] [--rate 250]
+
+py-spy (the ``bench`` extra) attaches to the server's process from outside (root): the server
+runs unchanged. Samples of threads that wait (sockets, locks, the GIL) are left out
+(py-spy's default), so the figures are the server's CPU, not its wall time. Prints the ten
+frames with most samples of their own and the ten with most samples in total, each as a
+share of all samples, and the server's CPU per tunnel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks._harness import cpu_seconds, lab_and_service
+
+#: ``function (path:line)`` as py-spy writes a frame in its raw (collapsed) output.
+_FRAME = re.compile(r"^(?P<fn>.+?) \((?P<path>[^:()]+)(?::\d+)?\)$")
+
+
+def _short(frame: str) -> str:
+    """``function (file)`` with the file relative to its package (lines left out: one row per function)."""
+    m = _FRAME.match(frame.strip())
+    if not m:
+        return frame.strip()
+    path = m["path"]
+    for marker in ("/site-packages/", "/work/", "/lib/python3"):
+        if marker in path:
+            path = path.split(marker, 1)[1]
+    for prefix in ("main/", "q/"):
+        path = path.removeprefix(prefix)
+    return f"{m['fn']} ({path})"
+
+
+def tally(raw: str) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
+    """(samples, own samples per frame, samples including callees per frame) of py-spy's raw output."""
+    own: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [_short(f) for f in stack.split(";") if f and not f.startswith(("process ", "thread "))]
+        if not frames:
+            continue
+        samples += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            total[frame] += n
+    return samples, own, total
+
+
+def _load(base: str, headers: dict[str, str], count: int, clients: int, errors: list[str]) -> None:
+    body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
+    left = iter(range(count))
+    lock = threading.Lock()
+
+    def work() -> None:
+        with httpx.Client(base_url=base, headers=headers, timeout=60) as client:
+            while True:
+                with lock:
+                    if next(left, None) is None:
+                        return
+                r = client.post("/v1/tunnels", json=body)
+                if r.status_code != 201:
+                    errors.append(f"{r.status_code} {r.text[:120]}")
+                    continue
+                client.delete(f"/v1/tunnels/{r.json()['id']}")
+
+    threads = [threading.Thread(target=work) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tunnels", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--top", type=int, default=10)
+    args = parser.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    with lab_and_service() as svc, tempfile.TemporaryDirectory() as tmp:
+        _load(svc.base_url, svc.headers, 10, 2, [])  # warm up
+        out = Path(tmp) / "profile.txt"
+        profiler = subprocess.Popen([spy, "record", "--pid", str(svc.pid), "--format", "raw", "--rate",
+                                     str(args.rate), "--nonblocking", "--output", str(out)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)  # attached
+        errors: list[str] = []
+        cpu0, t0 = cpu_seconds(svc.pid), time.perf_counter()
+        _load(svc.base_url, svc.headers, args.tunnels, args.clients, errors)
+        cpu, wall = cpu_seconds(svc.pid) - cpu0, time.perf_counter() - t0
+        profiler.send_signal(2)  # py-spy writes its output on SIGINT
+        _, err = profiler.communicate(timeout=60)
+        if not out.exists():
+            raise SystemExit(f"py-spy wrote nothing: {err.decode()[-500:]}")
+        samples, own, total = tally(out.read_text())
+    print(f"{args.tunnels} tunnels (POST + DELETE), {args.clients} clients, {wall:.1f} s; "
+          f"server CPU {cpu * 1000 / args.tunnels:.1f} ms per tunnel; {samples} samples; "
+          f"{len(errors)} failed" + (f" (first: {errors[0]})" if errors else ""))
+    for title, counter in (("own time", own), ("including callees", total)):
+        print(f"\ntop {args.top} frames by {title} (share of samples):")
+        for frame, n in counter.most_common(args.top):
+            print(f"  {100 * n / max(samples, 1):5.1f} %  {frame}")
+    if errors:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
