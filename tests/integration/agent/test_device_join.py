@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent.platforms import check_names, express
 from app.lab.agent import POOL
+from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.stock_client import CharonCmd, StockProfile
 
 pytestmark = pytest.mark.charon
@@ -65,6 +66,10 @@ def lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
         up = json.loads(cli.run("up", "--agent", "--prefix", cli.prefix).stdout)
         yield cli, up
     finally:
+        agent = root / "lab" / "agent"  # the leak sweep reads the servers' and charons' logs for passphrases
+        for log in [agent / "host.log", agent / "target.log", *agent.glob("lab/*/charon.log")]:
+            if log.exists():
+                keep_log(log, f"device-join-{log.parent.name}-{log.name}")
         try:
             cli.run("down", check=False)
         finally:
@@ -76,7 +81,9 @@ def enrol(cli: LabCli, user: str, platform: str, out: Path, *extra: str, check: 
     if not check:
         return done
     assert len(done.stdout.strip().splitlines()) == 1, done.stdout  # one JSON line
-    return json.loads(done.stdout)
+    report = json.loads(done.stdout)
+    register(report["passphrase"])  # shown once: never in a log or a database
+    return report
 
 
 def stock_profile(report: dict[str, Any], workdir: Path) -> StockProfile:
