@@ -89,6 +89,10 @@ class Settings(BaseSettings):
         default=None, ge=0, le=60, description="seconds a rating table read is trusted without asking the database "
                                                "its revision (default: 0 on PostgreSQL, where replicas may edit, so "
                                                "the next negotiation anywhere uses an edit; 1 on SQLite)")
+    gateway_cache_ttl: float | None = Field(
+        default=None, ge=0, le=60, description="seconds a registered gateway read is trusted without reading it "
+                                               "again (default: 0 on PostgreSQL, where replicas may change them; "
+                                               "1 on SQLite); this process's own changes are seen at once")
     max_event_streams: int = Field(
         default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
     event_stream_seconds: float = Field(

@@ -6,10 +6,11 @@ including what they call.
     .venv/bin/python -m benchmarks.profile_server [--tunnels 200] [--clients 8] [--rate 250]
 
 py-spy (the ``bench`` extra) attaches to the server's process from outside (root): the server
-runs unchanged. Samples of threads that wait (sockets, locks, the GIL) are left out
-(py-spy's default), so the figures are the server's CPU, not its wall time. Prints the ten
-frames with most samples of their own and the ten with most samples in total, each as a
-share of all samples, and the server's CPU per tunnel.
+runs unchanged. Only the thread holding the interpreter lock is sampled (``--gil``): the
+figures are where the server's Python spends CPU, not where its threads wait. Prints the ten
+frames with most samples of their own, the ten functions of qoss's own code with most samples
+including what they call, and the samples by package (each as a share of all samples), and
+the server's CPU per tunnel.
 """
 
 from __future__ import annotations
@@ -47,10 +48,22 @@ def _short(frame: str) -> str:
     return f"{m['fn']} ({path})"
 
 
-def tally(raw: str) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
-    """(samples, own samples per frame, samples including callees per frame) of py-spy's raw output."""
+def _package(frame: str) -> str:
+    """What a frame belongs to: ``app.<layer>`` for qoss's own code, else the top-level package."""
+    m = re.search(r"\(([^()]+)\)$", frame)
+    path = m[1] if m else ""
+    if path.startswith("app/"):
+        return "qoss " + "/".join(path.split("/")[:2]).removesuffix(".py")
+    top = path.split("/")[0]
+    return top.removesuffix(".py") if top and not top.startswith("<") else "python"
+
+
+def tally(raw: str) -> tuple[int, collections.Counter[str], collections.Counter[str], collections.Counter[str]]:
+    """Of py-spy's raw output: the samples; per frame its own samples; per frame of qoss's own code
+    its samples including callees; per package its own samples."""
     own: collections.Counter[str] = collections.Counter()
-    total: collections.Counter[str] = collections.Counter()
+    ours: collections.Counter[str] = collections.Counter()
+    packages: collections.Counter[str] = collections.Counter()
     samples = 0
     for line in raw.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -62,9 +75,11 @@ def tally(raw: str) -> tuple[int, collections.Counter[str], collections.Counter[
             continue
         samples += n
         own[frames[-1]] += n
-        for frame in set(frames):
-            total[frame] += n
-    return samples, own, total
+        packages[_package(frames[-1])] += n
+        for frame in {f for f in frames if "(app/" in f and "(app/cli/" not in f and "(app/web/server" not in f
+                      and "(app/main.py" not in f and "(app/web/observe" not in f}:
+            ours[frame] += n
+    return samples, own, ours, packages
 
 
 def _load(base: str, headers: dict[str, str], count: int, clients: int, errors: list[str]) -> None:
@@ -103,7 +118,7 @@ def main() -> None:
         _load(svc.base_url, svc.headers, 10, 2, [])  # warm up
         out = Path(tmp) / "profile.txt"
         profiler = subprocess.Popen([spy, "record", "--pid", str(svc.pid), "--format", "raw", "--rate",
-                                     str(args.rate), "--nonblocking", "--output", str(out)],
+                                     str(args.rate), "--gil", "--output", str(out)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # attached
         errors: list[str] = []
@@ -114,12 +129,14 @@ def main() -> None:
         _, err = profiler.communicate(timeout=60)
         if not out.exists():
             raise SystemExit(f"py-spy wrote nothing: {err.decode()[-500:]}")
-        samples, own, total = tally(out.read_text())
+        samples, own, ours, packages = tally(out.read_text())
     print(f"{args.tunnels} tunnels (POST + DELETE), {args.clients} clients, {wall:.1f} s; "
           f"server CPU {cpu * 1000 / args.tunnels:.1f} ms per tunnel; {samples} samples; "
           f"{len(errors)} failed" + (f" (first: {errors[0]})" if errors else ""))
-    for title, counter in (("own time", own), ("including callees", total)):
-        print(f"\ntop {args.top} frames by {title} (share of samples):")
+    for title, counter in (("their own time", own),
+                           ("time including callees, of qoss's own code past the app's entry", ours),
+                           ("own time, summed by package", packages)):
+        print(f"\ntop {args.top} by {title} (share of samples):")
         for frame, n in counter.most_common(args.top):
             print(f"  {100 * n / max(samples, 1):5.1f} %  {frame}")
     if errors:

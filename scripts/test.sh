@@ -35,7 +35,7 @@ else
   # see all of its tests). Those marked "alone" hold only with the machine to themselves: they
   # run after, one at a time.
   echo "== pytest (${QOSS_TEST_WORKERS:-2} workers)" >&2
-  .venv/bin/pytest -n "${QOSS_TEST_WORKERS:-2}" --dist loadscope -m "not alone"
+  .venv/bin/pytest -n "${QOSS_TEST_WORKERS:-2}" --dist loadscope --durations=25 -m "not alone"
   rc=$?
   echo "== pytest (alone)" >&2
   .venv/bin/pytest -m alone

@@ -68,12 +68,13 @@ def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwa
     return create_engine(url, **{"pool_pre_ping": True, "pool_size": 20, "max_overflow": 20, **kwargs})
 
 
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+def make_session_factory(engine: Engine, *, info: dict[str, Any] | None = None) -> sessionmaker[Session]:
     """A factory of sessions on ``engine``.
 
     Sessions never expire on commit, so values stay readable after the edge commits.
 
     Args:
         engine: From :func:`make_engine`.
+        info: what every session's ``info`` holds (a process's shared caches).
     """
-    return sessionmaker(engine, expire_on_commit=False)
+    return sessionmaker(engine, expire_on_commit=False, info=dict(info or {}))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-from collections.abc import Collection, Mapping
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +18,38 @@ from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
 
-__all__ = ["GatewayRepository", "TunnelRepository"]
+__all__ = ["GATEWAY_CACHE", "GatewayCache", "GatewayRepository", "TunnelRepository"]
+
+#: Where a session factory's ``info`` holds the process's :class:`GatewayCache`.
+GATEWAY_CACHE = "qoss.gateway_cache"
+
+
+class GatewayCache:
+    """Registered gateways by name, shared by a process's sessions (through their ``info``): a
+    gateway read from the database is trusted for ``ttl`` seconds, so a tunnel's set-up and
+    teardown normally read none. This process's own changes forget the entry at once; a change
+    made by another replica is seen within ``ttl`` (0: always read)."""
+
+    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._gateways: dict[str, tuple[Gateway, float]] = {}
+
+    def fresh(self, name: str) -> Gateway | None:
+        """The gateway if it was read less than ``ttl`` seconds ago."""
+        with self._lock:
+            found = self._gateways.get(name)
+        return found[0] if found is not None and self._clock() - found[1] < self.ttl else None
+
+    def keep(self, gateway: Gateway) -> None:
+        if self.ttl > 0:
+            with self._lock:
+                self._gateways[gateway.name] = (gateway, self._clock())
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._gateways.pop(name, None)
 
 
 def _gateway(row: GatewayRow) -> Gateway:
@@ -31,8 +64,10 @@ class GatewayRepository:
     """Registered strongSwan gateways."""
 
     def __init__(self, session: Session) -> None:
-        """Bind the repository to ``session`` (committed by the caller, never here)."""
+        """Bind the repository to ``session`` (committed by the caller, never here); its factory's
+        :class:`GatewayCache`, if it has one, spares reads."""
         self.session = session
+        self._cache: GatewayCache | None = session.info.get(GATEWAY_CACHE)
 
     def _row(self, name: str) -> GatewayRow:
         row = self.session.scalar(select(GatewayRow).where(GatewayRow.name == name))
@@ -58,6 +93,7 @@ class GatewayRepository:
                 self.session.flush()
         except IntegrityError as exc:
             raise AlreadyExists(f"gateway {gateway.name!r} exists already") from exc
+        self._changed(gateway.name)
 
     def get(self, name: str) -> Gateway:
         """One gateway.
@@ -65,16 +101,33 @@ class GatewayRepository:
         Raises:
             NotFound: No such gateway.
         """
-        return _gateway(self._row(name))
+        cached = self._cache.fresh(name) if self._cache is not None else None
+        if cached is not None:
+            return cached
+        return self._kept(_gateway(self._row(name)))
+
+    def _kept(self, gateway: Gateway) -> Gateway:
+        if self._cache is not None:
+            self._cache.keep(gateway)
+        return gateway
+
+    def _changed(self, name: str) -> None:
+        if self._cache is not None:
+            self._cache.forget(name)
 
     def get_many(self, names: Collection[str]) -> dict[str, Gateway]:
-        """The gateways of ``names``, by name, in one statement.
+        """The gateways of ``names``, by name, in one statement (none for those cached).
 
         Raises:
             NotFound: one of them does not exist (the first such in ``names``).
         """
-        rows = self.session.scalars(select(GatewayRow).where(GatewayRow.name.in_(sorted(set(names)))))
-        found = {row.name: _gateway(row) for row in rows}
+        found: dict[str, Gateway] = {}
+        if self._cache is not None:
+            found = {n: g for n in set(names) if (g := self._cache.fresh(n)) is not None}
+        missing = sorted(set(names) - set(found))
+        if missing:
+            rows = self.session.scalars(select(GatewayRow).where(GatewayRow.name.in_(missing)))
+            found.update({row.name: self._kept(_gateway(row)) for row in rows})
         for name in names:
             if name not in found:
                 raise NotFound(f"gateway {name!r} does not exist")
@@ -95,6 +148,7 @@ class GatewayRepository:
         row.algorithms = sorted(gateway.algorithms)
         row.updated_at = utcnow()
         self.session.flush()
+        self._changed(gateway.name)
 
     def delete(self, name: str) -> None:
         """Forget a gateway.
@@ -104,6 +158,7 @@ class GatewayRepository:
         """
         self.session.delete(self._row(name))
         self.session.flush()
+        self._changed(name)
 
 
 def _tunnel(row: TunnelRow) -> TunnelRecord:
