@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
 from app.cli.agent import agent_app
 from app.cli.audit import audit_app
@@ -463,6 +464,39 @@ bench_app.command("report")(bench_report)
 bench_app.command("tunnel")(bench_tunnel)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from app import __version__
+
+        typer.echo(f"qoss {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="print the version and exit")] = False) -> None:
+    """qoss: Quality-of-Security-Service negotiation for IPsec."""
+
+
+def _settings_errors(exc: ValidationError) -> list[str]:
+    """A bad ``QOSS_*`` value, one line each, named as it is set (the variable, not the field)."""
+    lines = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error.get("loc", ())) or "settings"
+        variable = f"QOSS_{field.split('.')[0].upper()}"
+        value = error.get("input")
+        shown = f" (got {str(value)[:60]!r})" if isinstance(value, str | int | float) else ""
+        lines.append(f"{variable}: {error.get('msg', 'invalid')}{shown}")
+    return lines
+
+
 def main() -> None:
     """Entry point of the ``qoss`` script."""
-    app()
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != "Settings":
+            raise
+        for line in _settings_errors(exc):
+            typer.echo(f"qoss: {line}", err=True)
+        raise SystemExit(2) from None

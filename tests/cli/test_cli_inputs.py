@@ -135,3 +135,19 @@ def test_the_bench_lab_refuses_a_prior_larger_than_the_document_cap(tmp_path: Pa
         fh.truncate(4 << 30)  # 4 GiB, sparse: never read
     with pytest.raises(ValueError, match=r"cannot read .*: InvalidInput"):  # refused by size, not parsed
         read_micro_prior(big, "this machine")
+
+
+def test_version_is_printed() -> None:
+    from app import __version__
+
+    done = qoss("--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"qoss {__version__}")
+
+
+def test_a_bad_setting_is_one_line_naming_its_variable(db: Path) -> None:
+    done = qoss("gateways", db=db, env={"QOSS_MAX_BODY_BYTES": "abc"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "qoss: QOSS_MAX_BODY_BYTES: Input should be a valid integer, unable to parse string as an integer "
+        "(got 'abc')"]
+    assert "Traceback" not in done.stderr
