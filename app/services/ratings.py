@@ -154,7 +154,12 @@ def delete_table(*, uow: UnitOfWork, name: str, default_table: str) -> None:
 def import_table(*, uow: UnitOfWork, table: RatingTable, fmt: str, author: str,
                  expected_revision: int | None = None) -> RatingTable:
     """Store an imported table (read from YAML or CSV by the caller): a new table, or a new
-    revision with ``expected_revision``."""
+    revision with ``expected_revision``. CSV holds the rows only: a new revision from CSV keeps the
+    table's description and source."""
+    if fmt == "csv" and expected_revision is not None and not (table.description or table.source):
+        current = uow.tables.get(table.name)
+        table = RatingTable(name=table.name, ratings=table.ratings, description=current.description,
+                            source=current.source, revision=table.revision)
     if expected_revision is None:
         revision = uow.tables.create(table, author=author, message=f"imported ({fmt})")
     else:

@@ -11,6 +11,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from app.settings import SHIPPED_POLICIES_DIR
 from tests.cli.run import qoss
@@ -64,6 +65,13 @@ def test_ratings_export_import_round_trip(tmp_path: Path, db: Path) -> None:
     assert json.loads(imported.stdout) == {"name": "esaf-copy", "revision": 1, "ratings": 9}
     listed = json.loads(qoss("ratings", "list", db=db).stdout)
     assert {"esaf-2006", "esaf-copy", "standards-2026"} <= {t["name"] for t in listed}
+    # The same CSV as a new revision of the table it came from: its description and source stay.
+    before = yaml.safe_load(qoss("ratings", "export", "esaf-2006", db=db).stdout)
+    again = qoss("ratings", "import", str(csv_file), "--name", "esaf-2006", "--revision", "1", db=db)
+    assert again.returncode == 0, again.stderr
+    after = yaml.safe_load(qoss("ratings", "export", "esaf-2006", db=db).stdout)
+    assert (after["description"], after["source"]) == (before["description"], before["source"])
+    assert before["description"]
 
 
 @pytest.mark.charon
