@@ -52,17 +52,10 @@ _CAPS_FILE = "capabilities.json"
 CAPABILITIES_TTL = 3600.0
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (0600), replacing it atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    tmp.replace(path)
-
-
-def _write_private_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` (0600), replacing it atomically."""
+def _write_private(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` (0600), replacing it atomically."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as out:
@@ -368,7 +361,7 @@ class AgentClient:
         written = {}
         for name, data in {device.profile_name: device.profile, **device.files}.items():
             path = out_dir / name  # names are checked when the answer is parsed: no folders, no dot files
-            _write_private_bytes(path, data)
+            _write_private(path, data)
             written[name] = str(path)
         report: dict[str, Any] = {
             "ticket": tunnel.ticket, "target": target, "platform": platform,

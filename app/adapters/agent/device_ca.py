@@ -602,6 +602,15 @@ def _read(dfd: int, directory: Path, name: str, *, secret: bool) -> _File | None
         return _File(handle.read(), st.st_mtime)
 
 
+def _write_whole(fd: int, data: bytes, mode: int) -> None:
+    """Give the open file ``mode``, write ``data`` and sync it; closes ``fd``."""
+    with os.fdopen(fd, "wb") as handle:
+        os.fchmod(handle.fileno(), mode)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _create(dfd: int, name: str, data: bytes, *, mode: int) -> bool:
     """Write a new file whole, unless it exists already (then False and nothing written)."""
     try:
@@ -609,11 +618,7 @@ def _create(dfd: int, name: str, data: bytes, *, mode: int) -> bool:
     except FileExistsError:
         return False
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_whole(fd, data, mode)
         os.fsync(dfd)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -627,11 +632,7 @@ def _replace(dfd: int, name: str, data: bytes, *, mode: int) -> None:
     temp = f".{name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(temp, _CREATE_FLAGS, 0o600, dir_fd=dfd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), mode)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_whole(fd, data, mode)
         os.replace(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         os.fsync(dfd)
     finally:
