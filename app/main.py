@@ -27,6 +27,7 @@ from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
+from app.adapters.db.repositories.access import TOKEN_CACHE, TokenCache
 from app.adapters.db.repositories.network import GATEWAY_CACHE, GatewayCache
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.memory import QuietRelease
@@ -329,7 +330,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         replicas = resolved.database_url.startswith("postgresql")
         gateways_ttl = resolved.gateway_cache_ttl
         shared = {GATEWAY_CACHE: GatewayCache(ttl=gateways_ttl if gateways_ttl is not None else (
-            0.0 if replicas else 1.0))}
+        tokens_ttl = resolved.token_cache_ttl
+        app.state.token_cache = TokenCache(ttl=tokens_ttl if tokens_ttl is not None else (0.0 if replicas else 1.0))
+            0.0 if replicas else 1.0)), TOKEN_CACHE: app.state.token_cache}
         app.state.session_factory = make_session_factory(engine, info=shared)
         app.state.read_session_factory = make_session_factory(read_engine, info=shared)
         app.state.units = sql_units_of_work(app.state.session_factory)

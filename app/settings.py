@@ -93,6 +93,10 @@ class Settings(BaseSettings):
         default=None, ge=0, le=60, description="seconds a registered gateway read is trusted without reading it "
                                                "again (default: 0 on PostgreSQL, where replicas may change them; "
                                                "1 on SQLite); this process's own changes are seen at once")
+    token_cache_ttl: float | None = Field(
+        default=None, ge=0, le=60, description="seconds an API token read is trusted without reading it again "
+                                               "(default: 0 on PostgreSQL, where replicas may revoke; 1 on SQLite); "
+                                               "this process's own revocations hold at once, expiry on every use")
     max_event_streams: int = Field(
         default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
     event_stream_seconds: float = Field(

@@ -112,13 +112,14 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--raw", type=Path, help="also keep py-spy's raw output (one line per stack, threads named) here")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with lab_and_service() as svc, tempfile.TemporaryDirectory() as tmp:
         _load(svc.base_url, svc.headers, 10, 2, [])  # warm up
         out = Path(tmp) / "profile.txt"
         profiler = subprocess.Popen([spy, "record", "--pid", str(svc.pid), "--format", "raw", "--rate",
-                                     str(args.rate), "--gil", "--output", str(out)],
+                                     str(args.rate), "--gil", "--threads", "--output", str(out)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)  # attached
         errors: list[str] = []
@@ -130,6 +131,8 @@ def main() -> None:
         if not out.exists():
             raise SystemExit(f"py-spy wrote nothing: {err.decode()[-500:]}")
         samples, own, ours, packages = tally(out.read_text())
+        if args.raw is not None:
+            shutil.copyfile(out, args.raw)
     print(f"{args.tunnels} tunnels (POST + DELETE), {args.clients} clients, {wall:.1f} s; "
           f"server CPU {cpu * 1000 / args.tunnels:.1f} ms per tunnel; {samples} samples; "
           f"{len(errors)} failed" + (f" (first: {errors[0]})" if errors else ""))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, ParamSpec, TypeVar
 
 import anyio
@@ -14,8 +16,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db.audit import attach
+from app.adapters.db.repositories.access import TokenCache
 from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.domain.auth import TokenRecord, check_scopes
+from app.domain.auth import TokenRecord, Unauthenticated, check_scopes, parse_token, secret_matches
 from app.domain.ports import ViciFactory
 from app.domain.ratelimit import FailureLimit, Overloaded
 from app.services.auth import authenticate_source
@@ -40,10 +43,12 @@ __all__ = [
     "ViciDep",
     "get_read_unit",
     "get_unit",
+    "in_unit",
     "in_worker_thread",
     "reader",
     "require",
     "require_token",
+    "write_place",
     "write_slot",
 ]
 
@@ -68,7 +73,8 @@ def _outcome(request: Request) -> int:
     return status
 
 
-async def write_slot(request: Request) -> AsyncIterator[None]:
+@contextlib.asynccontextmanager
+async def write_place(request: Request) -> AsyncIterator[None]:
     """One of the ``max_writes_in_flight`` places of the requests that hold (or wait for) a
     write transaction, taken on the event loop before the unit of work takes a worker thread.
 
@@ -93,15 +99,14 @@ async def write_slot(request: Request) -> AsyncIterator[None]:
         slots.release()
 
 
-def get_unit(request: Request,
-             _slot: Annotated[None, Depends(write_slot, scope="function")]) -> Iterator[SqlUnitOfWork]:
-    """A unit of work per request: commit on success, roll back on any error.
+async def write_slot(request: Request) -> AsyncIterator[None]:
+    """:func:`write_place` as a dependency."""
+    async with write_place(request):
+        yield
 
-    It ends when the route has answered but before the answer is sent (``UnitDep`` is
-    function-scoped), so a client never sees a 2xx for a change that did not commit. A
-    request that may change something (not GET, HEAD, OPTIONS) has its audit record written
-    in the same transaction (:func:`app.adapters.db.audit.attach`).
-    """
+
+@contextlib.contextmanager
+def _unit(request: Request) -> Iterator[SqlUnitOfWork]:
     factory: sessionmaker[Session] = request.app.state.session_factory
     session = factory()
     if request.method not in _SAFE:
@@ -116,12 +121,8 @@ def get_unit(request: Request,
         session.close()
 
 
-def get_read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
-    """A read-only unit of work: never commits (SQLite: deferred BEGIN, readers never queue).
-
-    A plain generator, so FastAPI runs it, and closes the session, in a worker thread: the
-    event loop never waits on the database.
-    """
+@contextlib.contextmanager
+def _read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
     factory: sessionmaker[Session] = request.app.state.read_session_factory
     session = factory()
     try:
@@ -129,6 +130,47 @@ def get_read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
     finally:
         session.rollback()
         session.close()
+
+
+def get_unit(request: Request,
+             _slot: Annotated[None, Depends(write_slot, scope="function")]) -> Iterator[SqlUnitOfWork]:
+    """A unit of work per request: commit on success, roll back on any error.
+
+    It ends when the route has answered but before the answer is sent (``UnitDep`` is
+    function-scoped), so a client never sees a 2xx for a change that did not commit. A
+    request that may change something (not GET, HEAD, OPTIONS) has its audit record written
+    in the same transaction (:func:`app.adapters.db.audit.attach`).
+    """
+    with _unit(request) as uow:
+        yield uow
+
+
+def get_read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
+    """A read-only unit of work: never commits (SQLite: deferred BEGIN, readers never queue).
+
+    A plain generator, so FastAPI runs it, and closes the session, in a worker thread: the
+    event loop never waits on the database.
+    """
+    with _read_unit(request) as uow:
+        yield uow
+
+
+async def in_unit(request: Request, work: Callable[[SqlUnitOfWork, SqlUnitOfWork], _T]) -> _T:
+    """A change's whole blocking part in one worker thread: ``work(uow, reads)`` with the
+    request's unit of work (as :func:`get_unit`: committed when ``work`` returns, with the
+    request's audit record in the same transaction; rolled back on any error) and a read-only
+    one (as :func:`get_read_unit`), after a :func:`write_place` taken on the event loop.
+
+    What a route with ``UnitDep`` and ``ReadUnitDep`` does in four hand-offs to worker threads
+    (each dependency's start and end) and one for the route, this does in one.
+    """
+
+    def run() -> _T:
+        with _unit(request) as uow, _read_unit(request) as reads:
+            return work(uow, reads)
+
+    async with write_place(request):
+        return await in_worker_thread(run)
 
 
 async def get_settings(request: Request) -> Settings:
@@ -190,52 +232,92 @@ class Principal:
 _ANONYMOUS = Principal(None, None, frozenset())
 
 
+def _presented(authorization: str | None) -> str | None:
+    if authorization is not None and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    return None
+
+
 def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
     """The token behind ``Authorization``. A request that sends the header is held to its
     source's limit of failed checks (``auth_failure_rate``, ``auth_failure_burst``): past it,
-    429 before the token is looked up. A request without one is 401 and counts for nothing."""
-    presented = None
-    if authorization is not None and authorization[:7].lower() == "bearer ":
-        presented = authorization[7:].strip()
+    429 before the token is looked up. A request without one is 401 and counts for nothing.
+    Blocking (it may read the database): run in a worker thread."""
     failures: FailureLimit | None = (getattr(request.app.state, "auth_failures", None)
                                      if authorization is not None else None)
     factory: sessionmaker[Session] = request.app.state.read_session_factory
     with SqlUnitOfWork(factory(), owned=True) as uow:
-        return authenticate_source(uow=uow, presented=presented,
+        return authenticate_source(uow=uow, presented=_presented(authorization),
                                    source=request.client.host if request.client else "", failures=failures)
 
 
-def require(scope: str) -> Callable[..., Principal]:
+async def _token(request: Request, authorization: str | None) -> TokenRecord:
+    """The caller's principal, from the token behind ``Authorization`` (noted on the request).
+
+    A token this process read within ``token_cache_ttl`` is checked on the event loop (its
+    secret's hash, expiry, revocation, the source's limit of failures); anything else (no such
+    token cached, a wrong secret, a malformed header) takes the full check in a worker thread,
+    where failures are counted.
+    """
+    record = _cached_token(request, authorization)
+    if record is None:
+        record = await in_worker_thread(_authenticate, request, authorization)
+    request.state.principal = Principal(record.id, record.name, record.scopes)
+    return record
+
+
+def _cached_token(request: Request, authorization: str | None) -> TokenRecord | None:
+    """The token behind ``Authorization`` if the process's token cache vouches for it, else None.
+
+    Raises:
+        RateLimited: the source failed too often of late (as the full check would say).
+    """
+    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
+    presented = _presented(authorization)
+    if cache is None or presented is None:
+        return None
+    try:
+        token_id, secret = parse_token(presented)
+    except Unauthenticated:
+        return None
+    record = cache.fresh(token_id)
+    if record is None or not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
+        return None
+    failures: FailureLimit | None = getattr(request.app.state, "auth_failures", None)
+    if failures is not None:
+        failures.check(request.client.host if request.client else "")
+    return record
+
+
+def require(scope: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency: a valid token with ``scope`` (or ``admin``); 401 / 403 otherwise."""
 
-    def dependency(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
-                   ) -> Principal:
-        record = _authenticate(request, authorization)
-        principal = Principal(record.id, record.name, record.scopes)
-        request.state.principal = principal
+    async def dependency(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+                         ) -> Principal:
+        record = await _token(request, authorization)
         check_scopes(record, scope)
+        principal: Principal = request.state.principal
         return principal
 
     return dependency
 
 
-def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None) -> Principal:
+async def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+                 ) -> Principal:
     """Public reads: open unless ``reads_require_token``; a presented token is still checked."""
     settings: Settings = request.app.state.settings
     if authorization is None and not settings.reads_require_token:
         return _ANONYMOUS
-    record = _authenticate(request, authorization)
-    principal = Principal(record.id, record.name, record.scopes)
-    request.state.principal = principal
+    await _token(request, authorization)
+    principal: Principal = request.state.principal
     return principal
 
 
-def require_token(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
-                  ) -> Principal:
+async def require_token(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+                        ) -> Principal:
     """A dependency: any valid token (what it may see is its scopes' business); 401 otherwise."""
-    record = _authenticate(request, authorization)
-    principal = Principal(record.id, record.name, record.scopes)
-    request.state.principal = principal
+    await _token(request, authorization)
+    principal: Principal = request.state.principal
     return principal
 
 

@@ -12,7 +12,17 @@ from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
-from app.web.deps import CacheDep, Principal, ReadUnitDep, SettingsDep, TunnelIdPath, UnitDep, ViciDep, require
+from app.web.deps import (
+    CacheDep,
+    Principal,
+    ReadUnitDep,
+    SettingsDep,
+    TunnelIdPath,
+    UnitDep,
+    ViciDep,
+    in_unit,
+    require,
+)
 from app.web.routing import QossRoute
 from app.web.schemas import error_responses
 
@@ -27,11 +37,9 @@ _ERRORS = error_responses(404, 409, 422, 502, 503)
 
 
 @router.post("/tunnels", status_code=201, responses=_ERRORS)
-def create_tunnel(
+async def create_tunnel(
     body: TunnelIn,
     request: Request,
-    uow: UnitDep,
-    reads: ReadUnitDep,
     cache: CacheDep,
     vici: ViciDep,
     settings: SettingsDep,
@@ -53,13 +61,14 @@ def create_tunnel(
     attempt made).
     """
     request.app.state.tunnel_limiter.take(principal.token_id or "")
-    answer = svc.request_tunnel(
-        uow=uow, units=request.app.state.units, cache=cache, vici=vici, request=body,
+    state = request.app.state
+    answer = await in_unit(request, lambda uow, reads: svc.request_tunnel(
+        uow=uow, units=state.units, cache=cache, vici=vici, request=body,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
-        fingerprint_key=request.app.state.idempotency_key, metrics=request.app.state.metrics,
+        fingerprint_key=state.idempotency_key, metrics=state.metrics,
         lease=settings.idempotency_lease, reads=reads,
-        reports=request.app.state.sa_events if settings.sa_reports else None)
+        reports=state.sa_events if settings.sa_reports else None))
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body
@@ -94,9 +103,9 @@ def get_tunnel(tunnel_id: TunnelId, uow: ReadUnitDep, vici: ViciDep) -> dict[str
 
 
 @router.delete("/tunnels/{tunnel_id}", dependencies=_TUNNELS_WRITE, status_code=204, responses=_ERRORS)
-def delete_tunnel(tunnel_id: TunnelId, uow: UnitDep, vici: ViciDep) -> Response:
+async def delete_tunnel(tunnel_id: TunnelId, request: Request, vici: ViciDep) -> Response:
     """Terminate and unload conn and secret on both ends."""
-    svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
+    await in_unit(request, lambda uow, _: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id))
     return Response(status_code=204)
 
 

@@ -11,18 +11,31 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db import audit_chain
 from app.adapters.db.models import ApiTokenRow, AuditRow, UiSessionRow, utcnow
+from app.adapters.db.read_cache import ReadCache
 from app.domain.auth import TokenRecord
 from app.domain.errors import NotFound
 from app.domain.sessions import SessionRecord
 
-__all__ = ["AuditRepository", "SessionRepository", "TokenRepository"]
+__all__ = ["TOKEN_CACHE", "AuditRepository", "SessionRepository", "TokenCache", "TokenRepository"]
+
+#: Where a session factory's ``info`` holds the process's :class:`TokenCache`.
+TOKEN_CACHE = "qoss.token_cache"  # noqa: S105 (a key of session.info, not a secret)
+
+
+class TokenCache(ReadCache[str, TokenRecord]):
+    """API tokens by id (hash of the secret, scopes, expiry, revocation): a request normally
+    reads none. This process's revocations are seen at once, another replica's within ``ttl``;
+    expiry is checked on every use."""
 
 
 class TokenRepository:
     """API tokens (hash only)."""
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session``; its factory's :class:`TokenCache`, if it has one,
+        spares reads."""
         self.session = session
+        self._cache: TokenCache | None = session.info.get(TOKEN_CACHE)
 
     @staticmethod
     def _record(row: ApiTokenRow) -> TokenRecord:
@@ -37,8 +50,16 @@ class TokenRepository:
         self.session.flush()
 
     def find(self, token_id: str) -> TokenRecord | None:
+        cached = self._cache.fresh(token_id) if self._cache is not None else None
+        if cached is not None:
+            return cached
         row = self.session.get(ApiTokenRow, token_id)
-        return self._record(row) if row is not None else None
+        if row is None:
+            return None
+        record = self._record(row)
+        if self._cache is not None:
+            self._cache.keep(token_id, record)
+        return record
 
     def list(self) -> list[TokenRecord]:
         return [self._record(r) for r in self.session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at))]
@@ -50,6 +71,8 @@ class TokenRepository:
         if row.revoked_at is None:
             row.revoked_at = utcnow()
         self.session.flush()
+        if self._cache is not None:
+            self._cache.forget(token_id)
 
 
 class SessionRepository:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import threading
-import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -15,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
+from app.adapters.db.read_cache import ReadCache
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
 
@@ -24,32 +23,9 @@ __all__ = ["GATEWAY_CACHE", "GatewayCache", "GatewayRepository", "TunnelReposito
 GATEWAY_CACHE = "qoss.gateway_cache"
 
 
-class GatewayCache:
-    """Registered gateways by name, shared by a process's sessions (through their ``info``): a
-    gateway read from the database is trusted for ``ttl`` seconds, so a tunnel's set-up and
-    teardown normally read none. This process's own changes forget the entry at once; a change
-    made by another replica is seen within ``ttl`` (0: always read)."""
-
-    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._gateways: dict[str, tuple[Gateway, float]] = {}
-
-    def fresh(self, name: str) -> Gateway | None:
-        """The gateway if it was read less than ``ttl`` seconds ago."""
-        with self._lock:
-            found = self._gateways.get(name)
-        return found[0] if found is not None and self._clock() - found[1] < self.ttl else None
-
-    def keep(self, gateway: Gateway) -> None:
-        if self.ttl > 0:
-            with self._lock:
-                self._gateways[gateway.name] = (gateway, self._clock())
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._gateways.pop(name, None)
+class GatewayCache(ReadCache[str, Gateway]):
+    """Registered gateways by name (:class:`~app.adapters.db.read_cache.ReadCache`): a tunnel's
+    set-up and teardown normally read none."""
 
 
 def _gateway(row: GatewayRow) -> Gateway:
@@ -108,7 +84,7 @@ class GatewayRepository:
 
     def _kept(self, gateway: Gateway) -> Gateway:
         if self._cache is not None:
-            self._cache.keep(gateway)
+            self._cache.keep(gateway.name, gateway)
         return gateway
 
     def _changed(self, name: str) -> None:
