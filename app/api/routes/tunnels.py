@@ -12,6 +12,7 @@ from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
+from app.settings import Settings
 from app.web.deps import (
     CacheDep,
     Principal,
@@ -40,9 +41,6 @@ _ERRORS = error_responses(404, 409, 422, 502, 503)
 async def create_tunnel(
     body: TunnelIn,
     request: Request,
-    cache: CacheDep,
-    vici: ViciDep,
-    settings: SettingsDep,
     principal: Annotated[Principal, Depends(require("tunnels:write"))],
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")] = None,
 ) -> Any:
@@ -60,10 +58,11 @@ async def create_tunnel(
     a retry after ``QOSS_IDEMPOTENCY_LEASE`` seconds runs it again (or answers the tunnel that
     attempt made).
     """
-    request.app.state.tunnel_limiter.take(principal.token_id or "")
-    state = request.app.state
+    state = request.app.state  # read here, not as dependencies: each costs FastAPI's solving per request
+    state.tunnel_limiter.take(principal.token_id or "")
+    settings: Settings = state.settings
     answer = await in_unit(request, lambda uow, reads: svc.request_tunnel(
-        uow=uow, units=state.units, cache=cache, vici=vici, request=body,
+        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=body,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
         fingerprint_key=state.idempotency_key, metrics=state.metrics,
@@ -103,8 +102,9 @@ def get_tunnel(tunnel_id: TunnelId, uow: ReadUnitDep, vici: ViciDep) -> dict[str
 
 
 @router.delete("/tunnels/{tunnel_id}", dependencies=_TUNNELS_WRITE, status_code=204, responses=_ERRORS)
-async def delete_tunnel(tunnel_id: TunnelId, request: Request, vici: ViciDep) -> Response:
+async def delete_tunnel(tunnel_id: TunnelId, request: Request) -> Response:
     """Terminate and unload conn and secret on both ends."""
+    vici = request.app.state.vici_factory
     await in_unit(request, lambda uow, _: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id))
     return Response(status_code=204)
 
