@@ -371,18 +371,29 @@ def tunnel_status(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> dict
     return out
 
 
-def delete_tunnel(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> None:
+def delete_tunnel(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str, reads: UnitOfWork | None = None) -> None:
     """Terminate the tunnel and unload conn and secret on both ends, then forget it.
 
+    The record and its gateways are read through ``reads`` (a read-only unit of work; default
+    ``uow``) and no transaction stays open while strongSwan works (on SQLite an open write
+    transaction would make every other change wait for these charons); the record is deleted in
+    a new transaction of ``uow``, which the caller commits. Deleting a tunnel another request has
+    just deleted is ``NotFound`` (its conns are gone either way).
+
     Raises:
+        NotFound: no such tunnel.
         GatewayUnreachable: a charon does not answer; the record stays, so the delete can be retried.
     """
-    tunnels = uow.tunnels
-    record = tunnels.get(tunnel_id)
-    gateways = uow.gateways
+    source = reads or uow
+    record = source.tunnels.get(tunnel_id)
+    gateways = source.gateways
+    initiator = gateways.get(record.initiator)
     responder = gateways.get(record.responder) if record.responder is not None else None
-    teardown(record, gateways.get(record.initiator), responder, vici, strict=True)
-    tunnels.delete(tunnel_id)
+    if reads is not None and reads is not uow:
+        reads.rollback()
+    uow.rollback()  # nothing is written yet: this ends the read, not a change
+    teardown(record, initiator, responder, vici, strict=True)
+    uow.tunnels.delete(tunnel_id)
     uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
 
 

@@ -72,6 +72,18 @@ async def test_sqlites_write_lock_is_free_while_strongswan_brings_the_tunnel_up(
         r = await c.post("/v1/tunnels", json=tunnel(PSK))
         assert r.status_code == 201, r.text
         assert seen == ["free"]
+        # Taking it down likewise: the lock is free while charon terminates and unloads.
+        unloading: list[str] = []
+
+        def unload(message: dict[str, object]) -> Reply:
+            unloading.append(write_now())
+            fake.conns.pop(str(message["name"]), None)
+            return Reply({"success": "yes"})
+
+        fake.script("unload-conn", unload)
+        assert (await c.delete(f"/v1/tunnels/{r.json()['id']}")).status_code == 204
+        assert unloading == ["free"]  # the initiator's (the far end is an unmanaged peer)
+        assert (await c.get(f"/v1/tunnels/{r.json()['id']}")).status_code == 404
 
 
 async def test_an_edit_in_the_window_that_changes_the_choice_is_a_409_and_nothing_stays(

@@ -105,7 +105,7 @@ def get_tunnel(tunnel_id: TunnelId, uow: ReadUnitDep, vici: ViciDep) -> dict[str
 async def delete_tunnel(tunnel_id: TunnelId, request: Request) -> Response:
     """Terminate and unload conn and secret on both ends."""
     vici = request.app.state.vici_factory
-    await in_unit(request, lambda uow, _: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id))
+    await in_unit(request, lambda uow, reads: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id, reads=reads))
     return Response(status_code=204)
 
 
