@@ -31,8 +31,17 @@ def lab_up(
     agent: Annotated[bool, typer.Option(
         "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers")] = False,
     prefix: LabPrefix = "qoss",
+    family: Annotated[str, typer.Option(
+        help="address families: 4, 6, 4,6 or 6,4. With 6 the hosts also get IPv6 addresses (IKE on "
+        "fd00:71::/64, inside fd01::/64, fd02::/64, ...); the first family listed is the one IKE runs over "
+        "and the gateways are registered with, their inside networks those of every family listed")] = "4",
 ) -> None:
     """Create the namespaces, start one charon each, and register them as gateways (migrating the database).
+
+    --family 6: IKE between fd00:71::1 and fd00:71::2, inside networks fd01::/64 (left,
+    fd01::1 answers) and fd02::/64 (right, fd02::1). --family 4,6: IKE over IPv4, the inside
+    networks of both families (a dual-stack tunnel); --family 6,4: the same over IPv6. The
+    IPv4 addresses are always there.
 
     With --agent: three namespaces PREFIX-client, PREFIX-host and PREFIX-target (a bridge in
     PREFIX-hub joins them), a charon in each, key pairs for Host and Target, their agent
@@ -46,7 +55,10 @@ def lab_up(
     from app.services import gateways
     from app.services.inputs import GatewayIn
 
+    families = _families(family)
     if agent:
+        if families != (4,):
+            raise typer.BadParameter("--agent builds an IPv4 lab: leave out --family")
         if hosts != 2:
             raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
         from app.lab.agent import AgentLab
@@ -60,7 +72,7 @@ def lab_up(
 
     unit = Unit(database_url, setup=True)
     try:
-        lab = Lab(unit.settings.lab_dir, prefix=prefix)
+        lab = Lab(unit.settings.lab_dir, prefix=prefix, families=families)
         made = lab.up(n_hosts=hosts)
     except (LabError, ValueError) as exc:
         typer.echo(f"lab up failed: {exc}", err=True)
@@ -71,15 +83,27 @@ def lab_up(
         for h in made:
             with contextlib.suppress(NotFound):
                 gateways.delete_gateway(uow=kw["uow"], name=h.name)
-            body = GatewayIn(name=h.name, vici_socket=h.vici_socket, ike_address=h.ike_address,
-                                     inside_networks=[f"{h.inside_address}/32"])
+            body = GatewayIn(name=h.name, vici_socket=h.vici_socket, ike_address=h.gateway_ike_address,
+                             inside_networks=h.inside_networks)
             gw = gateways.register_gateway(uow=kw["uow"], vici=kw["vici"], body=body,
                                           allowed_socket_dirs=[unit.settings.lab_dir])
             out.append({**gw.as_dict(), "netns": h.netns, "inside_address": h.inside_address,
+                        **({"inside_address6": h.inside_address6} if h.inside_address6 else {}),
                         "log": h.log_path})
         return out
 
     emit(unit.run(lambda **kw: register(**kw)))
+
+
+def _families(text: str) -> tuple[int, ...]:
+    """``--family``: ``4``, ``6``, ``4,6`` or ``6,4``."""
+    try:
+        families = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        families = ()
+    if not families or len(set(families)) != len(families) or not set(families) <= {4, 6}:
+        raise typer.BadParameter("4, 6, 4,6 or 6,4", param_hint="--family")
+    return families
 
 
 @lab_app.command("join")

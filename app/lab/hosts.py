@@ -9,6 +9,13 @@ own charon with kernel-libipsec, started in its own mount namespace (private tmp
 under ``state_dir/<host>/`` (:mod:`app.lab.charon`). Charon gives up on a silent
 peer after two quick retransmits, so failing tests fail fast.
 
+With IPv6 (``families`` ``(6,)``, ``(4, 6)`` or ``(6, 4)``) every host also gets an IPv6 IKE
+address on ``fd00:71::/64`` (``::1``, ``::2``, ...) and an inside address ``fd01::1``,
+``fd02::1``, ... (its network ``fd01::/64``, ``fd02::/64``, ...), beside the IPv4 ones, which
+are always there. The first family listed is the one IKE runs over: a host's
+:attr:`LabHost.gateway_ike_address`, with which the lab's gateways are registered; its
+:attr:`LabHost.inside_networks` are those of every family listed.
+
 Nothing in the root namespace is touched. The lab's state (namespaces, pids, sockets,
 addresses) is written to ``state_dir/lab.json`` as it is built, so :meth:`Lab.down`
 works from another process and after a partial :meth:`Lab.up`; it also stops any charon
@@ -36,6 +43,7 @@ from app.adapters.vici.gateway import ViciGateway
 from app.lab.charon import CHARON, start_charon, wait_for_charon
 from app.lab.network import (
     add_addresses,
+    add_addresses6,
     add_namespace,
     delete_namespace,
     join_by_bridge,
@@ -67,6 +75,39 @@ class LabHost:
     log_path: str
     #: False: a bare namespace with no charon (where a stock VPN client runs).
     charon: bool = True
+    #: IPv6 beside IPv4 (None: the lab has no IPv6): the IKE address and the inside address.
+    ike_address6: str | None = None
+    inside_address6: str | None = None
+    #: The lab's address families, the one IKE runs over first: ``(4,)``, ``(6,)``, ``(4, 6)``, ``(6, 4)``.
+    families: tuple[int, ...] = (4,)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "families", tuple(int(f) for f in self.families))  # a list, read from lab.json
+
+    @property
+    def ike_family(self) -> int:
+        """The address family IKE runs over (the first of :attr:`families`)."""
+        return self.families[0]
+
+    @property
+    def gateway_ike_address(self) -> str:
+        """The IKE address of :attr:`ike_family`: the one a lab gateway is registered with."""
+        if self.ike_family == 6 and self.ike_address6 is not None:
+            return self.ike_address6
+        return self.ike_address
+
+    @property
+    def inside_network6(self) -> str | None:
+        """The /64 of :attr:`inside_address6` (``fd01::/64``), None without IPv6."""
+        if self.inside_address6 is None:
+            return None
+        return str(ipaddress.IPv6Interface(f"{self.inside_address6}/64").network)
+
+    @property
+    def inside_networks(self) -> list[str]:
+        """The inside networks of every family, in :attr:`families` order (``10.1.0.1/32``, ``fd01::/64``)."""
+        by_family = {4: f"{self.inside_address}/32", 6: self.inside_network6}
+        return [net for family in self.families if (net := by_family.get(family)) is not None]
 
     def gateway(self, timeout: float = 10.0) -> ViciGateway:
         """A VICI gateway to this host's charon."""
@@ -104,6 +145,9 @@ class Lab:
         state_dir: where configs, sockets, logs and ``lab.json`` go (not under /run).
         prefix: namespace name prefix; distinct prefixes give independent labs.
         ike_network: the network the IKE addresses come from (host ``i`` gets ``.i+1``).
+        families: the address families, the one IKE runs over first (``(4,)``, ``(6,)``,
+            ``(4, 6)``, ``(6, 4)``); with 6 the hosts also get IPv6 addresses.
+        ike_network6: the network the IPv6 IKE addresses come from (host ``i`` gets ``::i+1``).
         charon: the charon binary.
         startup_timeout: seconds to wait for each charon's VICI socket to answer.
     """
@@ -114,6 +158,8 @@ class Lab:
         prefix: str = "qoss",
         *,
         ike_network: str = "10.99.0.0/24",
+        families: Sequence[int] = (4,),
+        ike_network6: str = "fd00:71::/64",
         charon: str = CHARON,
         startup_timeout: float = 20.0,
     ) -> None:
@@ -126,6 +172,10 @@ class Lab:
             raise ValueError("the lab state directory may only contain letters, digits and _ . / -")
         self.prefix = prefix
         self.ike_network = ipaddress.IPv4Network(ike_network)
+        self.families = tuple(families)
+        if not self.families or len(set(self.families)) != len(self.families) or not set(self.families) <= {4, 6}:
+            raise ValueError("the lab's address families are 4, 6, or both (the one IKE runs over first)")
+        self.ike_network6 = ipaddress.IPv6Network(ike_network6)
         self.charon = charon
         self.startup_timeout = startup_timeout
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -220,6 +270,7 @@ class Lab:
         state = _State(prefix=self.prefix)
         ike_hosts = list(self.ike_network.hosts())
         plen = self.ike_network.prefixlen
+        ipv6 = 6 in self.families
         hosts: list[LabHost] = []
         for i, name in enumerate(names):
             netns = f"{self.prefix}-{name}"
@@ -235,6 +286,9 @@ class Lab:
                 inside_address=f"10.{i + 1}.0.1",
                 log_path=str(host_dir / "charon.log"),
                 charon=name not in bare,
+                ike_address6=str(self.ike_network6[i + 1]) if ipv6 else None,
+                inside_address6=f"fd{i + 1:02x}::1" if ipv6 else None,
+                families=self.families,
             ))
         hub = f"{self.prefix}-hub" if len(names) > 2 else None
         for netns in [h.netns for h in hosts] + ([hub] if hub else []):
@@ -248,6 +302,8 @@ class Lab:
             join_by_bridge(hub, [h.netns for h in hosts])
         for h in hosts:
             add_addresses(h.netns, f"{h.ike_address}/{plen}", h.inside_address)
+            if h.ike_address6 is not None and h.inside_address6 is not None:
+                add_addresses6(h.netns, f"{h.ike_address6}/{self.ike_network6.prefixlen}", h.inside_address6)
         state.hosts = [asdict(h) for h in hosts]
         self._save(state)
         for h in hosts:

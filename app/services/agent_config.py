@@ -19,7 +19,9 @@ Server::
       vici_socket: /run/charon.vici
       ike_address: 10.99.0.3
       protected: [10.3.0.1/32]  # what a client reaches through its tunnel
-      pool: 10.3.8.0/24         # virtual IPs handed to clients
+      pool: 10.3.8.0/24         # virtual IPs handed to clients (IPv4 or IPv6)
+      pool6: fd08::/120         # optional, beside an IPv4 pool: each client also gets the IPv6
+                                # address at the same offset (10.3.8.5 -> fd08::5)
       policy: mobile-default    # optional stored policy Target adds to every negotiation
 
 Client::
@@ -93,6 +95,8 @@ class TargetRole(_Config):
     identity: Ident | None = None
     protected: Annotated[list[str], Field(min_length=1, max_length=16)]
     pool: str
+    #: An IPv6 pool beside an IPv4 ``pool``: a client also gets the address at the same offset in it.
+    pool6: str | None = None
     policy: Ident | None = None
     rating_table: Ident | None = None
     max_lifetime: Annotated[int, Field(ge=30, le=86_400)] = 3600
@@ -112,13 +116,25 @@ class TargetRole(_Config):
     def _networks(cls, value: list[str]) -> list[str]:
         return [str(ipaddress.ip_network(v, strict=False)) for v in value]
 
-    @field_validator("pool")
+    @field_validator("pool", "pool6")
     @classmethod
-    def _pool(cls, value: str) -> str:
+    def _pool(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         net = ipaddress.ip_network(value, strict=True)
         if net.num_addresses < 4 or net.num_addresses > 65536:
             raise ValueError("a pool is a network of 4 to 65536 addresses")
         return str(net)
+
+    @model_validator(mode="after")
+    def _dual_pool(self) -> TargetRole:
+        if self.pool6 is not None:
+            pool, pool6 = ipaddress.ip_network(self.pool), ipaddress.ip_network(self.pool6)
+            if pool.version != 4 or pool6.version != 6:
+                raise ValueError("pool6 is an IPv6 pool beside an IPv4 pool")
+            if pool6.num_addresses < pool.num_addresses:
+                raise ValueError("pool6 needs at least as many addresses as pool")
+        return self
 
 
 class AgentConfig(_Config):

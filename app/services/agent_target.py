@@ -43,6 +43,7 @@ from app.domain.agent import (
     device_identity,
     target_conn,
 )
+from app.domain.agent.conns import pool6_name
 from app.domain.agent.platforms import LABELS, PLATFORMS
 from app.domain.agent.ports import (
     AgentCrypto,
@@ -120,9 +121,9 @@ class TargetAgent:
         self._default_table = default_table
         self._clock = clock
         self._devices = devices
-        self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket)
-        self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, clock=clock,
-                                    restore=self._restore_device if devices is not None else None)
+        self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket, dual_pool=self.role.pool6 is not None)
+        self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, pool6=self.role.pool6,
+                                    clock=clock, restore=self._restore_device if devices is not None else None)
 
     # -- messages -------------------------------------------------------------------------
 
@@ -335,12 +336,14 @@ class TargetAgent:
                         # get (the hint); if the lease gets another, the pool is loaded again with it
                         # (charon replaces a pool no client has used yet).
                         hint = self._book.lease_hint
-                        sent += [*first_sent, *(["pool"] if hint else [])]
-                        loads.send([*first, *([LoadPool(conn, host_prefix(hint))] if hint else [])])
+                        kinds, pools = self._pools(conn, hint) if hint else ([], [])
+                        sent += [*first_sent, *kinds]
+                        loads.send([*first, *pools])
                         vip = self._book.lease(transaction, ticket)
                         if vip != hint:
-                            sent.append("pool")
-                            loads.send([LoadPool(conn, host_prefix(vip))])
+                            kinds, pools = self._pools(conn, vip)
+                            sent += kinds
+                            loads.send(pools)
                         transaction.add_session(AgentSession(
                             ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                             request_id=request.request_id.hex(), objective_id=request.objective_id,
@@ -426,28 +429,28 @@ class TargetAgent:
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             device_identity=subject, local_ts=self.role.protected, pool=conn, ike_proposal=ike,
             esp_proposal=esp, mode=mode, ike_lifetime=lifetimes["ike"], child_lifetime=lifetimes["child"],
-            gateway_cert=gateway_cert, ca_cert=ca)
+            gateway_cert=gateway_cert, ca_cert=ca, pool6=self._pool6(conn))
         return [LoadCert(ca, ca=True), LoadKey(gateway_key), LoadConn(conn, body)]
 
     def _restore_device(self, session: AgentSession) -> bool:
         """Load an enrolled device's conn and pool again (charon restarted): True if charon took them."""
         suite, platform = session.suite, session.platform
-        proposals, lifetimes = suite.get("proposals") or {}, suite.get("lifetimes")
-        if (self._devices is None or platform is None or session.virtual_ip is None or not lifetimes
+        proposals, lifetimes, vip = suite.get("proposals") or {}, suite.get("lifetimes"), session.virtual_ip
+        if (self._devices is None or platform is None or vip is None or not lifetimes
                 or not proposals.get("ike") or not proposals.get("esp")):
             return False
         try:
             loads = self._device_charon(session.conn, self._devices.ike_identity(session.client_identity, platform),
                                         proposals["ike"], proposals["esp"], suite.get("mode", "tunnel"),
                                         dict(lifetimes))
-            replies = self._charon.gateway().batch([*loads, LoadPool(session.conn, host_prefix(session.virtual_ip))])
+            replies = self._charon.gateway().batch([*loads, *self._pools(session.conn, vip)[1]])
         except (GatewayError, ValueError, OSError) as exc:
             log.warning("device %s not loaded again: %s", session.ticket, getattr(exc, "message", exc))
             return False
         failed = [r for r in replies if isinstance(r, GatewayError)]
         if failed:
             log.warning("device %s not loaded again: %s", session.ticket, failed[0].message)
-            self._charon.unload(self._charon.gateway(), session.conn, ["conn", "pool"])
+            self._charon.unload(self._charon.gateway(), session.conn, ["conn", *self._pools(session.conn, vip)[0]])
             return False
         log.info("device %s of %s loaded again into charon", session.ticket, session.user_id)
         return True
@@ -466,8 +469,21 @@ class TargetAgent:
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             client_identity=client_identity, client_address=request.request_info.ike_address,
             local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
-            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], pool6=self._pool6(conn),
         )
+
+    def _pool6(self, conn: str) -> str | None:
+        """The name of ``conn``'s IPv6 pool on a dual-pool Target (None: the Target has one pool)."""
+        return pool6_name(conn) if self.role.pool6 is not None else None
+
+    def _pools(self, conn: str, vip: str) -> tuple[list[str], list[CharonCommand]]:
+        """The one-address pools of a session leasing ``vip`` (what :meth:`TargetCharon.finish_load`
+        names them, and their loads): ``vip``'s, named ``conn``, and on a dual-pool Target its IPv6
+        companion's (:meth:`TargetSessions.companion`)."""
+        companion = self._book.companion(vip)
+        if companion is None:
+            return ["pool"], [LoadPool(conn, host_prefix(vip))]
+        return ["pool", "pool6"], [LoadPool(conn, host_prefix(vip)), LoadPool(pool6_name(conn), host_prefix(companion))]
 
     # -- revocation ---------------------------------------------------------------------
 

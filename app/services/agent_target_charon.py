@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from app.domain.agent.conns import pool6_name
 from app.domain.errors import GatewayError, GatewayUnreachable
 from app.domain.ports import CharonPipeline, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
@@ -30,11 +31,13 @@ def host_prefix(address: str) -> str:
 
 
 class TargetCharon:
-    """Target's charon at ``socket``, reached through ``vici``."""
+    """Target's charon at ``socket``, reached through ``vici``; with ``dual_pool`` each session
+    also has an IPv6 pool (:func:`~app.domain.agent.conns.pool6_name`, ``pool6`` in what is loaded)."""
 
-    def __init__(self, *, vici: ViciFactory, socket: str) -> None:
+    def __init__(self, *, vici: ViciFactory, socket: str, dual_pool: bool = False) -> None:
         self._vici = vici
         self._socket = socket
+        self._dual_pool = dual_pool
         self._caps: tuple[float, frozenset[str], str | None] | None = None
         self._caps_lock = threading.Lock()
 
@@ -75,19 +78,20 @@ class TargetCharon:
 
     @staticmethod
     def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0) -> None:
-        """Unload (one pipelined batch) what of conn, secret and pool is in ``loaded``. A pool
+        """Unload (one pipelined batch) what of conn, secret, pool and pool6 is in ``loaded``. A pool
         charon still counts a lease in (its IKE_SA being torn down) is tried again for up to
         ``settle`` seconds."""
-        what = [w for w in ("conn", "shared", "pool") if w in loaded]
+        what = [w for w in ("conn", "shared", "pool", "pool6") if w in loaded]
         deadline = time.monotonic() + settle
         while what:
             try:
-                replies = v.batch([Unload(w, conn) for w in what])
+                replies = v.batch([Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
+                                   for w in what])
             except GatewayError as exc:
                 log.warning("could not unload %s: %s", conn, exc.message)
                 return
             refused = [(w, r) for w, r in zip(what, replies, strict=True) if isinstance(r, GatewayError)]
-            leased = [w for w, r in refused if w == "pool" and "online leases" in r.message]
+            leased = [w for w, r in refused if w in ("pool", "pool6") and "online leases" in r.message]
             if not leased or time.monotonic() >= deadline:
                 for w, reply in refused:
                     log.warning("could not unload %s %s: %s", w, conn, reply.message)
@@ -103,7 +107,7 @@ class TargetCharon:
             with contextlib.suppress(GatewayError):
                 if v.list_sas(ike=conn):
                     v.terminate(ike=conn, timeout_ms=3000, force=True)
-            self.unload(v, conn, ["pool", "shared", "conn"], settle=_SETTLE)
+            self.unload(v, conn, ["pool", *(["pool6"] if self._dual_pool else []), "shared", "conn"], settle=_SETTLE)
         except GatewayUnreachable as exc:
             # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
             log.warning("teardown of %s: %s", conn, exc.message)

@@ -45,7 +45,7 @@ def at(ts: float) -> datetime:
 class TargetSessions:
     """The sessions of one Target: in its database (``store``) and its charon (``charon``)."""
 
-    def __init__(self, *, store: AgentStore, charon: TargetCharon, pool: str,
+    def __init__(self, *, store: AgentStore, charon: TargetCharon, pool: str, pool6: str | None = None,
                  clock: Callable[[], float] = time.time,
                  restore: Callable[[AgentSession], bool] | None = None) -> None:
         self._store = store
@@ -64,6 +64,7 @@ class TargetSessions:
         #: The address :meth:`lease` tries first (a hint only: the INSERT decides).
         self._lease_hint: str | None = None
         self._pool_network = ipaddress.ip_network(pool)
+        self._pool6_network = ipaddress.ip_network(pool6) if pool6 is not None else None
 
     @contextlib.contextmanager
     def loading(self, conn: str) -> Iterator[None]:
@@ -102,6 +103,15 @@ class TargetSessions:
                 self._lease_hint = self._after(text)
                 return text
         raise AgentRejected("the virtual IP pool is exhausted")
+
+    def companion(self, address: str) -> str | None:
+        """The IPv6 address a client leasing ``address`` also gets from a dual pool: the one at the
+        same offset in ``pool6`` (``10.3.8.5`` of ``10.3.8.0/24`` -> ``fd08::5`` of ``fd08::/120``);
+        None without ``pool6``. Unique as the lease is: the lease of ``address`` holds both."""
+        if self._pool6_network is None:
+            return None
+        offset = int(ipaddress.ip_address(address)) - int(self._pool_network.network_address)
+        return str(self._pool6_network.network_address + offset)
 
     def _after(self, address: str) -> str | None:
         """The pool's next host address after ``address`` (None past the last)."""

@@ -17,7 +17,9 @@ __all__ = [
     "client_conn",
     "device_conn",
     "device_identity",
+    "pool6_name",
     "target_conn",
+    "virtual_ip_requests",
 ]
 
 #: The agent's conns, secrets and pools on a charon are named with this prefix: its namespace,
@@ -30,10 +32,17 @@ def agent_conn_name(ticket: str) -> str:
     return f"{AGENT_CONN_PREFIX}{ticket[:16]}"
 
 
+def pool6_name(conn: str) -> str:
+    """The name of the IPv6 pool a session of a dual-pool Target has beside its IPv4 pool (named ``conn``)."""
+    return f"{conn}-6"
+
+
 def target_conn(*, name: str, target_address: str, target_identity: str, client_identity: str,
                 client_address: str | None, local_ts: Sequence[str], pool: str, ike_proposal: str,
-                esp_proposal: str, mode: str, ike_lifetime: int, child_lifetime: int) -> dict[str, Any]:
-    """Target's VICI ``load-conn`` body for one client (road warrior with a virtual IP from ``pool``).
+                esp_proposal: str, mode: str, ike_lifetime: int, child_lifetime: int,
+                pool6: str | None = None) -> dict[str, Any]:
+    """Target's VICI ``load-conn`` body for one client (road warrior with a virtual IP from ``pool``,
+    and one from ``pool6`` too if given: charon hands out one of each family the client asks for).
 
     The remote identity is this session's client identity, so the session key (the PSK
     loaded for exactly these two identities) admits this client and no one else.
@@ -43,7 +52,7 @@ def target_conn(*, name: str, target_address: str, target_identity: str, client_
         "local_addrs": [target_address],
         "remote_addrs": [client_address or "%any"],
         "proposals": [ike_proposal],
-        "pools": [pool],
+        "pools": [pool, *([pool6] if pool6 else [])],
         "unique": "replace",
         "mobike": "no",
         "rekey_time": f"{ike_lifetime}s",
@@ -67,17 +76,19 @@ def device_identity(ticket: str, user_id: str) -> str:
 
 def device_conn(*, name: str, target_address: str, target_identity: str, device_identity: str,
                 local_ts: Sequence[str], pool: str, ike_proposal: str, esp_proposal: str, mode: str,
-                ike_lifetime: int, child_lifetime: int, gateway_cert: bytes, ca_cert: bytes) -> dict[str, Any]:
+                ike_lifetime: int, child_lifetime: int, gateway_cert: bytes, ca_cert: bytes,
+                pool6: str | None = None) -> dict[str, Any]:
     """Target's VICI ``load-conn`` body for one enrolled device: a road warrior that proves itself
     with the certificate issued for it (subject ``device_identity``, a DN, signed by ``ca_cert``)
-    and gets only the negotiated proposals and a virtual IP from ``pool``. Target proves itself with
-    ``gateway_cert`` (its key loaded apart). MOBIKE on: a phone moves between networks."""
+    and gets only the negotiated proposals and a virtual IP from ``pool`` (and ``pool6``). Target
+    proves itself with ``gateway_cert`` (its key loaded apart). MOBIKE on: a phone moves between
+    networks."""
     return {
         "version": "2",
         "local_addrs": [target_address],
         "remote_addrs": ["%any"],
         "proposals": [ike_proposal],
-        "pools": [pool],
+        "pools": [pool, *([pool6] if pool6 else [])],
         "unique": "replace",
         "mobike": "yes",
         "send_cert": "always",
@@ -94,14 +105,22 @@ def device_conn(*, name: str, target_address: str, target_identity: str, device_
     }
 
 
+def virtual_ip_requests(remote_ts: Sequence[str]) -> list[str]:
+    """The virtual IPs a client asks for: one of each address family among the networks it
+    reaches (``0.0.0.0`` for IPv4, ``::`` for IPv6), an IPv4 one when it names none."""
+    families = {6 if ":" in ts else 4 for ts in remote_ts}
+    return [vip for vip, family in (("0.0.0.0", 4), ("::", 6)) if family in families] or ["0.0.0.0"]  # noqa: S104 - any address
+
+
 def client_conn(*, name: str, info: TunnelingInfo, client_address: str | None) -> dict[str, Any]:
-    """The client's VICI ``load-conn`` body: asks for a virtual IP, reaches Target's protected networks."""
+    """The client's VICI ``load-conn`` body: asks for a virtual IP of each family among Target's
+    protected networks (:func:`virtual_ip_requests`), reaches those networks."""
     if info.ike_proposal is None or info.esp_proposal is None:
         raise AgentRejected("no IPsec to configure")
     conn: dict[str, Any] = {
         "version": "2",
         "remote_addrs": [info.target_address],
-        "vips": ["0.0.0.0"],  # noqa: S104 - asks the responder for any virtual IP
+        "vips": virtual_ip_requests(info.remote_ts),
         "proposals": [info.ike_proposal],
         "mobike": "no",
         **psk_ends(info.client_identity, info.target_identity),
