@@ -29,6 +29,7 @@ from app.domain.agent import (
     Handoff,
     Kind,
     Revocation,
+    b64e,
     check_fresh,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post
@@ -79,6 +80,13 @@ class HostAgent:
         self._local = local_target
         self._post = post
         self._clock = clock
+
+    def published(self) -> dict[str, Any]:
+        """What a browser needs to enrol a device through this Host with its user's own keys (the
+        console's device page): Host's id and the X25519 key a request is sealed to, and each target's
+        Ed25519 key, which checks the answer. Public keys only (base64url)."""
+        return {"id": self.keys.name, "kem_public_key": b64e(self.keys.public.kem),
+                "targets": {name: b64e(t.keys.sign) for name, t in sorted(self.targets.items())}}
 
     # -- a device's profile, handed to the phone -------------------------------------------
 

@@ -291,6 +291,11 @@ class AgentKeys(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def public(self) -> PeerKeys:
+        """The public halves, which others verify with and seal to."""
+        ...
+
     def seal(self, *, kind: Kind, to: str, body: bytes, recipient: bytes) -> bytes:
         """Sign ``body`` with these keys and seal it to ``recipient``'s X25519 key: the wire bytes."""
         ...

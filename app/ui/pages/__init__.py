@@ -7,10 +7,21 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.ui.pages import agent, audit, measurements, playground, policies, signin, table_changes, tables, tunnels
+from app.ui.pages import (
+    agent,
+    audit,
+    device,
+    measurements,
+    playground,
+    policies,
+    signin,
+    table_changes,
+    tables,
+    tunnels,
+)
 
 __all__ = ["routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, table_changes, tables, playground, policies, tunnels, agent, measurements, audit))
+    signin, table_changes, tables, playground, policies, tunnels, agent, device, measurements, audit))

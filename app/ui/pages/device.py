@@ -1,0 +1,44 @@
+"""A user's own page (not the admin's): enrol a phone or laptop through this Host.
+
+No console sign-in: the user's private keys prove who they are, in the browser. The page only
+carries what is public (Host's id and X25519 key, each target's Ed25519 key, the platforms); its
+script (``static/device.js``) reads the user's key files locally, signs and seals the agent's
+connect message exactly as ``qoss agent device enrol`` does, posts it to ``/v1/agent/requests``,
+opens Target's sealed answer, and offers the profile, the one-time passphrase and a one-time
+link (``/v1/agent/handoffs``) for the phone. Host relays an answer it cannot read.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+from starlette.responses import Response
+
+from app.domain.agent.platforms import LABELS, PLATFORMS
+from app.domain.errors import NotFound
+from app.services.agent_host import HostAgent
+from app.ui.pages.common import console_router
+from app.ui.render import page
+
+__all__ = ["router"]
+
+router = console_router()
+
+#: What each platform's profile is, as the page tells the user.
+_PROFILES = {
+    "android": ".sswan profile: open it in the strongSwan app",
+    "apple": ".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)",
+    "windows": "PowerShell script, with the CA and the PKCS#12 beside it",
+    "networkmanager": ".nmconnection keyfile, with the CA and the PKCS#12 beside it",
+    "swanctl": "swanctl.conf, with the CA and the PKCS#12 beside it",
+}
+
+
+@router.get("/device")
+def device(request: Request) -> Response:
+    """The device enrolment page of this Host (404 where this server does not play Host)."""
+    host: HostAgent | None = getattr(request.app.state, "agent_host", None)
+    if host is None:
+        raise NotFound("this server does not play the agent's Host role: there is no device enrolment here")
+    published = host.published()
+    platforms = [(name, LABELS[name], _PROFILES[name]) for name in PLATFORMS]
+    return page("device.html", {"console": None, "host": published, "platforms": platforms})
