@@ -49,6 +49,7 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
+from app.api.tunnels_fast import is_tunnel_request, serve_tunnel
 from app.bootstrap import charons, engine_for
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
@@ -81,8 +82,9 @@ _REFUSED = frozenset({401, 403, 413, 429})
 
 
 class QossApp(FastAPI):
-    """The application: with the ``fast_paths`` setting on, the agent's message routes take a fast
-    path (:mod:`app.api.agent_fast`) around the middleware stack; everything else goes through it."""
+    """The application: with the ``fast_paths`` setting on, the agent's message routes and a
+    tunnel's create and delete take a fast path (:mod:`app.api.agent_fast`,
+    :mod:`app.api.tunnels_fast`) around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         timer: RequestTimer | None = getattr(self.state, "request_timer", None)
@@ -104,6 +106,14 @@ class QossApp(FastAPI):
             async def fast(scope: Scope, receive: Receive, send: Send) -> None:
                 await serve_message(self.state, scope, receive, send, full)
             await self.state.door.through(scope, receive, send, fast)
+            return
+        if is_tunnel_request(scope) and getattr(self.state, "fast_paths", False):
+            scope["app"] = self
+            stack = super().__call__
+
+            async def tunnel(scope: Scope, receive: Receive, send: Send) -> None:
+                await serve_tunnel(self.state, scope, receive, send, stack, recorded=_record_change, audit=_audit)
+            await self.state.door.through(scope, receive, send, tunnel)
             return
         await super().__call__(scope, receive, send)
 
@@ -329,9 +339,9 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.engine = engine
         replicas = resolved.database_url.startswith("postgresql")
         gateways_ttl = resolved.gateway_cache_ttl
-        shared = {GATEWAY_CACHE: GatewayCache(ttl=gateways_ttl if gateways_ttl is not None else (
         tokens_ttl = resolved.token_cache_ttl
         app.state.token_cache = TokenCache(ttl=tokens_ttl if tokens_ttl is not None else (0.0 if replicas else 1.0))
+        shared = {GATEWAY_CACHE: GatewayCache(ttl=gateways_ttl if gateways_ttl is not None else (
             0.0 if replicas else 1.0)), TOKEN_CACHE: app.state.token_cache}
         app.state.session_factory = make_session_factory(engine, info=shared)
         app.state.read_session_factory = make_session_factory(read_engine, info=shared)

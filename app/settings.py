@@ -207,7 +207,8 @@ class Settings(BaseSettings):
     )
     agent_user_burst: int = Field(default=10, ge=1, description="Host: agent requests a verified user may make at once")
     fast_paths: bool = Field(
-        default=True, description="the agent's fast paths (message routes answered without the framework, database "
+        default=True, description="the fast paths (the agent's message routes and a tunnel's create and delete "
+        "answered without the framework, database "
         "statements on the DBAPI cursor, agent HTTP on kept sockets); false: each through its library's public API, "
         "slower (docs/performance.md)")
     trusted_proxies: Annotated[list[str], NoDecode] = Field(

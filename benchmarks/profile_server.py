@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--top", type=int, default=10)
-    parser.add_argument("--raw", type=Path, help="also keep py-spy's raw output (one line per stack, threads named) here")
+    parser.add_argument("--raw", type=Path, help="also keep py-spy's raw output (a line per stack, threads named)")
     args = parser.parse_args()
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with lab_and_service() as svc, tempfile.TemporaryDirectory() as tmp:

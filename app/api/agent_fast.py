@@ -19,13 +19,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sqlalchemy.exc import OperationalError
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from app.adapters.db.audit import Auditor
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
-from app.web.body import loads
+from app.web.body import loads, replay
 from app.web.deps import in_worker_thread
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
@@ -73,7 +73,7 @@ async def serve_message(
     body = b"".join(chunks)
     message = _message_of(body) if len(body) <= _MAX_BODY else None
     if message is None:
-        await full(scope, _replay(body, receive), send)
+        await full(scope, replay(body, receive), send)
         return
     rid = new_request_id()
     client = scope.get("client")
@@ -113,20 +113,6 @@ async def serve_message(
     await send({"type": "http.response.body", "body": content})
     if auditor is not None and status != 200:
         auditor.record(**record)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` first, then whatever the client sends next."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 def is_message_request(scope: Scope) -> bool:

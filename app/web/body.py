@@ -16,8 +16,10 @@ from typing import Any
 from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
+from starlette.types import Message as AsgiMessage
+from starlette.types import Receive
 
-__all__ = ["DuplicateKey", "UniqueKeysRequest", "loads", "parse_json_body"]
+__all__ = ["DuplicateKey", "UniqueKeysRequest", "loads", "parse_json_body", "replay"]
 
 
 class DuplicateKey(ValueError):
@@ -94,3 +96,17 @@ async def parse_json_body(request: UniqueKeysRequest) -> None:
         raise
     except Exception:  # noqa: S110 - not JSON, or the client went away: FastAPI answers that as always
         pass
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` first, then whatever the client sends next."""
+    sent = False
+
+    async def replayed() -> AsgiMessage:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

@@ -41,6 +41,7 @@ __all__ = [
     "UnitDep",
     "UserIdPath",
     "ViciDep",
+    "cached_token",
     "get_read_unit",
     "get_unit",
     "in_unit",
@@ -259,14 +260,14 @@ async def _token(request: Request, authorization: str | None) -> TokenRecord:
     token cached, a wrong secret, a malformed header) takes the full check in a worker thread,
     where failures are counted.
     """
-    record = _cached_token(request, authorization)
+    record = cached_token(request, authorization)
     if record is None:
         record = await in_worker_thread(_authenticate, request, authorization)
     request.state.principal = Principal(record.id, record.name, record.scopes)
     return record
 
 
-def _cached_token(request: Request, authorization: str | None) -> TokenRecord | None:
+def cached_token(request: Request, authorization: str | None) -> TokenRecord | None:
     """The token behind ``Authorization`` if the process's token cache vouches for it, else None.
 
     Raises:
