@@ -13,14 +13,17 @@ from sqlalchemy import Engine
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.migrate import upgrade
+from app.adapters.db.notices import NoticeListener
+from app.adapters.db.repositories.access import TOKEN_CACHE, TokenCache
+from app.adapters.db.repositories.network import GATEWAY_CACHE, GatewayCache
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.ports import NO_METRICS, Metrics
 from app.services.policies import load_shipped_policies
-from app.services.ratings import load_shipped_tables
+from app.services.ratings import TableCache, load_shipped_tables
 from app.settings import Settings
 
-__all__ = ["Prepared", "charons", "engine_for", "prepare_database"]
+__all__ = ["Prepared", "ReadCaches", "charons", "engine_for", "prepare_database", "read_caches"]
 
 
 def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engine:
@@ -33,6 +36,48 @@ def charons(settings: Settings, metrics: Metrics = NO_METRICS) -> Callable[[str]
     counted in ``metrics``."""
     timeout, pipelining = settings.vici_timeout, settings.fast_paths
     return lambda path: ViciGateway(path, timeout, metrics=metrics, pipelining=pipelining)
+
+
+#: Seconds a cached row is trusted on PostgreSQL while the replicas' change notices are followed
+#: (a notice makes it forgotten at once; this bounds a row whose notice was somehow missed).
+REPLICA_TTL = 30.0
+
+
+@dataclass(frozen=True)
+class ReadCaches:
+    """A process's read caches (API tokens, registered gateways, rating tables), and on PostgreSQL
+    what keeps them true across replicas (:class:`~app.adapters.db.notices.NoticeListener`)."""
+
+    tokens: TokenCache
+    gateways: GatewayCache
+    tables: TableCache
+    notices: NoticeListener | None
+
+    def session_info(self) -> dict[str, Any]:
+        """What every session's ``info`` holds, so its repositories use the caches."""
+        return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens}
+
+    def close(self) -> None:
+        if self.notices is not None:
+            self.notices.close()
+
+
+def read_caches(settings: Settings) -> ReadCaches:
+    """The caches of ``settings``: on SQLite (one process per database) each trusts a read for its
+    TTL setting (default 1 s); on PostgreSQL for its setting (default :data:`REPLICA_TTL`) while
+    the other replicas' change notices are followed, for none while they are not. A TTL set to 0
+    turns its cache off."""
+    replicas = settings.database_url.startswith("postgresql")
+    chosen = {"token": settings.token_cache_ttl, "gateway": settings.gateway_cache_ttl,
+              "table": settings.table_cache_ttl}
+    ttls = {kind: ttl if ttl is not None else (REPLICA_TTL if replicas else 1.0) for kind, ttl in chosen.items()}
+    tokens, gateways, tables = TokenCache(ttl=ttls["token"]), GatewayCache(ttl=ttls["gateway"]), \
+        TableCache(ttl=ttls["table"])
+    notices = None
+    if replicas and any(ttl > 0 for ttl in ttls.values()):
+        notices = NoticeListener(settings.database_url, {"token": tokens, "gateway": gateways, "table": tables},
+                                 ttls).start()
+    return ReadCaches(tokens, gateways, tables, notices)
 
 
 @dataclass(frozen=True)

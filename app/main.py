@@ -27,8 +27,6 @@ from app.adapters.db.audit import Auditor, PendingRecord, install
 from app.adapters.db.engine import make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
-from app.adapters.db.repositories.access import TOKEN_CACHE, TokenCache
-from app.adapters.db.repositories.network import GATEWAY_CACHE, GatewayCache
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
@@ -50,7 +48,7 @@ from app.api.routes import (
     tunnels,
 )
 from app.api.tunnels_fast import is_tunnel_request, serve_tunnel
-from app.bootstrap import charons, engine_for
+from app.bootstrap import charons, engine_for, read_caches
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -61,7 +59,6 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
-from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
 from app.web.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
@@ -337,20 +334,13 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.settings = resolved
         app.state.fast_paths = resolved.fast_paths
         app.state.engine = engine
-        replicas = resolved.database_url.startswith("postgresql")
-        gateways_ttl = resolved.gateway_cache_ttl
-        tokens_ttl = resolved.token_cache_ttl
-        app.state.token_cache = TokenCache(ttl=tokens_ttl if tokens_ttl is not None else (0.0 if replicas else 1.0))
-        shared = {GATEWAY_CACHE: GatewayCache(ttl=gateways_ttl if gateways_ttl is not None else (
-            0.0 if replicas else 1.0)), TOKEN_CACHE: app.state.token_cache}
-        app.state.session_factory = make_session_factory(engine, info=shared)
-        app.state.read_session_factory = make_session_factory(read_engine, info=shared)
+        app.state.read_caches = caches = read_caches(resolved)
+        app.state.token_cache, app.state.table_cache = caches.tokens, caches.tables
+        app.state.session_factory = make_session_factory(engine, info=caches.session_info())
+        app.state.read_session_factory = make_session_factory(read_engine, info=caches.session_info())
         app.state.units = sql_units_of_work(app.state.session_factory)
         app.state.read_units = sql_units_of_work(app.state.read_session_factory)
         await in_worker_thread(_prune_events, app.state.units, resolved.events_keep_days)
-        ttl = resolved.table_cache_ttl
-        app.state.table_cache = TableCache(ttl=ttl if ttl is not None else (
-            0.0 if resolved.database_url.startswith("postgresql") else 1.0))
         CONTROL_SLOTS.configure(resolved.charon_control_calls)
         app.state.vici_factory = vici_factory or charons(resolved, metrics_port)
         # Charon's up/down events, one connection per charon: set-ups read their SAs from them
@@ -422,6 +412,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             await in_worker_thread(leadership.stop)
             await in_worker_thread(app.state.sa_events.close)
             app.state.auditor.close()
+            app.state.read_caches.close()
             app.state.health.close()
             app.state.scrape_reader.close()
             engine.dispose()

@@ -87,16 +87,17 @@ class Settings(BaseSettings):
     reconcile_on_start: bool = Field(default=True, description="reconcile tunnels with the charons at start-up")
     table_cache_ttl: float | None = Field(
         default=None, ge=0, le=60, description="seconds a rating table read is trusted without asking the database "
-                                               "its revision (default: 0 on PostgreSQL, where replicas may edit, so "
-                                               "the next negotiation anywhere uses an edit; 1 on SQLite)")
+                                               "its revision (default: 1 on SQLite; 30 on PostgreSQL while the "
+                                               "replicas' change notices are followed, else 0); 0: always ask")
     gateway_cache_ttl: float | None = Field(
         default=None, ge=0, le=60, description="seconds a registered gateway read is trusted without reading it "
-                                               "again (default: 0 on PostgreSQL, where replicas may change them; "
-                                               "1 on SQLite); this process's own changes are seen at once")
+                                               "again (default: 1 on SQLite; 30 on PostgreSQL while the replicas' "
+                                               "change notices are followed, else 0); changes are seen at once")
     token_cache_ttl: float | None = Field(
         default=None, ge=0, le=60, description="seconds an API token read is trusted without reading it again "
-                                               "(default: 0 on PostgreSQL, where replicas may revoke; 1 on SQLite); "
-                                               "this process's own revocations hold at once, expiry on every use")
+                                               "(default: 1 on SQLite; 30 on PostgreSQL while the replicas' change "
+                                               "notices are followed, else 0); revocations hold at once, expiry on "
+                                               "every use")
     max_event_streams: int = Field(
         default=100, ge=1, le=10_000, description="clients following GET /v1/events at once (beyond: 503)")
     event_stream_seconds: float = Field(

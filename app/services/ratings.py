@@ -45,14 +45,14 @@ class TableCache:
     def __init__(self, ttl: float = 1.0, clock: Clock = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._tables: dict[str, tuple[RatingTable, float]] = {}
-        self._ttl = ttl
+        self.ttl = ttl
         self._clock = clock
 
     def get(self, store: RatingTableStore, name: str) -> RatingTable:
         now = self._clock()
         with self._lock:
             cached = self._tables.get(name)
-        if cached is not None and now - cached[1] < self._ttl:
+        if cached is not None and now - cached[1] < self.ttl:
             return cached[0]
         repo = store
         revision = repo.current_revision(name)
@@ -65,6 +65,12 @@ class TableCache:
         """Forget one table (after this process changed it)."""
         with self._lock:
             self._tables.pop(name, None)
+
+    forget = invalidate  # another replica changed it (app.adapters.db.notices)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
 
 
 def list_tables(*, uow: UnitOfWork) -> list[dict[str, Any]]:

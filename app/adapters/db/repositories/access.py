@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db import audit_chain
 from app.adapters.db.models import ApiTokenRow, AuditRow, UiSessionRow, utcnow
+from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
 from app.domain.auth import TokenRecord
 from app.domain.errors import NotFound
@@ -71,6 +72,7 @@ class TokenRepository:
         if row.revoked_at is None:
             row.revoked_at = utcnow()
         self.session.flush()
+        publish(self.session, "token", token_id)
         if self._cache is not None:
             self._cache.forget(token_id)
 

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
+from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
@@ -88,6 +89,7 @@ class GatewayRepository:
         return gateway
 
     def _changed(self, name: str) -> None:
+        publish(self.session, "gateway", name)
         if self._cache is not None:
             self._cache.forget(name)
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow, utcnow
+from app.adapters.db.notices import publish
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
@@ -43,6 +44,8 @@ class _Revisioned:
     _rev_model: Any
     _owner: str
     _noun: str
+    #: The kind of its change notices to other replicas (app.adapters.db.notices).
+    _notice: str
     _diff: Callable[[dict[str, Any] | None, dict[str, Any]], builtins.list[dict[str, Any]]]
 
     def __init__(self, session: Session) -> None:
@@ -116,6 +119,7 @@ class _Revisioned:
             raise StaleRevision(name, expected_revision, new) from exc
         if moved != 1:
             raise StaleRevision(name, expected_revision, self.current_revision(name))
+        publish(self.session, self._notice, name)
         return new
 
     def current_revision(self, name: str) -> int:
@@ -170,6 +174,7 @@ class _Revisioned:
         self.session.execute(delete(self._rev_model).where(self._owner_of() == row.id))
         self.session.delete(row)
         self.session.flush()
+        publish(self.session, self._notice, name)
 
 
 class RatingTableRepository(_Revisioned):
@@ -184,6 +189,7 @@ class RatingTableRepository(_Revisioned):
     _rev_model = RatingTableRevisionRow
     _owner = "table_id"
     _noun = "rating table"
+    _notice = "table"
     _diff = staticmethod(diff_tables)
 
     def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
@@ -266,6 +272,7 @@ class PolicyRepository(_Revisioned):
     _rev_model = PolicyRevisionRow
     _owner = "policy_id"
     _noun = "policy"
+    _notice = "policy"
     _diff = staticmethod(diff_policies)
 
     def create(self, policy: Policy, *, author: str, message: str = "created") -> int:
