@@ -33,6 +33,7 @@ from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import is_message_request, serve_message
+from app.api.docs import install as install_api_docs
 from app.api.routes import (
     admin,
     agent,
@@ -61,6 +62,7 @@ from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
 from app.settings import Settings
 from app.ui import install as install_console
+from app.ui.pages.oidc import configured as console_oidc_sign_in
 from app.web.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
 from app.web.deps import in_worker_thread
 from app.web.errors import error_body, install_error_handlers
@@ -332,6 +334,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         app.state.scrape_reader = ScrapeReader(resolved.database_url)
         app.state.request_timer = RequestTimer(metrics_port, labels)
         app.state.settings = resolved
+        app.state.oidc = console_oidc_sign_in(resolved)  # the console's sign-in with the identity provider, or None
         app.state.fast_paths = resolved.fast_paths
         app.state.engine = engine
         app.state.read_caches = caches = read_caches(resolved)
@@ -426,6 +429,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         description="Quality-of-Security-Service policy negotiation for IPsec (ESAF): the cheapest "
         "strongSwan suite that meets every peer's minimum security levels.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc from the packaged copies of their files (app.api.docs)
+        redoc_url=None,
     )
     install_error_handlers(app)
     #: Set when the server is asked to stop: event streams end at once (their clients resume
@@ -450,6 +455,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                          for route in router.routes if isinstance(route, APIRoute))
     _declare_if_match(app, [("/v1", m.router) for m in routers])
     install_console(app)  # the admin console at /ui (app/ui)
+    install_api_docs(app)  # /docs and /redoc, served from here alone
     return app
 
 

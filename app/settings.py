@@ -15,7 +15,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["MIGRATIONS_DIR", "SHIPPED_POLICIES_DIR", "SHIPPED_RATINGS_DIR", "Settings"]
@@ -268,6 +268,80 @@ class Settings(BaseSettings):
             host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
             origins.append(f"{parts.scheme.lower()}://{host}:{port}")
         return origins
+
+    oidc_issuer: str | None = Field(
+        default=None, description="the console's sign-in with the organisation's OpenID provider: its issuer URL, "
+        "exactly as its discovery document names it (https; http only to a loopback address); unset: no such "
+        "sign-in, API tokens only")
+    oidc_client_id: str | None = Field(
+        default=None, validate_default=True, description="the console's client id at the OpenID provider")
+    oidc_client_secret: SecretStr | None = Field(
+        default=None, description="the console's client secret at the OpenID provider (never logged or shown; "
+        "unset: a public client, PKCE alone)")
+    oidc_redirect_url: str | None = Field(
+        default=None, description="the console's redirect URL to register at the provider, ending in "
+        "/ui/oidc/callback (default: the scheme and host the browser used, and that path)")
+    oidc_provider_name: str | None = Field(
+        default=None, max_length=40, description="the provider's name on the sign-in button (default: the "
+        "issuer's host)")
+    oidc_request_scopes: Annotated[list[str], NoDecode] = Field(
+        default=["openid", "email", "profile"], description="the OpenID scopes asked of the provider "
+        "(comma-separated in the environment; openid among them)")
+    oidc_session_ttl: int | None = Field(
+        default=None, ge=60, le=7 * 86400, description="seconds a console session of the provider's user lasts "
+        "(default: as long as the ID token; never longer than ui_session_ttl); then the provider is asked again")
+    oidc_scopes_by_claim: Annotated[dict[str, dict[str, list[str]]], NoDecode] = Field(
+        default={}, validate_default=True, description='which qoss scopes a user of the provider gets, as JSON: '
+        '{"claim": {"value": ["scope", ...]}}, the union over every claim value the user has')
+
+    @field_validator("oidc_issuer", "oidc_redirect_url")
+    @classmethod
+    def _oidc_urls(cls, value: str | None, info: ValidationInfo) -> str | None:
+        from urllib.parse import urlsplit  # only these validators parse URLs
+
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        loopback = parts.hostname in ("localhost", "127.0.0.1", "::1")
+        if parts.scheme != "https" and not (parts.scheme == "http" and loopback):
+            raise ValueError("an https URL is needed (http only to a loopback address)")
+        if not parts.hostname or parts.query or parts.fragment or parts.username:
+            raise ValueError("a URL with a host and no query, fragment or user is needed")
+        if info.field_name == "oidc_redirect_url" and not parts.path.endswith("/ui/oidc/callback"):
+            raise ValueError("the console's redirect URL ends in /ui/oidc/callback")
+        return value
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _oidc_client(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("oidc_issuer") is not None and not value:
+            raise ValueError("needed with QOSS_OIDC_ISSUER")
+        if info.data.get("oidc_issuer") is None and value and "oidc_issuer" in info.data:
+            raise ValueError("QOSS_OIDC_ISSUER is not set")
+        return value
+
+    @field_validator("oidc_request_scopes", mode="before")
+    @classmethod
+    def _oidc_request_scopes(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part for part in value.replace(",", " ").split() if part]
+        if isinstance(value, list) and "openid" not in value:
+            raise ValueError("openid must be among them")
+        return value
+
+    @field_validator("oidc_scopes_by_claim", mode="before")
+    @classmethod
+    def _oidc_mapping(cls, value: object, info: ValidationInfo) -> object:
+        from app.domain.oidc import parse_mapping  # pure: the domain's own check of a mapping
+
+        mapping = parse_mapping(value)
+        if "oidc_issuer" not in info.data:
+            return {}  # the issuer itself is wrong: that error is said
+        if info.data["oidc_issuer"] is not None and not mapping:
+            raise ValueError("maps no claim to a scope: no one could sign in with QOSS_OIDC_ISSUER")
+        if info.data["oidc_issuer"] is None and mapping:
+            raise ValueError("QOSS_OIDC_ISSUER is not set")
+        return {claim: {v: sorted(scopes) for v, scopes in values.items()} for claim, values in mapping.items()}
 
     audit_key_file: Path | None = Field(
         default=None,

@@ -31,8 +31,9 @@ def _emit(value: Any) -> None:
 
 
 def _fail(exc: QossError, code: int = 2) -> None:
-    typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
-    raise typer.Exit(code)
+    from app.cli.common import fail
+
+    fail(exc, code)
 
 
 def _session_factory(database_url: str | None) -> Any:
@@ -73,9 +74,11 @@ def enroll(
     """Host: enrol a user's public keys and allowed Objective-IDs (re-enrols a revoked user)."""
     from app.adapters.agent.crypto import load_public
     from app.adapters.db.agent import UserRepository
+    from app.cli.common import need_files
     from app.domain.agent import EnrolledUser
     from app.domain.errors import InvalidInput
 
+    need_files(public_key_file)
     try:
         if not objective or any(o not in (1, 2, 3, 4) for o in objective):
             raise InvalidInput("--objective takes Objective-IDs 1-4")
@@ -110,6 +113,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
     from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.unit_of_work import sql_units_of_work
     from app.bootstrap import charons
+    from app.cli.common import need_files
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
     from app.services.agent_target import TargetAgent
@@ -119,7 +123,8 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
         typer.echo("--config (or QOSS_AGENT_CONFIG) names the Host's agent config", err=True)
         raise typer.Exit(2)
     try:
-        factory, settings = _session_factory(database_url)
+        factory, settings = _session_factory(database_url)  # the database first, as every command
+        need_files(config)
         agent_config = load_server_config(config)
         keys = load_keys(agent_config.key_dir, agent_config.id)
         store = SqlAgentStore(factory)
@@ -142,10 +147,12 @@ def _client(config: Path) -> Any:
     from app.adapters.agent.crypto import CRYPTO, load_keys
     from app.adapters.agent.transport import post_message
     from app.adapters.vici.gateway import ViciGateway
+    from app.cli.common import need_files
     from app.services.agent_client import AgentClient
     from app.services.agent_config import load_client_config
     from app.settings import Settings
 
+    need_files(config)
     cfg = load_client_config(config)
     post = functools.partial(post_message, fast_paths=Settings().fast_paths)
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,

@@ -46,7 +46,9 @@ def verify(
     from app.adapters.audit_seal import AuditSeal, AuditSealError
     from app.adapters.db.audit_log import verify_log
     from app.adapters.state_dir import UnsafeStateDir
+    from app.cli.common import need_files
 
+    need_files(*(checkpoints or ()))
     settings, engine, factory = _read_session(database_url)
     try:
         seal = AuditSeal.from_settings(settings)

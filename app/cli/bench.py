@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from app.cli.common import DbUrl, Unit, emit
+from app.cli.common import DbUrl, Unit, emit, need_files
 from app.domain.errors import QossError
 
 __all__ = ["bench_micro", "bench_report"]
@@ -99,6 +99,7 @@ def bench_report(
         "standards-2026",
 ) -> None:
     """Markdown report with plots: throughput, latency fits, key exchange, today beside the published tables."""
+    need_files(micro, tunnel)
     try:
         from app.measure.adapters.report import write_report
     except ModuleNotFoundError as exc:

@@ -7,14 +7,16 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import Annotated, Any, NoReturn
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from app.cli.db import require_database, setup_database
+from app.cli.refusals import fail
 from app.domain.errors import InvalidInput, QossError
 
-__all__ = ["DbUrl", "Unit", "emit", "fail", "prepared", "read_input", "settings_of"]
+__all__ = ["DbUrl", "Unit", "emit", "fail", "need_files", "prepared", "read_input", "settings_of"]
 
 DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
 
@@ -26,9 +28,13 @@ def settings_of(database_url: str | None) -> Any:
     return require_database(database_url)
 
 
-def fail(exc: QossError, code: int = 2) -> NoReturn:
-    typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}, indent=2), err=True)
-    raise typer.Exit(code)
+def need_files(*paths: Path | str | None) -> None:
+    """Refuse, before any work, a file named on the command line that is not there: one line
+    ``{"error": "InvalidInput", "detail": "PATH: no such file"}`` and exit 2 (None and ``-``,
+    standard input, pass)."""
+    for path in paths:
+        if path is not None and str(path) != "-" and not Path(path).exists():
+            fail(InvalidInput(f"{path}: no such file"))
 
 
 @contextlib.contextmanager
@@ -63,8 +69,10 @@ def read_input(path: str) -> str:
         if path == "-":
             return files.decode_document(sys.stdin.buffer.read(files.MAX_DOCUMENT_BYTES + 1), "standard input")
         return files.read_document(path)
+    except FileNotFoundError:
+        fail(InvalidInput(f"{path}: no such file"))
     except OSError as exc:
-        fail(InvalidInput(f"cannot read {path}: {exc.strerror or type(exc).__name__}"))
+        fail(InvalidInput(f"{path}: cannot read it ({(exc.strerror or type(exc).__name__).lower()})"))
     except QossError as exc:
         fail(exc)
 

@@ -140,9 +140,20 @@ class DatabaseGroup(TyperGroup):
     status 2, not a traceback.
 
     That is :class:`DatabaseUnusable`, and of the errors met later only those of the
-    database's environment (it cannot be reached, is locked, lost a table): anything else is
-    a bug and keeps its traceback.
+    database's environment (it cannot be reached, is locked, lost a table); a refusal
+    (:class:`~app.domain.errors.QossError`) that a command did not catch is printed as every
+    refusal is (:func:`app.cli.common.fail`, exit 2). Anything else is a bug and keeps its
+    traceback.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _plain_switches(self)
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:  # type: ignore[override]  # as invoke
+        params: list[Any] = super().get_params(ctx)
+        _plain(params)  # typer's completion switches join the group after it is made
+        return params
 
     def invoke(self, ctx: typer.Context) -> Any:  # type: ignore[override]  # typer's Context is its click's
         try:
@@ -151,9 +162,31 @@ class DatabaseGroup(TyperGroup):
             typer.echo(f"qoss: {exc.message}", err=True)
             raise typer.Exit(2) from None
         except Exception as exc:
+            from app.domain.errors import QossError
+
+            if isinstance(exc, QossError):  # a refusal a command let through: its one error, not a traceback
+                from app.cli.refusals import fail
+
+                fail(exc)
             from sqlalchemy.exc import InterfaceError, OperationalError
 
             if isinstance(exc, (OperationalError, InterfaceError)):
                 typer.echo(f"qoss: database error: {_reason(exc)}", err=True)
                 raise typer.Exit(2) from None
             raise
+
+
+def _plain_switches(command: Any) -> None:
+    """A switch (``--dry-run``, ``--force``, ``--help``) takes no value: its line in ``--help``
+    shows none (typer would write ``<bool>`` beside it, as if ``--dry-run true`` were how to
+    give it). Here and in every command below."""
+    help_option = command.get_help_option(typer.Context(command))  # made once, kept by the command
+    _plain([*command.params, *([help_option] if help_option is not None else [])])
+    for sub in getattr(command, "commands", {}).values():
+        _plain_switches(sub)
+
+
+def _plain(params: list[Any]) -> None:
+    for param in params:
+        if getattr(param, "is_bool_flag", False) and param.metavar is None:
+            param.metavar = ""

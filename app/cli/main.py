@@ -307,6 +307,10 @@ def policies_check(paths: Annotated[list[Path], typer.Argument(help="policy YAML
     for path in paths:
         try:
             policy = load_policy(path)
+        except FileNotFoundError:
+            bad += 1
+            typer.echo(f"{path}: INVALID: no such file")
+            continue
         except (QossError, OSError) as exc:
             bad += 1
             typer.echo(f"{path}: INVALID: {exc}")

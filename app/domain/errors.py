@@ -9,6 +9,7 @@
     ├── Conflict                                  -> 409
     │   ├── AlreadyExists
     │   └── StaleRevision
+    │       └── EditConflict
     ├── NegotiationError
     │   ├── NoFeasibleSuite (ValueError)          -> 409
     │   └── UnsupportedProtection (ValueError)    -> 409
@@ -28,6 +29,7 @@ from typing import Any
 __all__ = [
     "AlreadyExists",
     "Conflict",
+    "EditConflict",
     "GatewayError",
     "GatewayRejected",
     "GatewayUnreachable",
@@ -105,6 +107,42 @@ class StaleRevision(Conflict):
     def __init__(self, name: str, expected: int, current: int) -> None:
         super().__init__(f"{name}: revision {expected} is stale, the current revision is {current}")
         self.current = current
+
+
+class EditConflict(StaleRevision):
+    """An edit based on an older revision that changes a value someone else changed since,
+    to another value: nothing of it is written.
+
+    ``conflicts`` are ``{"algorithm", "field", "base", "theirs", "mine"}`` entries (see
+    :class:`app.domain.merge.FieldConflict`); ``theirs`` is the value at revision ``current``.
+    """
+
+    def __init__(self, name: str, expected: int, current: int, conflicts: list[dict[str, Any]]) -> None:
+        clashes = "; ".join(_clash(c, current) for c in conflicts)
+        QossError.__init__(self, f"{name}: changed since revision {expected}: {clashes}")
+        self.name = name
+        self.expected = expected
+        self.current = current
+        self.conflicts = conflicts
+
+    def detail(self) -> Any:
+        return {"message": self.message, "table": self.name, "based_on": self.expected,
+                "revision": self.current, "conflicts": self.conflicts}
+
+
+def _clash(conflict: dict[str, Any], current: int) -> str:
+    """One conflict in words: the row and field, their value at ``current`` and the edit's."""
+    row, field = conflict["algorithm"], conflict["field"]
+    if field == "*":  # a whole row: one side removed it, the other changed it
+        if conflict["theirs"] is None:
+            return f"{row} was removed at revision {current}, you changed it"
+        return f"{row} was changed at revision {current}, you removed it"
+    where = f"{row} {field}" if row else field
+    return f"{where} is {_shown(conflict['theirs'])} at revision {current}, yours is {_shown(conflict['mine'])}"
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
 class NegotiationError(QossError):

@@ -22,15 +22,29 @@ _CSRF_LABEL = b"qoss-console-csrf-v1"
 
 @dataclass(frozen=True)
 class SessionRecord:
-    """What is stored of a console session: never the id itself."""
+    """What is stored of a console session: never the id itself.
+
+    A session is an API token's (``token_id``) or, signed in with the identity provider, a
+    user's: their ``subject`` at the provider, the name they go by (``user_name``), the
+    ``scopes`` the mapping gave them and the fingerprint of that mapping (``mapping_hash``).
+    """
 
     id_hash: str
-    token_id: str
+    token_id: str | None
     created_at: datetime
     expires_at: datetime
+    subject: str | None = None
+    user_name: str | None = None
+    scopes: frozenset[str] | None = None
+    mapping_hash: str | None = None
 
     def live(self, now: datetime) -> bool:
         return now < self.expires_at
+
+    @property
+    def holder(self) -> str:
+        """Whose session this is, as event streams are counted: the token's id, or ``oidc:<subject>``."""
+        return self.token_id if self.token_id is not None else f"oidc:{self.subject}"
 
 
 def new_session_id() -> str:

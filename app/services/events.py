@@ -53,7 +53,8 @@ def prune_events(uow: UnitOfWork, keep_days: float) -> int:
 
 @dataclass(frozen=True)
 class StreamFollower:
-    """Who follows a stream: a token, or a console session (the hash of its id) of a token."""
+    """Who follows a stream: a token, or a console session (the hash of its id) of a token or of
+    the identity provider's user (``token_id`` then the session's holder, ``oidc:<subject>``)."""
 
     token_id: str
     session_hash: str | None = None
@@ -77,10 +78,12 @@ def stream_scopes(uow: UnitOfWork, follower: StreamFollower, now: datetime | Non
     at = now or datetime.now(UTC)
     if follower.session_hash is not None:
         session = uow.sessions.find(follower.session_hash)
-        if session is None or session.token_id != follower.token_id:
+        if session is None or session.holder != follower.token_id:
             raise FollowerGone("the console session has ended")
         if not session.live(at):
             raise FollowerGone("the console session has expired")
+        if session.token_id is None:  # the identity provider's user: the scopes their mapping gave
+            return visible_scopes(session.scopes or frozenset())
     token = uow.tokens.find(follower.token_id)
     if token is None or token.revoked_at is not None:
         raise FollowerGone("the token was revoked")

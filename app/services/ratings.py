@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.domain.algorithms import resolve
-from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
+from app.domain.errors import Conflict, EditConflict, InvalidRatingTable, StaleRevision
+from app.domain.merge import merge_tables
 from app.domain.ports import Clock, RatingTableStore, UnitOfWork
 from app.domain.ratings import Rating, RatingTable
 from app.services.revisions import load_shipped, restore_shipped, revert, tell
@@ -130,23 +131,60 @@ def update_rating(
     *, uow: UnitOfWork, name: str, algorithm: str, changes: Mapping[str, Any], expected_revision: int,
     author: str,
 ) -> RatingTable:
-    """Edit (or add) one algorithm's row; fields not given keep their value."""
+    """Edit (or add) one algorithm's row; fields not given keep their value.
+
+    The edit is made on revision ``expected_revision`` (If-Match). If others saved since, it is
+    merged over the latest revision (:func:`app.domain.merge.merge_tables`): it lands as a new
+    revision on top of theirs when none of the values it changes was changed since to another
+    value; an edit already in the latest revision (the same values) lands as that revision,
+    nothing written.
+
+    Raises:
+        EditConflict: a value the edit changes was changed since to another value (nothing written).
+        StaleRevision: ``expected_revision`` is not a revision of the table.
+        InvalidRatingTable: the edited row is not valid.
+    """
     repo = uow.tables
-    table = repo.get(name)
-    if table.revision != expected_revision:
-        raise StaleRevision(name, expected_revision, table.revision)
+    current = repo.current_revision(name)
     keyword = resolve(algorithm)
     if "algorithm" in changes and resolve(str(changes["algorithm"])) != keyword:
         raise InvalidRatingTable("the body's algorithm differs from the path's")
+    if not 1 <= expected_revision <= current:
+        raise StaleRevision(name, expected_revision, current)
+    base = repo.get(name) if current == expected_revision else repo.get_revision(name, expected_revision)
+    mine = base.with_rating(_edited_row(base, keyword, changes))
+    for _ in range(_MERGE_ATTEMPTS):
+        if current == expected_revision:
+            updated, message = mine, f"edited {keyword}"
+        else:
+            latest = repo.get_revision(name, current).at_revision(current)
+            document, conflicts = merge_tables(base.as_dict(), latest.as_dict(), mine.as_dict())
+            if conflicts:
+                raise EditConflict(name, expected_revision, current, [c.as_dict() for c in conflicts])
+            if document == latest.as_dict():
+                return latest  # the edit is in the latest revision already
+            updated = RatingTable.from_dict(document, name=name)
+            message = f"edited {keyword} (made on revision {expected_revision}, merged)"
+        try:
+            revision = repo.update(updated, expected_revision=current, author=author, message=message)
+        except StaleRevision as exc:  # another write came first: merge over that one
+            current = exc.current if exc.current > current else repo.current_revision(name)
+            continue
+        tell(uow, "rating_table", name, revision, author)
+        return updated.at_revision(revision)
+    raise StaleRevision(name, expected_revision, repo.current_revision(name))
+
+
+#: How many times an edit is merged again over a write that came first before it is refused.
+_MERGE_ATTEMPTS = 10
+
+
+def _edited_row(table: RatingTable, keyword: str, changes: Mapping[str, Any]) -> Rating:
+    """``keyword``'s row of ``table`` with ``changes`` (a None value removes the field)."""
     current = table.get(keyword)
-    base = current.as_dict() if current is not None else {}
-    merged = {k: v for k, v in {**base, **changes, "algorithm": keyword}.items() if v is not None}
-    rating = Rating.from_dict(merged, f"ratings[{keyword}]")
-    updated = table.with_rating(rating)
-    revision = repo.update(updated, expected_revision=expected_revision, author=author,
-                           message=f"edited {keyword}")
-    tell(uow, "rating_table", name, revision, author)
-    return updated.at_revision(revision)
+    before = current.as_dict() if current is not None else {}
+    row = {k: v for k, v in {**before, **changes, "algorithm": keyword}.items() if v is not None}
+    return Rating.from_dict(row, f"ratings[{keyword}]")
 
 
 def delete_table(*, uow: UnitOfWork, name: str, default_table: str) -> None:

@@ -1,4 +1,5 @@
-"""Console sessions: sign in with an API token, find the signed-in token, sign out.
+"""Console sessions: sign in with an API token, find the signed-in token (or the identity
+provider's user: :mod:`app.services.console_oidc`), sign out.
 
 A session never outlives its token: every request checks the token again, so a revoked or
 expired token ends its sessions at once (see :mod:`app.domain.sessions` for what is stored).
@@ -40,11 +41,14 @@ def sign_in(*, uow: UnitOfWork, presented: str | None, ttl: timedelta, now: date
 
 
 def resolve(*, uow: UnitOfWork, session_id: str | None, now: datetime | None = None,
-            ) -> tuple[SessionRecord, TokenRecord]:
-    """The live session behind a session id and its token, checked now.
+            mapping_hash: str | None = None) -> tuple[SessionRecord, TokenRecord | None]:
+    """The live session behind a session id and its token, checked now. A session of the identity
+    provider's user has no token (None): it holds only while it was granted under
+    ``mapping_hash``, the fingerprint of the provider's mapping now (None: no such sign-in now).
 
     Raises:
-        Unauthenticated: no such session, it has expired, or its token is revoked or expired.
+        Unauthenticated: no such session, it has expired, its token is revoked or expired, or the
+            mapping it was granted under is not the one now.
     """
     if not session_id or len(session_id) > 128:
         raise Unauthenticated()
@@ -52,6 +56,10 @@ def resolve(*, uow: UnitOfWork, session_id: str | None, now: datetime | None = N
     record = uow.sessions.find(hash_session_id(session_id))
     if record is None or not record.live(at):
         raise Unauthenticated()
+    if record.token_id is None:
+        if mapping_hash is None or record.mapping_hash != mapping_hash:
+            raise Unauthenticated()
+        return record, None
     token = uow.tokens.find(record.token_id)
     if token is None or not token.usable(at):
         raise Unauthenticated()

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.ui.pages import routers
+from app.ui.pages import not_found, routers
 from app.ui.render import SECURITY_HEADERS
 
 __all__ = ["install"]
@@ -41,3 +41,4 @@ def install(app: FastAPI) -> None:
     app.mount("/ui/static", _Headers(static), name="ui-static")
     for router in routers:
         app.include_router(router)
+    app.include_router(not_found.router)  # last: any other path under /ui is a 404 page

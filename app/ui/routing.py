@@ -35,7 +35,9 @@ def _sign_in(request: Request) -> Response:
 
 
 def _refused(request: Request, status: int, title: str, message: str) -> Response:
-    return page("error.html", {"title": title, "message": message, "console": None}, status=status)
+    """The error page, with the navigation when the request's session was found."""
+    return page("error.html", {"title": title, "message": message,
+                               "console": getattr(request.state, "console", None), "section": None}, status=status)
 
 
 class ConsoleRoute(QossRoute):

@@ -4,7 +4,9 @@
   when the request came over TLS (directly, or from a trusted proxy's ``X-Forwarded-Proto``:
   :mod:`app.web.provenance`), and expires with the session.
 - Every request finds the session and checks its token again
-  (:func:`app.services.ui_sessions.resolve`): a revoked token is signed out at once.
+  (:func:`app.services.ui_sessions.resolve`): a revoked token is signed out at once. A session of
+  the identity provider's user (:mod:`app.services.console_oidc`) has no token: it holds while
+  the provider's mapping is the one it was granted under (``app.state.oidc``).
 - Every change needs the session's CSRF token, in the form (``csrf``) or in the
   ``X-CSRF-Token`` header htmx sends; then the token's scope (403 otherwise).
 - A form may be ``application/x-www-form-urlencoded`` (at most 64 KiB) or, to upload a file,
@@ -43,7 +45,7 @@ from urllib.parse import parse_qsl, urlsplit
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from app.domain.auth import TokenRecord, check_scopes
+from app.domain.auth import Forbidden, TokenRecord
 from app.domain.ports import UnitOfWork
 from app.domain.sessions import csrf_matches, csrf_token
 from app.services.ui_sessions import resolve
@@ -104,26 +106,23 @@ class CsrfRefused(Exception):
 
 @dataclass(frozen=True)
 class Console:
-    """The signed-in token, its session id (for the CSRF token) and what it may do."""
+    """Who is signed in: the token, or the identity provider's user (``token`` None, ``scopes``
+    as the mapping gave them); the session id (for the CSRF token) and what they may do."""
 
-    token: TokenRecord
+    token: TokenRecord | None
     session_id: str
+    name: str
+    scopes: frozenset[str]
+    #: Whose streams an event stream counts against: the token's id, or ``oidc:<subject>``.
+    holder: str
 
     @property
     def csrf(self) -> str:
         return csrf_token(self.session_id)
 
-    @property
-    def name(self) -> str:
-        return self.token.name
-
     def may(self, scope: str) -> bool:
-        """Whether the token has ``scope`` (or ``admin``): what it may not do is not shown."""
-        try:
-            check_scopes(self.token, scope)
-        except PermissionError:
-            return False
-        return True
+        """Whether the session has ``scope`` (or ``admin``): what it may not do is not shown."""
+        return scope in self.scopes or "admin" in self.scopes
 
     def may_any(self, scopes: list[str]) -> bool:
         """Whether the token has one of ``scopes`` (any token, for none): a page shown to each of them."""
@@ -136,12 +135,19 @@ def console(request: Request, uow: ReadUnitDep) -> Console:
     session_id = request.cookies.get(SESSION_COOKIE)
     if not session_id:
         raise SignInRequired()
+    oidc = getattr(request.app.state, "oidc", None)  # the identity provider's sign-in, if configured
     try:
-        _, token = resolve(uow=uow, session_id=session_id)
+        record, token = resolve(uow=uow, session_id=session_id, mapping_hash=oidc.fingerprint if oidc else None)
     except PermissionError as exc:  # Unauthenticated
         raise SignInRequired() from exc
-    request.state.principal = Principal(token.id, token.name, token.scopes)
-    return Console(token=token, session_id=session_id)
+    if token is not None:
+        found = Console(token=token, session_id=session_id, name=token.name, scopes=token.scopes, holder=token.id)
+    else:
+        found = Console(token=None, session_id=session_id, name=record.user_name or "", scopes=record.scopes or
+                        frozenset(), holder=record.holder)
+    request.state.principal = Principal(token.id if token else None, found.name, found.scopes)
+    request.state.console = found  # an error page keeps the nav
+    return found
 
 
 ConsoleDep = Annotated[Console, Depends(console)]
@@ -309,8 +315,8 @@ def writer(scope: str | None) -> Callable[..., Awaitable[Console]]:
         presented = form.get("csrf") or request.headers.get("x-csrf-token")
         if not csrf_matches(who.session_id, presented):
             raise CsrfRefused()
-        if scope is not None:
-            check_scopes(who.token, scope)  # Forbidden: 403
+        if scope is not None and not who.may(scope):
+            raise Forbidden(scope)  # 403
         return who
 
     return dependency

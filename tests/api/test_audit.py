@@ -116,7 +116,7 @@ async def test_every_kind_of_change_and_refusal_writes_exactly_one_record(
     details = {label: next(r["detail"] for r in records if r["request_id"] == rid) for rid, *_, label in sent}
     assert details["token created"] == f"token {token['id']} created, scopes tunnels:read"
     assert details["agent request rejected"].startswith("AgentRejected: ")
-    assert details["rating edit on a stale revision"] == "StaleRevision"
+    assert details["rating edit on a stale revision"] == "EditConflict"
     assert details["negotiation with nothing feasible"] == "NoFeasibleSuite"
     assert details["bad input"] == "ValidationError"
     assert details["no token"] == "Unauthenticated"

@@ -60,7 +60,7 @@ async def test_stale_if_match_is_409_and_changes_nothing(client: httpx.AsyncClie
     stale = await client.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"integrity": 1},
                                headers={"If-Match": '"1"'})
     assert stale.status_code == 409
-    assert stale.json()["error"] == "StaleRevision"
+    assert stale.json()["error"] == "EditConflict"  # the same field changed since, to another value
     assert stale.headers["etag"] == '"2"'
     rows = {x["algorithm"]: x for x in (await client.get("/v1/rating-tables/esaf-2006")).json()["ratings"]}
     assert rows["md5"]["integrity"] == 3

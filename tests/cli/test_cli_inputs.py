@@ -103,8 +103,9 @@ def test_standard_input_that_is_not_utf8_is_refused(db: Path) -> None:
 
 def test_a_missing_file_is_one_clear_error(db: Path, tmp_path: Path) -> None:
     missing = tmp_path / "nowhere.yaml"
-    assert _refusal(_qoss_capped("ratings", "import", str(missing), db=db)) == \
-        f"cannot read {missing}: No such file or directory"
+    done = _qoss_capped("ratings", "import", str(missing), db=db)
+    assert _refusal(done) == f"{missing}: no such file"
+    assert len(done.stderr.splitlines()) == 1
 
 
 def test_a_directory_is_refused(db: Path, tmp_path: Path) -> None:

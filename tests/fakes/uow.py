@@ -308,7 +308,7 @@ class FakeSessions(_Store):
     _attribute = "sessions"
 
     def add(self, record: SessionRecord) -> None:
-        if record.token_id not in self._uow.read().tokens:
+        if record.token_id is not None and record.token_id not in self._uow.read().tokens:
             raise ValueError(f"no token {record.token_id!r}: a session belongs to a token (a foreign key)")
         self._write()[record.id_hash] = record
 

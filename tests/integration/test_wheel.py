@@ -56,6 +56,8 @@ def test_the_wheel_carries_migrations_and_shipped_data_and_no_tests(wheel: Path)
     assert "app/_shipped/policies/voip.yaml" in names
     assert "app/_shipped/migrations/env.py" in names
     assert {"app/ui/templates/base.html", "app/ui/static/htmx.min.js", "app/ui/static/htmx.LICENSE"} <= set(names)
+    assert {f"app/api/docs/static/{f}" for f in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js",
+                                                 "swagger-ui.LICENSE", "redoc.LICENSE")} <= set(names)
     assert any(n.startswith("app/_shipped/migrations/versions/") and n.endswith(".py") for n in names)
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/"))]
 
@@ -104,5 +106,7 @@ def test_the_installed_wheel_migrates_serves_and_negotiates_from_an_empty_direct
     console = httpx.get(f"{base}/ui/login", timeout=10)  # the console's templates and static files travel too
     assert console.status_code == 200 and 'name="token"' in console.text  # noqa: PT018
     assert httpx.get(f"{base}/ui/static/htmx.min.js", timeout=10).status_code == 200
+    for asset in ("swagger-ui-bundle.js", "redoc.standalone.js"):  # /docs and /redoc from the installed package
+        assert httpx.get(f"{base}/docs/static/{asset}", timeout=10).status_code == 200, asset
     assert (work / "qoss.db").is_file()
     assert not (work / "app").exists()

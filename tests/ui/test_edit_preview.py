@@ -162,7 +162,10 @@ async def test_a_stale_revision_is_a_conflict_at_the_preview_and_at_the_save(
             assert f"revision {before + 1} is current now" in stale.text
             again = _resent(stale.text, f"{ROW}/preview")  # mine, previewed over theirs
             assert again == {**save, "revision": str(before + 1)}
-            assert f"Preview mine over revision {before + 1}" in stale.text
+            assert f"Re-apply mine over revision {before + 1}" in stale.text
+            assert "reason is &#39;bob&#39;s&#39;" not in stale.text  # values are shown as they are, not quoted
+            assert f"reason is bob&#39;s in revision {before + 1} (theirs); you entered previewed in the console" in (
+                stale.text)
         assert await _revision(api) == before + 1
         html = (await alice.post(f"{ROW}/preview", data=again)).text
         assert (await alice.post(ROW, data=_resent(html, ROW))).status_code == 303

@@ -64,22 +64,27 @@ async def test_a_row_is_added_over_if_match_and_is_a_revision(browser: Browser, 
     assert 'id="row-sha512"' in (await client.get(TABLE)).text
 
 
-async def test_adding_on_a_stale_revision_or_a_bad_row_saves_nothing_and_keeps_the_form(
+async def test_adding_on_an_older_revision_merges_and_a_bad_row_saves_nothing_and_keeps_the_form(
         browser: Browser, token: Callable[..., str]) -> None:
     client = browser()
     csrf = await sign_in(client, token())
     assert (await client.post(f"{TABLE}/ratings", data=_add(csrf, 1, algorithm="sha256_96"))).status_code == 303
-    stale = await client.post(f"{TABLE}/ratings", data=_add(csrf, 1))
+    merged = await client.post(f"{TABLE}/ratings", data=_add(csrf, 1))  # on revision 1: merged over revision 2
+    assert (merged.status_code, merged.headers["location"]) == (303, f"{TABLE}?saved=sha512&over=1#row-sha512")
+    grid = (await client.get(merged.headers["location"])).text
+    assert "Your edit of sha512 is saved in revision 3, merged with what others saved since revision 1 (sha256_96)" in (
+        grid)
+    stale = await client.post(f"{TABLE}/ratings", data=_add(csrf, 9, algorithm="sha384"))  # no such revision
     assert stale.status_code == 409
-    assert "changed while you had it open" in stale.text and "revision 2 is current" in stale.text  # noqa: PT018
-    assert 'value="sha512"' in stale.text and 'name="revision" value="2"' in stale.text  # noqa: PT018
+    assert "changed while you had it open" in stale.text and "revision 3 is current" in stale.text  # noqa: PT018
+    assert 'value="sha384"' in stale.text and 'name="revision" value="3"' in stale.text  # noqa: PT018
     for bad, status, says in (({"algorithm": "nope"}, 422, "unknown algorithm"),
                               ({"integrity": "11"}, 422, "integrity"),
                               ({"algorithm": "sha1"}, 409, "has a row sha1 already")):
-        answer = await client.post(f"{TABLE}/ratings", data=_add(csrf, 2, **bad))
+        answer = await client.post(f"{TABLE}/ratings", data=_add(csrf, 3, **{"algorithm": "sha384", **bad}))
         assert answer.status_code == status, bad
         assert says in answer.text and 'role="alert"' in answer.text  # noqa: PT018
-    assert (await _api(client))["revision"] == 2
+    assert (await _api(client))["revision"] == 3
 
 
 async def test_a_row_is_removed_after_a_confirmation_and_stale_removal_is_refused(

@@ -207,14 +207,25 @@ class ApiTokenRow(Base):
 
 
 class UiSessionRow(Base):
-    """A console session: the SHA-256 of its id (never the id), its token, when it ends."""
+    """A console session: the SHA-256 of its id (never the id), when it ends, and whose it is: an
+    API token's, or a user's signed in with the identity provider (their subject, name, scopes
+    and the fingerprint of the mapping that gave them those)."""
 
     __tablename__ = "ui_sessions"
+    __table_args__ = (CheckConstraint(
+        "(token_id IS NOT NULL AND subject IS NULL AND scopes IS NULL AND mapping_hash IS NULL) OR "
+        "(token_id IS NULL AND subject IS NOT NULL AND user_name IS NOT NULL AND scopes IS NOT NULL "
+        "AND mapping_hash IS NOT NULL)", name="one_kind"),)
 
     id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
-    token_id: Mapped[str] = mapped_column(String(12), ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    token_id: Mapped[str | None] = mapped_column(
+        String(12), ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    subject: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    user_name: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    scopes: Mapped[list[str] | None] = mapped_column(Json, nullable=True)
+    mapping_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class AuditRow(Base):

@@ -137,7 +137,10 @@ def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
     uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep,
     edit: EditDep) -> Any:
-    """Edit (or add) one algorithm's rating: a new revision of the table. ``?dry_run=true``:
+    """Edit (or add) one algorithm's rating: a new revision of the table. ``If-Match`` names the
+    revision the edit was made on; if others saved since, the edit lands on top of theirs when
+    none of the values it changes was changed since, else 409 ``EditConflict`` naming each row
+    and field with their value and yours (nothing written). ``?dry_run=true``:
     nothing is kept; the answer is the table it would make and, for every running tunnel,
     whether it would fall below its minimums, get a cheaper or different choice, or stay
     (old and new suite). Otherwise the tunnels it concerns are negotiated again after it: one

@@ -12,6 +12,7 @@ from app.ui.pages import (
     audit,
     device,
     measurements,
+    oidc,
     playground,
     policies,
     signin,
@@ -24,4 +25,4 @@ __all__ = ["routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, table_changes, tables, playground, policies, tunnels, agent, device, measurements, audit))
+    signin, oidc, table_changes, tables, playground, policies, tunnels, agent, device, measurements, audit))

@@ -1,4 +1,5 @@
-"""Signing in and out: a server-side session for an API token, its id in an HttpOnly cookie."""
+"""Signing in and out: a server-side session for an API token (or, through :mod:`app.ui.pages.oidc`,
+for the identity provider's user), its id in an HttpOnly cookie."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from starlette.responses import RedirectResponse, Response
 
 from app.domain.auth import Unauthenticated
 from app.services import ui_sessions
+from app.services.console_oidc import OidcSignIn
 from app.ui.pages.common import AnyWriter, console_router, failed
+from app.ui.pages.oidc import post_logout_url
 from app.ui.render import page
 from app.ui.session import (
     LoginFormDep,
@@ -37,7 +40,7 @@ def home() -> Response:
 def login_form(request: Request, uow: UnitDep) -> Response:
     """The sign-in form (its CSRF value, a nonce this server signs, is also a short-lived cookie)."""
     nonce = new_login_nonce(login_key(uow))
-    response = page("login.html", {"console": None, "csrf": nonce, "error": None})
+    response = page("login.html", {"console": None, "csrf": nonce, "error": None, "oidc_name": _oidc_name(request)})
     set_login_cookie(response, request, nonce)
     return response
 
@@ -55,7 +58,7 @@ def login(request: Request, form: LoginFormDep, uow: UnitDep, settings: Settings
     except Unauthenticated:
         failed(request, "Unauthenticated", 401)
         nonce = new_login_nonce(key)
-        response = page("login.html", {"console": None, "csrf": nonce,
+        response = page("login.html", {"console": None, "csrf": nonce, "oidc_name": _oidc_name(request),
                                        "error": "That token was not accepted (unknown, expired or revoked)."},
                         status=401)
         set_login_cookie(response, request, nonce)
@@ -73,6 +76,19 @@ def logout(request: Request, who: AnyWriter, uow: UnitDep) -> Response:
     """End the session (CSRF-checked, so another site cannot sign an admin out)."""
     ui_sessions.sign_out(uow=uow, session_id=who.session_id)
     request.state.audit_detail = "console sign-out"
-    response = RedirectResponse("/ui/login", status_code=303)
+    config: OidcSignIn | None = getattr(request.app.state, "oidc", None)
+    end_session = (config.provider.end_session_url(post_logout_redirect_uri=post_logout_url(request, config))
+                   if config is not None and who.token is None else None)
+    response: Response
+    if end_session is None:
+        response = RedirectResponse("/ui/login", status_code=303)
+    else:  # the identity provider's user: on to the provider's sign-out (a page: CSP form-action is 'self')
+        response = page("signed_out.html", {"end_session_url": end_session, "provider": config.name if config else ""})
     clear_session_cookie(response, request)
     return response
+
+
+def _oidc_name(request: Request) -> str | None:
+    """The identity provider's name for the sign-in button (None: no such sign-in)."""
+    config: OidcSignIn | None = getattr(request.app.state, "oidc", None)
+    return config.name if config is not None else None

@@ -48,7 +48,8 @@ def _stale_page(request: Request, who: Console, uow: UnitOfWork, name: str,
 @router.post("/tables/{name}/ratings")
 def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
             cache: CacheDep) -> Response:
-    """Add an algorithm's row: a new revision based on the one the form was opened at."""
+    """Add an algorithm's row: a new revision based on the one the form was opened at (merged over
+    newer revisions when they did not add it too; the grid then says so)."""
     expected = form_revision(form)
     adding = {f: form.get(f, "") for f in _ROW_FIELDS}
     current = svc.get_table(uow=uow, name=name)
@@ -56,8 +57,8 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
         keyword = lookup(adding["algorithm"]).keyword
         if current.get(keyword) is not None:
             raise AlreadyExists(f"{name} has a row {keyword} already: edit it in the grid")
-        svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=rating_patch(form),
-                          expected_revision=expected, author=actor)
+        added = svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=rating_patch(form),
+                                  expected_revision=expected, author=actor)
     except StaleRevision:
         return _stale_page(request, who, uow, name, adding=adding)
     except (InvalidInput, AlreadyExists) as exc:
@@ -66,7 +67,8 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
         return table_page(who, current, notice=f"Not added: {exc.message}", adding=adding, status=status)
     cache.invalidate(name)
     count_revision(request, "rating_table")
-    return RedirectResponse(f"/ui/tables/{name}#row-{keyword}", status_code=303)
+    merged = f"?saved={keyword}&over={expected}" if added.revision > expected + 1 else ""
+    return RedirectResponse(f"/ui/tables/{name}{merged}#row-{keyword}", status_code=303)
 
 
 @router.get("/tables/{name}/ratings/{keyword}/remove")

@@ -8,18 +8,19 @@ redirect (reading works without JavaScript).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Query, Request
 from pydantic import ValidationError
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from app.adapters import files
 from app.domain.algorithms import CATALOGUE, lookup
 from app.domain.auth import Forbidden
-from app.domain.errors import InvalidInput, NotFound, StaleRevision
+from app.domain.errors import EditConflict, InvalidInput, NotFound, StaleRevision
 from app.domain.ports import UnitOfWork
 from app.domain.ratings import Rating, RatingTable
+from app.domain.revisions import diff_tables
 from app.measure.services.latest import latest_measurement
 from app.services import ratings as svc
 from app.settings import Settings
@@ -80,16 +81,52 @@ def _grid(table: RatingTable) -> list[dict[str, Any]]:
 def table_page(who: Console, table: RatingTable, *, editing: str | None = None,
                conflict: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
                notice: str | None = None, adding: dict[str, str] | None = None,
-               preview: dict[str, Any] | None = None, status: int = 200) -> Response:
+               preview: dict[str, Any] | None = None, status: int = 200, marked: str | None = None,
+               merged: str | None = None) -> Response:
     """The grid; ``notice`` says why a change was refused, ``adding`` refills the add-a-row form,
-    ``preview`` is an edit's impact shown in its row."""
+    ``preview`` is an edit's impact shown in its row, ``merged`` says that the row ``marked`` was
+    saved over others' newer changes."""
     rows = _grid(table)
     if error is not None:  # the row being edited shows what the admin typed
         rows = [{**r, **error["mine"]} if r["algorithm"] == error["keyword"] else r for r in rows]
     missing = [{"keyword": k, "kind": a.kind.value} for k, a in CATALOGUE.items() if k not in table.ratings]
-    return page("table.html", {"console": who, "table": table, "rows": rows, "editing": editing,
-                               "conflict": conflict, "error": error, "notice": notice, "adding": adding or {},
-                               "missing": missing, "preview": preview}, status=status)
+    return page("table.html", {"console": who, "table": table, "rows": _with_conflict(rows, conflict),
+                               "editing": editing, "conflict": conflict, "error": error, "notice": notice,
+                               "adding": adding or {}, "missing": missing, "preview": preview, "marked": marked,
+                               "status": merged}, status=status)
+
+
+def _with_conflict(rows: list[dict[str, Any]], conflict: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The grid's rows, with a place for the conflict of a row removed since (at the end)."""
+    if conflict is None or any(r["algorithm"] == conflict["keyword"] for r in rows):
+        return rows
+    return [*rows, {"algorithm": conflict["keyword"]}]
+
+
+def _grid_answer(who: Console, table: RatingTable, *, marked: str | None = None,
+                 conflict: dict[str, Any] | None = None, merged: str | None = None, status: int = 200) -> Response:
+    """An edit's answer to htmx: every row of ``table`` (the grid's body swapped whole, so that no
+    row keeps an older revision's values), its revision in the heading and the status line."""
+    context = {"console": who, "table": table, "rows": _with_conflict(_grid(table), conflict), "editing": None,
+               "conflict": conflict, "error": None, "preview": None, "marked": marked, "status": merged}
+    return page("_grid_answer.html", context, status=status,
+                headers={"HX-Retarget": "#grid-rows", "HX-Reswap": "outerHTML"})
+
+
+def _merged_note(uow: UnitOfWork, table: RatingTable, keyword: str, over: int) -> str | None:
+    """What the status line says after ``keyword``'s edit made on revision ``over`` was saved
+    over newer revisions (None if it was not: ``table`` is the next revision)."""
+    if table.revision <= over + 1:
+        return None
+    try:
+        base = svc.table_revision(uow=uow, name=table.name, revision=over)
+    except NotFound:
+        return None
+    others = sorted({c["algorithm"] or c["field"] for c in diff_tables(base.as_dict(), table.as_dict())
+                     if c["algorithm"] != keyword})
+    kept = f" ({', '.join(others)})" if others else ""
+    return (f"Your edit of {keyword} is saved in revision {table.revision}, merged with what others saved since "
+            f"revision {over}{kept}. The grid shows revision {table.revision}.")
 
 
 def _rating(table: RatingTable, keyword: str) -> Rating:
@@ -100,8 +137,14 @@ def _rating(table: RatingTable, keyword: str) -> Rating:
 
 
 @router.get("/tables/{name}")
-def table(name: TableName, who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    return table_page(who, svc.get_table(uow=uow, name=name))
+def table(name: TableName, who: ConsoleDep, uow: ReadUnitDep,
+          saved: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")] = None,
+          over: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> Response:
+    """The grid; after a plain form's edit saved over newer revisions (``saved``, made on
+    revision ``over``), its status line says so."""
+    current = svc.get_table(uow=uow, name=name)
+    merged = _merged_note(uow, current, saved, over) if saved and over else None
+    return table_page(who, current, marked=saved if merged else None, merged=merged)
 
 
 @router.get("/tables/{name}/ratings/{keyword}")
@@ -115,15 +158,22 @@ def row(name: TableName, keyword: Keyword, request: Request, who: ConsoleDep, uo
 
 
 @router.get("/tables/{name}/ratings/{keyword}/edit")
-def edit_row(name: TableName, keyword: Keyword, request: Request, who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    """The row as a form, based on the current revision (403 without ``ratings:write``)."""
+def edit_row(name: TableName, keyword: Keyword, request: Request, who: ConsoleDep, uow: ReadUnitDep,
+             revision: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> Response:
+    """The row as a form (403 without ``ratings:write``), based on the current revision, or for
+    htmx on ``revision``, the one the grid shows: the admin edits the values they see, and
+    saving merges the edit over whatever was saved since."""
     if not who.may("ratings:write"):
         raise Forbidden("ratings:write")
     current = svc.get_table(uow=uow, name=name)
-    rating = _rating(current, keyword)
+    shown = current
+    if is_htmx(request) and revision is not None and revision < current.revision:
+        past = svc.table_revision(uow=uow, name=name, revision=revision)
+        shown = past if past.get(keyword) is not None else current
+    rating = _rating(shown, keyword)  # 404 for a row the table lacks
     if not is_htmx(request):
         return table_page(who, current, editing=keyword)
-    return page("_row_edit.html", {"console": who, "table": current, "r": grid_row(rating), "error": None})
+    return page("_row_edit.html", {"console": who, "table": shown, "r": grid_row(rating), "error": None})
 
 
 def rating_patch(form: dict[str, str]) -> dict[str, Any]:
@@ -149,9 +199,11 @@ def _edited(name: str, keyword: str, request: Request, who: Console, form: dict[
     """Make the form's edit of one row in ``uow``, based on the revision the form names (If-Match):
     the edited table, or the answer to a refused edit, nothing of it made.
 
-    A concurrent edit (``StaleRevision``) answers 409 with both values side by side: the admin
-    re-applies theirs (based on the new revision) or drops it. A bad value answers 422 with
-    the form again.
+    An edit made on an older revision is merged over the latest one by the service; a value
+    others changed since to another value (``EditConflict``) answers 409 with the whole grid at
+    the latest revision and, in the row, each such field with their value and the admin's, to
+    keep theirs or re-apply the admin's (both previewed over the latest revision). A bad value answers
+    422 with the form again.
     """
     mine = {f: form.get(f, "") for f in _FIELDS}
     expected = form_revision(form)
@@ -159,13 +211,12 @@ def _edited(name: str, keyword: str, request: Request, who: Console, form: dict[
         changes = rating_patch(form)
         return svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=changes,
                                  expected_revision=expected, author=actor)
-    except StaleRevision:
-        failed(request, "StaleRevision", 409)
+    except StaleRevision as exc:
+        failed(request, type(exc).__name__, 409)
         current = svc.get_table(uow=uow, name=name)
-        conflict = {"keyword": keyword, "mine": mine, "theirs": grid_row(_rating(current, keyword)),
-                    "revision": current.revision, "based_on": expected}
+        conflict = _conflict(uow, current, keyword, form, exc)
         if is_htmx(request):
-            return page("_row_conflict.html", {"console": who, "table": current, "c": conflict}, status=409)
+            return _grid_answer(who, current, conflict=conflict, status=409)
         return table_page(who, current, conflict=conflict, status=409)
     except InvalidInput as exc:
         failed(request, type(exc).__name__, 422)
@@ -178,6 +229,63 @@ def _edited(name: str, keyword: str, request: Request, who: Console, form: dict[
         return table_page(who, current, editing=keyword, error=error, status=422)
 
 
+def _shown(value: Any) -> str:
+    """A value as a form field holds it: nothing for None."""
+    return "" if value is None else str(value)
+
+
+def _values(rating: Rating | None) -> dict[str, Any]:
+    """A row's editable fields (None where absent, the reason "" where none)."""
+    row = rating.as_dict() if rating is not None else {}
+    return {**{f: row.get(f) for f in _FIELDS}, "reason": row.get("reason") or ""}
+
+
+def _clash_text(clash: dict[str, Any], current: int, based_on: int) -> str:
+    """One field changed on both sides, in words: theirs, the admin's, and what it was."""
+    if clash["field"] == "*":
+        return (f"{clash['algorithm']} was removed from the table in revision {current}: nothing to edit. "
+                "To rate it again, add it with Add an algorithm.")
+    field = str(clash["field"]).replace("_", " ")
+    return (f"{field} is {_shown(clash['theirs']) or 'empty'} in revision {current} (theirs); you entered "
+            f"{_shown(clash['mine']) or 'nothing'}; it was {_shown(clash['base']) or 'empty'} in revision {based_on}.")
+
+
+def _conflict(uow: UnitOfWork, current: RatingTable, keyword: str, form: dict[str, str],
+              exc: StaleRevision) -> dict[str, Any]:
+    """A refused edit of ``keyword``'s row, shown in the row: each field both sides changed, and
+    what each way out sends (previewed over the latest revision): ``reapply`` the admin's values
+    where they clash, ``keep`` theirs there (None when the admin changed nothing else: then
+    keeping theirs is showing the row). Fields only the admin changed go with either; fields only
+    others changed keep their value."""
+    based_on = form_revision(form)
+    clashes = [c for c in exc.conflicts if c["algorithm"] == keyword] if isinstance(exc, EditConflict) else []
+    conflict: dict[str, Any] = {"keyword": keyword, "based_on": based_on, "revision": current.revision,
+                                "clashes": [_clash_text(c, current.revision, based_on) for c in clashes],
+                                "fields": [], "reapply": None, "keep": None, "theirs": None}
+    theirs_rating = current.get(keyword)
+    if theirs_rating is None:
+        return conflict
+    try:
+        base_rating = svc.table_revision(uow=uow, name=current.name, revision=based_on).get(keyword)
+    except NotFound:
+        base_rating = theirs_rating
+    typed = {f: form.get(f, "") for f in _FIELDS}
+    mine = {**_values(None), **rating_patch(form)}
+    mine["reason"] = mine["reason"] or ""
+    base, theirs = _values(base_rating), _values(theirs_rating)
+    clashing = {c["field"] for c in clashes}
+    reapply, keep = {}, {}
+    for f in _FIELDS:
+        if f in clashing:
+            reapply[f], keep[f] = typed[f], _shown(theirs[f])
+        else:
+            reapply[f] = keep[f] = typed[f] if mine[f] != base[f] else _shown(theirs[f])
+        conflict["fields"].append({"name": f, "theirs": _shown(theirs[f]), "mine": reapply[f],
+                                   "base": _shown(base[f])})
+    others = any(keep[f] != _shown(theirs[f]) for f in _FIELDS)
+    return {**conflict, "theirs": grid_row(theirs_rating), "reapply": reapply, "keep": keep if others else None}
+
+
 @router.post("/tables/{name}/ratings/{keyword}/preview")
 def preview_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
                 uow: UnitDep, actor: ActorDep, settings: SettingsDep) -> Response:
@@ -187,10 +295,12 @@ def preview_row(name: TableName, keyword: Keyword, request: Request, who: Rating
     edited = _edited(name, keyword, request, who, form, uow, actor)
     if isinstance(edited, Response):
         return edited
+    after = grid_row(_rating(edited, keyword))  # the row as saving would make it (merged over newer revisions)
     assessed = impact_of(request, uow, settings)
     current = svc.get_table(uow=uow, name=name)
     shown = {"keyword": keyword, "mine": {f: form.get(f, "") for f in _FIELDS}, "revision": int(form["revision"]),
-             "now": grid_row(_rating(current, keyword)), "impact": assessed}
+             "now": grid_row(_rating(current, keyword)), "now_revision": current.revision,
+             "after": {f: _shown(after[f]) for f in _FIELDS}, "impact": assessed}
     if is_htmx(request):
         return page("_row_preview.html", {"console": who, "table": current, "p": shown})
     return table_page(who, current, preview=shown)
@@ -199,15 +309,20 @@ def preview_row(name: TableName, keyword: Keyword, request: Request, who: Rating
 @router.post("/tables/{name}/ratings/{keyword}")
 def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
              uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
-    """Save one row with If-Match semantics: the form names the revision it was based on (a
-    concurrent edit or a bad value: see :func:`_edited`)."""
+    """Save one row with If-Match semantics: the form names the revision it was based on (merged
+    over newer revisions, a conflict or a bad value: see :func:`_edited`). htmx gets the whole
+    grid at the saved revision, whose status line says when the edit was merged; a plain form
+    is sent to the grid (with ``saved`` and ``over`` when merged)."""
     saved = _edited(name, keyword, request, who, form, uow, actor)
     if isinstance(saved, Response):
         return saved
     cache.invalidate(name)
+    over = form_revision(form)
+    merged = _merged_note(uow, saved, keyword, over)
     if is_htmx(request):
-        return page("_row.html", {"console": who, "table": saved, "r": grid_row(_rating(saved, keyword)),
-                                  "saved": True})
+        return _grid_answer(who, saved, marked=keyword, merged=merged)
+    if merged is not None:
+        return RedirectResponse(f"/ui/tables/{name}?saved={keyword}&over={over}#row-{keyword}", status_code=303)
     return RedirectResponse(f"/ui/tables/{name}#row-{keyword}", status_code=303)
 
 

@@ -131,4 +131,4 @@ async def events(request: Request, who: ConsoleDep,
     session cookie, so no token is ever handed to a script. It ends within a second of the
     session's sign-out or expiry, or of its token's revocation or expiry."""
     start = after if after is not None else int(last_event_id) if last_event_id else None
-    return await follow(request, StreamFollower(who.token.id, hash_session_id(who.session_id)), start)
+    return await follow(request, StreamFollower(who.holder, hash_session_id(who.session_id)), start)

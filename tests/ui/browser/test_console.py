@@ -62,10 +62,10 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
     expect(conflict).to_contain_text("md5 changed while you edited it")
     expect(conflict.locator("tr.differs").filter(has_text="integrity")).to_contain_text("1")
     alice.screenshot(path=screenshots / "conflict.png", full_page=True)
-    conflict.get_by_role("button", name=re.compile("Preview mine over revision")).click()
+    conflict.get_by_role("button", name=re.compile("Re-apply mine over revision")).click()
     alice.locator("#row-md5.preview").get_by_role("button", name="Save md5").click()
     expect(alice.locator("#row-md5.saved").locator("td").nth(2)).to_have_text("3")
-    # the other way out: bob, now stale, drops his
+    # the other way out: bob, now stale, keeps theirs
     bob.locator("#row-md5").get_by_role("link", name="Edit md5").click()
     bob.get_by_label("Integrity of md5").fill("2")
     alice.goto(f"{served.base}/ui/tables/esaf-2006")
@@ -74,7 +74,7 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
     save_previewed(alice, "md5")
     expect(alice.locator("#row-md5.saved")).to_be_visible()
     bob.locator("#row-md5").get_by_role("button", name="Preview").click()
-    bob.locator("#row-md5.conflict").get_by_role("link", name="Drop mine").click()
+    bob.locator("#row-md5.conflict").get_by_role("link", name="Keep theirs").click()
     expect(bob.locator("#row-md5").locator("td").nth(2)).to_have_text("4")
     no_trouble(*watched)
 
@@ -160,4 +160,54 @@ def test_hostile_text_renders_inert(served: Served, new_context: NewContext) -> 
     page.locator("#row-des").get_by_role("link", name="Edit des").click()
     expect(page.get_by_label("Reason for des")).to_have_value(hostile)
     assert page.locator("img").count() == 0
+    no_trouble(watched)
+
+
+def test_an_edit_from_an_older_grid_lands_and_a_true_conflict_is_named(
+        served: Served, new_context: NewContext, screenshots: Path) -> None:
+    """A colleague edits one row through the API; the admin's edit of another row from the older
+    grid is saved over it (the whole grid at the new revision, saying so); then both change one
+    field of a row, and the conflict names it with both values and lets the admin keep theirs."""
+    table = "merge-walk"
+    admin = {"Authorization": f"Bearer {served.admin}"}
+    shipped = httpx.get(f"{served.base}/v1/rating-tables/esaf-2006").json()
+    made = httpx.post(f"{served.base}/v1/rating-tables", headers=admin, json={
+        "name": table, "description": "", "source": "", "ratings": shipped["ratings"]})
+    assert made.status_code == 201, made.text
+
+    def colleague(algorithm: str, body: dict[str, object], revision: int) -> None:
+        r = httpx.patch(f"{served.base}/v1/rating-tables/{table}/ratings/{algorithm}", json=body,
+                        headers={"Authorization": f"Bearer {served.other_editor}", "If-Match": f'"{revision}"'})
+        assert r.status_code == 200, r.text
+
+    page = new_context().new_page()
+    watched = Watched(page)
+    sign_in(page, served.base, served.editor)
+    page.goto(f"{served.base}/ui/tables/{table}")
+    expect(page.locator("#table-revision")).to_have_text("revision 1")
+    colleague("aes128", {"confidentiality": 7}, 1)  # the admin's grid still shows revision 1
+    page.locator("#row-md5").get_by_role("link", name="Edit md5").click()
+    page.get_by_label("Integrity of md5").fill("1")
+    save_previewed(page, "md5")
+    expect(page.locator("#row-md5.saved td").nth(2)).to_have_text("1")
+    expect(page.locator("#row-aes128 td").nth(1)).to_have_text("7")  # the colleague's value, under its heading
+    expect(page.locator("#table-revision")).to_have_text("revision 3")
+    expect(page.locator("#grid-status")).to_contain_text(
+        "Your edit of md5 is saved in revision 3, merged with what others saved since revision 1 (aes128)")
+    page.screenshot(path=screenshots / "merged-save.png", full_page=True)
+
+    page.locator("#row-md5").get_by_role("link", name="Edit md5").click()
+    page.get_by_label("Integrity of md5").fill("4")
+    colleague("md5", {"integrity": 3}, 3)  # the same field, first
+    page.locator("#row-md5").get_by_role("button", name="Preview").click()
+    conflict = page.locator("#row-md5.conflict")
+    expect(conflict).to_contain_text("integrity is 3 in revision 4 (theirs); you entered 4; it was 1 in revision 3.")
+    expect(conflict.locator("tr.differs").filter(has_text="integrity").locator("td")).to_have_text(["3", "4", "1"])
+    expect(conflict.get_by_role("button", name="Re-apply mine over revision 4")).to_be_visible()
+    expect(page.locator("#table-revision")).to_have_text("revision 4")
+    conflict.screenshot(path=screenshots / "row-conflict.png")
+    conflict.get_by_role("link", name="Keep theirs").click()
+    expect(page.locator("#row-md5 td").nth(2)).to_have_text("3")
+    expect(page.get_by_role("link", name="Edit md5")).to_be_visible()
+    assert httpx.get(f"{served.base}/v1/rating-tables/{table}").json()["revision"] == 4
     no_trouble(watched)

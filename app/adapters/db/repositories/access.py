@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, null, select
 from sqlalchemy.orm import Session
 
 from app.adapters.db import audit_chain
@@ -84,8 +84,10 @@ class SessionRepository:
         self.session = session
 
     def add(self, record: SessionRecord) -> None:
-        self.session.add(UiSessionRow(id_hash=record.id_hash, token_id=record.token_id,
-                                      created_at=record.created_at, expires_at=record.expires_at))
+        self.session.add(UiSessionRow(
+            id_hash=record.id_hash, token_id=record.token_id, created_at=record.created_at,
+            expires_at=record.expires_at, subject=record.subject, user_name=record.user_name,
+            scopes=sorted(record.scopes) if record.scopes is not None else null(), mapping_hash=record.mapping_hash))
         self.session.flush()
 
     def find(self, id_hash: str) -> SessionRecord | None:
@@ -93,7 +95,9 @@ class SessionRepository:
         if row is None:
             return None
         return SessionRecord(id_hash=row.id_hash, token_id=row.token_id, created_at=row.created_at,
-                             expires_at=row.expires_at)
+                             expires_at=row.expires_at, subject=row.subject, user_name=row.user_name,
+                             scopes=frozenset(row.scopes) if row.scopes is not None else None,
+                             mapping_hash=row.mapping_hash)
 
     def delete(self, id_hash: str) -> None:
         self.session.execute(delete(UiSessionRow).where(UiSessionRow.id_hash == id_hash))
