@@ -54,8 +54,18 @@ def _summary(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _udp_summary(cell: dict[str, Any]) -> str:
+    lines = [f"{'suite':<24} {'UDP Mbit/s':>13} {'offered':>9} {'jitter ms':>15} {'loss %':>13}"]
+    for row in [{"esp": "(no IPsec)", **cell["baseline"]}, *cell["suites"]]:
+        offered = row.get("offered_mbps")
+        lines.append(f"{row['esp']:<24} {_fmt(row.get('throughput_mbps')):>13} "
+                     f"{offered['median'] if offered else '-':>9} {_fmt(row.get('jitter_ms'), 3):>15} "
+                     f"{_fmt(row.get('loss_percent'), 2):>13}")
+    return "\n".join(lines)
+
+
 def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str, backend: str, date: str,
-                 database_url: str | None, prior: Mapping[str, float] | None = None) -> dict[str, Any]:
+                 database_url: str | None, prior: Mapping[str, float] | None = None, family: int = 4) -> dict[str, Any]:
     from app.adapters.db.engine import make_session_factory
     from app.adapters.files import dump_rating_table_yaml
     from app.bootstrap import engine_for, prepare_database
@@ -70,7 +80,7 @@ def _write_table(*, runs: Sequence[SuiteRun], name: str, base: str, machine: str
     try:
         with unit_of_work(make_session_factory(engine)) as uow:
             table = tunnel_table(name=name, base=get_table(uow=uow, name=base), runs=runs,
-                                 machine=machine, backend=backend, date=date, prior=prior)
+                                 machine=machine, backend=backend, date=date, prior=prior, family=family)
             text = dump_rating_table_yaml(table)
             target = Path("var/bench")
             target.mkdir(parents=True, exist_ok=True)
@@ -105,24 +115,43 @@ def bench_tunnel(
     micro: Annotated[Path | None, typer.Option(help="with --write-table: JSON of `qoss bench micro --out` from "
                                                "this machine; suites tied within the noise of the tunnel "
                                                "samples are then ordered by their crypto cost")] = None,
+    family: Annotated[str, typer.Option(help="address families to measure over: 4, 6, 4,6 or 6,4 (IKE, ESP and "
+                                        "the traffic of family 6 all over IPv6). With --write-table, family 4 "
+                                        "writes NAME and family 6 writes NAME-ipv6")] = "4",
+    protocol: Annotated[str, typer.Option(help="tcp, udp or tcp,udp: TCP throughput and parallel flows; UDP "
+                                          "throughput at the highest rate with <= 1 % loss, with jitter and "
+                                          "loss. RTT by size is measured in either")] = "tcp",
 ) -> None:
     """iperf3 and ping through real ESP tunnels (one per suite) and without IPsec, in a fresh lab (root).
 
     Per suite and repetition: TCP Mbit/s with 1, 2 and 4 flows, mean RTT by ICMP payload
     size (64-1400 B). Reported as median and spread = (max - min) / median. With --cpus the
     charons and iperf3 share the given CPUs, so throughput reflects each suite's CPU cost
-    rather than where the scheduler put them; the document records the set.
+    rather than where the scheduler put them; the document records the set. --family and
+    --protocol give the cells measured (IPv4 and/or IPv6 x TCP and/or UDP; UDP: the highest
+    rate with <= 1 % loss, its jitter and loss); the document has every cell and every sample.
     """
+    from app.cli.common import need_files
     from app.lab.bench import bench_lab, read_micro_prior
     from app.measure.adapters.micro import machine_id
     from app.measure.adapters.pinning import parse_cpus
     from app.measure.adapters.traffic import BenchError
-    from app.measure.adapters.tunnel import run_bench
+    from app.measure.adapters.tunnel import run_matrix
+    from app.measure.domain.matrix import (
+        UDP_LOSS_LIMIT,
+        UDP_PAYLOAD,
+        UDP_SEARCH_STEPS,
+        ipv6_table_name,
+        matrix_document,
+        parse_families,
+        parse_protocols,
+    )
     from app.measure.domain.report import pinning
-    from app.measure.domain.tunnel import bench_document, default_suites, parse_suite
+    from app.measure.domain.tunnel import default_suites, parse_suite
 
     try:
         specs = [parse_suite(s) for s in suites.split(",") if s.strip()] if suites else None
+        families, protocols = parse_families(family), parse_protocols(protocol)
     except QossError as exc:
         typer.echo(exc.message, err=True)
         raise typer.Exit(2) from exc
@@ -131,9 +160,13 @@ def bench_tunnel(
     except ValueError as exc:
         typer.echo(f"--cpus: {exc}", err=True)
         raise typer.Exit(2) from exc
+    if write_table is not None and "tcp" not in protocols:
+        typer.echo("--write-table rates the suites by their TCP throughput: give --protocol tcp or tcp,udp", err=True)
+        raise typer.Exit(2)
     if micro is not None and write_table is None:
         typer.echo("--micro orders the suites of the table --write-table writes: give both", err=True)
         raise typer.Exit(2)
+    need_files(micro)
     try:
         prior = read_micro_prior(micro, machine_id()) if micro is not None else None
     except ValueError as exc:
@@ -144,38 +177,45 @@ def bench_tunnel(
 
         setup_database(database_url)  # before minutes of measuring; one it cannot use is one line (app/cli/db.py)
     try:
-        with bench_lab(database_url) as bl:
+        with bench_lab(database_url, families=families) as bl:
             candidates = bl.candidates()
             specs = specs or default_suites(candidates)
             unusable = {s.name: "not every transform is supported by both gateways, usable by the back end "
                         "and rated" for s in specs if not set(s.transforms) <= set(candidates)}
             specs = [s for s in specs if s.name not in unusable]
-            opener = bl.tunnels(candidates)
-            with typer.progressbar(length=repetitions * (len(specs) + 1), label="measuring",
+            routes = bl.routes(candidates, families)
+            with typer.progressbar(length=repetitions * (len(specs) + 1) * len(families), label="measuring",
                                    file=sys.stderr) as bar:
-                baseline, runs, skipped = run_bench(
-                    initiator=bl.initiator, responder=bl.responder, opener=opener, suites=specs,
-                    repetitions=repetitions, duration=duration, ping_count=ping_count, cpus=cpu_set,
+                matrix = run_matrix(
+                    initiator=bl.initiator, responder=bl.responder, routes=routes, protocols=protocols,
+                    suites=specs, repetitions=repetitions, duration=duration, ping_count=ping_count, cpus=cpu_set,
                     progress=lambda _: bar.update(1))
-            skipped = {**unusable, **skipped}
+            skipped = {**unusable, **matrix.skipped}
             backend = bl.backend
     except (BenchError, QossError) as exc:
         typer.echo(f"bench tunnel failed: {exc}", err=True)
         raise typer.Exit(1) from exc
     machine, date = machine_id(), datetime.now(UTC).date().isoformat()
-    document = bench_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
-                              duration_s=float(duration), baseline=baseline, suites=runs, cpus=cpu_set)
-    typer.echo(_summary(document))
+    document = matrix_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
+                               duration_s=float(duration), cells=matrix.cells, cpus=cpu_set,
+                               udp={"loss_limit_percent": UDP_LOSS_LIMIT, "max_probes": UDP_SEARCH_STEPS,
+                                    "payload_bytes": UDP_PAYLOAD} if "udp" in protocols else None)
+    for cell in document["cells"]:
+        if len(document["cells"]) > 1:
+            typer.echo(f"IPv{cell['family']} {cell['protocol'].upper()}")
+        typer.echo(_summary(cell) if cell["protocol"] == "tcp" else _udp_summary(cell))
     if cpu_set is not None:
         typer.echo(pinning(cpu_set))
     for name, reason in skipped.items():
         typer.echo(f"skipped {name}: {reason}", err=True)
     if out is not None:
         out.write_text(json.dumps(document, indent=2) + "\n")
-    if write_table is not None:
+    tcp_cells = [c for c in matrix.cells if c.protocol == "tcp"]
+    for cell in tcp_cells if write_table is not None else []:
+        name = f"{write_table}" if cell.family == 4 else ipv6_table_name(f"{write_table}")  # docs/ipv6.md
         try:
-            written = _write_table(runs=runs, name=write_table, base=base, machine=machine, backend=backend,
-                                   date=date, database_url=database_url, prior=prior)
+            written = _write_table(runs=cell.suites, name=name, base=base, machine=machine, backend=backend,
+                                   date=date, database_url=database_url, prior=prior, family=cell.family)
         except QossError as exc:
             typer.echo(json.dumps({"error": type(exc).__name__, "detail": exc.detail()}), err=True)
             raise typer.Exit(2) from exc

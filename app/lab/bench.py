@@ -1,6 +1,12 @@
 """A bench lab: two lab hosts registered as gateways in a migrated database, and the tunnels of
 a measurement opened and closed through the tunnel service (``qoss bench tunnel``, the
 benchmarks). Everything it started is stopped on exit, also on failure or SIGTERM.
+
+With ``families`` including 6 the lab's hosts also get their IPv6 addresses and the two
+charons are registered a second time, as an IPv6 pair of gateways (``...-left6``,
+``...-right6``): IKE address ``fd00:71::1`` / ``::2``, inside network ``fd01::/64`` /
+``fd02::/64``. A tunnel between that pair runs IKE and ESP over IPv6 and carries the IPv6
+inside addresses (``fd01::1`` to ``fd02::1``); the IPv4 pair is registered as before.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ if TYPE_CHECKING:
     from app.adapters.vici.gateway import ViciGateway
     from app.domain.tunnels import Gateway
     from app.lab.hosts import Lab, LabHost
-    from app.measure.adapters.tunnel import OpenTunnel
+    from app.measure.adapters.tunnel import OpenTunnel, Route
     from app.measure.domain.tunnel import SuiteSpec
     from app.services.inputs import MinLevelsIn, TunnelIn
     from app.settings import Settings
@@ -132,7 +138,8 @@ class ServiceTunnels:
 
 @dataclass
 class BenchLab:
-    """A running bench lab: two hosts registered as gateways in a migrated database."""
+    """A running bench lab: two hosts registered as gateways in a migrated database (and as an
+    IPv6 pair, ``gateways6``, when the lab has IPv6)."""
 
     lab: Lab
     initiator: LabHost
@@ -140,6 +147,7 @@ class BenchLab:
     gateways: tuple[Gateway, Gateway]
     settings: Settings
     sessions: sessionmaker[Session]
+    gateways6: tuple[Gateway, Gateway] | None = None
 
     @property
     def backend(self) -> str:
@@ -157,14 +165,51 @@ class BenchLab:
         return esp_candidates(supported, libipsec=self.backend == "kernel-libipsec", rated=rated)
 
     def tunnels(self, candidates: Sequence[str], *, rating_table: str | None = None,
-                min_levels: MinLevelsIn | None = None) -> ServiceTunnels:
-        return ServiceTunnels(self.sessions, self.settings, self.gateways[0].name, self.gateways[1].name,
-                              candidates, rating_table, min_levels)
+                min_levels: MinLevelsIn | None = None, family: int = 4) -> ServiceTunnels:
+        """Tunnels between the IPv4 pair of gateways, or with ``family`` 6 the IPv6 pair.
+
+        Raises:
+            ValueError: family 6 in a lab without IPv6.
+        """
+        pair = self.gateways
+        if family == 6:
+            if self.gateways6 is None:
+                raise ValueError("this bench lab has no IPv6: bench_lab(families=(4, 6))")
+            pair = self.gateways6
+        return ServiceTunnels(self.sessions, self.settings, pair[0].name, pair[1].name, candidates, rating_table,
+                              min_levels)
+
+    def routes(self, candidates: Sequence[str], families: Sequence[int]) -> list[Route]:
+        """One :class:`~app.measure.adapters.tunnel.Route` per family, in order: its tunnels and addresses.
+
+        Raises:
+            ValueError: family 6 in a lab without IPv6.
+        """
+        from app.measure.adapters.tunnel import Route
+
+        out = []
+        for family in families:
+            opener = self.tunnels(candidates, family=family)
+            left, right = self.initiator, self.responder
+            if family == 6:
+                if None in (left.ike_address6, right.ike_address6, left.inside_address6, right.inside_address6):
+                    raise ValueError("this bench lab has no IPv6 addresses")
+                out.append(Route(6, opener, (str(left.ike_address6), str(right.ike_address6)),
+                                 (str(left.inside_address6), str(right.inside_address6))))
+            else:
+                out.append(Route(4, opener, (left.ike_address, right.ike_address),
+                                 (left.inside_address, right.inside_address)))
+        return out
 
 
 @contextlib.contextmanager
-def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iterator[BenchLab]:
-    """A lab under a unique prefix and a database; everything is torn down on exit."""
+def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt",
+              families: Sequence[int] = (4,)) -> Iterator[BenchLab]:
+    """A lab under a unique prefix and a database; everything is torn down on exit.
+
+    ``families``: with 6 among them the hosts get their IPv6 addresses too and are also
+    registered as the IPv6 pair of gateways (see the module doc).
+    """
     from app.adapters.db.engine import make_session_factory
     from app.bootstrap import charons, engine_for, prepare_database
     from app.lab.hosts import Lab
@@ -175,7 +220,8 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
     previous = _exit_on_sigterm()
     state = Path(tempfile.mkdtemp(prefix="qoss-bt-", dir="/tmp"))  # short: UNIX socket paths
     tag = uuid.uuid4().hex[:4]
-    lab = Lab(state / "lab", prefix=f"{prefix_hint}{os.getpid() % 10000}-{tag}")
+    ipv6 = 6 in families
+    lab = Lab(state / "lab", prefix=f"{prefix_hint}{os.getpid() % 10000}-{tag}", families=(4, 6) if ipv6 else (4,))
     settings = Settings(database_url=database_url or f"sqlite:///{state}/qoss.db", reconcile_on_start=False)
     engine = None
     names: list[str] = []
@@ -186,15 +232,21 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt") -> Iter
         lab.up()
         left, right = lab.host("left"), lab.host("right")
         registered = []
-        for host in (left, right):
-            body = GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
-                                     ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
+        bodies = [GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
+                            ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
+                  for host in (left, right)]
+        if ipv6:
+            bodies += [GatewayIn(name=f"bt{tag}-{host.name}6", vici_socket=host.vici_socket,
+                                 ike_address=str(host.ike_address6), inside_networks=[str(host.inside_network6)])
+                       for host in (left, right)]
+        for body in bodies:
             with unit_of_work(sessions) as uow:
                 registered.append(gateways.register_gateway(
                     uow=uow, vici=charons(settings), body=body,
                     allowed_socket_dirs=[lab.state_dir]))
             names.append(body.name)
-        yield BenchLab(lab, left, right, (registered[0], registered[1]), settings, sessions)
+        yield BenchLab(lab, left, right, (registered[0], registered[1]), settings, sessions,
+                       (registered[2], registered[3]) if ipv6 else None)
     finally:
         try:
             if engine is not None and database_url:

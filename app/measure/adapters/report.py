@@ -27,11 +27,19 @@ from app.measure.domain.comparison import (
     today_from_tunnel,
     tunnel_spreads,
 )
+from app.measure.domain.papers import (
+    Overhead,
+    PaperFigures,
+    cell_comparisons,
+    ipv6_overhead,
+    parse_paper_figures,
+    render_matrix,
+)
 from app.measure.domain.report import cpu_words, render_markdown
 from app.measure.domain.runs import MicroRun, TunnelRun, parse_micro, parse_tunnel
 from app.measure.domain.seed_tables import SEED_TABLES
 
-__all__ = ["LATENCY_KEYWORDS", "Report", "cpu_flags", "write_report"]
+__all__ = ["LATENCY_KEYWORDS", "PAPER_FIGURES", "Report", "cpu_flags", "paper_figures", "write_report"]
 
 #: The transforms drawn in the latency plot, by panel: the main ones of each kind.
 LATENCY_KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -40,6 +48,8 @@ LATENCY_KEYWORDS: dict[str, tuple[str, ...]] = {
     "MAC (HMAC/CMAC)": ("md5", "sha1", "sha256", "sha512", "aescmac"),
 }
 _DPI = 90
+#: The papers' figures the report sets each cell of a tunnel measurement beside (see :mod:`app.measure.domain.papers`).
+PAPER_FIGURES = Path(__file__).resolve().parent.parent / "data" / "paper_figures.json"
 
 
 @dataclass(frozen=True)
@@ -161,6 +171,40 @@ def _plot_tunnel(tunnel: TunnelRun, path: Path) -> Path:
     return _save(fig, path)
 
 
+def paper_figures(path: Path = PAPER_FIGURES) -> PaperFigures:
+    """The papers' figures from the project's data file.
+
+    Raises:
+        InvalidInput: missing or not such a document.
+    """
+    return parse_paper_figures(_load(path, "paper figures"))
+
+
+def _plot_ipv6_overhead(overhead: list[Overhead], path: Path) -> Path:
+    rows = list(reversed(overhead))
+    fig = Figure(figsize=(8.5, 0.42 * len(rows) + 1.6), layout="constrained")
+    ax = fig.add_subplot()
+    ys = list(range(len(rows)))
+    height = 0.38
+    for offset, attr, paper_attr, colour, label in ((height / 2, "tcp", "paper_tcp", "tab:blue", "TCP"),
+                                                    (-height / 2, "udp", "paper_udp", "tab:orange", "UDP")):
+        values = [getattr(o, attr) for o in rows]
+        ax.barh([y + offset for y in ys], [v if v is not None else 0.0 for v in values], height=height,
+                color=colour, label=f"{label} today")
+        paper = [(y + offset, getattr(o, paper_attr)) for y, o in zip(ys, rows, strict=True)
+                 if getattr(o, paper_attr) is not None]
+        if paper:
+            ax.plot([v for _, v in paper], [y for y, _ in paper], "k|", markersize=12,
+                    label="the paper's ratio\n(Thiruvasagam and\nGeorge Table 5)" if attr == "tcp" else None)
+    ax.axvline(1.0, color="grey", linewidth=1, linestyle="--")
+    ax.set_yticks(ys, [o.esp for o in rows], fontsize=8)
+    ax.set_xlabel("throughput over IPv6 / over IPv4 (1 = no overhead); black tick: the paper's ratio")
+    ax.set_title("IPv6 overhead per suite")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
 def write_report(
     *, micro_path: Path, out_dir: Path, tunnel_path: Path | None = None, commands: Sequence[str] = (),
     levels: Mapping[str, int | None] | None = None, flags: frozenset[str] | None = None,
@@ -199,6 +243,18 @@ def write_report(
         plots["Throughput per ESP suite (tunnel)"] = _plot_tunnel(tunnel, out_dir / "throughput_tunnel.png")
     text = render_markdown(micro=micro, tunnel=tunnel, comparisons=comparisons,
                            plots={caption: p.name for caption, p in plots.items()}, commands=commands, levels=levels)
+    if tunnel is not None:  # each cell beside the papers, the IPv6 overhead
+        figures = paper_figures()
+        cells = cell_comparisons(tunnel, figures, cpu_flags=flags)
+        comparisons += [c for _, c in cells]
+        overhead = ipv6_overhead(tunnel, figures)
+        extra: dict[str, Path] = {}
+        if overhead:
+            extra["IPv6 overhead per suite"] = _plot_ipv6_overhead(overhead, out_dir / "ipv6_overhead.png")
+            plots.update(extra)
+        text = text.rstrip() + "\n\n" + render_matrix(tunnel=tunnel, comparisons=cells, overhead=overhead,
+                                                       figures=figures,
+                                                       plots={c: p.name for c, p in extra.items()})
     markdown = out_dir / "report.md"
     markdown.write_text(text)
     return Report(markdown, tuple(plots.values()), tuple(comparisons))

@@ -3,8 +3,10 @@
 Per measurement: ``iperf3 -s -1`` in the responder's namespace bound to its address and
 a fixed port, ``iperf3 -c --json`` from the initiator's namespace for ``duration`` seconds,
 and ``ping -c N -i 0.01 -s SIZE`` for a payload size (the mean RTT of N echoes is one
-sample). Every subprocess runs in its own process group, on a CPU set if given, has a
-timeout and is killed with its process group on any exit. Needs root, iproute2, iperf3
+sample; ``ping -6`` to an IPv6 address). UDP: ``iperf3 -u -b RATE -l 1352 --json`` at an
+offered rate, read back as what arrived with the receiver's jitter and loss. Every
+subprocess runs in its own process group, on a CPU set if given, has a timeout and is
+killed with its process group on any exit. Needs root, iproute2, iperf3
 and iputils ping.
 """
 
@@ -21,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from app.measure.adapters.hosts import Host
+from app.measure.domain.matrix import UDP_PAYLOAD, UdpProbe
 
 __all__ = [
     "IPERF_PORT",
@@ -30,6 +33,8 @@ __all__ = [
     "iperf3_bytes",
     "iperf3_mbps",
     "iperf3_report",
+    "iperf3_udp",
+    "iperf3_udp_probe",
     "ping",
     "ping_mean_ms",
     "run_command",
@@ -62,6 +67,40 @@ def iperf3_mbps(report: str) -> float:
     except (KeyError, TypeError, ValueError) as exc:
         raise BenchError("iperf3 JSON has no end.sum_received.bits_per_second") from exc
     return bits / 1e6
+
+
+def iperf3_udp_probe(report: str) -> UdpProbe:
+    """Offered rate, received Mbit/s, jitter and loss from ``iperf3 -u --json`` output.
+
+    The receiver's figures are ``end.sum_received`` (iperf3 3.10 and later); older ones
+    report only ``end.sum`` (the sender's bytes with the receiver's jitter and loss), so
+    there the received rate is the sent one less the loss.
+
+    Raises:
+        BenchError: not an iperf3 UDP JSON report, or it reports an error.
+    """
+    try:
+        data = json.loads(report)
+    except ValueError as exc:
+        raise BenchError(f"iperf3 printed no JSON: {report[:200]!r}") from exc
+    if not isinstance(data, dict):
+        raise BenchError("iperf3 JSON is not an object")
+    if data.get("error"):
+        raise BenchError(f"iperf3: {str(data['error'])[:200]}")
+    try:
+        end = data["end"]
+        offered = float(data["start"]["test_start"]["target_bitrate"]) / 1e6
+        received = end.get("sum_received")
+        if isinstance(received, dict):
+            mbps = float(received["bits_per_second"]) / 1e6
+            jitter, loss = float(received["jitter_ms"]), float(received["lost_percent"])
+        else:
+            total = end["sum"]
+            jitter, loss = float(total["jitter_ms"]), float(total["lost_percent"])
+            mbps = float(total["bits_per_second"]) / 1e6 * (1 - loss / 100)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BenchError("iperf3 JSON has no UDP summary (end.sum_received or end.sum with jitter and loss)") from exc
+    return UdpProbe(offered_mbps=offered, received_mbps=mbps, jitter_ms=jitter, loss_percent=loss)
 
 
 def ping_mean_ms(output: str) -> float:
@@ -168,6 +207,24 @@ def iperf3_report(client: Host, server: Host, src: str, dst: str, *, duration: f
     return done.stdout
 
 
+def iperf3_udp(client: Host, server: Host, src: str, dst: str, *, duration: float, rate_mbps: float,
+               payload: int = UDP_PAYLOAD, port: int = IPERF_PORT, cpus: frozenset[int] | None = None) -> UdpProbe:
+    """One UDP run at ``rate_mbps`` offered from ``src`` to ``dst`` (datagrams of ``payload``
+    bytes), both iperf3 processes on ``cpus`` if given.
+
+    Raises:
+        BenchError: a process failed or timed out.
+        ValueError: ``duration`` is not a whole number of seconds >= 1.
+    """
+    check_duration(duration)
+    with _iperf_server(server, dst, port, timeout=5.0, cpus=cpus):
+        done = run_command(_in_netns(client.netns, "iperf3", "-c", dst, "-B", src, "-p", str(port), "-u",
+                                     "-b", f"{max(1, round(rate_mbps * 1e6))}", "-l", str(payload),
+                                     "-t", str(int(duration)), "--connect-timeout", "3000", "--json"),
+                           timeout=duration + 20, cpus=cpus)
+    return iperf3_udp_probe(done.stdout)
+
+
 def iperf3_bytes(report: str) -> int:
     """Bytes received from ``iperf3 --json`` output.
 
@@ -181,12 +238,14 @@ def iperf3_bytes(report: str) -> int:
 
 
 def ping(client: Host, src: str, dst: str, *, size: int, count: int, cpus: frozenset[int] | None = None) -> float:
-    """Mean RTT in ms of ``count`` echoes with ``size`` payload bytes (ping on ``cpus`` if given).
+    """Mean RTT in ms of ``count`` echoes with ``size`` payload bytes (ping on ``cpus`` if given;
+    ``ping -6`` to an IPv6 address).
 
     Raises:
         BenchError: no answer.
     """
-    done = run_command(_in_netns(client.netns, "ping", "-q", "-n", "-I", src, "-c", str(count), "-i", "0.01",
+    family = ["-6"] if ":" in dst else []
+    done = run_command(_in_netns(client.netns, "ping", *family, "-q", "-n", "-I", src, "-c", str(count), "-i", "0.01",
                                  "-s", str(size), "-W", "2", "-w", str(max(5, count // 10 + 5)), dst),
                        timeout=count * 0.05 + 15, cpus=cpus)
     return ping_mean_ms(done.stdout)

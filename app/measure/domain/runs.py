@@ -11,7 +11,7 @@ from typing import Any
 from app.domain.errors import InvalidInput
 from app.domain.scoring import MicroResult
 
-__all__ = ["MicroRun", "Stat", "TunnelRun", "TunnelSuite", "parse_micro", "parse_tunnel"]
+__all__ = ["MicroRun", "Stat", "TunnelCell", "TunnelRun", "TunnelSuite", "parse_micro", "parse_tunnel"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,25 @@ class TunnelSuite:
     throughput: Stat | None
     rtt_ms: Mapping[int, Stat] = field(default_factory=dict)
     parallel: Mapping[int, Stat] = field(default_factory=dict)
+    #: UDP cells only: the offered rate, the receiver's jitter and loss at the rate chosen.
+    offered: Stat | None = None
+    jitter_ms: Stat | None = None
+    loss_percent: Stat | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelCell:
+    """One cell of the measurement matrix: an address family and a transport protocol."""
+
+    family: int
+    protocol: str
+    baseline: TunnelSuite | None
+    suites: tuple[TunnelSuite, ...]
+
+    @property
+    def label(self) -> str:
+        """``IPv4 TCP``, ``IPv6 UDP``."""
+        return f"IPv{self.family} {self.protocol.upper()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +81,11 @@ class TunnelRun:
     baseline: TunnelSuite | None
     suites: tuple[TunnelSuite, ...]
     cpus: tuple[int, ...] | None = None  # the CPUs charons, iperf3 and ping were pinned to; None: not pinned
+    #: Every cell measured; a version 1 document is the one cell IPv4 TCP.
+    cells: tuple[TunnelCell, ...] = ()
+
+    def cell(self, family: int, protocol: str) -> TunnelCell | None:
+        return next((c for c in self.cells if (c.family, c.protocol) == (family, protocol)), None)
 
 
 def _num(value: Any, where: str) -> float:
@@ -163,7 +187,37 @@ def _suite(value: Any, where: str, *, esp: str | None = None) -> TunnelSuite:
         esp=name, ike=_opt_text(data, "ike"), throughput=_stat(data.get("throughput_mbps"), f"{where}.throughput_mbps"),
         rtt_ms=_stats_by_int(data.get("rtt_ms"), f"{where}.rtt_ms"),
         parallel=_stats_by_int(data.get("parallel_mbps"), f"{where}.parallel_mbps"),
+        offered=_stat(data.get("offered_mbps"), f"{where}.offered_mbps"),
+        jitter_ms=_stat(data.get("jitter_ms"), f"{where}.jitter_ms"),
+        loss_percent=_stat(data.get("loss_percent"), f"{where}.loss_percent"),
     )
+
+
+def _cells(value: Any) -> tuple[TunnelCell, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value:
+        raise InvalidInput("tunnel.cells: expected a non-empty list")
+    out = []
+    for i, raw in enumerate(value):
+        where = f"tunnel.cells[{i}]"
+        data = _mapping(raw, where)
+        family, protocol = data.get("family"), data.get("protocol")
+        if family not in (4, 6) or isinstance(family, bool):
+            raise InvalidInput(f"{where}.family: 4 or 6")
+        if protocol not in ("tcp", "udp"):
+            raise InvalidInput(f"{where}.protocol: tcp or udp")
+        suites = data.get("suites", [])
+        if not isinstance(suites, list):
+            raise InvalidInput(f"{where}.suites: expected a list")
+        baseline = data.get("baseline")
+        out.append(TunnelCell(
+            family=int(family), protocol=str(protocol),
+            baseline=_suite(baseline, f"{where}.baseline", esp="(no IPsec)") if baseline is not None else None,
+            suites=tuple(_suite(s, f"{where}.suites[{j}]") for j, s in enumerate(suites))))
+    if len({(c.family, c.protocol) for c in out}) != len(out):
+        raise InvalidInput("tunnel.cells: each family and protocol at most once")
+    return tuple(out)
 
 
 def _cpus(value: Any, where: str) -> tuple[int, ...] | None:
@@ -176,8 +230,9 @@ def _cpus(value: Any, where: str) -> tuple[int, ...] | None:
 
 
 def parse_tunnel(data: Any) -> TunnelRun:
-    """Read a ``qoss bench tunnel --out`` document (kind ``qoss-bench-tunnel``, version 1;
-    ``cpus`` is optional: older documents have none and were not pinned).
+    """Read a ``qoss bench tunnel --out`` document (kind ``qoss-bench-tunnel``, version 1 or 2;
+    ``cpus`` is optional: older documents have none and were not pinned; ``cells`` is
+    optional: a document without it is the one cell IPv4 TCP, its ``baseline`` and ``suites``).
 
     Raises:
         InvalidInput: not such a document.
@@ -190,11 +245,12 @@ def parse_tunnel(data: Any) -> TunnelRun:
         raise InvalidInput("tunnel.suites: expected a list")
     baseline = doc.get("baseline")
     reps, duration = doc.get("repetitions"), doc.get("duration_s")
+    top_baseline = _suite(baseline, "tunnel.baseline", esp="(no IPsec)") if baseline is not None else None
+    top_suites = tuple(_suite(s, f"tunnel.suites[{i}]") for i, s in enumerate(suites))
+    cells = _cells(doc.get("cells")) or (TunnelCell(4, "tcp", top_baseline, top_suites),)
     return TunnelRun(
         machine=_opt_text(doc, "machine"), backend=_opt_text(doc, "backend"), date=_opt_text(doc, "date"),
         repetitions=int(_num(reps, "tunnel.repetitions")) if reps is not None else None,
         duration_s=_num(duration, "tunnel.duration_s") if duration is not None else None,
-        baseline=_suite(baseline, "tunnel.baseline", esp="(no IPsec)") if baseline is not None else None,
-        suites=tuple(_suite(s, f"tunnel.suites[{i}]") for i, s in enumerate(suites)),
-        cpus=_cpus(doc.get("cpus"), "tunnel.cpus"),
+        baseline=top_baseline, suites=top_suites, cpus=_cpus(doc.get("cpus"), "tunnel.cpus"), cells=cells,
     )

@@ -230,6 +230,15 @@ class SuiteRun:
     observed: list[dict[str, Any]] = field(default_factory=list)
     #: Both charons' CPU nanoseconds per byte carried, beside each single-flow throughput sample.
     cpu_ns_per_byte: list[float] = field(default_factory=list)
+    #: UDP cells (:mod:`app.measure.domain.matrix`): ``throughput_mbps`` is then the highest UDP
+    #: rate carried with at most 1 % loss; beside it the offered rate, the receiver's jitter and
+    #: loss, and whether the loss limit was met, per repetition.
+    offered_mbps: list[float] = field(default_factory=list)
+    jitter_ms: list[float] = field(default_factory=list)
+    loss_percent: list[float] = field(default_factory=list)
+    within_loss_limit: list[bool] = field(default_factory=list)
+    #: Every single measurement with its family, protocol, metric and flows or size (the document's ``samples``).
+    samples: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -239,6 +248,11 @@ class SuiteRun:
         out["throughput_mbps"] = summarize(self.throughput_mbps).as_dict(1) if self.throughput_mbps else None
         out["rtt_ms"] = {str(size): summarize(v).as_dict(4) for size, v in sorted(self.rtt_ms.items()) if v}
         out["parallel_mbps"] = {str(n): summarize(v).as_dict(1) for n, v in sorted(self.parallel_mbps.items()) if v}
+        if self.jitter_ms:  # a UDP cell's run
+            out["offered_mbps"] = summarize(self.offered_mbps).as_dict(1)
+            out["jitter_ms"] = summarize(self.jitter_ms).as_dict(4)
+            out["loss_percent"] = summarize(self.loss_percent).as_dict(4)
+            out["within_loss_limit"] = list(self.within_loss_limit)
         return out
 
 
@@ -385,7 +399,7 @@ def shrink_to_prior(samples: Mapping[SuiteSpec, Sequence[float]], prior: Mapping
 
 def tunnel_table(
     *, name: str, base: RatingTable, runs: Sequence[SuiteRun], machine: str, backend: str, date: str,
-    prior: Mapping[str, float] | None = None,
+    prior: Mapping[str, float] | None = None, family: int = 4,
 ) -> RatingTable:
     """A rating table from tunnel runs: levels from ``base``, ESP rows with measured figures.
 
@@ -398,7 +412,8 @@ def tunnel_table(
     ``base`` does not rate are left out. With ``prior`` (per-transform ns/byte from the micro
     benchmark, :func:`micro_prior`) each suite's cost is first moved toward what the crypto
     costs predict (:func:`shrink_to_prior`), so suites tied within the noise of the tunnel
-    samples are ordered by their measured crypto cost.
+    samples are ordered by their measured crypto cost. ``family`` (4 or 6) is the address
+    family the runs were measured over; it is named in the table's description and methods.
 
     Raises:
         InvalidInput: no measured suite, or none of its transforms rated in ``base``.
@@ -419,6 +434,7 @@ def tunnel_table(
     samples = {k: sum(len(r.throughput_mbps) for r in runs if r.spec and k in r.spec.transforms) for k in costs}
     spreads = {k: max(summarize(r.throughput_mbps).spread for r in runs if r.spec and k in r.spec.transforms
                       and r.throughput_mbps) for k in costs}
+    over = "over IPv6" if family == 6 else "over IPv4"
     rows = []
     for keyword in sorted(costs, key=catalogue_order):
         rated = base.get(keyword)
@@ -435,11 +451,11 @@ def tunnel_table(
                 machine=machine, backend=backend, date=date, samples=samples[keyword],
                 method=("cost: charon CPU ns/byte" if by_cpu else "cost: iperf3 ns/byte")
                 + (" shrunk toward the micro benchmark" if prior else "")
-                + "; throughput: iperf3 TCP through the tunnel; suite figures split per transform",
+                + f"; throughput: iperf3 TCP {over} through the tunnel; suite figures split per transform",
                 spread=round(spreads[keyword], 4),
             ),
         ))
     if not rows:
         raise InvalidInput("no measured transform is rated in the base table")
-    return RatingTable.of(name, rows, description=f"Measured by `qoss bench tunnel` on {machine}; levels from "
+    return RatingTable.of(name, rows, description=f"Measured by `qoss bench tunnel` {over} on {machine}; levels from "
                           f"{base.name}.", source=f"qoss bench tunnel on {machine}")
