@@ -11,6 +11,7 @@ directory. Either way there is one copy of each.
 from __future__ import annotations
 
 import ipaddress
+import json
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Literal
@@ -332,16 +333,21 @@ class Settings(BaseSettings):
     @field_validator("oidc_scopes_by_claim", mode="before")
     @classmethod
     def _oidc_mapping(cls, value: object, info: ValidationInfo) -> object:
-        from app.domain.oidc import parse_mapping  # pure: the domain's own check of a mapping
-
-        mapping = parse_mapping(value)
+        """Its JSON and its issuer here; its scopes against the domain's vocabulary where it is used
+        (``app.domain.oidc.parse_mapping``: at start, and by every command, ``app.cli.db.settings_for``)."""
+        mapping = value
+        if isinstance(value, str | bytes):
+            try:
+                mapping = json.loads(value) if value.strip() else {}
+            except ValueError as exc:
+                raise ValueError(f"not JSON ({exc})") from None
         if "oidc_issuer" not in info.data:
             return {}  # the issuer itself is wrong: that error is said
         if info.data["oidc_issuer"] is not None and not mapping:
             raise ValueError("maps no claim to a scope: no one could sign in with QOSS_OIDC_ISSUER")
         if info.data["oidc_issuer"] is None and mapping:
             raise ValueError("QOSS_OIDC_ISSUER is not set")
-        return {claim: {v: sorted(scopes) for v, scopes in values.items()} for claim, values in mapping.items()}
+        return mapping
 
     audit_key_file: Path | None = Field(
         default=None,

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from app.bootstrap import Prepared
     from app.settings import Settings
 
-__all__ = ["DatabaseGroup", "DatabaseUnusable", "require_database", "settings_for", "setup_database"]
+__all__ = ["DatabaseGroup", "DatabaseUnusable", "require_database", "settings_for", "settings_problems",
+           "setup_database"]
 
 _UPGRADE = "run 'qoss db upgrade' (with the same --database-url)"
 
@@ -45,10 +46,29 @@ class DatabaseUnusable(Exception):
 
 
 def settings_for(database_url: str | None) -> Settings:
-    """The settings, with ``database_url`` (the ``--database-url`` option) if given."""
+    """The settings, with ``database_url`` (the ``--database-url`` option) if given, and what they
+    cannot check alone (:func:`settings_problems`: one line each naming the variable, exit 2)."""
     from app.settings import Settings
 
-    return Settings(database_url=database_url) if database_url else Settings()
+    settings = Settings(database_url=database_url) if database_url else Settings()
+    problems = settings_problems(settings)
+    for line in problems:
+        typer.echo(f"qoss: {line}", err=True)
+    if problems:
+        raise typer.Exit(2)
+    return settings
+
+
+def settings_problems(settings: Settings) -> list[str]:
+    """What the settings cannot check alone, one line each naming the variable: the identity
+    provider's mapping names only scopes qoss has (the domain's vocabulary)."""
+    from app.domain.oidc import parse_mapping
+
+    try:
+        parse_mapping(settings.oidc_scopes_by_claim)
+    except ValueError as exc:
+        return [f"QOSS_OIDC_SCOPES_BY_CLAIM: Value error, {exc}"]
+    return []
 
 
 def _shown(url: str) -> str:

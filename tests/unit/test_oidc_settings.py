@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from app.cli.db import settings_problems
 from app.cli.main import _settings_errors
 from app.settings import Settings
 
@@ -21,10 +22,10 @@ def _errors(monkeypatch: pytest.MonkeyPatch, **env: str | None) -> list[str]:
         else:
             monkeypatch.setenv(name, value)
     try:
-        Settings(_env_file=None)  # type: ignore[call-arg]
+        settings = Settings(_env_file=None)  # type: ignore[call-arg]
     except ValidationError as exc:
         return _settings_errors(exc)
-    return []
+    return settings_problems(settings)  # what every command checks next (scopes: the domain's vocabulary)
 
 
 def test_a_complete_setting_is_taken_and_its_secret_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
