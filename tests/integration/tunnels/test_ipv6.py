@@ -246,3 +246,34 @@ def test_qoss_lab_up_family_6_registers_the_gateways_by_their_ipv6_addresses(tmp
         shutil.rmtree(lab_dir, ignore_errors=True)
     assert down.exit_code == 0, down.output
     assert not Path("/run/netns", f"{prefix}-left").exists()
+
+
+async def test_an_edit_moves_an_ipv6_tunnel_to_a_compliant_suite(client: httpx.AsyncClient, lab: Lab) -> None:
+    """Re-keys work over IPv6 as over IPv4: an edit that leaves the tunnel's suite below its
+    minimums moves it (make-before-break) to a compliant one, still between the IPv6 addresses."""
+    left, right = lab.host("left"), lab.host("right")
+    r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right", "local_ts": ["fd01::/64"],
+                                               "remote_ts": ["fd02::/64"],
+                                               "min_levels": {"confidentiality": 8, "integrity": 8}})
+    assert r.status_code == 201, r.text
+    tunnel = r.json()
+    old_esp = tunnel["proposals"]["esp"]
+    algorithm = old_esp.split("-")[0]  # the suite's cipher: weakened below the minimum
+    table = await client.get("/v1/rating-tables/standards-2026")
+    edited = await client.patch(f"/v1/rating-tables/standards-2026/ratings/{algorithm}",
+                                json={"confidentiality": 5, "reason": "test: weakened"},
+                                headers={"If-Match": table.headers["ETag"]})
+    assert edited.status_code == 200, edited.text
+    deadline = time.monotonic() + 15
+    moved = tunnel
+    while time.monotonic() < deadline and moved["proposals"]["esp"] == old_esp:
+        await asyncio.sleep(0.2)
+        moved = (await client.get(f"/v1/tunnels/{tunnel['id']}")).json()
+    assert moved["proposals"]["esp"] != old_esp, moved
+    assert moved["state"] == "up"
+    assert_ipv6_sa(left, right, tunnel["conn"], ["fd01::/64"], ["fd02::/64"])
+    assert_ipv6_sa(right, left, tunnel["conn"], ["fd02::/64"], ["fd01::/64"])
+    crossed = ping(lab, 6)
+    assert crossed.returncode == 0, crossed.stdout + crossed.stderr
+    assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
+    assert nothing_left(lab), leftovers(lab)
