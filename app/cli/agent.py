@@ -249,9 +249,12 @@ def device_enrol(
 
 
 @device_app.command("list")
-def device_list(config: ClientConfigOpt) -> None:
-    """The devices enrolled from here (no passphrases)."""
-    _emit(_client(config).devices())
+def device_list(config: ClientConfigOpt, offline: Annotated[bool, typer.Option(
+        "--offline", help="only what this machine kept: do not ask each device's Target")] = False) -> None:
+    """The devices enrolled from here (no passphrases), each with what its Target says of it now:
+    ``state`` (``active``; ``revoked``, ``expired`` or ``closed`` with the ``reason``: a profile an
+    edit left below its minimums says "its profile is stale: enrol the device again")."""
+    _emit(_client(config).devices(ask=not offline))
 
 
 @device_app.command("revoke")

@@ -165,7 +165,7 @@ def revoke_devices(lab: AgentLab, user: str) -> list[str]:
     """
     if not lab.client_config_path(user).exists():
         raise AgentLabError(f"{user!r} has no client config in the lab (enrol a device first)")
-    listed = lab.agent(user, "device", "list", check=False)
+    listed = lab.agent(user, "device", "list", "--offline", check=False)
     if listed.returncode != 0:
         raise AgentLabError(f"cannot list {user}'s devices: {_client_error(listed.stderr)}")
     revoked = []

@@ -37,7 +37,7 @@ from app.domain.agent import (
     client_conn,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
-from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
+from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
 from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Unload, ViciPort
 from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
 from app.services.agent_config import ClientConfig
@@ -128,7 +128,7 @@ class AgentClient:
             AgentRejected: not sealed to this user, not signed by the target, not the answer to
                 this request (e.g. an old response replayed), or stale.
         """
-        want = Kind.CLOSED if request.kind is Kind.DISCONNECT else Kind.RESPONSE
+        want = {Kind.DISCONNECT: Kind.CLOSED, Kind.STATUS: Kind.STATE}.get(request.kind, Kind.RESPONSE)
         kind, body, tag = self.keys.open_sealed(answer, kinds=[want])
         response = Response.parse(body, kind=kind)
         target = request.request_info.target
@@ -400,13 +400,32 @@ class AgentClient:
             raise AgentRejected("Host's answer is not a link")
         return f"{(link_base or self.host.url).rstrip('/')}{answer}"
 
-    def devices(self) -> list[dict[str, Any]]:
-        """The devices this user enrolled from here (no passphrase: it was shown once)."""
+    def devices(self, *, ask: bool = False) -> list[dict[str, Any]]:
+        """The devices this user enrolled from here (no passphrase: it was shown once).
+
+        ``ask``: each with what its Target says of it now (through Host, signed by the user):
+        ``state`` (``active``, or ``revoked``/``expired``/``closed`` with ``reason``; a profile an
+        edit left below its minimums is ``revoked`` with a reason ending "its profile is stale:
+        enrol the device again"), or ``state_unknown`` saying why Target could not be asked.
+        """
         out = []
         for path in sorted((self.config.state_dir / "devices").glob("*.json")):
             with contextlib.suppress(OSError, ValueError):
                 out.append(json.loads(path.read_text()))
+        if ask:
+            out = [{**record, **self._device_state(record)} for record in out]
         return out
+
+    def _device_state(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            info = RequestInfo(target=str(record["target"]), ticket=str(record["ticket"]))
+            request, wire = self.request(Kind.STATUS, info, int(record["objective_id"]))
+            status = self._send(request, wire).status
+        except (QossError, GatewayError, KeyError, ValueError) as exc:
+            return {"state_unknown": getattr(exc, "message", None) or type(exc).__name__}
+        if status is None or status.ticket != record["ticket"]:
+            return {"state_unknown": "the target's answer names another ticket"}
+        return {"state": status.state.value, **({"reason": status.reason} if status.reason else {})}
 
     def revoke_device(self, ticket: str) -> dict[str, Any]:
         """Revoke a device enrolled from here: Target ends its live tunnel and accepts its

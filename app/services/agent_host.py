@@ -208,7 +208,7 @@ class HostAgent:
         """
         now = self._clock()
         steps = Steps("host")
-        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT])
+        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT, Kind.STATUS])
         request = ClientRequest.parse(body, kind=kind)
         if request.host != self.keys.name:
             raise AgentRejected("signed for another host")

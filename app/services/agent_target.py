@@ -36,6 +36,7 @@ from app.domain.agent import (
     Kind,
     Response,
     Revocation,
+    SessionStatus,
     TunnelingInfo,
     agent_conn_name,
     check_fresh,
@@ -221,6 +222,23 @@ class TargetAgent:
             steps.mark("seal")
             audit = (f"{'revoke-device' if ended.platform else 'disconnect'} user={request.user_id} "
                      f"ticket={ticket}")
+        elif request.kind is Kind.STATUS:
+            ticket = request.request_info.ticket or ""
+            with self._store.request() as transaction:
+                self._admit(transaction, endorsement, request, now)
+                transaction.commit()
+            with self._store.unit() as uow:
+                row = uow.sessions.get(ticket)
+            if row is None or row.user_id != request.user_id:
+                raise AgentRejected("ticket unknown or not this user's")
+            status = SessionStatus(ticket=ticket, state=AgentSessionState(row.state), reason=row.reason[:500],
+                                   platform=row.platform)
+            answer = self._seal(Response(
+                kind=Kind.STATE, request_id=request.request_id, session_key=None, tunneling_info=None,
+                target=self.keys.name, user_id=request.user_id, host=endorsement.host,
+                timestamp=int(self._clock()), status=status), endorsement)
+            steps.mark("seal")
+            audit = f"status user={request.user_id} ticket={ticket} state={row.state}"
         else:
             platform = request.request_info.platform
             session_key = secrets.token_bytes(32) if platform is None else None

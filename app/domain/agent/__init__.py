@@ -53,6 +53,7 @@ from app.domain.agent.messages import (
     RequestInfo,
     Response,
     Revocation,
+    SessionStatus,
     TunnelingInfo,
 )
 from app.domain.agent.wire import Kind, Wire, check_fresh, open_plaintext, parse_wire, seal_plaintext, signed_bytes
@@ -78,6 +79,7 @@ __all__ = [
     "RequestInfo",
     "Response",
     "Revocation",
+    "SessionStatus",
     "TunnelingInfo",
     "Wire",
     "agent_conn_name",

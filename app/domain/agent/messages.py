@@ -35,6 +35,7 @@ __all__ = [
     "RequestInfo",
     "Response",
     "Revocation",
+    "SessionStatus",
     "TunnelingInfo",
 ]
 
@@ -162,10 +163,10 @@ class ClientRequest:
             raise AgentRejected("target differs from request_info")
         if obj["via"] != obj["recipient"]:
             raise AgentRejected("via differs from recipient")
-        if (kind is Kind.DISCONNECT) != (info.ticket is not None):
-            raise AgentRejected("a disconnect names a ticket, a connect does not")
-        if kind is Kind.DISCONNECT and info.platform is not None:
-            raise AgentRejected("a disconnect names no platform")
+        if (kind in (Kind.DISCONNECT, Kind.STATUS)) != (info.ticket is not None):
+            raise AgentRejected("a disconnect or a status query names a ticket, a connect does not")
+        if kind in (Kind.DISCONNECT, Kind.STATUS) and info.platform is not None:
+            raise AgentRejected("a disconnect or a status query names no platform")
         return cls(
             kind=kind,
             request_id=b64d(obj["request_id"], size=_NONCE),
@@ -248,7 +249,7 @@ class Endorsement:
                       "user"))
         if obj["kind"] != Kind.ENDORSE.value:
             raise AgentRejected("signed kind differs from the header")
-        if obj["client_kind"] not in (Kind.CONNECT.value, Kind.DISCONNECT.value):
+        if obj["client_kind"] not in (Kind.CONNECT.value, Kind.DISCONNECT.value, Kind.STATUS.value):
             raise AgentRejected("bad client_kind")
         return cls(
             kind=Kind.ENDORSE,
@@ -443,10 +444,42 @@ class Handoff:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """What Target says of a ticket asked after (Kind.STATUS): its state, and why it ended (e.g.
+    an edit left a device's suite below its minimums: its profile is stale)."""
+
+    ticket: str
+    state: AgentSessionState
+    reason: str
+    platform: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ticket": self.ticket, "state": self.state.value, "reason": self.reason,
+                "platform": self.platform}
+
+    @classmethod
+    def from_dict(cls, obj: object) -> SessionStatus:
+        if not isinstance(obj, dict):
+            raise AgentRejected("bad status")
+        _fields(obj, ("platform", "reason", "state", "ticket"))
+        try:
+            state = AgentSessionState(obj["state"])
+        except ValueError:
+            raise AgentRejected("bad status state") from None
+        reason = obj["reason"]
+        if not isinstance(reason, str) or len(reason) > 500 or not reason.isprintable():
+            raise AgentRejected("bad status reason")
+        platform = obj["platform"]
+        return cls(ticket=_str(obj, "ticket"), state=state, reason=reason,
+                   platform=_str(obj, "platform") if platform is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
 class Response:
     """Target -> Client: ``Request ID || Session Key || Tunneling Info`` (+ Target's signature).
 
-    A disconnect is answered with kind CLOSED, no session key and no tunneling info.
+    A disconnect is answered with kind CLOSED, no session key and no tunneling info; a status
+    query with kind STATE and ``status`` alone (the ticket's state and why it ended).
     """
 
     kind: Kind
@@ -458,10 +491,12 @@ class Response:
     host: str
     timestamp: int
     device: DeviceBundle | None = None
+    status: SessionStatus | None = None
 
     def body(self) -> bytes:
         return canonical({
             **({"device": self.device.as_dict()} if self.device is not None else {}),
+            **({"status": self.status.as_dict()} if self.status is not None else {}),
             "request_id": b64e(self.request_id),
             "session_key": b64e(self.session_key) if self.session_key is not None else None,
             "tunneling_info": self.tunneling_info.as_dict() if self.tunneling_info is not None else None,
@@ -476,9 +511,11 @@ class Response:
     def parse(cls, body: bytes, *, kind: Kind) -> Response:
         obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
         _fields(obj, ("kind", "recipient", "request_id", "sender", "session_key", "ts", "tunneling_info", "via"),
-                ("device",))
+                ("device", "status"))
         if obj["kind"] != kind.value:
             raise AgentRejected("signed kind differs from the header")
+        if (kind is Kind.STATE) != ("status" in obj):
+            raise AgentRejected("a state answer carries a status, nothing else does")
         has_tunnel = kind is Kind.RESPONSE
         device = obj.get("device")
         if has_tunnel != (obj["tunneling_info"] is not None) or (
@@ -495,6 +532,7 @@ class Response:
             user_id=_str(obj, "recipient"),
             host=_str(obj, "via"),
             timestamp=_int(obj, "ts", 0, 2**40),
+            status=SessionStatus.from_dict(obj["status"]) if kind is Kind.STATE else None,
         )
 
     def __repr__(self) -> str:  # never show the session key

@@ -38,6 +38,8 @@ class Kind(StrEnum):
     RESPONSE = "response"        # target -> client (relayed by host)
     CLOSED = "closed"            # target -> client: the ticket's tunnel is gone
     HANDOFF = "handoff"          # client -> host: a device's profile, for a one-time download link
+    STATUS = "status"            # client -> host: what became of a ticket (a device's enrolment)
+    STATE = "state"              # target -> client: the ticket's state, and why it ended
 
 
 

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent.platforms import check_names, express
-from app.lab.agent import POOL
+from app.lab.agent import POOL, AgentLab
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.stock_client import CharonCmd, StockProfile
 
@@ -209,6 +209,10 @@ def test_apple_windows_and_networkmanager_profiles_carry_the_negotiated_suite_in
     assert ikev2["RemoteIdentifier"] == apple["gateway"]["identity"]
     assert ikev2["LocalIdentifier"] == apple["identity"]
     assert apple["passphrase"].encode() not in Path(apple["profile"]).read_bytes()
+    # The user asks Target, through Host, what became of the device: active.
+    listed = json.loads(AgentLab(cli.root / "lab" / "agent").agent("erin", "device", "list").stdout)
+    (mine,) = [d for d in listed if d["ticket"] == apple["ticket"]]
+    assert mine["state"] == "active", mine
 
     windows = enrol(cli, "erin", "windows", tmp_path / "windows", "--confidentiality", "8", "--integrity", "8")
     script = Path(windows["profile"]).read_bytes().decode("utf-8-sig")

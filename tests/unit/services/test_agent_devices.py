@@ -17,7 +17,16 @@ import pytest
 
 from app.adapters import files
 from app.adapters.agent.devices import LocalDeviceKit
-from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, Response, agent_conn_name
+from app.domain.agent import (
+    AgentRejected,
+    AgentSessionState,
+    ClientRequest,
+    Kind,
+    RequestInfo,
+    Response,
+    SessionStatus,
+    agent_conn_name,
+)
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
 from app.services.agent_target_sessions import RECONCILE_GRACE
@@ -140,6 +149,63 @@ def test_a_platform_table_edit_below_the_minimums_makes_the_profile_stale(roles:
     assert "policy platform-android revision 2" in session.reason
     assert session.reason.endswith("its profile is stale: enrol the device again")
     assert agent_conn_name(info.ticket) not in roles.charon.conns
+
+
+def status(roles: Roles, ticket: str) -> SessionStatus:
+    """What Target says of ``ticket`` when alice asks (through Host, signed and sealed as any request)."""
+    request, wire = roles.client.request(Kind.STATUS, RequestInfo(target="hq", ticket=ticket), 3)
+    answer = roles.client.accept(roles.host.handle(wire).answer, request)
+    assert answer.kind is Kind.STATE
+    assert answer.status is not None
+    return answer.status
+
+
+def test_the_user_asks_what_became_of_a_device_and_learns_its_profile_is_stale(
+        roles: Roles, database: FakeDatabase) -> None:
+    info = enrol(roles, "android", confidentiality=8).tunneling_info
+    assert info is not None
+    assert status(roles, info.ticket) == SessionStatus(info.ticket, AgentSessionState.ACTIVE, "", "android")
+    esp = str(info.esp_proposal).split("-")[0]
+    follower = roles.target.follower()
+    follower.follow()
+    with database.unit() as uow:
+        current, revision = policies.get_policy(uow=uow, name="platform-android")
+        policies.replace_policy(uow=uow, name="platform-android", document={**current.as_dict(), "deny": [esp]},
+                                expected_revision=revision, author="test")
+        uow.commit()
+    assert follower.follow() == [info.ticket]
+    stale = status(roles, info.ticket)
+    assert stale.state is AgentSessionState.CLOSED
+    assert stale.reason.endswith("its profile is stale: enrol the device again")
+    assert status(roles, info.ticket) == stale  # asking again: a new request, the same answer
+
+
+def test_a_revoked_device_says_so_and_a_ticket_of_no_one_is_refused(roles: Roles) -> None:
+    info = enrol(roles, "apple").tunneling_info
+    assert info is not None
+    assert roles.disconnect(info.ticket) is Kind.CLOSED
+    assert status(roles, info.ticket) == SessionStatus(info.ticket, AgentSessionState.REVOKED,
+                                                       "device revoked by its user", "apple")
+    with pytest.raises(AgentRejected) as refused:
+        status(roles, "0" * 32)
+    assert "ticket unknown" in refused.value.reason
+
+
+def test_a_status_answer_carries_a_status_and_nothing_else_does() -> None:
+    no_ticket = ClientRequest(kind=Kind.STATUS, request_id=b"\0" * 16, user_id="alice", objective_id=3,
+                              request_info=RequestInfo(target="hq"), host="host-1", timestamp=1)
+    with pytest.raises(AgentRejected) as refused:
+        ClientRequest.parse(no_ticket.body(), kind=Kind.STATUS)
+    assert "a disconnect or a status query names a ticket" in refused.value.reason
+    state = Response(kind=Kind.STATE, request_id=b"\1" * 16, session_key=None, tunneling_info=None, target="hq",
+                     user_id="alice", host="host-1", timestamp=1,
+                     status=SessionStatus("t" * 32, AgentSessionState.ACTIVE, "", None))
+    assert Response.parse(state.body(), kind=Kind.STATE) == state
+    bare = Response(kind=Kind.STATE, request_id=b"\1" * 16, session_key=None, tunneling_info=None, target="hq",
+                    user_id="alice", host="host-1", timestamp=1)
+    with pytest.raises(AgentRejected) as refused:
+        Response.parse(bare.body(), kind=Kind.STATE)
+    assert "a state answer carries a status" in refused.value.reason
 
 
 def test_a_profile_handed_off_is_fetched_once_before_it_expires(roles: Roles, tmp_path: Path) -> None:
