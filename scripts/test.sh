@@ -30,12 +30,12 @@ if [[ $# -gt 0 ]]; then  # the tests asked for, one at a time
   .venv/bin/pytest "$@"
   rc=$?
 else
-  # Most tests wait on charon, servers and databases: QOSS_TEST_WORKERS (2) run side by side,
+  # Most tests wait on charon, servers and databases: QOSS_TEST_WORKERS (3, on 2 cores) run side by side,
   # each module on one worker (its labs and servers are made once, and a module's closing checks
   # see all of its tests). Those marked "alone" hold only with the machine to themselves: they
   # run after, one at a time.
-  echo "== pytest (${QOSS_TEST_WORKERS:-2} workers)" >&2
-  .venv/bin/pytest -n "${QOSS_TEST_WORKERS:-2}" --dist loadscope --durations=25 -m "not alone"
+  echo "== pytest (${QOSS_TEST_WORKERS:-3} workers)" >&2
+  .venv/bin/pytest -n "${QOSS_TEST_WORKERS:-3}" --dist loadscope --durations=25 -m "not alone"
   rc=$?
   echo "== pytest (alone)" >&2
   .venv/bin/pytest -m alone

@@ -71,6 +71,7 @@ def test_the_runtime_install_has_no_dev_tools(venv: Path) -> None:
 
 
 def test_without_the_bench_extra_bench_report_names_the_extra(venv: Path, tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_text("{}")  # a file that is there: the refusal is the missing extra
     out = subprocess.run([str(venv / "bin/qoss"), "bench", "report", "--micro", str(tmp_path / "m.json"),
                           "--out", str(tmp_path / "r")], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60, check=False)

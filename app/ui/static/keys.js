@@ -58,7 +58,11 @@
       if (editing.id && opener) {
         openedBy[editing.id] = opener;
       }
-      focusFirstField(editing);
+      // only a form just opened takes the focus, never one the user is typing in already
+      if (opener && !editing.contains(document.activeElement)) {
+        focusFirstField(editing);
+      }
+      opener = null;
       return;
     }
     var row = returnTo && document.getElementById(returnTo[0]);
