@@ -1,4 +1,4 @@
-"""Secrets in query strings kept out of the logs.
+"""Secrets in query strings, and in the one path that carries one, kept out of the logs.
 
 uvicorn's access log writes each request's path with its query string as the client sent it,
 so ``GET /v1/tunnels?access_token=qoss_...`` would put the token in the log (qoss reads tokens
@@ -6,7 +6,9 @@ from the ``Authorization`` header only, but a client may still send one in the U
 :class:`QuerySecretFilter` on a logger replaces the value of every query parameter whose name
 is a secret's (:data:`SECRET_PARAMETER`: ``access_token``, ``token``, ``api_key``,
 ``password``, ``secret``, ...) with :data:`REDACTED` in each record's message and arguments,
-before any handler formats it. :func:`install_query_secret_filter` puts it on uvicorn's
+before any handler formats it; so is the token of a one-time profile link
+(``/v1/agent/handoffs/<token>``, :data:`SECRET_PATH`), though it is spent once fetched.
+:func:`install_query_secret_filter` puts it on uvicorn's
 loggers; a logger's filters outlive a ``logging.config.dictConfig`` of it, such as the one
 ``uvicorn.Config`` runs.
 """
@@ -22,6 +24,7 @@ from urllib.parse import unquote_plus
 __all__ = [
     "REDACTED",
     "SECRET_PARAMETER",
+    "SECRET_PATH",
     "UVICORN_LOGGERS",
     "QuerySecretFilter",
     "install_query_secret_filter",
@@ -37,6 +40,9 @@ SECRET_PARAMETER = re.compile(
     r"|api[-_.]?key|access[-_.]?key|private[-_.]?key|^key$|^sig$|^code$",
     re.IGNORECASE,
 )
+
+#: A path whose last segment is a secret: a device profile's one-time download link.
+SECRET_PATH = re.compile(r"(?P<path>/v1/agent/handoffs/)[A-Za-z0-9_-]{20,64}")
 
 #: The loggers :func:`install_query_secret_filter` guards by default: uvicorn's access log
 #: (its arguments are ``(client, method, path with query, HTTP version, status)``) and its error log.
@@ -57,7 +63,11 @@ def redact_query_secrets(text: str) -> str:
 
     >>> redact_query_secrets("/v1/tunnels?limit=5&access_token=qoss_0a_b")
     '/v1/tunnels?limit=5&access_token=REDACTED'
+
+    And a one-time link's token (:data:`SECRET_PATH`).
     """
+    if "/v1/agent/handoffs/" in text:
+        text = SECRET_PATH.sub(lambda m: m["path"] + REDACTED, text)
     if "=" not in text:
         return text
     return _PARAMETER.sub(_redact_parameter, text)

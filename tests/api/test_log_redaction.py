@@ -74,6 +74,13 @@ def test_a_value_with_quotes_or_percent_signs_goes_whole() -> None:
     assert redact_query_secrets('/v1/x?token=a"b%22c;d&limit=1') == f"/v1/x?token={REDACTED}&limit=1"
 
 
+def test_a_one_time_profile_links_token_is_redacted_from_its_path() -> None:
+    token = "Zx9_kQ-3" * 4
+    assert redact_query_secrets(f'GET /v1/agent/handoffs/{token} HTTP/1.1') == \
+        f"GET /v1/agent/handoffs/{REDACTED} HTTP/1.1"
+    assert redact_query_secrets("/v1/agent/handoffs") == "/v1/agent/handoffs"  # the route that makes one
+
+
 def test_a_message_with_a_url_is_redacted_too() -> None:
     record = logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1,
                                f"GET http://h/v1/x?token={SECRET} failed", None, None)
