@@ -5,7 +5,7 @@ few milliseconds; FastAPI's dependency solving, routing and middleware stack cos
 again on the event loop. A ``POST /v1/tunnels`` or ``DELETE /v1/tunnels/{id}`` whose token
 this process has checked within ``token_cache_ttl`` and holds ``tunnels:write`` (or ``admin``),
 and (a POST) whose body is a valid tunnel request within the size limit, is answered here by
-the same services, in one worker thread (:func:`app.web.deps.in_unit`), with the same
+the route's own work (:func:`app.api.routes.tunnels.set_up`, ``take_down``), with the same
 statuses, error documents, ``x-request-id``, ``Idempotent-Replayed`` and audit record as the
 full stack gives. Anything else (no or an unchecked token, a body the model refuses, an
 ``Idempotency-Key`` of the wrong form, no Content-Length) goes to the full stack, its body
@@ -28,12 +28,12 @@ from sqlalchemy.exc import OperationalError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from app.api.routes.tunnels import set_up, take_down
 from app.domain.errors import QossError
-from app.services import tunnels as svc
 from app.services.inputs import TunnelIn
 from app.settings import Settings
 from app.web.body import loads, replay
-from app.web.deps import Principal, cached_token, in_unit
+from app.web.deps import Principal, cached_token
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
 
@@ -121,23 +121,14 @@ async def serve_tunnel(state: Any, scope: Scope, receive: Receive, send: Send,
     content = b""
     try:
         if body is not None:
-            request_body = body
-            state.tunnel_limiter.take(principal.token_id or "")
-            answer = await in_unit(request, lambda uow, reads: svc.request_tunnel(
-                uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=request_body,
-                default_table=settings.default_table, allowed_networks=settings.gateway_networks,
-                token_id=principal.token_id or "", idempotency_key=key, fingerprint_key=state.idempotency_key,
-                metrics=state.metrics, lease=settings.idempotency_lease, reads=reads,
-                reports=state.sa_events if settings.sa_reports else None))
+            answer = await set_up(request, principal, body, key)
             status, content = (answer.status if answer.replayed else 201), _render(answer.body)
             if answer.replayed:
                 extra["Idempotent-Replayed"] = "true"
         else:
             match = _ONE.match(scope["path"])
             assert match is not None
-            tunnel_id = match[1]
-            await in_unit(request, lambda uow, reads: svc.delete_tunnel(
-                uow=uow, vici=state.vici_factory, tunnel_id=tunnel_id, reads=reads))
+            await take_down(request, match[1])
             status = 204
     except QossError as exc:
         status, doc, extra, _ = qoss_error_parts(exc)

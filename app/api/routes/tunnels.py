@@ -27,7 +27,7 @@ from app.web.deps import (
 from app.web.routing import QossRoute
 from app.web.schemas import error_responses
 
-__all__ = ["router"]
+__all__ = ["router", "set_up", "take_down"]
 
 router = APIRouter(tags=["tunnels"], route_class=QossRoute)
 _TUNNELS_READ = [Depends(require("tunnels:read"))]
@@ -35,6 +35,27 @@ _TUNNELS_WRITE = [Depends(require("tunnels:write"))]
 
 TunnelId = TunnelIdPath
 _ERRORS = error_responses(404, 409, 422, 502, 503)
+
+
+async def set_up(request: Request, principal: Principal, body: TunnelIn, idempotency_key: str | None) -> svc.Answer:
+    """A tunnel request's work, for this route and its fast path (:mod:`app.api.tunnels_fast`): the
+    token's rate, then negotiation, charon and the records in one worker thread (:func:`in_unit`)."""
+    state = request.app.state  # read here, not as dependencies: each costs FastAPI's solving per request
+    state.tunnel_limiter.take(principal.token_id or "")
+    settings: Settings = state.settings
+    return await in_unit(request, lambda uow, reads: svc.request_tunnel(
+        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=body,
+        default_table=settings.default_table, allowed_networks=settings.gateway_networks,
+        token_id=principal.token_id or "", idempotency_key=idempotency_key,
+        fingerprint_key=state.idempotency_key, metrics=state.metrics,
+        lease=settings.idempotency_lease, reads=reads,
+        reports=state.sa_events if settings.sa_reports else None))
+
+
+async def take_down(request: Request, tunnel_id: str) -> None:
+    """A tunnel's delete, for this route and its fast path: one worker thread (:func:`in_unit`)."""
+    vici = request.app.state.vici_factory
+    await in_unit(request, lambda uow, reads: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id, reads=reads))
 
 
 @router.post("/tunnels", status_code=201, responses=_ERRORS)
@@ -58,16 +79,7 @@ async def create_tunnel(
     a retry after ``QOSS_IDEMPOTENCY_LEASE`` seconds runs it again (or answers the tunnel that
     attempt made).
     """
-    state = request.app.state  # read here, not as dependencies: each costs FastAPI's solving per request
-    state.tunnel_limiter.take(principal.token_id or "")
-    settings: Settings = state.settings
-    answer = await in_unit(request, lambda uow, reads: svc.request_tunnel(
-        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=body,
-        default_table=settings.default_table, allowed_networks=settings.gateway_networks,
-        token_id=principal.token_id or "", idempotency_key=idempotency_key,
-        fingerprint_key=state.idempotency_key, metrics=state.metrics,
-        lease=settings.idempotency_lease, reads=reads,
-        reports=state.sa_events if settings.sa_reports else None))
+    answer = await set_up(request, principal, body, idempotency_key)
     if answer.replayed:
         return JSONResponse(answer.body, status_code=answer.status, headers={"Idempotent-Replayed": "true"})
     return answer.body
@@ -104,8 +116,7 @@ def get_tunnel(tunnel_id: TunnelId, uow: ReadUnitDep, vici: ViciDep) -> dict[str
 @router.delete("/tunnels/{tunnel_id}", dependencies=_TUNNELS_WRITE, status_code=204, responses=_ERRORS)
 async def delete_tunnel(tunnel_id: TunnelId, request: Request) -> Response:
     """Terminate and unload conn and secret on both ends."""
-    vici = request.app.state.vici_factory
-    await in_unit(request, lambda uow, reads: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id, reads=reads))
+    await take_down(request, tunnel_id)
     return Response(status_code=204)
 
 

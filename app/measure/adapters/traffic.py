@@ -48,8 +48,8 @@ class BenchError(RuntimeError):
     """A measurement could not be taken (the message says which and why)."""
 
 
-def iperf3_mbps(report: str) -> float:
-    """Received Mbit/s from ``iperf3 --json`` output (the sum over parallel flows).
+def _iperf3_report(report: str) -> dict[str, Any]:
+    """The JSON object of ``iperf3 --json`` output.
 
     Raises:
         BenchError: not an iperf3 JSON report, or it reports an error.
@@ -62,6 +62,16 @@ def iperf3_mbps(report: str) -> float:
         raise BenchError("iperf3 JSON is not an object")
     if data.get("error"):
         raise BenchError(f"iperf3: {str(data['error'])[:200]}")
+    return data
+
+
+def iperf3_mbps(report: str) -> float:
+    """Received Mbit/s from ``iperf3 --json`` output (the sum over parallel flows).
+
+    Raises:
+        BenchError: not an iperf3 JSON report, or it reports an error.
+    """
+    data = _iperf3_report(report)
     try:
         bits = float(data["end"]["sum_received"]["bits_per_second"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -79,14 +89,7 @@ def iperf3_udp_probe(report: str) -> UdpProbe:
     Raises:
         BenchError: not an iperf3 UDP JSON report, or it reports an error.
     """
-    try:
-        data = json.loads(report)
-    except ValueError as exc:
-        raise BenchError(f"iperf3 printed no JSON: {report[:200]!r}") from exc
-    if not isinstance(data, dict):
-        raise BenchError("iperf3 JSON is not an object")
-    if data.get("error"):
-        raise BenchError(f"iperf3: {str(data['error'])[:200]}")
+    data = _iperf3_report(report)
     try:
         end = data["end"]
         offered = float(data["start"]["test_start"]["target_bitrate"]) / 1e6

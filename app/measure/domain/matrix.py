@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.errors import InvalidInput
-from app.measure.domain.tunnel import SuiteRun
+from app.measure.domain.tunnel import SuiteRun, bench_document
 
 __all__ = [
     "FAMILIES",
@@ -234,18 +234,11 @@ def matrix_document(
         raise InvalidInput("a measurement matrix needs at least one cell")
     first = cells[0]
     return {
-        "kind": "qoss-bench-tunnel",
+        **bench_document(machine=machine, backend=backend, date=date, repetitions=repetitions,
+                         duration_s=duration_s, baseline=first.baseline, suites=first.suites, cpus=cpus),
         "version": 2,
-        "machine": machine,
-        "backend": backend,
-        "date": date,
-        "repetitions": repetitions,
-        "duration_s": duration_s,
-        "cpus": sorted(cpus) if cpus is not None else None,
-        "baseline": first.baseline.as_dict(),
-        "suites": [s.as_dict() for s in first.suites],
-        "families": sorted({c.family for c in cells}, key=[c.family for c in cells].index),
-        "protocols": sorted({c.protocol for c in cells}, key=[c.protocol for c in cells].index),
+        "families": list(dict.fromkeys(c.family for c in cells)),  # in the order measured
+        "protocols": list(dict.fromkeys(c.protocol for c in cells)),
         "udp": dict(udp) if udp is not None else None,
         "cells": [c.as_dict() for c in cells],
         "samples": _samples(cells),
