@@ -29,7 +29,8 @@ def lab_up(
     database_url: DbUrl = None,
     hosts: Annotated[int, typer.Option(help="number of hosts (2: left, right)")] = 2,
     agent: Annotated[bool, typer.Option(
-        "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers")] = False,
+        "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers "
+        "(with --family: Target's IKE address, protected networks and pool of those families)")] = False,
     prefix: LabPrefix = "qoss",
     family: Annotated[str, typer.Option(
         help="address families: 4, 6, 4,6 or 6,4. With 6 the hosts also get IPv6 addresses (IKE on "
@@ -49,6 +50,10 @@ def lab_up(
     all under QOSS_LAB_DIR/agent; the database of --database-url is not used. Prints where
     each part is (namespaces, addresses, URLs, pids, logs) as JSON. Then `qoss lab join
     NAME` for each user; `qoss lab down` removes it all, also after a failed `up`.
+    --agent --family 6: the servers listen and Target takes IKE on the IPv6 IKE addresses
+    (Host fd00:71::2, Target fd00:71::3), Target protects fd03::/64 and hands out virtual IPs
+    from fd08::/124; with 6,4 or 4,6 it protects 10.3.0.1/32 too and gives each client an
+    address of each family (10.8.0.0/28 with fd08::/124 beside it).
     """
     from app.lab.hosts import Lab
     from app.lab.processes import LabError
@@ -57,14 +62,12 @@ def lab_up(
 
     families = _families(family)
     if agent:
-        if families != (4,):
-            raise typer.BadParameter("--agent builds an IPv4 lab: leave out --family")
         if hosts != 2:
             raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
         from app.lab.agent import AgentLab
 
         try:
-            emit(AgentLab(settings_for(database_url).lab_dir / "agent", prefix=prefix).up())
+            emit(AgentLab(settings_for(database_url).lab_dir / "agent", prefix=prefix, families=families).up())
         except (LabError, ValueError) as exc:
             typer.echo(f"lab up failed: {exc}", err=True)
             raise typer.Exit(1) from exc

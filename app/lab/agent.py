@@ -9,9 +9,17 @@ both roles (the config's ``url: local``). A user joins from the client's namespa
 enrols the user at Host and writes the client's config on the way, then pings through the
 tunnel. The servers' agent configs are made by :mod:`app.lab.agent_configs`.
 
+``families`` is the lab's address families as for :class:`~app.lab.hosts.Lab`: ``(4,)`` (the
+default), ``(6,)``, ``(4, 6)`` or ``(6, 4)``, the one IKE runs over first. The servers listen on
+the IKE address of that family, so the agent's messages travel over it too; Target's IKE
+address is of that family and it protects its inside networks of every family listed
+(``10.3.0.1/32``, ``fd03::/64``). Its pool is :data:`POOL` with IPv4 only, :data:`POOL6` with
+IPv6 only, and :data:`POOL` with :data:`POOL6` as its ``pool6`` with both (a dual pool: a client
+gets an address of each family).
+
 Everything lives under ``state_dir``::
 
-    agent.json                 what is up: prefix, port, pool, the servers' pids, the users
+    agent.json                 what is up: prefix, port, pool(s), families, the servers' pids, the users
     lab/                       the Lab: charons' configs, VICI sockets, logs, lab.json
     keys/                      every party's key pair (NAME.ed25519, NAME.x25519, NAME.pub.json)
     host.yaml, target.yaml     the servers' agent configs
@@ -37,7 +45,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +59,7 @@ __all__ = [
     "HOST_ID",
     "MARK",
     "POOL",
+    "POOL6",
     "PORT",
     "TARGET_ID",
     "AgentLab",
@@ -60,8 +69,10 @@ __all__ = [
 
 #: Where the servers listen, on their IKE address inside their namespace.
 PORT = 8400
-#: The virtual IPs Target hands out.
+#: The virtual IPs Target hands out (IPv4; and with IPv6 beside it, :data:`POOL6` as its ``pool6``).
 POOL = "10.8.0.0/28"
+#: The IPv6 virtual IPs Target hands out in a lab with IPv6 (alone, or beside :data:`POOL`).
+POOL6 = "fd08::/124"
 HOST_ID = "host-1"
 TARGET_ID = "target-1"
 #: Marks every process the lab starts (value: the state directory).
@@ -121,28 +132,35 @@ class AgentLab:
         state_dir: where everything goes (not under /run; short: it holds UNIX sockets).
         prefix: namespace name prefix (``<prefix>-client``, ``-host``, ``-target``, ``-hub``).
         port: the servers' port.
-        pool: the virtual IPs Target hands out.
+        pool: the virtual IPs Target hands out (default: :data:`POOL`, or :data:`POOL6` in an IPv6-only lab).
+        families: the address families, the one IKE runs over first (``(4,)``, ``(6,)``, ``(4, 6)``,
+            ``(6, 4)``); with both, Target also hands out :data:`POOL6` beside ``pool``.
         combined: one server in Target's namespace plays Host and Target.
         server_env: extra environment for the servers (e.g. rate limits).
         client_env: extra environment for the client's ``qoss agent`` commands (e.g. ``QOSS_FAST_PATHS``).
         startup_timeout: seconds for the servers to answer ``/healthz``.
 
-    A lab recorded in ``state_dir`` keeps the prefix, port, pool and layout it was built with.
+    A lab recorded in ``state_dir`` keeps the prefix, port, pools, families and layout it was built with.
     """
 
-    def __init__(self, state_dir: Path, prefix: str = "qoss", *, port: int = PORT, pool: str = POOL,
-                 combined: bool = False, server_env: Mapping[str, str] | None = None,
-                 client_env: Mapping[str, str] | None = None, startup_timeout: float = 60.0) -> None:
+    def __init__(self, state_dir: Path, prefix: str = "qoss", *, port: int = PORT, pool: str | None = None,
+                 families: Sequence[int] = (4,), combined: bool = False,
+                 server_env: Mapping[str, str] | None = None, client_env: Mapping[str, str] | None = None,
+                 startup_timeout: float = 60.0) -> None:
         self.state_dir = Path(state_dir).resolve()
         recorded = self._load()
         self.prefix = str(recorded.get("prefix", prefix))
         self.port = int(recorded.get("port", port))
-        self.pool = str(recorded.get("pool", pool))
+        self.families = tuple(int(f) for f in recorded.get("families", families))
+        default_pool = POOL if 4 in self.families else POOL6
+        self.pool = str(recorded.get("pool", pool or default_pool))
+        pool6 = recorded.get("pool6", POOL6 if set(self.families) == {4, 6} else None)
+        self.pool6: str | None = None if pool6 is None else str(pool6)
         self.combined = bool(recorded.get("combined", combined))
         self.server_env = dict(server_env or {})
         self.client_env = dict(client_env or {})
         self.startup_timeout = startup_timeout
-        self.lab = Lab(self.state_dir / "lab", prefix=self.prefix)
+        self.lab = Lab(self.state_dir / "lab", prefix=self.prefix, families=self.families)
         self._servers: dict[str, subprocess.Popen[bytes]] = {}
 
     @classmethod
@@ -204,9 +222,15 @@ class AgentLab:
         """The lab host ``client``, ``host`` or ``target``."""
         return self.lab.host(name)
 
+    @property
+    def ipv6(self) -> bool:
+        """Whether the lab has IPv6 (its hosts have IPv6 addresses)."""
+        return 6 in self.families
+
     def url(self, role: str) -> str:
-        """The URL of the server in ``role``'s namespace."""
-        return f"http://{self.host(role).ike_address}:{self.port}"
+        """The URL of the server in ``role``'s namespace (on its IKE address of the lab's first family)."""
+        address = self.host(role).gateway_ike_address
+        return f"http://{f'[{address}]' if ':' in address else address}:{self.port}"
 
     def database_url(self, role: str) -> str:
         """The server's database."""
@@ -282,6 +306,8 @@ class AgentLab:
             raise AgentLabError(f"an agent lab is recorded in {self.state_dir}: take it down first (qoss lab down)")
         started = time.monotonic()
         self._save({"prefix": self.prefix, "port": self.port, "pool": self.pool, "combined": self.combined,
+                    **({"families": list(self.families)} if self.ipv6 else {}),
+                    **({"pool6": self.pool6} if self.pool6 is not None else {}),
                     "servers": {}, "users": []})
         try:
             self._build()
@@ -304,8 +330,8 @@ class AgentLab:
         target = self.host("target")
         host_id = ids[0]
         role = target_role(hosts={host_id: self.public_key_file(host_id)}, vici_socket=target.vici_socket,
-                           ike_address=target.ike_address, protected=[f"{target.inside_address}/32"],
-                           pool=self.pool, sweep_interval=0.5)
+                           ike_address=target.gateway_ike_address, protected=self.protected,
+                           pool=self.pool, pool6=self.pool6, sweep_interval=0.5)
         if self.combined:
             write_config(self.config_path("target"), server_config(
                 id=TARGET_ID, key_dir=self.key_dir,
@@ -318,6 +344,11 @@ class AgentLab:
         for name in self.roles:
             self._serve(name)
         self._wait_ready()
+
+    @property
+    def protected(self) -> list[str]:
+        """What Target protects: its inside networks of every family (``10.3.0.1/32``, ``fd03::/64``)."""
+        return self.host("target").inside_networks
 
     def public_key_file(self, name: str) -> Path:
         """The public keys of party ``name`` (a server's id or a user)."""
@@ -333,7 +364,7 @@ class AgentLab:
         log_path = self.state_dir / f"{role}.log"
         with open(log_path, "ab") as log:  # the server keeps its own copy of the fd
             proc = subprocess.Popen(
-                self._qoss("serve", "--host", h.ike_address, "--port", str(self.port), netns=h.netns),
+                self._qoss("serve", "--host", h.gateway_ike_address, "--port", str(self.port), netns=h.netns),
                 env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
                 cwd=self.state_dir,
             )
@@ -369,16 +400,20 @@ class AgentLab:
         servers = state.get("servers", {})
         charons = self.lab.pids
         out: dict[str, Any] = {"prefix": self.prefix, "state_dir": str(self.state_dir), "pool": self.pool}
+        if self.ipv6:
+            out["families"] = list(self.families)
+        if self.pool6 is not None:
+            out["pool6"] = self.pool6
         for name in ("client", "host", "target"):
             try:
                 h = self.host(name)
             except KeyError:
                 continue
-            part: dict[str, Any] = {"netns": h.netns, "ike_address": h.ike_address,
+            part: dict[str, Any] = {"netns": h.netns, "ike_address": h.gateway_ike_address,
                                     "charon_pid": charons.get(name), "charon_log": h.log_path}
             part["vici_socket"] = h.vici_socket
             if name == "target":
-                part["protected"] = [f"{h.inside_address}/32"]
+                part["protected"] = h.inside_networks
             if name in servers:
                 s = servers[name]
                 part.update(url=s["url"], pid=s["pid"], log=s["log"], config=s["config"],
@@ -388,7 +423,7 @@ class AgentLab:
             out[name] = part
         with contextlib.suppress(KeyError):
             device = self.host("device")
-            out["device"] = {"netns": device.netns, "ike_address": device.ike_address}
+            out["device"] = {"netns": device.netns, "ike_address": device.gateway_ike_address}
         out["users"] = list(state.get("users", []))
         return out
 

@@ -20,11 +20,12 @@ def host_role(targets: Mapping[str, tuple[str, Path]]) -> dict[str, Any]:
 
 
 def target_role(*, hosts: Mapping[str, Path], vici_socket: str, ike_address: str, protected: Sequence[str],
-                pool: str, sweep_interval: float = 1.0) -> dict[str, Any]:
-    """The Target role: the hosts it trusts (id -> public key file), its charon, what it protects, its pool."""
+                pool: str, pool6: str | None = None, sweep_interval: float = 1.0) -> dict[str, Any]:
+    """The Target role: the hosts it trusts (id -> public key file), its charon, what it protects, its
+    pool (and an IPv6 ``pool6`` beside an IPv4 pool)."""
     return {"hosts": {name: {"public_key_file": str(pub)} for name, pub in hosts.items()},
             "vici_socket": vici_socket, "ike_address": ike_address, "protected": list(protected), "pool": pool,
-            "sweep_interval": sweep_interval}
+            **({"pool6": pool6} if pool6 is not None else {}), "sweep_interval": sweep_interval}
 
 
 def server_config(*, id: str, key_dir: Path, host: Mapping[str, Any] | None = None,

@@ -67,7 +67,7 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
             user=user, key_dir=lab.key_dir, host_id=TARGET_ID if lab.combined else HOST_ID,
             host_url=lab.url(lab.host_server), host_key=lab.public_key_file(TARGET_ID if lab.combined else HOST_ID),
             targets={TARGET_ID: lab.public_key_file(TARGET_ID)}, vici_socket=client.vici_socket,
-            state_dir=lab.state_dir / f"client-{user}", ike_address=client.ike_address), client=True)
+            state_dir=lab.state_dir / f"client-{user}", ike_address=client.gateway_ike_address), client=True)
     _, keys = load_public(lab.public_key_file(user))
     engine = make_engine(lab.database_url(lab.host_server))
     try:
@@ -85,7 +85,7 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
 def join(lab: AgentLab, user: str, *, objective: int = 3, min_levels: Mapping[str, int] | None = None,
          pings: int = 3) -> dict[str, Any]:
     """Enrol ``user`` if needed, connect through the agent from the client's namespace, and ping
-    Target's protected address from the virtual IP.
+    Target's protected address of the virtual IP's family from the virtual IP.
 
     Returns:
         ``user``, ``enrolled`` (now), ``virtual_ip``, ``suite`` (as the client's charon
@@ -114,7 +114,7 @@ def join(lab: AgentLab, user: str, *, objective: int = 3, min_levels: Mapping[st
     gateway = lab.host("client").gateway(10.0)
     try:
         before = gateway.list_sas(ike=report["conn"])
-        target = lab.host("target").inside_address
+        target = _inside_address(lab, report["virtual_ip"])
         result["ping"] = _ping(lab, report["virtual_ip"], target, pings)
         after = gateway.list_sas(ike=report["conn"])
     except GatewayError as exc:
@@ -175,6 +175,14 @@ def revoke_devices(lab: AgentLab, user: str) -> list[str]:
             raise AgentLabError(f"could not revoke {record['ticket']}: {_client_error(done.stderr)}")
         revoked.append(str(record["ticket"]))
     return revoked
+
+
+def _inside_address(lab: AgentLab, virtual_ip: str) -> str:
+    """Target's inside address of ``virtual_ip``'s family (``10.3.0.1``, ``fd03::1``)."""
+    target = lab.host("target")
+    if ":" in virtual_ip and target.inside_address6 is not None:
+        return target.inside_address6
+    return target.inside_address
 
 
 def _ping(lab: AgentLab, source: str, destination: str, count: int) -> dict[str, Any]:

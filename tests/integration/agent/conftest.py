@@ -1,8 +1,9 @@
 """The tunnel agent against real charons: Host and Target in one real uvicorn on loopback.
 
 The lab's ``left`` charon is the client's, ``right`` is Target's. The client service
-talks HTTP to the server on 127.0.0.1 and VICI to its charon's socket; tunnels run
-between the namespaces. Everything is torn down after the module, also on failure.
+talks HTTP to the server on 127.0.0.1 (``[::1]`` with :func:`running_agent`'s ``host``) and
+VICI to its charon's socket; tunnels run between the namespaces, over the family the lab's
+IKE runs over. Everything is torn down after the module, also on failure.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +48,9 @@ class RegisteringVici(ViciGateway):
         super().load_shared(id, secret, owners, type)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
@@ -87,7 +89,7 @@ class AgentEnv:
         path = write_config(self.dir / f"client-{user}.yaml", client_config(
             user=user, key_dir=self.dir / "keys", host_id="hq", host_url=self.url, host_key=pub,
             targets={"hq": pub}, vici_socket=left.vici_socket, state_dir=self.dir / f"state-{user}",
-            ike_address=left.ike_address), client=True)
+            ike_address=left.gateway_ike_address), client=True)
         config = load_client_config(path)
         return AgentClient(config=config, keys=load_keys(config.key_dir, user),
                            crypto=CRYPTO, vici=RegisteringVici(config.vici_socket, timeout=20.0),
@@ -106,39 +108,51 @@ class AgentEnv:
                 and not [p for p in v.get_pools() if p.name.startswith("qoss-agent-")])
 
 
-def server_config(dir: Path, lab: Lab) -> Path:
-    """One server playing Host and Target (``url: local``) with the lab's ``right`` charon."""
+def server_config(dir: Path, lab: Lab, *, protected: list[str] | None = None, pool: str = POOL,
+                  pool6: str | None = None) -> Path:
+    """One server playing Host and Target (``url: local``) with the lab's ``right`` charon, on its
+    IKE address of the lab's first family; by default protecting ``right``'s IPv4 inside address.
+    Makes the server's keys (``hq``)."""
+    keys = KeyPair.generate("hq")
+    register_keys(keys)
+    write_keys(keys, dir / "keys")
     right, pub = lab.host("right"), dir / "keys" / "hq.pub.json"
     return write_config(dir / "agent.yaml", lab_agent_configs.server_config(
         id="hq", key_dir=dir / "keys", host=host_role({"hq": ("local", pub)}),
-        target=target_role(hosts={"hq": pub}, vici_socket=right.vici_socket, ike_address=right.ike_address,
-                           protected=[f"{right.inside_address}/32"], pool=POOL, sweep_interval=0.2)))
+        target=target_role(hosts={"hq": pub}, vici_socket=right.vici_socket, ike_address=right.gateway_ike_address,
+                           protected=protected or [f"{right.inside_address}/32"], pool=pool, pool6=pool6,
+                           sweep_interval=0.2)))
+
+
+@contextmanager
+def running_agent(lab: Lab, dir: Path, config: Path, *, host: str = "127.0.0.1", **settings: Any) -> Iterator[AgentEnv]:
+    """The app with agent config ``config`` and a fresh database in ``dir``, served by a real uvicorn
+    on ``host`` in a thread of this process; stopped on the way out. ``settings``: more :class:`Settings`."""
+    config_settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab.state_dir],
+                               reconcile_on_start=False, agent_config=config, **settings)
+    prepare_database(config_settings)
+    admin = {"Authorization": f"Bearer {make_token(config_settings.database_url, 'agent-admin', ['admin'])}"}
+    port = free_port(host)
+    app = create_app(config_settings, vici_factory=lambda p: RegisteringVici(p, 15.0))
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", http="httptools"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert server.started
+        url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+        yield AgentEnv(lab, dir, url, admin, config_settings, server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
     with temporary_lab("ag") as lab:
         dir = tmp_path_factory.mktemp("agent")
-        server_keys = KeyPair.generate("hq")
-        register_keys(server_keys)
-        write_keys(server_keys, dir / "keys")
-        settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab.state_dir],
-                            reconcile_on_start=False, agent_config=server_config(dir, lab),
-                            agent_rate=1000.0, agent_burst=1000, agent_user_rate=1000.0, agent_user_burst=1000)
-        prepare_database(settings)
-        admin = {"Authorization": f"Bearer {make_token(settings.database_url, 'agent-admin', ['admin'])}"}
-        port = free_port()
-        app = create_app(settings, vici_factory=lambda p: RegisteringVici(p, 15.0))
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                               log_level="warning", http="httptools"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started
-        try:
-            yield AgentEnv(lab, dir, f"http://127.0.0.1:{port}", admin, settings, server)
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        with running_agent(lab, dir, server_config(dir, lab), agent_rate=1000.0, agent_burst=1000,
+                           agent_user_rate=1000.0, agent_user_burst=1000) as env:
+            yield env

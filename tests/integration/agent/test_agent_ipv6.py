@@ -1,48 +1,27 @@
 """The tunnel agent over IPv6: a client joins Target over IPv6 and gets its tunnel.
 
-One lab per module with IPv6 beside IPv4 (``families=(6, 4)``): the client's charon is
-``left`` (``fd00:71::1``), Target's is ``right`` (``fd00:71::2``). Host and Target are one real
-uvicorn on ``[::1]``, so the agent's messages travel over IPv6 too, in one of two set-ups
-(one server at a time): ``ipv6``, Target protecting ``fd02::/64`` with an IPv6 pool; ``dual``,
-Target protecting ``10.2.0.1/32`` and ``fd02::/64`` with a dual pool (an IPv4 and an IPv6
-virtual IP per client). A join is checked with ``swanctl --list-sas`` on both charons, a ping
-of each family from the virtual IPs to Target's inside addresses, and nothing left on either
-charon once the user disconnects.
+One lab per module with IPv6 beside IPv4 (``lab6`` of tests/integration/conftest.py, the one
+tests/integration/tunnels/test_ipv6.py uses too): the client's charon is ``left``
+(``fd00:71::1``), Target's is ``right`` (``fd00:71::2``). Host and Target are one real uvicorn on
+``[::1]`` (the agent conftest's ``running_agent``, as for the IPv4 agent tests), so the agent's
+messages travel over IPv6 too, in one of two set-ups (one server at a time): ``ipv6``, Target
+protecting ``fd02::/64`` with an IPv6 pool; ``dual``, Target protecting ``10.2.0.1/32`` and
+``fd02::/64`` with a dual pool (an IPv4 and an IPv6 virtual IP per client). A join is checked
+with ``swanctl --list-sas`` on both charons, a ping of each family from the virtual IPs to
+Target's inside addresses, and nothing left on either charon once the user disconnects.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-import shutil
-import socket
 import subprocess
-import tempfile
-import threading
-import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
-import httpx
 import pytest
-import uvicorn
 
-from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
-from app.adapters.agent.transport import post_message
-from app.bootstrap import prepare_database
-from app.lab import agent_configs
 from app.lab.hosts import Lab, LabHost
-from app.main import create_app
-from app.services.agent_client import AgentClient
-from app.services.agent_config import load_client_config
-from app.settings import Settings
-from tests.api.conftest import make_token
-from tests.fixtures.agent_roles import register_keys
-from tests.fixtures.secrets import keep_log
-from tests.integration.agent.conftest import RegisteringVici
+from tests.integration.agent.conftest import AgentEnv, running_agent, server_config
 
 pytestmark = pytest.mark.charon
 
@@ -54,94 +33,16 @@ SETUPS: dict[str, tuple[list[str], str, str | None]] = {
 }
 
 
-@dataclass
-class Env6:
-    lab: Lab
-    dir: Path
-    url: str
-    admin: dict[str, str]
-
-    def enroll(self, user: str, objectives: list[int]) -> None:
-        keys = KeyPair.generate(user)
-        register_keys(keys)
-        write_keys(keys, self.dir / "keys", overwrite=True)
-        r = httpx.post(f"{self.url}/v1/agent/users", headers=self.admin, timeout=10, json={
-            "user_id": user, "objectives": objectives, **keys.public.as_dict()})
-        assert r.status_code == 201, r.text
-
-    def client(self, user: str) -> AgentClient:
-        """The user's agent, reaching Target from the client's IPv6 IKE address."""
-        left, pub = self.lab.host("left"), self.dir / "keys" / "hq.pub.json"
-        assert left.ike_address6 is not None
-        path = agent_configs.write_config(self.dir / f"client-{user}.yaml", agent_configs.client_config(
-            user=user, key_dir=self.dir / "keys", host_id="hq", host_url=self.url, host_key=pub,
-            targets={"hq": pub}, vici_socket=left.vici_socket, state_dir=self.dir / f"state-{user}",
-            ike_address=left.ike_address6), client=True)
-        config = load_client_config(path)
-        return AgentClient(config=config, keys=load_keys(config.key_dir, user), crypto=CRYPTO,
-                           vici=RegisteringVici(config.vici_socket, timeout=20.0), post=post_message)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET6) as s:
-        s.bind(("::1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def lab6() -> Iterator[Lab]:
-    """Two charons, IKE over IPv6, inside addresses of both families; always taken down."""
-    state = Path(tempfile.mkdtemp(prefix="qoss-v6a-", dir="/tmp"))
-    lab = Lab(state, prefix=f"v6a{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}", families=(6, 4))
-    hosts: list[LabHost] = []
-    try:
-        hosts = lab.up()
-        yield lab
-    finally:
-        try:
-            lab.down()
-        finally:
-            for host in hosts:
-                keep_log(host.log_path, f"charon-v6a-{host.name}.log")
-            shutil.rmtree(state, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def env6(request: pytest.FixtureRequest, lab6: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env6]:
-    """Host and Target on ``[::1]`` in the set-up named by the test's parameter (see :data:`SETUPS`)."""
+def env6(request: pytest.FixtureRequest, lab6: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
+    """Host and Target on ``[::1]`` in the set-up named by the test's parameter (see :data:`SETUPS`),
+    over the shared IPv6 lab (``lab6``, tests/integration/conftest.py): Target on ``right``'s IPv6 IKE
+    address, the client on ``left``'s."""
     protected, pool, pool6 = SETUPS[request.param]
-    right = lab6.host("right")
-    assert right.ike_address6 is not None
     dir = tmp_path_factory.mktemp(f"agent6-{request.param}")
-    server_keys = KeyPair.generate("hq")
-    register_keys(server_keys)
-    write_keys(server_keys, dir / "keys")
-    pub = dir / "keys" / "hq.pub.json"
-    role = agent_configs.target_role(hosts={"hq": pub}, vici_socket=right.vici_socket,
-                                     ike_address=right.ike_address6, protected=protected, pool=pool,
-                                     sweep_interval=0.2)
-    if pool6 is not None:
-        role["pool6"] = pool6
-    config = agent_configs.write_config(dir / "agent.yaml", agent_configs.server_config(
-        id="hq", key_dir=dir / "keys", host=agent_configs.host_role({"hq": ("local", pub)}), target=role))
-    settings = Settings(database_url=f"sqlite:///{dir}/qoss.db", vici_socket_dirs=[lab6.state_dir],
-                        reconcile_on_start=False, agent_config=config)
-    prepare_database(settings)
-    admin = {"Authorization": f"Bearer {make_token(settings.database_url, 'agent6-admin', ['admin'])}"}
-    port = _free_port()
-    app = create_app(settings, vici_factory=lambda p: RegisteringVici(p, 15.0))
-    server = uvicorn.Server(uvicorn.Config(app, host="::1", port=port, log_level="warning", http="httptools"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    try:
-        assert server.started
-        yield Env6(lab6, dir, f"http://[::1]:{port}", admin)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    config = server_config(dir, lab6, protected=protected, pool=pool, pool6=pool6)
+    with running_agent(lab6, dir, config, host="::1") as env:
+        yield env
 
 
 def swanctl_sas(host: LabHost) -> str:
@@ -184,7 +85,7 @@ def nothing_left(lab: Lab) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("env6", ["ipv6"], indirect=True)
-def test_join_over_ipv6_gets_an_ipv6_tunnel_ping6_crosses_disconnect_leaves_nothing(env6: Env6) -> None:
+def test_join_over_ipv6_gets_an_ipv6_tunnel_ping6_crosses_disconnect_leaves_nothing(env6: AgentEnv) -> None:
     left, right = env6.lab.host("left"), env6.lab.host("right")
     env6.enroll("alice6", [3])
     client = env6.client("alice6")
@@ -208,7 +109,7 @@ def test_join_over_ipv6_gets_an_ipv6_tunnel_ping6_crosses_disconnect_leaves_noth
 
 
 @pytest.mark.parametrize("env6", ["dual"], indirect=True)
-def test_join_to_a_dual_pool_gets_a_virtual_ip_of_each_family_and_both_pings_cross(env6: Env6) -> None:
+def test_join_to_a_dual_pool_gets_a_virtual_ip_of_each_family_and_both_pings_cross(env6: AgentEnv) -> None:
     left, right = env6.lab.host("left"), env6.lab.host("right")
     env6.enroll("dana6", [3])
     client = env6.client("dana6")

@@ -4,7 +4,12 @@ Debian's stock ``charon-cmd`` in ``PREFIX-device`` (no qoss there) joins configu
 ``.sswan`` profile says. A proposal other than the negotiated one is refused; after ``--revoke`` the
 live tunnel ends within 5 s and the next join is refused. The other platforms' profiles of such an
 enrolment carry the negotiated suite in their own names; a platform that cannot meet the minimums
-gets a refusal naming it, and no profile."""
+gets a refusal naming it, and no profile.
+
+Over IPv6: a second lab, ``qoss lab up --agent --family 6`` (Target's IKE address ``fd00:71::3``,
+protecting ``fd03::/64``, handing out ``fd08::/124``); charon-cmd joins Target over IPv6 from its
+``.sswan`` alone, pings ``fd03::1`` from its IPv6 virtual IP through the tunnel, and revoking the
+device ends the tunnel and leaves nothing on Target or the device."""
 
 from __future__ import annotations
 
@@ -14,13 +19,15 @@ import ipaddress
 import json
 import os
 import plistlib
+import pty
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +37,8 @@ from cryptography.hazmat.primitives import serialization
 
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent.platforms import check_names, express
-from app.lab.agent import POOL, AgentLab
+from app.lab.agent import POOL, POOL6, AgentLab
+from app.lab.agent_users import device
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.stock_client import CharonCmd, StockProfile
 
@@ -57,23 +65,40 @@ class LabCli:
         return json.loads((self.root / "lab" / "agent" / "agent.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
+@contextmanager
+def agent_lab(hint: str, *family: str) -> Iterator[tuple[LabCli, dict[str, Any]]]:
+    """``qoss lab up --agent [--family F]`` under a prefix of its own and what it printed; always
+    ``qoss lab down``, which must leave none of its namespaces."""
     assert Path(_CHARON_CMD).exists(), "charon-cmd (Debian package charon-cmd) is set up by scripts/test.sh"
     root = Path(tempfile.mkdtemp(prefix="qoss-dev-", dir="/tmp"))
-    cli = LabCli(root, f"qd{os.getpid() % 100000}")
+    cli = LabCli(root, f"{hint}{os.getpid() % 100000}")
     try:
-        up = json.loads(cli.run("up", "--agent", "--prefix", cli.prefix).stdout)
+        up = json.loads(cli.run("up", "--agent", *family, "--prefix", cli.prefix).stdout)
         yield cli, up
     finally:
         agent = root / "lab" / "agent"  # the leak sweep reads the servers' and charons' logs for passphrases
         for log in [agent / "host.log", agent / "target.log", *agent.glob("lab/*/charon.log")]:
             if log.exists():
-                keep_log(log, f"device-join-{log.parent.name}-{log.name}")
+                keep_log(log, f"device-join-{hint}-{log.parent.name}-{log.name}")
         try:
-            cli.run("down", check=False)
+            down = cli.run("down", check=False)
         finally:
             shutil.rmtree(root, ignore_errors=True)
+    assert down.returncode == 0, down.stderr
+    assert not list(Path("/run/netns").glob(f"{cli.prefix}-*"))
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
+    with agent_lab("qd") as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def ipv6_lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
+    """The agent lab over IPv6 (``--family 6``)."""
+    with agent_lab("qd6", "--family", "6") as made:
+        yield made
 
 
 def enrol(cli: LabCli, user: str, platform: str, out: Path, *extra: str, check: bool = True) -> Any:
@@ -276,3 +301,110 @@ def test_the_phone_fetches_its_profile_once_from_the_link(lab: tuple[LabCli, dic
     assert windows.returncode == 2
     assert "files beside it" in windows.stderr
     assert not (tmp_path / "windows").exists()  # refused before anything was enrolled
+
+
+class IPv6CharonCmd(CharonCmd):
+    """charon-cmd on a device that reaches Target over IPv6, told the profile's split-tunnelling subnets.
+
+    charon-cmd binds its IKE config to the local address ``0.0.0.0`` and so resolves ``--host`` as
+    IPv4 only, unless its sockets are IPv6 only (``socket-default.use_ipv4 = no``: "unable to
+    resolve fd00:71::3" otherwise). Without ``--remote-ts`` it proposes ``0.0.0.0/0`` and asks for an
+    IPv4 virtual IP only; with the profile's ``split-tunneling.subnets`` it asks for one of their
+    family (``::`` for ``fd03::/64``), as the Android app does from the same profile.
+    """
+
+    def __init__(self, netns: str, workdir: Path, profile: StockProfile, *, remote_ts: Sequence[str],
+                 limit: float = 60.0) -> None:
+        super().__init__(netns, workdir, profile, limit=limit)
+        self.remote_ts = list(remote_ts)
+        conf = self.conf.read_text()
+        self.conf.write_text(conf.replace("  plugins {\n", "  plugins {\n    socket-default {\n      use_ipv4 = no\n"
+                                          "    }\n", 1))
+
+    def start(self) -> IPv6CharonCmd:
+        p = self.profile
+        argv = ["timeout", "-s", "INT", "-k", "5", str(int(self.limit)), "ip", "netns", "exec", self.netns,
+                "charon-cmd", "--host", p.host, "--identity", p.identity, "--remote-identity", p.remote_identity,
+                "--profile", "ikev2-pub", "--ike-proposal", p.ike_proposal, "--esp-proposal", p.esp_proposal,
+                "--cert", str(p.ca_pem), "--p12", str(p.p12)]
+        argv += [arg for ts in self.remote_ts for arg in ("--remote-ts", ts)]
+        env = {**os.environ, "STRONGSWAN_CONF": str(self.conf)}
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: charon-cmd on the pseudo-terminal
+            os.execvpe(argv[0], argv, env)  # noqa: S606 - a fixed argv, no shell
+        self.pid, self._fd = pid, fd
+        return self
+
+    def virtual_ip(self) -> str | None:
+        """The global IPv6 address on charon-cmd's TUN device, if any."""
+        done = subprocess.run(["ip", "-n", self.netns, "-o", "-6", "addr", "show", "dev", "ipsec0", "scope", "global"],
+                              capture_output=True, text=True, timeout=5, check=False)
+        words = done.stdout.split()
+        return words[words.index("inet6") + 1].split("/")[0] if "inet6" in words else None
+
+
+def ping6(netns: str, address: str) -> bool:
+    return subprocess.run(["ip", "netns", "exec", netns, "ping", "-6", "-n", "-c", "1", "-W", "1", address],
+                          capture_output=True, timeout=10, check=False).returncode == 0
+
+
+def _selected(log: str, protocol: str) -> str:
+    """What charon-cmd logged as the ``protocol`` (IKE, ESP) proposal the gateway selected."""
+    found = re.search(rf"selected proposal: {protocol}:(\S+)", log)
+    assert found, log[-2000:]
+    return found.group(1)
+
+
+def test_a_stock_client_joins_over_ipv6_from_the_sswan_profile_and_revocation_ends_it(
+        ipv6_lab: tuple[LabCli, dict[str, Any]], tmp_path: Path) -> None:
+    cli, up = ipv6_lab
+    netns, target = up["device"]["netns"], up["target"]
+    assert (up["families"], up["pool"], target["ike_address"], target["protected"]) == (
+        [6], POOL6, "fd00:71::3", ["fd03::/64"])
+    inside = str(ipaddress.ip_network(target["protected"][0])[1])  # fd03::1, on Target's lo
+    assert not ping6(netns, inside)  # no route there but the tunnel's
+    lab = AgentLab(cli.root / "lab" / "agent")
+    report = device(lab, "ivy", platform="android", out_dir=str(tmp_path / "out"),
+                    min_levels={"confidentiality": 8, "integrity": 8})
+    register(report["passphrase"])
+    profile = stock_profile(report, tmp_path / "device")
+    subnets = json.loads(Path(report["profile"]).read_text())["split-tunneling"]["subnets"]
+    assert (profile.host, subnets) == (target["ike_address"], target["protected"])
+    gateway = ViciGateway(target["vici_socket"], 10.0)
+    conn = f"qoss-agent-{report['ticket'][:16]}"
+
+    with IPv6CharonCmd(netns, tmp_path / "joined", profile, remote_ts=subnets, limit=60) as joined:
+        joined.type_passphrase()
+        assert wait_for(lambda: ping6(netns, inside), 15, 0.2), joined.log()[-3000:]
+        vip = joined.virtual_ip()
+        assert vip is not None, joined.log()[-2000:]
+        assert ipaddress.ip_address(vip) in ipaddress.ip_network(POOL6)
+        # Target's side: IKE between the IPv6 addresses, the negotiated suite, the ping counted in its SA.
+        (sa,) = [sa for sa in gateway.list_sas() if sa.remote_id == profile.identity]
+        assert (sa.name, sa.local_host, sa.remote_host) == (conn, "fd00:71::3", up["device"]["ike_address"])
+        assert sa.remote_vips == (vip,)
+        assert _charon_names(profile.ike_proposal) == _charon_child(sa)
+        child = sa.children[0]
+        assert (child.state, child.protocol) == ("INSTALLED", "ESP")
+        assert _charon_names(profile.esp_proposal) == _charon_child(child)
+        assert (child.local_ts, child.remote_ts) == (("fd03::/64",), (f"{vip}/128",))
+        assert child.packets_in >= 1  # the ping crossed this SA
+        assert child.packets_out >= 1
+        # The device's side: charon-cmd selected the same suite and installed the same selectors.
+        log = joined.log()
+        for protocol, names in (("IKE", _charon_child(sa)), ("ESP", _charon_child(child))):
+            assert all(name.replace("-", "_") in _selected(log, protocol) for name in names), log[-2000:]
+        assert f"TS {vip}/128 === fd03::/64" in log, log[-2000:]
+
+        # Revoked: the live tunnel ends within 5 s.
+        started = time.monotonic()
+        lab.agent("ivy", "device", "revoke", report["ticket"])
+        assert wait_for(lambda: not joined.alive() or joined.virtual_ip() is None, 5.0), joined.log()[-2000:]
+        assert time.monotonic() - started <= 5.0 + 3.0  # the revoke command's own start-up included
+        assert wait_for(lambda: not any(s.remote_id == profile.identity for s in gateway.list_sas()), 5.0)
+    assert not ping6(netns, inside)
+    # Nothing left behind: no conn or pool for the device on Target, no TUN device on the device.
+    assert conn not in gateway.list_conns()
+    assert not [p for p in gateway.get_pools() if p.name.startswith(conn)]
+    assert subprocess.run(["ip", "-n", netns, "link", "show", "ipsec0"], capture_output=True, timeout=5,
+                          check=False).returncode != 0

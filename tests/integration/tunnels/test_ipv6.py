@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ from app.lab.hosts import Lab, LabHost
 from app.main import create_app
 from app.settings import Settings
 from tests.cli.run import qoss
-from tests.fixtures.secrets import keep_log, register
+from tests.fixtures.secrets import register
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
 
@@ -50,21 +50,10 @@ class _RegisteringVici(ViciGateway):
 
 
 @pytest.fixture(scope="module")
-def lab() -> Iterator[Lab]:
-    """Two charons, IKE over IPv6, inside networks of both families; always taken down."""
-    state = Path(tempfile.mkdtemp(prefix="qoss-v6-", dir="/tmp"))
-    lab = Lab(state, prefix=f"v6t{os.getpid() % 100000}-{uuid.uuid4().hex[:4]}", families=(6, 4))
-    hosts: list[LabHost] = []
-    try:
-        hosts = lab.up()
-        yield lab
-    finally:
-        try:
-            lab.down()
-        finally:
-            for host in hosts:
-                keep_log(host.log_path, f"charon-v6-{host.name}.log")
-            shutil.rmtree(state, ignore_errors=True)
+def lab(lab6: Lab) -> Lab:
+    """The module's lab with IKE over IPv6 and inside networks of both families (``lab6``,
+    tests/integration/conftest.py), in place of the tunnel tests' IPv4 one."""
+    return lab6
 
 
 @pytest.fixture
