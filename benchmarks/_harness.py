@@ -71,6 +71,8 @@ def lab_and_service(env: dict[str, str] | None = None) -> Iterator[Service]:
         lab.up()
         port = _free_port()
         db_url = f"sqlite:///{state}/qoss.db"
+        subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, capture_output=True, check=True,
+                       env={**os.environ, "QOSS_DATABASE_URL": db_url}, timeout=120)
         token = subprocess.run(
             [sys.executable, "-m", "app.cli", "token", "create", "--name", "bench", "--scopes", "admin", "--plain"],
             cwd=ROOT, env={**os.environ, "QOSS_DATABASE_URL": db_url}, capture_output=True, text=True, check=True,

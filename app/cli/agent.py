@@ -36,15 +36,18 @@ def _fail(exc: QossError, code: int = 2) -> None:
     fail(exc, code)
 
 
-def _session_factory(database_url: str | None) -> Any:
+def _session_factory(ctx: typer.Context, database_url: str | None) -> Any:
     """Sessions on the Host's or Target's database, which must be migrated already: these
-    commands set nothing up (``qoss db upgrade`` does; app/cli/db.py says it in one line)."""
+    commands set nothing up (``qoss db upgrade`` does; app/cli/db.py says it in one line). The
+    engine's connections are closed when the command ends."""
     from app.adapters.db.engine import make_session_factory
     from app.bootstrap import engine_for
     from app.cli.db import require_database
 
     settings = require_database(database_url)
-    return make_session_factory(engine_for(settings)), settings
+    engine = engine_for(settings)
+    ctx.call_on_close(engine.dispose)
+    return make_session_factory(engine), settings
 
 
 @agent_app.command("keygen")
@@ -67,6 +70,7 @@ def keygen(
 
 @agent_app.command("enroll")
 def enroll(
+    ctx: typer.Context,
     public_key_file: Annotated[Path, typer.Argument(help="the user's <name>.pub.json")],
     objective: Annotated[list[int], typer.Option("--objective", help="an Objective-ID 1-4 the user may ask for")],
     database_url: DbUrl = None,
@@ -83,7 +87,7 @@ def enroll(
         if not objective or any(o not in (1, 2, 3, 4) for o in objective):
             raise InvalidInput("--objective takes Objective-IDs 1-4")
         user_id, keys = load_public(public_key_file)
-        factory, _ = _session_factory(database_url)
+        factory, _ = _session_factory(ctx, database_url)
         user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
                             objectives=frozenset(objective))
         with factory() as session, session.begin():
@@ -95,17 +99,17 @@ def enroll(
 
 
 @agent_app.command("users")
-def users(database_url: DbUrl = None) -> None:
+def users(ctx: typer.Context, database_url: DbUrl = None) -> None:
     """Host: the enrolled users."""
     from app.adapters.db.agent import UserRepository
 
-    factory, _ = _session_factory(database_url)
+    factory, _ = _session_factory(ctx, database_url)
     with factory() as session:
         _emit([{**u.as_dict(), "created_at": c, "revoked_at": r} for u, c, r in UserRepository(session).all()])
 
 
 @agent_app.command("revoke")
-def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None) -> None:
+def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, database_url: DbUrl = None) -> None:
     """Host: revoke a user and tell every target to take the user's tunnels down."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
     from app.adapters.agent.devices import LocalDeviceKit
@@ -123,7 +127,7 @@ def revoke(user_id: str, config: ServerConfig = None, database_url: DbUrl = None
         typer.echo("--config (or QOSS_AGENT_CONFIG) names the Host's agent config", err=True)
         raise typer.Exit(2)
     try:
-        factory, settings = _session_factory(database_url)  # the database first, as every command
+        factory, settings = _session_factory(ctx, database_url)  # the database first, as every command
         need_files(config)
         agent_config = load_server_config(config)
         keys = load_keys(agent_config.key_dir, agent_config.id)

@@ -3,12 +3,13 @@
 Two kinds of command open the database:
 
 * **set-up commands** migrate it (creating a SQLite file if need be) and load the shipped
-  tables and policies it lacks: ``serve``, ``db upgrade``, ``lab up``, ``token create`` (the
-  first admin token is made before anything else) and the benchmarks' ``--write-table``
-  (:func:`setup_database`);
-* **every other command** needs a database already at this version's newest migration
-  and otherwise stops with one line that says why and names ``qoss db upgrade``
-  (:func:`require_database`); asking creates no file and changes nothing.
+  tables and policies it lacks: ``serve``, ``db upgrade``, ``lab up`` and the benchmarks'
+  ``--write-table`` (:func:`setup_database`);
+* **every other command that opens it** (``token create`` with no token chosen: the first
+  admin token; ``agent``; ``audit``) needs a database already at this version's newest
+  migration and otherwise stops with one line that says why and names ``qoss db upgrade``
+  (:func:`require_database`); asking creates no file and changes nothing. (The commands on
+  tables, policies, gateways, tunnels and tokens go through the service: app/cli/client.py.)
 
 Either way a database that cannot be reached or read (no server, not a database, a
 directory) is refused the same way; a set-up that fails removes the SQLite file (and the

@@ -12,23 +12,27 @@ __all__ = ["events"]
 
 
 def events(
-    url: Annotated[str, typer.Option(envvar="QOSS_URL", help="the qoss API")] = "http://127.0.0.1:8000",
-    token: Annotated[str | None, typer.Option(envvar="QOSS_TOKEN", help="an API token (QOSS_TOKEN)")] = None,
+    url: Annotated[str | None, typer.Option(help="the qoss API (default: QOSS_URL or the context's)")] = None,
+    token: Annotated[str | None, typer.Option(help="an API token (default: QOSS_TOKEN or the context's)")] = None,
     after: Annotated[int | None, typer.Option(min=0, help="start after this event id (default: from now)")] = None,
     count: Annotated[int | None, typer.Option(min=1, help="stop after this many events")] = None,
 ) -> None:
     """Print each event as one JSON line as it happens; reconnect and resume where it stopped."""
     import httpx
 
+    from app.cli.client import chosen
+
+    target = chosen()
+    url, token = url or target.url, token or target.token
     if not token:
-        raise typer.BadParameter("give an API token with --token or QOSS_TOKEN")
+        raise typer.BadParameter("give an API token with --token, QOSS_TOKEN or a context (qoss context set)")
     headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
     last, seen, wait = after, 0, 1.0
     while True:
         params = {"after": last} if last is not None else {}
         try:
             with httpx.stream("GET", f"{url.rstrip('/')}/v1/events", headers=headers, params=params,
-                              timeout=httpx.Timeout(10.0, read=60.0)) as answer:
+                              timeout=httpx.Timeout(10.0, read=60.0), verify=target.verify) as answer:
                 if answer.status_code in (401, 403):
                     typer.echo(f"events: refused ({answer.status_code}): check the token", err=True)
                     raise typer.Exit(2)

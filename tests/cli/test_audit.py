@@ -28,6 +28,7 @@ def four_entries(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     and 4), made once."""
     made_in = tmp_path_factory.mktemp("audit")
     path, state = made_in / "qoss.db", made_in / "state"
+    assert qoss("db", "upgrade", db=path, env={"QOSS_STATE_DIR": str(state)}).returncode == 0
     for i in range(4):
         made = qoss("token", "create", "--name", f"t{i}", "--scopes", "tunnels:read", "--plain", db=path,
                     env={"QOSS_STATE_DIR": str(state), "QOSS_AUDIT_CHECKPOINT_EVERY": "2"})

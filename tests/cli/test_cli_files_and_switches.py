@@ -98,15 +98,3 @@ def test_no_help_shows_a_value_beside_a_switch() -> None:
         shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"}).output
         assert "--help" in shown and "<bool>" not in shown, path  # noqa: PT018
     assert "--dry-run" in CliRunner().invoke(app, ["ratings", "edit", "--help"]).output
-
-
-def test_dry_run_is_a_switch(db: Path) -> None:
-    done = _run("ratings", "edit", "esaf-2006", "sha1", "--integrity", "5", "--dry-run", db=db)
-    assert done.exit_code == 0, done.output
-    assert json.loads(done.stdout)["dry_run"] is True
-    history = json.loads(_run("ratings", "history", "esaf-2006", db=db).stdout)
-    assert len(history) == 1  # nothing kept
-    refused = _run("ratings", "edit", "esaf-2006", "sha1", "--integrity", "5", "--dry-run", "true", db=db)
-    assert refused.exit_code == 2
-    assert "unexpected extra argument" in refused.stderr
-    assert len(json.loads(_run("ratings", "history", "esaf-2006", db=db).stdout)) == 1

@@ -1,8 +1,9 @@
 """Every command that opens the database, on one it cannot use: one line, exit status 2, nothing created.
 
-Set-up commands (``db upgrade``, ``token create``, ...) migrate the database; every other
-command refuses one that is missing, never migrated, behind or unreadable with one line
-naming ``qoss db upgrade`` (app/cli/db.py). Most cases run in-process (``CliRunner``: the
+Set-up commands (``db upgrade``, ``serve``, ``lab up``) migrate the database; every other
+command that opens it on this machine (the first token, the agent's, the audit's) refuses one
+that is missing, never migrated, behind or unreadable with one line naming ``qoss db upgrade``
+(app/cli/db.py). Most cases run in-process (``CliRunner``: the
 same group and exit path as ``main``); two run as real processes, as a user sees them.
 """
 
@@ -20,7 +21,6 @@ from app.adapters.db.migrate import downgrade
 from app.cli.main import app
 from tests.cli.run import qoss
 from tests.fixtures.db import postgres_database
-from tests.fixtures.tunnel_records import add_tunnel_records, unit_on
 
 UPGRADE = "run 'qoss db upgrade' (with the same --database-url)"
 
@@ -66,22 +66,13 @@ def copy(template: Path, to: Path) -> str:
     return f"sqlite:///{to}"
 
 
-#: Every command that works on an existing database (its arguments up to the database option).
+#: Every command that works on an existing database on this machine (its arguments up to the
+#: database option); the others go through the service (test_through_service.py).
 WORKING = {
     "agent enroll": lambda f: ["agent", "enroll", str(f["pub"]), "--objective", "3"],
     "agent users": lambda f: ["agent", "users"],
     "agent revoke": lambda f: ["agent", "revoke", "alice", "--config", str(f["agent_config"])],
-    "negotiate": lambda f: ["negotiate", str(f["request"])],
-    "ratings list": lambda f: ["ratings", "list"],
-    "ratings export": lambda f: ["ratings", "export", "esaf-2006"],
-    "ratings history": lambda f: ["ratings", "history", "esaf-2006"],
-    "policies history": lambda f: ["policies", "history", "voip"],
-    "gateways": lambda f: ["gateways"],
-    "tunnel list": lambda f: ["tunnel", "list"],
-    "tunnel show": lambda f: ["tunnel", "show", "t-1"],
-    "tunnel down": lambda f: ["tunnel", "down", "t-1"],
-    "token list": lambda f: ["token", "list"],
-    "token revoke": lambda f: ["token", "revoke", "tok-1"],
+    "token create": lambda f: ["token", "create", "--name", "first", "--scopes", "admin"],
     "audit verify": lambda f: ["audit", "verify"],
     "audit export": lambda f: ["audit", "export"],
 }
@@ -95,7 +86,7 @@ def test_a_command_on_a_database_that_does_not_exist_says_run_db_upgrade_and_cre
     assert not (tmp_path / "sub").exists()
 
 
-@pytest.mark.parametrize("command", ["agent users", "ratings list", "token list", "negotiate"])
+@pytest.mark.parametrize("command", ["agent users", "audit verify", "token create"])
 def test_a_command_on_a_database_never_migrated_says_so_and_changes_nothing(
         tmp_path: Path, files: dict[str, Path], command: str) -> None:
     db = tmp_path / "empty.db"
@@ -105,7 +96,7 @@ def test_a_command_on_a_database_never_migrated_says_so_and_changes_nothing(
     assert not list(tmp_path.glob("empty.db-*"))
 
 
-@pytest.mark.parametrize("command", ["agent enroll", "tunnel list", "policies history"])
+@pytest.mark.parametrize("command", ["agent enroll", "agent users", "token create"])
 def test_a_command_on_a_database_behind_names_both_migrations_until_it_is_upgraded(
         tmp_path: Path, migrated: Path, files: dict[str, Path], command: str) -> None:
     url = copy(migrated, tmp_path / "old.db")
@@ -121,7 +112,7 @@ def test_a_database_from_a_newer_version_is_refused_by_every_command_and_by_db_u
     url = copy(migrated, tmp_path / "newer.db")
     with sqlite3.connect(tmp_path / "newer.db") as conn:
         conn.execute("UPDATE alembic_version SET version_num = 'f00dfeed'")
-    assert_one_line(run("token", "list", url=url), "at migration f00dfeed", "does not know")
+    assert_one_line(run("agent", "users", url=url), "at migration f00dfeed", "does not know")
     assert_one_line(run("db", "upgrade", url=url), "cannot migrate", "f00dfeed")
 
 
@@ -133,15 +124,14 @@ def test_a_database_that_cannot_be_read_is_one_line_for_reading_and_setting_up(t
     else:
         db.write_bytes(b"these bytes are not a SQLite database, however long they go on")
     before = db.read_bytes() if db.is_file() else None
-    assert_one_line(run("ratings", "list", url=f"sqlite:///{db}"), "cannot read the database")
+    assert_one_line(run("agent", "users", url=f"sqlite:///{db}"), "cannot read the database")
     assert_one_line(run("db", "upgrade", url=f"sqlite:///{db}"), "cannot set up the database")
     assert (db.read_bytes() if db.is_file() else None) == before
 
 
 def test_an_unreachable_postgresql_is_one_line_without_the_password() -> None:
     url = "postgresql+psycopg://qoss:not-this-password@127.0.0.1:1/qoss"
-    for args in (["token", "list"], ["agent", "users"], ["db", "upgrade"], ["token", "create", "--name", "a",
-                                                                            "--scopes", "admin"]):
+    for args in (["agent", "users"], ["db", "upgrade"], ["token", "create", "--name", "a", "--scopes", "admin"]):
         result = run(*args, url=url)
         assert_one_line(result, "127.0.0.1", "refused")
         assert "not-this-password" not in result.stderr
@@ -157,18 +147,22 @@ def postgres_never_migrated() -> Iterator[str]:
 @pytest.mark.postgres
 def test_a_postgresql_database_never_migrated_is_refused_then_set_up(postgres_never_migrated: str) -> None:
     url = postgres_never_migrated
-    assert_one_line(run("tunnel", "list", url=url), "was never migrated", UPGRADE)
+    assert_one_line(run("agent", "users", url=url), "was never migrated", UPGRADE)
+    assert_one_line(run("token", "create", "--name", "first-admin", "--scopes", "admin", url=url),
+                    "was never migrated", UPGRADE)
+    assert run("db", "upgrade", url=url).exit_code == 0
     made = run("token", "create", "--name", "first-admin", "--scopes", "admin", "--plain", url=url)
     assert made.exit_code == 0, made.stderr
-    assert run("tunnel", "list", url=url).stdout.strip() == "[]"
+    assert run("agent", "users", url=url).stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("args", [["db", "upgrade"], ["token", "create", "--name", "first", "--scopes", "admin"]])
-def test_set_up_commands_migrate_a_database_that_does_not_exist(tmp_path: Path, args: list[str]) -> None:
+def test_db_upgrade_makes_a_database_the_first_token_then_goes_in(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/new/q.db"
-    made = run(*args, url=url)
+    made = run("db", "upgrade", url=url)
     assert made.exit_code == 0, made.stderr
-    assert run("ratings", "list", url=url).exit_code == 0
+    token = run("token", "create", "--name", "first", "--scopes", "admin", "-o", "json", url=url)
+    assert token.exit_code == 0, token.stderr
+    assert json.loads(token.stdout)["scopes"] == ["admin"]
 
 
 def test_a_failed_set_up_removes_the_file_and_directories_it_made(tmp_path: Path) -> None:
@@ -185,7 +179,8 @@ def test_a_database_error_met_later_in_a_command_is_one_line(tmp_path: Path, mig
     with sqlite3.connect(tmp_path / "q.db") as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
         conn.execute(f"DROP TABLE {next(t for t in tables if 'token' in t)}")
-    assert_one_line(run("token", "list", url=url), "database error", "no such table")
+    assert_one_line(run("token", "create", "--name", "t", "--scopes", "admin", url=url), "database error",
+                    "no such table")
 
 
 def test_as_a_user_sees_it_agent_enroll_on_a_fresh_path_then_after_db_upgrade(
@@ -201,19 +196,9 @@ def test_as_a_user_sees_it_agent_enroll_on_a_fresh_path_then_after_db_upgrade(
     assert json.loads(enrolled.stdout)["user_id"] == "alice"
 
 
-def test_as_a_user_sees_it_a_read_command_on_a_fresh_path(tmp_path: Path) -> None:
+def test_as_a_user_sees_it_the_first_token_on_a_fresh_path(tmp_path: Path) -> None:
     db = tmp_path / "typo.db"
-    out = qoss("ratings", "list", db=db)
+    out = qoss("token", "create", "--name", "first", "--scopes", "admin", db=db)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [f"qoss: there is no database at sqlite:///{db}: {UPGRADE} to create it"]
     assert not db.exists()
-
-
-@pytest.mark.parametrize("db_backend", ["sqlite"], indirect=True)
-def test_tunnel_list_writes_every_record_a_page_at_a_time_as_one_json_array(database_url: str) -> None:
-    ordered = add_tunnel_records(database_url, 1001)  # three pages of records
-    with unit_on(database_url) as uow:
-        records = {t.id: t.as_dict() for t in uow.tunnels.list()}
-    listed = qoss("tunnel", "list", env={"QOSS_DATABASE_URL": database_url})
-    assert listed.returncode == 0, listed.stderr
-    assert listed.stdout == json.dumps([records[i] for i in ordered], indent=2, default=str) + "\n"

@@ -1,5 +1,6 @@
 """``qoss token create`` applies the rules POST /v1/tokens applies (app.domain.auth): a
-refused name, scope or lifetime is one JSON error, exit status 2, and nothing is written."""
+refused name, scope or lifetime is one JSON error, exit status 2, and nothing is written (run
+in-process: the same group and exit path as the script)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,19 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
 
-from tests.cli.run import qoss
+from app.cli.main import app
+
+
+def qoss(*args: str, db: Path) -> Result:
+    return CliRunner().invoke(app, list(args), env={"QOSS_DATABASE_URL": f"sqlite:///{db}", "QOSS_TOKEN": None,
+                                                     "QOSS_CONFIG": str(db.parent / "none.yaml")})
 
 
 def _refused(db: Path, *args: str) -> str:
     done = qoss("token", "create", *args, db=db)
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr[-2000:])
+    assert done.exit_code == 2, (done.exit_code, done.stdout, done.stderr[-2000:])
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
     error = json.loads(done.stderr)
@@ -42,10 +49,17 @@ def test_scopes_and_lifetimes_the_api_refuses_are_refused(tmp_path: Path, args: 
     assert not db.exists()
 
 
-def test_a_plain_name_still_makes_a_token(tmp_path: Path) -> None:
+def test_a_plain_name_still_makes_a_token_audited_as_the_local_operator(tmp_path: Path) -> None:
+    import getpass
+    import sqlite3
+
     db = tmp_path / "q.db"
-    made = qoss("token", "create", "--name", "ops.team@site-1", "--scopes", "tunnels:read", db=db)
-    assert made.returncode == 0, made.stderr
+    assert qoss("db", "upgrade", db=db).exit_code == 0
+    made = qoss("token", "create", "--name", "ops.team@site-1", "--scopes", "tunnels:read", "-o", "json", db=db)
+    assert made.exit_code == 0, made.stderr
     assert json.loads(made.stdout)["name"] == "ops.team@site-1"
-    listed = json.loads(qoss("token", "list", db=db).stdout)
-    assert [t["name"] for t in listed] == ["ops.team@site-1"]
+    with sqlite3.connect(db) as conn:
+        tokens = conn.execute("SELECT name, created_by FROM api_tokens").fetchall()
+        audit = conn.execute("SELECT token_name, action, detail FROM audit_events").fetchall()
+    assert tokens == [("ops.team@site-1", f"local:{getpass.getuser()}")]
+    assert [(a[0], a[1]) for a in audit] == [(f"local:{getpass.getuser()}", "POST")]

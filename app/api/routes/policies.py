@@ -6,9 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from app.adapters import files
 from app.domain.policies import Policy
 from app.services import policies as svc
-from app.web.deps import ActorDep, IfMatchDep, NamePath, ReadUnitDep, UnitDep, reader, require
+from app.web.deps import ActorDep, IfMatchDep, NamePath, ReadUnitDep, SettingsDep, UnitDep, reader, require
 from app.web.edits import EditDep, count_revision
 from app.web.routing import QossRoute
 from app.web.schemas import PolicyIn, PolicyOut, RevertIn, RevisionOut, error_responses
@@ -39,6 +40,18 @@ def create_policy(body: PolicyIn, uow: UnitDep, actor: ActorDep, response: Respo
                   request: Request) -> dict[str, Any]:
     """Store a policy."""
     policy, revision = svc.create_policy(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
+    count_revision(request, "policy")
+    return _out(policy, revision, response)
+
+
+@router.post("/policies/{name}/restore", dependencies=_POLICIES_WRITE, status_code=201, response_model=PolicyOut,
+             responses=_ERRORS)
+def restore_shipped_policy(name: PolicyName, uow: UnitDep, actor: ActorDep, settings: SettingsDep, response: Response,
+                           request: Request) -> dict[str, Any]:
+    """Put the shipped policy ``name`` (from the service's ``policies/``) back at revision 1 after
+    it was deleted: 404 if none is shipped by that name, 409 if the database has a policy of that name."""
+    policy, revision = svc.restore_shipped_policy(uow=uow, policies=files.load_policies(settings.policies_dir),
+                                                  name=name, author=actor)
     count_revision(request, "policy")
     return _out(policy, revision, response)
 

@@ -108,6 +108,24 @@ def import_table(
     return _out(table, response)
 
 
+@router.post(
+    "/rating-tables/{name}/restore",
+    dependencies=_RATINGS_WRITE,
+    status_code=201,
+    response_model=RatingTableOut,
+    responses=_ERRORS,
+)
+def restore_shipped_table(name: TableName, uow: UnitDep, actor: ActorDep, settings: SettingsDep, response: Response,
+                          cache: CacheDep, request: Request) -> dict[str, Any]:
+    """Put the shipped table ``name`` (from the service's ``ratings/``) back at revision 1 after it
+    was deleted: 404 if none is shipped by that name, 409 if the database has a table of that name."""
+    table = svc.restore_shipped_table(uow=uow, tables=files.load_rating_tables(settings.ratings_dir), name=name,
+                                      author=actor)
+    cache.invalidate(table.name)
+    count_revision(request, "rating_table")
+    return _out(table, response)
+
+
 @router.get("/rating-tables/{name}", dependencies=_READ, response_model=RatingTableOut, responses=_ERRORS)
 def get_table(name: TableName, uow: ReadUnitDep, response: Response) -> dict[str, Any]:
     """The current revision; its ETag is the revision number."""

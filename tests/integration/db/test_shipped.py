@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.orm import Session, sessionmaker
-from typer.testing import CliRunner
 
 from app.adapters import files
 from app.adapters.db.engine import make_engine, make_session_factory
@@ -18,7 +17,6 @@ from app.adapters.db.migrate import downgrade, upgrade
 from app.adapters.db.repositories import PolicyRepository, RatingTableRepository
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.bootstrap import prepare_database
-from app.cli.main import app as cli
 from app.domain.errors import NotFound
 from app.services import policies as policy_svc
 from app.services import ratings as rating_svc
@@ -59,29 +57,44 @@ def test_a_deleted_shipped_table_or_policy_stays_deleted_at_the_next_start(
     assert "voip" not in policies
 
 
-def test_the_cli_restores_a_shipped_table_and_policy_on_purpose(
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_a_shipped_table_and_policy_are_restored_on_purpose_through_the_api(
         database_url: str, session_factory: sessionmaker[Session]) -> None:
-    prepare_database(Settings(database_url=database_url))
+    import httpx
+
+    from app.main import create_app
+    from tests.api.conftest import make_token
+
+    settings = Settings(database_url=database_url, monitor_tunnels=False, reconcile_on_start=False)
+    prepare_database(settings)
     _delete(session_factory, table="esaf-2006", policy="voip")
-    runner = CliRunner()
-    restored = runner.invoke(cli, ["ratings", "import", "--shipped", "esaf-2006", "--database-url", database_url])
-    assert restored.exit_code == 0, restored.output
-    assert json.loads(restored.output) == {"name": "esaf-2006", "revision": 1, "ratings": 9}
-    with session_factory() as session:
-        assert RatingTableRepository(session).get("esaf-2006") == files.load_rating_table(
-            Path(Settings().ratings_dir) / "esaf-2006.yaml")
-        (first,) = RatingTableRepository(session).revisions("esaf-2006")
-        assert first["author"] == "shipped"
-    twice = runner.invoke(cli, ["ratings", "import", "--shipped", "esaf-2006", "--database-url", database_url])
-    assert twice.exit_code == 2
-    assert "AlreadyExists" in twice.output
-    unknown = runner.invoke(cli, ["ratings", "import", "--shipped", "no-such-table", "--database-url", database_url])
-    assert unknown.exit_code == 2
-    assert "no-such-table" in unknown.output
-    policy = runner.invoke(cli, ["policies", "import", "--shipped", "voip", "--database-url", database_url])
-    assert policy.exit_code == 0, policy.output
-    assert json.loads(policy.output) == {"name": "voip", "revision": 1}
-    assert "voip" in _names(session_factory)[1]
+    headers = {"Authorization": f"Bearer {make_token(database_url, 'restorer', ['admin'])}"}
+    app = create_app(settings)
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://qoss.test", headers=headers) as http:
+        restored = await http.post("/v1/rating-tables/esaf-2006/restore")
+        assert restored.status_code == 201, restored.text
+        assert (restored.json()["revision"], len(restored.json()["ratings"])) == (1, 9)
+        with session_factory() as session:
+            assert RatingTableRepository(session).get("esaf-2006") == files.load_rating_table(
+                Path(Settings().ratings_dir) / "esaf-2006.yaml")
+            (first,) = RatingTableRepository(session).revisions("esaf-2006")
+            assert first["author"] == "restorer"
+        twice = await http.post("/v1/rating-tables/esaf-2006/restore")
+        assert (twice.status_code, twice.json()["error"]) == (409, "AlreadyExists")
+        unknown = await http.post("/v1/rating-tables/no-such-table/restore")
+        assert (unknown.status_code, "no-such-table" in unknown.text) == (404, True)
+        policy = await http.post("/v1/policies/voip/restore")
+        assert (policy.status_code, policy.json()["revision"]) == (201, 1)
+        assert "voip" in _names(session_factory)[1]
+        audited = (await http.get("/v1/audit", params={"action": "POST"})).json()
+        assert {(r["object"], r["outcome"], r["token_name"]) for r in audited} >= {
+            ("/v1/rating-tables/esaf-2006/restore", 201, "restorer"), ("/v1/policies/voip/restore", 201, "restorer")}
     # Restored on purpose, still loaded once: a later start neither duplicates nor re-adds it.
     again = prepare_database(Settings(database_url=database_url))
     assert (again.tables_added, again.policies_added) == ([], [])
