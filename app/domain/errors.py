@@ -117,16 +117,18 @@ class EditConflict(StaleRevision):
     :class:`app.domain.merge.FieldConflict`); ``theirs`` is the value at revision ``current``.
     """
 
-    def __init__(self, name: str, expected: int, current: int, conflicts: list[dict[str, Any]]) -> None:
+    def __init__(self, name: str, expected: int, current: int, conflicts: list[dict[str, Any]],
+                 kind: str = "table") -> None:
         clashes = "; ".join(_clash(c, current) for c in conflicts)
         QossError.__init__(self, f"{name}: changed since revision {expected}: {clashes}")
         self.name = name
         self.expected = expected
         self.current = current
         self.conflicts = conflicts
+        self.kind = kind
 
     def detail(self) -> Any:
-        return {"message": self.message, "table": self.name, "based_on": self.expected,
+        return {"message": self.message, self.kind: self.name, "based_on": self.expected,
                 "revision": self.current, "conflicts": self.conflicts}
 
 

@@ -1,5 +1,5 @@
-"""Three-way merge of rating table documents: an edit made on an older revision applied over
-the latest one.
+"""Three-way merge of rating table and policy documents: an edit made on an older revision
+applied over the latest one.
 
 An edit is based on revision N (``base``); others may have saved since (``theirs``, the latest
 revision); the edit is ``mine``. Row by row (by algorithm) and field by field, a value only one
@@ -8,7 +8,11 @@ value both changed to different things is a conflict. A row added on one side is
 removed on one side is removed unless the other side changed it (then the whole row, field
 ``"*"``, is a conflict). The table's description and source merge the same way.
 
-Documents are ``RatingTable.as_dict()`` forms: an absent field and None are the same value.
+A policy merges field by field the same way; a mapping field (``min_levels``, ``traffic``) key
+by key, named ``min_levels.integrity``; a list (``allow``, ``deny``, ``objectives``) is one value.
+
+Documents are ``RatingTable.as_dict()`` and ``Policy.as_dict()`` forms: an absent field and None
+are the same value.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WHOLE_ROW", "FieldConflict", "merge_tables"]
+__all__ = ["WHOLE_ROW", "FieldConflict", "merge_policies", "merge_tables"]
 
 #: The field of a conflict over a whole row: one side removed it, the other changed it.
 WHOLE_ROW = "*"
@@ -111,6 +115,37 @@ def merge_tables(base: Mapping[str, Any], theirs: Mapping[str, Any],
             conflicts.append(FieldConflict(None, field, b, t, m))
         document[field] = value if value is not _CLASH else t
     document["ratings"] = merged_rows
+    return document, conflicts
+
+
+def merge_policies(base: Mapping[str, Any], theirs: Mapping[str, Any],
+                   mine: Mapping[str, Any]) -> tuple[dict[str, Any], list[FieldConflict]]:
+    """Merge an edited policy (``mine``, made on ``base``) over the latest revision (``theirs``),
+    as ``Policy.as_dict()`` forms: the merged document and the conflicts (``algorithm`` None, the
+    field named as above); with any conflict the document is not to be stored."""
+    document: dict[str, Any] = {"name": theirs.get("name")}
+    conflicts: list[FieldConflict] = []
+    for field in _fields(base, theirs, mine):
+        if field == "name":
+            continue
+        b, t, m = base.get(field), theirs.get(field), mine.get(field)
+        if all(isinstance(v, Mapping) or v is None for v in (b, t, m)) and any(v is not None for v in (b, t, m)):
+            merged: dict[str, Any] = {}
+            parts = (b or {}, t or {}, m or {})
+            for key in _fields(*parts):
+                value = _merged(*(p.get(key) for p in parts))
+                if value is _CLASH:
+                    conflicts.append(FieldConflict(None, f"{field}.{key}", *(p.get(key) for p in parts)))
+                elif value is not None:
+                    merged[key] = value
+            if merged:
+                document[field] = merged
+            continue
+        value = _merged(b, t, m)
+        if value is _CLASH:
+            conflicts.append(FieldConflict(None, field, b, t, m))
+        elif value is not None:
+            document[field] = value
     return document, conflicts
 
 

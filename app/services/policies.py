@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.domain.errors import InvalidPolicy
+from app.domain.errors import EditConflict, InvalidPolicy, StaleRevision
+from app.domain.merge import merge_policies
 from app.domain.policies import Policy
 from app.domain.ports import UnitOfWork
 from app.services.revisions import load_shipped, restore_shipped, revert, tell
@@ -44,14 +45,51 @@ def create_policy(*, uow: UnitOfWork, document: Mapping[str, Any], author: str) 
 def replace_policy(
     *, uow: UnitOfWork, name: str, document: Mapping[str, Any], expected_revision: int, author: str
 ) -> tuple[Policy, int]:
-    """Replace a policy; ``expected_revision`` must be the current one."""
+    """Replace a policy, as edited on revision ``expected_revision`` (If-Match).
+
+    If others saved since, the edit is merged over the latest revision field by field
+    (:func:`app.domain.merge.merge_policies`, as a table's rows are): it lands as a new revision
+    when none of the values it changes was changed since to another value; an edit already in
+    the latest revision lands as that revision, nothing written.
+
+    Raises:
+        EditConflict: a value the edit changes was changed since to another value (nothing written).
+        StaleRevision: ``expected_revision`` is not a revision of the policy.
+        InvalidPolicy: the document is not a valid policy.
+    """
     body_name = document.get("name") if isinstance(document, Mapping) else None
     if body_name is not None and body_name != name:
         raise InvalidPolicy(f"the body names policy {str(body_name)[:64]!r} but the path names {name!r}")
-    policy = Policy.from_dict(document, name=name)
-    revision = uow.policies.update(policy, expected_revision=expected_revision, author=author)
-    tell(uow, "policy", name, revision, author)
-    return policy, revision
+    mine = Policy.from_dict(document, name=name)
+    repo = uow.policies
+    current = repo.current_revision(name)
+    if not 1 <= expected_revision <= current:
+        raise StaleRevision(name, expected_revision, current)
+    base = repo.get_revision(name, expected_revision) if expected_revision != current else mine
+    for _ in range(_MERGE_ATTEMPTS):
+        if current == expected_revision:
+            updated, message = mine, "replaced"
+        else:
+            latest = repo.get_revision(name, current)
+            merged, conflicts = merge_policies(base.as_dict(), latest.as_dict(), mine.as_dict())
+            if conflicts:
+                raise EditConflict(name, expected_revision, current, [c.as_dict() for c in conflicts], kind="policy")
+            updated = Policy.from_dict(merged, name=name)
+            if updated == latest:
+                return latest, current  # the edit is in the latest revision already
+            message = f"replaced (made on revision {expected_revision}, merged)"
+        try:
+            revision = repo.update(updated, expected_revision=current, author=author, message=message)
+        except StaleRevision as exc:  # another write came first: merge over that one
+            current = exc.current if exc.current > current else repo.current_revision(name)
+            continue
+        tell(uow, "policy", name, revision, author)
+        return updated, revision
+    raise StaleRevision(name, expected_revision, repo.current_revision(name))
+
+
+#: How many times an edit is merged again over a write that came first before it is refused.
+_MERGE_ATTEMPTS = 10
 
 
 def revert_policy(*, uow: UnitOfWork, name: str, revision: int, expected_revision: int, author: str,

@@ -25,8 +25,25 @@ async def test_policy_crud_with_revisions(client: httpx.AsyncClient) -> None:
     r = await client.put("/v1/policies/my-voip", json={**VOIP, "pfs": False}, headers={"If-Match": '"1"'})
     assert r.status_code == 200
     assert r.json()["revision"] == 2
+    # Made on revision 1, after revision 2: what it changes lands over theirs, field by field.
     r = await client.put("/v1/policies/my-voip", json=VOIP, headers={"If-Match": '"1"'})
+    assert (r.status_code, r.json()["revision"]) == (200, 2)  # it changes nothing of theirs: revision 2
+    stronger = {**VOIP, "min_levels": {"confidentiality": 6, "integrity": 7}}
+    r = await client.put("/v1/policies/my-voip", json=stronger, headers={"If-Match": '"1"'})
+    assert (r.status_code, r.json()["revision"]) == (200, 3)
+    assert (r.json()["policy"]["pfs"], r.json()["policy"]["min_levels"]["integrity"]) == (False, 7)
+    history = (await client.get("/v1/policies/my-voip/revisions")).json()
+    assert history[-1]["message"] == "replaced (made on revision 1, merged)"
+    clash = {**VOIP, "min_levels": {"confidentiality": 6, "integrity": 9}}
+    r = await client.put("/v1/policies/my-voip", json=clash, headers={"If-Match": '"2"'})
     assert r.status_code == 409
+    assert r.json()["error"] == "EditConflict"
+    assert (r.json()["detail"]["policy"], r.json()["detail"]["revision"]) == ("my-voip", 3)
+    assert r.json()["detail"]["conflicts"] == [{"algorithm": None, "field": "min_levels.integrity", "base": 5,
+                                                "theirs": 7, "mine": 9}]
+    assert "min_levels.integrity is 7 at revision 3, yours is 9" in r.json()["detail"]["message"]
+    assert (await client.get("/v1/policies/my-voip")).json()["revision"] == 3
+    assert (await client.put("/v1/policies/my-voip", json=VOIP, headers={"If-Match": '"9"'})).status_code == 409
     assert (await client.get("/v1/policies/my-voip")).json()["policy"]["pfs"] is False
     assert (await client.delete("/v1/policies/my-voip")).status_code == 204
     assert (await client.get("/v1/policies/my-voip")).status_code == 404

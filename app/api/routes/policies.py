@@ -66,7 +66,9 @@ def get_policy(name: PolicyName, uow: ReadUnitDep, response: Response) -> dict[s
 @router.put("/policies/{name}", dependencies=_POLICIES_WRITE, response_model=PolicyOut, responses=_ERRORS)
 def replace_policy(name: PolicyName, body: PolicyIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
                    response: Response, edit: EditDep) -> Any:
-    """Replace a policy; ``If-Match`` must name the current revision. ``?dry_run=true``: nothing
+    """Replace a policy. ``If-Match`` names the revision the edit was made on; if others saved
+    since, it lands on top of theirs when none of the values it changes was changed since, else
+    409 ``EditConflict`` naming each field with their value and yours. ``?dry_run=true``: nothing
     is kept; the answer is what it would make and its impact on the running tunnels. Otherwise
     the tunnels it concerns are negotiated again (and moved) after it."""
     policy, revision = svc.replace_policy(uow=uow, name=name, document=body.model_dump(exclude_none=True),

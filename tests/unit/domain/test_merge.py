@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain.merge import WHOLE_ROW, FieldConflict, merge_tables
+from app.domain.merge import WHOLE_ROW, FieldConflict, merge_policies, merge_tables
 from app.domain.ratings import RatingTable
 
 AES128 = {"algorithm": "aes128", "confidentiality": 8, "performance": 8.0}
@@ -107,3 +107,24 @@ def test_the_description_merges_like_a_field() -> None:
     _, conflicts = merge_tables(BASE, doc(AES128, MD5, SHA1, description="theirs"),
                                 doc(AES128, MD5, SHA1, description="mine"))
     assert conflicts == [FieldConflict(None, "description", "", "theirs", "mine")]
+
+
+def test_a_policy_merges_field_by_field_and_mappings_key_by_key() -> None:
+    base = {"name": "p", "min_levels": {"confidentiality": 6, "integrity": 5}, "traffic": {"packet_size": 160},
+            "deny": ["md5"], "pfs": True}
+    theirs = {**base, "min_levels": {"confidentiality": 6, "integrity": 7}, "pfs": False}
+    mine = {**base, "traffic": {"packet_size": 1400}, "deny": ["md5", "3des"]}
+    merged, conflicts = merge_policies(base, theirs, mine)
+    assert conflicts == []
+    assert merged == {"name": "p", "min_levels": {"confidentiality": 6, "integrity": 7},
+                      "traffic": {"packet_size": 1400}, "deny": ["md5", "3des"], "pfs": False}
+
+
+def test_a_policy_field_both_changed_is_a_conflict_named_by_its_path() -> None:
+    base = {"name": "p", "min_levels": {"integrity": 5}, "deny": ["md5"]}
+    theirs = {"name": "p", "min_levels": {"integrity": 7}, "deny": ["md5", "sha1"]}
+    mine = {"name": "p", "min_levels": {"integrity": 9}, "deny": []}
+    _, conflicts = merge_policies(base, theirs, mine)
+    assert [c.as_dict() for c in conflicts] == [
+        {"algorithm": None, "field": "min_levels.integrity", "base": 5, "theirs": 7, "mine": 9},
+        {"algorithm": None, "field": "deny", "base": ["md5"], "theirs": ["md5", "sha1"], "mine": []}]
