@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from app.domain.errors import InvalidInput, QossError
@@ -75,6 +75,9 @@ class TokenRecord:
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
+    #: Who made it (the maker's token or user name, ``cli``); None where not known. Not part of
+    #: what a token is: records that differ only here are equal.
+    created_by: str | None = field(default=None, compare=False)
 
     def usable(self, now: datetime) -> bool:
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)

@@ -49,7 +49,7 @@ def create_token(
     secret = secrets.token_urlsafe(32)
     now = datetime.now(UTC)
     record = TokenRecord(id=token_id, name=name, scopes=validate_scopes(scopes), secret_hash=hash_secret(secret),
-                         created_at=now, expires_at=now + ttl, revoked_at=None)
+                         created_at=now, expires_at=now + ttl, revoked_at=None, created_by=created_by)
     uow.tokens.add(record, created_by=created_by)
     if audit:
         _audit_local(uow, action="POST", token_id=token_id, outcome=201, by=created_by,
@@ -95,9 +95,10 @@ def authenticate_source(*, uow: UnitOfWork, presented: str | None, source: str,
 
 
 def list_tokens(*, uow: UnitOfWork) -> list[dict[str, Any]]:
-    """Tokens without their secrets."""
+    """Tokens without their secrets, each with who made it (``created_by``)."""
     return [
         {"id": t.id, "name": t.name, "scopes": sorted(t.scopes), "created_at": t.created_at.isoformat(),
+         "created_by": t.created_by,
          "expires_at": t.expires_at.isoformat() if t.expires_at else None,
          "revoked": t.revoked_at is not None}
         for t in uow.tokens.list()

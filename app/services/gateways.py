@@ -146,12 +146,15 @@ def probe_gateway(
 
 
 def add_gateway(*, uow: UnitOfWork, gateway: Gateway) -> Gateway:
-    """Store a gateway :func:`probe_gateway` read.
+    """Store a gateway :func:`probe_gateway` read, with its ``gateway.registered`` event.
 
     Raises:
         AlreadyExists: a gateway of that name exists.
     """
     uow.gateways.create(gateway)
+    uow.events.append("gateway.registered", gateway.name, {"backend": gateway.backend, "version": gateway.version,
+                                                           "algorithms": len(gateway.algorithms)},
+                      scope="tunnels:read")
     return gateway
 
 
@@ -202,11 +205,12 @@ def get_gateway(*, uow: UnitOfWork, name: str) -> Gateway:
 
 
 def delete_gateway(*, uow: UnitOfWork, name: str) -> None:
-    """Forget a gateway; refused while tunnels use it."""
+    """Forget a gateway, with its ``gateway.deleted`` event; refused while tunnels use it."""
     in_use = [t.id for t in uow.tunnels.list() if name in (t.initiator, t.responder)]
     if in_use:
         raise Conflict(f"gateway {name} carries tunnels {in_use[:10]}: delete them first")
     uow.gateways.delete(name)
+    uow.events.append("gateway.deleted", name, {}, scope="tunnels:read")
 
 
 def forget_gateways(*, uow: UnitOfWork, names: Sequence[str]) -> None:

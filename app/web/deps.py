@@ -34,6 +34,7 @@ __all__ = [
     "IfMatchDep",
     "NamePath",
     "Principal",
+    "ProberDep",
     "ReadUnitDep",
     "ReaderDep",
     "SettingsDep",
@@ -189,6 +190,16 @@ async def get_vici(request: Request) -> ViciFactory:
     return factory
 
 
+async def get_prober(request: Request) -> ViciFactory:
+    """Charon connections for reading a gateway that is being registered or checked: the whole
+    read bounded by ``gateway_probe_timeout`` (a socket that never answers holds a worker thread
+    that long, never a write slot), for the API's routes and the console's forms alike."""
+    from app.adapters.vici.probe import prober
+
+    settings: Settings = request.app.state.settings
+    return prober(settings.gateway_probe_timeout)
+
+
 async def get_actor(request: Request) -> str:
     """Who makes a change (recorded in revisions): the token's name, never a header the client chooses."""
     principal: Principal | None = getattr(request.state, "principal", None)
@@ -337,3 +348,4 @@ TunnelIdPath = Annotated[str, Path(min_length=1, max_length=40, pattern=r"^[a-z0
 #: An agent user's id in a path.
 UserIdPath = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 ViciDep = Annotated[ViciFactory, Depends(get_vici)]
+ProberDep = Annotated[ViciFactory, Depends(get_prober)]

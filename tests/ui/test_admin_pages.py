@@ -56,7 +56,7 @@ async def test_every_page_opens_with_the_skip_link(browser: Browser, token: Call
     await sign_in(client, token("admin", ["admin"]))
     for path in ("/ui/tables", "/ui/tables/esaf-2006", "/ui/tables/esaf-2006/revisions", "/ui/negotiate",
                  "/ui/policies", "/ui/tunnels", "/ui/gateways", "/ui/agent", "/ui/measurements", "/ui/audit",
-                 "/ui/nowhere"):
+                 "/ui/tokens", "/ui/nowhere"):
         html = (await client.get(path)).text
         assert _FIRST_IN_BODY.search(html), path
         assert '<main id="main" tabindex="-1">' in html, path

@@ -164,7 +164,8 @@ async def test_a_page_holds_no_inline_script(browser: Browser, token: Callable[.
     client = browser()
     await sign_in(client, token("admin", ["admin"]))
     for path in ("/ui/tables", "/ui/tables/esaf-2006", "/ui/negotiate?run=true&p1=a&p1c=8&why=sha256",
-                 "/ui/policies/voip", "/ui/tunnels", "/ui/agent", "/ui/measurements"):
+                 "/ui/policies/voip", "/ui/tunnels", "/ui/agent", "/ui/measurements", "/ui/tokens",
+                 "/ui/gateways", "/ui/audit"):
         html = (await client.get(path)).text
         scripts = re.findall(r"<script[^>]*>", html)
         assert scripts == [f'<script src="/ui/static/{js}" defer>'

@@ -12,12 +12,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from app.adapters.vici.probe import prober
 from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.services.inputs import GatewayIn
-from app.web.deps import NamePath, ReadUnitDep, SettingsDep, UnitDep, require
+from app.web.deps import NamePath, ProberDep, ReadUnitDep, SettingsDep, UnitDep, require
 from app.web.edits import EditDep
 from app.web.routing import QossRoute
 from app.web.schemas import error_responses
@@ -32,21 +31,21 @@ GatewayName = NamePath
 _ERRORS = error_responses(404, 409, 422, 503)
 
 
-def probed_gateway(body: GatewayIn, settings: SettingsDep) -> Gateway:
+def probed_gateway(body: GatewayIn, settings: SettingsDep, vici: ProberDep) -> Gateway:
     """The gateway a registration names, read from its charon (a plain function: FastAPI runs it
     in a worker thread, before the route's unit of work takes a write slot)."""
-    return svc.probe_gateway(vici=prober(settings.gateway_probe_timeout), body=body,
+    return svc.probe_gateway(vici=vici, body=body,
                              allowed_socket_dirs=settings.vici_socket_dirs,
                              allowed_networks=settings.gateway_networks)
 
 
-def read_gateway_again(name: GatewayName, request: Request, settings: SettingsDep) -> Gateway:
+def read_gateway_again(name: GatewayName, request: Request, settings: SettingsDep, vici: ProberDep) -> Gateway:
     """A registered gateway read from its charon again (as :func:`probed_gateway`: before the
     route's unit of work; the record is read in a read-only unit of work of its own, ended first)."""
     units: UnitOfWorkFactory = request.app.state.read_units
     with units() as uow:
         gateway = svc.get_gateway(uow=uow, name=name)
-    return svc.read_gateway_again(vici=prober(settings.gateway_probe_timeout), gateway=gateway,
+    return svc.read_gateway_again(vici=vici, gateway=gateway,
                                   allowed_socket_dirs=settings.vici_socket_dirs)
 
 

@@ -11,6 +11,7 @@ from app.ui.pages import (
     agent,
     audit,
     device,
+    gateways,
     measurements,
     oidc,
     playground,
@@ -18,6 +19,7 @@ from app.ui.pages import (
     signin,
     table_changes,
     tables,
+    tokens,
     tunnels,
 )
 
@@ -25,4 +27,5 @@ __all__ = ["routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, oidc, table_changes, tables, playground, policies, tunnels, agent, device, measurements, audit))
+    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, device, measurements, audit,
+    tokens))

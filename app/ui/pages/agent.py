@@ -26,6 +26,9 @@ __all__ = ["router"]
 router = console_router()
 UserId = UserIdPath
 _SESSIONS = 100
+#: The events after which the page's lists are read again: a user enrolled or revoked is an audit
+#: entry (seen by a session with ``audit:read``); a session's tunnel comes and goes with its events.
+AGENT_EVENTS = ("audit", "agent.session.closed", "tunnel.created", "tunnel.deleted", "tunnel.state")
 
 
 def _host(request: Request) -> HostAgent | None:
@@ -45,7 +48,8 @@ def _page(request: Request, who: Console, *, notice: str | None = None, error: s
     sessions = (target.sessions(state=AgentSessionState.ACTIVE, limit=_SESSIONS)
                 if target is not None and who.may("tunnels:read") else None)
     return page("agent.html", {"console": who, "host": host is not None, "target": target is not None,
-                               "users": users, "sessions": sessions, "notice": notice, "error": error},
+                               "users": users, "sessions": sessions, "notice": notice, "error": error,
+                               "events": " ".join(AGENT_EVENTS)},
                 status=status)
 
 

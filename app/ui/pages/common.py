@@ -85,9 +85,12 @@ def failed(request: Request, error: str, status: int) -> None:
 
 def history_page(who: Console, name: str, history: list[dict[str, Any]], *, base: str, section: str,
                  can_revert: bool, by_algorithm: bool) -> Response:
-    """A table's or a policy's history, newest first, with a revert button per past revision."""
+    """A table's or a policy's history, newest first, with a revert button per past revision; it
+    follows the events of the table's (``section`` "tables") or the policy's revisions."""
     current = history[-1]["revision"] if history else 0
+    kind = "rating_table" if section == "tables" else "policy"
     return page("revisions.html", {"console": who, "name": name, "current": current, "base": base,
+                                   "events": f"{kind}.revision {kind}.deleted",
                                    "section": section, "can_revert": can_revert, "by_algorithm": by_algorithm,
                                    "revisions": list(reversed(history))})
 

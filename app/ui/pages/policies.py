@@ -4,13 +4,13 @@ concurrent edit shown side by side, history and revert."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Query, Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
-from app.domain.errors import InvalidInput, StaleRevision
+from app.domain.errors import InvalidInput, NotFound, StaleRevision
 from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
 from app.domain.ports import UnitOfWork
 from app.services import policies as policy_svc
@@ -189,6 +189,20 @@ def save_policy(name: Name, request: Request, who: PoliciesWriter, form: FormDep
         return refused
     count_revision(request, "policy")
     return RedirectResponse(f"/ui/policies/{name}", status_code=303)
+
+
+@router.get("/policies/{name}/live")
+def policy_live(name: Name, who: ConsoleDep, uow: ReadUnitDep,
+                revision: Annotated[int, Query(ge=0, le=2**31 - 1)]) -> Response:
+    """What the policy page opened at ``revision`` says once the policy changed elsewhere (the page
+    reads it after the policy's events): the revision now, who saved it, and how to see it. The
+    page's form is never replaced: what the admin typed stays until they choose."""
+    try:
+        latest: dict[str, Any] | None = policy_svc.policy_revisions(uow=uow, name=name)[-1]
+    except NotFound:
+        latest = None
+    return page("_policy_live.html", {"console": who, "name": name, "revision": revision, "latest": latest,
+                                      "can_edit": who.may("policies:write")})
 
 
 @router.get("/policies/{name}/revisions")

@@ -1,6 +1,6 @@
-"""Tunnels and gateways: the list (kept current from the event stream), a tunnel's detail with
-what its charon says now, tear-down (``tunnels:write``, confirmed), the registered gateways;
-and ``/ui/events``, the console session's own view of ``GET /v1/events``."""
+"""Tunnels: the list (kept current from the event stream), a tunnel's detail with what its charon
+says now, tear-down (``tunnels:write``, confirmed); and ``/ui/events``, the console session's own
+view of ``GET /v1/events``. The gateways are in :mod:`app.ui.pages.gateways`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from starlette.responses import RedirectResponse, Response
 from app.domain.errors import NotFound
 from app.domain.ports import UnitOfWork
 from app.domain.sessions import hash_session_id
-from app.services import gateways as gateway_svc
 from app.services import tunnels as tunnel_svc
 from app.services.events import StreamFollower
 from app.ui.pages.common import TunnelsWriter, console_router, needs
@@ -111,14 +110,6 @@ def teardown(tunnel_id: TunnelId, request: Request, who: TunnelsWriter, uow: Uni
     tunnel_svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
     request.state.audit_detail = f"tunnel {tunnel_id} torn down"
     return RedirectResponse("/ui/tunnels", status_code=303)
-
-
-@router.get("/gateways")
-def gateways(who: ConsoleDep, uow: ReadUnitDep) -> Response:
-    """Every registered gateway with its back end and algorithms (``GET /v1/gateways``), read-only."""
-    needs(who, "tunnels:read")
-    return page("gateways.html", {"console": who,
-                                  "gateways": [g.as_dict() for g in gateway_svc.list_gateways(uow=uow)]})
 
 
 @router.get("/events")

@@ -1,5 +1,6 @@
 """A real ``qoss serve`` and Debian's headless chromium driven by Playwright (no browser
-download: ``scripts/setup.sh`` installs ``chromium``).
+download: ``scripts/setup.sh`` installs ``chromium``); an OpenID provider (zitadel/oidc's example
+OP, built by the suite: :mod:`tests.fixtures.oidc_provider`) for the consoles that sign in with it.
 
 Screenshots of the main pages go to ``$QOSS_UI_SCREENSHOTS`` if set (``docs/ui/`` keeps the
 best), else to the test session's temporary directory.
@@ -7,20 +8,24 @@ best), else to the test session's temporary directory.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
 
 from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
+from tests.fixtures.oidc_provider import OidcUser, RunningProvider, build_provider, running_provider
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import serving
 
@@ -144,3 +149,76 @@ def save_previewed(page: Page, keyword: str) -> None:
     """Save the row being edited the way an admin does: **Preview**, then **Save** under its impact."""
     page.locator(f"#row-{keyword}").get_by_role("button", name="Preview").click()
     page.locator(f"#row-{keyword}.preview").get_by_role("button", name=f"Save {keyword}").click()
+
+
+# ------------------------------------------------------------------ signing in with an OpenID provider
+
+ALICE = OidcUser("u-alice", "alice", "alice-pw-4471", "alice@example.test", ("qoss-admins", "staff"))
+BOB = OidcUser("u-bob", "bob", "bob-pw-9130", "bob@example.test", ("netops", "staff"))
+CAROL = OidcUser("u-carol", "carol", "carol-pw-2208", "carol@example.test", ("contractors",))
+#: The provider's groups mapped to qoss scopes (``QOSS_OIDC_SCOPES_BY_CLAIM``).
+MAPPING = {"groups": {"qoss-admins": ["admin"], "netops": ["tunnels:read"]}}
+CLIENT_SECRET = "qoss-console-secret-6f1d0c3b9a"
+
+
+@pytest.fixture(scope="session")
+def provider_binary() -> Path:
+    return build_provider()
+
+
+@pytest.fixture(scope="session")
+def provider(provider_binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningProvider]:
+    """The OpenID provider with ALICE, BOB and CAROL, for any console on 127.0.0.1 (any port)."""
+    workdir = tmp_path_factory.mktemp("oidc-op")
+    register(CLIENT_SECRET)  # the secret sweep: never in the database or a log
+    with running_provider(provider_binary, users=[ALICE, BOB, CAROL], client_id="qoss-console",
+                          client_secret=CLIENT_SECRET, redirect_uris=["http://127.0.0.1:*/ui/oidc/callback"],
+                          post_logout_redirect_uris=["http://127.0.0.1:*/ui/login"], workdir=workdir) as running:
+        yield running
+    keep_log(workdir / "oidc-op.log", "oidc-op.log")
+
+
+def serve_with_provider(provider: RunningProvider, workdir: Path, database_url: str, mapping: Mapping[str, object],
+                        name: str, env: Mapping[str, str] | None = None,
+                        ) -> contextlib.AbstractContextManager[tuple[str, object]]:
+    """``qoss serve`` on ``database_url`` whose console signs in with ``provider`` under ``mapping``
+    (its log ``workdir/<name>.log``), with ``env`` besides."""
+    full = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
+            "QOSS_STATE_DIR": str(workdir / "state"), "QOSS_EVENT_STREAM_SECONDS": "30",
+            "QOSS_OIDC_ISSUER": provider.issuer, "QOSS_OIDC_CLIENT_ID": provider.client_id,
+            "QOSS_OIDC_CLIENT_SECRET": provider.client_secret, "QOSS_OIDC_PROVIDER_NAME": "Test IdP",
+            "QOSS_OIDC_SCOPES_BY_CLAIM": json.dumps(mapping),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
+            **(env or {})}
+    return serving([str(QOSS), "serve", "--database-url", database_url], env=full, log=workdir / f"{name}.log",
+                   timeout=90)  # a loaded machine (the whole suite on two workers) starts it slowly
+
+
+def oidc_sign_in(page: Page, base: str, user: OidcUser) -> None:
+    """From the console's sign-in page through the provider's login form and back."""
+    # The example provider has no favicon: its 404 is not the console's trouble.
+    page.context.route(re.compile(r"^http://localhost:\d+/favicon\.ico$"), lambda route: route.fulfill(status=204))
+    page.on("request", _register_code)
+    page.goto(f"{base}/ui")
+    page.wait_for_url(re.compile(r".*/ui/login$"))
+    page.get_by_role("link", name="Sign in with Test IdP").click()
+    page.wait_for_url(re.compile(r"^http://localhost:\d+/login/username"))
+    page.get_by_label("Username:").fill(user.username)
+    page.get_by_label("Password:").fill(user.password)
+    page.get_by_role("button", name="Login").click()
+
+
+def _register_code(request: Request) -> None:
+    """The provider's authorization code, for the secret sweep: never in qoss's log or database."""
+    if "/ui/oidc/callback?" in request.url:
+        code = parse_qs(urlsplit(request.url).query).get("code")
+        if code:
+            register(code[0])
+
+
+def session_cookie(context: BrowserContext) -> str:
+    """The console's session cookie in ``context`` (registered for the secret sweep)."""
+    found = [c.get("value", "") for c in context.cookies() if c.get("name") == "qoss_session"]
+    assert found, context.cookies()
+    register(found[0])
+    return found[0]

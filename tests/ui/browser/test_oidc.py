@@ -19,30 +19,30 @@ Sign-in and sign-out are in the audit log under the user's name, without a code 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from playwright.sync_api import BrowserContext, Page, Request, expect
+from playwright.sync_api import expect
 from sqlalchemy import create_engine, text
 
 from app.bootstrap import prepare_database
 from app.settings import Settings
-from tests import REPO_ROOT
-from tests.fixtures.oidc_provider import OidcUser, RunningProvider, build_provider, running_provider
-from tests.fixtures.secrets import keep_log, register
-from tests.fixtures.served import serving
-from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
-
-ALICE = OidcUser("u-alice", "alice", "alice-pw-4471", "alice@example.test", ("qoss-admins", "staff"))
-BOB = OidcUser("u-bob", "bob", "bob-pw-9130", "bob@example.test", ("netops", "staff"))
-CAROL = OidcUser("u-carol", "carol", "carol-pw-2208", "carol@example.test", ("contractors",))
-MAPPING = {"groups": {"qoss-admins": ["admin"], "netops": ["tunnels:read"]}}
-CLIENT_SECRET = "qoss-console-secret-6f1d0c3b9a"
+from tests.fixtures.oidc_provider import RunningProvider
+from tests.fixtures.secrets import keep_log
+from tests.ui.browser.conftest import (
+    ALICE,
+    BOB,
+    CAROL,
+    MAPPING,
+    NewContext,
+    Watched,
+    no_trouble,
+    serve_with_provider,
+    session_cookie,
+)
+from tests.ui.browser.conftest import oidc_sign_in as _sign_in
 
 
 class Console:
@@ -61,36 +61,14 @@ class Console:
             engine.dispose()
 
 
-@pytest.fixture(scope="session")
-def provider_binary() -> Path:
-    return build_provider()
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("oidc-console")
 
 
-@pytest.fixture(scope="module")
-def provider(provider_binary: Path, workdir: Path) -> Iterator[RunningProvider]:
-    register(CLIENT_SECRET)  # the secret sweep: never in the database or a log
-    with running_provider(provider_binary, users=[ALICE, BOB, CAROL], client_id="qoss-console",
-                          client_secret=CLIENT_SECRET, redirect_uris=["http://127.0.0.1:*/ui/oidc/callback"],
-                          post_logout_redirect_uris=["http://127.0.0.1:*/ui/login"], workdir=workdir) as running:
-        yield running
-    keep_log(workdir / "oidc-op.log", "oidc-op.log")
-
-
 def _serve(provider: RunningProvider, workdir: Path, database_url: str, mapping: dict[str, object], name: str
            ) -> contextlib.AbstractContextManager[tuple[str, object]]:
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_STATE_DIR": str(workdir / "state"), "QOSS_EVENT_STREAM_SECONDS": "30",
-           "QOSS_OIDC_ISSUER": provider.issuer, "QOSS_OIDC_CLIENT_ID": provider.client_id,
-           "QOSS_OIDC_CLIENT_SECRET": provider.client_secret, "QOSS_OIDC_PROVIDER_NAME": "Test IdP",
-           "QOSS_OIDC_SCOPES_BY_CLAIM": json.dumps(mapping),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    return serving([str(QOSS), "serve", "--database-url", database_url], env=env, log=workdir / f"{name}.log",
-                   timeout=90)  # a loaded machine (the whole suite on two workers) starts it slowly
+    return serve_with_provider(provider, workdir, database_url, mapping, name)
 
 
 @pytest.fixture(scope="module")
@@ -105,35 +83,6 @@ def console(provider: RunningProvider, workdir: Path) -> Iterator[Console]:
         keep_log(workdir / "qoss.db", "oidc-console-qoss.db")
 
 
-def _sign_in(page: Page, base: str, user: OidcUser) -> None:
-    """From the console's sign-in page through the provider's login form and back."""
-    # The example provider has no favicon: its 404 is not the console's trouble.
-    page.context.route(re.compile(r"^http://localhost:\d+/favicon\.ico$"), lambda route: route.fulfill(status=204))
-    page.on("request", _register_code)
-    page.goto(f"{base}/ui")
-    page.wait_for_url(re.compile(r".*/ui/login$"))
-    page.get_by_role("link", name="Sign in with Test IdP").click()
-    page.wait_for_url(re.compile(r"^http://localhost:\d+/login/username"))
-    page.get_by_label("Username:").fill(user.username)
-    page.get_by_label("Password:").fill(user.password)
-    page.get_by_role("button", name="Login").click()
-
-
-def _register_code(request: Request) -> None:
-    """The provider's authorization code, for the secret sweep: never in qoss's log or database."""
-    if "/ui/oidc/callback?" in request.url:
-        code = parse_qs(urlsplit(request.url).query).get("code")
-        if code:
-            register(code[0])
-
-
-def _session_cookie(context: BrowserContext) -> str:
-    found = [c.get("value", "") for c in context.cookies() if c.get("name") == "qoss_session"]
-    assert found, context.cookies()
-    register(found[0])
-    return found[0]
-
-
 def test_an_admin_signs_in_with_the_provider_gets_the_mapped_scopes_and_signs_out(
         console: Console, new_context: NewContext) -> None:
     context = new_context()
@@ -141,7 +90,7 @@ def test_an_admin_signs_in_with_the_provider_gets_the_mapped_scopes_and_signs_ou
     _sign_in(page, console.base, ALICE)
     page.wait_for_url(re.compile(r".*/ui/tables$"))
     expect(page.locator("form.who")).to_contain_text("Signed in as alice@example.test (admin)")
-    _session_cookie(context)
+    session_cookie(context)
     page.get_by_role("link", name="Audit").click()
     expect(page.get_by_role("heading", level=1)).to_have_text(re.compile("Audit"))
     assert console.rows("SELECT user_name, scopes, token_id FROM ui_sessions") == [
@@ -196,7 +145,7 @@ def test_a_session_is_refused_once_its_group_is_no_longer_mapped(
     page = context.new_page()
     _sign_in(page, console.base, ALICE)
     page.wait_for_url(re.compile(r".*/ui/tables$"))
-    _session_cookie(context)
+    session_cookie(context)
     narrowed = {"groups": {"netops": ["tunnels:read"]}}
     try:
         with _serve(provider, workdir, console.database_url, narrowed, "serve-narrowed") as (restarted, _):

@@ -41,7 +41,8 @@ class TokenRepository:
     @staticmethod
     def _record(row: ApiTokenRow) -> TokenRecord:
         return TokenRecord(id=row.id, name=row.name, scopes=frozenset(row.scopes), secret_hash=row.secret_hash,
-                           created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at)
+                           created_at=row.created_at, expires_at=row.expires_at, revoked_at=row.revoked_at,
+                           created_by=row.created_by)
 
     def add(self, record: TokenRecord, *, created_by: str) -> None:
         self.session.add(ApiTokenRow(
