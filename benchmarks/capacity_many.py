@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import secrets
 import signal
 import statistics
@@ -58,9 +59,9 @@ from benchmarks._harness import (
 )
 
 MAX_FAILURES_IN_A_ROW = 20
-#: Seconds of the last quiet interval at least: the server's memory release (after 15 s without
-#: a request, its default) has run by then.
-LAST_QUIET = 20.0
+#: Seconds of the last quiet interval at least: the server's memory release (after
+#: ``QOSS_MEMORY_RELEASE_AFTER`` seconds without a request, 15 by default) has run by then.
+LAST_QUIET = float(os.environ.get("QOSS_MEMORY_RELEASE_AFTER", "15")) + 5.0
 #: The suite of the bare initiates: what qoss negotiates for these tunnels (set from the warm-up).
 SUITE: dict[str, str] = {}
 

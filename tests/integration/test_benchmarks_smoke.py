@@ -1,8 +1,9 @@
-"""Every tunnel benchmark in benchmarks/ runs to its end at a tiny size: it builds its lab and
-server, does its work, prints its comparison and leaves no namespace behind. Nothing about the
-figures is asserted (this machine is shared while the suite runs): a benchmark that cannot run
-is what fails. The larger smoke runs (capacity_rate, negotiation, slow_clients) have modules of
-their own."""
+"""Every benchmark in benchmarks/ runs to its end at a tiny size: it builds its lab and server,
+does its work, prints its comparison and leaves no namespace behind. Nothing about the figures is
+asserted (this machine is shared while the suite runs): a benchmark that cannot run is what
+fails. The larger smoke runs (capacity_rate, negotiation, slow_clients) have modules of their
+own; choice_quality, whose smallest run measures every feasible suite through a real tunnel (a
+minute here), runs by hand."""
 
 from __future__ import annotations
 
@@ -27,7 +28,13 @@ SMALL = {
     "monitor_resync": (["--tunnels", "4", "--rounds", "1", "--budget", "60"], "per tunnel / all at once"),
     "tunnel_scale": (["--tunnels", "4", "--cycles", "1", "--budget", "60"], "tunnels up (listed"),
     "profile_server": (["--tunnels", "4", "--clients", "2"], "top 10 by their own time"),
+    "capacity_many": (["--tunnels", "4", "--quiet", "1", "--budget", "60"], "0 records left"),
+    "overload": (["--bursts", "20", "--quiet", "1", "--arm", "on"], "| on | 20 |"),
 }
+
+#: What a benchmark's server is given besides: the memory release after 1 s without a request,
+#: so that capacity_many's last quiet interval (that release plus 5 s) stays short.
+ENV = {"QOSS_MEMORY_RELEASE_AFTER": "1"}
 
 
 def _namespaces() -> list[str]:
@@ -38,7 +45,7 @@ def _namespaces() -> list[str]:
 def test_the_benchmark_runs_to_its_end_and_cleans_up(name: str) -> None:
     args, printed = SMALL[name]
     run = subprocess.Popen([sys.executable, "-m", f"benchmarks.{name}", *args], cwd=ROOT, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, **ENV})
     try:
         out, err = run.communicate(timeout=240)
     finally:
