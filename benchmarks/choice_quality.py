@@ -68,6 +68,9 @@ sys.path.insert(0, str(ROOT))
 from app.adapters.db.unit_of_work import SqlUnitOfWork  # noqa: E402
 from app.adapters.files import parse_rating_table_yaml  # noqa: E402
 from app.domain.errors import GatewayError, NegotiationError  # noqa: E402
+from app.domain.negotiation import Backend  # noqa: E402
+from app.domain.policies import Levels  # noqa: E402
+from app.domain.requests import NegotiationSpec, PeerSpec  # noqa: E402
 from app.domain.tunnels import TunnelEnd, conn_payload  # noqa: E402
 from app.lab.bench import BenchLab, bench_lab, read_micro_prior  # noqa: E402
 from app.measure.adapters.micro import KERNELS, machine_id, run_micro  # noqa: E402
@@ -85,7 +88,6 @@ from app.measure.domain.tunnel import (  # noqa: E402
     summarize,
     tunnel_table,
 )
-from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn  # noqa: E402
 from app.services.negotiation import run_negotiation  # noqa: E402
 from app.services.ratings import TableCache, get_table, import_table  # noqa: E402
 
@@ -132,18 +134,18 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec], prio
     return imported.name
 
 
-def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: MinLevelsIn, candidates: list[str]) -> bool:
+def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: Levels, candidates: list[str]) -> bool:
     """Whether the tunnel negotiation (same peers as ``create_tunnel``) can be pinned to ``suite``."""
     left, right = bl.gateways
     cache = TableCache(ttl=3600)
     with SqlUnitOfWork(bl.sessions(), owned=True) as uow:
         for pin in pin_attempts(suite, candidates):
-            body = NegotiationIn(
-                rating_table=table, backend=BackendIn(name=bl.backend, ah=False, ah_esp_bundle=False, transport=False),
-                peers=[PeerIn(name=f"gw-{left.name}", supports=sorted(left.algorithms)),
-                       PeerIn(name=f"gw-{right.name}", supports=sorted(right.algorithms)),
-                       PeerIn(name="request", min_levels=levels, forbids=list(pin.forbids),
-                              objective_id=pin.objective_id)])
+            body = NegotiationSpec(
+                rating_table=table, backend=Backend(name=bl.backend, ah=False, ah_esp_bundle=False, transport=False),
+                peers=(PeerSpec(name=f"gw-{left.name}", supports=tuple(sorted(left.algorithms))),
+                       PeerSpec(name=f"gw-{right.name}", supports=tuple(sorted(right.algorithms))),
+                       PeerSpec(name="request", min_levels=levels, forbids=tuple(pin.forbids),
+                                objective_id=pin.objective_id)))
             try:
                 result = run_negotiation(uow=uow, cache=cache, request=body,
                                          default_table=bl.settings.default_table)
@@ -241,7 +243,7 @@ def main() -> None:
         chosen: dict[tuple[int, int, int], SuiteSpec] = {}
         feasible: dict[tuple[int, int, int], list[SuiteSpec]] = {}
         for vector in VECTORS:
-            levels = MinLevelsIn(confidentiality=vector[0], integrity=vector[1], key_exchange=vector[2])
+            levels = Levels(confidentiality=vector[0], integrity=vector[1], key_exchange=vector[2])
             opener = bl.tunnels(candidates, rating_table=table, min_levels=levels)
             try:
                 tunnel = opener.choose()  # the API's path: negotiate, load both ends, initiate, verify

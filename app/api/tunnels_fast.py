@@ -30,12 +30,12 @@ from starlette.types import Receive, Scope, Send
 
 from app.api.routes.tunnels import set_up, take_down
 from app.domain.errors import QossError
-from app.services.inputs import TunnelIn
 from app.settings import Settings
 from app.web.body import loads, replay
 from app.web.deps import Principal, cached_token
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
+from app.web.schemas import TunnelIn
 
 __all__ = ["is_tunnel_request", "serve_tunnel"]
 

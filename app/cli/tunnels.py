@@ -105,7 +105,7 @@ def tunnel_up(
     """Negotiate and bring up a tunnel (as POST /v1/tunnels), to a gateway or an unmanaged --peer."""
     from pydantic import ValidationError
 
-    from app.services.inputs import TunnelIn
+    from app.web.schemas import TunnelIn
 
     body: dict[str, Any] = {
         "initiator": initiator, "min_levels": {"confidentiality": confidentiality, "integrity": integrity,

@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 
     from app.adapters.db.unit_of_work import SqlUnitOfWork
     from app.adapters.vici.gateway import ViciGateway
+    from app.domain.policies import Levels
+    from app.domain.requests import TunnelSpec
     from app.domain.tunnels import Gateway
     from app.lab.hosts import Lab, LabHost
     from app.measure.adapters.tunnel import OpenTunnel, Route
     from app.measure.domain.tunnel import SuiteSpec
-    from app.services.inputs import MinLevelsIn, TunnelIn
     from app.settings import Settings
 
 __all__ = ["BenchLab", "ServiceTunnels", "bench_lab", "read_micro_prior", "unit_of_work"]
@@ -59,7 +60,7 @@ class ServiceTunnels:
     responder: str
     candidates: Sequence[str]
     rating_table: str | None = None
-    min_levels: MinLevelsIn | None = None
+    min_levels: Levels | None = None
 
     def __post_init__(self) -> None:
         from app.services.ratings import TableCache
@@ -71,7 +72,7 @@ class ServiceTunnels:
 
         return ViciGateway(path, self.settings.vici_timeout)
 
-    def create(self, request: TunnelIn) -> OpenTunnel:
+    def create(self, request: TunnelSpec) -> OpenTunnel:
         """Create a tunnel through the service (one committed transaction)."""
         from app.measure.adapters.tunnel import OpenTunnel
         from app.measure.domain.tunnel import SuiteSpec
@@ -84,12 +85,11 @@ class ServiceTunnels:
         esp = SuiteSpec(suite["encryption"], None if suite.get("aead") else suite["integrity"]).name
         return OpenTunnel(id=record.id, conn=record.conn, esp=esp, ike=str(record.negotiation["proposals"]["ike"]))
 
-    def request(self, *, forbids: Sequence[str] = (), objective_id: int | None = None) -> TunnelIn:
-        from app.services.inputs import TunnelIn
+    def request(self, *, forbids: Sequence[str] = (), objective_id: int | None = None) -> TunnelSpec:
+        from app.domain.requests import TunnelSpec
 
-        return TunnelIn(initiator=self.initiator, responder=self.responder, forbids=list(forbids),
-                                objective_id=objective_id, rating_table=self.rating_table,
-                                min_levels=self.min_levels)
+        return TunnelSpec(initiator=self.initiator, responder=self.responder, forbids=tuple(forbids),
+                          objective_id=objective_id, rating_table=self.rating_table, min_levels=self.min_levels)
 
     def choose(self) -> OpenTunnel:
         """The tunnel the service brings up for the minimums alone (no pin)."""
@@ -165,7 +165,7 @@ class BenchLab:
         return esp_candidates(supported, libipsec=self.backend == "kernel-libipsec", rated=rated)
 
     def tunnels(self, candidates: Sequence[str], *, rating_table: str | None = None,
-                min_levels: MinLevelsIn | None = None, family: int = 4) -> ServiceTunnels:
+                min_levels: Levels | None = None, family: int = 4) -> ServiceTunnels:
         """Tunnels between the IPv4 pair of gateways, or with ``family`` 6 the IPv6 pair.
 
         Raises:

@@ -27,9 +27,10 @@ from typing import Any
 from app.domain.agent import AgentSessionState, ClientRequest
 from app.domain.agent.ports import AgentSession, AgentStore
 from app.domain.errors import QossError
-from app.domain.negotiation import NegotiationResult
+from app.domain.negotiation import Backend, NegotiationResult
+from app.domain.policies import Levels
 from app.domain.ports import UnitOfWork, UnitOfWorkFactory
-from app.services.inputs import BackendIn, MinLevelsIn, NegotiationIn, PeerIn
+from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.rekey import ImpactKind, judge
@@ -78,22 +79,23 @@ def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str
     """
     libipsec = inputs["backend"] == "kernel-libipsec"
     objective = inputs["objective_id"]
+    supports = inputs["supports"]
     peers = [
-        PeerIn(name="client", objective_id=objective, min_levels=MinLevelsIn(**inputs["min_levels"]),
-               supports=inputs["supports"]),
-        PeerIn(name="target", policy=inputs["policy"], supports=inputs["target_supports"],
-               objective_id=1 if objective == 1 else None),
+        PeerSpec(name="client", objective_id=objective, min_levels=Levels.from_dict(inputs["min_levels"]),
+                 supports=tuple(supports) if supports is not None else None),
+        PeerSpec(name="target", policy=inputs["policy"], supports=tuple(inputs["target_supports"]),
+                 objective_id=1 if objective == 1 else None),
     ]
     if inputs.get("platform"):
         # A device's VPN client is a peer too: its platform table (a stored policy) says what it
         # can negotiate.
-        peers.append(PeerIn(name=inputs["platform"], policy=platform_policy(inputs["platform"])))
+        peers.append(PeerSpec(name=inputs["platform"], policy=platform_policy(inputs["platform"])))
     if pinned is not None:
-        peers.append(PeerIn(name="current-suite", supports=list(pinned)))
-    body = NegotiationIn(
-        rating_table=inputs["rating_table"], peers=peers,
-        backend=BackendIn(name=inputs["backend"] or "strongswan", ah=inputs["ah"] and not libipsec,
-                          ah_esp_bundle=False, transport=inputs["transport"] and not libipsec))
+        peers.append(PeerSpec(name="current-suite", supports=tuple(pinned)))
+    body = NegotiationSpec(
+        rating_table=inputs["rating_table"], peers=tuple(peers),
+        backend=Backend(name=inputs["backend"] or "strongswan", ah=inputs["ah"] and not libipsec,
+                        ah_esp_bundle=False, transport=inputs["transport"] and not libipsec))
     return run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
 
 

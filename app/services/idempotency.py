@@ -17,6 +17,7 @@ it that could be checked against guesses.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -24,11 +25,9 @@ import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, SecretBytes, SecretStr
-from pydantic_core import to_jsonable_python
-
 from app.domain.errors import Conflict, InvalidInput
 from app.domain.ports import StoredAnswer, UnitOfWork, UnitOfWorkFactory
+from app.domain.requests import Secret, TunnelSpec
 
 __all__ = [
     "IdempotencyInProgress",
@@ -54,11 +53,13 @@ def server_key(uow: UnitOfWork) -> bytes:
 
 
 def _sealed(value: Any, key: bytes) -> Any:
-    """``value`` with every secret replaced by its HMAC-SHA-256 under ``key``."""
-    if isinstance(value, SecretStr | SecretBytes):
-        raw = value.get_secret_value()
-        data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    """``value`` as a JSON document (a value's fields as an object, a tuple as a list), with every
+    secret replaced by its HMAC-SHA-256 under ``key``."""
+    if isinstance(value, Secret):
+        data = value.get_secret_value().encode("utf-8")
         return {"hmac-sha256": hmac.new(key, data, hashlib.sha256).hexdigest()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _sealed(getattr(value, f.name), key) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
         return {k: _sealed(v, key) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -66,13 +67,16 @@ def _sealed(value: Any, key: bytes) -> Any:
     return value
 
 
-def canonical(body: BaseModel, *, key: bytes) -> str:
-    """The request as the fingerprint reads it: every field, each secret as its keyed hash."""
-    document = to_jsonable_python(_sealed(body.model_dump(mode="python"), key))
+def canonical(body: TunnelSpec, *, key: bytes) -> str:
+    """The request as the fingerprint reads it: every field (by its name in the request
+    document, absent ones as null), each secret as its keyed hash, keys sorted. Fingerprints are
+    stored with their keys: this form must not change, or a retry would not match its key
+    (``tests/unit/services/test_idempotency_fingerprint.py`` pins it)."""
+    document = _sealed(body, key)
     return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
 
-def fingerprint(body: BaseModel, *, key: bytes) -> str:
+def fingerprint(body: TunnelSpec, *, key: bytes) -> str:
     """What makes two requests with one Idempotency-Key the same request (SHA-256 of :func:`canonical`)."""
     return hashlib.sha256(canonical(body, key=key).encode("utf-8")).hexdigest()
 

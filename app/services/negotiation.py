@@ -1,7 +1,8 @@
 """The negotiation use case: resolve policies and tables, run the pure engine.
 
-Its input is :class:`app.services.inputs.NegotiationIn`, the same document for the HTTP
-API and the CLI (``qoss negotiate``).
+Its input is :class:`app.domain.requests.NegotiationSpec`, the value every edge makes of the
+one negotiation document (:class:`app.web.schemas.NegotiationIn`: ``POST /v1/negotiations``,
+``qoss negotiate``, the console's playground) and the tunnels and the agent build themselves.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from collections import OrderedDict
 from typing import Any
 
 from app.domain.negotiation import Backend, NegotiationRequest, NegotiationResult, Peer, negotiate
-from app.domain.policies import Levels, Policy, TrafficProfile, keyword_set, parse_objectives
+from app.domain.policies import Levels, Policy, keyword_set, parse_objectives
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, error_label
 from app.domain.ratings import RatingTable
-from app.services.inputs import MinLevelsIn, NegotiationIn, PeerIn
+from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services.ratings import TableCache
 
 __all__ = ["run_negotiation"]
@@ -22,7 +23,7 @@ __all__ = ["run_negotiation"]
 class _Results:
     """The last few negotiations' results, by everything they depend on.
 
-    The engine is a pure function of the request document, the tables it reads and the named
+    The engine is a pure function of the request, the tables it reads and the named
     policies' contents: the same inputs give the same result, so a repeated request (every
     tunnel or agent connect with the same minimums) is answered without running it again.
     Tables are keyed by identity: :class:`~app.services.ratings.TableCache` hands out one
@@ -60,7 +61,7 @@ _RESULTS = _Results(256)
 
 
 def run_negotiation(
-    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str, metrics: Metrics = NO_METRICS,
+    *, uow: UnitOfWork, cache: TableCache, request: NegotiationSpec, default_table: str, metrics: Metrics = NO_METRICS,
 ) -> NegotiationResult:
     """Resolve the request's policies and tables, then negotiate (or reuse the result of the
     same inputs: see :class:`_Results`; callers must not change a result).
@@ -83,24 +84,23 @@ def run_negotiation(
 
 
 def _run_negotiation(
-    *, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str
+    *, uow: UnitOfWork, cache: TableCache, request: NegotiationSpec, default_table: str
 ) -> NegotiationResult:
     default = cache.get(uow.tables, default_table)
     table = cache.get(uow.tables, request.rating_table) if request.rating_table else default
     policies = uow.policies
     stored_policies: list[Policy | None] = []
-    resolved: list[tuple[PeerIn, Policy, RatingTable]] = []
+    resolved: list[tuple[PeerSpec, Policy, RatingTable]] = []
     for p in request.peers:
         stored = policies.get(p.policy)[0] if p.policy else None
         stored_policies.append(stored)
-        inline = p.min_levels or MinLevelsIn()
         policy = (stored or Policy(name="inline")).for_peer(
-            min_levels=Levels(inline.confidentiality, inline.integrity, inline.key_exchange),
+            min_levels=p.min_levels or Levels(),
             objectives=parse_objectives(p.objectives, p.objective_id), objective_id=p.objective_id,
             mode=p.mode, pfs=p.pfs, strict=p.strict, rating_table=p.rating_table)
         resolved.append((p, policy, cache.get(uow.tables, policy.rating_table) if policy.rating_table else table))
     tables = (default, table, *(peer_table for _, _, peer_table in resolved))
-    key = (request.model_dump_json(), tuple(id(t) for t in tables), tuple(stored_policies))
+    key = (request, tuple(id(t) for t in tables), tuple(stored_policies))
     cached = _RESULTS.get(key)
     if cached is not None:  # the same inputs were checked (keywords included) when it was made
         return cached
@@ -114,15 +114,10 @@ def _run_negotiation(
         )
         for p, policy, peer_table in resolved
     ]
-    traffic = (
-        TrafficProfile(request.traffic.packet_size, request.traffic.min_throughput_mbps)
-        if request.traffic
-        else None
-    )
-    backend = Backend(**request.backend.model_dump()) if request.backend else Backend()
     result = negotiate(
         NegotiationRequest(
-            peers=peers, table=table, default_table=default, traffic=traffic, backend=backend,
+            peers=peers, table=table, default_table=default, traffic=request.traffic,
+            backend=request.backend or Backend(),
             alternatives=request.alternatives,
         )
     )

@@ -26,6 +26,7 @@ from app.domain.errors import (
     UnsupportedProtection,
 )
 from app.domain.negotiation import Backend, NegotiationResult
+from app.domain.policies import Levels, TrafficProfile
 from app.domain.ports import (
     NO_METRICS,
     Metrics,
@@ -35,9 +36,9 @@ from app.domain.ports import (
     ViciFactory,
     error_label,
 )
+from app.domain.requests import NegotiationSpec, PeerSpec, TunnelPeerSpec, TunnelSpec
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
 from app.services import idempotency as idem
-from app.services.inputs import NegotiationIn, PeerIn, TunnelIn, TunnelPeerIn
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
@@ -58,13 +59,31 @@ __all__ = [
 ]
 
 
-def negotiation_inputs(request: TunnelIn) -> dict[str, Any]:
+def negotiation_inputs(request: TunnelSpec) -> dict[str, Any]:
     """What of a tunnel request decides its negotiation, as a document (never the peer's PSK):
     kept in the record's provenance, so the tunnel can be negotiated again after an edit."""
-    inputs = request.model_dump(mode="json", include={"policy", "min_levels", "objective_id", "objectives",
-                                                      "forbids", "rating_table", "traffic", "strict"})
-    inputs["peer_supports"] = request.peer.supports if request.peer is not None else None
-    return inputs
+    peer_supports = request.peer.supports if request.peer is not None else None
+    return {
+        "policy": request.policy,
+        "min_levels": dataclasses.asdict(request.min_levels) if request.min_levels is not None else None,
+        "objective_id": request.objective_id,
+        "objectives": list(request.objectives) if request.objectives is not None else None,
+        "forbids": list(request.forbids),
+        "rating_table": request.rating_table,
+        "traffic": dataclasses.asdict(request.traffic) if request.traffic is not None else None,
+        "strict": request.strict,
+        "peer_supports": list(peer_supports) if peer_supports is not None else None,
+    }
+
+
+def _request_peer(inputs: Mapping[str, Any]) -> PeerSpec:
+    """The peer that states a tunnel request's own asks, from its inputs (:func:`negotiation_inputs`)."""
+    objectives = inputs.get("objectives")
+    return PeerSpec(
+        name="request", policy=inputs.get("policy"),
+        min_levels=Levels.from_dict(inputs["min_levels"]) if inputs.get("min_levels") is not None else None,
+        objective_id=inputs.get("objective_id"), objectives=tuple(objectives) if objectives is not None else None,
+        forbids=tuple(inputs.get("forbids") or ()), strict=inputs.get("strict"))
 
 
 def negotiate_tunnel(
@@ -81,20 +100,19 @@ def negotiate_tunnel(
         NoFeasibleSuite: nothing meets the minimums (409).
         UnsupportedProtection: the request asks for no IPsec.
     """
-    peers = [PeerIn(name=f"gw-{initiator.name}"[:64], supports=sorted(initiator.algorithms))]
+    peers = [PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms)))]
     if responder is not None:
-        peers.append(PeerIn(name=f"gw-{responder.name}"[:64], supports=sorted(responder.algorithms)))
+        peers.append(PeerSpec(name=f"gw-{responder.name}"[:64], supports=tuple(sorted(responder.algorithms))))
     elif inputs.get("peer_supports") is not None:
-        peers.append(PeerIn(name="peer", supports=list(inputs["peer_supports"])))
+        peers.append(PeerSpec(name="peer", supports=tuple(inputs["peer_supports"])))
     if pinned is not None:
-        peers.append(PeerIn(name="current-suite", supports=list(pinned)))
-    peers.append(PeerIn.model_validate({
-        "name": "request", **{k: inputs[k] for k in ("policy", "min_levels", "objective_id", "objectives",
-                                                      "forbids", "strict") if inputs.get(k) is not None}}))
-    body = NegotiationIn.model_validate({
-        "rating_table": inputs.get("rating_table"), "traffic": inputs.get("traffic"),
-        "peers": [p.model_dump(exclude_none=True) for p in peers],
-        "backend": dataclasses.asdict(Backend.of_ends([g.backend for g in (initiator, responder) if g is not None]))})
+        peers.append(PeerSpec(name="current-suite", supports=tuple(pinned)))
+    peers.append(_request_peer(inputs))
+    traffic = inputs.get("traffic")
+    body = NegotiationSpec(
+        rating_table=inputs.get("rating_table"), peers=tuple(peers),
+        traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
+        backend=Backend.of_ends([g.backend for g in (initiator, responder) if g is not None]))
     result = run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
     if result.suite.protocol == "none":
         raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")
@@ -116,7 +134,7 @@ def provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: Negotiatio
     }
 
 
-def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence[str],
+def _peer_end(peer: TunnelPeerSpec, initiator: Gateway, allowed_networks: Sequence[str],
               existing: Sequence[TunnelRecord]) -> PeerEnd:
     try:
         ip = ipaddress.ip_address(peer.address)
@@ -138,7 +156,7 @@ def _peer_end(peer: TunnelPeerIn, initiator: Gateway, allowed_networks: Sequence
 
 
 def create_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelSpec, default_table: str,
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
     tunnel_id: str | None = None, reads: UnitOfWork | None = None, reports: UpReports | None = None,
 ) -> TunnelRecord:
@@ -192,7 +210,7 @@ class _Plan:
     origin: dict[str, Any]  # the provenance: table and policy revisions, both ends' algorithms
 
 
-def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_table: str,
+def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelSpec, default_table: str,
           allowed_networks: Sequence[str], inputs: dict[str, Any] | None = None) -> _Plan:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
@@ -213,7 +231,7 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelIn, default_tabl
 
 
 def _create_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelIn, default_table: str,
+    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelSpec, default_table: str,
     allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None, reads: UnitOfWork,
     reports: UpReports | None,
 ) -> TunnelRecord:
@@ -229,7 +247,7 @@ def _create_tunnel(
     if plan.responder is not None:
         far = plan.responder
     else:
-        assert plan.peer is not None  # TunnelIn asks for exactly one of them
+        assert plan.peer is not None  # TunnelSpec holds exactly one of them
         far = plan.peer
     psk = request.peer.psk.get_secret_value().encode() if request.peer is not None else None
     started = time.monotonic()
@@ -262,7 +280,7 @@ def _create_tunnel(
         raise
 
 
-def _still_right(*, uow: UnitOfWork, request: TunnelIn, default_table: str, allowed_networks: Sequence[str],
+def _still_right(*, uow: UnitOfWork, request: TunnelSpec, default_table: str, allowed_networks: Sequence[str],
                  plan: _Plan, record: TunnelRecord) -> TunnelRecord:
     """The record to keep for a tunnel brought up under ``plan``, read again in the transaction
     that keeps it. Unless a gateway, rating table or policy it depends on was edited while
@@ -432,7 +450,7 @@ class Answer:
 
 
 def request_tunnel(
-    *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelIn,
+    *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelSpec,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
     fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS, reads: UnitOfWork | None = None,
     reports: UpReports | None = None,

@@ -4,19 +4,21 @@ domain reads the answer from its result (:mod:`app.domain.negotiation.why_not`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from app.domain.algorithms import Kind, lookup
 from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.why_not import EVERY_SUITE, WhyNot, explain
 from app.domain.ports import UnitOfWork
 from app.domain.ratings import RatingTable
-from app.services.inputs import NegotiationIn
+from app.domain.requests import NegotiationSpec
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 
 __all__ = ["WhyNot", "why_not"]
 
 
-def why_not(*, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, default_table: str,
+def why_not(*, uow: UnitOfWork, cache: TableCache, request: NegotiationSpec, default_table: str,
             keyword: str) -> WhyNot:
     """Why the negotiation of ``request`` did not choose ``keyword`` (or that it did).
 
@@ -34,7 +36,7 @@ def why_not(*, uow: UnitOfWork, cache: TableCache, request: NegotiationIn, defau
         return table if table.covers(kind) else cache.get(uow.tables, result.tables.get("default", default_table))
 
     def every() -> NegotiationResult:
-        return run_negotiation(uow=uow, cache=cache, request=request.model_copy(update={"alternatives": EVERY_SUITE}),
+        return run_negotiation(uow=uow, cache=cache, request=dataclasses.replace(request, alternatives=EVERY_SUITE),
                                default_table=default_table)
 
     return explain(result, keyword, pricing=pricing, every=every)

@@ -1,26 +1,40 @@
-"""HTTP request and response bodies (separate from the ORM and the domain)."""
+"""Request and response bodies (separate from the ORM and the domain).
+
+The request documents the HTTP API, the console and the command line read are defined once,
+here (``qoss negotiate`` takes what ``POST /v1/negotiations`` takes). Strict: unknown fields
+are refused and nothing is coerced (a level is an int, not ``true`` or ``"8"``; a flag is a
+bool); a secret (a peer's PSK) is a ``SecretStr``, never echoed. A document the services act
+on becomes their domain value with ``to_domain()`` (:mod:`app.domain.requests`): services never
+see pydantic.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from app.domain.agent.codec import MAX_WIRE_BYTES
 from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAME_PATTERN
-from app.services.inputs import MinLevelsIn, NegotiationIn, Strict, TrafficIn
+from app.domain.negotiation import Backend
+from app.domain.policies import Levels, TrafficProfile
+from app.domain.requests import NegotiationSpec, PeerSpec, Secret, TunnelPeerSpec, TunnelSpec
+from app.services.inputs import Strict
 
 __all__ = [
     "NO_NUL",
     "AlgorithmOut",
+    "BackendIn",
     "BenchmarkIn",
     "EnrollIn",
     "ErrorOut",
     "MeasurementIn",
     "MessageIn",
     "MessageOut",
+    "MinLevelsIn",
     "NegotiationIn",
     "NegotiationOut",
+    "PeerIn",
     "PolicyIn",
     "PolicyOut",
     "RatingIn",
@@ -30,6 +44,9 @@ __all__ = [
     "RevertIn",
     "RevisionOut",
     "TokenIn",
+    "TrafficIn",
+    "TunnelIn",
+    "TunnelPeerIn",
     "error_responses",
 ]
 
@@ -39,6 +56,157 @@ NO_NUL = r"^[^\x00]*$"
 Text = Annotated[str, Field(max_length=2000, pattern=NO_NUL)]
 Short = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+Keyword = Annotated[str, Field(min_length=1, max_length=64)]
+Cidr = Annotated[str, Field(min_length=1, max_length=64)]
+Identity = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")]
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(values) if values is not None else None
+
+
+class MinLevelsIn(Strict):
+    """Minimum security levels (0-10); an absent level is 0."""
+
+    confidentiality: Level = 0
+    integrity: Level = 0
+    key_exchange: Level = 0
+
+    def to_domain(self) -> Levels:
+        return Levels(self.confidentiality, self.integrity, self.key_exchange)
+
+
+class TrafficIn(Strict):
+    """The traffic profile: typical packet size, needed throughput."""
+
+    packet_size: Annotated[int, Field(ge=20, le=65535)] = 1400
+    min_throughput_mbps: Annotated[float, Field(ge=0, le=1e6)] | None = None
+
+    def to_domain(self) -> TrafficProfile:
+        return TrafficProfile(self.packet_size, self.min_throughput_mbps)
+
+
+class BackendIn(Strict):
+    """What the data plane can do; the default is strongSwan with kernel-netlink."""
+
+    name: Annotated[str, Field(min_length=1, max_length=64)] = "strongswan"
+    ah: bool = True
+    ah_esp_bundle: bool = False
+    transport: bool = True
+
+    def to_domain(self) -> Backend:
+        return Backend(name=self.name, ah=self.ah, ah_esp_bundle=self.ah_esp_bundle, transport=self.transport)
+
+
+class PeerIn(Strict):
+    """One party. Inline fields combine with a named stored policy: levels take the
+    maximum, objectives and forbidden algorithms the union; inline flags override."""
+
+    name: Name
+    policy: Name | None = None
+    min_levels: MinLevelsIn | None = None
+    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
+    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
+    supports: Annotated[list[Keyword], Field(max_length=200)] | None = None
+    forbids: Annotated[list[Keyword], Field(max_length=200)] = []
+    rating_table: Name | None = None
+    strict: bool | None = None
+    pfs: bool | None = None
+    mode: Annotated[str, Field(pattern=r"^(tunnel|transport)$")] | None = None
+
+    def to_domain(self) -> PeerSpec:
+        return PeerSpec(
+            name=self.name, policy=self.policy,
+            min_levels=self.min_levels.to_domain() if self.min_levels is not None else None,
+            objectives=_tuple(self.objectives), objective_id=self.objective_id, supports=_tuple(self.supports),
+            forbids=tuple(self.forbids), rating_table=self.rating_table, strict=self.strict, pfs=self.pfs,
+            mode=self.mode)
+
+
+class NegotiationIn(Strict):
+    """A negotiation request (POST /v1/negotiations, ``qoss negotiate``, the console's playground)."""
+
+    rating_table: Name | None = None
+    peers: Annotated[list[PeerIn], Field(min_length=1, max_length=16)]
+    traffic: TrafficIn | None = None
+    backend: BackendIn | None = None
+    alternatives: Annotated[int, Field(ge=0, le=20)] = 5
+
+    def to_domain(self) -> NegotiationSpec:
+        return NegotiationSpec(
+            peers=tuple(p.to_domain() for p in self.peers), rating_table=self.rating_table,
+            traffic=self.traffic.to_domain() if self.traffic is not None else None,
+            backend=self.backend.to_domain() if self.backend is not None else None,
+            alternatives=self.alternatives)
+
+
+class TunnelPeerIn(Strict):
+    """An unmanaged far end: an IKEv2 gateway qoss does not drive, set up by its own administrator.
+
+    Its administrator configures it with ``psk``, its own ``identity`` and qoss's
+    ``local_identity`` (and the proposals qoss answers with). The PSK is write-only: it
+    is handed to the managed gateway's charon and otherwise forgotten — never stored,
+    logged or returned, so a peer tunnel cannot be restored by reconcile (it is marked
+    ``failed``; create it again).
+    """
+
+    address: Annotated[str, Field(min_length=2, max_length=45)]
+    identity: Identity | None = Field(default=None, description="the peer's IKE identity (default: its address)")
+    local_identity: Identity | None = Field(
+        default=None, description="the managed gateway's IKE identity towards this peer (default: the gateway's)")
+    psk: SecretStr = Field(min_length=32, max_length=256,
+                           description="pre-shared key, 32-256 printable characters; write-only")
+    supports: Annotated[list[Keyword], Field(max_length=200)] | None = Field(
+        default=None, description="algorithms the peer declares (default: judged by the managed gateway alone)")
+
+    @field_validator("psk")
+    @classmethod
+    def _psk_shape(cls, value: SecretStr) -> SecretStr:
+        raw = value.get_secret_value()
+        if not 32 <= len(raw) <= 256 or not raw.isascii() or not raw.isprintable():
+            # Never echo the value: the message names the rule only.
+            raise ValueError("psk must be 32-256 printable ASCII characters")
+        return value
+
+    def to_domain(self) -> TunnelPeerSpec:
+        return TunnelPeerSpec(address=self.address, identity=self.identity, local_identity=self.local_identity,
+                              psk=Secret(self.psk.get_secret_value()), supports=_tuple(self.supports))
+
+
+class TunnelIn(Strict):
+    """A tunnel from a registered gateway to another one (``responder``) or to an unmanaged ``peer``."""
+
+    initiator: Name
+    responder: Name | None = None
+    peer: TunnelPeerIn | None = None
+    local_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
+    remote_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
+    policy: Name | None = None
+    min_levels: MinLevelsIn | None = None
+    objective_id: Annotated[int, Field(ge=1, le=4)] | None = None
+    objectives: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=16)] | None = None
+    forbids: Annotated[list[Keyword], Field(max_length=200)] = []
+    rating_table: Name | None = None
+    traffic: TrafficIn | None = None
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _one_far_end(self) -> TunnelIn:
+        if (self.responder is None) == (self.peer is None):
+            raise ValueError("give exactly one of responder (a registered gateway) or peer (an unmanaged one)")
+        if self.peer is not None and not self.remote_ts:
+            raise ValueError("a tunnel to a peer needs remote_ts: qoss does not know the peer's networks")
+        return self
+
+    def to_domain(self) -> TunnelSpec:
+        return TunnelSpec(
+            initiator=self.initiator, responder=self.responder,
+            peer=self.peer.to_domain() if self.peer is not None else None,
+            local_ts=_tuple(self.local_ts), remote_ts=_tuple(self.remote_ts), policy=self.policy,
+            min_levels=self.min_levels.to_domain() if self.min_levels is not None else None,
+            objective_id=self.objective_id, objectives=_tuple(self.objectives), forbids=tuple(self.forbids),
+            rating_table=self.rating_table, traffic=self.traffic.to_domain() if self.traffic is not None else None,
+            strict=self.strict)
 
 
 class ErrorOut(BaseModel):

@@ -20,8 +20,8 @@ from app.adapters.db.models import ApiTokenRow, IdempotencyRow
 from app.adapters.db.unit_of_work import SqlUnitOfWork, sql_units_of_work
 from app.main import create_app
 from app.services import idempotency as idem
-from app.services.inputs import TunnelIn
 from app.settings import Settings
+from app.web.schemas import TunnelIn
 from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.secrets import register
 from tests.unit.services.test_tunnels_service import up_on_initiate
@@ -104,7 +104,7 @@ async def test_a_claim_left_before_any_record_is_run_again_after_the_lease(
         try:
             with make_session_factory(engine)() as session:  # claimed by a request killed before its record
                 uow = SqlUnitOfWork(session)
-                body = TunnelIn.model_validate(tunnel(PSK_A))
+                body = TunnelIn.model_validate(tunnel(PSK_A)).to_domain()
                 assert uow.idempotency.reserve(next(iter(_token_ids(session))), "killed-before-commit",
                                                idem.fingerprint(body, key=idem.server_key(uow)))
                 session.commit()
@@ -151,12 +151,13 @@ async def test_the_stored_fingerprint_is_neither_the_psk_nor_a_plain_hash_of_it(
             key = idem.server_key(SqlUnitOfWork(session))
     finally:
         engine.dispose()
-    body = TunnelIn.model_validate(tunnel(PSK_A))
+    body = TunnelIn.model_validate(tunnel(PSK_A)).to_domain()
     assert digest == idem.fingerprint(body, key=key)
     assert PSK_A not in digest
     assert hashlib.sha256(PSK_A.encode()).hexdigest() not in idem.canonical(body, key=key)
     assert idem.fingerprint(body, key=key) != idem.fingerprint(body, key=b"another database's key" * 2)
-    assert idem.fingerprint(body, key=key) != idem.fingerprint(TunnelIn.model_validate(tunnel(PSK_B)), key=key)
+    other = TunnelIn.model_validate(tunnel(PSK_B)).to_domain()
+    assert idem.fingerprint(body, key=key) != idem.fingerprint(other, key=key)
 
 
 def test_the_server_key_is_made_once_per_database(session_factory: object) -> None:

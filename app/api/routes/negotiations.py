@@ -36,6 +36,6 @@ def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
         request.app.state.negotiation_limiter.take(
             f"negotiation:{request.client.host if request.client else ''}", who="this address")
         request.app.state.negotiation_total_limiter.take("negotiation", who="anonymous clients")
-    result = run_negotiation(uow=uow, cache=cache, request=body, default_table=settings.default_table,
+    result = run_negotiation(uow=uow, cache=cache, request=body.to_domain(), default_table=settings.default_table,
                              metrics=request.app.state.metrics)
     return JSONResponse(result.as_dict())

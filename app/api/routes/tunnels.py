@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse
 from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
-from app.services.inputs import TunnelIn
 from app.settings import Settings
 from app.web.deps import (
     CacheDep,
@@ -25,7 +24,7 @@ from app.web.deps import (
     require,
 )
 from app.web.routing import QossRoute
-from app.web.schemas import error_responses
+from app.web.schemas import TunnelIn, error_responses
 
 __all__ = ["router", "set_up", "take_down"]
 
@@ -40,11 +39,12 @@ _ERRORS = error_responses(404, 409, 422, 502, 503)
 async def set_up(request: Request, principal: Principal, body: TunnelIn, idempotency_key: str | None) -> svc.Answer:
     """A tunnel request's work, for this route and its fast path (:mod:`app.api.tunnels_fast`): the
     token's rate, then negotiation, charon and the records in one worker thread (:func:`in_unit`)."""
+    spec = body.to_domain()
     state = request.app.state  # read here, not as dependencies: each costs FastAPI's solving per request
     state.tunnel_limiter.take(principal.token_id or "")
     settings: Settings = state.settings
     return await in_unit(request, lambda uow, reads: svc.request_tunnel(
-        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=body,
+        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=spec,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
         fingerprint_key=state.idempotency_key, metrics=state.metrics,

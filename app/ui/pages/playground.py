@@ -12,7 +12,6 @@ from app.domain.algorithms import CATALOGUE
 from app.domain.errors import InvalidInput, NoFeasibleSuite, QossError
 from app.services import policies as policy_svc
 from app.services import ratings as svc
-from app.services.inputs import NegotiationIn
 from app.services.negotiation import run_negotiation
 from app.services.why_not import why_not
 from app.ui.pages.common import console_router, problems
@@ -20,6 +19,7 @@ from app.ui.render import page
 from app.ui.session import ConsoleDep
 from app.web.deps import CacheDep, ReadUnitDep, SettingsDep
 from app.web.errors import status_for
+from app.web.schemas import NegotiationIn
 
 __all__ = ["router"]
 
@@ -75,7 +75,7 @@ def negotiate(request: Request, who: ConsoleDep, uow: ReadUnitDep, cache: CacheD
     if run:
         problem: dict[str, Any] | None = None
         try:
-            body = NegotiationIn.model_validate(_negotiation_document(query))
+            body = NegotiationIn.model_validate(_negotiation_document(query)).to_domain()
             result = run_negotiation(uow=uow, cache=cache, request=body, default_table=settings.default_table)
             context["result"] = result.as_dict()
             wanted = query.get("why", "").strip()

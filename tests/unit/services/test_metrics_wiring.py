@@ -9,8 +9,9 @@ import pytest
 
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.errors import GatewayRejected, NoFeasibleSuite
+from app.domain.policies import Levels
+from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services import tunnels
-from app.services.inputs import MinLevelsIn, NegotiationIn
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor
@@ -65,17 +66,15 @@ def test_a_set_up_that_comes_up_is_counted_up(
 
 def test_negotiations_are_counted_chosen_or_by_error(uow: FakeUnitOfWork) -> None:
     metrics = RecordingMetrics()
-    feasible = NegotiationIn.model_validate({"peers": [{"name": "a", "min_levels": {"integrity": 4}}]})
-    infeasible = NegotiationIn.model_validate({"peers": [{"name": "a", "min_levels": {"integrity": 10,
-                                                                                      "confidentiality": 10},
-                                                          "forbids": ["sha512"]}]})
+    feasible = NegotiationSpec(peers=(PeerSpec(name="a", min_levels=Levels(integrity=4)),))
+    infeasible = NegotiationSpec(peers=(PeerSpec(name="a", min_levels=Levels(integrity=10, confidentiality=10),
+                                                 forbids=("sha512",)),))
     run_negotiation(uow=uow, cache=TableCache(), request=feasible, default_table="standards-2026", metrics=metrics)
     with pytest.raises(NoFeasibleSuite):
         run_negotiation(uow=uow, cache=TableCache(), request=infeasible, default_table="standards-2026",
                         metrics=metrics)
     assert metrics.total("qoss_negotiations_total", outcome="chosen") == 1
     assert metrics.total("qoss_negotiations_total", outcome="NoFeasibleSuite") == 1
-    assert MinLevelsIn  # the request shape the tunnel tests use too
 
 
 class _Event:

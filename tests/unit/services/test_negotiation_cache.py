@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from app.domain.errors import InvalidPolicy
+from app.domain.policies import Levels
+from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services import negotiation, policies, ratings
-from app.services.inputs import MinLevelsIn, NegotiationIn, PeerIn
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from tests.fakes.uow import FakeUnitOfWork
@@ -19,30 +20,30 @@ def fresh_results() -> None:
     negotiation._RESULTS.clear()
 
 
-def body(**peer: object) -> NegotiationIn:
-    return NegotiationIn(peers=[PeerIn(name="a", **peer)])  # type: ignore[arg-type]
+def body(**peer: object) -> NegotiationSpec:
+    return NegotiationSpec(peers=(PeerSpec(name="a", **peer),))  # type: ignore[arg-type]
 
 
-def negotiate(uow: FakeUnitOfWork, cache: TableCache, request: NegotiationIn) -> negotiation.NegotiationResult:
+def negotiate(uow: FakeUnitOfWork, cache: TableCache, request: NegotiationSpec) -> negotiation.NegotiationResult:
     return run_negotiation(uow=uow, cache=cache, request=request, default_table=TABLE)
 
 
 def test_the_same_request_is_answered_from_the_cache_with_the_engines_result(uow: FakeUnitOfWork) -> None:
     cache = TableCache(ttl=3600)
-    request = body(min_levels=MinLevelsIn(confidentiality=8, integrity=8))
+    request = body(min_levels=Levels(confidentiality=8, integrity=8))
     first = negotiate(uow, cache, request)
-    again = negotiate(uow, cache, body(min_levels=MinLevelsIn(confidentiality=8, integrity=8)))
+    again = negotiate(uow, cache, body(min_levels=Levels(confidentiality=8, integrity=8)))
     assert again is first
     negotiation._RESULTS.clear()
     assert negotiate(uow, cache, request).as_dict() == first.as_dict()
-    other = negotiate(uow, cache, body(min_levels=MinLevelsIn(confidentiality=10, integrity=10)))
+    other = negotiate(uow, cache, body(min_levels=Levels(confidentiality=10, integrity=10)))
     assert other is not first
     assert other.levels.confidentiality >= 10
 
 
 def test_a_new_table_revision_is_negotiated_afresh(uow: FakeUnitOfWork) -> None:
     cache = TableCache(ttl=0)  # every negotiation reads the table's revision
-    request = body(min_levels=MinLevelsIn(confidentiality=8, integrity=8))
+    request = body(min_levels=Levels(confidentiality=8, integrity=8))
     first = negotiate(uow, cache, request)
     chosen = first.suite.encryption
     assert chosen is not None
@@ -82,8 +83,8 @@ def test_unknown_keywords_are_refused_every_time_and_never_cached(uow: FakeUnitO
     cache = TableCache(ttl=3600)
     for _ in range(2):
         with pytest.raises(InvalidPolicy, match="nosuchcipher"):
-            negotiate(uow, cache, body(supports=["aes128gcm16", "nosuchcipher", "x25519", "prfsha256"]))
-    good = negotiate(uow, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"]))
-    assert negotiate(uow, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"])) is good
+            negotiate(uow, cache, body(supports=("aes128gcm16", "nosuchcipher", "x25519", "prfsha256")))
+    good = negotiate(uow, cache, body(supports=("aes128gcm16", "x25519", "prfsha256")))
+    assert negotiate(uow, cache, body(supports=("aes128gcm16", "x25519", "prfsha256"))) is good
     with pytest.raises(InvalidPolicy, match="nosuchcipher"):
-        negotiate(uow, cache, body(supports=["aes128gcm16", "x25519", "prfsha256"], forbids=["nosuchcipher"]))
+        negotiate(uow, cache, body(supports=("aes128gcm16", "x25519", "prfsha256"), forbids=("nosuchcipher",)))

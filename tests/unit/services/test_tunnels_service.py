@@ -12,9 +12,11 @@ import pytest
 from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
+from app.domain.policies import Levels
+from app.domain.requests import TunnelSpec
 from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
-from app.services.inputs import GatewayIn, MinLevelsIn, TunnelIn
+from app.services.inputs import GatewayIn
 from app.services.ratings import TableCache
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 from tests.fakes.uow import FakeUnitOfWork
@@ -39,9 +41,9 @@ def registered(uow: FakeUnitOfWork, fakes: tuple[FakeCharon, FakeCharon], tmp_pa
     uow.commit()  # a set-up ends its unit of work's transaction before strongSwan is touched
 
 
-def request(**kw: object) -> TunnelIn:
-    return TunnelIn(initiator="left", responder="right",
-                            min_levels=MinLevelsIn(confidentiality=8, integrity=8), **kw)  # type: ignore[arg-type]
+def request(**kw: object) -> TunnelSpec:
+    return TunnelSpec(initiator="left", responder="right",
+                      min_levels=Levels(confidentiality=8, integrity=8), **kw)  # type: ignore[arg-type]
 
 
 def create(uow: FakeUnitOfWork) -> TunnelRecord:
@@ -98,6 +100,27 @@ def test_unreachable_gateway_is_not_registered(uow: FakeUnitOfWork, tmp_path: Pa
     assert gateways.list_gateways(uow=uow) == []
 
 
+def test_negotiation_inputs_keep_the_document_shape_stored_in_provenance() -> None:
+    """What a record's provenance holds of its request (read again by re-keys, maybe years on):
+    the request document's fields, lists as lists, never the PSK."""
+    from app.domain.policies import TrafficProfile
+    from app.domain.requests import Secret, TunnelPeerSpec
+
+    full = TunnelSpec(initiator="left", peer=TunnelPeerSpec(address="192.0.2.7", psk=Secret("p" * 40),
+                                                            supports=("aes256gcm16", "ecp256")),
+                      remote_ts=("10.2.0.0/24",), policy="office", min_levels=Levels(8, 6),
+                      objective_id=3, objectives=("O.Comm_Trusted_Channel",), forbids=("3des",),
+                      rating_table="standards-2026", traffic=TrafficProfile(512, 100.0), strict=True)
+    assert tunnels.negotiation_inputs(full) == {
+        "policy": "office", "min_levels": {"confidentiality": 8, "integrity": 6, "key_exchange": 0},
+        "objective_id": 3, "objectives": ["O.Comm_Trusted_Channel"], "forbids": ["3des"],
+        "rating_table": "standards-2026", "traffic": {"packet_size": 512, "min_throughput_mbps": 100.0},
+        "strict": True, "peer_supports": ["aes256gcm16", "ecp256"]}
+    assert tunnels.negotiation_inputs(TunnelSpec(initiator="left", responder="right")) == {
+        "policy": None, "min_levels": None, "objective_id": None, "objectives": None, "forbids": [],
+        "rating_table": None, "traffic": None, "strict": None, "peer_supports": None}
+
+
 def test_socket_outside_allowed_dirs_is_refused(uow: FakeUnitOfWork, tmp_path: Path) -> None:
     from app.domain.errors import InvalidInput
 
@@ -111,9 +134,9 @@ def test_infeasible_request_sends_no_load_command(uow: FakeUnitOfWork, registere
                                                   fakes: tuple[FakeCharon, FakeCharon]) -> None:
     with pytest.raises(NoFeasibleSuite):
         tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, default_table="standards-2026",
-                              request=TunnelIn(initiator="left", responder="right",
-                                                       min_levels=MinLevelsIn(integrity=10, confidentiality=10),
-                                                       forbids=["sha512"]))
+                              request=TunnelSpec(initiator="left", responder="right",
+                                                 min_levels=Levels(integrity=10, confidentiality=10),
+                                                 forbids=("sha512",)))
     for fake in fakes:
         assert fake.count("load-conn") == 0
         assert fake.count("load-shared") == 0
