@@ -29,8 +29,11 @@ def is_htmx(request: Request) -> bool:
 
 
 def _sign_in(request: Request) -> Response:
-    if is_htmx(request):  # htmx follows HX-Redirect with a full page load
-        return Response(status_code=401, headers={"HX-Redirect": LOGIN})
+    """No live session: a page goes to the sign-in page; htmx (and live.js) gets 401 with a notice
+    to sign in again in a new tab, and swaps nothing (``HX-Reswap: none``), so that an open edit
+    form keeps what the admin typed (``session.js`` shows the notice)."""
+    if is_htmx(request):
+        return page("_session_ended.html", {"login": LOGIN}, status=401, headers={"HX-Reswap": "none"})
     return RedirectResponse(LOGIN, status_code=303)
 
 

@@ -97,7 +97,8 @@ INVALID_UPLOAD = ".invalid"
 
 
 class SignInRequired(Exception):
-    """No live session: the console answers with the sign-in page (303, or ``HX-Redirect``)."""
+    """No live session: the console answers with the sign-in page (303), or htmx with a notice
+    (401, nothing swapped: :mod:`app.ui.routing`)."""
 
 
 class CsrfRefused(Exception):

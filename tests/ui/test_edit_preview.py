@@ -25,8 +25,8 @@ PSK = "a-pre-shared-key-of-32-characters-or-more"
 TABLE = "/ui/tables/standards-2026"
 ROW = f"{TABLE}/ratings/aes128gcm16"
 #: The edit previewed: aes128gcm16 judged stronger in confidentiality, weaker in integrity.
-EDIT = {"confidentiality": "10", "integrity": "5", "key_exchange": "", "performance": "9.33",
-        "reason": "previewed in the console"}
+#: The edit form of aes128gcm16 (an AEAD: confidentiality and integrity, no key exchange).
+EDIT = {"confidentiality": "10", "integrity": "5", "performance": "9.33", "reason": "previewed in the console"}
 #: Each tunnel's minimums, and what the edit does to it in standards-2026: ``strong`` runs
 #: aes128gcm16, now below its integrity 8; ``secret`` runs aes256gcm16, and aes128gcm16 at
 #: confidentiality 10 is cheaper; ``sealed`` runs aes256gcm16 too but needs the integrity 8

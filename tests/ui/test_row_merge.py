@@ -18,7 +18,8 @@ Browser = Callable[[], httpx.AsyncClient]
 TABLE = "/ui/tables/esaf-2006"
 MD5 = f"{TABLE}/ratings/md5"
 #: md5 as shipped in esaf-2006, as its edit form holds it.
-SHIPPED = {"confidentiality": "", "integrity": "2", "key_exchange": "", "performance": "9.0"}
+#: md5 as shipped: an integrity algorithm, so its forms carry no confidentiality or key exchange.
+SHIPPED = {"integrity": "2", "performance": "9.0"}
 
 
 async def _colleague(client: httpx.AsyncClient, token: str, algorithm: str, body: dict[str, object],

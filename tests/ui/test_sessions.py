@@ -44,7 +44,44 @@ async def test_every_page_needs_a_session(browser: Browser) -> None:
         assert answer.status_code == 303, path
         assert answer.headers["location"] in ("/ui/login", "/ui/tables")
     answer = await client.get("/ui/tables", headers=HTMX)
-    assert (answer.status_code, answer.headers["hx-redirect"]) == (401, "/ui/login")
+    assert (answer.status_code, answer.headers["hx-reswap"]) == (401, "none")  # htmx: the notice, nothing swapped
+    assert "hx-redirect" not in answer.headers
+
+
+SESSION_ENDED = re.compile(
+    r'<div id="session-ended" class="error session-ended" role="alert">\s*<p>Your session has ended: '
+    r'<a href="/ui/login" target="_blank" rel="noopener">sign in again in a new tab</a>,\s*'
+    r"then save again — what you typed is kept.</p>")
+
+
+async def test_an_htmx_request_after_the_session_ended_swaps_nothing_and_says_so(
+        browser: Browser, token: Callable[..., str]) -> None:
+    admin, elsewhere = browser(), browser()
+    csrf = await sign_in(admin, token())
+    row = "/ui/tables/esaf-2006/ratings/sha1"
+    form = (await admin.get(f"{row}/edit", headers=HTMX)).text
+    revision = re.search(r'name="revision" value="(\d+)"', form)
+    assert revision
+    typed = {"csrf": csrf, "revision": revision.group(1), "integrity": "6", "performance": "6", "reason": "typed"}
+    assert (await admin.get("/ui/session")).json() == {"csrf": csrf}
+    elsewhere.cookies.set("qoss_session", admin.cookies["qoss_session"])  # the same session, signed out elsewhere
+    assert (await elsewhere.post("/ui/logout", data={"csrf": csrf})).status_code == 303
+    ended = await admin.post(f"{row}/preview", headers=HTMX, data=typed)
+    assert (ended.status_code, ended.headers["hx-reswap"]) == (401, "none")
+    assert "hx-redirect" not in ended.headers
+    assert SESSION_ENDED.search(ended.text), ended.text
+    assert ended.headers["content-security-policy"].startswith("default-src 'none'")
+    refreshed = await admin.get("/ui/session", headers=HTMX)  # what session.js asks before sending again
+    assert refreshed.status_code == 401 and SESSION_ENDED.search(refreshed.text)  # noqa: PT018
+    page = await admin.get("/ui/tables/esaf-2006")  # a whole page: the sign-in page, as before
+    assert (page.status_code, page.headers["location"]) == (303, "/ui/login")
+    # signed in again (another tab: the same cookies), the page's form is sent with the new session's token
+    again = await sign_in(admin, token("editor-again"))
+    assert again != csrf
+    assert (await admin.get("/ui/session")).json() == {"csrf": again}
+    assert (await admin.post(f"{row}/preview", headers=HTMX, data=typed)).status_code == 403  # the old token
+    previewed = await admin.post(f"{row}/preview", headers=HTMX, data={**typed, "csrf": again})
+    assert previewed.status_code == 200 and 'class="preview"' in previewed.text  # noqa: PT018
 
 
 async def test_sign_in_sets_a_strict_httponly_session_cookie_and_stores_only_its_hash(
@@ -169,8 +206,8 @@ async def test_a_page_holds_no_inline_script(browser: Browser, token: Callable[.
         html = (await client.get(path)).text
         scripts = re.findall(r"<script[^>]*>", html)
         assert scripts == [f'<script src="/ui/static/{js}" defer>'
-                           for js in ("htmx.min.js", "live.js", "keys.js")], path
-        assert re.findall(r"<script[^>]*>(.*?)</script>", html, re.DOTALL) == ["", "", ""], path  # nothing inline
+                           for js in ("htmx.min.js", "live.js", "keys.js", "grid.js", "session.js")], path
+        assert re.findall(r"<script[^>]*>(.*?)</script>", html, re.DOTALL) == [""] * 5, path  # nothing inline
         assert not re.search(r"<[^>]+\son[a-z]+\s*=", html, re.IGNORECASE), path  # no inline event handler
 
 

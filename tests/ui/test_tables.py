@@ -204,3 +204,68 @@ async def test_an_unknown_table_or_row_is_a_404_page(browser: Browser, token: Ca
         answer = await client.get(path)
         assert answer.status_code == 404, path
         assert answer.headers["content-type"].startswith("text/html")
+
+
+def _inputs(html: str) -> set[str]:
+    """The names of a form's visible inputs (not the hidden csrf and revision)."""
+    return set(re.findall(r'<(?:input|textarea) id="[^"]+" form="[^"]+" name="([^"]+)"', html))
+
+
+#: A row of standards-2026 of each kind, and the levels its kind carries.
+_KINDS = {"aes256": {"confidentiality"},  # a cipher
+          "aes128gcm16": {"confidentiality", "integrity"},  # an AEAD
+          "sha256": {"integrity"},
+          "prfsha256": {"key_exchange"},
+          "x25519": {"key_exchange"}}  # a DH group
+
+
+async def test_an_edit_form_offers_only_the_levels_of_its_kind(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    for keyword, levels in _KINDS.items():
+        form = await client.get(f"/ui/tables/standards-2026/ratings/{keyword}/edit", headers=HTMX)
+        assert form.status_code == 200
+        assert _inputs(form.text) == {*levels, "performance", "reason"}, keyword
+        # each level it cannot carry is shown as in the grid: "—"
+        assert form.text.count('<td class="num">—</td>') == 3 - len(levels) + 1, keyword  # + measured ns/byte
+
+
+async def test_a_ciphers_edit_without_an_integrity_field_is_saved(browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    row = "/ui/tables/standards-2026/ratings/aes256"
+    form = await client.get(f"{row}/edit", headers=HTMX)
+    assert 'name="integrity"' not in form.text and 'name="key_exchange"' not in form.text  # noqa: PT018
+    sent = {"csrf": csrf, "revision": str(_revision(form.text)), "confidentiality": "9", "performance": "8.35",
+            "reason": "held at 9 for the test"}
+    preview = await client.post(f"{row}/preview", headers=HTMX, data=sent)
+    assert preview.status_code == 200 and 'class="preview"' in preview.text  # noqa: PT018
+    resent = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', preview.text))
+    assert resent == sent  # Save sends the same fields: none its kind cannot carry
+    compared = preview.text.split('class="compare"')[1].split("</table>")[0]  # now beside mine: its kind's fields
+    assert re.findall(r'<th scope="row">([a-z_ ]+)</th>', compared) == ["confidentiality", "performance", "reason"]
+    saved = await client.post(row, headers=HTMX, data=resent)
+    assert saved.status_code == 200 and 'class="saved"' in saved.text  # noqa: PT018
+    api = (await client.get("/v1/rating-tables/standards-2026")).json()
+    aes256 = next(r for r in api["ratings"] if r["algorithm"] == "aes256")
+    assert (aes256["confidentiality"], aes256.get("integrity"), aes256["reason"]) == (9, None, "held at 9 for the test")
+
+
+async def test_the_grid_has_a_filter_for_the_script_and_a_sticky_header(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    await sign_in(client, token())
+    grid = (await client.get("/ui/tables/standards-2026")).text
+    assert grid.count('<tr id="row-') == 80
+    box = re.search(r'<div class="grid-filter" role="search"([^>]*)>(.*?)</div>', grid, re.DOTALL)
+    assert box, grid
+    opening = box.group(1).split()
+    assert 'data-filter-for="grid-rows"' in opening and "hidden" in opening  # noqa: PT018 (shown by grid.js)
+    assert '<label for="grid-filter">Filter by algorithm, kind or reason</label>' in box.group(2)
+    assert '<input id="grid-filter" type="search"' in box.group(2)
+    assert 'role="status" aria-live="polite"' in box.group(2)
+    assert '<script src="/ui/static/grid.js" defer></script>' in grid
+    assert '<table class="grid ratings sticky"' in grid
+    css = (await client.get("/ui/static/console.css")).text
+    assert "table.grid.sticky thead { position: sticky; top: 0;" in css
+    assert re.search(r"table\.grid\.sticky thead th \{ background: var\(--head\)", css)

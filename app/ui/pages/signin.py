@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from fastapi import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from app.domain.auth import Unauthenticated
 from app.services import ui_sessions
@@ -15,6 +15,7 @@ from app.ui.pages.common import AnyWriter, console_router, failed
 from app.ui.pages.oidc import post_logout_url
 from app.ui.render import page
 from app.ui.session import (
+    ConsoleDep,
     LoginFormDep,
     clear_login_cookie,
     clear_session_cookie,
@@ -69,6 +70,15 @@ def login(request: Request, form: LoginFormDep, uow: UnitDep, settings: Settings
     set_session_cookie(signed_in, request, session_id, record.expires_at)
     clear_login_cookie(signed_in, request)
     return signed_in
+
+
+@router.get("/session")
+def session(who: ConsoleDep) -> Response:
+    """The live session's CSRF token (``{"csrf": ...}``), for a page that outlived its session:
+    once the admin has signed in again in another tab, ``session.js`` puts the new session's
+    token in the page's forms before sending one. As readable as the token in every page: only
+    by the console's own scripts (no CORS, the cookie SameSite=Strict); 401 without a session."""
+    return JSONResponse({"csrf": who.csrf})
 
 
 @router.post("/logout")

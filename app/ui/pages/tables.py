@@ -19,7 +19,7 @@ from app.domain.algorithms import CATALOGUE, lookup
 from app.domain.auth import Forbidden
 from app.domain.errors import EditConflict, InvalidInput, NotFound, StaleRevision
 from app.domain.ports import UnitOfWork
-from app.domain.ratings import Rating, RatingTable
+from app.domain.ratings import Rating, RatingTable, relevant_dimensions
 from app.domain.revisions import diff_tables
 from app.measure.services.latest import latest_measurement
 from app.services import ratings as svc
@@ -68,10 +68,19 @@ def tables(who: ConsoleDep, uow: ReadUnitDep, settings: SettingsDep) -> Response
 
 
 def grid_row(rating: Rating) -> dict[str, Any]:
-    """One grid row: the rating's own fields, its kind, its measured time per byte."""
+    """One grid row: the rating's own fields, its kind, the levels that kind carries (``levels``:
+    an AEAD confidentiality and integrity, a cipher confidentiality alone, ...), its measured time
+    per byte."""
     measured = rating.measurement.a_ns_per_byte if rating.measurement is not None else None
     blank = {"confidentiality": None, "integrity": None, "key_exchange": None, "reason": ""}
-    return {**blank, **rating.as_dict(), "kind": lookup(rating.algorithm).kind, "ns_per_byte": measured}
+    kind = lookup(rating.algorithm).kind
+    return {**blank, **rating.as_dict(), "kind": kind, "levels": relevant_dimensions(kind), "ns_per_byte": measured}
+
+
+def _editable(rating: Rating) -> tuple[str, ...]:
+    """The fields of ``rating``'s row its edit form offers: the levels its kind carries, then
+    performance and reason."""
+    return (*relevant_dimensions(lookup(rating.algorithm).kind), "performance", "reason")
 
 
 def _grid(table: RatingTable) -> list[dict[str, Any]]:
@@ -177,10 +186,15 @@ def edit_row(name: TableName, keyword: Keyword, request: Request, who: ConsoleDe
 
 
 def rating_patch(form: dict[str, str]) -> dict[str, Any]:
-    """The form's fields as a rating patch, validated by the API's own schema (``RatingPatch``)."""
+    """The form's fields as a rating patch, validated by the API's own schema (``RatingPatch``).
+
+    A level the form carries empty is removed; one it does not carry keeps its value (the edit
+    form offers only the levels the row's kind carries: :func:`grid_row`)."""
     document: dict[str, Any] = {}
     try:
         for field in _LEVELS:
+            if field not in form:
+                continue
             text = form.get(field, "").strip()
             document[field] = int(text) if text else None
         text = form.get("performance", "").strip()
@@ -274,15 +288,16 @@ def _conflict(uow: UnitOfWork, current: RatingTable, keyword: str, form: dict[st
     mine["reason"] = mine["reason"] or ""
     base, theirs = _values(base_rating), _values(theirs_rating)
     clashing = {c["field"] for c in clashes}
+    fields = _editable(theirs_rating)
     reapply, keep = {}, {}
-    for f in _FIELDS:
+    for f in fields:
         if f in clashing:
             reapply[f], keep[f] = typed[f], _shown(theirs[f])
         else:
             reapply[f] = keep[f] = typed[f] if mine[f] != base[f] else _shown(theirs[f])
         conflict["fields"].append({"name": f, "theirs": _shown(theirs[f]), "mine": reapply[f],
                                    "base": _shown(base[f])})
-    others = any(keep[f] != _shown(theirs[f]) for f in _FIELDS)
+    others = any(keep[f] != _shown(theirs[f]) for f in fields)
     return {**conflict, "theirs": grid_row(theirs_rating), "reapply": reapply, "keep": keep if others else None}
 
 
@@ -295,10 +310,12 @@ def preview_row(name: TableName, keyword: Keyword, request: Request, who: Rating
     edited = _edited(name, keyword, request, who, form, uow, actor)
     if isinstance(edited, Response):
         return edited
-    after = grid_row(_rating(edited, keyword))  # the row as saving would make it (merged over newer revisions)
+    rating = _rating(edited, keyword)
+    after = grid_row(rating)  # the row as saving would make it (merged over newer revisions)
     assessed = impact_of(request, uow, settings)
     current = svc.get_table(uow=uow, name=name)
-    shown = {"keyword": keyword, "mine": {f: form.get(f, "") for f in _FIELDS}, "revision": int(form["revision"]),
+    mine = {f: form.get(f, "") for f in _editable(rating)}  # sent again: only the fields its kind carries
+    shown = {"keyword": keyword, "mine": mine, "revision": int(form["revision"]),
              "now": grid_row(_rating(current, keyword)), "now_revision": current.revision,
              "after": {f: _shown(after[f]) for f in _FIELDS}, "impact": assessed}
     if is_htmx(request):

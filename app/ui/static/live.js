@@ -14,6 +14,8 @@
  *   user is working in (an edit form open, a field, a request in flight: see busy) is left exactly
  *   as it is, typing and focus included. New children are added (marked too), gone ones removed.
  *   The ids in data-also (the revision in a heading) are given their new text.
+ * A read answered 401 (the session ended) changes nothing: it is told as "qoss:session-ended"
+ * (session.js shows the notice), and the events are followed again once "qoss:session-renewed".
  * Served from 'self' like htmx: the page's CSP allows no inline script.
  */
 (function () {
@@ -141,9 +143,11 @@
     var source = container.getAttribute("data-source") || window.location.pathname + window.location.search;
     fetch(source, {headers: {"HX-Request": "true"}, credentials: "same-origin", cache: "no-store"})
       .then(function (answer) {
-        if (answer.status === 401 && answer.headers.get("HX-Redirect")) {
-          window.location.href = answer.headers.get("HX-Redirect");  // signed out: the sign-in page
-          return null;
+        if (answer.status === 401) {  // signed out: session.js shows the notice, the page stays as it is
+          return answer.text().then(function (notice) {
+            document.dispatchEvent(new CustomEvent("qoss:session-ended", {detail: {html: notice}}));
+            return null;
+          });
         }
         return answer.ok ? answer.text() : null;
       })
@@ -209,7 +213,25 @@
         }
       });
     });
-    var source = new EventSource("/ui/events");
+    var source = null;
+    function connect() {
+      source = new EventSource("/ui/events");
+      listen(source, kinds);
+    }
+    connect();
+    document.documentElement.setAttribute("data-live", "on");
+    // a stream refused once the session ended stays closed: open it again once signed in again (session.js)
+    document.addEventListener("qoss:session-renewed", function () {
+      if (source.readyState === EventSource.CLOSED) {
+        connect();
+      }
+    });
+    window.addEventListener("pagehide", function () {
+      source.close();
+    });
+  }
+
+  function listen(source, kinds) {
     Object.keys(kinds).forEach(function (kind) {
       source.addEventListener(kind, function (event) {
         var subject = null;
@@ -231,10 +253,6 @@
           }
         });
       });
-    });
-    document.documentElement.setAttribute("data-live", "on");
-    window.addEventListener("pagehide", function () {
-      source.close();
     });
   }
 

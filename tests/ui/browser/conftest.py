@@ -106,8 +106,9 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _expected(message: str) -> bool:
-    """Chromium logs every 4xx answer; a refusal or a conflict is what some steps expect."""
-    return re.fullmatch(r"Failed to load resource: the server responded with a status of (403|409|422) .*",
+    """Chromium logs every 4xx answer; a refusal, a conflict or a session that ended (401) is what
+    some steps expect."""
+    return re.fullmatch(r"Failed to load resource: the server responded with a status of (401|403|409|422) .*",
                         message) is not None
 
 

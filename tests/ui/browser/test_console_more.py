@@ -1,8 +1,9 @@
 """More of the console in headless chromium against a real ``qoss serve``: a row added from the
 catalogue's suggestions and removed after a confirmation, a YAML file imported (a bad one
 refused), a policy edited, why-not in the playground, the tunnel list kept current from the
-event stream, the measurements page; and the pages at phone width (375 px: no horizontal
-page scroll, the grid scrolls in its own box). No CSP violation, no script error."""
+event stream, the measurements page; the grid's filter and sticky header; an edit form that outlives
+its session; and the pages at phone width (375 px: no horizontal page scroll, the grid scrolls in
+its own box). No CSP violation, no script error."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from playwright.sync_api import Page, expect
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.domain.algorithms import lookup
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
-from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, sign_in
+from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, session_cookie, sign_in
 
 
 def test_add_a_row_from_the_suggestions_and_remove_it(served: Served, new_context: NewContext,
@@ -187,4 +189,107 @@ def test_every_control_is_labelled(served: Served, new_context: NewContext) -> N
         unlabelled = page.evaluate("""() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
             .filter(c => !(c.labels && c.labels.length) && !c.getAttribute('aria-label')).map(c => c.name || c.id)""")
         assert not unlabelled, f"{path}: {unlabelled}"
+    no_trouble(watched)
+
+
+def _matching(served: Served, table: str, wanted: str) -> list[str]:
+    """The rows of ``table`` whose algorithm, kind or reason holds ``wanted`` (any case), from the API."""
+    ratings = httpx.get(f"{served.base}/v1/rating-tables/{table}", timeout=10).json()["ratings"]
+    return [r["algorithm"] for r in ratings
+            if any(wanted.lower() in str(v).lower() for v in (r["algorithm"], lookup(r["algorithm"]).kind,
+                                                                 r.get("reason") or ""))]
+
+
+def test_the_grid_filters_as_one_types_under_a_sticky_header(served: Served, new_context: NewContext) -> None:
+    page = new_context().new_page()
+    watched = Watched(page)
+    sign_in(page, served.base, served.editor)
+    page.goto(f"{served.base}/ui/tables/standards-2026")
+    count = page.locator("#grid-filter-count")
+    expect(count).to_have_text("80 of 80 shown")
+    shown = page.locator("#grid-rows > tr:visible")
+    # the header row stays at the top of the grid's box while the rows scroll under it
+    box = page.locator(".grid-box")
+    box.evaluate("b => { b.scrollTop = 900; }")
+    assert page.evaluate("""() => {
+        const box = document.querySelector('.grid-box').getBoundingClientRect();
+        const head = document.querySelector('table.ratings thead');
+        return getComputedStyle(head).position === 'sticky' && Math.abs(head.getBoundingClientRect().top - box.top) < 2
+            && getComputedStyle(head.querySelector('th')).backgroundColor !== 'rgba(0, 0, 0, 0)'; }""")
+    # by the keyboard: Tab from the last link above the grid reaches the field; typing filters (any case)
+    page.get_by_role("link", name="Negotiate with this table").focus()
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Filter by algorithm, kind or reason")).to_be_focused()
+    page.keyboard.type("GCM")
+    gcm = _matching(served, "standards-2026", "gcm")
+    expect(count).to_have_text(f"{len(gcm)} of 80 shown")
+    expect(shown).to_have_count(len(gcm))
+    assert sorted(shown.evaluate_all("rows => rows.map(r => r.id.slice(4))")) == sorted(gcm)
+    # an htmx swap of a row (edit, then cancel with Escape) keeps the filter
+    page.locator("#row-aes128gcm16").get_by_role("link", name="Edit aes128gcm16").click()
+    expect(page.locator("#row-aes128gcm16.editing")).to_be_visible()
+    page.keyboard.press("Escape")
+    expect(page.locator("#row-aes128gcm16.editing")).to_have_count(0)
+    expect(count).to_have_text(f"{len(gcm)} of 80 shown")
+    expect(page.locator("#row-x25519")).to_be_hidden()
+    # a row changed elsewhere (live.js replaces it) is filtered as it comes: x25519 now matches
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    auth = {"Authorization": f"Bearer {served.admin}"}
+    table = httpx.get(f"{served.base}/v1/rating-tables/standards-2026", headers=auth, timeout=10)
+    edited = httpx.patch(f"{served.base}/v1/rating-tables/standards-2026/ratings/x25519", timeout=10,
+                         headers={**auth, "If-Match": table.headers["etag"]},
+                         json={"reason": "Curve25519, as common as AES-GCM"})
+    assert edited.status_code == 200, edited.text
+    expect(page.locator("#row-x25519.changed")).to_be_visible(timeout=10_000)
+    expect(count).to_have_text(f"{len(gcm) + 1} of 80 shown")
+    page.get_by_label("Filter by algorithm, kind or reason").press("Escape")  # Escape empties the filter
+    expect(count).to_have_text("80 of 80 shown")
+    no_trouble(watched)
+
+
+def test_an_edit_outlives_its_session_and_is_saved_after_signing_in_again(
+        served: Served, new_context: NewContext, screenshots: Path) -> None:
+    admin = new_context()
+    page = admin.new_page()
+    watched = Watched(page)
+    sign_in(page, served.base, served.editor)
+    page.goto(f"{served.base}/ui/tables/standards-2026")
+    page.locator("#row-aes256").get_by_role("link", name="Edit aes256").click()
+    expect(page.get_by_label("Confidentiality of aes256")).to_be_visible()
+    expect(page.locator("#row-aes256 input[name=integrity]")).to_have_count(0)  # a cipher: no integrity
+    page.get_by_label("Confidentiality of aes256").fill("9")
+    page.get_by_label("Reason for aes256").fill("typed while the session ended")
+    # the same session signed out from another browser
+    elsewhere = new_context()
+    elsewhere.add_cookies([{"name": "qoss_session", "value": session_cookie(admin), "url": f"{served.base}/ui"}])
+    other = elsewhere.new_page()
+    other.goto(f"{served.base}/ui/tables")
+    other.get_by_role("button", name="Sign out").click()
+    expect(other).to_have_url(re.compile(r".*/ui/login$"))
+    page.locator("#row-aes256").get_by_role("button", name="Preview").click()
+    notice = page.get_by_role("alert")
+    expect(notice).to_have_text("Your session has ended: sign in again in a new tab, then save again — "
+                                "what you typed is kept.")
+    link = notice.get_by_role("link", name="sign in again in a new tab")
+    assert (link.get_attribute("target"), link.get_attribute("rel")) == ("_blank", "noopener")
+    expect(page).to_have_url(f"{served.base}/ui/tables/standards-2026")
+    expect(page.locator("#row-aes256.editing")).to_be_visible()
+    expect(page.get_by_label("Confidentiality of aes256")).to_have_value("9")
+    expect(page.get_by_label("Reason for aes256")).to_have_value("typed while the session ended")
+    page.screenshot(path=screenshots / "session-ended.png")
+    # signed in again in a new tab of the same browser: the save goes through, with the new session
+    with admin.expect_page() as opened:
+        link.click()
+    tab = opened.value
+    tab.wait_for_load_state()
+    expect(tab).to_have_url(re.compile(r".*/ui/login$"))
+    sign_in(tab, served.base, served.editor)
+    page.bring_to_front()
+    page.locator("#row-aes256").get_by_role("button", name="Preview").click()
+    page.locator("#row-aes256.preview").get_by_role("button", name="Save aes256").click()
+    expect(page.locator("#row-aes256.saved td").nth(1)).to_have_text("9")
+    expect(page.get_by_role("alert")).to_have_count(0)
+    rating = next(r for r in httpx.get(f"{served.base}/v1/rating-tables/standards-2026", timeout=10).json()["ratings"]
+                  if r["algorithm"] == "aes256")
+    assert (rating["confidentiality"], rating["reason"]) == (9, "typed while the session ended")
     no_trouble(watched)
