@@ -55,10 +55,10 @@ def lab_up(
     from fd08::/124; with 6,4 or 4,6 it protects 10.3.0.1/32 too and gives each client an
     address of each family (10.8.0.0/28 with fd08::/124 beside it).
     """
+    from app.domain.requests import GatewaySpec
     from app.lab.hosts import Lab
     from app.lab.processes import LabError
     from app.services import gateways
-    from app.services.inputs import GatewayIn
 
     families = _families(family)
     if agent:
@@ -86,8 +86,8 @@ def lab_up(
         for h in made:
             with contextlib.suppress(NotFound):
                 gateways.delete_gateway(uow=kw["uow"], name=h.name)
-            body = GatewayIn(name=h.name, vici_socket=h.vici_socket, ike_address=h.gateway_ike_address,
-                             inside_networks=h.inside_networks)
+            body = GatewaySpec(name=h.name, vici_socket=h.vici_socket, ike_address=h.gateway_ike_address,
+                               inside_networks=tuple(h.inside_networks))
             gw = gateways.register_gateway(uow=kw["uow"], vici=kw["vici"], body=body,
                                           allowed_socket_dirs=[unit.settings.lab_dir])
             out.append({**gw.as_dict(), "netns": h.netns, "inside_address": h.inside_address,

@@ -18,7 +18,7 @@ from app.domain.errors import InvalidInput
 from app.domain.negotiation import Backend
 from app.domain.policies import Levels, TrafficProfile
 
-__all__ = ["NegotiationSpec", "PeerSpec", "Secret", "TunnelPeerSpec", "TunnelSpec"]
+__all__ = ["GatewaySpec", "NegotiationSpec", "PeerSpec", "Secret", "TunnelPeerSpec", "TunnelSpec"]
 
 
 class Secret:
@@ -129,3 +129,15 @@ class TunnelSpec:
             raise InvalidInput("give exactly one of responder (a registered gateway) or peer (an unmanaged one)")
         if self.peer is not None and not self.remote_ts:
             raise InvalidInput("a tunnel to a peer needs remote_ts: qoss does not know the peer's networks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewaySpec:
+    """A charon to register: its name, VICI socket, IKE address, identity (None: ``NAME.qoss``)
+    and the networks it protects, as given (the gateways service checks and reads the rest)."""
+
+    name: str
+    vici_socket: str
+    ike_address: str
+    inside_networks: tuple[str, ...]
+    identity: str | None = None

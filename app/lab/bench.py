@@ -212,9 +212,9 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt",
     """
     from app.adapters.db.engine import make_session_factory
     from app.bootstrap import charons, engine_for, prepare_database
+    from app.domain.requests import GatewaySpec
     from app.lab.hosts import Lab
     from app.services import gateways
-    from app.services.inputs import GatewayIn
     from app.settings import Settings
 
     previous = _exit_on_sigterm()
@@ -232,12 +232,12 @@ def bench_lab(database_url: str | None = None, prefix_hint: str = "qbt",
         lab.up()
         left, right = lab.host("left"), lab.host("right")
         registered = []
-        bodies = [GatewayIn(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
-                            ike_address=host.ike_address, inside_networks=[f"{host.inside_address}/32"])
+        bodies = [GatewaySpec(name=f"bt{tag}-{host.name}", vici_socket=host.vici_socket,
+                              ike_address=host.ike_address, inside_networks=(f"{host.inside_address}/32",))
                   for host in (left, right)]
         if ipv6:
-            bodies += [GatewayIn(name=f"bt{tag}-{host.name}6", vici_socket=host.vici_socket,
-                                 ike_address=str(host.ike_address6), inside_networks=[str(host.inside_network6)])
+            bodies += [GatewaySpec(name=f"bt{tag}-{host.name}6", vici_socket=host.vici_socket,
+                                   ike_address=str(host.ike_address6), inside_networks=(str(host.inside_network6),))
                        for host in (left, right)]
         for body in bodies:
             with unit_of_work(sessions) as uow:

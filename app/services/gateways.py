@@ -20,8 +20,8 @@ from pathlib import Path
 
 from app.domain.errors import Conflict, GatewayError, GatewayUnreachable, InvalidInput, NotFound
 from app.domain.ports import UnitOfWork, ViciFactory
+from app.domain.requests import GatewaySpec
 from app.domain.tunnels import Gateway, keywords_from_charon, parse_traffic_selectors
-from app.services.inputs import GatewayIn
 
 __all__ = [
     "NO_CHARON",
@@ -113,7 +113,7 @@ def _probe(gateway: Gateway, vici: ViciFactory, shown: str, allowed: Sequence[Pa
 
 
 def probe_gateway(
-    *, vici: ViciFactory, body: GatewayIn, allowed_socket_dirs: Sequence[Path],
+    *, vici: ViciFactory, body: GatewaySpec, allowed_socket_dirs: Sequence[Path],
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"),
 ) -> Gateway:
     """The gateway ``body`` describes, with its back end and algorithms read from its charon
@@ -159,7 +159,7 @@ def add_gateway(*, uow: UnitOfWork, gateway: Gateway) -> Gateway:
 
 
 def register_gateway(
-    *, uow: UnitOfWork, vici: ViciFactory, body: GatewayIn, allowed_socket_dirs: Sequence[Path],
+    *, uow: UnitOfWork, vici: ViciFactory, body: GatewaySpec, allowed_socket_dirs: Sequence[Path],
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"),
 ) -> Gateway:
     """:func:`probe_gateway` and :func:`add_gateway` in one unit of work (the command line's way;

@@ -18,8 +18,7 @@ from app.domain.agent.codec import MAX_WIRE_BYTES
 from app.domain.auth import TOKEN_MAX_LIFETIME, TOKEN_NAME_MAX_LENGTH, TOKEN_NAME_PATTERN
 from app.domain.negotiation import Backend
 from app.domain.policies import Levels, TrafficProfile
-from app.domain.requests import NegotiationSpec, PeerSpec, Secret, TunnelPeerSpec, TunnelSpec
-from app.services.inputs import Strict
+from app.domain.requests import GatewaySpec, NegotiationSpec, PeerSpec, Secret, TunnelPeerSpec, TunnelSpec
 
 __all__ = [
     "NO_NUL",
@@ -28,6 +27,7 @@ __all__ = [
     "BenchmarkIn",
     "EnrollIn",
     "ErrorOut",
+    "GatewayIn",
     "MeasurementIn",
     "MessageIn",
     "MessageOut",
@@ -43,6 +43,7 @@ __all__ = [
     "RatingTableOut",
     "RevertIn",
     "RevisionOut",
+    "Strict",
     "TokenIn",
     "TrafficIn",
     "TunnelIn",
@@ -58,6 +59,28 @@ Short = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 Keyword = Annotated[str, Field(min_length=1, max_length=64)]
 Cidr = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class Strict(BaseModel):
+    """The base of every request document (API and command line): unknown fields refused; no
+    coercion: a level is an int, not ``true`` or ``"8"``, a flag a bool."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class GatewayIn(Strict):
+    """A strongSwan instance to drive."""
+
+    name: Name
+    vici_socket: Annotated[str, Field(min_length=2, max_length=107, pattern=r"^/[A-Za-z0-9_./-]+$")]
+    ike_address: Annotated[str, Field(min_length=2, max_length=45)]
+    identity: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@-]*$")] | None = None
+    inside_networks: Annotated[list[Cidr], Field(min_length=1, max_length=16)]
+
+    def to_domain(self) -> GatewaySpec:
+        return GatewaySpec(name=self.name, vici_socket=self.vici_socket, ike_address=self.ike_address,
+                           identity=self.identity, inside_networks=tuple(self.inside_networks))
+
 Identity = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")]
 
 

@@ -15,11 +15,10 @@ from fastapi import APIRouter, Depends, Request, Response
 from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
-from app.services.inputs import GatewayIn
 from app.web.deps import NamePath, ProberDep, ReadUnitDep, SettingsDep, UnitDep, require
 from app.web.edits import EditDep
 from app.web.routing import QossRoute
-from app.web.schemas import error_responses
+from app.web.schemas import GatewayIn, error_responses
 
 __all__ = ["router"]
 
@@ -34,7 +33,7 @@ _ERRORS = error_responses(404, 409, 422, 503)
 def probed_gateway(body: GatewayIn, settings: SettingsDep, vici: ProberDep) -> Gateway:
     """The gateway a registration names, read from its charon (a plain function: FastAPI runs it
     in a worker thread, before the route's unit of work takes a write slot)."""
-    return svc.probe_gateway(vici=vici, body=body,
+    return svc.probe_gateway(vici=vici, body=body.to_domain(),
                              allowed_socket_dirs=settings.vici_socket_dirs,
                              allowed_networks=settings.gateway_networks)
 

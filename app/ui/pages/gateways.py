@@ -22,13 +22,13 @@ from app.domain.errors import AlreadyExists, Conflict, GatewayUnreachable, Inval
 from app.domain.ports import UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
-from app.services.inputs import GatewayIn
 from app.settings import Settings
 from app.ui.pages.common import Name, console_router, failed, needs, problems
 from app.ui.render import page
 from app.ui.session import Console, ConsoleDep, FormDep, writer
 from app.web.deps import ProberDep, ReadUnitDep, SettingsDep, UnitDep, in_unit, in_worker_thread
 from app.web.errors import status_for
+from app.web.schemas import GatewayIn
 
 __all__ = ["GATEWAY_EVENTS", "router"]
 
@@ -77,7 +77,7 @@ def _gateway_in(form: dict[str, str]) -> GatewayIn:
 
 
 def _probe(vici: ViciFactory, settings: Settings, body: GatewayIn) -> Gateway:
-    return svc.probe_gateway(vici=vici, body=body,
+    return svc.probe_gateway(vici=vici, body=body.to_domain(),
                              allowed_socket_dirs=settings.vici_socket_dirs,
                              allowed_networks=settings.gateway_networks)
 

@@ -13,10 +13,9 @@ from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
 from app.domain.policies import Levels
-from app.domain.requests import TunnelSpec
+from app.domain.requests import GatewaySpec, TunnelSpec
 from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
-from app.services.inputs import GatewayIn
 from app.services.ratings import TableCache
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 from tests.fakes.uow import FakeUnitOfWork
@@ -36,8 +35,8 @@ def vici(path: str) -> ViciGateway:
 def registered(uow: FakeUnitOfWork, fakes: tuple[FakeCharon, FakeCharon], tmp_path: Path) -> None:
     for fake, name, addr, net in ((fakes[0], "left", "10.99.0.1", "10.1.0.1/32"),
                                   (fakes[1], "right", "10.99.0.2", "10.2.0.1/32")):
-        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
-            name=name, vici_socket=fake.socket_path, ike_address=addr, inside_networks=[net]))
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewaySpec(
+            name=name, vici_socket=fake.socket_path, ike_address=addr, inside_networks=(net,)))
     uow.commit()  # a set-up ends its unit of work's transaction before strongSwan is touched
 
 
@@ -94,9 +93,9 @@ def test_registration_reads_backend_and_algorithms(uow: FakeUnitOfWork, register
 
 def test_unreachable_gateway_is_not_registered(uow: FakeUnitOfWork, tmp_path: Path) -> None:
     with pytest.raises(GatewayUnreachable, match=str(tmp_path / "none.vici")):
-        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewaySpec(
             name="ghost", vici_socket=str(tmp_path / "none.vici"), ike_address="10.99.0.9",
-            inside_networks=["10.9.0.0/24"]))
+            inside_networks=("10.9.0.0/24",)))
     assert gateways.list_gateways(uow=uow) == []
 
 
@@ -126,8 +125,8 @@ def test_socket_outside_allowed_dirs_is_refused(uow: FakeUnitOfWork, tmp_path: P
 
     with pytest.raises(InvalidInput, match="vici_socket"):
         gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path / "only"],
-                                 body=GatewayIn(name="x", vici_socket="/etc/x.vici", ike_address="10.0.0.1",
-                                                        inside_networks=["10.0.0.0/24"]))
+                                 body=GatewaySpec(name="x", vici_socket="/etc/x.vici", ike_address="10.0.0.1",
+                                                        inside_networks=("10.0.0.0/24",)))
 
 
 def test_infeasible_request_sends_no_load_command(uow: FakeUnitOfWork, registered: None,
@@ -221,8 +220,8 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
     up_on_initiate(*fakes)
     create(uow)
     with FakeCharon(tmp_path / "other.vici") as other:
-        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewayIn(
-            name="other", vici_socket=other.socket_path, ike_address="10.99.0.3", inside_networks=["10.3.0.1/32"]))
+        gateways.register_gateway(uow=uow, vici=vici, allowed_socket_dirs=[tmp_path], body=GatewaySpec(
+            name="other", vici_socket=other.socket_path, ike_address="10.99.0.3", inside_networks=("10.3.0.1/32",)))
     gateways.forget_gateways(uow=uow, names=["left", "right", "never-registered"])
     assert uow.tunnels.list() == []
     assert [g.name for g in gateways.list_gateways(uow=uow)] == ["other"]
