@@ -95,8 +95,9 @@ def token_create(
     With a token chosen (QOSS_TOKEN or a context's), through the service (POST /v1/tokens, an
     admin token, audited under its name). Without one, in the database itself: the set-up
     command that makes the first admin token, on a database that exists (`qoss db upgrade` or
-    `qoss serve` made it), audited as the local operator. The name, scopes and lifetime follow
-    the same rules either way (app.domain.auth), checked before anything is opened.
+    `qoss serve` made it) and has no admin token yet, audited as the local operator. The name,
+    scopes and lifetime follow the same rules either way (app.domain.auth), checked before
+    anything is opened.
     """
     from app.cli.client import chosen
     from app.domain.auth import token_lifetime, validate_scopes, validate_token_name
@@ -121,15 +122,17 @@ def token_create(
 
 
 def _local_token(database_url: str | None, name: str, scopes: list[str], expires_in: int | None) -> dict[str, Any]:
-    """A token made in the database by this machine's operator (audited as ``local:USER``)."""
+    """A token made in the database by this machine's operator (audited as ``local:USER``), while
+    it has no admin token (:func:`app.services.auth.create_first_token`)."""
     import getpass
 
-    from app.services.auth import create_token
+    from app.services.auth import create_first_token
 
     operator = f"local:{getpass.getuser()}"
 
     def make(**kw: Any) -> tuple[str, Any]:
-        return create_token(uow=kw["uow"], name=name, scopes=scopes, expires_in=expires_in, created_by=operator)
+        return create_first_token(uow=kw["uow"], name=name, scopes=scopes, expires_in=expires_in,
+                                  created_by=operator)
 
     token, record = Unit(database_url).run(make)
     return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,

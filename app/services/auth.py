@@ -17,11 +17,12 @@ from app.domain.auth import (
     validate_scopes,
     validate_token_name,
 )
+from app.domain.errors import Conflict
 from app.domain.ports import UnitOfWork
 from app.domain.ratelimit import FailureLimit
 
-__all__ = ["authenticate", "authenticate_source", "create_token", "list_audit", "list_tokens", "record_audit",
-           "revoke_token"]
+__all__ = ["authenticate", "authenticate_source", "create_first_token", "create_token", "list_audit", "list_tokens",
+           "record_audit", "revoke_token"]
 
 
 def _audit_local(uow: UnitOfWork, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
@@ -55,6 +56,24 @@ def create_token(
         _audit_local(uow, action="POST", token_id=token_id, outcome=201, by=created_by,
                      detail=f"token {token_id} created, scopes {','.join(sorted(record.scopes))}")
     return f"qoss_{token_id}_{secret}", record
+
+
+def create_first_token(
+    *, uow: UnitOfWork, name: str, scopes: Iterable[str], expires_in: int | None, created_by: str,
+) -> tuple[str, TokenRecord]:
+    """A token made on the database's own machine (``qoss token create`` with no token chosen),
+    audited as ``created_by``: how the first admin token comes to be. Once the database holds a
+    usable admin token, tokens are made through the service, by an admin, and this refuses.
+
+    Raises:
+        Conflict: the database has a usable admin token already (nothing written).
+    """
+    now = datetime.now(UTC)
+    if any("admin" in t.scopes and t.usable(now) for t in uow.tokens.list()):
+        raise Conflict("this database has an admin token already: make tokens through the service "
+                       "(QOSS_URL, and QOSS_TOKEN an admin token, or a context: qoss token create then goes "
+                       "through it, audited under that token's name)")
+    return create_token(uow=uow, name=name, scopes=scopes, expires_in=expires_in, created_by=created_by)
 
 
 def authenticate(*, uow: UnitOfWork, presented: str | None) -> TokenRecord:

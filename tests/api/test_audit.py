@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -148,21 +149,17 @@ async def test_the_request_id_is_ours_and_the_clients_is_kept_beside_it(client: 
     assert {r["request_id"]: r for r in await audit(client)}[plain.headers["x-request-id"]]["client_request_id"] is None
 
 
-async def test_the_first_token_made_on_the_machine_is_audited_as_the_local_operator(
+async def test_once_an_admin_token_exists_the_machine_makes_no_token_and_records_nothing(
         client: httpx.AsyncClient, settings: Settings) -> None:
-    import getpass
-
+    before = await audit(client)
     made = CliRunner().invoke(cli, ["token", "create", "--name", "from-cli", "--scopes", "tunnels:read", "--plain",
                                     "--database-url", settings.database_url], env={"QOSS_TOKEN": None})
-    assert made.exit_code == 0, made.output
-    token = made.output.strip()
-    register(token)
-    token_id = token.split("_", 2)[1]
-    records = [r for r in await audit(client) if r["object"] == f"/v1/tokens/{token_id}"]
-    assert [(r["action"], r["outcome"], r["source"], r["token_name"]) for r in records] == [
-        ("POST", 201, "local", f"local:{getpass.getuser()}")]
-    assert records[0]["detail"] == f"token {token_id} created, scopes tunnels:read"
-    assert token.split("_", 2)[2] not in str(records)
+    assert made.exit_code == 2
+    assert json.loads(made.stderr)["error"] == "Conflict"
+    assert "through the service" in made.stderr
+    assert made.stdout == ""
+    assert "from-cli" not in {t["name"] for t in (await client.get("/v1/tokens")).json()}
+    assert [r for r in await audit(client) if r not in before and r["object"].startswith("/v1/tokens/")] == []
 
 
 def test_the_audit_log_cannot_be_changed_through_the_api() -> None:

@@ -5,6 +5,7 @@ in-process: the same group and exit path as the script)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,6 @@ def test_scopes_and_lifetimes_the_api_refuses_are_refused(tmp_path: Path, args: 
 
 def test_a_plain_name_still_makes_a_token_audited_as_the_local_operator(tmp_path: Path) -> None:
     import getpass
-    import sqlite3
 
     db = tmp_path / "q.db"
     assert qoss("db", "upgrade", db=db).exit_code == 0
@@ -63,3 +63,19 @@ def test_a_plain_name_still_makes_a_token_audited_as_the_local_operator(tmp_path
         audit = conn.execute("SELECT token_name, action, detail FROM audit_events").fetchall()
     assert tokens == [("ops.team@site-1", f"local:{getpass.getuser()}")]
     assert [(a[0], a[1]) for a in audit] == [(f"local:{getpass.getuser()}", "POST")]
+
+
+def test_the_machine_makes_tokens_only_until_the_database_has_an_admin(tmp_path: Path) -> None:
+    db = tmp_path / "q.db"
+    assert qoss("db", "upgrade", db=db).exit_code == 0
+    assert qoss("token", "create", "--name", "reader", "--scopes", "tunnels:read", db=db).exit_code == 0
+    first = qoss("token", "create", "--name", "first-admin", "--scopes", "admin", "-o", "json", db=db)
+    assert first.exit_code == 0, first.stderr
+    again = qoss("token", "create", "--name", "second", "--scopes", "tunnels:read", db=db)
+    assert again.exit_code == 2
+    assert json.loads(again.stderr)["error"] == "Conflict"
+    with sqlite3.connect(db) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM api_tokens ORDER BY name")]
+        conn.execute("UPDATE api_tokens SET revoked_at = created_at WHERE name = 'first-admin'")
+    assert names == ["first-admin", "reader"]
+    assert qoss("token", "create", "--name", "after-revoke", "--scopes", "admin", db=db).exit_code == 0
