@@ -194,6 +194,11 @@ class DatabaseGroup(TyperGroup):
             if isinstance(exc, (OperationalError, InterfaceError)):
                 typer.echo(f"qoss: database error: {_reason(exc)}", err=True)
                 raise typer.Exit(2) from None
+            from app.adapters.audit_seal import AuditKeyError
+
+            if isinstance(exc, AuditKeyError):  # the audit chain's key is missing or another one
+                typer.echo(f"qoss: {exc}", err=True)
+                raise typer.Exit(2) from None
             raise
 
 
