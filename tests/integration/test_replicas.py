@@ -128,7 +128,7 @@ def test_replicas_share_one_database_behind_a_load_balancer(tmp_path: Path) -> N
             except httpx.HTTPError as e:
                 return f"{type(e).__name__}: {e}"
         with ThreadPoolExecutor(max_workers=8) as pool:
-            statuses = list(pool.map(ask, range(300)))
+            statuses = list(pool.map(ask, range(180)))
         # A request whose answer was part-way out when its replica died can only see the connection
         # close (the load balancer cannot send it again once a byte of the answer has passed); no
         # request waits for its time-out, and any other failure is a status.
@@ -141,7 +141,7 @@ def test_replicas_share_one_database_behind_a_load_balancer(tmp_path: Path) -> N
                    for _ in range(20))
 
 
-TUNNELS = 500
+TUNNELS = 300  # enough that the kill (at a third) lands among requests in flight on every replica
 
 
 @dataclass
@@ -174,7 +174,7 @@ class Follower:
 
 @pytest.mark.charon
 def test_tunnels_and_edits_through_three_replicas_one_killed_mid_run(tmp_path: Path) -> None:
-    """500 tunnel requests (8 clients, each retrying with its Idempotency-Key) and concurrent rating
+    """300 tunnel requests (8 clients, each retrying with its Idempotency-Key) and concurrent rating
     edits through HAProxy; the leader is killed part-way. Every request ends with its tunnel or a
     clear error, no tunnel twice, no conn in charon without its record after a reconcile, every
     acknowledged edit in the history, a new leader within 10 s, and a follower that leaves and
