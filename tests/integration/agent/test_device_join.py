@@ -19,14 +19,13 @@ import ipaddress
 import json
 import os
 import plistlib
-import pty
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -303,46 +302,6 @@ def test_the_phone_fetches_its_profile_once_from_the_link(lab: tuple[LabCli, dic
     assert not (tmp_path / "windows").exists()  # refused before anything was enrolled
 
 
-class IPv6CharonCmd(CharonCmd):
-    """charon-cmd on a device that reaches Target over IPv6, told the profile's split-tunnelling subnets.
-
-    charon-cmd binds its IKE config to the local address ``0.0.0.0`` and so resolves ``--host`` as
-    IPv4 only, unless its sockets are IPv6 only (``socket-default.use_ipv4 = no``: "unable to
-    resolve fd00:71::3" otherwise). Without ``--remote-ts`` it proposes ``0.0.0.0/0`` and asks for an
-    IPv4 virtual IP only; with the profile's ``split-tunneling.subnets`` it asks for one of their
-    family (``::`` for ``fd03::/64``), as the Android app does from the same profile.
-    """
-
-    def __init__(self, netns: str, workdir: Path, profile: StockProfile, *, remote_ts: Sequence[str],
-                 limit: float = 60.0) -> None:
-        super().__init__(netns, workdir, profile, limit=limit)
-        self.remote_ts = list(remote_ts)
-        conf = self.conf.read_text()
-        self.conf.write_text(conf.replace("  plugins {\n", "  plugins {\n    socket-default {\n      use_ipv4 = no\n"
-                                          "    }\n", 1))
-
-    def start(self) -> IPv6CharonCmd:
-        p = self.profile
-        argv = ["timeout", "-s", "INT", "-k", "5", str(int(self.limit)), "ip", "netns", "exec", self.netns,
-                "charon-cmd", "--host", p.host, "--identity", p.identity, "--remote-identity", p.remote_identity,
-                "--profile", "ikev2-pub", "--ike-proposal", p.ike_proposal, "--esp-proposal", p.esp_proposal,
-                "--cert", str(p.ca_pem), "--p12", str(p.p12)]
-        argv += [arg for ts in self.remote_ts for arg in ("--remote-ts", ts)]
-        env = {**os.environ, "STRONGSWAN_CONF": str(self.conf)}
-        pid, fd = pty.fork()
-        if pid == 0:  # the child: charon-cmd on the pseudo-terminal
-            os.execvpe(argv[0], argv, env)  # noqa: S606 - a fixed argv, no shell
-        self.pid, self._fd = pid, fd
-        return self
-
-    def virtual_ip(self) -> str | None:
-        """The global IPv6 address on charon-cmd's TUN device, if any."""
-        done = subprocess.run(["ip", "-n", self.netns, "-o", "-6", "addr", "show", "dev", "ipsec0", "scope", "global"],
-                              capture_output=True, text=True, timeout=5, check=False)
-        words = done.stdout.split()
-        return words[words.index("inet6") + 1].split("/")[0] if "inet6" in words else None
-
-
 def ping6(netns: str, address: str) -> bool:
     return subprocess.run(["ip", "netns", "exec", netns, "ping", "-6", "-n", "-c", "1", "-W", "1", address],
                           capture_output=True, timeout=10, check=False).returncode == 0
@@ -373,7 +332,7 @@ def test_a_stock_client_joins_over_ipv6_from_the_sswan_profile_and_revocation_en
     gateway = ViciGateway(target["vici_socket"], 10.0)
     conn = f"qoss-agent-{report['ticket'][:16]}"
 
-    with IPv6CharonCmd(netns, tmp_path / "joined", profile, remote_ts=subnets, limit=60) as joined:
+    with CharonCmd(netns, tmp_path / "joined", profile, remote_ts=subnets, ipv6=True, limit=60) as joined:
         joined.type_passphrase()
         assert wait_for(lambda: ping6(netns, inside), 15, 0.2), joined.log()[-3000:]
         vip = joined.virtual_ip()
