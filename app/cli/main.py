@@ -126,7 +126,7 @@ def _local_token(database_url: str | None, name: str, scopes: list[str], expires
     it has no admin token (:func:`app.services.auth.create_first_token`)."""
     import getpass
 
-    from app.services.auth import create_first_token
+    from app.services.auth import create_first_token, made_token
 
     operator = f"local:{getpass.getuser()}"
 
@@ -134,9 +134,7 @@ def _local_token(database_url: str | None, name: str, scopes: list[str], expires
         return create_first_token(uow=kw["uow"], name=name, scopes=scopes, expires_in=expires_in,
                                   created_by=operator)
 
-    token, record = Unit(database_url).run(make)
-    return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
-            "expires_at": record.expires_at.isoformat() if record.expires_at else None}
+    return made_token(*Unit(database_url).run(make))
 
 
 @token_app.command("list")

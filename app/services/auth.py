@@ -21,8 +21,8 @@ from app.domain.errors import Conflict
 from app.domain.ports import UnitOfWork
 from app.domain.ratelimit import FailureLimit
 
-__all__ = ["authenticate", "authenticate_source", "create_first_token", "create_token", "list_audit", "list_tokens",
-           "record_audit", "revoke_token"]
+__all__ = ["authenticate", "authenticate_source", "create_first_token", "create_token", "creation_detail", "list_audit",
+           "list_tokens", "made_token", "record_audit", "revoke_token"]
 
 
 def _audit_local(uow: UnitOfWork, *, action: str, token_id: str, outcome: int, by: str, detail: str) -> None:
@@ -54,8 +54,19 @@ def create_token(
     uow.tokens.add(record, created_by=created_by)
     if audit:
         _audit_local(uow, action="POST", token_id=token_id, outcome=201, by=created_by,
-                     detail=f"token {token_id} created, scopes {','.join(sorted(record.scopes))}")
+                     detail=creation_detail(record))
     return f"qoss_{token_id}_{secret}", record
+
+
+def creation_detail(record: TokenRecord) -> str:
+    """The audit detail of a token's creation, wherever it was made (API, console, command line)."""
+    return f"token {record.id} created, scopes {','.join(sorted(record.scopes))}"
+
+
+def made_token(token: str, record: TokenRecord) -> dict[str, Any]:
+    """The answer to a token's creation, the only one that carries its secret (``token``)."""
+    return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
+            "expires_at": record.expires_at.isoformat() if record.expires_at else None}
 
 
 def create_first_token(

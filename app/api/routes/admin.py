@@ -25,9 +25,8 @@ def create_token(body: TokenIn, uow: UnitDep, actor: ActorDep, request: Request)
     """A new token. ``token`` is shown in this answer only; qoss keeps its hash."""
     token, record = svc.create_token(uow=uow, name=body.name, scopes=body.scopes,
                                      expires_in=body.expires_in, created_by=actor, audit=False)
-    request.state.audit_detail = f"token {record.id} created, scopes {','.join(sorted(record.scopes))}"
-    return {"id": record.id, "name": record.name, "scopes": sorted(record.scopes), "token": token,
-            "expires_at": record.expires_at.isoformat() if record.expires_at else None}
+    request.state.audit_detail = svc.creation_detail(record)
+    return svc.made_token(token, record)
 
 
 @router.get("/tokens", dependencies=_ADMIN, responses=_ERRORS)

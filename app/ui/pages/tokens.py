@@ -98,7 +98,7 @@ def create(request: Request, who: AdminWriter, form: FormDep, uow: UnitDep, acto
         uow.rollback()
         failed(request, type(exc).__name__, 422)
         return _page(who, uow, form=shown, error=f"No token made: {exc.message}.", status=422)
-    request.state.audit_detail = f"token {record.id} created, scopes {','.join(sorted(record.scopes))}"
+    request.state.audit_detail = svc.creation_detail(record)
     return page("token_created.html", {"console": who, "section": "tokens", "record": record,
                                        "scopes": sorted(record.scopes), "secret": secret}, status=201)
 
