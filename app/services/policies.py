@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.domain.errors import EditConflict, InvalidPolicy, StaleRevision
+from app.domain.errors import InvalidPolicy, StaleRevision
 from app.domain.merge import merge_policies
 from app.domain.policies import Policy
 from app.domain.ports import UnitOfWork
-from app.services.revisions import load_shipped, restore_shipped, revert, tell
+from app.services.revisions import load_shipped, restore_shipped, revert, save_merged, tell
 
 __all__ = [
     "create_policy",
@@ -66,30 +66,9 @@ def replace_policy(
     if not 1 <= expected_revision <= current:
         raise StaleRevision(name, expected_revision, current)
     base = repo.get_revision(name, expected_revision) if expected_revision != current else mine
-    for _ in range(_MERGE_ATTEMPTS):
-        if current == expected_revision:
-            updated, message = mine, "replaced"
-        else:
-            latest = repo.get_revision(name, current)
-            merged, conflicts = merge_policies(base.as_dict(), latest.as_dict(), mine.as_dict())
-            if conflicts:
-                raise EditConflict(name, expected_revision, current, [c.as_dict() for c in conflicts], kind="policy")
-            updated = Policy.from_dict(merged, name=name)
-            if updated == latest:
-                return latest, current  # the edit is in the latest revision already
-            message = f"replaced (made on revision {expected_revision}, merged)"
-        try:
-            revision = repo.update(updated, expected_revision=current, author=author, message=message)
-        except StaleRevision as exc:  # another write came first: merge over that one
-            current = exc.current if exc.current > current else repo.current_revision(name)
-            continue
-        tell(uow, "policy", name, revision, author)
-        return updated, revision
-    raise StaleRevision(name, expected_revision, repo.current_revision(name))
-
-
-#: How many times an edit is merged again over a write that came first before it is refused.
-_MERGE_ATTEMPTS = 10
+    return save_merged(uow, repo, kind="policy", name=name, base=base, mine=mine,
+                       expected_revision=expected_revision, current=current, author=author, message="replaced",
+                       merge=merge_policies, read=lambda document: Policy.from_dict(document, name=name))
 
 
 def revert_policy(*, uow: UnitOfWork, name: str, revision: int, expected_revision: int, author: str,

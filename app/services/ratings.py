@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.domain.algorithms import resolve
-from app.domain.errors import Conflict, EditConflict, InvalidRatingTable, StaleRevision
+from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
 from app.domain.merge import merge_tables
 from app.domain.ports import Clock, RatingTableStore, UnitOfWork
 from app.domain.ratings import Rating, RatingTable
-from app.services.revisions import load_shipped, restore_shipped, revert, tell
+from app.services.revisions import load_shipped, restore_shipped, revert, save_merged, tell
 
 __all__ = [
     "TableCache",
@@ -153,30 +153,11 @@ def update_rating(
         raise StaleRevision(name, expected_revision, current)
     base = repo.get(name) if current == expected_revision else repo.get_revision(name, expected_revision)
     mine = base.with_rating(_edited_row(base, keyword, changes))
-    for _ in range(_MERGE_ATTEMPTS):
-        if current == expected_revision:
-            updated, message = mine, f"edited {keyword}"
-        else:
-            latest = repo.get_revision(name, current).at_revision(current)
-            document, conflicts = merge_tables(base.as_dict(), latest.as_dict(), mine.as_dict())
-            if conflicts:
-                raise EditConflict(name, expected_revision, current, [c.as_dict() for c in conflicts])
-            if document == latest.as_dict():
-                return latest  # the edit is in the latest revision already
-            updated = RatingTable.from_dict(document, name=name)
-            message = f"edited {keyword} (made on revision {expected_revision}, merged)"
-        try:
-            revision = repo.update(updated, expected_revision=current, author=author, message=message)
-        except StaleRevision as exc:  # another write came first: merge over that one
-            current = exc.current if exc.current > current else repo.current_revision(name)
-            continue
-        tell(uow, "rating_table", name, revision, author)
-        return updated.at_revision(revision)
-    raise StaleRevision(name, expected_revision, repo.current_revision(name))
-
-
-#: How many times an edit is merged again over a write that came first before it is refused.
-_MERGE_ATTEMPTS = 10
+    table, revision = save_merged(uow, repo, kind="rating_table", name=name, base=base, mine=mine,
+                                  expected_revision=expected_revision, current=current, author=author,
+                                  message=f"edited {keyword}", merge=merge_tables,
+                                  read=lambda document: RatingTable.from_dict(document, name=name))
+    return table.at_revision(revision)
 
 
 def _edited_row(table: RatingTable, keyword: str, changes: Mapping[str, Any]) -> Rating:

@@ -1,18 +1,78 @@
-"""What rating tables and policies share as revisioned documents: going back to a past
-revision, and the shipped documents offered to a database once."""
+"""What rating tables and policies share as revisioned documents: an edit made on an older
+revision merged over the latest, going back to a past revision, and the shipped documents
+offered to a database once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
-from app.domain.errors import NotFound
+from app.domain.errors import EditConflict, NotFound, StaleRevision
+from app.domain.merge import FieldConflict
 from app.domain.ports import RevisionedStore, ShippedLoadStore, UnitOfWork
 from app.domain.revisions import check_revert, revert_message
 
-__all__ = ["load_shipped", "restore_shipped", "revert", "tell"]
+__all__ = ["load_shipped", "restore_shipped", "revert", "save_merged", "tell"]
+
+
+class _Document(Protocol):
+    def as_dict(self) -> dict[str, Any]: ...
+
 
 D = TypeVar("D")
+R = TypeVar("R", bound=_Document)
+
+#: Merges an edit (mine, made on base) over the latest revision (theirs), as documents.
+Merge = Callable[[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]],
+                 tuple[dict[str, Any], list[FieldConflict]]]
+
+#: How many times an edit is merged again over a write that came first before it is refused.
+MERGE_ATTEMPTS = 10
+
+
+def save_merged(uow: UnitOfWork, store: RevisionedStore[R], *, kind: str, name: str, base: R, mine: R,
+                expected_revision: int, current: int, author: str, message: str, merge: Merge,
+                read: Callable[[dict[str, Any]], R]) -> tuple[R, int]:
+    """Store ``mine``, an edit made on revision ``expected_revision`` (``base``), as a new revision.
+
+    When ``current`` is that revision, ``mine`` is stored as it is, with ``message``. Otherwise
+    the edit is merged over the latest revision with ``merge`` and stored when nothing clashes
+    ("``message`` (made on revision N, merged)"); an edit already in the latest revision is
+    answered with that revision, nothing written. Another write landing first is merged over
+    in turn, up to :data:`MERGE_ATTEMPTS` times. A stored revision is told (:func:`tell`).
+
+    Args:
+        kind: ``"rating_table"`` or ``"policy"``: the event's kind, and what a conflict names.
+        read: a merged document back into the store's kind of document (validated).
+
+    Returns:
+        The document stored (or found in the latest revision) and its revision.
+
+    Raises:
+        EditConflict: a value the edit changes was changed since to another value.
+        StaleRevision: other writes kept coming first.
+    """
+    for _ in range(MERGE_ATTEMPTS):
+        if current == expected_revision:
+            updated, note = mine, message
+        else:
+            latest = store.get_revision(name, current)
+            document, conflicts = merge(base.as_dict(), latest.as_dict(), mine.as_dict())
+            if conflicts:
+                raise EditConflict(name, expected_revision, current, [c.as_dict() for c in conflicts],
+                                   kind="table" if kind == "rating_table" else kind)
+            updated = read(document)
+            if updated.as_dict() == latest.as_dict():
+                return latest, current  # the edit is in the latest revision already
+            note = f"{message} (made on revision {expected_revision}, merged)"
+        try:
+            revision = store.update(updated, expected_revision=current, author=author, message=note)
+        except StaleRevision as exc:  # another write came first: merge over that one
+            current = exc.current if exc.current > current else store.current_revision(name)
+            continue
+        tell(uow, kind, name, revision, author)
+        return updated, revision
+    raise StaleRevision(name, expected_revision, store.current_revision(name))
 
 
 def revert(store: RevisionedStore[D], *, name: str, revision: int, expected_revision: int, author: str,
