@@ -60,6 +60,7 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
+from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
 from app.ui.pages.oidc import configured as console_oidc_sign_in
@@ -69,6 +70,7 @@ from app.web.errors import error_body, install_error_handlers
 from app.web.leader_duties import LeaderDuties
 from app.web.observe import RequestTimer, RouteLabels
 from app.web.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
+from app.web.runtime import Limiter, Runtime, runtime_of
 
 __all__ = ["create_app"]
 
@@ -86,56 +88,46 @@ class QossApp(FastAPI):
     :mod:`app.api.tunnels_fast`) around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        timer: RequestTimer | None = getattr(self.state, "request_timer", None)
-        release: QuietRelease | None = getattr(self.state, "memory_release", None)
-        if release is not None and scope["type"] == "http" and scope["path"] not in UNCOUNTED_PATHS:
-            release.touch()
-        if scope["type"] == "http" and timer is not None:
-            await timer(self._serve, scope, receive, send)
+        parts: Runtime | None = getattr(self.state, "runtime", None)  # None before the lifespan has run
+        if parts is None or scope["type"] != "http":
+            await super().__call__(scope, receive, send)
             return
-        await self._serve(scope, receive, send)
+        if parts.memory_release is not None and scope["path"] not in UNCOUNTED_PATHS:
+            parts.memory_release.touch()
+        await parts.request_timer(functools.partial(self._serve, parts), scope, receive, send)
 
-    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            _forwarded_client(self, scope)
-        if is_message_request(scope) and getattr(self.state, "fast_paths", False):
+    async def _serve(self, parts: Runtime, scope: Scope, receive: Receive, send: Send) -> None:
+        parts.trusted_proxies.rewrite(scope)  # behind a trusted proxy, the client is the one it forwards for
+        if is_message_request(scope) and parts.fast_paths:
             scope["app"] = self
             full = super().__call__
 
             async def fast(scope: Scope, receive: Receive, send: Send) -> None:
-                await serve_message(self.state, scope, receive, send, full)
+                await serve_message(parts, scope, receive, send, full)
             await self.state.door.through(scope, receive, send, fast)
             return
-        if is_tunnel_request(scope) and getattr(self.state, "fast_paths", False):
+        if is_tunnel_request(scope) and parts.fast_paths:
             scope["app"] = self
             stack = super().__call__
 
             async def tunnel(scope: Scope, receive: Receive, send: Send) -> None:
-                await serve_tunnel(self.state, scope, receive, send, stack, recorded=_record_change, audit=_audit)
+                await serve_tunnel(parts, scope, receive, send, stack, recorded=_record_change, audit=_audit)
             await self.state.door.through(scope, receive, send, tunnel)
             return
         await super().__call__(scope, receive, send)
 
 
-def _forwarded_client(app: FastAPI, scope: Scope) -> None:
-    """Behind a trusted proxy, the client is the address it forwards for (see :mod:`app.web.provenance`)."""
-    trusted: TrustedProxies | None = getattr(app.state, "trusted_proxies", None)
-    if trusted:
-        trusted.rewrite(scope)
-
-
-def _agent_roles(app: FastAPI, settings: Settings) -> tuple[HostAgent | None, TargetAgent | None]:
+def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkFactory, vici: ViciFactory,
+                 cache: TableCache) -> tuple[HostAgent | None, TargetAgent | None]:
     """The agent roles the config enables (none without ``agent_config``)."""
     if settings.agent_config is None:
         return None, None
     config = load_server_config(settings.agent_config)
     keys = load_keys(config.key_dir, config.id)
-    store = app.state.agent_store
     target = None
     if config.target is not None:
-        target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=app.state.units,
-                             vici=app.state.vici_factory, cache=app.state.table_cache,
-                             default_table=settings.default_table,
+        target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=units,
+                             vici=vici, cache=cache, default_table=settings.default_table,
                              devices=LocalDeviceKit(config.key_dir, owner=config.target_identity))
     host = None
     if config.host is not None:
@@ -225,7 +217,7 @@ class _GuardAndAudit:
                 message = {**message, "headers": headers}
             await send(message)
 
-        limit: int = (self.settings or scope["app"].state.settings).max_body_bytes
+        limit: int = (self.settings or scope["app"].state.runtime.settings).max_body_bytes
         received = 0
 
         async def limited() -> Message:
@@ -266,10 +258,10 @@ async def _record_change(request: Request, status: int) -> bool:
         return bool(pending.committed["outcome"] == status)  # else a later failure: queued as well
     if request.method in _SAFE or not 200 <= status < 300 or (request.method, request.url.path) in _COMPUTES:
         return False
-    auditor: Auditor | None = getattr(request.app.state, "auditor", None)
-    if auditor is None:
+    parts = runtime_of(request.scope)
+    if parts is None:
         return False
-    await in_worker_thread(auditor.write, audit_fields(request, status))
+    await in_worker_thread(parts.auditor.write, audit_fields(request, status))
     return True
 
 
@@ -279,16 +271,14 @@ def _audit(request: Request, outcome: int) -> None:
     A refusal (:func:`_is_refusal`) is counted with those of its kind from its source instead,
     one entry per window (:meth:`Auditor.refused`).
     """
-    auditor: Auditor | None = getattr(request.app.state, "auditor", None)
-    if auditor is None:
+    parts = runtime_of(request.scope)
+    if parts is None:
         return
     fields = audit_fields(request, outcome)
     if _is_refusal(request.scope, outcome, fields):
-        timer: RequestTimer | None = getattr(request.app.state, "request_timer", None)
-        route = timer.labels.label(request.scope) if timer is not None else fields["object"]
-        auditor.refused(fields, route=route)
+        parts.auditor.refused(fields, route=parts.request_timer.labels.label(request.scope))
     else:
-        auditor.record(**fields)
+        parts.auditor.record(**fields)
 
 
 def _is_refusal(scope: Scope, outcome: int, fields: dict[str, Any]) -> bool:
@@ -328,75 +318,74 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # - fewer writers than threads (write_slot): writers queued on the database's lock
         #   never hold every thread while the one holding it needs one to answer and commit.
         anyio.to_thread.current_default_thread_limiter().total_tokens = resolved.worker_threads
-        app.state.write_slots = asyncio.Semaphore(resolved.writes_in_flight)
-        app.state.health = HealthProbe(resolved.database_url)
-        app.state.metrics = metrics_port = PrometheusMetrics()
-        app.state.scrape_reader = ScrapeReader(resolved.database_url)
-        app.state.request_timer = RequestTimer(metrics_port, labels)
-        app.state.settings = resolved
-        app.state.oidc = console_oidc_sign_in(resolved)  # the console's sign-in with the identity provider, or None
-        app.state.fast_paths = resolved.fast_paths
-        app.state.engine = engine
-        app.state.read_caches = caches = read_caches(resolved)
-        app.state.token_cache, app.state.table_cache = caches.tokens, caches.tables
-        app.state.session_factory = make_session_factory(engine, info=caches.session_info())
-        app.state.read_session_factory = make_session_factory(read_engine, info=caches.session_info())
-        app.state.units = sql_units_of_work(app.state.session_factory)
-        app.state.read_units = sql_units_of_work(app.state.read_session_factory)
-        await in_worker_thread(_prune_events, app.state.units, resolved.events_keep_days)
+        metrics_port = PrometheusMetrics()
+        caches = read_caches(resolved)
+        session_factory = make_session_factory(engine, info=caches.session_info())
+        read_session_factory = make_session_factory(read_engine, info=caches.session_info())
+        units, read_units = sql_units_of_work(session_factory), sql_units_of_work(read_session_factory)
+        await in_worker_thread(_prune_events, units, resolved.events_keep_days)
         CONTROL_SLOTS.configure(resolved.charon_control_calls)
-        app.state.vici_factory = vici_factory or charons(resolved, metrics_port)
-        # Charon's up/down events, one connection per charon: set-ups read their SAs from them
-        # (unless sa_reports is off) and the tunnel monitor is told by them.
-        app.state.sa_events = SaEventHub(metrics=metrics_port)
-        install(app.state.session_factory)  # a request's unit of work writes its audit record
-        app.state.auditor = await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
-            Auditor, app.state.session_factory, refusal_window=resolved.audit_refusal_window,
-            seal=AuditSeal.from_settings(resolved))
-        app.state.trusted_proxies = TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header)
-        app.state.idempotency_key = await in_worker_thread(_idempotency_key, app.state.units)
+        install(session_factory)  # a request's unit of work writes its audit record
         # Rate limits: on PostgreSQL counted across every replica (app.adapters.db.ratelimit).
         buckets_engine = (shared_buckets_engine(resolved.database_url)
                           if resolved.database_url.startswith("postgresql") else None)
 
-        def limiter(name: str, rate: float, burst: int) -> RateLimiter | SharedRateLimiter:
+        def limiter(name: str, rate: float, burst: int) -> Limiter:
             if buckets_engine is None:
                 return RateLimiter(rate, burst)
             return SharedRateLimiter(buckets_engine, name, rate, burst)
-        app.state.tunnel_limiter = limiter("tunnels", resolved.tunnel_rate, resolved.tunnel_burst)
-        app.state.negotiation_limiter = limiter("negotiations", resolved.negotiation_rate,
-                                                resolved.negotiation_burst)
-        app.state.negotiation_total_limiter = limiter("negotiations-total", resolved.negotiation_total_rate,
-                                                      resolved.negotiation_total_burst)
-        app.state.benchmarks = BenchmarkJobs(
-            runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,
-                                                                progress=progress),
-            session_factory=app.state.session_factory, machine=machine_id(),
+        vici = vici_factory or charons(resolved, metrics_port)
+        agent_store = SqlAgentStore(session_factory)
+        host, target = _agent_roles(resolved, store=agent_store, units=units, vici=vici, cache=caches.tables)
+        parts = app.state.runtime = Runtime(
+            settings=resolved, engine=engine, read_engine=read_engine, session_factory=session_factory,
+            read_session_factory=read_session_factory, units=units, read_units=read_units,
+            token_cache=caches.tokens, table_cache=caches.tables,
+            write_slots=asyncio.Semaphore(resolved.writes_in_flight),
+            metrics=metrics_port, request_timer=RequestTimer(metrics_port, labels),
+            scrape_reader=ScrapeReader(resolved.database_url), health=HealthProbe(resolved.database_url),
+            oidc=console_oidc_sign_in(resolved),  # the console's sign-in with the identity provider, or None
+            vici_factory=vici,
+            # Charon's up/down events, one connection per charon: set-ups read their SAs from them
+            # (unless sa_reports is off) and the tunnel monitor is told by them.
+            sa_events=SaEventHub(metrics=metrics_port),
+            auditor=await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
+                Auditor, session_factory, refusal_window=resolved.audit_refusal_window,
+                seal=AuditSeal.from_settings(resolved)),
+            trusted_proxies=TrustedProxies(resolved.trusted_proxies, resolved.forwarded_header),
+            idempotency_key=await in_worker_thread(_idempotency_key, units),
+            tunnel_limiter=limiter("tunnels", resolved.tunnel_rate, resolved.tunnel_burst),
+            negotiation_limiter=limiter("negotiations", resolved.negotiation_rate, resolved.negotiation_burst),
+            negotiation_total_limiter=limiter("negotiations-total", resolved.negotiation_total_rate,
+                                              resolved.negotiation_total_burst),
+            agent_limiter=limiter("agent", resolved.agent_rate, resolved.agent_burst),
+            agent_user_limiter=limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst),
+            auth_failures=FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
+                                               resolved.auth_failure_burst)),
+            benchmarks=BenchmarkJobs(
+                runner=lambda keywords, budget, progress: run_micro(keywords, budget_per_algorithm=budget,
+                                                                    progress=progress),
+                session_factory=session_factory, machine=machine_id()),
+            agent_store=agent_store,
+            # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
+            agent_reads=SqlAgentStore(read_session_factory),
+            agent_host=host, agent_target=target,
+            # After a burst, once quiet: the idle worker threads end, the pools close their
+            # connections and glibc returns its free memory (app.adapters.memory).
+            memory_release=QuietRelease(
+                after=resolved.memory_release_after, trim="trim" in resolved.memory_release,
+                engines=dict.fromkeys([engine, read_engine]) if "pool" in resolved.memory_release else ())
+            if resolved.memory_release else None,
         )
-        app.state.agent_limiter = limiter("agent", resolved.agent_rate, resolved.agent_burst)
-        app.state.agent_user_limiter = limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst)
-        app.state.auth_failures = FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
-                                                       resolved.auth_failure_burst))
-        app.state.agent_store = SqlAgentStore(app.state.session_factory)
-        # The sessions an edit's dry run assesses are read beside the edit's open write transaction.
-        app.state.agent_reads = SqlAgentStore(app.state.read_session_factory)
-        app.state.agent_host, app.state.agent_target = _agent_roles(app, resolved)
-        duties = LeaderDuties(app.state, resolved)
-        leadership = Leadership(resolved.database_url, on_elected=duties.elected, on_deposed=duties.deposed,
-                                interval=resolved.leader_interval)
+        duties = LeaderDuties(parts)
+        leadership = parts.leadership = Leadership(resolved.database_url, on_elected=duties.elected,
+                                                   on_deposed=duties.deposed, interval=resolved.leader_interval)
         await in_worker_thread(leadership.start)  # the first replica leads at once
-        app.state.leadership = leadership
         stop_sweeping = asyncio.Event()
-        target = app.state.agent_target
         # Target's own process follows the edits of its database (whichever replica leads).
         follower = target.follower(concurrency=resolved.rekey_concurrency) if target and resolved.rekey else None
         sweeper = asyncio.create_task(_sweep(target, follower, stop_sweeping)) if target else None
-        # After a burst, once quiet: the idle worker threads end, the pools close their connections
-        # and glibc returns its free memory (app.adapters.memory).
-        release = app.state.memory_release = (QuietRelease(
-            after=resolved.memory_release_after, trim="trim" in resolved.memory_release,
-            engines=dict.fromkeys([engine, read_engine]) if "pool" in resolved.memory_release else ())
-            if resolved.memory_release else None)
+        release = parts.memory_release
         stop_releasing = asyncio.Event()
         releaser = asyncio.create_task(release.run(stop_releasing)) if release is not None else None
         # What start-up made lives as long as the process: out of the collector's way, so a
@@ -413,11 +402,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 stop_releasing.set()
                 await releaser  # a release under way ends before the engines are disposed
             await in_worker_thread(leadership.stop)
-            await in_worker_thread(app.state.sa_events.close)
-            app.state.auditor.close()
-            app.state.read_caches.close()
-            app.state.health.close()
-            app.state.scrape_reader.close()
+            await in_worker_thread(parts.sa_events.close)
+            parts.auditor.close()
+            caches.close()
+            parts.health.close()
+            parts.scrape_reader.close()
             engine.dispose()
             read_engine.dispose()
             if buckets_engine is not None:
@@ -486,8 +475,8 @@ def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> Non
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
-        settings: Settings | None = getattr(app.state, "settings", None)  # set by the lifespan
-        optional_token = settings is None or not settings.reads_require_token
+        parts: Runtime | None = getattr(app.state, "runtime", None)  # made by the lifespan
+        optional_token = parts is None or not parts.settings.reads_require_token
         for path, ops in schema.get("paths", {}).items():
             for method, op in ops.items():
                 if (path, method) in guarded:

@@ -16,12 +16,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from starlette.types import Receive, Scope, Send
 
-from app.adapters.db.audit import Auditor
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
@@ -29,6 +27,7 @@ from app.web.body import loads, replay
 from app.web.deps import in_worker_thread
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
+from app.web.runtime import Runtime
 
 __all__ = ["is_message_request", "serve_message"]
 
@@ -54,7 +53,7 @@ def _message_of(body: bytes) -> str | None:
 
 
 async def serve_message(
-    state: Any, scope: Scope, receive: Receive, send: Send, full: Callable[[Scope, Receive, Send], Awaitable[None]]
+    state: Runtime, scope: Scope, receive: Receive, send: Send, full: Callable[[Scope, Receive, Send], Awaitable[None]]
 ) -> None:
     """Answer one POST to a message path (see the module's docstring); ``full`` is the full stack."""
     headers = dict(scope["headers"])
@@ -96,14 +95,14 @@ async def serve_message(
         content = json.dumps(error_body("InternalError", "internal error")).encode("utf-8")
     if noted:
         detail = noted[-1]
-    auditor: Auditor | None = getattr(state, "auditor", None)
+    auditor = state.auditor
     record = {
         "request_id": rid,
         "client_request_id": client_request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
         "token_id": None, "token_name": None, "scopes": [], "source": (client[0] if client else "")[:64],
         "action": "POST", "object": scope["path"][:300], "outcome": status, "detail": str(detail)[:200],
     }
-    if auditor is not None and status == 200:  # a change: its record is written before it is answered
+    if status == 200:  # a change: its record is written before it is answered
         await in_worker_thread(auditor.write, record)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-length", str(len(content)).encode("ascii")), (b"content-type", b"application/json"),
@@ -111,7 +110,7 @@ async def serve_message(
         (b"x-request-id", rid.encode("ascii")),
     ]})
     await send({"type": "http.response.body", "body": content})
-    if auditor is not None and status != 200:
+    if status != 200:
         auditor.record(**record)
 
 

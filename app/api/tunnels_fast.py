@@ -35,6 +35,7 @@ from app.web.body import loads, replay
 from app.web.deps import Principal, cached_token
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
+from app.web.runtime import Runtime
 from app.web.schemas import TunnelIn
 
 __all__ = ["is_tunnel_request", "serve_tunnel"]
@@ -84,7 +85,7 @@ def _tunnel_in(body: bytes) -> TunnelIn | None:
         return None
 
 
-async def serve_tunnel(state: Any, scope: Scope, receive: Receive, send: Send,
+async def serve_tunnel(state: Runtime, scope: Scope, receive: Receive, send: Send,
                        full: Callable[[Scope, Receive, Send], Awaitable[None]], *,
                        recorded: Recorder, audit: Auditor) -> None:
     """Answer one tunnel create or delete (see the module's docstring); ``full`` is the full stack."""

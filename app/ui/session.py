@@ -6,7 +6,7 @@
 - Every request finds the session and checks its token again
   (:func:`app.services.ui_sessions.resolve`): a revoked token is signed out at once. A session of
   the identity provider's user (:mod:`app.services.console_oidc`) has no token: it holds while
-  the provider's mapping is the one it was granted under (``app.state.oidc``).
+  the provider's mapping is the one it was granted under (the runtime's ``oidc``).
 - Every change needs the session's CSRF token, in the form (``csrf``) or in the
   ``X-CSRF-Token`` header htmx sends; then the token's scope (403 otherwise).
 - A form may be ``application/x-www-form-urlencoded`` (at most 64 KiB) or, to upload a file,
@@ -50,6 +50,7 @@ from app.domain.ports import UnitOfWork
 from app.domain.sessions import csrf_matches, csrf_token
 from app.services.ui_sessions import resolve
 from app.web.deps import Principal, ReadUnitDep, in_worker_thread
+from app.web.runtime import runtime
 
 __all__ = [
     "INVALID_UPLOAD",
@@ -136,7 +137,7 @@ def console(request: Request, uow: ReadUnitDep) -> Console:
     session_id = request.cookies.get(SESSION_COOKIE)
     if not session_id:
         raise SignInRequired()
-    oidc = getattr(request.app.state, "oidc", None)  # the identity provider's sign-in, if configured
+    oidc = runtime(request).oidc  # the identity provider's sign-in, if configured
     try:
         record, token = resolve(uow=uow, session_id=session_id, mapping_hash=oidc.fingerprint if oidc else None)
     except PermissionError as exc:  # Unauthenticated
@@ -410,7 +411,7 @@ def _same_origin(request: Request) -> bool:
     claimed = origin(sent)
     if claimed is None:
         return False
-    configured: list[str] = request.app.state.settings.console_origins
+    configured: list[str] = runtime(request).settings.console_origins
     return claimed == origin(str(request.url)) or claimed in {origin(o) for o in configured}
 
 

@@ -13,18 +13,17 @@ from typing import Annotated, ParamSpec, TypeVar
 import anyio
 from fastapi import Depends, Header, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db.audit import attach
-from app.adapters.db.repositories.access import TokenCache
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.domain.auth import TokenRecord, Unauthenticated, check_scopes, parse_token, secret_matches
 from app.domain.ports import ViciFactory
-from app.domain.ratelimit import FailureLimit, Overloaded
+from app.domain.ratelimit import Overloaded
 from app.services.auth import authenticate_source
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.web.provenance import audit_fields
+from app.web.runtime import runtime
 
 __all__ = [
     "MAX_DB_INT",
@@ -86,13 +85,10 @@ async def write_place(request: Request) -> AsyncIterator[None]:
     fewer writers than threads, those waiting can never hold every thread: the holder always
     finds one. A change that finds no place within ``write_wait_timeout`` is 503 ``Overloaded``.
     """
-    slots: asyncio.Semaphore | None = getattr(request.app.state, "write_slots", None)
-    if slots is None:
-        yield
-        return
-    settings: Settings = request.app.state.settings
+    parts = runtime(request)
+    slots = parts.write_slots
     try:
-        await asyncio.wait_for(slots.acquire(), settings.write_wait_timeout)
+        await asyncio.wait_for(slots.acquire(), parts.settings.write_wait_timeout)
     except TimeoutError:
         raise Overloaded("the service is at its limit of changes in flight: retry shortly") from None
     try:
@@ -109,8 +105,7 @@ async def write_slot(request: Request) -> AsyncIterator[None]:
 
 @contextlib.contextmanager
 def _unit(request: Request) -> Iterator[SqlUnitOfWork]:
-    factory: sessionmaker[Session] = request.app.state.session_factory
-    session = factory()
+    session = runtime(request).session_factory()
     if request.method not in _SAFE:
         request.state.audit = attach(session, lambda: audit_fields(request, _outcome(request)))
     try:
@@ -125,8 +120,7 @@ def _unit(request: Request) -> Iterator[SqlUnitOfWork]:
 
 @contextlib.contextmanager
 def _read_unit(request: Request) -> Iterator[SqlUnitOfWork]:
-    factory: sessionmaker[Session] = request.app.state.read_session_factory
-    session = factory()
+    session = runtime(request).read_session_factory()
     try:
         yield SqlUnitOfWork(session)
     finally:
@@ -176,18 +170,15 @@ async def in_unit(request: Request, work: Callable[[SqlUnitOfWork, SqlUnitOfWork
 
 
 async def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+    return runtime(request).settings
 
 
 async def get_cache(request: Request) -> TableCache:
-    cache: TableCache = request.app.state.table_cache
-    return cache
+    return runtime(request).table_cache
 
 
 async def get_vici(request: Request) -> ViciFactory:
-    factory: ViciFactory = request.app.state.vici_factory
-    return factory
+    return runtime(request).vici_factory
 
 
 async def get_prober(request: Request) -> ViciFactory:
@@ -196,8 +187,7 @@ async def get_prober(request: Request) -> ViciFactory:
     that long, never a write slot), for the API's routes and the console's forms alike."""
     from app.adapters.vici.probe import prober
 
-    settings: Settings = request.app.state.settings
-    return prober(settings.gateway_probe_timeout)
+    return prober(runtime(request).settings.gateway_probe_timeout)
 
 
 async def get_actor(request: Request) -> str:
@@ -255,10 +245,9 @@ def _authenticate(request: Request, authorization: str | None) -> TokenRecord:
     source's limit of failed checks (``auth_failure_rate``, ``auth_failure_burst``): past it,
     429 before the token is looked up. A request without one is 401 and counts for nothing.
     Blocking (it may read the database): run in a worker thread."""
-    failures: FailureLimit | None = (getattr(request.app.state, "auth_failures", None)
-                                     if authorization is not None else None)
-    factory: sessionmaker[Session] = request.app.state.read_session_factory
-    with SqlUnitOfWork(factory(), owned=True) as uow:
+    parts = runtime(request)
+    failures = parts.auth_failures if authorization is not None else None
+    with SqlUnitOfWork(parts.read_session_factory(), owned=True) as uow:
         return authenticate_source(uow=uow, presented=_presented(authorization),
                                    source=request.client.host if request.client else "", failures=failures)
 
@@ -284,20 +273,18 @@ def cached_token(request: Request, authorization: str | None) -> TokenRecord | N
     Raises:
         RateLimited: the source failed too often of late (as the full check would say).
     """
-    cache: TokenCache | None = getattr(request.app.state, "token_cache", None)
     presented = _presented(authorization)
-    if cache is None or presented is None:
+    if presented is None:
         return None
     try:
         token_id, secret = parse_token(presented)
     except Unauthenticated:
         return None
-    record = cache.fresh(token_id)
+    parts = runtime(request)
+    record = parts.token_cache.fresh(token_id)
     if record is None or not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
         return None
-    failures: FailureLimit | None = getattr(request.app.state, "auth_failures", None)
-    if failures is not None:
-        failures.check(request.client.host if request.client else "")
+    parts.auth_failures.check(request.client.host if request.client else "")
     return record
 
 
@@ -317,8 +304,7 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
 async def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
                  ) -> Principal:
     """Public reads: open unless ``reads_require_token``; a presented token is still checked."""
-    settings: Settings = request.app.state.settings
-    if authorization is None and not settings.reads_require_token:
+    if authorization is None and not runtime(request).settings.reads_require_token:
         return _ANONYMOUS
     await _token(request, authorization)
     principal: Principal = request.state.principal

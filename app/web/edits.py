@@ -13,25 +13,23 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import JSONResponse
 
-from app.domain.agent.ports import AgentSession, AgentStore
-from app.domain.ports import NO_METRICS, Metrics, UnitOfWork
+from app.domain.agent.ports import AgentSession
+from app.domain.ports import UnitOfWork
 from app.services.agent_target_edits import active_sessions
 from app.services.impact import preview
-from app.settings import Settings
+from app.web.runtime import runtime
 
 __all__ = ["Edit", "EditDep", "count_revision", "sessions_of"]
 
 
 def sessions_of(request: Request) -> list[AgentSession]:
     """The active agent sessions in this service's database (none without its agent store)."""
-    store: AgentStore | None = getattr(request.app.state, "agent_reads", None)
-    return active_sessions(store) if store is not None else []
+    return active_sessions(runtime(request).agent_reads)
 
 
 def count_revision(request: Request, kind: str) -> None:
     """Count one new revision of a ``rating_table`` or a ``policy`` (``qoss_revisions_total``)."""
-    metrics: Metrics = getattr(request.app.state, "metrics", NO_METRICS)
-    metrics.count("qoss_revisions_total", kind=kind)
+    runtime(request).metrics.count("qoss_revisions_total", kind=kind)
 
 
 @dataclass
@@ -47,8 +45,8 @@ class Edit:
         session (``sessions``), nothing kept. ``revised``: the kind of revision the edit made
         (``rating_table``, ``policy``), counted once kept."""
         if self.dry_run:
-            settings: Settings = self.request.app.state.settings
-            report = preview(uow, default_table=settings.default_table, sessions=sessions_of(self.request))
+            report = preview(uow, default_table=runtime(self.request).settings.default_table,
+                             sessions=sessions_of(self.request))
             return JSONResponse({"dry_run": True, "would_be": document, "impact": report.as_list(),
                                  "sessions": report.sessions_list()})
         if revised is not None:

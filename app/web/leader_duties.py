@@ -8,11 +8,10 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from typing import Any
 
 from app.services.rekey import Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
-from app.settings import Settings
+from app.web.runtime import Runtime
 
 __all__ = ["LeaderDuties"]
 
@@ -20,50 +19,48 @@ log = logging.getLogger("qoss.leader")
 
 
 class LeaderDuties:
-    """Starts the leader's work when elected and stops it when deposed (``app.state`` carries
+    """Starts the leader's work when elected and stops it when deposed (the runtime carries
     ``tunnel_monitor`` and ``rekeyer`` while it leads, None otherwise)."""
 
-    def __init__(self, state: Any, settings: Settings) -> None:
-        self._state, self._settings = state, settings
+    def __init__(self, parts: Runtime) -> None:
+        self._parts, self._settings = parts, parts.settings
         self._lock = threading.Lock()
         self._started = False  # the first election is at start; a later one is a takeover
-        state.tunnel_monitor = None
-        state.rekeyer = None
 
     def elected(self) -> None:
-        s, state = self._settings, self._state
+        s, parts = self._settings, self._parts
         with self._lock:
             first, self._started = not self._started, True
             if s.reconcile_on_start:
                 self._reconcile("at start" if first else "on taking the lead")
             if s.monitor_tunnels:
-                state.tunnel_monitor = TunnelMonitor(units=state.units, reads=state.read_units, vici=state.vici_factory,
-                                                     listen=state.sa_events.listener,
+                parts.tunnel_monitor = TunnelMonitor(units=parts.units, reads=parts.read_units, vici=parts.vici_factory,
+                                                     listen=parts.sa_events.listener,
                                                      resync=s.monitor_interval,
-                                                     metrics=state.metrics)
-                state.tunnel_monitor.start()
+                                                     metrics=parts.metrics)
+                parts.tunnel_monitor.start()
             if s.rekey:
-                state.rekeyer = Rekeyer(
-                    units=state.units, reads=state.read_units, vici=state.vici_factory, default_table=s.default_table,
+                parts.rekeyer = Rekeyer(
+                    units=parts.units, reads=parts.read_units, vici=parts.vici_factory, default_table=s.default_table,
                     cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
                     teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain, retry=s.rekey_retry,
-                    watch=s.rekey_watch, metrics=state.metrics)
-                state.rekeyer.start()
+                    watch=s.rekey_watch, metrics=parts.metrics)
+                parts.rekeyer.start()
 
     def deposed(self) -> None:
         with self._lock:
-            for name in ("tunnel_monitor", "rekeyer"):
-                worker = getattr(self._state, name)
-                setattr(self._state, name, None)
+            workers = (self._parts.tunnel_monitor, self._parts.rekeyer)
+            self._parts.tunnel_monitor = self._parts.rekeyer = None
+            for worker in workers:
                 if worker is not None:
                     worker.stop()
 
     def _reconcile(self, when: str) -> None:
         from app.services.reconcile import reconcile
 
-        state = self._state
-        with state.units() as uow:
-            report = reconcile(uow=uow, cache=state.table_cache, vici=state.vici_factory,
+        parts = self._parts
+        with parts.units() as uow:
+            report = reconcile(uow=uow, cache=parts.table_cache, vici=parts.vici_factory,
                                default_table=self._settings.default_table)
             changed = {"restored": len(report.restored), "failed": len(report.failed),
                        "orphans_removed": len(report.orphans_removed)}

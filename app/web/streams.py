@@ -17,8 +17,9 @@ from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.domain.errors import InvalidInput
-from app.services.events import FollowerGone, StreamFollower, StreamSlots, events_after, last_event_id, stream_scopes
+from app.services.events import FollowerGone, StreamFollower, events_after, last_event_id, stream_scopes
 from app.web.deps import MAX_DB_INT
+from app.web.runtime import runtime
 
 __all__ = ["KEEPALIVE", "POLL", "SSE", "follow"]
 
@@ -50,14 +51,6 @@ class _EventStream(StreamingResponse):
             self._give_back()
 
 
-def _slots(state: Any) -> StreamSlots:
-    """The process's :class:`StreamSlots` (made on first use, on the event loop)."""
-    slots: StreamSlots | None = getattr(state, "event_stream_slots", None)
-    if slots is None:
-        slots = state.event_stream_slots = StreamSlots()
-    return slots
-
-
 async def follow(request: Request, follower: StreamFollower, start: int | None) -> StreamingResponse:
     """The stream of the events ``follower`` may see after event ``start`` (None: from the newest
     on), shared by ``GET /v1/events`` and the console's ``GET /ui/events``.
@@ -71,12 +64,13 @@ async def follow(request: Request, follower: StreamFollower, start: int | None) 
         Overloaded: the service follows ``max_event_streams`` streams already (503).
         InvalidInput: ``start`` is no event id of this service.
     """
-    state = request.app.state
-    settings = state.settings
+    parts = runtime(request)
+    settings = parts.settings
     limits = {"total": settings.max_event_streams, "per_token": settings.max_event_streams_per_token}
-    slots = _slots(state)
+    slots = parts.event_streams
     slots.check(follower.token_id, **limits)
-    units = state.read_units
+    units = parts.read_units
+    app_state = request.app.state
 
     def read(last: int) -> list[dict[str, Any]]:
         with units() as uow:
@@ -95,7 +89,7 @@ async def follow(request: Request, follower: StreamFollower, start: int | None) 
         quiet_since = time.monotonic()
         ends = quiet_since + settings.event_stream_seconds
         yield f"retry: 2000\n: following events after {last}\n\n"
-        while time.monotonic() < ends and not state.draining and not await request.is_disconnected():
+        while time.monotonic() < ends and not app_state.draining and not await request.is_disconnected():
             try:
                 batch = await anyio.to_thread.run_sync(read, last)
             except FollowerGone as gone:  # revoked, expired, signed out: no more frames for it

@@ -54,7 +54,7 @@ async def client(settings: Settings, admin_token: str) -> AsyncIterator[httpx.As
         transport = httpx.ASGITransport(app=app)
         headers = {"Authorization": f"Bearer {admin_token}"}
         # Every API test also checks that no route waits on the database on the event loop.
-        with no_database_on_the_loop([app.state.engine, app.state.read_session_factory.kw["bind"]]) as blocked:
+        with no_database_on_the_loop([app.state.runtime.engine, app.state.runtime.read_engine]) as blocked:
             async with httpx.AsyncClient(transport=transport, base_url="http://qoss.test", headers=headers) as c:
                 yield c
         assert not blocked, blocked[0]

@@ -134,7 +134,7 @@ async def test_a_local_endorsement_gets_every_check_but_the_envelope(
     config, _ = agent_server_config(tmp_path)
     app = create_app(settings.model_copy(update={"agent_config": config}))
     async with app.router.lifespan_context(app):
-        target = app.state.agent_target
+        target = app.state.runtime.agent_target
         user = KeyPair.generate("ivan")
         register_keys(user)
         request = ClientRequest(kind=Kind.CONNECT, request_id=secrets.token_bytes(16), user_id="ivan",

@@ -50,7 +50,8 @@ async def test_one_job_at_a_time(client: httpx.AsyncClient) -> None:
         assert gate.wait(timeout=30)
         return []
 
-    app.state.benchmarks = BenchmarkJobs(runner=blocking, session_factory=app.state.session_factory, machine="t")
+    parts = app.state.runtime
+    parts.benchmarks = BenchmarkJobs(runner=blocking, session_factory=parts.session_factory, machine="t")
     first = await client.post("/v1/benchmarks", json={"only": ["sha256"]})
     assert first.status_code == 202
     second = await client.post("/v1/benchmarks", json={"only": ["sha256"]})

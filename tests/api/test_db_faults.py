@@ -91,11 +91,11 @@ async def test_connection_lost_part_way_through_a_write_is_503_and_writes_nothin
         headers={"Authorization": f"Bearer {admin_token}"},
     ) as c:
         before = snapshot(database_url)
-        event.listen(app.state.engine, "after_cursor_execute", cut)
+        event.listen(app.state.runtime.engine, "after_cursor_execute", cut)
         try:
             r = await c.request(method, path, json=body, headers={"X-Request-ID": "cut-1"})
         finally:
-            event.remove(app.state.engine, "after_cursor_execute", cut)
+            event.remove(app.state.runtime.engine, "after_cursor_execute", cut)
         assert killed, "the write never ran its first insert"
         tally("faults injected: PostgreSQL connection killed part-way through a write (503, nothing written)")
         assert r.status_code == 503, r.text

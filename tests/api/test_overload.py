@@ -111,7 +111,7 @@ def app_with(settings: Settings, admin_token: str) -> Served:
     async def make(**changes: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
         app = create_app(settings.model_copy(update=changes))
         async with app.router.lifespan_context(app):
-            engines = [app.state.engine, app.state.read_session_factory.kw["bind"]]
+            engines = [app.state.runtime.engine, app.state.runtime.read_engine]
             with no_database_on_the_loop(engines) as blocked:
                 async with asgi_client(app, admin_token) as c:
                     yield app, c
@@ -132,7 +132,7 @@ async def test_the_detector_catches_a_route_that_queries_on_the_loop(settings: S
     app.add_api_route("/test/on-the-loop", on_the_loop)
     app.add_api_route("/test/in-a-thread", in_a_thread)
     async with app.router.lifespan_context(app):
-        engines = [app.state.engine, app.state.read_session_factory.kw["bind"]]
+        engines = [app.state.runtime.engine, app.state.runtime.read_engine]
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://q.test") as c:
             with no_database_on_the_loop(engines) as seen:
                 assert (await c.get("/test/in-a-thread")).json() == {"one": 1}
@@ -161,7 +161,7 @@ async def test_writers_queued_on_the_database_lock_never_starve_the_one_that_hol
 async def test_a_change_that_finds_no_write_slot_in_time_is_503_overloaded(app_with: Served) -> None:
     async with app_with(max_writes_in_flight=2, write_wait_timeout=0.2) as (app, c):
         for _ in range(2):
-            await app.state.write_slots.acquire()
+            await app.state.runtime.write_slots.acquire()
         try:
             r = await c.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"performance": 8},
                               headers={"If-Match": '"1"'})
@@ -170,7 +170,7 @@ async def test_a_change_that_finds_no_write_slot_in_time_is_503_overloaded(app_w
             assert r.headers["retry-after"] == "1"
         finally:
             for _ in range(2):
-                app.state.write_slots.release()
+                app.state.runtime.write_slots.release()
         r = await c.patch("/v1/rating-tables/esaf-2006/ratings/md5", json={"performance": 8},
                           headers={"If-Match": '"1"'})
         assert r.status_code == 200, r.text
@@ -179,7 +179,7 @@ async def test_a_change_that_finds_no_write_slot_in_time_is_503_overloaded(app_w
 @contextmanager
 def holding_every_connection(app: FastAPI) -> Iterator[None]:
     """Check out every pooled connection of the app's engines (pools of one, no overflow)."""
-    engines = list({id(e): e for e in (app.state.engine, app.state.read_session_factory.kw["bind"])}.values())
+    engines = list({id(e): e for e in (app.state.runtime.engine, app.state.runtime.read_engine)}.values())
     held = [engine.connect() for engine in engines]
     try:
         yield
@@ -239,10 +239,10 @@ async def test_agent_messages_count_against_the_in_flight_limit_on_either_path(a
         alone = await anonymous.post("/v1/agent/requests", json=message)
         assert alone.status_code != 503, alone.text  # counted once, not once per path it takes
         # Handed over to the full stack (not a message): counted once too, even at a limit of one.
-        app.state.settings = app.state.settings.model_copy(update={"max_in_flight": 1})
+        app.state.runtime.settings = app.state.runtime.settings.model_copy(update={"max_in_flight": 1})
         handed_over = await anonymous.post("/v1/agent/requests", json={"message": 5})
         assert handed_over.status_code == 422, handed_over.text
-        app.state.settings = app.state.settings.model_copy(update={"max_in_flight": 2})
+        app.state.runtime.settings = app.state.runtime.settings.model_copy(update={"max_in_flight": 2})
         hold = holding_every_connection(app)
         await anyio.to_thread.run_sync(hold.__enter__)
         try:

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -48,7 +49,7 @@ class _Gate:
 def _application(gate: _Gate) -> FastAPI:
     app = FastAPI()
     app.include_router(health_router)  # the real /healthz and /livez
-    app.state.health = _Probe()
+    app.state.runtime = SimpleNamespace(health=_Probe(), leadership=None)  # what /healthz reads of the runtime
 
     @app.get("/now")
     async def now() -> dict[str, bool]:

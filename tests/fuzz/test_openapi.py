@@ -91,8 +91,8 @@ def _serve(tmp: Path, database_url: str, backend: str) -> Iterator[Server]:
         time.sleep(0.05)
     assert srv.started
     # Generated POST /v1/benchmarks requests must not start real minute-long sweeps.
-    app.state.benchmarks = BenchmarkJobs(runner=lambda keywords, budget, progress: [],
-                                         session_factory=app.state.session_factory, machine="fuzz")
+    app.state.runtime.benchmarks = BenchmarkJobs(runner=lambda keywords, budget, progress: [],
+                                         session_factory=app.state.runtime.session_factory, machine="fuzz")
     try:
         yield Server(f"http://127.0.0.1:{port}", token, backend)
     finally:

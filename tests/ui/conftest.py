@@ -68,7 +68,7 @@ async def browser(app: Any) -> AsyncIterator[Callable[[], httpx.AsyncClient]]:
         clients.append(client)
         return client
 
-    with no_database_on_the_loop([app.state.engine, app.state.read_session_factory.kw["bind"]]) as blocked:
+    with no_database_on_the_loop([app.state.runtime.engine, app.state.runtime.read_engine]) as blocked:
         yield new
         for c in clients:
             await c.aclose()

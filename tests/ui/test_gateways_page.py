@@ -102,7 +102,7 @@ async def test_registering_checks_the_charon_first_and_bad_input_keeps_nothing(
     assert _names(settings) == ["left", "right"]
     assert _rows(settings, "SELECT kind, subject FROM events WHERE kind LIKE 'gateway.%' ORDER BY id") == [
         ("gateway.registered", "left"), ("gateway.registered", "right")]
-    await asyncio.to_thread(app.state.auditor.flush)
+    await asyncio.to_thread(app.state.runtime.auditor.flush)
     audit = _rows(settings, "SELECT object, outcome, token_name FROM audit_events WHERE object = '/ui/gateways' "
                             "AND outcome = 303")
     assert audit == [("/ui/gateways", 303, "netadmin")]
@@ -162,7 +162,7 @@ async def test_removing_asks_first_and_says_why_a_gateway_in_use_stays(
         assert removed.status_code == 303
         assert "Gateway right is removed." in (await client.get(removed.headers["location"])).text
     assert _names(settings) == ["left"]
-    await asyncio.to_thread(app.state.auditor.flush)
+    await asyncio.to_thread(app.state.runtime.auditor.flush)
     audit = _rows(settings, "SELECT object, outcome, token_name, detail FROM audit_events "
                             "WHERE object LIKE '/ui/gateways/%/remove' AND outcome <> 403 ORDER BY id")
     assert audit == [("/ui/gateways/left/remove", 409, "netadmin", "Conflict"),

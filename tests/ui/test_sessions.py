@@ -215,8 +215,8 @@ async def test_sign_in_and_refusals_are_audited(browser: Browser, token: Callabl
     client = browser()
     await sign_in(client, token("auditor-check"))
     await client.post("/ui/logout", data={})  # refused: no CSRF token
-    await asyncio.to_thread(app.state.auditor.flush)  # never on the event loop
-    engine = make_engine(app.state.settings.database_url)
+    await asyncio.to_thread(app.state.runtime.auditor.flush)  # never on the event loop
+    engine = make_engine(app.state.runtime.settings.database_url)
     try:
         with sql_units_of_work(make_session_factory(engine))() as uow:
             records = uow.audit.list(limit=10)

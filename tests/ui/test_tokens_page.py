@@ -33,7 +33,7 @@ def _rows(settings: Settings, query: str, **params: Any) -> list[tuple[Any, ...]
 
 
 async def _audit(app: Any, settings: Settings, path: str) -> list[tuple[Any, ...]]:
-    await asyncio.to_thread(app.state.auditor.flush)  # never on the event loop
+    await asyncio.to_thread(app.state.runtime.auditor.flush)  # never on the event loop
     return await asyncio.to_thread(_rows, settings, "SELECT action, object, outcome, token_name, detail "
                                    "FROM audit_events WHERE object LIKE :path ORDER BY id", path=path)
 

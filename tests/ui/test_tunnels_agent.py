@@ -135,7 +135,7 @@ async def test_users_are_enrolled_from_a_key_file_and_revoked(agent_app: Any, to
         answer = await client.post("/ui/agent/users", data={"csrf": csrf, "objective1": "on", "objective3": "on"},
                                    files={"keyfile": ("alice.pub.json", _key_file(user), "application/json")})
         assert answer.status_code == 201 and "alice is enrolled for Objective-IDs 1, 3" in answer.text  # noqa: PT018
-        admin = make_token(agent_app.state.settings.database_url, "admin", ["admin"])
+        admin = make_token(agent_app.state.runtime.settings.database_url, "admin", ["admin"])
         users = (await client.get("/v1/agent/users", headers={"Authorization": f"Bearer {admin}"})).json()
         assert [(u["user_id"], u["objectives"]) for u in users] == [("alice", [1, 3])]
         again = await client.post("/ui/agent/users", data={"csrf": csrf, "objective3": "on"},

@@ -10,6 +10,7 @@ from app.adapters.db import audit_log
 from app.services import auth as svc
 from app.web.deps import MAX_DB_INT, ActorDep, ReadUnitDep, UnitDep, require
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import TokenIn, error_responses
 
 __all__ = ["router"]
@@ -64,7 +65,7 @@ def list_audit(
     """Audit records, newest first (pending records are written first), filtered by ``outcome`` and
     ``action``. As JSON lines (``format=jsonl`` or ``Accept: application/x-ndjson``): the whole chain,
     oldest first, each with its ``prev_hash`` and ``hash``; page on with ``since`` = the last id received."""
-    request.app.state.auditor.flush()
+    runtime(request).auditor.flush()
     if format == "jsonl" or (format is None and _NDJSON in request.headers.get("accept", "")):
         lines = audit_log.export_lines(session=uow.session, since=since, before=before, limit=limit)
         return Response("".join(line + "\n" for line in lines), media_type=_NDJSON)

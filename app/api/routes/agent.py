@@ -18,12 +18,13 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Res
 
 from app.domain.agent import AgentSessionState
 from app.domain.errors import InvalidInput, NotFound
-from app.domain.ports import NO_METRICS, Metrics, error_label
-from app.domain.ratelimit import RateLimited, RateLimiter
+from app.domain.ports import error_label
+from app.domain.ratelimit import RateLimited
 from app.services.agent_host import HostAgent
 from app.services.agent_target import Outcome, TargetAgent
 from app.web.deps import UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
+from app.web.runtime import Runtime, runtime
 from app.web.schemas import EnrollIn, MessageIn, MessageOut, error_responses
 
 __all__ = ["router"]
@@ -49,21 +50,21 @@ MESSAGE_PATHS = {
 }
 
 
-def _host(state: Any) -> HostAgent:
-    host: HostAgent | None = getattr(state, "agent_host", None)
+def _host(parts: Runtime) -> HostAgent:
+    host = parts.agent_host
     if host is None:
         raise NotFound("this server does not play the agent's Host role")
     return host
 
 
-def _target(state: Any) -> TargetAgent:
-    target: TargetAgent | None = getattr(state, "agent_target", None)
+def _target(parts: Runtime) -> TargetAgent:
+    target = parts.agent_target
     if target is None:
         raise NotFound("this server does not play the agent's Target role")
     return target
 
 
-async def handle_message(state: Any, path: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
+async def handle_message(state: Runtime, path: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
     """One sealed message to the route at ``path`` (:data:`MESSAGE_PATHS`): the outcome to answer.
 
     The per-address limit comes first; Host then limits each verified user (``note`` gets the
@@ -77,7 +78,7 @@ async def handle_message(state: Any, path: str, data: bytes, source: str, note: 
         handlers' other errors.
     """
     role = MESSAGE_PATHS[path]
-    metrics: Metrics = getattr(state, "metrics", NO_METRICS)
+    metrics = state.metrics
     try:
         outcome = await _handle(state, role, data, source, note)
     except Exception as exc:
@@ -88,13 +89,13 @@ async def handle_message(state: Any, path: str, data: bytes, source: str, note: 
     return outcome
 
 
-async def _handle(state: Any, role: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
+async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
     agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
     # In the worker thread with the message: on PostgreSQL a limit asks the database.
     limit_address = partial(state.agent_limiter.take, f"agent:{source}", who="this address")
     if isinstance(agent, HostAgent):
         host: HostAgent = agent
-        limiter: RateLimiter = state.agent_user_limiter
+        limiter = state.agent_user_limiter
 
         def admit(user_id: str) -> None:
             try:
@@ -126,7 +127,7 @@ async def _message(path: str, body: MessageIn, request: Request) -> Response:
         request.state.audit_detail = detail
 
     source = request.client.host if request.client else "unknown"
-    outcome = await handle_message(request.app.state, path, body.message.encode("utf-8"), source, note)
+    outcome = await handle_message(runtime(request), path, body.message.encode("utf-8"), source, note)
     request.state.audit_detail = outcome.audit
     return Response(answer_body(outcome), media_type="application/json")
 
@@ -162,7 +163,7 @@ _MAX_HANDOFF = 160_000
 async def client_handoff(request: Request) -> Response:
     """Host: an enrolled user's device profile, sealed and signed, kept for one download; the answer's
     ``message`` is the link's path (``/v1/agent/handoffs/<secret>``), for a phone to scan."""
-    host = _host(request.app.state)
+    host = _host(runtime(request))
     body = await request.body()
     if len(body) > _MAX_HANDOFF:
         raise HTTPException(413, f"a handoff is at most {_MAX_HANDOFF} bytes")
@@ -175,7 +176,7 @@ async def client_handoff(request: Request) -> Response:
     source = request.client.host if request.client else "unknown"
 
     def keep() -> Outcome:
-        request.app.state.agent_limiter.take(f"agent:{source}", who="this address")
+        runtime(request).agent_limiter.take(f"agent:{source}", who="this address")
         return host.handoff(message.encode("ascii"))
     outcome = await in_worker_thread(keep)
     request.state.audit_detail = outcome.audit
@@ -187,7 +188,7 @@ async def client_handoff(request: Request) -> Response:
 async def fetch_handoff(token: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{20,64}$")], request: Request) -> Response:
     """Host: a device's profile, once, from the link its user made (no token: the link is the secret).
     404 for a link unknown, used or expired."""
-    host = _host(request.app.state)
+    host = _host(runtime(request))
     found = await in_worker_thread(host.take_handoff, token)
     if found is None:
         raise NotFound("no such link (unknown, used or expired)")
@@ -202,7 +203,7 @@ async def fetch_handoff(token: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{20,6
 async def target_sessions(request: Request, state: AgentSessionState | None = None,
                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: the tunnels it set up for clients, newest first."""
-    target = _target(request.app.state)
+    target = _target(runtime(request))
     return await in_worker_thread(target.sessions, state=state, limit=limit)
 
 
@@ -211,7 +212,7 @@ async def target_sessions(request: Request, state: AgentSessionState | None = No
 async def target_revocations(request: Request,
                              limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     """Target: its own revocation list (users and signing keys it refuses whatever a Host says), newest first."""
-    target = _target(request.app.state)
+    target = _target(runtime(request))
     return await in_worker_thread(target.revocations, limit=limit)
 
 
@@ -219,7 +220,7 @@ async def target_revocations(request: Request,
              responses=error_responses(401, 403, 404, 409, 422))
 async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
     """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
-    host = _host(request.app.state)
+    host = _host(runtime(request))
     return await in_worker_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
                                    kem_public_key=body.kem_public_key, objectives=body.objectives)
 
@@ -228,11 +229,11 @@ async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
             responses=error_responses(401, 403, 404))
 async def list_users(request: Request) -> list[dict[str, Any]]:
     """Host: the enrolled users (public keys only)."""
-    return await in_worker_thread(_host(request.app.state).users)
+    return await in_worker_thread(_host(runtime(request)).users)
 
 
 @router.delete("/agent/users/{user_id}", dependencies=[Depends(require("agent:enroll"))],
                responses=error_responses(401, 403, 404))
 async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
     """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
-    return await in_worker_thread(_host(request.app.state).revoke, user_id)
+    return await in_worker_thread(_host(runtime(request)).revoke, user_id)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from app.measure.services.jobs import BenchmarkJobs
 from app.web.deps import require
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import BenchmarkIn, error_responses
 
 __all__ = ["router"]
@@ -19,7 +20,8 @@ _ERRORS = error_responses(401, 403, 404, 409, 422)
 
 
 def _jobs(request: Request) -> BenchmarkJobs:
-    jobs: BenchmarkJobs = request.app.state.benchmarks
+    jobs = runtime(request).benchmarks
+    assert isinstance(jobs, BenchmarkJobs)
     return jobs
 
 

@@ -12,12 +12,12 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.web.deps import NamePath, ProberDep, ReadUnitDep, SettingsDep, UnitDep, require
 from app.web.edits import EditDep
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import GatewayIn, error_responses
 
 __all__ = ["router"]
@@ -41,7 +41,7 @@ def probed_gateway(body: GatewayIn, settings: SettingsDep, vici: ProberDep) -> G
 def read_gateway_again(name: GatewayName, request: Request, settings: SettingsDep, vici: ProberDep) -> Gateway:
     """A registered gateway read from its charon again (as :func:`probed_gateway`: before the
     route's unit of work; the record is read in a read-only unit of work of its own, ended first)."""
-    units: UnitOfWorkFactory = request.app.state.read_units
+    units = runtime(request).read_units
     with units() as uow:
         gateway = svc.get_gateway(uow=uow, name=name)
     return svc.read_gateway_again(vici=vici, gateway=gateway,

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from app import __version__
 from app.web.errors import error_body
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -29,11 +30,12 @@ async def healthz(request: Request) -> dict[str, Any] | JSONResponse:
     if busy:
         return JSONResponse(error_body("Overloaded", f"not ready: {busy}"), status_code=503,
                             headers={"Retry-After": "1"})
-    if not await request.app.state.health.database_answers():
+    parts = runtime(request)
+    if not await parts.health.database_answers():
         return JSONResponse(error_body("DatabaseUnavailable", "the database does not answer"), status_code=503,
                             headers={"Retry-After": "1"})
-    leadership = getattr(request.app.state, "leadership", None)
-    return {"status": "ok", "version": __version__, "leader": bool(leadership and leadership.leading)}
+    return {"status": "ok", "version": __version__,
+            "leader": bool(parts.leadership is not None and parts.leadership.leading)}
 
 
 @router.get("/livez", include_in_schema=False)

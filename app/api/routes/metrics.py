@@ -17,12 +17,13 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy.orm import Session
 
 from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.adapters.metrics import CONTENT_TYPE, PrometheusMetrics, ScrapeReader, WriteGateCounts, exposition
+from app.adapters.metrics import CONTENT_TYPE, WriteGateCounts, exposition
 from app.domain.auth import check_scopes
 from app.services.auth import authenticate_source
 from app.web.deps import Bearer, Principal
 from app.web.errors import error_body
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import error_responses
 
 __all__ = ["SCOPE", "router"]
@@ -41,11 +42,11 @@ async def metrics(request: Request, _bearer: Bearer,
     """Every metric of this process (every process's, summed, in multi-process mode) and the
     tunnel records by state and gateway. 401 without a valid token, 403 without ``metrics:read``;
     503 ``DatabaseUnavailable`` when the token cannot be checked in time."""
-    reader: ScrapeReader = request.app.state.scrape_reader
-    counted: PrometheusMetrics = request.app.state.metrics
+    parts = runtime(request)
+    reader, counted = parts.scrape_reader, parts.metrics
     presented = authorization[7:].strip() if authorization and authorization[:7].lower() == "bearer " else None
     source = request.client.host if request.client else ""
-    failures = getattr(request.app.state, "auth_failures", None) if authorization is not None else None
+    failures = parts.auth_failures if authorization is not None else None
 
     def scrape(session: Session) -> bytes:
         record = authenticate_source(uow=SqlUnitOfWork(session), presented=presented, source=source,

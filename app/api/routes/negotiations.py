@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from app.services.negotiation import run_negotiation
 from app.web.deps import CacheDep, ReadUnitDep, SettingsDep, reader
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import NegotiationIn, NegotiationOut, error_responses
 
 __all__ = ["router"]
@@ -33,9 +34,9 @@ def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
     """
     principal = getattr(request.state, "principal", None)
     if principal is None or principal.token_id is None:  # anonymous: limited per address and in total
-        request.app.state.negotiation_limiter.take(
+        runtime(request).negotiation_limiter.take(
             f"negotiation:{request.client.host if request.client else ''}", who="this address")
-        request.app.state.negotiation_total_limiter.take("negotiation", who="anonymous clients")
+        runtime(request).negotiation_total_limiter.take("negotiation", who="anonymous clients")
     result = run_negotiation(uow=uow, cache=cache, request=body.to_domain(), default_table=settings.default_table,
-                             metrics=request.app.state.metrics)
+                             metrics=runtime(request).metrics)
     return JSONResponse(result.as_dict())

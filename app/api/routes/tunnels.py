@@ -24,6 +24,7 @@ from app.web.deps import (
     require,
 )
 from app.web.routing import QossRoute
+from app.web.runtime import runtime
 from app.web.schemas import TunnelIn, error_responses
 
 __all__ = ["router", "set_up", "take_down"]
@@ -40,7 +41,7 @@ async def set_up(request: Request, principal: Principal, body: TunnelIn, idempot
     """A tunnel request's work, for this route and its fast path (:mod:`app.api.tunnels_fast`): the
     token's rate, then negotiation, charon and the records in one worker thread (:func:`in_unit`)."""
     spec = body.to_domain()
-    state = request.app.state  # read here, not as dependencies: each costs FastAPI's solving per request
+    state = runtime(request)  # read here, not as dependencies: each costs FastAPI's solving per request
     state.tunnel_limiter.take(principal.token_id or "")
     settings: Settings = state.settings
     return await in_unit(request, lambda uow, reads: svc.request_tunnel(
@@ -54,7 +55,7 @@ async def set_up(request: Request, principal: Principal, body: TunnelIn, idempot
 
 async def take_down(request: Request, tunnel_id: str) -> None:
     """A tunnel's delete, for this route and its fast path: one worker thread (:func:`in_unit`)."""
-    vici = request.app.state.vici_factory
+    vici = runtime(request).vici_factory
     await in_unit(request, lambda uow, reads: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id, reads=reads))
 
 

@@ -19,6 +19,7 @@ from app.ui.pages.common import AgentWriter, console_router, failed, needs, prob
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep
 from app.web.deps import UserIdPath
+from app.web.runtime import runtime
 from app.web.schemas import EnrollIn
 
 __all__ = ["router"]
@@ -32,12 +33,12 @@ AGENT_EVENTS = ("audit", "agent.session.closed", "tunnel.created", "tunnel.delet
 
 
 def _host(request: Request) -> HostAgent | None:
-    host: HostAgent | None = getattr(request.app.state, "agent_host", None)
+    host = runtime(request).agent_host
     return host
 
 
 def _target(request: Request) -> TargetAgent | None:
-    target: TargetAgent | None = getattr(request.app.state, "agent_target", None)
+    target = runtime(request).agent_target
     return target
 
 

@@ -12,6 +12,7 @@ from app.ui.pages.common import console_router, needs
 from app.ui.render import page
 from app.ui.session import ConsoleDep
 from app.web.deps import ReadUnitDep
+from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -26,7 +27,7 @@ def audit(request: Request, who: ConsoleDep, uow: ReadUnitDep,
           before: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None) -> Response:
     """The audit log, newest first, filtered by outcome and action (``GET /v1/audit``)."""
     needs(who, "audit:read")
-    request.app.state.auditor.flush()
+    runtime(request).auditor.flush()
     uow.rollback()  # the session check began a read: a fresh one sees what was just written
     records = auth_svc.list_audit(uow=uow, limit=_AUDIT_PAGE, before_id=before, outcome=outcome,
                                   action=action or None)

@@ -21,6 +21,7 @@ from app.ui.render import page
 from app.ui.routing import ConsoleRoute
 from app.ui.session import Console, writer
 from app.web.deps import NamePath
+from app.web.runtime import runtime
 
 __all__ = [
     "AgentWriter",
@@ -110,7 +111,7 @@ def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str
     (:func:`app.services.impact.preview`: nothing of it kept), and what the service will do
     about each kind of tunnel once the edit is saved. The request's audit record says that
     nothing was saved."""
-    store: AgentStore | None = getattr(request.app.state, "agent_reads", None)
+    store: AgentStore | None = runtime(request).agent_reads
     sessions = active_sessions(store) if store is not None else []
     report = impact.preview(uow, default_table=settings.default_table, sessions=sessions)
     request.state.audit_detail = "preview: nothing saved"

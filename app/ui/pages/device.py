@@ -15,9 +15,9 @@ from starlette.responses import Response
 
 from app.domain.agent.platforms import LABELS, PLATFORMS
 from app.domain.errors import NotFound
-from app.services.agent_host import HostAgent
 from app.ui.pages.common import console_router
 from app.ui.render import page
+from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -36,7 +36,7 @@ _PROFILES = {
 @router.get("/device")
 def device(request: Request) -> Response:
     """The device enrolment page of this Host (404 where this server does not play Host)."""
-    host: HostAgent | None = getattr(request.app.state, "agent_host", None)
+    host = runtime(request).agent_host
     if host is None:
         raise NotFound("this server does not play the agent's Host role: there is no device enrolment here")
     published = host.published()

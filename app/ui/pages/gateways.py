@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
 from app.domain.errors import AlreadyExists, Conflict, GatewayUnreachable, InvalidInput, QossError
-from app.domain.ports import UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import UnitOfWork, ViciFactory
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.settings import Settings
@@ -28,6 +28,7 @@ from app.ui.render import page
 from app.ui.session import Console, ConsoleDep, FormDep, writer
 from app.web.deps import ProberDep, ReadUnitDep, SettingsDep, UnitDep, in_unit, in_worker_thread
 from app.web.errors import status_for
+from app.web.runtime import runtime
 from app.web.schemas import GatewayIn
 
 __all__ = ["GATEWAY_EVENTS", "router"]
@@ -49,7 +50,7 @@ def _context(who: Console, uow: UnitOfWork, **extra: Any) -> dict[str, Any]:
 
 def _read_page(request: Request, who: Console, status: int, **extra: Any) -> Response:
     """The page, read in a read-only unit of work of its own (blocking: run in a worker thread)."""
-    units: UnitOfWorkFactory = request.app.state.read_units
+    units = runtime(request).read_units
     with units() as uow:
         return page("gateways.html", _context(who, uow, **extra), status=status)
 
@@ -101,7 +102,7 @@ async def register(request: Request, who: GatewaysWriter, form: FormDep, setting
 
 
 def _stored(request: Request, name: str) -> Gateway:
-    units: UnitOfWorkFactory = request.app.state.read_units
+    units = runtime(request).read_units
     with units() as uow:
         return svc.get_gateway(uow=uow, name=name)
 

@@ -35,6 +35,7 @@ from app.ui.render import page
 from app.ui.session import set_session_cookie
 from app.web.deps import Principal, UnitDep
 from app.web.provenance import audit_fields
+from app.web.runtime import runtime
 
 __all__ = ["FLOW_COOKIE", "FLOW_COOKIE_TLS", "configured", "post_logout_url", "router"]
 
@@ -70,7 +71,7 @@ def configured(settings: Settings, *, provider: OidcProvider | None = None) -> O
 
 
 def _config(request: Request) -> OidcSignIn | None:
-    found: OidcSignIn | None = getattr(request.app.state, "oidc", None)
+    found = runtime(request).oidc
     return found
 
 

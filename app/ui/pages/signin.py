@@ -10,7 +10,6 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from app.domain.auth import Unauthenticated
 from app.services import ui_sessions
-from app.services.console_oidc import OidcSignIn
 from app.ui.pages.common import AnyWriter, console_router, failed
 from app.ui.pages.oidc import post_logout_url
 from app.ui.render import page
@@ -26,6 +25,7 @@ from app.ui.session import (
     set_session_cookie,
 )
 from app.web.deps import Principal, SettingsDep, UnitDep
+from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -55,7 +55,7 @@ def login(request: Request, form: LoginFormDep, uow: UnitDep, settings: Settings
         session_id, record, token = ui_sessions.sign_in(
             uow=uow, presented=form.get("token", "").strip(), ttl=timedelta(seconds=settings.ui_session_ttl),
             source=request.client.host if request.client else "",
-            failures=getattr(request.app.state, "auth_failures", None))
+            failures=runtime(request).auth_failures)
     except Unauthenticated:
         failed(request, "Unauthenticated", 401)
         nonce = new_login_nonce(key)
@@ -86,7 +86,7 @@ def logout(request: Request, who: AnyWriter, uow: UnitDep) -> Response:
     """End the session (CSRF-checked, so another site cannot sign an admin out)."""
     ui_sessions.sign_out(uow=uow, session_id=who.session_id)
     request.state.audit_detail = "console sign-out"
-    config: OidcSignIn | None = getattr(request.app.state, "oidc", None)
+    config = runtime(request).oidc
     end_session = (config.provider.end_session_url(post_logout_redirect_uri=post_logout_url(request, config))
                    if config is not None and who.token is None else None)
     response: Response
@@ -100,5 +100,5 @@ def logout(request: Request, who: AnyWriter, uow: UnitDep) -> Response:
 
 def _oidc_name(request: Request) -> str | None:
     """The identity provider's name for the sign-in button (None: no such sign-in)."""
-    config: OidcSignIn | None = getattr(request.app.state, "oidc", None)
+    config = runtime(request).oidc
     return config.name if config is not None else None

@@ -94,7 +94,7 @@ def test_fifty_concurrent_copies_exactly_one_accepted(agent_env: AgentEnv, alice
 
 def test_every_single_bit_flip_is_refused(agent_env: AgentEnv, alice: AgentClient) -> None:
     """All bits of a sealed request, straight into Host (fast); a sample of them over HTTP for the audit."""
-    host: HostAgent = agent_env.server.config.app.state.agent_host  # type: ignore[attr-defined]
+    host: HostAgent = agent_env.server.config.app.state.runtime.agent_host  # type: ignore[attr-defined]
     request, wire = connect_wire(alice)
     reasons: dict[str, int] = {}
     for bit in range(len(wire) * 8):

@@ -68,11 +68,11 @@ def audit_for(env: AgentEnv, n: int) -> list[dict[str, object]]:
 
 def test_per_user_rate_limit_answers_429_with_retry_after(agent_env: AgentEnv) -> None:
     app = agent_env.server.config.app
-    state = app.state  # type: ignore[attr-defined]
+    state = app.state.runtime  # type: ignore[attr-defined]
     agent_env.enroll("hasty", [3])
     agent_env.enroll("calm", [3])
     hasty, calm = agent_env.client("hasty"), agent_env.client("calm")
-    before = getattr(state, "agent_user_limiter", None)
+    before = state.agent_user_limiter
     state.agent_user_limiter = RateLimiter(rate=0.01, burst=2)  # 2 at once, then one per 100 s
     try:
         for _ in range(2):  # within the burst: Host passes them on, Target refuses the unknown ticket
@@ -92,7 +92,7 @@ def test_per_user_rate_limit_answers_429_with_retry_after(agent_env: AgentEnv) -
         assert "ticket unknown" in str(audit_for(agent_env, 1)[0]["detail"])
         assert agent_env.target_config_empty()
     finally:
-        state.agent_user_limiter = before if before is not None else RateLimiter(1000.0, 1000)
+        state.agent_user_limiter = before
     # The limited request's nonce was not spent: sent again later, it is checked like any other.
     r = post(agent_env, limited)
     assert r.status_code == 403, r.text
@@ -101,11 +101,11 @@ def test_per_user_rate_limit_answers_429_with_retry_after(agent_env: AgentEnv) -
 
 def test_forged_requests_do_not_spend_a_users_budget(agent_env: AgentEnv) -> None:
     """The per-user limit is charged only after the signature check: an impostor cannot exhaust it."""
-    state = agent_env.server.config.app.state  # type: ignore[attr-defined]
+    state = agent_env.server.config.app.state.runtime  # type: ignore[attr-defined]
     agent_env.enroll("victim", [3])
     victim = agent_env.client("victim")
     impostor_keys = agent_env.keygen("victim-impostor")
-    before = getattr(state, "agent_user_limiter", None) or RateLimiter(1000.0, 1000)
+    before = state.agent_user_limiter
     state.agent_user_limiter = RateLimiter(rate=0.01, burst=1)
     try:
         impostor = AgentClient(config=victim.config, keys=impostor_keys, crypto=CRYPTO, vici=victim.vici,
@@ -179,7 +179,7 @@ def test_an_orphaned_agent_conn_is_unloaded_by_the_second_reconcile_that_sees_it
 ) -> None:
     """A conn no session owns may be another process's, loaded while its session commits: the
     first reconcile that sees it leaves it, the next one unloads it (with secret and pool)."""
-    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    target: TargetAgent = agent_env.server.config.app.state.runtime.agent_target  # type: ignore[attr-defined]
     monkeypatch.setattr(target, "sweep", lambda: [])  # the server's sweeper stays out of this test
     v, name = agent_env.target_vici, "qoss-agent-0123456789abcdef"
     right = agent_env.lab.host("right")
@@ -206,7 +206,7 @@ def test_a_failed_commit_leaves_nothing_in_charon_and_reconcile_spares_the_load(
     (after the conn is in charon, and after a reconcile ran meanwhile): everything loaded is
     unloaded, and the lease and session were never recorded. The reconcile did not take the
     conn being set up for an orphan."""
-    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    target: TargetAgent = agent_env.server.config.app.state.runtime.agent_target  # type: ignore[attr-defined]
     agent_env.enroll("gina", [3])
     gina = agent_env.client("gina")
     seen: dict[str, Any] = {}
@@ -284,7 +284,7 @@ def test_a_load_charon_refuses_fails_the_connect_and_unloads_the_others(
     is leased. Real charon refuses the pool (an address it cannot parse): the client gets 502,
     the secret and conn already loaded are unloaded, the session ends as failed with charon's
     reason, and its lease is released."""
-    target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+    target: TargetAgent = agent_env.server.config.app.state.runtime.agent_target  # type: ignore[attr-defined]
     real = target._charon._vici
 
     def unparsable(commands: Sequence[CharonCommand]) -> list[CharonCommand]:
@@ -359,7 +359,7 @@ def test_reconcile_ends_a_session_whose_conn_vanished_with_a_charon_restart(
     frank.disconnect()  # the client's own side; Target answers that the ticket is gone
     fresh = frank.connect(target="hq", objective_id=3)
     try:
-        target: TargetAgent = agent_env.server.config.app.state.agent_target  # type: ignore[attr-defined]
+        target: TargetAgent = agent_env.server.config.app.state.runtime.agent_target  # type: ignore[attr-defined]
         assert target.reconcile().vanished == []
         assert fresh["conn"] in agent_env.target_vici.list_conns()
     finally:

@@ -67,7 +67,7 @@ async def test_deleted_tunnels_leave_the_monitor_and_the_event_hub_nothing(clien
     then removes the record: the monitor's checks of those events find no record, ask charon
     nothing and change nothing; afterwards nothing is pending and no set-up waits."""
     app = client.qoss_app  # type: ignore[attr-defined]
-    hub, monitor = app.state.sa_events, app.state.tunnel_monitor
+    hub, monitor = app.state.runtime.sa_events, app.state.runtime.tunnel_monitor
     sockets = sorted(host.vici_socket for host in lab.hosts)
     assert await asyncio.to_thread(until, lambda: monitor.watched == sockets)
     # Subscribed after the monitor: each event reaches it before it reaches us.
@@ -100,12 +100,12 @@ async def test_checking_every_tunnel_on_a_charon_asks_each_charon_once(client: h
     """What a listener's (re)connect does: every tunnel with an end on that charon is checked
     against one whole ``list-sas`` of each charon, none asked by name, and the record follows."""
     app = client.qoss_app  # type: ignore[attr-defined]
-    monitor = app.state.tunnel_monitor
+    monitor = app.state.runtime.tunnel_monitor
     r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
     assert r.status_code == 201, r.text
     tunnel = r.json()
     assert await asyncio.to_thread(until, lambda: monitor.pending == 0)  # the set-up's events are dealt with
-    with app.state.units() as uow:  # what a missed event leaves: recorded down while the SA is up
+    with app.state.runtime.units() as uow:  # what a missed event leaves: recorded down while the SA is up
         uow.tunnels.set_state(tunnel["id"], TunnelState.DOWN, "events missed")
         uow.commit()
     asked_before = len(calls.log)

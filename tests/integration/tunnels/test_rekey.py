@@ -118,5 +118,5 @@ async def test_a_still_compliant_tunnel_stays_where_cheaper_moves_are_off(client
                            headers={"If-Match": f'"{revision}"'})
     assert r.status_code == 200
     await asyncio.sleep(1.5)  # the rekeyer reads the event log every 0.5 s
-    assert await asyncio.to_thread(client.qoss_app.state.rekeyer.idle, 10)  # type: ignore[attr-defined]
+    assert await asyncio.to_thread(client.qoss_app.state.runtime.rekeyer.idle, 10)  # type: ignore[attr-defined]
     assert (await client.get(f"/v1/tunnels/{tunnel['id']}")).json()["proposals"] == tunnel["proposals"]

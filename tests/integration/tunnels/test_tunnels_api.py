@@ -103,7 +103,7 @@ async def test_each_end_is_verified_by_charons_report_or_else_by_list_sas(
     """With reports on, an end whose child-updown report came (normally all of them) is not
     asked with list-sas; with them off, both ends of every tunnel are."""
     settings.sa_reports = reports
-    hub = client.qoss_app.state.sa_events  # type: ignore[attr-defined]
+    hub = client.qoss_app.state.runtime.sa_events  # type: ignore[attr-defined]
     for _ in range(3):  # one after the other: they protect the same selectors
         r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right"})
         assert r.status_code == 201, r.text
