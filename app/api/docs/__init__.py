@@ -36,7 +36,8 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.web.static import WithHeaders
 
 __all__ = ["DOCS_PATH", "REDOC_LOGO", "REDOC_PATH", "STATIC_PATH", "inline_script_hashes", "install"]
 
@@ -73,24 +74,6 @@ def _page(html: HTMLResponse, csp: str) -> HTMLResponse:
     return html
 
 
-class _StaticHeaders:
-    """The vendored files with the same headers and a day of caching."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                extra = [(k.lower().encode("latin-1"), v.encode("latin-1"))
-                         for k, v in {"Content-Security-Policy": _STATIC_CSP, **_HEADERS}.items()]
-                message = {**message, "headers": [*message.get("headers", []), *extra,
-                                                  (b"cache-control", b"public, max-age=86400")]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
-
-
 def install(app: FastAPI) -> None:
     """Serve ``/docs``, ``/redoc`` and their files (``/docs/static``) on ``app``, whose own
     ``docs_url`` and ``redoc_url`` are None. Neither page is in the OpenAPI document."""
@@ -106,7 +89,8 @@ def install(app: FastAPI) -> None:
             "Content-Security-Policy": _STATIC_CSP, **_HEADERS, "Cache-Control": "public, max-age=86400"})
 
     app.add_route(f"{STATIC_PATH}/redoc.standalone.js", redoc_bundle, include_in_schema=False)  # before the mount
-    app.mount(STATIC_PATH, _StaticHeaders(StaticFiles(directory=str(folder))), name="api-docs-static")
+    app.mount(STATIC_PATH, WithHeaders(StaticFiles(directory=str(folder)), {"Content-Security-Policy": _STATIC_CSP,
+                                                                          **_HEADERS}), name="api-docs-static")
 
     swagger = get_swagger_ui_html(
         openapi_url=openapi_url, title=f"{title} · API (Swagger UI)",
