@@ -6,6 +6,7 @@ Everything is torn down on exit, also on failure: the server, the charons, the n
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import shutil
 import socket
@@ -15,10 +16,11 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 
@@ -54,6 +56,30 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def prepared_database(db_url: str, name: str = "bench", env: Mapping[str, str] | None = None) -> str:
+    """Migrate the database at ``db_url`` and load the shipped data it lacks (as ``qoss db
+    upgrade`` does), then make an admin token ``name`` in it as this machine's operator (as
+    ``qoss token create`` does on a database with none yet); the token. The settings are read
+    from this process's environment with ``env`` over it."""
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import engine_for, prepare_database
+    from app.lab.bench import unit_of_work
+    from app.services.auth import create_first_token
+    from app.settings import Settings
+
+    with mock.patch.dict(os.environ, env or {}):
+        settings = Settings(database_url=db_url)
+    prepare_database(settings)
+    engine = engine_for(settings)
+    try:
+        with unit_of_work(make_session_factory(engine)) as uow:
+            token, _ = create_first_token(uow=uow, name=name, scopes=["admin"], expires_in=None,
+                                          created_by=f"local:{getpass.getuser()}")
+    finally:
+        engine.dispose()
+    return token
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -71,13 +97,7 @@ def lab_and_service(env: dict[str, str] | None = None) -> Iterator[Service]:
         lab.up()
         port = _free_port()
         db_url = f"sqlite:///{state}/qoss.db"
-        subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, capture_output=True, check=True,
-                       env={**os.environ, "QOSS_DATABASE_URL": db_url}, timeout=120)
-        token = subprocess.run(
-            [sys.executable, "-m", "app.cli", "token", "create", "--name", "bench", "--scopes", "admin", "--plain"],
-            cwd=ROOT, env={**os.environ, "QOSS_DATABASE_URL": db_url}, capture_output=True, text=True, check=True,
-            timeout=120,
-        ).stdout.strip()
+        token = prepared_database(db_url)
         env = {
             **os.environ,
             "QOSS_DATABASE_URL": db_url,

@@ -70,8 +70,10 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     import logging
     from app.adapters.agent.transport import post_message
     from app.adapters.db.agent_store import SqlAgentStore
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
     from app.adapters.db.unit_of_work import sql_units_of_work
+    from app.bootstrap import engine_for
+    from app.settings import Settings
     from app.services.agent_config import load_server_config
     from app.services.agent_host import HostAgent
     from app.services.agent_target import TargetAgent
@@ -91,7 +93,8 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     d = Path(arms[0]["config"]).parent
     def role(name):
         c = load_server_config(d / f"{name}.yaml")
-        return c, load_keys(c.key_dir, c.id), make_session_factory(make_engine(f"sqlite:///{d}/{name}.db"))
+        return c, load_keys(c.key_dir, c.id), make_session_factory(
+            engine_for(Settings(database_url=f"sqlite:///{d}/{name}.db")))
     tc, tk, tf = role("target")
     target_store = SqlAgentStore(tf)
     target = TargetAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, units=sql_units_of_work(tf),

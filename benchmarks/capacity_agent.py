@@ -156,8 +156,10 @@ def _enroll(lab: AgentLab, users: list[str]) -> list[str]:
     """Key pair and client config for each user, all enrolled at Host in one transaction; the config paths."""
     from app.adapters.agent.crypto import KeyPair, load_public, write_keys
     from app.adapters.db.agent import UserRepository
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import engine_for
     from app.domain.agent import EnrolledUser
+    from app.settings import Settings
 
     client = lab.host("client")
     paths, enrolled = [], []
@@ -173,7 +175,7 @@ def _enroll(lab: AgentLab, users: list[str]) -> list[str]:
         enrolled.append(EnrolledUser(user_id=user, sign_public_key=keys.sign, kem_public_key=keys.kem,
                                      objectives=frozenset({3})))
         paths.append(str(path))
-    engine = make_engine(lab.database_url("host"))
+    engine = engine_for(Settings(database_url=lab.database_url("host")))
     try:
         with make_session_factory(engine)() as session, session.begin():
             repo = UserRepository(session)

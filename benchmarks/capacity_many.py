@@ -1,6 +1,7 @@
 """Many tunnels on one gateway pair: set-up times, memory, the idle cost of watching them, teardown.
 
     .venv/bin/python -m benchmarks.capacity_many [--tunnels 1000] [--concurrency 1] [--quiet 60] [--budget 3600]
+                                                 [--settle SECONDS]
 
 One lab (two charons with kernel-libipsec in network namespaces) and one real ``qoss serve``
 (uvicorn, SQLite, the service's defaults: the tunnel monitor on). Each tunnel protects its own
@@ -15,9 +16,13 @@ One lab (two charons with kernel-libipsec in network namespaces) and one real ``
    tunnels costs (the monitor's event listeners, its resync of the gateways; no rekey falls in
    it: the lifetimes are hours);
 4. every tunnel deleted, ``--concurrency`` at a time: the teardown's wall time;
-5. a last quiet interval, ``--quiet`` but at least :data:`LAST_QUIET` seconds: long enough for
-   the server to give back what it holds once no request has come for 15 s (its default
-   ``QOSS_MEMORY_RELEASE_AFTER``).
+5. a last quiet interval, ``--quiet`` but at least ``QOSS_MEMORY_RELEASE_AFTER`` (15 s by
+   default) plus 5 s: long enough for the server to give back what it holds once no request
+   has come for that long.
+
+Before each reading the server is left alone for a while, so that what it still does on its
+own (the monitor's checks of the tunnels just set up or torn down, the memory release) has
+run: :data:`SETTLE` seconds, each replaced by ``--settle`` when given (a smoke run: 0).
 
 RSS of the server is printed at each step: before, all up, after the listing of all N
 (``GET /v1/tunnels``, once after set-up and once before teardown: a few KiB of JSON per tunnel,
@@ -59,9 +64,14 @@ from benchmarks._harness import (
 )
 
 MAX_FAILURES_IN_A_ROW = 20
-#: Seconds of the last quiet interval at least: the server's memory release (after
-#: ``QOSS_MEMORY_RELEASE_AFTER`` seconds without a request, 15 by default) has run by then.
-LAST_QUIET = float(os.environ.get("QOSS_MEMORY_RELEASE_AFTER", "15")) + 5.0
+#: The server's memory release runs after this many seconds without a request (its
+#: ``QOSS_MEMORY_RELEASE_AFTER``, 15 by default).
+RELEASE_AFTER = float(os.environ.get("QOSS_MEMORY_RELEASE_AFTER", "15"))
+#: Seconds the server is left alone before a reading: after the warm-up and after the set-up
+#: (the monitor checks each new tunnel), after the teardown, and past the memory release
+#: before the last reading (the last quiet interval is ``--quiet`` but at least
+#: RELEASE_AFTER + this).
+SETTLE = {"warm-up": 2.0, "set-up": 5.0, "teardown": 2.0, "release": 5.0}
 #: The suite of the bare initiates: what qoss negotiates for these tunnels (set from the warm-up).
 SUITE: dict[str, str] = {}
 
@@ -123,7 +133,11 @@ def main() -> None:
     parser.add_argument("--quiet", type=float, default=60.0, help="seconds of each quiet interval (default 60)")
     parser.add_argument("--budget", type=float, default=3600.0,
                         help="seconds for bringing tunnels up (default 3600); teardown always runs")
+    parser.add_argument("--settle", type=float, default=None,
+                        help="seconds the server is left alone before each reading (default: 2 after the warm-up, "
+                             "5 after the set-up, 2 after the teardown, 5 past the memory release)")
     args = parser.parse_args()
+    settle = {step: seconds if args.settle is None else max(0.0, args.settle) for step, seconds in SETTLE.items()}
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still clean up
     n = max(1, min(args.tunnels, 20_000))
     c = max(1, min(args.concurrency, 64))
@@ -143,7 +157,7 @@ def main() -> None:
                 SUITE.update(r.json()["proposals"])
                 client.delete(f"/v1/tunnels/{r.json()['id']}").raise_for_status()
             bare0 = _bare_initiate(svc, sources[n])
-            time.sleep(2)  # the monitor's checks of the warm-up tunnels
+            time.sleep(settle["warm-up"])  # the monitor's checks of the warm-up tunnels
             cpu_idle0 = _quiet_cpu(svc, args.quiet)
             rss_before = svc.rss_kib()
             charons = {name: _charon_pid(pid) for name, pid in svc.lab.pids.items()}
@@ -199,7 +213,7 @@ def main() -> None:
             for t in listed:
                 states[t["state"]] = states.get(t["state"], 0) + 1
             print(f"{len(ids)} up in {up_seconds:.1f} s; listed {states}", flush=True)
-            time.sleep(5)  # the monitor's checks of the last tunnels
+            time.sleep(settle["set-up"])  # the monitor's checks of the last tunnels
             cpu_idle_n = _quiet_cpu(svc, args.quiet)
             print(f"quiet with {len(ids)} tunnels: server CPU {cpu_idle_n:.2f} s in {args.quiet:g} s", flush=True)
             bare_n = _bare_initiate(svc, sources[n])
@@ -219,10 +233,10 @@ def main() -> None:
             with ThreadPoolExecutor(c) as pool:
                 list(pool.map(delete, ids))
             teardown = time.perf_counter() - t0
-            time.sleep(2)
+            time.sleep(settle["teardown"])
             rss_after = svc.rss_kib()
             left_over = len(all_tunnels(client)[0])
-            last_quiet = max(args.quiet, LAST_QUIET)
+            last_quiet = max(args.quiet, RELEASE_AFTER + settle["release"])
             time.sleep(last_quiet)
             rss_quiet = svc.rss_kib()
         finally:

@@ -1,6 +1,6 @@
 """Tunnels per second through qoss against charon's own initiate rate, at 1, 8 and 32 at a time.
 
-    .venv/bin/python -m benchmarks.capacity_rate [--tunnels 128] [--concurrency 1,8,32] [--rounds 2]
+    .venv/bin/python -m benchmarks.capacity_rate [--tunnels 128] [--concurrency 1,8,32] [--rounds 2] [--settle 2]
 
 One lab (two charons with kernel-libipsec in network namespaces) and one real ``qoss serve``
 (uvicorn, SQLite, the service's defaults but the per-token tunnel rate). Every tunnel protects
@@ -21,8 +21,10 @@ ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio agains
 load + initiate, and how busy qoss's SQLite write queue was in the timed phase (from its
 ``/metrics``: the share of the time a write transaction was open, and per write how long it
 was open and how long it waited for its turn). A 503 from qoss is retried after its
-Retry-After (counted); any other failure is counted and printed. Bounded by the number of
-tunnels and by ``--budget`` seconds.
+Retry-After (counted); any other failure is counted and printed. After each arm the run waits
+``--settle`` seconds (default :data:`SETTLE`) for the tunnel monitor's checks of that arm's
+set-ups and teardowns, so that they fall in no timed phase. Bounded by the number of tunnels
+and by ``--budget`` seconds.
 """
 
 from __future__ import annotations
@@ -346,6 +348,8 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,8,32", help="comma-separated (default 1,8,32)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per concurrency, arms alternating (default 2)")
     parser.add_argument("--budget", type=float, default=900.0, help="seconds for the whole run (default 900)")
+    parser.add_argument("--settle", type=float, default=SETTLE,
+                        help=f"seconds waited after each arm for the monitor's checks (default {SETTLE:g})")
     parser.add_argument("--server-env", action="append", default=[], metavar="QOSS_X=VALUE",
                         help="a setting for the server (repeatable), e.g. QOSS_MAX_WRITES_IN_FLIGHT=1")
     args = parser.parse_args()
@@ -381,7 +385,7 @@ def main() -> None:
                         else:
                             _charon_round(left, right, svc.lab.pids, sources, proposals, c, budget,
                                           arms["charon"], f"{c}r{r_}")
-                        time.sleep(SETTLE)  # the monitor's checks after an arm's set-ups and teardowns
+                        time.sleep(max(0.0, args.settle))  # the monitor's checks after an arm's set-ups and teardowns
         finally:
             clients.close()
     _report(n, args.rounds, proposals, results, server_env)

@@ -27,9 +27,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.adapters.db.engine import make_engine, make_session_factory  # noqa: E402
+from app.adapters.db.engine import make_session_factory  # noqa: E402
 from app.adapters.db.unit_of_work import sql_units_of_work  # noqa: E402
-from app.bootstrap import prepare_database  # noqa: E402
+from app.bootstrap import engine_for, prepare_database  # noqa: E402
 from app.domain.algorithms import CATALOGUE  # noqa: E402
 from app.domain.ratings import Rating, relevant_dimensions  # noqa: E402
 from app.main import create_app  # noqa: E402
@@ -55,10 +55,10 @@ PAGES = {
 }
 
 
-def _full_table(url: str) -> tuple[int, str]:
+def _full_table(settings: Settings) -> tuple[int, str]:
     """A table rating every catalogue keyword (levels and performance from standards-2026 where it
     rates them, a made-up middle value otherwise), and an admin token; (rows, token)."""
-    engine = make_engine(url)
+    engine = engine_for(settings)
     try:
         with sql_units_of_work(make_session_factory(engine))() as uow:
             base = table_svc.get_table(uow=uow, name="standards-2026")
@@ -102,7 +102,7 @@ async def run(rounds: int) -> dict[str, list[float]]:
         settings = Settings(database_url=url, measurements_dir=ROOT / "docs" / "measurements",
                             monitor_tunnels=False, reconcile_on_start=False)
         prepare_database(settings)
-        size, token = _full_table(url)
+        size, token = _full_table(settings)
         print(f"{TABLE}: {size} rows (the whole catalogue); {rounds} rounds of {len(PAGES)} pages")
         app = create_app(settings)
         times: dict[str, list[float]] = {page: [] for page in PAGES}

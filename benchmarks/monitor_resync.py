@@ -1,9 +1,10 @@
 """What checking every tunnel on a gateway costs when the monitor (re)connects to its charon.
 
-    .venv/bin/python -m benchmarks.monitor_resync [--tunnels 500] [--concurrency 4] [--rounds 3]
+    .venv/bin/python -m benchmarks.monitor_resync [--tunnels 500] [--concurrency 4] [--rounds 3] [--settle 2]
 
 One lab (two charons with kernel-libipsec in network namespaces) and one real ``qoss serve``
-(SQLite). N tunnels are brought up through ``POST /v1/tunnels``; then, in this process, a
+(SQLite). N tunnels are brought up through ``POST /v1/tunnels`` (then ``--settle`` seconds
+are left for the service's own monitor to check the last of them); then, in this process, a
 tunnel monitor on the same database and charons checks all of them, rounds alternating
 between two ways:
 
@@ -30,11 +31,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.engine import make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.vici.gateway import ViciGateway
+from app.bootstrap import engine_for
 from app.domain.tunnels import TunnelState
 from app.services.tunnel_monitor import TunnelMonitor
+from app.settings import Settings
 from benchmarks._harness import ThreadClients, all_tunnels, lab_and_service, left_sources
 
 
@@ -71,6 +74,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="set-up and teardown requests at once (default 4)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each way, alternating (default 3)")
     parser.add_argument("--budget", type=float, default=900.0, help="seconds for the set-up (default 900)")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds left for the service's monitor to check the last set-ups (default 2)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # killed: still clean up
     n, c = max(1, min(args.tunnels, 5000)), max(1, min(args.concurrency, 32))
@@ -79,7 +84,7 @@ def main() -> None:
         sources = left_sources(svc, n)
         clients = ThreadClients(svc, timeout=120)
         deadline = time.monotonic() + args.budget
-        engine = make_engine(svc.db_url)
+        engine = engine_for(Settings(database_url=svc.db_url))
         try:
             def create(source: str) -> None:
                 if time.monotonic() < deadline:
@@ -92,7 +97,7 @@ def main() -> None:
             listed, _ = all_tunnels(clients.get())
             up = [t["id"] for t in listed if t["state"] == TunnelState.UP.value]
             print(f"{len(up)} of {n} tunnels up", flush=True)
-            time.sleep(2)  # the service's own monitor checks the last set-ups
+            time.sleep(max(0.0, args.settle))  # the service's own monitor checks the last set-ups
             units = sql_units_of_work(make_session_factory(engine))
             monitor = TunnelMonitor(units=units, vici=_Counted, listen=_no_listener)  # never started
             left_socket = svc.lab.host("left").vici_socket

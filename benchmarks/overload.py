@@ -12,8 +12,9 @@ connection each time, as a load balancer's check (answered from the waiting room
 `QOSS_WAITING_ROOM=false` it waits its turn behind the burst's in the listen backlog). Printed
 per burst: answers by status, requests without an answer, the slowest /healthz during and right
 after (and on new connections during), and the server's RSS at start, at its peak, 2 s after
-and after --quiet seconds without requests. The bursts are sent to one fresh server per --arm,
-one after another (default: the memory release off, then the defaults), and a table compares
+and after --quiet seconds without requests (a fresh server is left alone for --settle seconds,
+2 by default, before its RSS at start is read). The bursts are sent to one fresh server per
+--arm, one after another (default: the memory release off, then the defaults), and a table compares
 them. The service's defaults are used otherwise (256 connections and 64 requests in flight at
 once, a 0.5 s pool timeout, memory given back after 15 quiet seconds).
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from benchmarks._harness import prepared_database
 
 ROOT = Path(__file__).resolve().parent.parent
 OFF = {"QOSS_MEMORY_RELEASE": "off"}  # the environment that turns the memory release off
@@ -141,16 +145,14 @@ class Row:
 
 
 def _serve_arm(name: str, extra: dict[str, str], bursts: list[int], quiet: float,
-               postgres: str | None) -> list[Row]:
+               postgres: str | None, settle: float = 2.0) -> list[Row]:
     """A fresh `qoss serve` (its own database) with ``extra`` in its environment, ``bursts`` at it."""
     work = Path(tempfile.mkdtemp(prefix="qoss-overload-"))
     url = postgres or f"sqlite:///{work / 'q.db'}"
     env = {**os.environ, "QOSS_DATABASE_URL": url, "QOSS_RECONCILE_ON_START": "false",
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning", **extra}
     qoss = [sys.executable, "-m", "app.cli"]  # this checkout's code, whatever the venv's install points at
-    subprocess.run([*qoss, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=ROOT)
-    token = subprocess.run([*qoss, "token", "create", "--name", f"overload-{name}", "--scopes", "admin", "--plain"],
-                           env=env, check=True, capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    token = prepared_database(url, f"overload-{name}", extra)
     port = _port()
     with (work / "serve.log").open("wb") as log:
         proc = subprocess.Popen([*qoss, "serve", "--port", str(port)], env=env, stdout=log, stderr=log, cwd=ROOT)
@@ -163,7 +165,7 @@ def _serve_arm(name: str, extra: dict[str, str], bursts: list[int], quiet: float
                     break
             except httpx.TransportError:
                 time.sleep(0.1)
-        time.sleep(2)  # start-up's own work settles
+        time.sleep(settle)  # start-up's own work settles
         start = _rss_mb(proc.pid)
         settings = " ".join(f"{k}={v}" for k, v in extra.items()) or "defaults"
         print(f"[{name}] qoss serve on {'PostgreSQL' if postgres else 'SQLite'} ({settings}), "
@@ -188,12 +190,16 @@ def _serve_arm(name: str, extra: dict[str, str], bursts: list[int], quiet: float
             for kind in sorted({k for k, _ in row.by_kind}):
                 print(f"  {kind}: " + ", ".join(f"{status} x {count}" for (k, status), count
                                                  in sorted(row.by_kind.items(), key=str) if k == kind))
+    except BaseException:
+        print(f"[{name}] the server's database and log are kept in {work}", file=sys.stderr, flush=True)
+        raise
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+    shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
@@ -236,6 +242,8 @@ def main() -> None:
     parser.add_argument("--bursts", default="300,3000", help="comma-separated burst sizes")
     parser.add_argument("--quiet", type=float, default=30.0,
                         help="seconds without requests after each burst before RSS is read again (default 30)")
+    parser.add_argument("--settle", type=float, default=2.0,
+                        help="seconds each fresh server is left alone before its RSS at start is read (default 2)")
     parser.add_argument("--arm", action="append", default=[],
                         help="a server to run the bursts at, one after another: 'NAME:VAR=VALUE VAR=VALUE' sets "
                              "its environment; 'off' alone is the memory release off, 'on' alone the defaults "
@@ -243,7 +251,8 @@ def main() -> None:
     args = parser.parse_args()
     bursts = [int(x) for x in args.bursts.split(",")]
     arms = dict(_arm(a) for a in (args.arm or ["off", "on"]))
-    results = {name: _serve_arm(name, env, bursts, args.quiet, args.postgres) for name, env in arms.items()}
+    results = {name: _serve_arm(name, env, bursts, args.quiet, args.postgres, max(0.0, args.settle))
+               for name, env in arms.items()}
     _table(results, args.quiet)
 
 

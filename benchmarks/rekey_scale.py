@@ -1,7 +1,7 @@
 """An edit that leaves every running tunnel below its minimum: how long until all are
 compliant again, moved make-before-break, against tearing them all down and bringing them up.
 
-    .venv/bin/python benchmarks/rekey_scale.py [--tunnels 1000] [--sample 3] [--budget 1200]
+    .venv/bin/python benchmarks/rekey_scale.py [--tunnels 1000] [--sample 3] [--budget 1200] [--settle 1]
 
 A real ``qoss serve`` and two charons (kernel-libipsec) in network namespaces. Each tunnel
 protects its own /32 on the left (10.10.x.y) to the right's inside address and asks for
@@ -10,9 +10,10 @@ A dry run of the edit first (it must name every tunnel noncompliant); then, with
 0.05`` running through a sample of the tunnels, PATCH aes128gcm16's confidentiality to 5 and
 wait until every tunnel reports its new suite. The same tunnels are then, for comparison,
 deleted and created again one by one (what an operator would do without qoss), with the same
-pings running. The right host drops ICMP that arrives in clear text, so a ping counts only
-if a tunnel carried it. Prints both times, the ratio, the packets the sample lost in each, and the
-service's CPU seconds and RSS. Bounded by count and by the time budget (seconds).
+pings running (alone for ``--settle`` seconds before and after each way). The right host
+drops ICMP that arrives in clear text, so a ping counts only if a tunnel carried it. Prints
+both times, the ratio, the packets the sample lost in each, and the service's CPU seconds and
+RSS. Bounded by count and by the time budget (seconds).
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ def main() -> None:
     parser.add_argument("--tunnels", type=int, default=1000)
     parser.add_argument("--sample", type=int, default=3, help="tunnels with a ping running through them")
     parser.add_argument("--budget", type=float, default=1200.0)
+    parser.add_argument("--settle", type=float, default=1.0,
+                        help="seconds the pings run alone before and after each way (default 1)")
     args = parser.parse_args()
+    settle = max(0.0, args.settle)
     deadline = time.monotonic() + args.budget
     with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=120, headers=svc.headers) as client:
         left, right = svc.lab.host("left"), svc.lab.host("right")
@@ -101,7 +105,7 @@ def main() -> None:
         seconds = 30 + len(ids) * 0.05
         rss0, cpu0 = svc.rss_kib(), _cpu_seconds(svc.pid)
         pings = _pings(left.netns, sources, right.inside_address, seconds)
-        time.sleep(1)
+        time.sleep(settle)
         t0 = time.perf_counter()
         client.patch(path, json=edit, headers={"If-Match": _revision(client)}).raise_for_status()
         pending = set(ids)
@@ -111,7 +115,7 @@ def main() -> None:
                        and t["proposals"]["esp"].startswith("aes128gcm")}
             time.sleep(0.2)
         moved_in = time.perf_counter() - t0
-        time.sleep(1)
+        time.sleep(settle)
         lost_move = _lost(pings)
         cpu_move, rss_move = _cpu_seconds(svc.pid) - cpu0, svc.rss_kib()
         listed = all_tunnels(client)[0]
@@ -124,7 +128,7 @@ def main() -> None:
 
         cpu0 = _cpu_seconds(svc.pid)
         pings = _pings(left.netns, sources, right.inside_address, seconds * 3)
-        time.sleep(1)
+        time.sleep(settle)
         t0 = time.perf_counter()
         for i, tunnel_id in enumerate(ids):
             if time.monotonic() > deadline:
@@ -133,7 +137,7 @@ def main() -> None:
             client.delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()
             create(i)
         recreated_in = time.perf_counter() - t0
-        time.sleep(1)
+        time.sleep(settle)
         lost_recreate = _lost(pings)
         print(f"delete + create: {len(ids)} tunnels in {recreated_in:.1f} s; service CPU "
               f"{_cpu_seconds(svc.pid) - cpu0:.1f} s; sample pings: {lost_recreate}")

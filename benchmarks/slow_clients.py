@@ -24,6 +24,7 @@ import contextlib
 import math
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -159,7 +160,8 @@ def _serve(root: Path, work: Path) -> tuple[str, subprocess.Popen[bytes]]:
     env = {**os.environ, "QOSS_DATABASE_URL": f"sqlite:///{work / 'q.db'}", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_LOG_LEVEL": "warning", "QOSS_STATE_DIR": str(work / "var")}
     qoss = [sys.executable, "-m", "app.cli"]  # that checkout's code
-    subprocess.run([*qoss, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=root, timeout=120)
+    if root.resolve() != ROOT:  # this checkout's `qoss serve` migrates its database itself as it starts
+        subprocess.run([*qoss, "db", "upgrade"], env=env, check=True, capture_output=True, cwd=root, timeout=120)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
@@ -184,20 +186,25 @@ def run(counts: list[int], *, seconds: float, every: float, clients: int, root: 
           f"line every {every:g} s; {clients} legitimate client(s), {seconds:g} s per count", flush=True)
     phases = []
     try:
-        for n in counts:
+        for k, n in enumerate(counts):
             phase = asyncio.run(_phase(base, n, seconds=seconds, every=every, clients=clients))
             phases.append(phase)
             print(f"{n:>6} slow sockets: {phase.answered} answered 200, {phase.unanswered} not "
                   f"({dict(sorted(phase.other.items()))}); p50 {percentile(phase.latencies, 0.5) * 1000:.1f} ms, "
                   f"p99 {percentile(phase.latencies, 0.99) * 1000:.1f} ms; slow connections opened "
                   f"{phase.opened}, closed by the server {phase.closed_by_server}", flush=True)
-            time.sleep(1)
+            if k < len(counts) - 1:
+                time.sleep(1)  # the server settles before the next count
+    except BaseException:
+        print(f"the server's database and log are kept in {work}", file=sys.stderr, flush=True)
+        raise
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             proc.kill()
+    shutil.rmtree(work, ignore_errors=True)
     _table(phases)
     return phases
 

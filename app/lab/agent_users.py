@@ -51,8 +51,10 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
         AgentLabError: no lab is up, or the name is not a user name.
     """
     from app.adapters.db.agent import UserRepository
-    from app.adapters.db.engine import make_engine, make_session_factory
+    from app.adapters.db.engine import make_session_factory
+    from app.bootstrap import engine_for
     from app.domain.agent import EnrolledUser
+    from app.settings import Settings
 
     if not lab.state_file.exists():
         raise AgentLabError(f"no agent lab is up in {lab.state_dir} (qoss lab up --agent)")
@@ -69,7 +71,7 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
             targets={TARGET_ID: lab.public_key_file(TARGET_ID)}, vici_socket=client.vici_socket,
             state_dir=lab.state_dir / f"client-{user}", ike_address=client.gateway_ike_address), client=True)
     _, keys = load_public(lab.public_key_file(user))
-    engine = make_engine(lab.database_url(lab.host_server))
+    engine = engine_for(Settings(database_url=lab.database_url(lab.host_server)))
     try:
         with make_session_factory(engine)() as session, session.begin():
             UserRepository(session).enroll(EnrolledUser(user_id=user, sign_public_key=keys.sign,

@@ -19,8 +19,8 @@ ROW = re.compile(r"^\s+(\d+) \|\s+([\d.]+) \|\s+([\d.]+) \|\s+([\d.]+) \|.*\|\s+
 
 def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans_up() -> None:
     done = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity_rate", "--tunnels", "4", "--concurrency",
-                             "1,2", "--rounds", "1", "--budget", "60"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "1,2", "--rounds", "1", "--budget", "60", "--settle", "0"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = done.communicate(timeout=120)
     assert done.returncode == 0, err[-3000:]
     rows = {int(m[0]): m for m in ROW.findall(out)}

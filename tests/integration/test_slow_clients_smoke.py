@@ -14,7 +14,7 @@ ROW = re.compile(r"^\| ([\d,]+) \| (\d+) \| (\d+) \| [\d.]+ ms \| [\d.]+ ms \| (
 
 
 def test_slow_clients_at_twenty_sockets_prints_a_row_per_count_with_requests_answered() -> None:
-    done = subprocess.run([sys.executable, "-m", "benchmarks.slow_clients", "--sockets", "0,20", "--seconds", "3",
+    done = subprocess.run([sys.executable, "-m", "benchmarks.slow_clients", "--sockets", "0,20", "--seconds", "1",
                            "--clients", "2"], cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {m[0]: m for m in ROW.findall(done.stdout)}
