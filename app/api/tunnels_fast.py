@@ -3,8 +3,9 @@
 A tunnel's set-up is one request whose own work (negotiation, charon, one transaction) is a
 few milliseconds; FastAPI's dependency solving, routing and middleware stack cost as much
 again on the event loop. A ``POST /v1/tunnels`` or ``DELETE /v1/tunnels/{id}`` whose token
-this process has checked within ``token_cache_ttl`` and holds ``tunnels:write`` (or ``admin``),
-and (a POST) whose body is a valid tunnel request within the size limit, is answered here by
+this process has checked (within ``token_cache_ttl``, or read again: :func:`app.web.deps.fast_token`)
+and holds ``tunnels:write`` (or ``admin``), and (a POST) whose body is a valid tunnel request
+within the size limit, is answered here by
 the route's own work (:func:`app.api.routes.tunnels.set_up`, ``take_down``), with the same
 statuses, error documents, ``x-request-id``, ``Idempotent-Replayed`` and audit record as the
 full stack gives. Anything else (no or an unchecked token, a body the model refuses, an
@@ -32,7 +33,7 @@ from app.api.routes.tunnels import set_up, take_down
 from app.domain.errors import QossError
 from app.settings import Settings
 from app.web.body import loads, replay
-from app.web.deps import Principal, cached_token
+from app.web.deps import Principal, fast_token
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
 from app.web.runtime import Runtime
@@ -92,7 +93,7 @@ async def serve_tunnel(state: Runtime, scope: Scope, receive: Receive, send: Sen
     request = Request(scope, receive)
     headers = request.headers
     try:
-        token = cached_token(request, headers.get("authorization"))
+        token = await fast_token(request, headers.get("authorization"))
     except QossError:  # the source is barred for its failures: the full stack says so
         token = None
     key = headers.get("idempotency-key")

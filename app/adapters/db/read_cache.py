@@ -37,6 +37,11 @@ class ReadCache(Generic[_K, _V]):
         found = self._values.get(key)  # one dict read: atomic, no lock needed to look
         return found[0] if found is not None and self._clock() - found[1] < self.ttl else None
 
+    def last(self, key: _K) -> _V | None:
+        """The value however long ago it was read (None: never read, or forgotten since)."""
+        found = self._values.get(key)
+        return found[0] if found is not None else None
+
     def keep(self, key: _K, value: _V) -> None:
         """Remember ``value``, just read from the database (nothing with ``ttl`` 0)."""
         if self.ttl <= 0:
