@@ -17,12 +17,11 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from typing import Any
 
 from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import UpReports, ViciFactory, ViciPort
+from app.domain.ports import CharonCommand, CharonPipeline, LoadConn, LoadShared, UpReports, ViciFactory, ViciPort
 from app.domain.tunnels import (
     ExpectedSa,
     Gateway,
@@ -45,8 +44,8 @@ _INITIATE_TIMEOUT_MS = 15_000
 #: CHILD_SAs coming up (both ends together) before it asks an unreported end's ``list-sas``
 #: instead (a report is sent as the SA is installed, so it is normally there within milliseconds).
 REPORT_WAIT = 1.0
-#: Runs a tunnel's independent VICI calls (the two loads of one side, the two list-sas)
-#: concurrently: each is a separate UNIX-socket connection to a charon.
+#: Runs the two ends' ``list-sas`` concurrently, when charon's reports did not answer for them:
+#: each is a separate UNIX-socket connection to a charon.
 _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="qoss-vici")
 
 
@@ -128,8 +127,9 @@ def bring_up(
     loaded: list[tuple[str, ViciPort]] = []
     try:
         # Both ends' secrets and conns are independent of each other and nothing starts
-        # before ``initiate`` (start_action none), so all four loads go at once.
-        steps: list[tuple[str, ViciPort, Callable[[], None]]] = []
+        # before ``initiate`` (start_action none): each end's two loads go out at once on a
+        # connection of its own, then both ends' replies are read.
+        loads: list[tuple[ViciPort, list[CharonCommand]]] = []
         ends = [(v_init, left, right)] if v_resp is None else [(v_resp, right, left), (v_init, left, right)]
         for v, local, remote in ends:
             conn = conn_payload(
@@ -137,10 +137,8 @@ def bring_up(
                 esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
                 ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
             )
-            owners = [local.identity, remote.identity]
-            steps += [("shared", v, partial(v.load_shared, name, psk, owners=owners)),
-                      ("conn", v, partial(v.load_conn, name, conn))]
-        _together(loaded, steps)
+            loads.append((v, [LoadShared(name, psk, (local.identity, remote.identity)), LoadConn(name, conn)]))
+        _load_together(loaded, loads)
         sides = [(v_init, initiator.name)]
         if v_resp is not None:
             sides.append((v_resp, str(getattr(far, "name", "responder"))))
@@ -197,18 +195,33 @@ def _verify(side: str, sas: Sequence[Any], name: str, expected: ExpectedSa, *,
         raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
 
 
-def _together(loaded: list[tuple[str, ViciPort]],
-              steps: Sequence[tuple[str, ViciPort, Callable[[], None]]]) -> None:
-    """Run independent VICI loads concurrently; record each that succeeded; re-raise the first failure."""
-    futures = [(what, v, _POOL.submit(fn)) for what, v, fn in steps]
-    first: BaseException | None = None
-    for what, v, future in futures:
-        try:
-            future.result()
-        except BaseException as exc:
-            first = first or exc
-        else:
-            loaded.append((what, v))
+def _load_together(loaded: list[tuple[str, ViciPort]], loads: Sequence[tuple[ViciPort, Sequence[CharonCommand]]],
+                   ) -> None:
+    """Write each charon's loads at once on a pipeline of its own, then read every reply: the
+    charons work side by side and no thread waits for either. Each load charon accepted is
+    recorded in ``loaded`` (to be undone on failure); the first failure is raised."""
+    first: GatewayError | None = None
+    with contextlib.ExitStack() as stack:
+        sent: list[tuple[ViciPort, Sequence[CharonCommand], CharonPipeline]] = []
+        for v, commands in loads:
+            pipe = stack.enter_context(v.pipeline())
+            try:
+                pipe.send(commands)
+            except GatewayError as exc:
+                first = first or exc
+            else:
+                sent.append((v, commands, pipe))
+        for v, commands, pipe in sent:
+            try:
+                replies = pipe.finish()
+            except GatewayError as exc:
+                first = first or exc
+                continue
+            for command, reply in zip(commands, replies, strict=True):
+                if isinstance(reply, GatewayError):
+                    first = first or reply
+                else:
+                    loaded.append(("shared" if isinstance(command, LoadShared) else "conn", v))
     if first is not None:
         raise first
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.adapters.vici.gateway import ViciGateway
+from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.bootstrap import prepare_database
+from app.domain.ports import LoadConn, LoadShared
 from app.lab.hosts import Lab
 from app.main import create_app
 from app.settings import Settings
@@ -34,11 +35,15 @@ class Calls:
 
 
 class SpyGateway(ViciGateway):
-    """The real driver, recording each command (mock only what you own)."""
+    """The real driver, recording each command (mock only what you own), also those sent on a
+    pipeline: a set-up writes each end's secret and conn on one."""
 
     def __init__(self, path: str, calls: Calls) -> None:
         super().__init__(path, timeout=10.0)
         self._calls = calls
+
+    def pipeline(self) -> Pipeline:
+        return _SpyPipeline(self, self._calls)
 
     def load_conn(self, name: str, conn: Any) -> None:
         self._calls.log.append(("load_conn", self.socket_path))
@@ -110,3 +115,30 @@ async def client(settings: Settings, calls: Calls, lab: Lab) -> AsyncIterator[ht
             while left_over := (await c.get("/v1/tunnels?limit=1000")).json():
                 for t in left_over:
                     await c.delete(f"/v1/tunnels/{t['id']}")
+
+
+class _SpyPipeline(Pipeline):
+    """A pipeline recording its loads as :class:`SpyGateway` records them (``after_load`` once
+    their replies are read)."""
+
+    def __init__(self, gateway: SpyGateway, calls: Calls) -> None:
+        super().__init__(gateway)
+        self._socket, self._spied, self._loaded_shared = gateway.socket_path, calls, False
+
+    def send(self, commands: Sequence[Any]) -> None:
+        for command in commands:
+            if isinstance(command, LoadShared):
+                self._spied.log.append(("load_shared", self._socket))
+                self._spied.secrets.append(command.secret)
+                register(command.secret)
+                self._loaded_shared = True
+            elif isinstance(command, LoadConn):
+                self._spied.log.append(("load_conn", self._socket))
+        super().send(commands)
+
+    def finish(self) -> list[Any]:
+        replies = super().finish()
+        if self._loaded_shared and self._spied.after_load is not None:
+            self._loaded_shared = False
+            self._spied.after_load(self._socket)
+        return replies

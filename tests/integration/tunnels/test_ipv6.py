@@ -29,24 +29,15 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
 from app.cli.main import app as cli
 from app.lab.hosts import Lab, LabHost
 from app.main import create_app
 from app.settings import Settings
 from tests.cli.run import qoss
-from tests.fixtures.secrets import register
+from tests.integration.tunnels.conftest import Calls, SpyGateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.charon]
-
-
-class _RegisteringVici(ViciGateway):
-    """The real driver; every PSK loaded joins the suite-wide leak sweep."""
-
-    def load_shared(self, id: str, secret: bytes | str, owners: Any, type: str = "IKE") -> None:
-        register(secret)
-        super().load_shared(id, secret, owners, type)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +60,7 @@ async def client(tmp_path: Path, lab: Lab) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(database_url=f"sqlite:///{tmp_path}/qoss.db", vici_socket_dirs=[lab.state_dir],
                         reconcile_on_start=False, monitor_interval=0.5)
     prepare_database(settings)
-    app = create_app(settings, vici_factory=lambda path: _RegisteringVici(path, timeout=10.0))
+    app = create_app(settings, vici_factory=lambda path: SpyGateway(path, Calls()))  # every PSK joins the leak sweep
     headers = {"Authorization": f"Bearer {make_token(settings.database_url, 'ipv6-tests', ['admin'])}"}
     async with (
         app.router.lifespan_context(app),
