@@ -191,7 +191,8 @@ def test_gateways_and_tunnels(units: Units) -> None:
         uow.tunnels.delete("abc123")
         uow.gateways.delete("right")
         for call in (lambda: uow.tunnels.get("abc123"), lambda: uow.gateways.get("right"),
-                     lambda: uow.tunnels.set_state("abc123", TunnelState.UP, ""), lambda: uow.gateways.delete("x")):
+                     lambda: uow.tunnels.set_state("abc123", TunnelState.UP, ""), lambda: uow.gateways.delete("x"),
+                     lambda: uow.tunnels.delete("abc123")):
             with pytest.raises(NotFound):
                 call()
 
