@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, and_, delete, or_, select
+from sqlalchemy import CursorResult, and_, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -170,19 +170,21 @@ class TunnelRepository:
         Raises:
             AlreadyExists: a tunnel with this id exists (nothing is written).
         """
-        row = TunnelRow(
-            id=record.id, initiator=record.initiator, responder=record.responder, local_ts=list(record.local_ts),
-            remote_ts=list(record.remote_ts), state=record.state.value, detail=record.detail,
-            negotiation=dict(record.negotiation), peer=record.peer.as_dict() if record.peer is not None else None,
-            provenance=dict(record.provenance) if record.provenance is not None else None,
-        )
-        try:
+        now = utcnow()
+        values: dict[str, Any] = {
+            "id": record.id, "initiator": record.initiator, "responder": record.responder,
+            "local_ts": list(record.local_ts), "remote_ts": list(record.remote_ts), "state": record.state.value,
+            "detail": record.detail, "negotiation": dict(record.negotiation),
+            "peer": record.peer.as_dict() if record.peer is not None else None,
+            "provenance": dict(record.provenance) if record.provenance is not None else None,
+            "created_at": now, "updated_at": now,
+        }
+        try:  # one INSERT: the ORM's unit of work would only track a row this transaction never reads
             with self.session.begin_nested() if keep_transaction else contextlib.nullcontext():
-                self.session.add(row)
-                self.session.flush()
+                self.session.execute(insert(TunnelRow), [values])
         except IntegrityError as exc:
             raise AlreadyExists(f"tunnel {record.id!r} exists already") from exc
-        return _tunnel(row)
+        return _tunnel(TunnelRow(**values))
 
     def get(self, tunnel_id: str) -> TunnelRecord:
         """One tunnel.
