@@ -268,12 +268,9 @@ async def _token(request: Request, authorization: str | None) -> TokenRecord:
     return record
 
 
-def cached_token(request: Request, authorization: str | None) -> TokenRecord | None:
-    """The token behind ``Authorization`` if the process's token cache vouches for it, else None.
-
-    Raises:
-        RateLimited: the source failed too often of late (as the full check would say).
-    """
+def _parsed(authorization: str | None) -> tuple[str, str, str] | None:
+    """The bearer token of ``Authorization``, its id and its secret; None if there is none or it
+    is not of the token format."""
     presented = _presented(authorization)
     if presented is None:
         return None
@@ -281,6 +278,19 @@ def cached_token(request: Request, authorization: str | None) -> TokenRecord | N
         token_id, secret = parse_token(presented)
     except Unauthenticated:
         return None
+    return presented, token_id, secret
+
+
+def cached_token(request: Request, authorization: str | None) -> TokenRecord | None:
+    """The token behind ``Authorization`` if the process's token cache vouches for it, else None.
+
+    Raises:
+        RateLimited: the source failed too often of late (as the full check would say).
+    """
+    parsed = _parsed(authorization)
+    if parsed is None:
+        return None
+    _, token_id, secret = parsed
     parts = runtime(request)
     record = parts.token_cache.fresh(token_id)
     if record is None or not secret_matches(secret, record.secret_hash) or not record.usable(datetime.now(UTC)):
@@ -302,13 +312,10 @@ async def fast_token(request: Request, authorization: str | None) -> TokenRecord
         RateLimited: the source failed too often of late (as the full check would say).
     """
     record = cached_token(request, authorization)
-    presented = _presented(authorization)
-    if record is not None or presented is None:
+    parsed = _parsed(authorization)
+    if record is not None or parsed is None:
         return record
-    try:
-        token_id, secret = parse_token(presented)
-    except Unauthenticated:
-        return None
+    presented, token_id, secret = parsed
     parts = runtime(request)
     known = parts.token_cache.last(token_id)
     if known is None or not secret_matches(secret, known.secret_hash):

@@ -9,6 +9,7 @@ does not take (no token, a token without the scope, a body the model refuses, a 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,8 @@ pytestmark = pytest.mark.anyio
 Clients = tuple[httpx.AsyncClient, httpx.AsyncClient, FakeCharon, list[str]]
 
 
-@pytest.fixture
-async def clients(settings: Settings, admin_token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                  ) -> AsyncIterator[Clients]:
-    for psk in (PSK_A, PSK_B):
-        register(psk)
+def _entries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The requests that reach the full stack's middleware ("METHOD /path"), from now on."""
     entered: list[str] = []
     guard = api_main._GuardAndAudit.__call__
 
@@ -49,6 +47,15 @@ async def clients(settings: Settings, admin_token: str, tmp_path: Path, monkeypa
         await guard(self, scope, receive, send)
 
     monkeypatch.setattr(api_main._GuardAndAudit, "__call__", counting)
+    return entered
+
+
+@pytest.fixture
+async def clients(settings: Settings, admin_token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                  ) -> AsyncIterator[Clients]:
+    for psk in (PSK_A, PSK_B):
+        register(psk)
+    entered = _entries(monkeypatch)
     with FakeCharon(tmp_path / "left.vici") as fake:
         up_on_initiate(fake)
         app = create_app(settings.model_copy(update={
@@ -176,19 +183,25 @@ async def test_what_the_fast_path_does_not_take_gets_the_full_stacks_answer(
 
 async def test_with_fast_paths_off_a_tunnel_goes_through_the_full_stack(
         settings: Settings, admin_token: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    entered: list[str] = []
-    guard = api_main._GuardAndAudit.__call__
+    entered = _entries(monkeypatch)
+    async with _served(settings, admin_token, tmp_path, fast_paths=False) as (_, c):
+        entered.clear()
+        made = await c.post("/v1/tunnels", json=tunnel(PSK_A))
+        assert made.status_code == 201
+        assert (await c.delete(f"/v1/tunnels/{made.json()['id']}")).status_code == 204
+        assert entered == ["POST /v1/tunnels", f"DELETE /v1/tunnels/{made.json()['id']}"]
 
-    async def counting(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
-        entered.append(scope["path"])
-        await guard(self, scope, receive, send)
 
-    monkeypatch.setattr(api_main._GuardAndAudit, "__call__", counting)
+@contextlib.asynccontextmanager
+async def _served(settings: Settings, admin_token: str, tmp_path: Path,
+                  **update: Any) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """An app over a fake charon registered as gateway ``left`` (``token_cache_ttl`` 60 s, and
+    ``update``), and an admin's client of it."""
     register(PSK_A)
     with FakeCharon(tmp_path / "left.vici") as fake:
         up_on_initiate(fake)
         app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                                     "token_cache_ttl": 60, "fast_paths": False}))
+                                                     "token_cache_ttl": 60, **update}))
         async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
             headers={"Authorization": f"Bearer {admin_token}"},
@@ -196,11 +209,7 @@ async def test_with_fast_paths_off_a_tunnel_goes_through_the_full_stack(
             assert (await c.post("/v1/gateways", json={
                 "name": "left", "vici_socket": str(fake.socket_path), "ike_address": "10.99.0.1",
                 "inside_networks": ["10.1.0.0/24"]})).status_code == 201
-            entered.clear()
-            made = await c.post("/v1/tunnels", json=tunnel(PSK_A))
-            assert made.status_code == 201
-            assert (await c.delete(f"/v1/tunnels/{made.json()['id']}")).status_code == 204
-            assert entered == ["/v1/tunnels", f"/v1/tunnels/{made.json()['id']}"]
+            yield app, c
 
 
 async def test_a_token_read_longer_ago_than_the_cache_trusts_is_read_again_on_the_fast_path(
@@ -208,48 +217,30 @@ async def test_a_token_read_longer_ago_than_the_cache_trusts_is_read_again_on_th
     """Past ``token_cache_ttl`` the fast path reads the token again instead of leaving it to the
     full stack; a token revoked since (by another process: this one's cache was not told) or
     presented with another secret goes to the full stack, which refuses it."""
-    entered: list[str] = []
-    guard = api_main._GuardAndAudit.__call__
-
-    async def counting(self: Any, scope: Scope, receive: Receive, send: Send) -> None:
-        entered.append(scope["path"])
-        await guard(self, scope, receive, send)
-
-    monkeypatch.setattr(api_main._GuardAndAudit, "__call__", counting)
-    register(PSK_A)
+    entered = _entries(monkeypatch)
     colleague = make_token(settings.database_url, "colleague", ["tunnels:read", "tunnels:write"])
-    with FakeCharon(tmp_path / "left.vici") as fake:
-        up_on_initiate(fake)
-        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                                     "token_cache_ttl": 60}))
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-            headers={"Authorization": f"Bearer {admin_token}"},
-        ) as c:
-            assert (await c.post("/v1/gateways", json={
-                "name": "left", "vici_socket": str(fake.socket_path), "ike_address": "10.99.0.1",
-                "inside_networks": ["10.1.0.0/24"]})).status_code == 201
-            as_colleague = {"Authorization": f"Bearer {colleague}"}
-            assert (await c.get("/v1/tunnels", headers=as_colleague)).status_code == 200  # read, cached
-            app.state.runtime.token_cache.ttl = 0  # every read it holds is now older than it trusts
-            entered.clear()
-            made = await c.post("/v1/tunnels", json=tunnel(PSK_A))
-            assert made.status_code == 201, made.text
-            assert entered == []  # read again, on the fast path
+    async with _served(settings, admin_token, tmp_path) as (app, c):
+        as_colleague = {"Authorization": f"Bearer {colleague}"}
+        assert (await c.get("/v1/tunnels", headers=as_colleague)).status_code == 200  # read, cached
+        app.state.runtime.token_cache.ttl = 0  # every read it holds is now older than it trusts
+        entered.clear()
+        made = await c.post("/v1/tunnels", json=tunnel(PSK_A))
+        assert made.status_code == 201, made.text
+        assert entered == []  # read again, on the fast path
 
-            token_id = parse_token(colleague)[0]
-            engine = make_engine(settings.database_url)
-            try:
-                with sql_units_of_work(make_session_factory(engine))() as uow:
-                    revoke_token(uow=uow, token_id=token_id, revoked_by="tests")
-                    uow.commit()
-            finally:
-                engine.dispose()
-            gone = await c.delete(f"/v1/tunnels/{made.json()['id']}", headers=as_colleague)
-            assert gone.status_code == 401, gone.text
-            wrong = {"Authorization": f"Bearer {admin_token[:-4]}{'0000' if admin_token[-4:] != '0000' else '1111'}"}
-            refused = await c.delete(f"/v1/tunnels/{made.json()['id']}", headers=wrong)
-            assert refused.status_code == 401, refused.text
-            assert entered == [f"/v1/tunnels/{made.json()['id']}"] * 2  # both through the full stack
-            assert (await c.delete(f"/v1/tunnels/{made.json()['id']}")).status_code == 204
-            assert entered == [f"/v1/tunnels/{made.json()['id']}"] * 2
+        token_id = parse_token(colleague)[0]
+        engine = make_engine(settings.database_url)
+        try:
+            with sql_units_of_work(make_session_factory(engine))() as uow:
+                revoke_token(uow=uow, token_id=token_id, revoked_by="tests")
+                uow.commit()
+        finally:
+            engine.dispose()
+        gone = await c.delete(f"/v1/tunnels/{made.json()['id']}", headers=as_colleague)
+        assert gone.status_code == 401, gone.text
+        wrong = {"Authorization": f"Bearer {admin_token[:-4]}{'0000' if admin_token[-4:] != '0000' else '1111'}"}
+        refused = await c.delete(f"/v1/tunnels/{made.json()['id']}", headers=wrong)
+        assert refused.status_code == 401, refused.text
+        assert entered == [f"DELETE /v1/tunnels/{made.json()['id']}"] * 2  # both through the full stack
+        assert (await c.delete(f"/v1/tunnels/{made.json()['id']}")).status_code == 204
+        assert entered == [f"DELETE /v1/tunnels/{made.json()['id']}"] * 2
