@@ -88,7 +88,7 @@ class QossApp(FastAPI):
     :mod:`app.api.tunnels_fast`) around the middleware stack; everything else goes through it."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        parts: Runtime | None = getattr(self.state, "runtime", None)  # None before the lifespan has run
+        parts = runtime_of(self)  # None before the lifespan has run
         if parts is None or scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
@@ -258,7 +258,7 @@ async def _record_change(request: Request, status: int) -> bool:
         return bool(pending.committed["outcome"] == status)  # else a later failure: queued as well
     if request.method in _SAFE or not 200 <= status < 300 or (request.method, request.url.path) in _COMPUTES:
         return False
-    parts = runtime_of(request.scope)
+    parts = runtime_of(request.app)
     if parts is None:
         return False
     await in_worker_thread(parts.auditor.write, audit_fields(request, status))
@@ -271,7 +271,7 @@ def _audit(request: Request, outcome: int) -> None:
     A refusal (:func:`_is_refusal`) is counted with those of its kind from its source instead,
     one entry per window (:meth:`Auditor.refused`).
     """
-    parts = runtime_of(request.scope)
+    parts = runtime_of(request.app)
     if parts is None:
         return
     fields = audit_fields(request, outcome)
@@ -475,7 +475,7 @@ def _declare_if_match(app: FastAPI, routers: list[tuple[str, APIRouter]]) -> Non
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build()
-        parts: Runtime | None = getattr(app.state, "runtime", None)  # made by the lifespan
+        parts = runtime_of(app)  # made by the lifespan
         optional_token = parts is None or not parts.settings.reads_require_token
         for path, ops in schema.get("paths", {}).items():
             for method, op in ops.items():

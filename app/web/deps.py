@@ -288,8 +288,11 @@ def cached_token(request: Request, authorization: str | None) -> TokenRecord | N
         RateLimited: the source failed too often of late (as the full check would say).
     """
     parsed = _parsed(authorization)
-    if parsed is None:
-        return None
+    return _cached(request, parsed) if parsed is not None else None
+
+
+def _cached(request: Request, parsed: tuple[str, str, str]) -> TokenRecord | None:
+    """:func:`cached_token` of a token already parsed (:func:`_parsed`)."""
     _, token_id, secret = parsed
     parts = runtime(request)
     record = parts.token_cache.fresh(token_id)
@@ -311,9 +314,11 @@ async def fast_token(request: Request, authorization: str | None) -> TokenRecord
     Raises:
         RateLimited: the source failed too often of late (as the full check would say).
     """
-    record = cached_token(request, authorization)
     parsed = _parsed(authorization)
-    if record is not None or parsed is None:
+    if parsed is None:
+        return None
+    record = _cached(request, parsed)
+    if record is not None:
         return record
     presented, token_id, secret = parsed
     parts = runtime(request)

@@ -23,12 +23,12 @@ class LeaderDuties:
     ``tunnel_monitor`` and ``rekeyer`` while it leads, None otherwise)."""
 
     def __init__(self, parts: Runtime) -> None:
-        self._parts, self._settings = parts, parts.settings
+        self._parts = parts
         self._lock = threading.Lock()
         self._started = False  # the first election is at start; a later one is a takeover
 
     def elected(self) -> None:
-        s, parts = self._settings, self._parts
+        s, parts = self._parts.settings, self._parts
         with self._lock:
             first, self._started = not self._started, True
             if s.reconcile_on_start:
@@ -61,7 +61,7 @@ class LeaderDuties:
         parts = self._parts
         with parts.units() as uow:
             report = reconcile(uow=uow, cache=parts.table_cache, vici=parts.vici_factory,
-                               default_table=self._settings.default_table)
+                               default_table=self._parts.settings.default_table)
             changed = {"restored": len(report.restored), "failed": len(report.failed),
                        "orphans_removed": len(report.orphans_removed)}
             if any(changed.values()):  # a state change made by no request: its own record, in its transaction

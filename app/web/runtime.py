@@ -39,7 +39,7 @@ from app.web.observe import RequestTimer
 from app.web.provenance import TrustedProxies
 
 if TYPE_CHECKING:
-    from starlette.types import Scope
+    from starlette.applications import Starlette
 
 __all__ = ["Limiter", "Runtime", "runtime", "runtime_of"]
 
@@ -114,7 +114,7 @@ def runtime(connection: HTTPConnection) -> Runtime:
     return parts
 
 
-def runtime_of(scope: Scope) -> Runtime | None:
-    """The running service's parts for a raw request, None before the service has started."""
-    parts: Runtime | None = getattr(scope["app"].state, "runtime", None)
+def runtime_of(app: Starlette) -> Runtime | None:
+    """The running service's parts, None before the service has started (or after it stopped)."""
+    parts: Runtime | None = getattr(app.state, "runtime", None)
     return parts
