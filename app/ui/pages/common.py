@@ -10,18 +10,16 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from app.domain.agent.ports import AgentStore
 from app.domain.auth import Forbidden
 from app.domain.errors import InvalidInput
 from app.domain.ports import UnitOfWork
 from app.services import impact
-from app.services.agent_target_edits import active_sessions
 from app.settings import Settings
 from app.ui.render import page
 from app.ui.routing import ConsoleRoute
 from app.ui.session import Console, writer
 from app.web.deps import NamePath
-from app.web.runtime import runtime
+from app.web.edits import sessions_of
 
 __all__ = [
     "AgentWriter",
@@ -111,9 +109,7 @@ def impact_of(request: Request, uow: UnitOfWork, settings: Settings) -> dict[str
     (:func:`app.services.impact.preview`: nothing of it kept), and what the service will do
     about each kind of tunnel once the edit is saved. The request's audit record says that
     nothing was saved."""
-    store: AgentStore | None = runtime(request).agent_reads
-    sessions = active_sessions(store) if store is not None else []
-    report = impact.preview(uow, default_table=settings.default_table, sessions=sessions)
+    report = impact.preview(uow, default_table=settings.default_table, sessions=sessions_of(request))
     request.state.audit_detail = "preview: nothing saved"
     shown = {"report": report, "sessions": report.sessions_by_kind(), "rows": IMPACT_ROWS}
     if not settings.rekey:
