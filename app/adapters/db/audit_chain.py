@@ -51,8 +51,8 @@ from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import AuditChainHeadRow, AuditRow, EventRow, utcnow
 from app.domain.audit_chain import GENESIS, ChainHead, ChainKey, Checkpoint, entry_hash, format_at, link
 
-__all__ = ["ChainWriter", "append", "append_in", "checkpoint_end", "entries", "head", "lock_in", "seal_engine",
-           "snapshot", "writer_of"]
+__all__ = ["INSERT_EVENT", "ChainWriter", "append", "append_in", "checkpoint_end", "entries", "head", "lock_in",
+           "seal_engine", "snapshot", "writer_of"]
 
 log = logging.getLogger("qoss.audit")
 
@@ -75,8 +75,9 @@ _SETVAL = HotStatement(lambda _: text(
 ).bindparams(bindparam("value", type_=Integer)).columns(column("id", Integer)))
 #: One entry, every column a bind of its own name (the id included: taken under the lock).
 _EVENTS = cast(Table, EventRow.__table__)
-#: Each audit entry is also an event of the live stream (``audit``, for ``audit:read``).
-_INSERT_EVENT = HotStatement(lambda _: insert(EventRow).values(
+#: One event of the log (every column but the id); each audit entry is also one, of the live
+#: stream (``audit``, for ``audit:read``).
+INSERT_EVENT = HotStatement(lambda _: insert(EventRow).values(
     {c.name: bindparam(c.name, type_=c.type) for c in _EVENTS.c if c.name != "id"}))
 _INSERT = HotStatement(lambda _: insert(AuditRow).values({c.name: bindparam(c.name, type_=c.type) for c in _AUDIT.c}))
 _SET_HEAD = HotStatement(lambda _: update(_HEAD).where(_HEAD.c.id == 1).values(
@@ -258,7 +259,7 @@ def append(
         ids = _ids(cursor, len(rows), last_id)
     linked = link(rows, ids=ids, prev_hash=prev_hash, key=key)
     cursor.execute_many(_INSERT, linked)
-    cursor.execute_many(_INSERT_EVENT, [
+    cursor.execute_many(INSERT_EVENT, [
         {"at": r["at"], "kind": "audit", "subject": str(r["id"]), "scope": "audit:read",
          "data": {k: r[k] for k in ("id", "action", "object", "outcome", "token_name", "source", "detail")}}
         for r in linked])

@@ -60,7 +60,7 @@ from app.adapters.db.engine import FAST_PATHS_OPTION
 
 __all__ = [
     "HOT_DIALECTS", "WATCHED_DIALECT_EVENTS", "WATCHED_EVENTS", "HotCursor", "HotStatement", "HotTransaction",
-    "engine_of", "goes_hot", "hot_transaction", "session_cursor",
+    "bare", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
 ]
 
 Processor = Callable[[Any], Any]
@@ -391,6 +391,13 @@ def session_cursor(session: Session) -> Iterator[HotCursor]:
         yield cursor
     finally:
         cursor.close()
+
+
+def bare(session: Session) -> bool:
+    """Whether ``session`` holds no ORM objects (loaded, new or deleted): a hot statement in its
+    transaction then reads and writes exactly what the ORM's own statement would (no autoflush
+    owed, no loaded object left stale)."""
+    return not session.identity_map and not session.new and not session.deleted
 
 
 def engine_of(session_factory: Callable[[], Session]) -> Engine:

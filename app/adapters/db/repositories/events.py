@@ -17,10 +17,11 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, event, insert, or_, select
+from sqlalchemy import delete, event, or_, select
 from sqlalchemy.orm import Session, SessionTransaction
 
 from app.adapters.db import audit_chain
+from app.adapters.db.hot import session_cursor
 from app.adapters.db.models import EventRow, utcnow
 
 __all__ = ["EventRepository", "write_waiting"]
@@ -63,7 +64,8 @@ def write_waiting(session: Session) -> None:
     waiting = session.info.pop(_WAITING, None)
     if waiting:
         audit_chain.lock_in(session)
-        session.execute(insert(EventRow), waiting)
+        with session_cursor(session) as cursor:  # one statement, compiled once (app.adapters.db.hot)
+            cursor.execute_many(audit_chain.INSERT_EVENT, waiting)
 
 
 @event.listens_for(Session, "before_commit")

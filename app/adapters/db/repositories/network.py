@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import builtins
-import contextlib
 from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, and_, delete, insert, or_, select
+from sqlalchemy import CursorResult, Table, and_, bindparam, delete, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.adapters.db.hot import HotStatement, bare, session_cursor
 from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
 from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
@@ -148,6 +148,14 @@ def _tunnel(row: TunnelRow) -> TunnelRecord:
     )
 
 
+# A tunnel's set-up and teardown each run one of these: compiled once (app.adapters.db.hot).
+_TUNNELS = cast(Table, TunnelRow.__table__)
+_INSERT_TUNNEL = HotStatement(lambda _: insert(_TUNNELS).values({c.name: bindparam(c.name, type_=c.type)
+                                                                 for c in _TUNNELS.c}))
+_DELETE_TUNNEL = HotStatement(lambda _: delete(_TUNNELS).where(_TUNNELS.c.id == bindparam("id")))
+_GET_TUNNEL = HotStatement(lambda _: select(*_TUNNELS.c).where(_TUNNELS.c.id == bindparam("id")))
+
+
 class TunnelRepository:
     """Tunnel records (never the PSK)."""
 
@@ -180,8 +188,12 @@ class TunnelRepository:
             "created_at": now, "updated_at": now,
         }
         try:  # one INSERT: the ORM's unit of work would only track a row this transaction never reads
-            with self.session.begin_nested() if keep_transaction else contextlib.nullcontext():
-                self.session.execute(insert(TunnelRow), [values])
+            if keep_transaction:
+                with self.session.begin_nested():
+                    self.session.execute(insert(TunnelRow), [values])
+            else:
+                with session_cursor(self.session) as cursor:
+                    cursor.execute(_INSERT_TUNNEL, values)
         except IntegrityError as exc:
             raise AlreadyExists(f"tunnel {record.id!r} exists already") from exc
         return _tunnel(TunnelRow(**values))
@@ -192,7 +204,13 @@ class TunnelRepository:
         Raises:
             NotFound: No such tunnel.
         """
-        return _tunnel(self._row(tunnel_id))
+        if not bare(self.session):  # this session holds rows (maybe changed): the ORM reads through them
+            return _tunnel(self._row(tunnel_id))
+        with session_cursor(self.session) as cursor:
+            found = cursor.first(_GET_TUNNEL, {"id": tunnel_id})
+        if found is None:
+            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+        return _tunnel(TunnelRow(**dict(zip(_TUNNELS.c.keys(), found, strict=True))))
 
     def states(self, tunnel_ids: Collection[str]) -> dict[str, TunnelState]:
         """Only the states of those of ``tunnel_ids`` that exist: one statement, no record built."""
@@ -255,6 +273,11 @@ class TunnelRepository:
         Raises:
             NotFound: No such tunnel.
         """
-        gone = self.session.execute(delete(TunnelRow).where(TunnelRow.id == tunnel_id))
-        if not cast(CursorResult[Any], gone).rowcount:
+        if not bare(self.session):  # this session holds rows: the ORM's statement keeps them in step
+            gone = cast(CursorResult[Any], self.session.execute(delete(TunnelRow).where(TunnelRow.id == tunnel_id)))
+            count = gone.rowcount
+        else:
+            with session_cursor(self.session) as cursor:
+                count = cursor.execute(_DELETE_TUNNEL, {"id": tunnel_id})
+        if not count:
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")

@@ -12,10 +12,11 @@ import builtins
 from collections.abc import Callable
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Update, delete, select, update
+from sqlalchemy import CursorResult, Update, bindparam, delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.adapters.db.hot import HotStatement, bare, session_cursor
 from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow, utcnow
 from app.adapters.db.notices import publish
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
@@ -24,6 +25,18 @@ from app.domain.ratings import RatingTable
 from app.domain.revisions import diff_policies, diff_tables
 
 __all__ = ["PolicyRepository", "RatingTableRepository"]
+
+
+_CURRENT: dict[type[Any], HotStatement] = {}
+
+
+def _current_revision(model: type[Any]) -> HotStatement:
+    """A named object's current revision, compiled once (app.adapters.db.hot): read on every set-up."""
+    found = _CURRENT.get(model)
+    if found is None:
+        found = _CURRENT.setdefault(model, HotStatement(
+            lambda _: select(model.current_revision).where(model.name == bindparam("name"))))
+    return found
 
 
 def _rowcount(session: Session, statement: Update) -> int:
@@ -128,7 +141,13 @@ class _Revisioned:
         Raises:
             NotFound: No such object.
         """
-        revision = self.session.scalar(select(self._row_model.current_revision).where(self._row_model.name == name))
+        if bare(self.session):
+            with session_cursor(self.session) as cursor:
+                found = cursor.first(_current_revision(self._row_model), {"name": name})
+            revision = found[0] if found is not None else None
+        else:  # this session holds rows (maybe changed): the ORM reads through them
+            revision = self.session.scalar(select(self._row_model.current_revision)
+                                           .where(self._row_model.name == name))
         if revision is None:
             raise NotFound(f"{self._noun} {name!r} does not exist")
         return cast(int, revision)
