@@ -6,6 +6,7 @@ with QOSS_FAST_PATHS off the public path gives the same rows and errors."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -375,3 +376,69 @@ def test_with_fast_paths_off_a_session_cursor_runs_in_the_sessions_transaction(d
             assert len(session.scalars(select(AgentNonceRow)).all()) == 1
     finally:
         engine.dispose()
+
+
+def _tunnel_statements(database_url: str, fast_paths: bool, tunnel_id: str) -> tuple[Any, ...]:
+    """A set-up's and a teardown's statements on one engine: the record written, read back (by a
+    session holding no objects: hot when the fast paths are on), its table's revision, the
+    record deleted and deleted again, the events committed with them."""
+    from app.adapters.db.unit_of_work import sql_units_of_work
+    from app.domain.errors import AlreadyExists, NotFound
+    from app.domain.tunnels import PeerEnd, TunnelRecord, TunnelState
+
+    engine = make_engine(database_url, fast_paths=fast_paths)
+    units = sql_units_of_work(sessionmaker(engine, expire_on_commit=False))
+    record = TunnelRecord(id=tunnel_id, initiator="left", responder=None, local_ts=("10.1.0.0/24",),
+                          remote_ts=("10.2.0.5/32",), state=TunnelState.UP,
+                          negotiation={"suite": {"encryption": "aes128gcm16"}, "levels": [1, 2]},
+                          peer=PeerEnd(address="10.2.0.5", identity="peer.example", local_identity="left"),
+                          provenance={"tables": {"standards-2026": 1}})
+    try:
+        assert goes_hot(engine) is fast_paths
+        with units() as uow:
+            added = uow.tunnels.add(record, keep_transaction=False)
+            uow.events.append("tunnel.created", tunnel_id, {"state": "up"}, scope="tunnels:read")
+            uow.commit()
+        with units() as uow, pytest.raises(AlreadyExists):
+            uow.tunnels.add(record, keep_transaction=False)
+        with units() as uow:
+            read = uow.tunnels.get(tunnel_id)
+            revision = uow.tables.current_revision("standards-2026")
+            with pytest.raises(NotFound):
+                uow.tables.current_revision("no-such-table")
+            with pytest.raises(NotFound):
+                uow.tunnels.get("no-such-tunnel")
+        with units() as uow:
+            uow.tunnels.delete(tunnel_id)
+            uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
+            uow.commit()
+        with units() as uow, pytest.raises(NotFound):
+            uow.tunnels.delete(tunnel_id)
+        with units() as uow:
+            events = [(e["kind"], e["subject"], e["data"]) for e in uow.events.after(0, scopes=None)
+                      if e["subject"] == tunnel_id]
+        return (added, read, revision, events)
+    finally:
+        engine.dispose()
+
+
+def test_a_tunnels_statements_give_the_same_records_hot_and_public(database_url: str) -> None:
+    """What a set-up and a teardown write and read (the record, a revision, the events) is the
+    same through the hot path and through SQLAlchemy's public one (QOSS_FAST_PATHS off)."""
+    from app.bootstrap import prepare_database
+    from app.settings import Settings
+
+    prepare_database(Settings(database_url=database_url))  # the shipped rating tables
+    hot = _tunnel_statements(database_url, True, "t-hot")
+    public = _tunnel_statements(database_url, False, "t-public")
+    def strip(r: Any) -> Any:
+        return dataclasses.replace(r, id="t", created_at=None, updated_at=None)
+
+    assert [strip(r) for r in hot[:2]] == [strip(r) for r in public[:2]]
+    assert hot[1] == hot[0]  # read back as written, times included
+    assert public[1] == public[0]
+    from app.domain.tunnels import PeerEnd
+
+    assert hot[1].peer == PeerEnd(address="10.2.0.5", identity="peer.example", local_identity="left")
+    assert hot[2] == public[2] >= 1
+    assert [e[0] for e in hot[3]] == [e[0] for e in public[3]] == ["tunnel.created", "tunnel.deleted"]
