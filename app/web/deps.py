@@ -88,10 +88,14 @@ async def write_place(request: Request) -> AsyncIterator[None]:
     """
     parts = runtime(request)
     slots = parts.write_slots
-    try:
-        await asyncio.wait_for(slots.acquire(), parts.settings.write_wait_timeout)
-    except TimeoutError:
-        raise Overloaded("the service is at its limit of changes in flight: retry shortly") from None
+    if slots.locked():  # every place taken: wait in line, at most write_wait_timeout
+        try:
+            async with asyncio.timeout(parts.settings.write_wait_timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise Overloaded("the service is at its limit of changes in flight: retry shortly") from None
+    else:  # a place is free: taken at once, no timer
+        await slots.acquire()
     try:
         yield
     finally:

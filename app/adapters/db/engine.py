@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db import write_gate
@@ -60,9 +60,13 @@ def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwa
         if writes and database and database != ":memory:":
             write_gate.install(engine, database, timeout=30)  # before BEGIN IMMEDIATE, below
 
+        begin = "BEGIN IMMEDIATE" if writes else "BEGIN"
+
         @event.listens_for(engine, "begin")
-        def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+        def _on_begin(conn: Connection) -> None:
+            from app.adapters.db.hot import begin_on  # (hot builds on this module)
+
+            begin_on(conn, begin)
 
         return engine
     return create_engine(url, **{"pool_pre_ping": True, "pool_size": 20, "max_overflow": 20, **kwargs})

@@ -60,7 +60,7 @@ from app.adapters.db.engine import FAST_PATHS_OPTION
 
 __all__ = [
     "HOT_DIALECTS", "WATCHED_DIALECT_EVENTS", "WATCHED_EVENTS", "HotCursor", "HotStatement", "HotTransaction",
-    "bare", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
+    "bare", "begin_on", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
 ]
 
 Processor = Callable[[Any], Any]
@@ -391,6 +391,23 @@ def session_cursor(session: Session) -> Iterator[HotCursor]:
         yield cursor
     finally:
         cursor.close()
+
+
+def begin_on(connection: Connection, sql: str) -> None:
+    """Open ``connection``'s transaction with ``sql`` (``BEGIN IMMEDIATE`` on SQLite: the engine's
+    ``begin`` listener): on its DBAPI connection, or through ``exec_driver_sql`` where the hot
+    path steps aside (:func:`goes_hot`), so that listeners of statements see it. Errors are
+    SQLAlchemy's either way."""
+    if not goes_hot(connection):
+        connection.exec_driver_sql(sql)
+        return
+    dialect = connection.dialect
+    try:
+        connection.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
+    except dialect.loaded_dbapi.Error as exc:
+        if _is_disconnect(dialect, exc, connection.connection):
+            connection.invalidate(exc)
+        raise _wrapped(sql, exc, dialect) from exc
 
 
 def bare(session: Session) -> bool:
