@@ -30,6 +30,7 @@ from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
+from app.adapters.vici.events import updown_listener
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import is_message_request, serve_message
@@ -348,7 +349,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             vici_factory=vici,
             # Charon's up/down events, one connection per charon: set-ups read their SAs from them
             # (unless sa_reports is off) and the tunnel monitor is told by them.
-            sa_events=SaEventHub(metrics=metrics_port),
+            sa_events=SaEventHub(metrics=metrics_port, listen=functools.partial(updown_listener,
+                                                                                 wire=resolved.fast_paths)),
             auditor=await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
                 Auditor, session_factory, refusal_window=resolved.audit_refusal_window,
                 seal=AuditSeal.from_settings(resolved)),

@@ -9,6 +9,7 @@ typed :class:`SaEvent` objects to a callback from a background thread.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 
 import vici.exception
 
+from app.adapters.vici import wire
 from app.adapters.vici.models import ChildSa, IkeSa, decode, parse_child_sa, parse_ike_sa
 from app.adapters.vici.session import unix_connect
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
@@ -115,6 +117,8 @@ class EventListener:
         connect: the I/O seam (default :func:`~app.adapters.vici.session.unix_connect`).
         timeout: seconds for connecting and registering.
         poll_interval: how often the thread checks whether to stop, in seconds.
+        wire: read the events off the session's socket (:mod:`app.adapters.vici.wire`); false
+            (``QOSS_FAST_PATHS=false``), or a session without one: the ``vici`` package's ``listen``.
     """
 
     def __init__(
@@ -127,8 +131,10 @@ class EventListener:
         connect: ListenConnect = unix_connect,
         timeout: float = 10.0,
         poll_interval: float = 0.2,
+        wire: bool = True,
     ) -> None:
         self.socket_path = socket_path
+        self._wire = wire
         self._callback = callback
         self._events = [EventKind(e).value for e in events]
         self._on_error = on_error
@@ -196,6 +202,10 @@ class EventListener:
     def _run(self) -> None:
         try:
             with self._connect(self.socket_path, self._timeout) as session:
+                sock = getattr(getattr(session, "transport", None), "socket", None)
+                if self._wire and isinstance(sock, socket.socket):
+                    self._listen_wire(sock)
+                    return
                 stream = session.listen(list(self._events), timeout=self._poll)
                 try:
                     for name, message in stream:
@@ -218,6 +228,39 @@ class EventListener:
         finally:
             self._ready.set()
 
+    def _listen_wire(self, sock: socket.socket) -> None:
+        """What ``Session.listen`` does, on the session's socket (:mod:`app.adapters.vici.wire`):
+        register, deliver until stopped, unregister."""
+        reader = wire.PacketReader(sock)
+        sock.settimeout(self._timeout)
+        for name in self._events:
+            sock.sendall(wire.packet(wire.EVENT_REGISTER, name))
+            self._confirmed(reader, name)
+        self._ready.set()
+        sock.settimeout(self._poll)
+        while not self._stopping.is_set():
+            found = reader.next()
+            if found is not None and found[0] == wire.EVENT and found[1] is not None:
+                self._deliver(found[1], wire.read_message(found[2]))
+        sock.settimeout(self._timeout)
+        for name in self._events:
+            sock.sendall(wire.packet(wire.EVENT_UNREGISTER, name))
+            self._confirmed(reader, name)
+
+    def _confirmed(self, reader: wire.PacketReader, name: str) -> None:
+        """Wait for charon's answer to a (un)registration of ``name``; events before it are delivered."""
+        while True:
+            found = reader.next()
+            if found is None:
+                raise TimeoutError(f"charon did not confirm the {name} registration")
+            kind, event, message = found
+            if kind == wire.EVENT_CONFIRM:
+                return
+            if kind == wire.EVENT_UNKNOWN:
+                raise vici.exception.EventUnknownException(f"Unknown event type '{name}'")
+            if kind == wire.EVENT and event is not None:
+                self._deliver(event, wire.read_message(message))
+
     def _deliver(self, name: str, message: Mapping[str, Any]) -> None:
         for event in parse_event(name, message):
             try:
@@ -226,7 +269,8 @@ class EventListener:
                 _log.exception("event callback failed for %s %s", event.kind.value, event.ike_name)
 
 
-def updown_listener(socket_path: str, callback: Callable[[SaEvent], None]) -> EventListener:
+def updown_listener(socket_path: str, callback: Callable[[SaEvent], None], *, wire: bool = True) -> EventListener:
     """A listener (not yet started) for ``ike-updown`` and ``child-updown`` on one charon: the
     one :class:`~app.adapters.vici.sa_events.SaEventHub` keeps per charon."""
-    return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0)
+    return EventListener(socket_path, callback, events=(EventKind.IKE_UPDOWN, EventKind.CHILD_UPDOWN), timeout=5.0,
+                         wire=wire)

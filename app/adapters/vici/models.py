@@ -49,6 +49,8 @@ def decode(value: Any) -> Any:
 
 def _str(msg: Mapping[str, Any], key: str) -> str | None:
     value = msg.get(key)
+    if type(value) is str:  # nearly always: the ABC checks below cost more than the rest of a parse
+        return value
     if value is None or isinstance(value, Mapping | list):
         return None
     return str(value)
@@ -79,7 +81,7 @@ def _strs(msg: Mapping[str, Any], key: str) -> tuple[str, ...]:
 
 def _section(msg: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = msg.get(key)
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
