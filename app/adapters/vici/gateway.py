@@ -292,14 +292,24 @@ class ViciGateway:
         return events
 
     def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
-        """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`)."""
+        """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`):
+        its event registration, the command and the unregistration in one write, the replies
+        read afterwards (:func:`~app.adapters.vici.pipeline.pipelined`)."""
         wait = self.timeout + max(timeout_ms, 0) / 1000.0
+        _log.debug("vici %s on %s", command, self.socket_path)
         release = self._control_slot(command, wait)
+        streamed = Command(command, message, stream="control-log")
         try:
-            events = self._streamed(command, "control-log", message, timeout=wait)
+            reply = self._run(command, wait, lambda session: pipelined(session, [streamed], wire=self.pipelining))[0]
+        except Exception as exc:
+            self._fail(exc, command, wait)
         finally:
             release()
-        return _log_lines(events)
+        if isinstance(reply, Exception):
+            log = _log_lines(decode(reply.events)) if isinstance(reply, StreamFailed) else []
+            self._fail(reply, command, wait, log=log)
+        lines: list[str] = _log_lines(decode(reply)["events"])
+        return lines
 
     def _control_slot(self, command: str, wait: float) -> Callable[[], None]:
         """One of this charon's control slots (:mod:`app.adapters.vici.slots`): the function that

@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "Algorithms",
     "ChildSa",
+    "Decoded",
     "IkeSa",
     "Lease",
     "Pool",
@@ -33,11 +34,20 @@ __all__ = [
 _BACKENDS = ("kernel-libipsec", "kernel-netlink", "kernel-pfkey", "kernel-wfp", "kernel-iph")
 
 
+class Decoded(dict[str, Any]):
+    """A message decoded already (:mod:`app.adapters.vici.wire`): :func:`decode` gives it back as it is."""
+
+    __slots__ = ()
+
+
 def decode(value: Any) -> Any:
     """A vici value with every ``bytes`` turned into ``str`` (UTF-8, undecodable bytes replaced).
 
-    Mappings become plain ``dict``s and lists stay lists, recursively.
+    Mappings become plain ``dict``s and lists stay lists, recursively; a :class:`Decoded`
+    message is already that.
     """
+    if type(value) is Decoded:
+        return value
     if isinstance(value, bytes | bytearray):
         return bytes(value).decode("utf-8", errors="replace")
     if isinstance(value, Mapping):

@@ -14,7 +14,9 @@ import vici
 import vici.exception
 from vici.protocol import Message, Packet
 
+from app.adapters.vici import wire
 from app.adapters.vici.commands import Command
+from app.adapters.vici.models import Decoded
 from app.adapters.vici.session import ViciSession
 
 __all__ = ["StreamFailed", "pipelined", "receive_replies", "send_commands"]
@@ -62,51 +64,63 @@ def send_commands(session: ViciSession, commands: Sequence[Command], *, wire: bo
     return None
 
 
-def _confirmed(transport: Any, command: Command) -> None:
-    """Read charon's confirmation of a streamed command's event (un)registration."""
-    kind = Packet.parse(transport.receive()).response_type
-    if kind == Packet.EVENT_UNKNOWN:
-        raise vici.exception.EventUnknownException(f"Unknown event type '{command.stream}'")
-    if kind != Packet.EVENT_CONFIRM:
-        raise vici.exception.SessionException(
-            f"Unexpected response type {kind} to the {command.stream} registration of {command.name}, "
-            f"expected '{Packet.EVENT_CONFIRM}' (EVENT_CONFIRM)")
-
-
 def receive_replies(session: ViciSession, commands: Sequence[Command]) -> list[Mapping[str, Any] | Exception]:
-    """The raw replies to ``commands`` sent by :func:`_send` (charon answers in order), each the
-    message (a streamed command's with its decoded-later ``events``) or its
-    :class:`vici.exception.CommandException`."""
-    transport = getattr(session, "transport")  # noqa: B009 - only sessions that have one get here
+    """The replies to ``commands`` sent by :func:`send_commands` (charon answers in order), each
+    the message (a streamed command's with its ``events``) or its
+    :class:`vici.exception.CommandException`: read off the session's socket in large reads and
+    decoded in one pass (:mod:`app.adapters.vici.wire`), already ``str`` (:class:`Decoded`)."""
+    sock = getattr(session, "transport").socket  # noqa: B009 - only sessions that have one get here
+    reader = wire.PacketReader(sock)
+    timeout = sock.gettimeout()
     replies: list[Mapping[str, Any] | Exception] = []
     for command in commands:
         events: list[Mapping[str, Any]] = []
-        if command.stream is not None:
-            _confirmed(transport, command)
-        timeout = transport.socket.gettimeout()
-        while True:
-            if command.wait and timeout is not None:
-                response = Packet.parse(transport.receive(timeout + command.wait))
-            else:
-                response = Packet.parse(transport.receive())
-            if response.response_type != Packet.EVENT or command.stream is None:
-                break
-            events.append(Message.deserialize(response.payload))
-        if response.response_type != Packet.CMD_RESPONSE:
-            raise vici.exception.SessionException(
-                f"Unexpected response type {response.response_type} to {command.name}, "
-                f"expected '{Packet.CMD_RESPONSE}' (CMD_RESPONSE)")
-        reply = Message.deserialize(response.payload)
-        if command.stream is not None:
-            _confirmed(transport, command)
-        if "success" in reply and reply["success"] != b"yes":
-            errmsg = reply.get("errmsg", b"")
-            why = errmsg.decode("utf-8", errors="replace") if isinstance(errmsg, bytes) else str(errmsg)
-            text = f"Command failed: {why}"
+        wait = timeout + command.wait if command.wait and timeout is not None else timeout
+        if wait != timeout:
+            sock.settimeout(wait)
+        try:
+            if command.stream is not None:
+                _confirmed(_next(reader, command), command)
+            while True:
+                kind, _, payload = _next(reader, command)
+                if kind != wire.EVENT or command.stream is None:
+                    break
+                events.append(Decoded(wire.read_message(payload)))
+            if kind != wire.CMD_RESPONSE:
+                raise vici.exception.SessionException(
+                    f"Unexpected response type {kind} to {command.name}, expected '{wire.CMD_RESPONSE}' (CMD_RESPONSE)")
+            reply = Decoded(wire.read_message(payload))
+            if command.stream is not None:
+                _confirmed(_next(reader, command), command)
+        finally:
+            if wait != timeout:
+                sock.settimeout(timeout)
+        if reply.get("success", "yes") != "yes":
+            text = f"Command failed: {reply.get('errmsg', '')}"
             replies.append(StreamFailed(text, events) if command.stream else vici.exception.CommandException(text))
         else:
-            replies.append({**reply, "events": events} if command.stream else reply)
+            replies.append(Decoded({**reply, "events": events}) if command.stream else reply)
+    if reader.buffered:  # charon sent more than was asked: the connection is out of step
+        raise vici.exception.SessionException(f"{reader.buffered} bytes after the replies to {len(commands)} commands")
     return replies
+
+
+def _next(reader: wire.PacketReader, command: Command) -> tuple[int, str | None, bytes]:
+    found = reader.next()
+    if found is None:
+        raise TimeoutError(f"charon did not answer {command.name} in time")
+    return found
+
+
+def _confirmed(packet: tuple[int, str | None, bytes], command: Command) -> None:
+    """charon's confirmation of a streamed command's event (un)registration."""
+    kind = packet[0]
+    if kind == wire.EVENT_UNKNOWN:
+        raise vici.exception.EventUnknownException(f"Unknown event type '{command.stream}'")
+    if kind != wire.EVENT_CONFIRM:
+        raise vici.exception.SessionException(
+            f"Unexpected response type {kind} to the {command.stream} registration of {command.name}, "
+            f"expected '{wire.EVENT_CONFIRM}' (EVENT_CONFIRM)")
 
 
 def pipelined(session: ViciSession, commands: Sequence[Command], *, wire: bool = True

@@ -24,11 +24,12 @@ from typing import Any
 
 from vici.exception import DeserializationException
 
-__all__ = ["CMD_REQUEST", "EVENT", "EVENT_CONFIRM", "EVENT_REGISTER", "EVENT_UNKNOWN", "EVENT_UNREGISTER",
-           "PacketReader", "packet", "read_message"]
+__all__ = ["CMD_REQUEST", "CMD_RESPONSE", "EVENT", "EVENT_CONFIRM", "EVENT_REGISTER", "EVENT_UNKNOWN",
+           "EVENT_UNREGISTER", "PacketReader", "packet", "read_message"]
 
 # Packet types (the first byte of a packet).
 CMD_REQUEST = 0
+CMD_RESPONSE = 1
 EVENT_REGISTER = 3
 EVENT_UNREGISTER = 4
 EVENT_CONFIRM = 5
@@ -113,6 +114,11 @@ class PacketReader:
     def __init__(self, sock: socket.socket) -> None:
         self._socket = sock
         self._buffer = bytearray()
+
+    @property
+    def buffered(self) -> int:
+        """Bytes read and not yet handed out."""
+        return len(self._buffer)
 
     def _framed(self) -> tuple[int, str | None, bytes] | None:
         buffer = self._buffer
