@@ -1,20 +1,21 @@
-"""charon's event stream read straight off its socket: packets in large reads, each message
-decoded in one pass.
+"""charon's answers read straight off its socket: packets in large reads, each message decoded
+in one pass.
 
 Every SA that comes up or goes down makes charon send each listener an event whose message
-holds the whole IKE_SA with its CHILD_SAs (about a kilobyte). The ``vici`` package reads a
-packet in two ``recv`` calls with three socket time-out changes around them, decodes the
-message into ``bytes`` values (``Message.deserialize``) and :func:`app.adapters.vici.models.decode`
-turns those into ``str`` afterwards: about 130 us an event here, four events per tunnel set-up
-and four per teardown, on each listener. :func:`read_message` does the decoding and the
-``str`` conversion together (about a fifth of that), and :class:`PacketReader` frames packets
-out of reads of up to 64 KiB.
+holds the whole IKE_SA with its CHILD_SAs (about a kilobyte), and every ``initiate`` streams a
+dozen log lines. The ``vici`` package reads a packet in two ``recv`` calls with three socket
+time-out changes around them and decodes its message into ``bytes`` values
+(``Message.deserialize``), which :func:`app.adapters.vici.models.decode` turns into ``str``
+afterwards: about 130 us for an event here. :func:`read_message` does the decoding and the
+``str`` conversion together (about a sixth of that), and :class:`PacketReader` frames packets
+out of reads of up to 64 KiB. The event listener (:mod:`app.adapters.vici.events`) and the
+pipeline's replies (:mod:`app.adapters.vici.pipeline`) read this way.
 
-This is VICI's own wire format (strongSwan's ``README`` of the protocol), not the ``vici``
-package's internals: the listener only takes the socket of the session it was given.
-``tests/unit/adapters/vici/test_event_wire.py`` checks :func:`read_message` against the package's
-decoder on the same bytes, and the listener against the fake charon both ways. With
-``QOSS_FAST_PATHS=false`` the listener uses the package's ``Session.listen``.
+This is VICI's own wire format (strongSwan's description of the protocol), not the ``vici``
+package's internals: only the socket of the session is taken. ``tests/unit/adapters/vici/
+test_event_wire.py`` checks :func:`read_message` against the package's decoder on the same
+bytes, and the listener and control calls against the fake charon both ways. With
+``QOSS_FAST_PATHS=false`` the package's ``Session.listen`` and ``streamed_request`` are used.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""The listener's own reading of charon's events (app/adapters/vici/wire.py): its decoder gives
+"""Reading charon's answers off the socket (app/adapters/vici/wire.py): the decoder gives
 what the ``vici`` package's decoder and ``models.decode`` give on the same bytes, refuses
-malformed messages with the package's exception (never another one), and the listener
-delivers the same events with it as through ``Session.listen`` (QOSS_FAST_PATHS=false)."""
+malformed messages with the package's exception (never another one), the listener delivers
+the same events with it as through ``Session.listen``, and control calls give the same lines
+and errors as through ``Session.streamed_request`` (both: QOSS_FAST_PATHS=false)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import pytest
 from vici.exception import DeserializationException
 from vici.protocol import FiniteStream, Message
 
-from app.adapters.vici import EventKind, EventListener, SaEvent
+from app.adapters.vici import EventKind, EventListener, SaEvent, ViciGateway
 from app.adapters.vici.models import decode
 from app.adapters.vici.wire import read_message
+from app.domain.errors import GatewayRejected
 from tests.fakes import FakeCharon, child_sa_message, ike_sa_message
 from tests.fakes.fake_charon import encode_message
 
@@ -81,3 +83,22 @@ def test_the_listener_delivers_the_same_events_either_way(fake: FakeCharon, wire
     assert [(c.name, c.uniqueid, c.encr_alg) for c in events[1].children] == [("t", 4, "AES_GCM_16")]
     assert events[2].old_ike_sa is not None
     assert events[2].old_ike_sa.uniqueid == 1
+
+
+@pytest.mark.parametrize("pipelining", [True, False], ids=["wire", "vici-session"])
+def test_control_calls_give_the_same_lines_and_errors_either_way(fake: FakeCharon, pipelining: bool) -> None:
+    """initiate and terminate pipelined and read off the socket (QOSS_FAST_PATHS on), or through
+    ``Session.streamed_request`` (off): the same log lines, the same refusal with its reason,
+    and the connection still in step after it."""
+    gateway = ViciGateway(fake.socket_path, timeout=2.0, pipelining=pipelining)
+    gateway.load_conn("c", {"children": {"c": {}}})
+    assert gateway.initiate(child="c", ike="c", timeout_ms=2000)[-1] == "CHILD_SA c{1} established"
+    fake.sas["x"] = ike_sa_message()
+    assert gateway.terminate(ike="x", force=True) == ["IKE_SA deleted"]
+    fake.fail("initiate", "establishing CHILD_SA 'c' failed", log=[
+        "received NO_PROPOSAL_CHOSEN notify, no CHILD_SA built", "failed to establish CHILD_SA, keeping IKE_SA"])
+    with pytest.raises(GatewayRejected) as info:
+        gateway.initiate(child="c", timeout_ms=1000)
+    assert str(info.value) == ("initiate: establishing CHILD_SA 'c' failed [charon log: received NO_PROPOSAL_CHOSEN "
+                               "notify, no CHILD_SA built | failed to establish CHILD_SA, keeping IKE_SA]")
+    assert gateway.version().daemon == "charon"
