@@ -120,10 +120,14 @@ def negotiate_tunnel(
 
 
 def provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: NegotiationResult, initiator: Gateway,
-               responder: Gateway | None) -> dict[str, Any]:
+               responder: Gateway | None, cache: TableCache | None = None) -> dict[str, Any]:
     """What a tunnel was negotiated under: its request, each table's and the stored policy's
-    revision at that moment, both ends' algorithms."""
-    tables = {name: uow.tables.current_revision(name) for name in sorted(set(result.tables.values()))}
+    revision at that moment, both ends' algorithms. With ``cache`` (the one the negotiation
+    read its tables through) each table's revision is the one the negotiation used, no query;
+    without, the database's current one."""
+    names = sorted(set(result.tables.values()))
+    tables = ({name: cache.get(uow.tables, name).revision for name in names} if cache is not None
+              else {name: uow.tables.current_revision(name) for name in names})
     policy = inputs.get("policy")
     return {
         "request": dict(inputs),
@@ -226,7 +230,9 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelSpec, default_ta
     inputs = inputs if inputs is not None else negotiation_inputs(request)
     result = negotiate_tunnel(uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder,
                               default_table=default_table)
-    origin = provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder)
+    # The tables' revisions the negotiation used: the record is kept (_still_right) only if they
+    # are still current in the transaction that keeps it.
+    origin = provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder, cache=cache)
     return _Plan(initiator, responder, peer, local_ts, remote_ts, inputs, result, origin)
 
 
