@@ -148,6 +148,16 @@ def _tunnel(row: TunnelRow) -> TunnelRecord:
     )
 
 
+def _tunnel_of(v: Mapping[str, Any]) -> TunnelRecord:
+    """:func:`_tunnel` of a row's values by column (no ORM object built)."""
+    return TunnelRecord(
+        id=v["id"], initiator=v["initiator"], responder=v["responder"], local_ts=tuple(v["local_ts"]),
+        remote_ts=tuple(v["remote_ts"]), state=TunnelState(v["state"]), negotiation=v["negotiation"],
+        detail=v["detail"], created_at=v["created_at"].isoformat(), updated_at=v["updated_at"].isoformat(),
+        peer=PeerEnd(**v["peer"]) if v["peer"] else None, provenance=v["provenance"],
+    )
+
+
 # A tunnel's set-up and teardown each run one of these: compiled once (app.adapters.db.hot).
 _TUNNELS = cast(Table, TunnelRow.__table__)
 _INSERT_TUNNEL = HotStatement(lambda _: insert(_TUNNELS).values({c.name: bindparam(c.name, type_=c.type)
@@ -196,7 +206,7 @@ class TunnelRepository:
                     cursor.execute(_INSERT_TUNNEL, values)
         except IntegrityError as exc:
             raise AlreadyExists(f"tunnel {record.id!r} exists already") from exc
-        return _tunnel(TunnelRow(**values))
+        return _tunnel_of(values)
 
     def get(self, tunnel_id: str) -> TunnelRecord:
         """One tunnel.
@@ -210,7 +220,7 @@ class TunnelRepository:
             found = cursor.first(_GET_TUNNEL, {"id": tunnel_id})
         if found is None:
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")
-        return _tunnel(TunnelRow(**dict(zip(_TUNNELS.c.keys(), found, strict=True))))
+        return _tunnel_of(dict(zip(_TUNNELS.c.keys(), found, strict=True)))
 
     def states(self, tunnel_ids: Collection[str]) -> dict[str, TunnelState]:
         """Only the states of those of ``tunnel_ids`` that exist: one statement, no record built."""
