@@ -442,3 +442,42 @@ def test_a_tunnels_statements_give_the_same_records_hot_and_public(database_url:
     assert hot[1].peer == PeerEnd(address="10.2.0.5", identity="peer.example", local_identity="left")
     assert hot[2] == public[2] >= 1
     assert [e[0] for e in hot[3]] == [e[0] for e in public[3]] == ["tunnel.created", "tunnel.deleted"]
+
+
+@pytest.mark.parametrize("fast_paths", [True, False], ids=["hot", "public"])
+def test_a_begin_that_finds_sqlite_locked_is_sqlalchemys_error_and_leaves_nothing_held(
+    tmp_path: Any, fast_paths: bool
+) -> None:
+    """SQLite's BEGIN IMMEDIATE (opened on the DBAPI connection when the fast paths are on)
+    refused because another connection holds the write lock: SQLAlchemy's OperationalError
+    either way, and the next transaction begins normally once the lock is free."""
+    import sqlite3
+
+    from sqlalchemy.orm import sessionmaker as make_sessions
+
+    path = tmp_path / "locked.db"
+    engine = make_engine(f"sqlite:///{path}", fast_paths=fast_paths, pool_size=1, max_overflow=0)
+
+    @event.listens_for(engine, "connect")
+    def _no_wait(dbapi_connection: Any, _: Any) -> None:
+        dbapi_connection.execute("PRAGMA busy_timeout=0")
+
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        sessions = make_sessions(engine)
+        try:
+            with sessions() as session, pytest.raises(OperationalError, match="locked"):
+                session.execute(text("INSERT INTO t VALUES (1)"))
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        with sessions() as session:
+            session.execute(text("INSERT INTO t VALUES (2)"))
+            session.commit()
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SELECT x FROM t").all() == [(2,)]
+    finally:
+        engine.dispose()
