@@ -8,11 +8,9 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.adapters.db import write_gate
+from app.adapters.db.driver import FAST_PATHS_OPTION, begin_on
 
 __all__ = ["FAST_PATHS_OPTION", "make_engine", "make_session_factory"]
-
-#: The engine execution option that carries the ``fast_paths`` setting (see :mod:`app.adapters.db.hot`).
-FAST_PATHS_OPTION = "qoss_fast_paths"
 
 
 def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwargs: Any) -> Engine:
@@ -64,8 +62,6 @@ def make_engine(url: str, *, writes: bool = True, fast_paths: bool = True, **kwa
 
         @event.listens_for(engine, "begin")
         def _on_begin(conn: Connection) -> None:
-            from app.adapters.db.hot import begin_on  # (hot builds on this module)
-
             begin_on(conn, begin)
 
         return engine

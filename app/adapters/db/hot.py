@@ -56,11 +56,11 @@ from sqlalchemy.sql.expression import ClauseElement, Executable
 from sqlalchemy.types import TypeEngine
 
 from app.adapters.db import write_gate
-from app.adapters.db.engine import FAST_PATHS_OPTION
+from app.adapters.db.driver import WATCHED_DIALECT_EVENTS, WATCHED_EVENTS, goes_hot, is_disconnect, wrapped
 
 __all__ = [
     "HOT_DIALECTS", "WATCHED_DIALECT_EVENTS", "WATCHED_EVENTS", "HotCursor", "HotStatement", "HotTransaction",
-    "bare", "begin_on", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
+    "bare", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
 ]
 
 Processor = Callable[[Any], Any]
@@ -89,27 +89,6 @@ class _Compiled:
 
 #: The databases the hot path runs on (the ones qoss supports and tests).
 HOT_DIALECTS = frozenset({"sqlite", "postgresql"})
-#: Engine events whose listeners must see what the hot path would run unseen: with one
-#: registered, statements go through ``Connection.execute`` (``begin`` is not among them:
-#: :func:`~app.adapters.db.engine.make_engine` listens to it on SQLite, and the hot path
-#: opens its transactions the way that listener does).
-WATCHED_EVENTS = ("before_execute", "after_execute", "before_cursor_execute", "after_cursor_execute", "commit",
-                  "rollback")
-#: The same for the engine's dialect events (``handle_error`` and the ``do_execute`` hooks).
-WATCHED_DIALECT_EVENTS = ("handle_error", "do_execute", "do_execute_no_params", "do_executemany")
-
-
-def goes_hot(bind: Engine | Connection) -> bool:
-    """Whether statements on ``bind`` take the hot path: the fast paths are on for it, no listener
-    of :data:`WATCHED_EVENTS` or :data:`WATCHED_DIALECT_EVENTS` is registered (on the engine or
-    the connection), ``echo`` is off."""
-    if not bind.get_execution_options().get(FAST_PATHS_OPTION, True) or bind.engine.echo:
-        return False
-    dispatch, dialect = bind.dispatch, bind.dialect.dispatch
-    return not (any(getattr(dispatch, name) for name in WATCHED_EVENTS)
-                or any(getattr(dialect, name) for name in WATCHED_DIALECT_EVENTS))
-
-
 class HotStatement:
     """A Core statement (with named ``bindparam``s) compiled once per dialect (see the module).
 
@@ -174,7 +153,7 @@ class HotCursor:
         try:
             self._cursor.execute(c.sql, values if c.positional else dict(zip(c.names, values, strict=True)))
         except self.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(c.sql, exc, self.dialect) from exc
+            raise wrapped(c.sql, exc, self.dialect) from exc
         return c
 
     def _public(self, statement: HotStatement, params: Mapping[str, Any] | list[dict[str, Any]]) -> Any:
@@ -197,7 +176,7 @@ class HotCursor:
             if description is not None:
                 self._cursor.fetchall()  # psycopg: leave nothing pending on the cursor
         except self.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(c.sql, exc, self.dialect) from exc
+            raise wrapped(c.sql, exc, self.dialect) from exc
         if row is None:
             return None
         processors = c.processors(description, self.dialect)
@@ -211,7 +190,7 @@ class HotCursor:
         try:
             rows = self._cursor.fetchall()
         except self.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(c.sql, exc, self.dialect) from exc
+            raise wrapped(c.sql, exc, self.dialect) from exc
         if not rows:
             return []
         processors = c.processors(self._cursor.description, self.dialect)
@@ -239,15 +218,11 @@ class HotCursor:
         try:
             self._cursor.executemany(c.sql, values)
         except self.dialect.loaded_dbapi.Error as exc:
-            raise _wrapped(c.sql, exc, self.dialect) from exc
+            raise wrapped(c.sql, exc, self.dialect) from exc
 
     def close(self) -> None:
         if self._cursor is not None:
             self._cursor.close()
-
-
-def _wrapped(sql: str, exc: Exception, dialect: Dialect) -> StatementError:
-    return DBAPIError.instance(sql, None, exc, dialect.loaded_dbapi.Error, hide_parameters=True, dialect=dialect)
 
 
 class HotTransaction:
@@ -280,7 +255,7 @@ class HotTransaction:
         try:
             self._raw = engine.raw_connection()
         except dialect.loaded_dbapi.Error as exc:  # raw_connection() leaves a failed connect unwrapped
-            raise _wrapped("connect", exc, dialect) from exc
+            raise wrapped("connect", exc, dialect) from exc
         try:
             self.cursor = HotCursor(self._raw.driver_connection, dialect)
             if dialect.name == "sqlite":  # isolation_level None (make_engine): we open it, IMMEDIATE
@@ -288,10 +263,10 @@ class HotTransaction:
                     self._gate.enter(self._raw.info, timeout=30)
                 self.cursor._cursor.execute("BEGIN IMMEDIATE")
         except dialect.loaded_dbapi.Error as exc:
-            self._dead = _is_disconnect(dialect, exc, self._raw)
+            self._dead = is_disconnect(dialect, exc, self._raw)
             self._ended = True
             self.close()
-            raise _wrapped("BEGIN", exc, dialect) from exc
+            raise wrapped("BEGIN", exc, dialect) from exc
 
     def commit(self) -> None:
         """Commit (after a failed commit the transaction is rolled back).
@@ -327,18 +302,18 @@ class HotTransaction:
             if self._gate is not None:
                 self._gate.leave(self._raw.info)
         except self.dialect.loaded_dbapi.Error as exc:
-            self._dead = _is_disconnect(self.dialect, exc, self._raw)
+            self._dead = is_disconnect(self.dialect, exc, self._raw)
             if what == "COMMIT" and not self._dead:
                 self._ended = False
                 self.rollback()
-            raise _wrapped(what, exc, self.dialect) from exc
+            raise wrapped(what, exc, self.dialect) from exc
 
     def abort(self, exc: BaseException) -> None:
         """Roll back after ``exc`` was raised inside the transaction: a DBAPI error that shows
         the connection dead keeps it out of the pool."""
         if self._connection is None:
             orig = exc.orig if isinstance(exc, DBAPIError) else None
-            if orig is not None and _is_disconnect(self.dialect, orig, self._raw):
+            if orig is not None and is_disconnect(self.dialect, orig, self._raw):
                 self._dead = True
         self.rollback()
 
@@ -374,10 +349,6 @@ def hot_transaction(engine: Engine) -> Iterator[HotCursor]:
         transaction.close()
 
 
-def _is_disconnect(dialect: Dialect, exc: BaseException, raw: Any) -> bool:
-    return isinstance(exc, dialect.loaded_dbapi.Error) and bool(dialect.is_disconnect(exc, raw.driver_connection, None))
-
-
 @contextmanager
 def session_cursor(session: Session) -> Iterator[HotCursor]:
     """A :class:`HotCursor` on the Session's connection: statements run in its transaction
@@ -391,23 +362,6 @@ def session_cursor(session: Session) -> Iterator[HotCursor]:
         yield cursor
     finally:
         cursor.close()
-
-
-def begin_on(connection: Connection, sql: str) -> None:
-    """Open ``connection``'s transaction with ``sql`` (``BEGIN IMMEDIATE`` on SQLite: the engine's
-    ``begin`` listener): on its DBAPI connection, or through ``exec_driver_sql`` where the hot
-    path steps aside (:func:`goes_hot`), so that listeners of statements see it. Errors are
-    SQLAlchemy's either way."""
-    if not goes_hot(connection):
-        connection.exec_driver_sql(sql)
-        return
-    dialect = connection.dialect
-    try:
-        connection.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
-    except dialect.loaded_dbapi.Error as exc:
-        if _is_disconnect(dialect, exc, connection.connection):
-            connection.invalidate(exc)
-        raise _wrapped(sql, exc, dialect) from exc
 
 
 def bare(session: Session) -> bool:
