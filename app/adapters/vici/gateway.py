@@ -274,42 +274,31 @@ class ViciGateway:
         *,
         timeout: float | None = None,
     ) -> list[dict[str, Any]]:
-        """Run a streamed command, consuming every event; returns the decoded events."""
+        """Run a streamed command, consuming every event; returns the decoded events. The event's
+        registration, the command and the unregistration go out in one write and the replies are
+        read afterwards (:func:`~app.adapters.vici.pipeline.pipelined`)."""
         wait = self.timeout if timeout is None else timeout
         _log.debug("vici %s on %s", command, self.socket_path)
-        events: list[dict[str, Any]] = []
-
-        def stream(session: ViciSession) -> None:
-            events.clear()  # a repeated list-* starts over
-            for raw in session.streamed_request(command, event, message):
-                events.append(decode(raw))
-
-        try:
-            self._run(command, wait, stream)
-        except Exception as exc:
-            log = _log_lines(events) if event == "control-log" else []
-            self._fail(exc, command, wait, log=log)
-        return events
-
-    def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
-        """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`):
-        its event registration, the command and the unregistration in one write, the replies
-        read afterwards (:func:`~app.adapters.vici.pipeline.pipelined`)."""
-        wait = self.timeout + max(timeout_ms, 0) / 1000.0
-        _log.debug("vici %s on %s", command, self.socket_path)
-        release = self._control_slot(command, wait)
-        streamed = Command(command, message, stream="control-log")
+        streamed = Command(command, message, stream=event)
         try:
             reply = self._run(command, wait, lambda session: pipelined(session, [streamed], wire=self.pipelining))[0]
         except Exception as exc:
             self._fail(exc, command, wait)
+        if isinstance(reply, Exception):
+            log = _log_lines(decode(reply.events)) if isinstance(reply, StreamFailed) and event == "control-log" else []
+            self._fail(reply, command, wait, log=log)
+        events: list[dict[str, Any]] = decode(reply)["events"]
+        return events
+
+    def _control(self, command: str, message: Mapping[str, Any], timeout_ms: int) -> list[str]:
+        """A control call, one of this charon's few at a time (:mod:`app.adapters.vici.slots`)."""
+        wait = self.timeout + max(timeout_ms, 0) / 1000.0
+        release = self._control_slot(command, wait)
+        try:
+            events = self._streamed(command, "control-log", message, timeout=wait)
         finally:
             release()
-        if isinstance(reply, Exception):
-            log = _log_lines(decode(reply.events)) if isinstance(reply, StreamFailed) else []
-            self._fail(reply, command, wait, log=log)
-        lines: list[str] = _log_lines(decode(reply)["events"])
-        return lines
+        return _log_lines(events)
 
     def _control_slot(self, command: str, wait: float) -> Callable[[], None]:
         """One of this charon's control slots (:mod:`app.adapters.vici.slots`): the function that
