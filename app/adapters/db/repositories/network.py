@@ -140,16 +140,11 @@ class GatewayRepository:
 
 
 def _tunnel(row: TunnelRow) -> TunnelRecord:
-    return TunnelRecord(
-        id=row.id, initiator=row.initiator, responder=row.responder, local_ts=tuple(row.local_ts),
-        remote_ts=tuple(row.remote_ts), state=TunnelState(row.state), negotiation=row.negotiation,
-        detail=row.detail, created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
-        peer=PeerEnd(**row.peer) if row.peer else None, provenance=row.provenance,
-    )
+    return _tunnel_of({name: getattr(row, name) for name in _COLUMNS})
 
 
 def _tunnel_of(v: Mapping[str, Any]) -> TunnelRecord:
-    """:func:`_tunnel` of a row's values by column (no ORM object built)."""
+    """A tunnel record of a row's values by column."""
     return TunnelRecord(
         id=v["id"], initiator=v["initiator"], responder=v["responder"], local_ts=tuple(v["local_ts"]),
         remote_ts=tuple(v["remote_ts"]), state=TunnelState(v["state"]), negotiation=v["negotiation"],
@@ -160,6 +155,7 @@ def _tunnel_of(v: Mapping[str, Any]) -> TunnelRecord:
 
 # A tunnel's set-up and teardown each run one of these: compiled once (app.adapters.db.hot).
 _TUNNELS = cast(Table, TunnelRow.__table__)
+_COLUMNS = tuple(_TUNNELS.c.keys())
 _INSERT_TUNNEL = HotStatement(lambda _: insert(_TUNNELS).values({c.name: bindparam(c.name, type_=c.type)
                                                                  for c in _TUNNELS.c}))
 _DELETE_TUNNEL = HotStatement(lambda _: delete(_TUNNELS).where(_TUNNELS.c.id == bindparam("id")))
@@ -220,7 +216,7 @@ class TunnelRepository:
             found = cursor.first(_GET_TUNNEL, {"id": tunnel_id})
         if found is None:
             raise NotFound(f"tunnel {tunnel_id!r} does not exist")
-        return _tunnel_of(dict(zip(_TUNNELS.c.keys(), found, strict=True)))
+        return _tunnel_of(dict(zip(_COLUMNS, found, strict=True)))
 
     def states(self, tunnel_ids: Collection[str]) -> dict[str, TunnelState]:
         """Only the states of those of ``tunnel_ids`` that exist: one statement, no record built."""
