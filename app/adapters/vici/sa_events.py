@@ -137,14 +137,16 @@ class SaEventHub:
             if event.kind is EventKind.CHILD_UPDOWN and event.up and event.ike_sa is not None \
                     and any(child.name == event.ike_name for child in event.children):
                 waiters = sock.waiters.pop(event.ike_name, [])
-        for waiter in waiters:
-            waiter.sa = event.ike_sa
-            waiter.arrived.set()
+        # The subscribers first (the tunnel monitor only schedules a check): a set-up woken by
+        # this report is answered only once the monitor knows of the event that verified it.
         for callback in subscribers:
             try:
                 callback(event)
             except Exception:  # one subscriber's failure is not the others'
                 _log.exception("SA event subscriber failed for %s %s", event.kind.value, event.ike_name)
+        for waiter in waiters:
+            waiter.sa = event.ike_sa
+            waiter.arrived.set()
 
     def close(self) -> None:
         """Stop every listener (the process is stopping)."""
