@@ -229,9 +229,10 @@ class EventStore(Protocol):
         """One event; ``scope``: what a token needs to see it (None: any token)."""
         ...
 
-    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = ...) -> builtins.list[dict[str, Any]]:
-        """Events with an id above ``last_id``, oldest first, those ``scopes`` may see (None: all):
-        ``{"id", "at", "kind", "subject", "data"}``."""
+    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = ...,
+              kinds: Collection[str] | None = None) -> builtins.list[dict[str, Any]]:
+        """Events with an id above ``last_id``, oldest first, those ``scopes`` may see (None: all)
+        and, given ``kinds``, only of those kinds: ``{"id", "at", "kind", "subject", "data"}``."""
         ...
 
     def last_id(self) -> int:

@@ -31,6 +31,7 @@ from app.domain.negotiation import Backend, NegotiationResult
 from app.domain.policies import Levels
 from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.requests import NegotiationSpec, PeerSpec
+from app.services.events import kinds_after
 from app.services.negotiation import run_negotiation
 from app.services.ratings import TableCache
 from app.services.rekey import ImpactKind, judge
@@ -216,13 +217,10 @@ class SessionFollower:
             if self._last is None:
                 self._last = uow.events.last_id()
                 return []
-            events = uow.events.after(self._last, scopes=None, limit=1000)
-        if not events:
-            return []
-        self._last = max(int(e["id"]) for e in events)
+            events, self._last = kinds_after(uow, self._last, _EDITS)
         causes = [f"{_EDITS[e['kind']]} {e['subject']}" + (f" revision {e['data']['revision']}"
                                                            if e["data"].get("revision") else " deleted")
-                  for e in events if e["kind"] in _EDITS]
+                  for e in events]
         if not causes:
             return []
         return self.run_once("; ".join(dict.fromkeys(causes)))

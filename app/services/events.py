@@ -24,6 +24,7 @@ __all__ = [
     "StreamSlots",
     "TooManyStreams",
     "events_after",
+    "kinds_after",
     "last_event_id",
     "prune_events",
     "stream_scopes",
@@ -40,6 +41,20 @@ def events_after(uow: UnitOfWork, last_id: int, scopes: Collection[str] | None, 
                  ) -> list[dict[str, Any]]:
     """Events newer than ``last_id``, oldest first, that ``scopes`` may see."""
     return uow.events.after(last_id, scopes=scopes, limit=limit)
+
+
+def kinds_after(uow: UnitOfWork, last_id: int, kinds: Collection[str], limit: int = 1000
+                ) -> tuple[list[dict[str, Any]], int]:
+    """The events of ``kinds`` newer than ``last_id``, oldest first (at most ``limit``), and the
+    id to look after next time: the log's newest when this looked, unless the page was full.
+    Events of other kinds are passed over in the database, not read."""
+    newest = uow.events.last_id()
+    page = uow.events.after(last_id, scopes=None, kinds=kinds, limit=limit)
+    # Read after the newest id: an event that came in between is left for the next look.
+    kept = [e for e in page if int(e["id"]) <= newest]
+    if len(kept) == limit:
+        return kept, int(kept[-1]["id"])
+    return kept, max(newest, last_id)
 
 
 def last_event_id(uow: UnitOfWork) -> int:

@@ -30,6 +30,7 @@ from app.domain.negotiation import NegotiationResult
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
+from app.services.events import kinds_after
 from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
@@ -234,11 +235,11 @@ class Rekeyer:
     def _edits_after(self, last: int) -> tuple[list[str], int]:
         """The edits in the event log after event ``last`` (any replica's), and the newest id seen."""
         with self._reads() as uow:
-            events = uow.events.after(last, scopes=None, limit=1000)
+            events, last = kinds_after(uow, last, _EDITS)
         causes = [f"{e['kind'].replace('_', ' ')} {e['subject']}" + (f" revision {e['data']['revision']}"
                                                                     if e["data"].get("revision") else "")
-                  for e in events if e["kind"] in _EDITS]
-        return causes, max((int(e["id"]) for e in events), default=last)
+                  for e in events]
+        return causes, last
 
     def _newest_event(self) -> int | None:
         """The newest event's id (edits after it are this rekeyer's), None if the database is away."""

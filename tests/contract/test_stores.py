@@ -398,6 +398,10 @@ def test_events_come_in_order_filtered_by_scope_and_are_pruned(units: Units) -> 
         assert [e["kind"] for e in uow.events.after(ids[0], scopes=set())] == ["rating_table.revision"]
         assert uow.events.after(ids[-1], scopes=None) == []
         assert len(uow.events.after(0, scopes=None, limit=2)) == 2
+        edits = uow.events.after(0, scopes=None, kinds={"rating_table.revision", "policy.deleted"})
+        assert [(e["kind"], e["data"]) for e in edits] == [("rating_table.revision", {"revision": 2})]
+        assert uow.events.after(ids[1], scopes=None, kinds={"rating_table.revision"}) == []
+        assert uow.events.after(0, scopes=None, kinds=set()) == []
     with units() as uow:
         assert uow.events.prune(datetime.now(UTC) + timedelta(seconds=1)) == 3
         uow.commit()

@@ -360,9 +360,11 @@ class FakeEvents(_Store):
         state.events.append({"id": state.event_seq, "at": _now().isoformat(), "kind": kind, "subject": subject[:200],
                        "data": copy.deepcopy(dict(data)), "scope": scope})
 
-    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = 500) -> builtins.list[dict[str, Any]]:
+    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = 500,
+              kinds: Collection[str] | None = None) -> builtins.list[dict[str, Any]]:
         seen = [e for e in self._read() if e["id"] > last_id and (scopes is None or e["scope"] is None
-                                                                   or e["scope"] in scopes)]
+                                                                   or e["scope"] in scopes)
+                and (kinds is None or e["kind"] in kinds)]
         return [{k: v for k, v in e.items() if k != "scope"} for e in seen[:limit]]
 
     def last_id(self) -> int:

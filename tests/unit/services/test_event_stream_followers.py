@@ -10,7 +10,7 @@ import pytest
 from app.domain.ratelimit import Overloaded
 from app.domain.sessions import hash_session_id
 from app.services.auth import create_token, revoke_token
-from app.services.events import FollowerGone, StreamFollower, StreamSlots, TooManyStreams, stream_scopes
+from app.services.events import FollowerGone, StreamFollower, StreamSlots, TooManyStreams, kinds_after, stream_scopes
 from app.services.ui_sessions import sign_in, sign_out
 from tests.fakes.uow import FakeUnitOfWork
 
@@ -82,3 +82,38 @@ def test_the_process_holds_at_most_its_total_of_streams() -> None:
     slots.take("bbbbbbbbbbbb", total=2, per_token=5)
     with pytest.raises(Overloaded):
         slots.take("cccccccccccc", total=2, per_token=5)
+
+
+def test_a_follower_of_some_kinds_reads_only_those_and_goes_on_after_the_log_s_newest(uow: FakeUnitOfWork) -> None:
+    for n in range(5):
+        uow.events.append("tunnel.created", f"t{n}", {"state": "up"}, scope="tunnels:read")
+        uow.events.append("policy.revision", f"p{n}", {"revision": n + 1})
+    uow.commit()
+    everything = uow.events.after(0, scopes=None)
+    found, last = kinds_after(uow, 0, {"policy.revision"})
+    assert [e["subject"] for e in found] == ["p0", "p1", "p2", "p3", "p4"]
+    assert last == everything[-1]["id"]  # past the tunnel events too: they are never read again
+    assert kinds_after(uow, last, {"policy.revision"}) == ([], last)
+    page, upto = kinds_after(uow, 0, {"policy.revision"}, limit=2)  # a full page: the rest next time
+    assert [e["subject"] for e in page] == ["p0", "p1"] and upto == page[-1]["id"]  # noqa: PT018
+    rest, _ = kinds_after(uow, upto, {"policy.revision"})
+    assert [e["subject"] for e in rest] == ["p2", "p3", "p4"]
+
+
+def test_an_event_that_comes_in_between_the_two_reads_is_left_for_the_next_look(uow: FakeUnitOfWork) -> None:
+    uow.events.append("policy.revision", "p0", {"revision": 1})
+    uow.commit()
+    newest = uow.events.last_id()
+    later = uow.events.last_id
+
+    def after_a_commit_elsewhere(*args: object, **kwargs: object) -> list[dict[str, object]]:
+        uow.events.append("policy.revision", "p1", {"revision": 2})
+        uow.commit()
+        return type(uow.events).after(uow.events, *args, **kwargs)  # type: ignore[arg-type]
+
+    uow.events.after = after_a_commit_elsewhere  # type: ignore[method-assign]
+    found, last = kinds_after(uow, 0, {"policy.revision"})
+    assert [e["subject"] for e in found] == ["p0"] and last == newest  # noqa: PT018
+    del uow.events.after
+    found, last = kinds_after(uow, last, {"policy.revision"})
+    assert [e["subject"] for e in found] == ["p1"] and last == later()  # noqa: PT018

@@ -41,9 +41,12 @@ class EventRepository:
         self.session.info.setdefault(_WAITING, []).append(
             {"kind": kind, "subject": subject[:200], "scope": scope, "data": dict(data), "at": utcnow()})
 
-    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = 500) -> list[dict[str, Any]]:
+    def after(self, last_id: int, *, scopes: Collection[str] | None, limit: int = 500,
+              kinds: Collection[str] | None = None) -> list[dict[str, Any]]:
         write_waiting(self.session)
         query = select(EventRow).where(EventRow.id > last_id).order_by(EventRow.id).limit(limit)
+        if kinds is not None:
+            query = query.where(EventRow.kind.in_(sorted(kinds)))
         if scopes is not None:  # None: every event (an admin token)
             query = query.where(or_(EventRow.scope.is_(None), EventRow.scope.in_(list(scopes))))
         return [{"id": r.id, "at": r.at.isoformat(), "kind": r.kind, "subject": r.subject, "data": r.data}
