@@ -213,8 +213,8 @@ class TargetAgent:
             ticket = request.request_info.ticket or ""
             with self._store.request() as transaction:
                 self._admit(transaction, endorsement, request, now)
-                transaction.commit()
-            ended = self._book.close(ticket, user_id=request.user_id)
+                ended = self._book.close(transaction, ticket, user_id=request.user_id)
+            self._book.let_go(ended)  # charon's work, with no connection held
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
                                 tunneling_info=None, target=self.keys.name, user_id=request.user_id,
                                 host=endorsement.host, timestamp=int(self._clock()))
@@ -226,9 +226,8 @@ class TargetAgent:
             ticket = request.request_info.ticket or ""
             with self._store.request() as transaction:
                 self._admit(transaction, endorsement, request, now)
+                row = transaction.session(ticket)
                 transaction.commit()
-            with self._store.unit() as uow:
-                row = uow.sessions.get(ticket)
             if row is None or row.user_id != request.user_id:
                 raise AgentRejected("ticket unknown or not this user's")
             status = SessionStatus(ticket=ticket, state=AgentSessionState(row.state), reason=row.reason[:500],

@@ -122,9 +122,9 @@ class TargetSessions:
         return str(following) if usable else None
 
     def _release(self, ticket: str) -> None:
-        with self._store.unit() as uow:
-            uow.leases.release(ticket)
-            uow.commit()
+        with self._store.request() as transaction:
+            transaction.release_lease(ticket)
+            transaction.commit()
 
 
     # -- ending ---------------------------------------------------------------------------
@@ -136,26 +136,38 @@ class TargetSessions:
                 return None
             row = uow.sessions.get(ticket)
             uow.commit()
-        if row is not None and row.protection == "esp":
-            self._charon.teardown(row.conn)
-        self._release(ticket)  # only once charon has let go of the address
+        if row is not None:
+            self.let_go(row)
+        else:
+            self._release(ticket)
         return row
 
+    def let_go(self, row: AgentSession) -> None:
+        """An ended session's conn out of charon, then its lease freed (no transaction held)."""
+        if row.protection == "esp":
+            self._charon.teardown(row.conn)
+        self._release(row.ticket)  # only once charon has let go of the address
 
-    def close(self, ticket: str, *, user_id: str) -> AgentSession:
+    def close(self, transaction: AgentRequest, ticket: str, *, user_id: str) -> AgentSession:
         """The user ends their session, or revokes their device's enrolment (its live tunnel ends
-        now and its certificate is accepted no more)."""
-        with self._store.unit() as uow:
-            row = uow.sessions.get(ticket)
-            owner = row.user_id if row is not None else None
-            active = row is not None and row.state == AgentSessionState.ACTIVE.value
-        if row is None or owner != user_id or not active:
+        now and its certificate is accepted no more): ended in the message's own ``transaction``
+        (committed here, refused or not: the message's nonces are used either way). The caller
+        then lets go of the transaction and of the session (:meth:`let_go`).
+
+        Raises:
+            AgentRejected: the ticket is unknown, not this user's or not active.
+        """
+        row = transaction.session(ticket)
+        if row is None or row.user_id != user_id or row.state != AgentSessionState.ACTIVE.value:
+            transaction.commit()
             raise AgentRejected("ticket unknown, not this user's, or not active")
         if row.platform is not None:
             state, reason = AgentSessionState.REVOKED, "device revoked by its user"
         else:
             state, reason = AgentSessionState.CLOSED, "disconnected by the client"
-        if self.finish(ticket, state, reason) is None:
+        ended = transaction.finish_session(ticket, state, reason)  # another process may have ended it
+        transaction.commit()
+        if not ended:
             raise AgentRejected("ticket used already")
         return row
 

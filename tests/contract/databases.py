@@ -24,11 +24,12 @@ def _sqlite(tmp_path: Path) -> Iterator[str]:
 
 
 @contextmanager
-def migrated_sessions(kind: str, tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+def migrated_sessions(kind: str, tmp_path: Path, *, fast_paths: bool = True) -> Iterator[sessionmaker[Session]]:
     """Sessions on an empty database of ``kind`` (``sqlite`` or ``postgresql``), migrated to head;
-    its engine disposed of afterwards."""
+    its engine disposed of afterwards. ``fast_paths=False``: hot statements take SQLAlchemy's
+    public path (``QOSS_FAST_PATHS=false``)."""
     with postgres_database() if kind == "postgresql" else _sqlite(tmp_path) as url:
-        engine = make_engine(url)
+        engine = make_engine(url, fast_paths=fast_paths)
         try:
             yield make_session_factory(engine)
         finally:

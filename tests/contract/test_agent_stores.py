@@ -24,13 +24,16 @@ LATER = datetime.now(UTC) + timedelta(days=1)  # not expired whenever in the run
 KEY_A, KEY_B = b"\x01" * 32, b"\x02" * 32
 
 
-@pytest.fixture(params=["fake", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(params=["fake", "sqlite", "sqlite-public", pytest.param("postgresql", marks=pytest.mark.postgres),
+                        pytest.param("postgresql-public", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentStore]:
-    """An agent store on an empty, migrated database of each kind."""
+    """An agent store on an empty, migrated database of each kind; ``-public``: with fast paths
+    off, its hot statements on SQLAlchemy's public path."""
     if request.param == "fake":
         yield FakeAgentStore()
         return
-    with migrated_sessions(request.param, tmp_path) as sessions:
+    kind, _, public = request.param.partition("-")
+    with migrated_sessions(kind, tmp_path, fast_paths=not public) as sessions:
         yield SqlAgentStore(sessions)
 
 
@@ -218,6 +221,47 @@ def test_sessions_are_listed_newest_first_and_finished_once(store: AgentStore) -
     assert (ended.state, ended.reason) == ("expired", "x" * 200)
     assert ended.updated_at is not None
     assert ended.updated_at >= ended.created_at
+
+
+def test_a_messages_transaction_reads_ends_a_session_once_and_frees_its_lease(store: AgentStore) -> None:
+    origin = {"tables": {"standards-2026": 4}, "cost": 1.25}
+    with store.request() as transaction:
+        transaction.add_session(_session("4" * 32, provenance=origin, platform="android"))
+        assert transaction.take_lease("10.8.0.4", "4" * 32)
+        transaction.commit()
+    with store.unit() as uow:
+        by_unit = uow.sessions.get("4" * 32)
+    with store.request() as transaction:
+        assert transaction.session("4" * 32) == by_unit  # the same record either way
+        assert transaction.session("5" * 32) is None
+        assert transaction.finish_session("4" * 32, AgentSessionState.REVOKED, "y" * 300)
+        assert not transaction.finish_session("4" * 32, AgentSessionState.CLOSED, "again")
+        assert not transaction.finish_session("5" * 32, AgentSessionState.CLOSED, "no such ticket")
+        ended = transaction.session("4" * 32)  # this transaction's own change
+        transaction.release_lease("4" * 32)
+        transaction.release_lease("5" * 32)  # none: nothing happens
+        assert transaction.leased_addresses() == set()
+        transaction.commit()
+    assert by_unit is not None and ended is not None  # noqa: PT018
+    assert (ended.state, ended.reason, ended.platform, ended.provenance) == ("revoked", "y" * 200, "android", origin)
+    assert ended.updated_at is not None and ended.updated_at >= by_unit.created_at  # noqa: PT018
+    with store.unit() as uow:
+        assert uow.sessions.get("4" * 32) == ended
+        assert uow.leases.taken() == set()
+
+
+def test_a_session_ended_in_a_message_s_transaction_left_uncommitted_stays_active(store: AgentStore) -> None:
+    with store.request() as transaction:
+        transaction.add_session(_session("6" * 32))
+        assert transaction.take_lease("10.8.0.6", "6" * 32)
+        transaction.commit()
+    with store.request() as transaction:
+        assert transaction.finish_session("6" * 32, AgentSessionState.CLOSED, "gone")
+        transaction.release_lease("6" * 32)
+    with store.unit() as uow:
+        row = uow.sessions.get("6" * 32)
+        assert row is not None and row.state == "active"  # noqa: PT018
+        assert uow.leases.taken() == {"10.8.0.6"}
 
 
 # ------------------------------------------------------------------ users

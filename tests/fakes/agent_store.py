@@ -274,5 +274,14 @@ class FakeAgentRequest(_Transaction):
     def add_session(self, session: AgentSession) -> None:
         self._sessions.add(session)
 
+    def session(self, ticket: str) -> AgentSession | None:
+        return self._sessions.get(ticket)
+
+    def finish_session(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        return self._sessions.finish(ticket, state, reason)
+
+    def release_lease(self, ticket: str) -> None:
+        self._leases.release(ticket)
+
     def __enter__(self) -> FakeAgentRequest:
         return self

@@ -50,9 +50,12 @@ __all__ = [
     "add_session",
     "claim_nonce",
     "find_user",
+    "finish_session",
+    "get_session",
     "insert_new",
     "is_revoked",
     "leased_addresses",
+    "release_leases",
     "take_lease",
 ]
 
@@ -275,6 +278,7 @@ class NonceRepository:
 
 
 _SESSIONS = cast(Table, AgentSessionRow.__table__)
+_LEASES = cast(Table, AgentLeaseRow.__table__)
 _ADD_SESSION = HotStatement(lambda _: insert(_SESSIONS))  # every column, each a bind of its own name
 
 
@@ -422,13 +426,37 @@ def add_session(cursor: HotCursor, row: AgentSession) -> None:
         raise AlreadyExists("ticket exists") from exc
 
 
+_GET_SESSION = HotStatement(lambda _: select(*_SESSIONS.c).where(_SESSIONS.c.ticket == bindparam("ticket")))
+_FINISH_SESSION = HotStatement(lambda _: update(_SESSIONS).where(  # no bind named as a column: see update()
+    _SESSIONS.c.ticket == bindparam("which"), _SESSIONS.c.state == AgentSessionState.ACTIVE.value,
+).values(state=bindparam("new_state"), reason=bindparam("new_reason"), updated_at=bindparam("now")))
+_RELEASE_LEASES = HotStatement(lambda _: delete(_LEASES).where(_LEASES.c.ticket == bindparam("ticket")))
+
+
+def get_session(cursor: HotCursor, ticket: str) -> AgentSession | None:
+    """The session of ``ticket``, or None (one hot query)."""
+    row = cursor.first(_GET_SESSION, {"ticket": ticket})
+    return None if row is None else AgentSession(**dict(zip(_SESSIONS.c.keys(), row, strict=True)))
+
+
+def finish_session(cursor: HotCursor, ticket: str, state: AgentSessionState, reason: str) -> bool:
+    """Move an active session to ``state``; False if it was not active (single use)."""
+    return cursor.execute(_FINISH_SESSION, {"which": ticket, "new_state": state.value,
+                                            "new_reason": reason[:200], "now": utcnow()}) == 1
+
+
+def release_leases(cursor: HotCursor, ticket: str) -> None:
+    """Let go of the address leased to ``ticket`` (none: nothing happens)."""
+    cursor.execute(_RELEASE_LEASES, {"ticket": ticket})
+
+
 def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes) -> bool:
     """Whether Target's revocation list has this user's signing key."""
     row = cursor.first(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)})
     return bool(row and row[0])
 
 
-_LEASED = HotStatement(lambda _: select(cast(Table, AgentLeaseRow.__table__).c.address))
+_LEASED = HotStatement(lambda _: select(_LEASES.c.address))
 
 
 def leased_addresses(cursor: HotCursor) -> set[str]:

@@ -22,13 +22,16 @@ from app.adapters.db.agent import (
     add_session,
     claim_nonce,
     find_user,
+    finish_session,
+    get_session,
     is_revoked,
     leased_addresses,
+    release_leases,
     take_lease,
 )
 from app.adapters.db.hot import HotTransaction, engine_of
 from app.adapters.db.unit_of_work import SessionTransaction
-from app.domain.agent import EnrolledUser
+from app.domain.agent import AgentSessionState, EnrolledUser
 from app.domain.agent.ports import AgentSession
 
 __all__ = ["SqlAgentRequest", "SqlAgentStore", "SqlAgentUnitOfWork"]
@@ -94,6 +97,15 @@ class SqlAgentRequest:
 
     def add_session(self, session: AgentSession) -> None:
         add_session(self._cursor, session)
+
+    def session(self, ticket: str) -> AgentSession | None:
+        return get_session(self._cursor, ticket)
+
+    def finish_session(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        return finish_session(self._cursor, ticket, state, reason)
+
+    def release_lease(self, ticket: str) -> None:
+        release_leases(self._cursor, ticket)
 
     def commit(self) -> None:
         self._transaction.commit()

@@ -247,6 +247,18 @@ class AgentRequest(Protocol):
         """:meth:`AgentSessionStore.add` in this transaction (a clash fails the transaction)."""
         ...
 
+    def session(self, ticket: str) -> AgentSession | None:
+        """:meth:`AgentSessionStore.get` in this transaction."""
+        ...
+
+    def finish_session(self, ticket: str, state: AgentSessionState, reason: str) -> bool:
+        """:meth:`AgentSessionStore.finish` in this transaction."""
+        ...
+
+    def release_lease(self, ticket: str) -> None:
+        """:meth:`LeaseStore.release` in this transaction."""
+        ...
+
     def commit(self) -> None:
         """Commit (after a failed commit the transaction is rolled back)."""
         ...
