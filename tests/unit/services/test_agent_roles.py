@@ -15,13 +15,14 @@ import pytest
 from app.adapters.agent.crypto import CRYPTO, KeyPair
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, agent_conn_name
+from app.domain.agent.messages import Endorsement
 from app.domain.agent.ports import DeviceKit
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
 from app.services.agent_client import AgentClient
 from app.services.agent_config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
 from app.services.agent_host import HostAgent
-from app.services.agent_target import TargetAgent
+from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_target_sessions import RECONCILE_GRACE
 from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
@@ -183,6 +184,26 @@ def test_a_disconnect_closes_the_session_releases_the_lease_and_unloads(roles: R
     assert empty(roles.charon)
     with rejected("target rejected: ticket unknown"):
         roles.disconnect(ticket)
+
+
+def test_a_refused_disconnect_still_uses_up_its_nonces_and_ends_nothing(
+        roles: Roles, monkeypatch: pytest.MonkeyPatch) -> None:
+    ticket, _ = roles.connect()
+    endorsements: list[Endorsement] = []
+    answer = roles.target.handle_local
+
+    def kept(endorsement: Endorsement) -> Outcome:
+        endorsements.append(endorsement)
+        return answer(endorsement)
+
+    monkeypatch.setattr(roles.target, "handle_local", kept)
+    with rejected("target rejected: ticket unknown"):
+        roles.disconnect("f" * 32)
+    [refused] = endorsements
+    with rejected("replayed endorsement"):  # its nonces were kept though the disconnect was refused
+        answer(refused)
+    assert roles.session(ticket)[0] == "active"  # and nobody else's session ended
+    assert roles.disconnect(ticket) is Kind.CLOSED
 
 
 def test_revoking_a_user_ends_their_sessions_and_refuses_their_key(roles: Roles) -> None:
