@@ -180,9 +180,13 @@ class TunnelMonitor:
                 # Due on the next tick after the settle time, so that the checks of a burst of
                 # set-ups (4 events each) are read together, one batch per tick.
                 at = math.ceil((now + self._settle) / self._tick) * self._tick
+                if not self._due:  # the loop waits for nothing sooner: tell it
+                    self._wake.notify_all()
+                # Otherwise it wakes by the earliest check due, never later than this one (same
+                # settle time, later event): waking it for each event of a burst made it look at
+                # every pending check once per event.
                 self._due[tunnel_id] = (at, event.up is False)
                 self._first_seen[tunnel_id] = now
-                self._wake.notify_all()
             elif event.up is False and not pending[1]:
                 self._due[tunnel_id] = (pending[0], True)
 

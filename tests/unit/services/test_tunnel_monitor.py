@@ -286,3 +286,43 @@ def test_down_events_of_deleted_tunnels_ask_charon_nothing_and_leave_nothing_pen
         assert _state(database, "aaa")[0] is TunnelState.UP
     finally:
         monitor.stop()
+
+
+def test_a_burst_of_events_wakes_the_loop_once_and_every_tunnel_is_checked(
+        database: FakeDatabase, world: tuple[dict[str, Charon], list]) -> None:
+    """The first event wakes a loop that waits for nothing sooner; the burst's later events are
+    due no earlier than the first, so they wait for the loop's own wake-up at each tick."""
+    charons, listeners = world
+    with database.unit() as uow:
+        for n in range(20):
+            uow.tunnels.add(TunnelRecord(id=f"b{n:02}", initiator="left", responder="right",
+                                         local_ts=(f"10.1.2.{n}/32",), remote_ts=("10.2.0.1/32",),
+                                         state=TunnelState.DOWN, negotiation={}))
+        uow.commit()
+    for charon in charons.values():
+        charon.established |= {f"qoss-b{n:02}" for n in range(20)}
+
+    def listen(path: str, callback: Callable[[SaEvent], None]) -> FakeListener:
+        listeners.append(FakeListener(path, callback))
+        return listeners[-1]
+
+    monitor = TunnelMonitor(units=database.unit, vici=lambda path: charons[path], listen=listen,
+                            settle=0.2, tick=0.1, resync=60)
+    monitor.start()
+    try:
+        assert until(lambda: monitor.watched == ["/run/left.vici", "/run/right.vici"])
+        assert until(lambda: monitor.pending == 0)
+        wakes: list[float] = []
+        notify = monitor._wake.notify_all
+
+        def counted() -> None:
+            wakes.append(1.0)
+            notify()
+
+        monitor._wake.notify_all = counted  # type: ignore[method-assign]
+        for n in range(20):
+            listeners[n % 2].callback(_event(f"qoss-b{n:02}", up=True))
+        assert until(lambda: all(_state(database, f"b{n:02}")[0] is TunnelState.UP for n in range(20)))
+        assert len(wakes) == 1
+    finally:
+        monitor.stop()
