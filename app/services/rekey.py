@@ -233,7 +233,8 @@ class Rekeyer:
         return due
 
     def _edits_after(self, last: int) -> tuple[list[str], int]:
-        """The edits in the event log after event ``last`` (any replica's), and the newest id seen."""
+        """The edits in the event log after event ``last`` (any replica's), and the id to look after
+        next time (:func:`~app.services.events.kinds_after`)."""
         with self._reads() as uow:
             events, last = kinds_after(uow, last, _EDITS)
         causes = [f"{e['kind'].replace('_', ' ')} {e['subject']}" + (f" revision {e['data']['revision']}"
