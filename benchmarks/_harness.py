@@ -56,6 +56,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time of each thread of process ``pid`` so far, in seconds, by thread id
+    (a thread that ends between the listing and its read is left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    threads: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        threads[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
+    return threads
+
+
 def prepared_database(db_url: str, name: str = "bench", env: Mapping[str, str] | None = None) -> str:
     """Migrate the database at ``db_url`` and load the shipped data it lacks (as ``qoss db
     upgrade`` does), then make an admin token ``name`` in it as this machine's operator (as

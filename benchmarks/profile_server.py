@@ -11,6 +11,11 @@ figures are where the server's Python spends CPU, not where its threads wait. Pr
 frames with most samples of their own, the ten functions of qoss's own code with most samples
 including what they call, and the samples by package (each as a share of all samples), and
 the server's CPU per tunnel.
+
+Before py-spy attaches, the same load runs once unsampled and the server's CPU per tunnel is
+printed by thread (from ``/proc/PID/task``, each thread named as py-spy names it: the event
+loop ``MainThread``, the requests' ``AnyIO worker thread``s, the charons' event listeners,
+the tunnel monitor, ...): exact CPU, where the samples are a picture of it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks._harness import cpu_seconds, lab_and_service
+from benchmarks._harness import cpu_seconds, lab_and_service, thread_cpu_seconds
 
 #: ``function (path:line)`` as py-spy writes a frame in its raw (collapsed) output.
 _FRAME = re.compile(r"^(?P<fn>.+?) \((?P<path>[^:()]+)(?::\d+)?\)$")
@@ -106,6 +111,24 @@ def _load(base: str, headers: dict[str, str], count: int, clients: int, errors: 
         t.join(timeout=600)
 
 
+_THREAD = re.compile(r'^Thread (?P<id>\S+) \([^)]*\): "(?P<name>[^"]*)"', re.MULTILINE)
+
+
+def thread_names(dump: str) -> dict[int, str]:
+    """Native thread id -> name, from ``py-spy dump``'s lines ``Thread 1234 (idle): "name"``."""
+    return {int(m["id"], 0): m["name"] for m in _THREAD.finditer(dump)}
+
+
+def by_thread(before: dict[int, float], after: dict[int, float], names: dict[int, str]) -> dict[str, float]:
+    """CPU seconds spent between two readings, summed by thread name (threads of one pool together;
+    a thread py-spy did not name is ``thread <id>``)."""
+    spent: dict[str, float] = collections.defaultdict(float)
+    for tid, seconds in after.items():
+        if seconds > before.get(tid, 0.0):
+            spent[names.get(tid, f"thread {tid}")] += seconds - before.get(tid, 0.0)
+    return dict(spent)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--tunnels", type=int, default=200)
@@ -117,6 +140,12 @@ def main() -> None:
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     with lab_and_service() as svc, tempfile.TemporaryDirectory() as tmp:
         _load(svc.base_url, svc.headers, 10, 2, [])  # warm up
+        threads0 = thread_cpu_seconds(svc.pid)
+        _load(svc.base_url, svc.headers, args.tunnels, args.clients, [])
+        threads1 = thread_cpu_seconds(svc.pid)
+        names = thread_names(subprocess.run([spy, "dump", "--pid", str(svc.pid)], capture_output=True, text=True,
+                                            timeout=60).stdout)
+        threads = by_thread(threads0, threads1, names)
         out = Path(tmp) / "profile.txt"
         profiler = subprocess.Popen([spy, "record", "--pid", str(svc.pid), "--format", "raw", "--rate",
                                      str(args.rate), "--gil", "--threads", "--output", str(out)],
@@ -136,6 +165,10 @@ def main() -> None:
     print(f"{args.tunnels} tunnels (POST + DELETE), {args.clients} clients, {wall:.1f} s; "
           f"server CPU {cpu * 1000 / args.tunnels:.1f} ms per tunnel; {samples} samples; "
           f"{len(errors)} failed" + (f" (first: {errors[0]})" if errors else ""))
+    print(f"\nunsampled, the same load: server CPU {sum(threads.values()) * 1000 / args.tunnels:.2f} ms per tunnel, "
+          "by thread:")
+    for name, seconds in sorted(threads.items(), key=lambda item: -item[1]):
+        print(f"  {seconds * 1000 / args.tunnels:6.2f} ms  {name}")
     for title, counter in (("their own time", own),
                            ("time including callees, of qoss's own code past the app's entry", ours),
                            ("own time, summed by package", packages)):
