@@ -28,6 +28,7 @@ from app.adapters.db.engine import make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.events import updown_listener
@@ -343,6 +344,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             read_session_factory=read_session_factory, units=units, read_units=read_units,
             token_cache=caches.tokens, table_cache=caches.tables,
             write_slots=asyncio.Semaphore(resolved.writes_in_flight),
+            # SQLite's one writer: the set-ups waiting for it commit together (PostgreSQL: never)
+            write_groups=WriteGroups() if resolved.write_groups and engine.dialect.name == "sqlite" else None,
             metrics=metrics_port, request_timer=RequestTimer(metrics_port, labels),
             scrape_reader=ScrapeReader(resolved.database_url), health=HealthProbe(resolved.database_url),
             oidc=console_oidc_sign_in(resolved),  # the console's sign-in with the identity provider, or None

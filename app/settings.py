@@ -178,6 +178,11 @@ class Settings(BaseSettings):
     write_wait_timeout: float = Field(
         default=5.0, gt=0, le=60,
         description="seconds a change waits for one of max_writes_in_flight before 503 Overloaded")
+    write_groups: bool = Field(
+        default=True,
+        description="SQLite: the records of the tunnel set-ups that wait for the database's writer at the same time "
+                    "are committed in one transaction, each with its event and audit entry; false: one "
+                    "transaction each. PostgreSQL never groups")
     idempotency_lease: float = Field(
         default=120.0, ge=1, le=86400,
         description="seconds after which a request's Idempotency-Key, claimed and never answered (its process "

@@ -61,6 +61,7 @@ __all__ = [
 ]
 
 D = TypeVar("D")
+W = TypeVar("W")
 
 
 class RevisionedStore(Protocol[D]):
@@ -342,6 +343,15 @@ class UnitOfWork(Transaction, Protocol):
 
     @property
     def shipped(self) -> ShippedLoadStore: ...
+
+    def commit_with(self, work: Callable[[UnitOfWork], W]) -> W:
+        """``work(unit)`` committed; its result. The commit may be shared with other writers'
+        (SQLite: the writes waiting at once go in one transaction), so ``work`` may run more
+        than once, on a unit other than this one: it must read and write only through the unit
+        it is given and do nothing it could not repeat. A unit holding uncommitted changes
+        runs ``work`` on itself and commits them with it.
+        """
+        ...
 
     def __enter__(self) -> UnitOfWork: ...
 

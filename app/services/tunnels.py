@@ -176,7 +176,8 @@ def create_tunnel(
 
     The negotiation reads through ``reads`` (a read-only unit of work; default ``uow``), and
     ``uow``'s transaction is ended before strongSwan is touched: it must hold nothing uncommitted.
-    The record is written in a new transaction of ``uow``, which the caller commits.
+    The record is committed before this returns (``uow.commit_with``: on SQLite in one
+    transaction with the records of the set-ups that wait for the writer at the same time).
 
     ``reports``: charon's reports of SAs coming up, read instead of ``list-sas`` where they
     show exactly the expected algorithms (``app.services.tunnel_setup.bring_up``).
@@ -269,15 +270,20 @@ def _create_tunnel(
         local_ts=plan.local_ts, remote_ts=plan.remote_ts, state=TunnelState.UP,
         negotiation=plan.result.as_dict(), peer=plan.peer, provenance=plan.origin,
     )
-    try:
-        record = _still_right(uow=uow, request=request, default_table=default_table,
-                              allowed_networks=allowed_networks, plan=plan, record=record)
-        # Taken (AlreadyExists): the caller rolls the transaction back; no savepoint needed.
-        stored = uow.tunnels.add(record, keep_transaction=False)
-        uow.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
-                                                        "initiator": record.initiator, "responder": record.responder},
-                          scope="tunnels:read")
+
+    def keep(unit: UnitOfWork) -> TunnelRecord:
+        kept = _still_right(uow=unit, request=request, default_table=default_table,
+                            allowed_networks=allowed_networks, plan=plan, record=record)
+        # Taken (AlreadyExists): this transaction is rolled back (commit_with runs the other
+        # writers of its group again without it), so no savepoint is needed.
+        stored = unit.tunnels.add(kept, keep_transaction=False)
+        unit.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": kept.negotiation["suite"],
+                                                         "initiator": kept.initiator, "responder": kept.responder},
+                           scope="tunnels:read")
         return stored
+
+    try:
+        return uow.commit_with(keep)
     except AlreadyExists:
         raise  # another request made this very tunnel (same id, same conn): it is theirs
     except BaseException:

@@ -110,11 +110,12 @@ async def write_slot(request: Request) -> AsyncIterator[None]:
 
 @contextlib.contextmanager
 def _unit(request: Request) -> Iterator[SqlUnitOfWork]:
-    session = runtime(request).session_factory()
+    parts = runtime(request)
+    session = parts.session_factory()
     if request.method not in _SAFE:
         request.state.audit = attach(session, lambda: audit_fields(request, _outcome(request)))
     try:
-        yield SqlUnitOfWork(session)
+        yield SqlUnitOfWork(session, groups=parts.write_groups)
         session.commit()
     except BaseException:
         session.rollback()

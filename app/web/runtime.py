@@ -21,6 +21,7 @@ from app.adapters.db.audit import Auditor
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter
 from app.adapters.db.repositories.access import TokenCache
+from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.sa_events import SaEventHub
@@ -56,6 +57,8 @@ class Runtime:
             PostgreSQL the same engine).
         units, read_units: units of work over ``session_factory`` and ``read_session_factory``.
         write_slots: the changes in flight (:func:`app.web.deps.write_place`).
+        write_groups: where a tunnel set-up's record commits with those waiting beside it (SQLite,
+            ``write_groups``), or None.
         vici_factory: a charon by its socket path; ``sa_events``: their up/down events.
         idempotency_key: the server's key for idempotency fingerprints.
         benchmarks: the micro-benchmark jobs (``app.measure.services.jobs.BenchmarkJobs``: the
@@ -97,6 +100,7 @@ class Runtime:
     agent_reads: SqlAgentStore
     agent_host: HostAgent | None = None
     agent_target: TargetAgent | None = None
+    write_groups: WriteGroups | None = None
     memory_release: QuietRelease | None = None
     leadership: Leadership | None = None
     tunnel_monitor: TunnelMonitor | None = None

@@ -31,6 +31,7 @@ from app.domain.tunnels import Gateway, TunnelRecord, TunnelState, check_transit
 __all__ = ["FakeDatabase", "FakeUnitOfWork"]
 
 D = TypeVar("D")
+_T = TypeVar("_T")
 
 
 def _now() -> datetime:
@@ -493,6 +494,12 @@ class FakeUnitOfWork:
 
     def rollback(self) -> None:
         self._end()
+
+    def commit_with(self, work: Callable[[FakeUnitOfWork], _T]) -> _T:
+        """``work(self)`` and a commit (a fake database never groups writers)."""
+        result = work(self)
+        self.commit()
+        return result
 
     def __enter__(self) -> FakeUnitOfWork:
         return self

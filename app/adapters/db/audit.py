@@ -40,7 +40,7 @@ from app.adapters.db.refusals import RefusalDigest
 from app.adapters.db.repositories import AuditRepository
 from app.domain.audit_chain import Checkpoint
 
-__all__ = ["Auditor", "PendingRecord", "attach", "install"]
+__all__ = ["Auditor", "PendingRecord", "attach", "install", "take"]
 
 _INFO_KEY = "qoss.audit"
 
@@ -56,12 +56,26 @@ class PendingRecord:
         self._staged: dict[str, Any] | None = None
         self.committed: dict[str, Any] | None = None
 
+    def fields(self) -> dict[str, Any]:
+        """The record as it stands now (``at`` now unless the request set it), to be written by
+        whoever took it from its session (:func:`take`); :attr:`committed` is theirs to set."""
+        fields = self._fields()
+        fields.setdefault("at", utcnow())
+        return fields
+
 
 def attach(session: Session, fields: Callable[[], dict[str, Any]]) -> PendingRecord:
     """Have ``session``'s first successful commit write the record ``fields()`` describes
     (the session must come from a factory passed to :func:`install`)."""
     pending = PendingRecord(fields)
     session.info[_INFO_KEY] = pending
+    return pending
+
+
+def take(session: Session) -> PendingRecord | None:
+    """The record ``session`` carries (:func:`attach`), no longer written by its commit: the
+    caller writes it in a transaction of its own choosing and sets its ``committed``."""
+    pending: PendingRecord | None = session.info.pop(_INFO_KEY, None)
     return pending
 
 
@@ -72,8 +86,7 @@ def _before_commit(session: Session) -> None:
         return
     pending: PendingRecord | None = session.info.get(_INFO_KEY)
     if pending is not None and pending.committed is None and pending._staged is None:
-        fields = pending._fields()
-        fields.setdefault("at", utcnow())
+        fields = pending.fields()
         AuditRepository(session).append(**fields)
         pending._staged = fields
 

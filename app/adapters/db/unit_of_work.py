@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from typing import Self
+from typing import TYPE_CHECKING, Self, TypeVar
 
 from sqlalchemy.orm import Session
 
+from app.adapters.db import audit as audit_records
 from app.adapters.db.repositories import (
     AuditRepository,
     EventRepository,
@@ -22,7 +23,12 @@ from app.adapters.db.repositories import (
     TunnelRepository,
 )
 
+if TYPE_CHECKING:
+    from app.adapters.db.write_groups import WriteGroups
+
 __all__ = ["SessionTransaction", "SqlUnitOfWork", "sql_units_of_work"]
+
+_T = TypeVar("_T")
 
 
 class SessionTransaction:
@@ -33,11 +39,13 @@ class SessionTransaction:
             commits or rolls back, and closes it); one made by :func:`sql_units_of_work`
             is this unit of work's own and closed by ``with``.
         owned: close the session on leaving ``with``.
+        groups: where :meth:`SqlUnitOfWork.commit_with` commits together with other writers (SQLite), or None.
     """
 
-    def __init__(self, session: Session, *, owned: bool = False) -> None:
+    def __init__(self, session: Session, *, owned: bool = False, groups: WriteGroups | None = None) -> None:
         self.session = session
         self._owned = owned
+        self._groups = groups
 
     def commit(self) -> None:
         self.session.commit()
@@ -57,6 +65,17 @@ class SessionTransaction:
 
 class SqlUnitOfWork(SessionTransaction):
     """The stores of one SQLAlchemy session."""
+
+    def commit_with(self, work: Callable[[SqlUnitOfWork], _T]) -> _T:
+        """``work(unit)`` and its commit: in a group of writers (:mod:`app.adapters.db.write_groups`,
+        with this session's audit record) when this unit has groups and holds nothing uncommitted;
+        otherwise on this unit, committed with whatever it holds."""
+        session = self.session
+        if self._groups is None or session.in_transaction() or session.new or session.dirty or session.deleted:
+            result = work(self)
+            self.commit()
+            return result
+        return self._groups.run(self, work, audit_records.take(session))
 
     @cached_property
     def tables(self) -> RatingTableRepository:

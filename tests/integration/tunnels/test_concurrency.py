@@ -9,8 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.adapters.db import audit_chain
 from app.adapters.vici.gateway import ViciGateway
 from app.bootstrap import prepare_database
+from app.domain import audit_chain as chain
 from app.lab.hosts import Lab
 from app.settings import Settings
 
@@ -28,6 +30,25 @@ def settings(tmp_path: Path, lab: Lab) -> Settings:
                         reconcile_on_start=False, max_in_flight=N + 50, db_pool_timeout=30, write_wait_timeout=60)
     prepare_database(settings)
     return settings
+
+
+def _written_once_each(client: httpx.AsyncClient, ids: set[str]) -> None:
+    """Each set-up's record committed with exactly one event and one audit entry, the chain whole,
+    and the records written in groups (SQLite's one writer: app.adapters.db.write_groups)."""
+    parts = client.qoss_app.state.runtime  # type: ignore[attr-defined]
+    groups = parts.write_groups
+    assert groups is not None
+    assert groups.writes == len(ids)
+    assert groups.groups < groups.writes  # set-ups that waited at once shared a transaction
+    with parts.units() as uow:
+        created = uow.events.after(0, scopes=None, limit=10 * N, kinds={"tunnel.created"})
+        audited = uow.audit.list(limit=10 * N, outcome=201, action="POST")
+    assert sorted(e["subject"] for e in created) == sorted(ids)
+    assert len([a for a in audited if a["object"] == "/v1/tunnels"]) == len(ids)
+    with parts.session_factory() as session:
+        report = chain.verify(audit_chain.entries(session), head=audit_chain.head(session),
+                              key=audit_chain.writer_of(session.get_bind()).key)
+    assert report.broken is None
 
 
 def local_ts(i: int) -> str:
@@ -52,6 +73,7 @@ async def test_200_concurrent_tunnel_requests(client: httpx.AsyncClient, lab: La
     assert len(ids) == N
     records = {t["conn"] for t in (await client.get("/v1/tunnels?limit=1000")).json()}
     assert len(records) == N
+    _written_once_each(client, ids)
     for host in (left, right):
         conns = {c for c in ViciGateway(host.vici_socket, 10).list_conns() if c.startswith("qoss-")}
         assert conns == records, host.name
