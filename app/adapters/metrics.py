@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -154,11 +154,31 @@ class _TunnelCounts(Collector):
         yield up
 
 
+class WriteGroupsLike(Protocol):
+    """What the metrics read of ``app.adapters.db.write_groups.WriteGroups``."""
+
+    groups: int
+    writes: int
+
+
 class WriteGateCounts(Collector):
     """This process's SQLite writer queue (``app.adapters.db.write_gate``), per database file:
-    write transactions, and the seconds writers waited for their turn and held it."""
+    write transactions, and the seconds writers waited for their turn and held it; with
+    ``groups`` (``app.adapters.db.write_groups``), the groups of tunnel set-ups' writes committed
+    together and the writes they held."""
+
+    def __init__(self, groups: WriteGroupsLike | None = None) -> None:
+        self._groups = groups
 
     def collect(self) -> Iterator[Metric]:
+        if self._groups is not None:
+            groups = CounterMetricFamily("qoss_sqlite_write_groups", "Groups of tunnel set-ups' writes this "
+                                         "process committed in one SQLite transaction each (or failed)")
+            groups.add_metric([], self._groups.groups)
+            grouped = CounterMetricFamily("qoss_sqlite_grouped_writes", "Tunnel set-ups' writes those groups held "
+                                          "(divided by the groups: the mean group)")
+            grouped.add_metric([], self._groups.writes)
+            yield from (groups, grouped)
         writes = CounterMetricFamily("qoss_sqlite_writes", "SQLite write transactions of this process (they run "
                                      "one at a time)", labels=["database"])
         waited = CounterMetricFamily("qoss_sqlite_write_wait_seconds", "Seconds this process's SQLite write "

@@ -471,10 +471,10 @@ def request_tunnel(
 
     With a key, the key is reserved (in its own transaction, committed at once) before
     anything is loaded into a charon; a retry of the same request gets the first answer, a
-    different request with the same key 422, one while the first still runs 409. This use
-    case commits ``uow`` itself, before the answer is stored under the key: the answer is
-    never remembered for a tunnel whose record did not commit. On any failure ``uow`` is
-    rolled back (releasing its write lock) and then the key, so the client can retry.
+    different request with the same key 422, one while the first still runs 409. The tunnel's
+    record is committed (:func:`create_tunnel`) before the answer is stored under the key: the
+    answer is never remembered for a tunnel whose record did not commit. On any failure ``uow``
+    is rolled back (releasing its write lock) and then the key, so the client can retry.
 
     A keyed request's tunnel id is derived from the token and the key (:func:`keyed_tunnel_id`),
     so that every attempt of one request makes the same tunnel: a retry after the process
@@ -501,9 +501,8 @@ def request_tunnel(
     try:
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads,
-                               reports=reports)
+                               reports=reports)  # committed
         body = _answer(record)
-        uow.commit()
     except BaseException as exc:
         uow.rollback()
         if idempotency_key is not None:

@@ -53,7 +53,7 @@ async def metrics(request: Request, _bearer: Bearer,
                                      failures=failures)
         request.state.principal = Principal(record.id, record.name, record.scopes)
         check_scopes(record, SCOPE)
-        return exposition(counted.registry, [reader.tunnel_counts(session), WriteGateCounts()])
+        return exposition(counted.registry, [reader.tunnel_counts(session), WriteGateCounts(parts.write_groups)])
 
     try:
         body: bytes = await asyncio.wait_for(asyncio.wrap_future(reader.submit(scrape)), reader.timeout * 2)

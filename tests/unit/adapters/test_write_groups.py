@@ -214,6 +214,20 @@ def test_a_burst_of_writers_is_written_once_each_and_none_waits_for_ever(session
     assert len(audited) == 60
 
 
+def test_the_metrics_show_the_groups_and_the_writes_they_held(sessions: sessionmaker[Session]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from app.adapters.metrics import WriteGateCounts
+
+    groups = WriteGroups()
+    out: dict[str, Any] = {}
+    _held_open(groups, sessions, [("t1", _adding("t1")), ("t2", _adding("t2"))], out)
+    registry = CollectorRegistry()
+    registry.register(WriteGateCounts(groups))
+    assert registry.get_sample_value("qoss_sqlite_write_groups_total") == 2
+    assert registry.get_sample_value("qoss_sqlite_grouped_writes_total") == 3
+
+
 def test_a_group_holds_at_least_one_write() -> None:
     with pytest.raises(ValueError, match="at least one"):
         WriteGroups(limit=0)
