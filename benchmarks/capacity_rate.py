@@ -19,8 +19,9 @@ two arms, one after the other, the order alternating between rounds:
 Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
 ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio against charon's
 load + initiate, and how busy qoss's SQLite write queue was in the timed phase (from its
-``/metrics``: the share of the time a write transaction was open, and per write how long it
-was open and how long it waited for its turn). A 503 from qoss is retried after its
+``/metrics``: the share of the time a write transaction was open, per write how long it was
+open, per set-up how long it waited for the writer, at its lock or in line for a write group,
+and how many set-ups shared a transaction, ``QOSS_WRITE_GROUPS``). A 503 from qoss is retried after its
 Retry-After (counted); any other failure is counted and printed. After each arm the run waits
 ``--settle`` seconds (default :data:`SETTLE`) for the tunnel monitor's checks of that arm's
 set-ups and teardowns, so that they fall in no timed phase. Bounded by the number of tunnels
@@ -69,6 +70,8 @@ class Arm:
     queue_held: float = 0.0
     queue_waited: float = 0.0
     queue_writes: int = 0
+    groups: int = 0  # write groups (QOSS_WRITE_GROUPS) and the set-ups they held
+    grouped: int = 0
     failures: list[str] = field(default_factory=list)
 
     def rate(self, with_extra: bool = False) -> float:
@@ -107,17 +110,20 @@ def _parallel(concurrency: int, jobs: list[Callable[[], None]], budget: _Budget)
         return time.perf_counter() - t0, errors
 
 
-def _write_queue(clients: ThreadClients) -> tuple[float, float, float]:
-    """qoss's SQLite write queue so far, from ``/metrics``: seconds held, seconds waited, writes."""
+_QUEUE = ("qoss_sqlite_write_held_seconds_total", "qoss_sqlite_write_wait_seconds_total", "qoss_sqlite_writes_total",
+          "qoss_sqlite_group_wait_seconds_total", "qoss_sqlite_write_groups_total", "qoss_sqlite_grouped_writes_total")
+
+
+def _write_queue(clients: ThreadClients) -> tuple[float, ...]:
+    """qoss's SQLite write queue so far, from ``/metrics``: seconds held, seconds waited, write
+    transactions; seconds set-ups waited in line for a write group, the groups, the set-ups they held."""
     text = clients.get().get("/metrics").text
-    totals = {"qoss_sqlite_write_held_seconds_total": 0.0, "qoss_sqlite_write_wait_seconds_total": 0.0,
-              "qoss_sqlite_writes_total": 0.0}
+    totals = dict.fromkeys(_QUEUE, 0.0)
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
-    return (totals["qoss_sqlite_write_held_seconds_total"], totals["qoss_sqlite_write_wait_seconds_total"],
-            totals["qoss_sqlite_writes_total"])
+    return tuple(totals[name] for name in _QUEUE)
 
 
 def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right: LabHost, concurrency: int,
@@ -155,6 +161,9 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
     arm.queue_held += queue_after[0] - queue_before[0]
     arm.queue_waited += queue_after[1] - queue_before[1]
     arm.queue_writes += int(queue_after[2] - queue_before[2])
+    arm.queue_waited += queue_after[3] - queue_before[3]  # in line for a write group
+    arm.groups += int(queue_after[4] - queue_before[4])
+    arm.grouped += int(queue_after[5] - queue_before[5])
     arm.tunnels += len(ids)
     arm.seconds += seconds
     arm.retried += retried[0]
@@ -412,8 +421,9 @@ def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, d
     print("qoss's SQLite writes in the timed phase (one at a time): " + "; ".join(
         f"{c} clients: open {q.queue_held / q.seconds:.0%} of the time, "
         f"{q.queue_held / max(1, q.queue_writes) * 1000:.1f} ms each, "
-        f"waited {q.queue_waited / max(1, q.queue_writes) * 1000:.1f} ms each "
-        f"({q.queue_writes} writes)"
+        f"set-ups waited {q.queue_waited / max(1, q.tunnels) * 1000:.1f} ms each "
+        f"({q.queue_writes} writes for {q.tunnels} set-ups"
+        + (f"; {q.grouped} of them in {q.groups} write groups)" if q.groups else ")")
         for c, q in ((c, arms["qoss"]) for c, arms in results.items()) if q.seconds > 0))
     for c, arms in results.items():
         for name, arm in arms.items():

@@ -159,6 +159,7 @@ class WriteGroupsLike(Protocol):
 
     groups: int
     writes: int
+    waited: float
 
 
 class WriteGateCounts(Collector):
@@ -178,7 +179,10 @@ class WriteGateCounts(Collector):
             grouped = CounterMetricFamily("qoss_sqlite_grouped_writes", "Tunnel set-ups' writes those groups held "
                                           "(divided by the groups: the mean group)")
             grouped.add_metric([], self._groups.writes)
-            yield from (groups, grouped)
+            waited = CounterMetricFamily("qoss_sqlite_group_wait_seconds", "Seconds tunnel set-ups' writes waited "
+                                         "in line for their group to be written (or to lead the next one)")
+            waited.add_metric([], self._groups.waited)
+            yield from (groups, grouped, waited)
         writes = CounterMetricFamily("qoss_sqlite_writes", "SQLite write transactions of this process (they run "
                                      "one at a time)", labels=["database"])
         waited = CounterMetricFamily("qoss_sqlite_write_wait_seconds", "Seconds this process's SQLite write "

@@ -26,6 +26,7 @@ is. PostgreSQL, where the replicas' writers run side by side, does not group.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,7 +59,8 @@ class WriteGroups:
 
     Attributes:
         groups: how many groups were committed or failed; ``writes``: how many pieces of work
-            they held (``writes / groups`` is the mean group).
+            they held (``writes / groups`` is the mean group); ``waited``: the seconds writers
+            waited in line for a group (until it was written, or until they led one).
     """
 
     def __init__(self, *, limit: int = 32) -> None:
@@ -70,6 +72,7 @@ class WriteGroups:
         self._busy = False
         self.groups = 0
         self.writes = 0
+        self.waited = 0.0
 
     def waiting(self) -> int:
         """How many writers wait for the next group."""
@@ -88,8 +91,12 @@ class WriteGroups:
             else:
                 self._queue.append(mine)
         if not lead:
+            asked = time.perf_counter()
             mine.done.wait()
             lead = mine.lead
+            waited = time.perf_counter() - asked
+            with self._lock:
+                self.waited += waited
         if lead:
             self._lead(unit, mine)
         if mine.error is not None:

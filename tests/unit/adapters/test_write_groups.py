@@ -226,6 +226,8 @@ def test_the_metrics_show_the_groups_and_the_writes_they_held(sessions: sessionm
     registry.register(WriteGateCounts(groups))
     assert registry.get_sample_value("qoss_sqlite_write_groups_total") == 2
     assert registry.get_sample_value("qoss_sqlite_grouped_writes_total") == 3
+    waited = registry.get_sample_value("qoss_sqlite_group_wait_seconds_total")
+    assert waited == groups.waited > 0  # the two behind the first waited for it
 
 
 def test_a_group_holds_at_least_one_write() -> None:
