@@ -133,6 +133,15 @@ class MicroResult:
         """Throughput at 1400 B (bytes per microsecond = MB/s)."""
         return 1400 / self.ns_by_size[1400] * 1000
 
+    def per_byte(self) -> tuple[float, float]:
+        """``a`` (ns per byte) and ``b`` (ns per packet) of the :attr:`fit`; where the fit's slope
+        is not positive (noise larger than the cost of the bytes between the sizes: no byte is
+        free), the whole 1400 B time spread over its bytes and no fixed part, an upper bound."""
+        fit = self.fit
+        if fit.a > 0:
+            return fit.a, fit.b
+        return self.ns_by_size[1400] / 1400, 0.0
+
 
 def combine_repeats(sweeps: Sequence[Sequence[MicroResult]]) -> list[MicroResult]:
     """Several sweeps of the same algorithms as one: per algorithm the median of each figure
@@ -186,11 +195,11 @@ def measured_table(
                                       method=f"{result.method}: {result.ops_per_s:.0f} ops/s",
                                       spread=round(result.spread, 4))
         else:
-            fit = result.fit
+            a, b = result.per_byte()
             performance = throughput_score(result.mb_per_s)
             measurement = Measurement(
-                throughput_mbps=round(result.mb_per_s * 8, 1), a_ns_per_byte=round(max(fit.a, 0.0), 4),
-                b_ns=round(fit.b, 1), machine=machine, backend=backend, date=date, samples=result.samples,
+                throughput_mbps=round(result.mb_per_s * 8, 1), a_ns_per_byte=round(a, 4),
+                b_ns=round(b, 1), machine=machine, backend=backend, date=date, samples=result.samples,
                 method=result.method, spread=round(result.spread, 4),
             )
         rows.append(Rating(

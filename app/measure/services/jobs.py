@@ -54,7 +54,8 @@ def _row(r: MicroResult) -> dict[str, Any]:
     if r.ops_per_s is not None:
         row["ops_per_s"] = round(r.ops_per_s)
     else:
-        row.update(a_ns_per_byte=round(r.fit.a, 4), b_ns=round(r.fit.b, 1), mb_per_s_1400=round(r.mb_per_s, 1))
+        a, b = r.per_byte()  # as the measured table records it
+        row.update(a_ns_per_byte=round(a, 4), b_ns=round(b, 1), mb_per_s_1400=round(r.mb_per_s, 1))
     return row
 
 

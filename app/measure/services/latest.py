@@ -82,8 +82,8 @@ class Measured:
             if r.ops_per_s is not None:
                 row["ops_per_s"] = round(r.ops_per_s)
             else:
-                fit = r.fit
-                row.update(mb_per_s=round(r.mb_per_s, 1), a_ns_per_byte=round(fit.a, 4), b_ns=round(fit.b, 1))
+                a, b = r.per_byte()  # as the measured table records it
+                row.update(mb_per_s=round(r.mb_per_s, 1), a_ns_per_byte=round(a, 4), b_ns=round(b, 1))
             out.append(row)
         return out
 

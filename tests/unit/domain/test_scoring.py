@@ -77,6 +77,19 @@ def test_measured_table_keeps_base_levels_and_fills_measurements() -> None:
     assert table.ratings["x25519"].performance == kex_score(12000)
 
 
+def test_a_fit_that_says_bytes_cost_nothing_is_replaced_by_the_1400_byte_time() -> None:
+    base = load_rating_table(SHIPPED_RATINGS_DIR / "standards-2026.yaml")
+    # noise: the small packets timed slower than the large ones (a negative slope)
+    noisy = MicroResult("aes128gcm16", {64: 900.0, 300: 700.0, 700: 650.0, 1400: 800.0}, 0.3, 40, "AES-GCM seal")
+    assert noisy.fit.a < 0
+    table = measured_table(name="m", base=base, results=[noisy], machine="test", backend="userspace",
+                           date="2026-11-27", description="d")
+    measurement = table.ratings["aes128gcm16"].measurement
+    assert measurement is not None
+    assert measurement.a_ns_per_byte == pytest.approx(800 / 1400, abs=1e-4)
+    assert measurement.b_ns == 0.0
+
+
 #: Key exchanges per second recorded by `qoss bench micro --budget 0.5` runs on the build machine
 #: (AMD EPYC, 2 cores, cryptography 50 / OpenSSL 3.0.19, 2026-11-23).
 RECORDED_KEX = {"x25519": 15976.0, "ecp256": 15509.0, "modp1024s160": 5734.0, "x448": 2995.0, "ecp384": 1924.0,
