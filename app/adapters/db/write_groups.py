@@ -25,21 +25,23 @@ is. PostgreSQL, where the replicas' writers run side by side, does not group.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from app.adapters.db.audit import PendingRecord
-
-if TYPE_CHECKING:
-    from app.adapters.db.unit_of_work import SqlUnitOfWork
+from app.domain.ports import UnitOfWork
 
 __all__ = ["WriteGroups"]
 
+log = logging.getLogger("qoss.db")
+
 _T = TypeVar("_T")
+_U = TypeVar("_U", bound=UnitOfWork)
 
 
 @dataclass(eq=False)
@@ -79,7 +81,7 @@ class WriteGroups:
         with self._lock:
             return len(self._queue)
 
-    def run(self, unit: SqlUnitOfWork, work: Callable[[SqlUnitOfWork], _T], audit: PendingRecord | None) -> _T:
+    def run(self, unit: _U, work: Callable[[_U], _T], audit: PendingRecord | None) -> _T:
         """``work`` committed in a group, with ``audit`` (taken from ``unit``'s session) written
         beside it; its result, or its error (or the group's). ``unit`` must hold nothing
         uncommitted: if this writer leads, the group is written on it."""
@@ -104,7 +106,7 @@ class WriteGroups:
         result: _T = mine.result
         return result
 
-    def _lead(self, unit: SqlUnitOfWork, mine: _Write) -> None:
+    def _lead(self, unit: UnitOfWork, mine: _Write) -> None:
         with self._lock:
             group = [mine] + [self._queue.popleft() for _ in range(min(len(self._queue), self.limit - 1))]
         try:
@@ -123,7 +125,7 @@ class WriteGroups:
                 following.done.set()
 
     @staticmethod
-    def _write(unit: SqlUnitOfWork, group: list[_Write]) -> None:
+    def _write(unit: UnitOfWork, group: list[_Write]) -> None:
         """Every piece of ``group`` in one transaction of ``unit``, with its audit record; a piece
         that raises is left out and the rest run again in a new transaction."""
         left = group
@@ -155,8 +157,8 @@ class WriteGroups:
             return
 
 
-def _rolled_back(unit: SqlUnitOfWork) -> None:
+def _rolled_back(unit: UnitOfWork) -> None:
     try:
         unit.rollback()
-    except Exception:
-        unit.session.close()
+    except Exception as exc:  # the connection is gone: the error each writer gets says why
+        log.warning("a write group's rollback failed: %s", type(exc).__name__)
