@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sqlalchemy.exc import OperationalError
 from starlette.types import Receive, Scope, Send
@@ -23,8 +24,8 @@ from starlette.types import Receive, Scope, Send
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
+from app.services.agent_target import Outcome
 from app.web.body import loads, replay
-from app.web.deps import in_worker_thread
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
 from app.web.runtime import Runtime
@@ -79,9 +80,24 @@ async def serve_message(
     source = client[0] if client else "unknown"
     noted: list[str] = []
     extra: dict[str, str] = {}
+    detail = ""
+    auditor = state.auditor
+
+    def record(status: int, detail: str) -> dict[str, Any]:
+        return {
+            "request_id": rid,
+            "client_request_id": client_request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
+            "token_id": None, "token_name": None, "scopes": [], "source": (client[0] if client else "")[:64],
+            "action": "POST", "object": scope["path"][:300], "outcome": status, "detail": str(detail)[:200],
+        }
+
+    def answered(outcome: Outcome) -> None:  # a change: its record is written before it is answered
+        auditor.write(record(200, noted[-1] if noted else outcome.audit))
+
     try:
-        outcome = await handle_message(state, scope["path"], message.encode("utf-8"), source, noted.append)
-        status, content, detail = 200, answer_body(outcome), outcome.audit
+        outcome = await handle_message(state, scope["path"], message.encode("utf-8"), source, noted.append,
+                                       answered)
+        status, content = 200, answer_body(outcome)
     except QossError as exc:
         status, doc, extra, detail = qoss_error_parts(exc)
         content = json.dumps(doc).encode("utf-8")
@@ -93,17 +109,6 @@ async def serve_message(
         log.exception("unexpected error", exc_info=exc)
         status, detail = 500, "InternalError"
         content = json.dumps(error_body("InternalError", "internal error")).encode("utf-8")
-    if noted:
-        detail = noted[-1]
-    auditor = state.auditor
-    record = {
-        "request_id": rid,
-        "client_request_id": client_request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
-        "token_id": None, "token_name": None, "scopes": [], "source": (client[0] if client else "")[:64],
-        "action": "POST", "object": scope["path"][:300], "outcome": status, "detail": str(detail)[:200],
-    }
-    if status == 200:  # a change: its record is written before it is answered
-        await in_worker_thread(auditor.write, record)
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-length", str(len(content)).encode("ascii")), (b"content-type", b"application/json"),
         *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()),
@@ -111,7 +116,7 @@ async def serve_message(
     ]})
     await send({"type": "http.response.body", "body": content})
     if status != 200:
-        auditor.record(**record)
+        auditor.record(**record(status, noted[-1] if noted else detail))
 
 
 def is_message_request(scope: Scope) -> bool:

@@ -16,12 +16,15 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import select
 from starlette.types import Receive, Scope, Send
 
 from app import main as api_main
 from app.adapters.agent.crypto import KeyPair
+from app.adapters.db.models import AuditRow
 from app.domain.agent import MAX_WIRE_BYTES, Kind
 from app.main import create_app
+from app.services.agent_target import Outcome, TargetAgent
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll, sealed_request
 from tests.fixtures.agent_roles import agent_server_config
@@ -151,3 +154,37 @@ async def test_with_fast_paths_off_every_message_goes_through_the_full_stack(
         r = await c.post("/v1/agent/requests", json=sealed_request(KeyPair.generate("mallory"), server))
         assert r.status_code == 403
         assert entered == ["/v1/agent/requests"]  # the middleware stack answered, not the fast path
+
+
+async def test_an_answered_message_has_its_record_before_the_answer_leaves(
+        clients: Clients, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 200 record is committed in the thread that answered the message, before the answer's
+    first byte is sent (a process killed right after answering has recorded what it answered)."""
+    _, _, _, app = clients
+    monkeypatch.setattr(TargetAgent, "handle", lambda self, data: Outcome(answer=b"qoss-agent-1 sealed",
+                                                                          audit="connect user=alice ticket=t1"))
+    factory = app.state.runtime.session_factory
+    seen: list[tuple[int, str] | None] = []
+    sent: list[dict[str, Any]] = []
+    body = json.dumps({"message": "qoss-agent-1 whatever"}).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
+             "path": "/v1/agent/target/requests", "raw_path": b"/v1/agent/target/requests", "query_string": b"",
+             "root_path": "", "client": ("10.9.8.7", 4000), "server": ("qoss.test", 80),
+             "headers": [(b"host", b"qoss.test"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode()), (b"x-request-id", b"answered-1")]}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            with factory() as session:  # what a reader sees at that moment: committed rows only
+                row = session.execute(select(AuditRow.outcome, AuditRow.detail)
+                                      .where(AuditRow.client_request_id == "answered-1")).first()
+            seen.append(None if row is None else (row[0], row[1]))
+        sent.append(message)
+
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 200
+    assert json.loads(sent[1]["body"]) == {"message": "qoss-agent-1 sealed"}
+    assert seen == [(200, "connect user=alice ticket=t1")]

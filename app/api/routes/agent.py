@@ -64,8 +64,12 @@ def _target(parts: Runtime) -> TargetAgent:
     return target
 
 
-async def handle_message(state: Runtime, path: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
+async def handle_message(state: Runtime, path: str, data: bytes, source: str, note: Callable[[str], None],
+                         record: Callable[[Outcome], None] | None = None) -> Outcome:
     """One sealed message to the route at ``path`` (:data:`MESSAGE_PATHS`): the outcome to answer.
+
+    ``record``: called with the outcome in the worker thread that answered the message, right
+    after it (the answer's audit record, written there rather than in a thread of its own).
 
     The per-address limit comes first; Host then limits each verified user (``note`` gets the
     audit detail of that refusal). Shared by the routes below and the app's fast path
@@ -80,7 +84,7 @@ async def handle_message(state: Runtime, path: str, data: bytes, source: str, no
     role = MESSAGE_PATHS[path]
     metrics = state.metrics
     try:
-        outcome = await _handle(state, role, data, source, note)
+        outcome = await _handle(state, role, data, source, note, record)
     except Exception as exc:
         metrics.count("qoss_agent_refusals_total", role=role, reason=error_label(exc))
         raise
@@ -89,7 +93,8 @@ async def handle_message(state: Runtime, path: str, data: bytes, source: str, no
     return outcome
 
 
-async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Callable[[str], None]) -> Outcome:
+async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Callable[[str], None],
+                  record: Callable[[Outcome], None] | None) -> Outcome:
     agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
     # In the worker thread with the message: on PostgreSQL a limit asks the database.
     limit_address = partial(state.agent_limiter.take, f"agent:{source}", who="this address")
@@ -106,14 +111,20 @@ async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Cal
 
         def relay() -> Outcome:
             limit_address()
-            return host.handle(data, admit=admit)
+            return _recorded(host.handle(data, admit=admit), record)
         return await in_worker_thread(relay)
     target: TargetAgent = agent
 
     def answer() -> Outcome:
         limit_address()
-        return target.handle(data) if role == "target" else target.revoke(data)
+        return _recorded(target.handle(data) if role == "target" else target.revoke(data), record)
     return await in_worker_thread(answer)
+
+
+def _recorded(outcome: Outcome, record: Callable[[Outcome], None] | None) -> Outcome:
+    if record is not None:
+        record(outcome)
+    return outcome
 
 
 def answer_body(outcome: Outcome) -> bytes:
