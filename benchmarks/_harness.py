@@ -50,23 +50,27 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def _stat_cpu(stat: Path) -> float:
+    """User + system CPU time in a ``/proc/.../stat`` file, in seconds (the fields after the
+    command name, which may itself hold spaces and parentheses)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of process ``pid`` (all its threads) so far, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _stat_cpu(Path(f"/proc/{pid}/stat"))
 
 
 def thread_cpu_seconds(pid: int) -> dict[int, float]:
     """User + system CPU time of each thread of process ``pid`` so far, in seconds, by thread id
     (a thread that ends between the listing and its read is left out)."""
-    tick = os.sysconf("SC_CLK_TCK")
     threads: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            threads[int(task.name)] = _stat_cpu(task / "stat")
         except OSError:
             continue
-        threads[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
     return threads
 
 
