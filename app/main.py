@@ -353,7 +353,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             # Charon's up/down events, one connection per charon: set-ups read their SAs from them
             # (unless sa_reports is off) and the tunnel monitor is told by them.
             sa_events=SaEventHub(metrics=metrics_port, listen=functools.partial(updown_listener,
-                                                                                 wire=resolved.fast_paths)),
+                                                                                 wire=resolved.fast_paths),
+                                 detached=resolved.detached_initiate),
             auditor=await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
                 Auditor, session_factory, refusal_window=resolved.audit_refusal_window,
                 seal=AuditSeal.from_settings(resolved)),

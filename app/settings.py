@@ -62,6 +62,10 @@ class Settings(BaseSettings):
         default=True, description="verify a tunnel set-up's ends by charon's child-updown report of the SAs "
                                   "(one event connection per charon), asking list-sas only where a report is "
                                   "missing or differs; false: always list-sas")
+    detached_initiate: bool = Field(
+        default=True, description="a tunnel between two managed gateways is initiated without waiting in charon "
+                                  "(none of charon's worker threads held, no log streamed) and known up by charon's "
+                                  "report (sa_reports); false: charon answers the initiate once the SAs are up")
     charon_control_calls: int = Field(
         default=4, ge=1, le=256, description="initiate and terminate calls this process keeps waiting in one charon at "
                                              "once (each holds one of charon's worker threads until its SAs are up "

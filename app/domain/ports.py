@@ -514,6 +514,11 @@ class UpReports(Protocol):
         IKE_SA (``list_sas``'s shape) or None (no report in time: ask ``list-sas``)."""
         ...
 
+    def detached(self, socket_path: str, /) -> bool:
+        """Whether a set-up may ask this charon to initiate without waiting for the SAs (its
+        reports then say when they are up)."""
+        ...
+
 #: Seconds on a monotonic clock.
 Clock = Callable[[], float]
 

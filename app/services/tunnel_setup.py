@@ -145,7 +145,13 @@ def bring_up(
         with contextlib.ExitStack() as stack:
             waits = [stack.enter_context(reports.expect(v.socket_path, name)) if reports is not None else None
                      for v, _ in sides]
-            v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+            # Between two managed charons whose reports arrive, charon is asked to initiate without
+            # waiting: none of its worker threads is held and no log is streamed while the IKE_SA is
+            # negotiated, and the reports say when the SAs are up. To an unmanaged peer (whose
+            # refusals need charon's log to be told), charon waits and answers with the outcome.
+            detached = reports is not None and v_resp is not None and reports.detached(v_init.socket_path)
+            until = time.monotonic() + _INITIATE_TIMEOUT_MS / 1000
+            v_init.initiate(child=name, ike=name, timeout_ms=-1 if detached else _INITIATE_TIMEOUT_MS)
             expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
                                    encryption=result.suite.encryption, integrity=result.suite.integrity)
             # What charon reported as it installed the SAs, if it matches; otherwise (no report
@@ -154,12 +160,41 @@ def bring_up(
             deadline = time.monotonic() + REPORT_WAIT
             ask = [i for i, ((_, side_name), wait) in enumerate(zip(sides, waits, strict=True))
                    if not _reported_right(wait, deadline, side_name, name, expected)]
+            if detached and 0 in ask:
+                _came_up(v_init, initiator.name, name, until)
         observed_sas = list(_POOL.map(lambda i: sides[i][0].list_sas(ike=name), ask))
         for i, sas in zip(ask, observed_sas, strict=True):
             _verify(sides[i][1], sas, name, expected)
     except BaseException:
         _rollback(name, v_init, v_resp, loaded)
         raise
+
+
+def _came_up(v: ViciPort, side: str, name: str, until: float) -> None:
+    """After an initiate that did not wait, and no report of conn ``name`` in time: wait (until
+    the monotonic ``until``) for its SAs to be up, asking ``list-sas`` now and then. An IKE_SA
+    that is gone failed, and so did a CHILD_SA missing from an established IKE_SA (its proposal
+    refused): charon is then asked again, waiting, and brings it up or says why not.
+
+    Raises:
+        GatewayRejected: charon's refusal, or not up by ``until``.
+    """
+    pause = 0.05
+    while True:
+        sas = [sa for sa in v.list_sas(ike=name) if sa.name == name]
+        children = [c for sa in sas for c in sa.children if c.name == name]
+        if any(c.state == "INSTALLED" for c in children) and any(sa.state == "ESTABLISHED" for sa in sas):
+            return
+        if not sas or (not children and all(sa.state == "ESTABLISHED" for sa in sas)):
+            # Charon gave up on it: its reason comes with an initiate that waits.
+            log.info("%s: %s is not up after an initiate that did not wait; initiating again, waiting", side, name)
+            v.initiate(child=name, ike=name, timeout_ms=max(1000, int((until - time.monotonic()) * 1000)))
+            return
+        now = time.monotonic()
+        if now >= until:
+            raise GatewayRejected(f"{side}: {name} was not up within {_INITIATE_TIMEOUT_MS // 1000} s")
+        time.sleep(min(pause, until - now))
+        pause = min(2 * pause, 0.5)
 
 
 def _reported_right(wait: Callable[[float], Any] | None, deadline: float, side: str, name: str,

@@ -72,12 +72,15 @@ class SaEventHub:
         listen: makes the listener of one socket (default: an :class:`EventListener` for
             ``ike-updown`` and ``child-updown``); the seam for tests.
         clock: a monotonic clock, for the retry spacing.
+        detached: whether a set-up may initiate without waiting in a charon whose reports arrive
+            (:meth:`detached`).
     """
 
     def __init__(self, *, metrics: Metrics = NO_METRICS,
                  listen: Callable[[str, Callable[[SaEvent], None]], EventListener] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, detached: bool = True) -> None:
         self._metrics = metrics
+        self._detached = detached
         self._listen = listen or updown_listener
         self._clock = clock
         self._lock = threading.Lock()
@@ -191,6 +194,11 @@ class SaEventHub:
                     pending.remove(waiter)
                     if not pending:
                         del sock.waiters[ike]
+
+    def detached(self, socket_path: str) -> bool:
+        """Whether a set-up on ``socket_path`` may initiate without waiting in charon: allowed,
+        and that charon's reports arrive (its listener runs, or starts now)."""
+        return self._detached and self._ensure(socket_path, retry=False)
 
     # -------------------------------------------------------------- the monitor
 

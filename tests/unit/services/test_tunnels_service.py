@@ -299,3 +299,97 @@ def test_a_report_that_differs_from_the_choice_is_checked_with_list_sas(
     assert len(uow.tunnels.list()) == 1
     for fake in fakes:
         assert list(fake.conns) == [f"qoss-{uow.tunnels.list()[0].id}"]
+
+
+def _timeouts(fake: FakeCharon) -> list[str]:
+    return [str(m["timeout"]) for m in fake.messages("initiate")]
+
+
+def test_between_two_managed_charons_the_initiate_does_not_wait_in_charon(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub
+) -> None:
+    """No worker thread of charon's is held and no log streamed: the reports tell when it is up."""
+    left, right = fakes
+    up_on_initiate(left, right)
+    assert _create_with(uow, hub).state.value == "up"
+    assert _timeouts(left) == ["-1"]
+    uow.commit()
+    waiting = SaEventHub(detached=False)
+    try:
+        assert _create_with(uow, waiting).state.value == "up"
+    finally:
+        waiting.close()
+    assert _timeouts(left) == ["-1", "15000"]  # switched off: charon answers once the SAs are up
+
+
+def test_a_detached_initiate_with_no_report_is_kept_once_list_sas_shows_it_up(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.services import tunnel_setup
+
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
+    left, _ = fakes
+
+    def up_in_silence(message: dict[str, object]) -> Reply:
+        for fake in fakes:
+            established(fake, str(message["ike"]))  # and no report from either end
+        return Reply({"success": "yes"})
+
+    left.script("initiate", up_in_silence)
+    assert _create_with(uow, hub).state.value == "up"
+    assert _timeouts(left) == ["-1"]  # not initiated twice
+    assert all("list-sas" in [c.command for c in fake.calls] for fake in fakes)
+
+
+@pytest.mark.parametrize("left_behind", ["nothing", "an IKE_SA without its CHILD_SA"])
+def test_a_detached_initiate_that_failed_is_asked_again_waiting_and_charons_reason_is_the_error(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
+    monkeypatch: pytest.MonkeyPatch, left_behind: str,
+) -> None:
+    from app.services import tunnel_setup
+
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
+    left, _ = fakes
+
+    def refused(message: dict[str, object]) -> Reply:
+        name = str(message["ike"])
+        if message["timeout"] == "-1":  # queued; what charon then does leaves no SA up
+            if left_behind != "nothing":
+                left.sas[name] = ike_sa_message(children={})
+            return Reply({"success": "yes"})
+        return Reply({"success": "no", "errmsg": "establishing CHILD_SA failed"},
+                     [("control-log", {"group": "IKE", "level": "1", "msg": "received NO_PROPOSAL_CHOSEN notify"})])
+
+    left.script("initiate", refused)
+    with pytest.raises(GatewayRejected, match="NO_PROPOSAL_CHOSEN"):
+        _create_with(uow, hub)
+    assert _timeouts(left)[0] == "-1"
+    assert int(_timeouts(left)[1]) > 0
+    assert uow.tunnels.list() == []
+    for fake in fakes:
+        assert fake.conns == {}
+        assert fake.shared == {}
+
+
+def test_a_detached_initiate_still_connecting_at_the_timeout_is_refused_and_leaves_nothing(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.services import tunnel_setup
+
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.05)
+    monkeypatch.setattr(tunnel_setup, "_INITIATE_TIMEOUT_MS", 400)
+    left, _ = fakes
+
+    def connecting(message: dict[str, object]) -> Reply:
+        left.sas[str(message["ike"])] = ike_sa_message(state="CONNECTING", children={})
+        return Reply({"success": "yes"})
+
+    left.script("initiate", connecting)
+    with pytest.raises(GatewayRejected, match="was not up within"):
+        _create_with(uow, hub)
+    assert _timeouts(left) == ["-1"]
+    assert uow.tunnels.list() == []
+    for fake in fakes:
+        assert fake.conns == {}
