@@ -27,6 +27,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.adapters.vici.session import unix_connect  # noqa: E402
 from app.lab.hosts import Lab  # noqa: E402
 
 
@@ -213,3 +214,58 @@ def all_tunnels(client: httpx.Client) -> tuple[list[dict[str, Any]], int]:
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+def open_session(path: str, stack: contextlib.ExitStack) -> Any:
+    """A VICI session (the ``vici`` package's) on ``path``; charon's listen queue is short, so a
+    refused connect is tried again."""
+    for attempt in range(100):
+        try:
+            return stack.enter_context(unix_connect(path, 60))
+        except BlockingIOError:
+            time.sleep(0.01 * (attempt + 1))
+    raise RuntimeError(f"cannot connect to {path}")
+
+
+class UpWatch:
+    """Which conns have their CHILD_SA up on a charon: a VICI session of its own registered for
+    ``child-updown``; :meth:`wait` returns once the conn's CHILD_SA came up."""
+
+    def __init__(self, path: str) -> None:
+        self._stack = contextlib.ExitStack()
+        self._session = open_session(path, self._stack)
+        self._up: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._registered = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._registered.wait(10):
+            raise RuntimeError("the event listener did not start")
+
+    def _event(self, name: str) -> threading.Event:
+        with self._lock:
+            return self._up.setdefault(name, threading.Event())
+
+    def _run(self) -> None:
+        for kind, message in self._session.listen(["child-updown"], timeout=0.1):
+            self._registered.set()
+            if self._stop.is_set():
+                break
+            if kind is None or message.get("up") != b"yes":
+                continue
+            for name, body in message.items():
+                if isinstance(body, dict):
+                    self._event(name).set()
+
+    def wait(self, name: str, timeout: float) -> bool:
+        return self._event(name).wait(timeout)
+
+    def forget(self, name: str) -> None:
+        """Wait for ``name`` afresh: its next ``child-updown`` (up) is the one :meth:`wait` waits for."""
+        self._event(name).clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._stack.close()

@@ -45,10 +45,17 @@ from typing import Any
 
 import vici
 
-from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
 from app.lab.hosts import LabHost
-from benchmarks._harness import Service, ThreadClients, cpu_seconds, lab_and_service, left_sources
+from benchmarks._harness import (
+    Service,
+    ThreadClients,
+    UpWatch,
+    cpu_seconds,
+    lab_and_service,
+    left_sources,
+    open_session,
+)
 
 #: The lifetimes qoss loads by default (no rekey happens within a run).
 IKE_LIFETIME, CHILD_LIFETIME = 14400, 3600
@@ -174,17 +181,6 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
         raise RuntimeError(f"qoss: {len(errors)} tunnels could not be deleted: {errors[0]}")
 
 
-def _open(path: str, stack: contextlib.ExitStack) -> Any:
-    """A VICI session (the ``vici`` package's) on ``path``; charon's listen queue is short, so a
-    refused connect is tried again."""
-    for attempt in range(100):
-        try:
-            return stack.enter_context(unix_connect(path, 60))
-        except BlockingIOError:
-            time.sleep(0.01 * (attempt + 1))
-    raise RuntimeError(f"cannot connect to {path}")
-
-
 class _Sessions:
     """VICI sessions to both charons, one pair per worker thread, opened one after the other
     beforehand (never many connects at once)."""
@@ -195,7 +191,7 @@ class _Sessions:
         self._local = threading.local()
         try:
             for _ in range(count):
-                self._free.put({n: _open(path, self._stack) for n, path in sockets.items()})
+                self._free.put({n: open_session(path, self._stack) for n, path in sockets.items()})
         except BaseException:
             self._stack.close()
             raise
@@ -207,46 +203,6 @@ class _Sessions:
         return held[name]
 
     def close(self) -> None:
-        self._stack.close()
-
-
-class _UpWatch:
-    """Which conns have their CHILD_SA up on a charon: a VICI session of its own registered for
-    ``child-updown``; :meth:`wait` returns once the conn's CHILD_SA came up."""
-
-    def __init__(self, path: str) -> None:
-        self._stack = contextlib.ExitStack()
-        self._session = _open(path, self._stack)
-        self._up: dict[str, threading.Event] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._registered = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._registered.wait(10):
-            raise RuntimeError("the event listener did not start")
-
-    def _event(self, name: str) -> threading.Event:
-        with self._lock:
-            return self._up.setdefault(name, threading.Event())
-
-    def _run(self) -> None:
-        for kind, message in self._session.listen(["child-updown"], timeout=0.1):
-            self._registered.set()
-            if self._stop.is_set():
-                break
-            if kind is None or message.get("up") != b"yes":
-                continue
-            for name, body in message.items():
-                if isinstance(body, dict):
-                    self._event(name).set()
-
-    def wait(self, name: str, timeout: float) -> bool:
-        return self._event(name).wait(timeout)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
         self._stack.close()
 
 
@@ -281,7 +237,7 @@ def _charon_round(left: LabHost, right: LabHost, pids: dict[str, int], sources: 
                 loaded.append(name)
         return job
 
-    def initiate(sessions: _Sessions, watch: _UpWatch, name: str) -> Callable[[], None]:
+    def initiate(sessions: _Sessions, watch: UpWatch, name: str) -> Callable[[], None]:
         def job() -> None:
             for _ in sessions.get("left").initiate({"child": name, "ike": name, "timeout": -1, "init-limits": "no"}):
                 pass
@@ -304,7 +260,7 @@ def _charon_round(left: LabHost, right: LabHost, pids: dict[str, int], sources: 
         return job
 
     sockets = {"left": left.vici_socket, "right": right.vici_socket}
-    watch = _UpWatch(left.vici_socket)
+    watch = UpWatch(left.vici_socket)
     try:
         sessions = _Sessions(sockets, concurrency)
         try:

@@ -6,7 +6,11 @@ Same run, same lab (two charons, kernel-libipsec, network namespaces), same suit
 - qoss: POST /v1/tunnels -> 201 (negotiate, load secret+conn on both ends, initiate,
   list-sas on both ends verified), timed by the client; then DELETE (not timed).
 - bare: the same conn and secret loaded beforehand (not timed), then only VICI
-  ``initiate`` timed; then terminate and unload (not timed).
+  ``initiate`` timed, charon answering once the SAs are up (as ``swanctl --initiate`` waits);
+  then terminate and unload (not timed). The goal's reference.
+- bare, not waiting: the same, but ``initiate`` with ``timeout -1`` (charon answers at once and
+  streams no log) timed until charon's ``child-updown`` event for the conn: what charon takes
+  when asked the way qoss asks it between two managed gateways (``QOSS_DETACHED_INITIATE``).
 - floor: what every set-up must do, alone - load secret and conn on both
   ends (the ends at once), ``initiate``, ``list-sas`` on both ends (at once) - over VICI
   sessions opened beforehand (no connect per command), without HTTP, database or
@@ -32,7 +36,7 @@ import vici
 from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
-from benchmarks._harness import lab_and_service, percentile
+from benchmarks._harness import UpWatch, lab_and_service, percentile
 
 
 def _floor(sessions: tuple[Any, Any], pool: ThreadPoolExecutor, name: str, ends: tuple[TunnelEnd, TunnelEnd],
@@ -75,8 +79,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client, \
-            ThreadPoolExecutor(2) as pool:
+            ThreadPoolExecutor(2) as pool, contextlib.closing(UpWatch(svc.lab.host("left").vici_socket)) as watch:
         left, right = svc.lab.host("left"), svc.lab.host("right")
+        detached: list[float] = []
         floor: list[float] = []
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []
@@ -108,6 +113,17 @@ def main() -> None:
             elapsed = time.perf_counter() - t0
             if i >= 2:
                 bare.append(elapsed * 1000)
+            if not watch.wait(name, 10):  # its event seen, before it is forgotten
+                raise RuntimeError(f"bare: no child-updown for {name}")
+            gws[0].terminate(ike=name, force=True)
+            watch.forget(name)
+            t0 = time.perf_counter()  # the same conn once more, charon not waiting
+            gws[0].initiate(child=name, ike=name, timeout_ms=-1)
+            if not watch.wait(name, 10):
+                raise RuntimeError(f"bare, not waiting: {name} not up")
+            elapsed = time.perf_counter() - t0
+            if i >= 2:
+                detached.append(elapsed * 1000)
             gws[0].terminate(ike=name, force=True)
             for gw in gws:
                 gw.unload_conn(name)
@@ -131,6 +147,8 @@ def main() -> None:
               f"{args.rounds} rounds each, interleaved")
         print(f"POST /v1/tunnels -> verified up: median {ours_med:.1f} ms, p90 {percentile(ours, 90):.1f} ms")
         print(f"bare VICI initiate:             median {bare_med:.1f} ms, p90 {percentile(bare, 90):.1f} ms")
+        print(f"  not waiting, until child-updown: median {statistics.median(detached):.1f} ms, "
+              f"p90 {percentile(detached, 90):.1f} ms (qoss / this: {ours_med / statistics.median(detached):.2f})")
         print(f"required steps alone (floor):   median {floor_med:.1f} ms, p90 {percentile(floor, 90):.1f} ms")
         print(f"an HTTP round trip that does nothing (GET /livez, 50): median {http_med:.2f} ms")
         print(f"ratio {ours_med / bare_med:.2f} (goal <= 2.0); the floor alone {floor_med / bare_med:.2f}, "
