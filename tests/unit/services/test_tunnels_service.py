@@ -248,13 +248,18 @@ def test_a_set_up_both_charons_report_is_verified_without_list_sas(
         assert "list-sas" not in [c.command for c in fake.calls]
 
 
-def test_an_end_that_reports_nothing_is_asked_with_list_sas(
-    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A set-up waits a tenth of a second for charon's reports before it asks list-sas."""
     from app.services import tunnel_setup
 
-    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.2)
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
+
+
+def test_an_end_that_reports_nothing_is_asked_with_list_sas(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
+    quick_reports: None,
+) -> None:
     left, right = fakes
 
     def up(message: dict[str, object]) -> Reply:
@@ -324,11 +329,8 @@ def test_between_two_managed_charons_the_initiate_does_not_wait_in_charon(
 
 def test_a_detached_initiate_with_no_report_is_kept_once_list_sas_shows_it_up(
     uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
-    monkeypatch: pytest.MonkeyPatch,
+    quick_reports: None,
 ) -> None:
-    from app.services import tunnel_setup
-
-    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
     left, _ = fakes
 
     def up_in_silence(message: dict[str, object]) -> Reply:
@@ -345,11 +347,8 @@ def test_a_detached_initiate_with_no_report_is_kept_once_list_sas_shows_it_up(
 @pytest.mark.parametrize("left_behind", ["nothing", "an IKE_SA without its CHILD_SA"])
 def test_a_detached_initiate_that_failed_is_asked_again_waiting_and_charons_reason_is_the_error(
     uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
-    monkeypatch: pytest.MonkeyPatch, left_behind: str,
+    quick_reports: None, left_behind: str,
 ) -> None:
-    from app.services import tunnel_setup
-
-    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
     left, _ = fakes
 
     def refused(message: dict[str, object]) -> Reply:
