@@ -84,6 +84,8 @@ async def serve_message(
     auditor = state.auditor
 
     def record(status: int, detail: str) -> dict[str, Any]:
+        """The audit record; its detail is the refusal ``note``d by the handler, if any."""
+        detail = noted[-1] if noted else detail
         return {
             "request_id": rid,
             "client_request_id": client_request_id(headers.get(b"x-request-id", b"").decode("latin-1")),
@@ -92,7 +94,7 @@ async def serve_message(
         }
 
     def answered(outcome: Outcome) -> None:  # a change: its record is written before it is answered
-        auditor.write(record(200, noted[-1] if noted else outcome.audit))
+        auditor.write(record(200, outcome.audit))
 
     try:
         outcome = await handle_message(state, scope["path"], message.encode("utf-8"), source, noted.append,
@@ -116,7 +118,7 @@ async def serve_message(
     ]})
     await send({"type": "http.response.body", "body": content})
     if status != 200:
-        auditor.record(**record(status, noted[-1] if noted else detail))
+        auditor.record(**record(status, detail))
 
 
 def is_message_request(scope: Scope) -> bool:

@@ -181,11 +181,10 @@ def _came_up(v: ViciPort, side: str, name: str, until: float) -> None:
     """
     pause = 0.05
     while True:
-        sas = [sa for sa in v.list_sas(ike=name) if sa.name == name]
-        children = [c for sa in sas for c in sa.children if c.name == name]
-        if any(c.state == "INSTALLED" for c in children) and any(sa.state == "ESTABLISHED" for sa in sas):
+        seen = observed_sa(v.list_sas(ike=name), name)
+        if seen is not None and seen.ike_state == "ESTABLISHED" and seen.child_state == "INSTALLED":
             return
-        if not sas or (not children and all(sa.state == "ESTABLISHED" for sa in sas)):
+        if seen is None or (seen.ike_state == "ESTABLISHED" and seen.child_state is None):
             # Charon gave up on it: its reason comes with an initiate that waits.
             log.info("%s: %s is not up after an initiate that did not wait; initiating again, waiting", side, name)
             v.initiate(child=name, ike=name, timeout_ms=max(1000, int((until - time.monotonic()) * 1000)))
