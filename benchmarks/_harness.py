@@ -5,6 +5,7 @@ Everything is torn down on exit, also on failure: the server, the charons, the n
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import getpass
 import os
@@ -16,7 +17,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,6 +196,94 @@ class ThreadClients:
     def close(self) -> None:
         for client in self._all:
             client.close()
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer read by :class:`LeanConnection`: status, headers (names lower-case), body."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class LeanConnection:
+    """One kept-alive HTTP/1.1 connection on asyncio for load: each request in one write, the
+    answer read by its ``Content-Length`` (every answer of qoss's API has one). A fraction of
+    httpx's CPU per request, so that on a small machine the load generator takes little of the
+    CPU the server under test needs."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str,
+                 headers: Mapping[str, str]) -> None:
+        self._reader, self._writer = reader, writer
+        self._fixed = f"host: {host}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+
+    @classmethod
+    async def open(cls, base_url: str, headers: Mapping[str, str]) -> LeanConnection:
+        host = base_url.split("://", 1)[1].rstrip("/")
+        address, port = host.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(address, int(port))
+        return cls(reader, writer, host, headers)
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> Reply:
+        head = f"{method} {path} HTTP/1.1\r\n{self._fixed}"
+        if body is not None:
+            head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        self._writer.write((head + "\r\n").encode("latin-1") + (body or b""))
+        lines = (await self._reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = {}
+        for line in lines[1:]:
+            if line:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+        if "transfer-encoding" in headers:
+            raise RuntimeError(f"an answer with transfer-encoding {headers['transfer-encoding']}: not read here")
+        length = int(headers.get("content-length", "0"))
+        data = await self._reader.readexactly(length) if length else b""
+        if headers.get("connection", "").lower() == "close":
+            raise RuntimeError(f"the server closed the connection after {status}")
+        return Reply(status, headers, data)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def lean_parallel(svc: Service, concurrency: int, jobs: list[Callable[[LeanConnection], Awaitable[None]]],
+                  deadline: float) -> tuple[float, list[str]]:
+    """Run ``jobs`` ``concurrency`` at a time on one event loop in this thread, each on one of
+    ``concurrency`` :class:`LeanConnection` s (opened before the clock starts); seconds from the
+    first start to the last end, and the errors (a job not started by ``deadline``, a
+    ``time.monotonic()``, is one). A connection whose job failed is opened anew."""
+    errors: list[str] = []
+
+    async def run() -> float:
+        pending = iter(jobs)
+        conns = [await LeanConnection.open(svc.base_url, svc.headers) for _ in range(concurrency)]
+
+        async def worker(conn: LeanConnection) -> None:
+            for job in pending:
+                if time.monotonic() > deadline:
+                    errors.append("time budget reached: not started")
+                    continue
+                try:
+                    await asyncio.wait_for(job(conn), 120)
+                except Exception as exc:  # counted and printed; the run goes on
+                    errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                    conn.close()
+                    conn = await LeanConnection.open(svc.base_url, svc.headers)
+            conn.close()
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in conns))
+        return time.perf_counter() - t0
+
+    return asyncio.run(run()), errors
+
+
+def self_cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads) so far, in seconds."""
+    return cpu_seconds(os.getpid())
 
 
 def all_tunnels(client: httpx.Client) -> tuple[list[dict[str, Any]], int]:

@@ -8,13 +8,18 @@ its own /32 on the left (10.10.x.y) to the right's inside address. Per concurren
 two arms, one after the other, the order alternating between rounds:
 
 * **qoss**: ``POST /v1/tunnels`` for each of the N sources, C clients at a time (each its own
-  kept-alive HTTP connection); each answer is a tunnel negotiated, loaded on both ends,
+  kept-alive HTTP connection: by default C connections of a minimal HTTP/1.1 client on one event
+  loop, ``--client httpx`` an httpx client in a thread each); each answer is a tunnel negotiated, loaded on both ends,
   initiated and verified on both ends (charon's reports, or ``list-sas``). Timed from the first request to the
   last answer; then every tunnel is deleted, C at a time (timed apart).
 * **charon**: the same N conns (the suite qoss negotiated, one IKE and one ESP proposal, the
   same selectors, a PSK each) loaded on both ends over VICI with the ``vici`` package, C at a
   time (timed apart), then ``initiate``, C at a time, each worker its own VICI session: the
   initiate phase alone is charon's rate. Then terminated and unloaded.
+
+The clients run in this process, on the same cores as qoss and the charons: their CPU in each
+timed phase is printed as ``client`` beside the server's and the charons' (a thread per client
+with httpx costs about ten times the minimal client's, and more so at 32 threads).
 
 Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
 ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio against charon's
@@ -31,14 +36,17 @@ and by ``--budget`` seconds.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import json
+import os
 import queue
 import secrets
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,11 +56,13 @@ import vici
 from app.domain.tunnels import TunnelEnd, conn_payload
 from app.lab.hosts import LabHost
 from benchmarks._harness import (
+    LeanConnection,
     Service,
     ThreadClients,
     UpWatch,
     cpu_seconds,
     lab_and_service,
+    lean_parallel,
     left_sources,
     open_session,
 )
@@ -134,27 +144,47 @@ def _write_queue(clients: ThreadClients) -> tuple[float, ...]:
 
 
 def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right: LabHost, concurrency: int,
-                budget: _Budget, arm: Arm) -> None:
+                budget: _Budget, arm: Arm, lean: bool) -> None:
     ids: list[str] = []
     retried = [0]
     lock = threading.Lock()
 
+    def body(source: str) -> bytes:
+        return json.dumps({"initiator": "left", "responder": "right", "local_ts": [f"{source}/32"],
+                           "remote_ts": [f"{right.inside_address}/32"]}).encode()
+
+    def created(status: int, headers: Mapping[str, str], content: bytes) -> bool:
+        """Whether the answer is a tunnel made (its id kept); False for a 503 to retry (after its Retry-After)."""
+        if status == 503 and "retry-after" in headers:
+            with lock:
+                retried[0] += 1
+            return False
+        if status != 201:
+            raise RuntimeError(f"{status} {content[:200]!r}")
+        with lock:
+            ids.append(json.loads(content)["id"])
+        return True
+
     def create(source: str) -> Callable[[], None]:
         def job() -> None:
-            body = {"initiator": "left", "responder": "right", "local_ts": [f"{source}/32"],
-                    "remote_ts": [f"{right.inside_address}/32"]}
             for _ in range(RETRIES):
-                r = clients.get().post("/v1/tunnels", json=body)
-                if r.status_code == 503 and "Retry-After" in r.headers:
-                    with lock:
-                        retried[0] += 1
-                    time.sleep(min(1.0, float(r.headers["Retry-After"])))
-                    continue
-                if r.status_code != 201:
-                    raise RuntimeError(f"{r.status_code} {r.text[:200]}")
-                with lock:
-                    ids.append(r.json()["id"])
-                return
+                r = clients.get().post("/v1/tunnels", content=body(source),
+                                       headers={"content-type": "application/json"})
+                if created(r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content):
+                    return
+                time.sleep(min(1.0, float(r.headers["Retry-After"])))
+            raise RuntimeError(f"503 {RETRIES} times")
+        return job
+
+    def create_lean(source: str) -> Callable[[LeanConnection], Awaitable[None]]:
+        content = body(source)  # encoded before the clock starts, as the request's head is
+
+        async def job(conn: LeanConnection) -> None:
+            for _ in range(RETRIES):
+                r = await conn.request("POST", "/v1/tunnels", content)
+                if created(r.status, r.headers, r.body):
+                    return
+                await asyncio.sleep(min(1.0, float(r.headers["retry-after"])))
             raise RuntimeError(f"503 {RETRIES} times")
         return job
 
@@ -162,8 +192,13 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
         return lambda: clients.get().delete(f"/v1/tunnels/{tunnel_id}").raise_for_status()
 
     queue_before = _write_queue(clients)
-    with _cpu(arm, {"qoss": svc.pid, **svc.lab.pids}):
-        seconds, errors = _parallel(concurrency, [create(s) for s in sources], budget)
+    if lean:
+        jobs = [create_lean(s) for s in sources]
+        with _cpu(arm, {"qoss": svc.pid, **svc.lab.pids}):
+            seconds, errors = lean_parallel(svc, concurrency, jobs, budget.deadline)
+    else:
+        with _cpu(arm, {"qoss": svc.pid, **svc.lab.pids}):
+            seconds, errors = _parallel(concurrency, [create(s) for s in sources], budget)
     queue_after = _write_queue(clients)
     arm.queue_held += queue_after[0] - queue_before[0]
     arm.queue_waited += queue_after[1] - queue_before[1]
@@ -289,7 +324,9 @@ def _charon_round(left: LabHost, right: LabHost, pids: dict[str, int], sources: 
 
 @contextlib.contextmanager
 def _cpu(arm: Arm, pids: dict[str, int]) -> Iterator[None]:
-    """Adds the CPU seconds each process spends in the block to ``arm.cpu``."""
+    """Adds the CPU seconds each process spends in the block to ``arm.cpu``, and this process's
+    (the clients': HTTP to qoss, or VICI to charon) as ``client``."""
+    pids = {**pids, "client": os.getpid()}
     before = {k: cpu_seconds(p) for k, p in pids.items()}
     yield
     for k, p in pids.items():
@@ -317,6 +354,9 @@ def main() -> None:
                         help=f"seconds waited after each arm for the monitor's checks (default {SETTLE:g})")
     parser.add_argument("--server-env", action="append", default=[], metavar="QOSS_X=VALUE",
                         help="a setting for the server (repeatable), e.g. QOSS_MAX_WRITES_IN_FLIGHT=1")
+    parser.add_argument("--client", choices=("lean", "httpx"), default="lean",
+                        help="the qoss arm's HTTP client: one event loop with a minimal HTTP/1.1 client "
+                             "(default), or httpx in a thread per client")
     args = parser.parse_args()
     server_env = dict(item.split("=", 1) for item in args.server_env)
     levels = sorted({max(1, min(256, int(c))) for c in args.concurrency.split(",")})
@@ -346,19 +386,20 @@ def main() -> None:
                     order = ["qoss", "charon"] if (k + r_) % 2 == 0 else ["charon", "qoss"]
                     for name in order:
                         if name == "qoss":
-                            _qoss_round(svc, clients, sources, right, c, budget, arms["qoss"])
+                            _qoss_round(svc, clients, sources, right, c, budget, arms["qoss"], args.client == "lean")
                         else:
                             _charon_round(left, right, svc.lab.pids, sources, proposals, c, budget,
                                           arms["charon"], f"{c}r{r_}")
                         time.sleep(max(0.0, args.settle))  # the monitor's checks after an arm's set-ups and teardowns
         finally:
             clients.close()
-    _report(n, args.rounds, proposals, results, server_env)
+    _report(n, args.rounds, proposals, results, server_env, args.client)
 
 
 def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, dict[str, Arm]],
-            server_env: dict[str, str]) -> None:
-    print(f"capacity_rate: {n} tunnels per arm and round, {rounds} rounds per concurrency, arms alternating; "
+            server_env: dict[str, str], client: str) -> None:
+    print(f"capacity_rate: {n} tunnels per arm and round, {rounds} rounds per concurrency, arms alternating, "
+          f"qoss's client {client}; "
           f"suite ike {proposals.get('ike')}, esp {proposals.get('esp')}"
           + (f"; server settings {server_env}" if server_env else ""))
     print(f"{'clients':>7} | {'qoss tunnels/s':>14} | {'charon initiate/s':>17} | {'ratio':>5} | "

@@ -17,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ROW = re.compile(r"^\s+(\d+) \|\s+([\d.]+) \|\s+([\d.]+) \|\s+([\d.]+) \|.*\|\s+(\d+)/(\d+)", re.MULTILINE)
 
 
-def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans_up() -> None:
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans_up(client: str) -> None:
     done = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity_rate", "--tunnels", "4", "--concurrency",
-                             "1,2", "--rounds", "1", "--budget", "60", "--settle", "0"], cwd=ROOT,
+                             "1,2", "--rounds", "1", "--budget", "60", "--settle", "0", "--client", client], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = done.communicate(timeout=120)
     assert done.returncode == 0, err[-3000:]
@@ -30,6 +31,8 @@ def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans
         assert float(charon) > 0, out
         assert float(ratio) == pytest.approx(float(qoss) / float(charon), rel=0.05, abs=0.01)
         assert (failed_qoss, failed_charon) == ("0", "0"), out
+    assert f"qoss's client {client};" in out, out
+    assert re.search(r"qoss arm qoss [\d.]+ left [\d.]+ right [\d.]+ client [\d.]+", out), out
     assert re.search(r"worst ratio qoss / charon initiate: \d+\.\d+", out), out
     prefix = f"qb{done.pid % 10000}-"
     assert not [n.name for n in Path("/run/netns").iterdir() if n.name.startswith(prefix)]
