@@ -6,10 +6,13 @@ Target each a real ``qoss serve``, the client's charon in its own namespace. In 
 * **agent**: the client (a Python process inside the client's namespace, the same code
   as ``qoss agent connect`` without the interpreter start-up) signs and seals a request,
   Host checks and endorses it over HTTP, Target negotiates and loads pool, key and conn
-  into its charon, the client verifies the answer, loads its side, initiates and checks
-  ``list-sas``; then it disconnects (not timed).
+  into its charon, the client verifies the answer, loads its side and initiates without
+  waiting in charon, and verifies charon's report of the SAs (with ``QOSS_DETACHED_INITIATE``
+  or ``QOSS_SA_REPORTS`` false in the environment: charon waits, and ``list-sas`` is read);
+  then it disconnects (not timed).
 * **bare**: the same suite as a road-warrior conn prepared in both charons in advance
-  (the suite is learnt from one untimed connect first); only ``initiate`` is timed, then
+  (the suite is learnt from one untimed connect first); only ``initiate`` is timed (charon
+  answering once the SAs are up, as ``swanctl --initiate`` waits: the goal's reference), then
   ``terminate``, by the same client process in the same rounds: every round is one agent
   connect (+ disconnect) and one bare initiate (+ terminate), so a slow or fast spell of
   this shared machine falls on both alike. The arms take turns going first (``--order
@@ -59,8 +62,10 @@ import gc, json, os, sys, time
 from pathlib import Path
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.vici.gateway import ViciGateway
+from app.cli.agent import client_reports
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
+from app.settings import Settings
 arms = json.loads(sys.argv[1])  # [{"config", "fast"}]: the first one's config is the breakdown's and bare's
 cfg = load_client_config(Path(arms[0]["config"]))
 n, breakdown, bare = int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
@@ -108,7 +113,8 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
         host = HostAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, local_target=target, post=post_message)
     post = lambda url, wire: host.handle(wire).answer
     clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                           vici=ViciGateway(cfg.vici_socket, 20.0), post=post)]
+                           vici=ViciGateway(cfg.vici_socket, 20.0), post=post,
+                           reports=client_reports(Settings(), fast_paths=True))]
 else:
     import functools
     from app.adapters.agent.transport import post_message
@@ -117,7 +123,8 @@ else:
         c = load_client_config(Path(arm["config"]))
         return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), crypto=CRYPTO,
                            vici=ViciGateway(c.vici_socket, 20.0),
-                           post=functools.partial(post_message, fast_paths=arm["fast"]))
+                           post=functools.partial(post_message, fast_paths=arm["fast"]),
+                           reports=client_reports(Settings(), fast_paths=arm["fast"]))
     clients = [client_of(arm) for arm in arms]
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)
 gc.freeze()  # as qoss agent connect does once its client is made

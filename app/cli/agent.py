@@ -146,8 +146,22 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
         _fail(exc)
 
 
+def client_reports(settings: Any, *, fast_paths: bool) -> Any:
+    """The client's reports of its charon's SAs (``SaEventHub``), or None when ``settings`` turn
+    them off (``QOSS_SA_REPORTS``) or ask charon to wait (``QOSS_DETACHED_INITIATE``)."""
+    from app.adapters.vici.events import updown_listener
+    from app.adapters.vici.sa_events import SaEventHub
+
+    if not (settings.sa_reports and settings.detached_initiate):
+        return None
+    return SaEventHub(listen=functools.partial(updown_listener, wire=fast_paths))
+
+
 def _client(config: Path) -> Any:
-    """The user's client; its HTTP to Host takes the fast path unless ``QOSS_FAST_PATHS`` is false."""
+    """The user's client; its HTTP to Host takes the fast path unless ``QOSS_FAST_PATHS`` is false.
+    It initiates without waiting in charon and reads charon's report of the SAs, unless
+    ``QOSS_SA_REPORTS`` or ``QOSS_DETACHED_INITIATE`` is false (then charon waits and ``list-sas``
+    is read)."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
     from app.adapters.agent.transport import post_message
     from app.adapters.vici.gateway import ViciGateway
@@ -158,9 +172,11 @@ def _client(config: Path) -> Any:
 
     need_files(config)
     cfg = load_client_config(config)
-    post = functools.partial(post_message, fast_paths=Settings().fast_paths)
+    settings = Settings()
+    post = functools.partial(post_message, fast_paths=settings.fast_paths)
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                         vici=ViciGateway(cfg.vici_socket, 20.0), post=post)
+                         vici=ViciGateway(cfg.vici_socket, 20.0), post=post,
+                         reports=client_reports(settings, fast_paths=settings.fast_paths))
     gc.freeze()  # the modules' objects: no full collection over them during the connect
     return client
 

@@ -38,10 +38,12 @@ from app.domain.agent import (
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
 from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
-from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Unload, ViciPort
-from app.domain.tunnels import ObservedSa, expected_sa, keywords_from_charon, mismatches
+from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Unload, UpReports, ViciPort
+from app.domain.tunnels import expected_sa, keywords_from_charon, mismatches
+from app.services import tunnel_setup
 from app.services.agent_config import ClientConfig
 from app.services.agent_timing import Steps
+from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, came_up, observed_sa
 
 __all__ = ["CAPABILITIES_TTL", "AgentClient"]
 
@@ -63,22 +65,6 @@ def _write_private(path: Path, data: str | bytes) -> None:
     tmp.replace(path)
 
 
-def observed(sas: list[Any], name: str) -> ObservedSa | None:
-    """What charon reports for conn ``name`` (IKE_SA and its CHILD_SA of the same name), from its
-    IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
-    for sa in sas:
-        if sa.name != name:
-            continue
-        child = next((c for c in sa.children if c.name == name), None)
-        return ObservedSa(
-            ike_state=sa.state, ike_encr=sa.encr_alg, ike_encr_keysize=sa.encr_keysize, ike_integ=sa.integ_alg,
-            ike_prf=sa.prf_alg, ike_dh=sa.dh_group, child_state=child.state if child else None,
-            child_protocol=child.protocol if child else None, child_encr=child.encr_alg if child else None,
-            child_encr_keysize=child.encr_keysize if child else None, child_integ=child.integ_alg if child else None,
-        )
-    return None
-
-
 class AgentClient:
     """The mobile user's side: one user, one Host, the targets it knows, its own charon.
 
@@ -86,10 +72,13 @@ class AgentClient:
         keys: the user's own keys; ``crypto`` checks signatures and reads public keys.
         vici: the local charon.
         post: sends a message to Host.
+        reports: the local charon's reports of SAs coming up. When they arrive, the tunnel is
+            initiated without waiting in charon and the report is what is verified
+            (:meth:`_bring_up`); without them, charon waits and ``list-sas`` is read.
     """
 
     def __init__(self, *, config: ClientConfig, keys: AgentKeys, crypto: AgentCrypto, vici: ViciPort, post: Post,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, reports: UpReports | None = None) -> None:
         self.config = config
         self.keys = keys
         self._crypto = crypto
@@ -99,6 +88,7 @@ class AgentClient:
         self.targets = {n: p.keys(config.base_dir, crypto) for n, p in config.targets.items()}
         self._post = post
         self._clock = clock
+        self._reports = reports
         self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qoss-agent-client")
         #: The last connect's record being rewritten with its virtual IP (:meth:`tunnels` waits for it;
@@ -215,6 +205,10 @@ class AgentClient:
                            transport=native, lifetime=lifetime, ike_address=self.config.ike_address)
         request, wire = self.request(Kind.CONNECT, info, objective_id)
         steps.mark("seal")
+        # Whether charon's reports arrive is learnt while Host and Target work (the listener's
+        # first start connects and registers with charon).
+        detached = self._loader.submit(self._reports.detached, self.vici.socket_path) \
+            if self._reports is not None else None
         answer = self._post(f"{self.host.url}/v1/agent/requests", wire)
         steps.mark("host")
         response = self.accept(answer, request)
@@ -232,7 +226,8 @@ class AgentClient:
         name = agent_conn_name(tunnel.ticket)
         report["conn"] = name
         try:
-            vip = self._bring_up(name, response, steps, report, objective_id)
+            vip = self._bring_up(name, response, steps, report, objective_id,
+                                 detached=detached is not None and detached.result())
         except BaseException:
             self._teardown(name)
             with contextlib.suppress(Exception):
@@ -248,40 +243,71 @@ class AgentClient:
         return report
 
     def _bring_up(self, name: str, response: Response, steps: Steps, report: Mapping[str, Any],
-                  objective_id: int) -> str | None:
+                  objective_id: int, *, detached: bool) -> str | None:
         """Load secret and conn, initiate, and check that charon negotiated exactly Target's suite:
         the virtual IP.
 
-        The four commands (``load-shared``, ``load-conn``, ``initiate``, ``list-sas``) go to charon
-        in one write on one connection, which charon works through in order: one round trip, no
-        event listener. While charon works, the ticket's record (``report``, no address yet) is
-        written; if anything fails, it is removed again (and the caller unloads what loaded).
+        The commands go to charon in one write on one connection, which charon works through in
+        order: one round trip. ``detached`` (charon's reports arrive): ``load-shared``,
+        ``load-conn`` and ``initiate`` without waiting (charon answers at once, holds none of its
+        worker threads and streams no log while the IKE_SA is negotiated); charon's report of
+        the CHILD_SA coming up is what is verified. No report within a second, or one that does
+        not match: ``list-sas`` decides, once the SAs are up (:func:`came_up`: a failed initiate
+        is asked again, waiting, for charon's reason). Otherwise ``initiate`` waits in charon and
+        ``list-sas`` is the fourth command. While charon works, the ticket's record (``report``,
+        no address yet) is written; if anything fails, it is removed again (and the caller
+        unloads what loaded).
         """
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
-        with self.vici.pipeline() as charon:
-            charon.send([
-                LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)),
-                LoadConn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
-                Initiate(child=name, ike=name, timeout_ms=15_000),
-                ListSas(ike=name),
-            ])
+        commands: list[Any] = [
+            LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)),
+            LoadConn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
+        ]
+        with contextlib.ExitStack() as stack:
+            wait = None
+            if detached:
+                assert self._reports is not None
+                wait = stack.enter_context(self._reports.expect(self.vici.socket_path, name))
+                commands.append(Initiate(child=name, ike=name, timeout_ms=-1))
+            else:
+                commands += [Initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS), ListSas(ike=name)]
+            until = time.monotonic() + INITIATE_TIMEOUT_MS / 1000
             try:
-                try:
-                    self._remember(report, objective_id)
-                finally:
-                    replies = charon.finish()  # read even if the record could not be written
-                steps.mark("initiate")
+                with self.vici.pipeline() as charon:
+                    charon.send(commands)
+                    try:
+                        self._remember(report, objective_id)
+                    finally:
+                        replies = charon.finish()  # read even if the record could not be written
                 for reply in replies:
                     if isinstance(reply, GatewayError):
                         raise reply  # the first refusal says why (a failed load fails the initiate)
-                vip = self._check(name, tunnel, replies[3])  # the IKE_SAs (a refusal was raised above)
+                if wait is None:
+                    steps.mark("initiate")
+                    vip = self._check(name, tunnel, replies[3])  # the IKE_SAs (a refusal was raised above)
+                else:
+                    vip = self._reported(name, tunnel, wait, until)
+                    steps.mark("initiate")
             except BaseException:
                 self._forget(tunnel.ticket)
                 raise
         steps.mark("verify")
         return vip
+
+    def _reported(self, name: str, tunnel: TunnelingInfo, wait: Callable[[float], Any], until: float) -> str | None:
+        """After an initiate that did not wait: the virtual IP, from charon's report of conn
+        ``name`` if it shows exactly Target's suite, else from ``list-sas`` once the SAs are up."""
+        sa = wait(tunnel_setup.REPORT_WAIT)
+        if sa is not None:
+            try:
+                return self._check(name, tunnel, [sa])
+            except TunnelVerificationFailed as exc:
+                log.info("charon's report of %s does not match (%s); asking list-sas", name, exc.message)
+        else:
+            came_up(self.vici, "client", name, until)
+        return self._check(name, tunnel, self.vici.list_sas(ike=name))
 
     @staticmethod
     def _check(name: str, tunnel: TunnelingInfo, sas: list[Any]) -> str | None:
@@ -293,7 +319,7 @@ class AgentClient:
         suite = tunnel.suite
         expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
                                encryption=suite.get("encryption"), integrity=suite.get("integrity"))
-        seen = observed(sas, name)
+        seen = observed_sa(sas, name)
         if seen is None:
             raise TunnelVerificationFailed(f"no IKE_SA {name} after initiate")
         wrong = mismatches(expected, seen)

@@ -35,11 +35,13 @@ from app.domain.tunnels import (
     mismatches,
 )
 
-__all__ = ["bring_up", "established", "established_everywhere", "move", "observed_sa", "teardown"]
+__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "move", "observed_sa",
+           "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
-_INITIATE_TIMEOUT_MS = 15_000
+#: How long charon may take to bring a tunnel up (an initiate's timeout), in milliseconds.
+INITIATE_TIMEOUT_MS = 15_000
 #: Seconds a set-up waits, after its ``initiate`` returned, for charon's reports of its ends'
 #: CHILD_SAs coming up (both ends together) before it asks an unreported end's ``list-sas``
 #: instead (a report is sent as the SA is installed, so it is normally there within milliseconds).
@@ -150,8 +152,8 @@ def bring_up(
             # negotiated, and the reports say when the SAs are up. To an unmanaged peer (whose
             # refusals need charon's log to be told), charon waits and answers with the outcome.
             detached = reports is not None and v_resp is not None and reports.detached(v_init.socket_path)
-            until = time.monotonic() + _INITIATE_TIMEOUT_MS / 1000
-            v_init.initiate(child=name, ike=name, timeout_ms=-1 if detached else _INITIATE_TIMEOUT_MS)
+            until = time.monotonic() + INITIATE_TIMEOUT_MS / 1000
+            v_init.initiate(child=name, ike=name, timeout_ms=-1 if detached else INITIATE_TIMEOUT_MS)
             expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
                                    encryption=result.suite.encryption, integrity=result.suite.integrity)
             # What charon reported as it installed the SAs, if it matches; otherwise (no report
@@ -161,7 +163,7 @@ def bring_up(
             ask = [i for i, ((_, side_name), wait) in enumerate(zip(sides, waits, strict=True))
                    if not _reported_right(wait, deadline, side_name, name, expected)]
             if detached and 0 in ask:
-                _came_up(v_init, initiator.name, name, until)
+                came_up(v_init, initiator.name, name, until)
         observed_sas = list(_POOL.map(lambda i: sides[i][0].list_sas(ike=name), ask))
         for i, sas in zip(ask, observed_sas, strict=True):
             _verify(sides[i][1], sas, name, expected)
@@ -170,7 +172,7 @@ def bring_up(
         raise
 
 
-def _came_up(v: ViciPort, side: str, name: str, until: float) -> None:
+def came_up(v: ViciPort, side: str, name: str, until: float) -> None:
     """After an initiate that did not wait, and no report of conn ``name`` in time: wait (until
     the monotonic ``until``) for its SAs to be up, asking ``list-sas`` now and then. An IKE_SA
     that is gone failed, and so did a CHILD_SA missing from an established IKE_SA (its proposal
@@ -191,7 +193,7 @@ def _came_up(v: ViciPort, side: str, name: str, until: float) -> None:
             return
         now = time.monotonic()
         if now >= until:
-            raise GatewayRejected(f"{side}: {name} was not up within {_INITIATE_TIMEOUT_MS // 1000} s")
+            raise GatewayRejected(f"{side}: {name} was not up within {INITIATE_TIMEOUT_MS // 1000} s")
         time.sleep(min(pause, until - now))
         pause = min(2 * pause, 0.5)
 
@@ -358,7 +360,7 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
 
     try:
         load(new)
-        v_init.initiate(child=name, ike=name, timeout_ms=_INITIATE_TIMEOUT_MS)
+        v_init.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
         expected = expected_sa(ike=new.ike, protocol=new.suite.protocol, encryption=new.suite.encryption,
                                integrity=new.suite.integrity)
         for (v, side_name), (_, old_children) in zip(sides, before, strict=True):

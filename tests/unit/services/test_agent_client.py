@@ -1,7 +1,8 @@
 """The agent client against a fake charon that speaks the real VICI protocol: the cache of its
 charon's capabilities (read once, kept in memory and in the state directory, read again after
 a charon restart, after the TTL, or when asked to), and ``connect``'s one pipelined exchange
-with its charon (load, initiate, list-sas) with everything it undoes when a step fails."""
+with its charon (load, initiate, list-sas; or, with charon's reports, load and an initiate that
+does not wait, then the report) with everything it undoes when a step fails."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from app.adapters.agent.crypto import CRYPTO, KeyPair, open_sealed, seal
 from app.adapters.agent.transport import post_message
 from app.adapters.vici.gateway import ViciGateway
+from app.adapters.vici.sa_events import SaEventHub
 from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
 from app.domain.errors import GatewayRejected, TunnelVerificationFailed
 from app.services.agent_client import CAPABILITIES_TTL, AgentClient
@@ -231,3 +233,108 @@ def test_a_record_that_cannot_be_written_undoes_the_connect(tmp_path: Path, char
         c.connect(target="target-1", objective_id=3)
     assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})
     assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]
+
+
+# --------------------------------------------------------------------------- connect without waiting in charon
+
+
+def reporting(tmp_path: Path, charon: FakeCharon, hub: SaEventHub, *, report: bool = True,
+              **sa: Any) -> tuple[AgentClient, FakeHost]:
+    """As :func:`connecting`, with charon's reports read (``hub``): an initiate that does not wait
+    (timeout -1) brings the SAs up and, with ``report``, charon reports the CHILD_SA up."""
+    c, host = connecting(tmp_path, charon, **sa)
+    c._reports = hub
+    waiting = charon._persistent["initiate"]
+
+    def initiate(message: dict[str, Any]) -> Reply:
+        reply = waiting(message)  # type: ignore[operator]
+        name = message["ike"]
+        if message["timeout"] == "-1" and report:
+            charon.emit("child-updown", {"up": "yes", name: charon.sas[name]})
+        return reply
+
+    charon.script("initiate", initiate)
+    return c, host
+
+
+@pytest.fixture
+def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connect waits a tenth of a second for charon's report before it asks list-sas."""
+    from app.services import tunnel_setup
+
+    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
+
+
+def test_with_reports_charon_is_not_made_to_wait_and_its_report_is_verified(
+    tmp_path: Path, charon: FakeCharon, hub: SaEventHub
+) -> None:
+    """Secret, conn and an initiate that does not wait go to charon in one write; charon's report of
+    the CHILD_SA is what is checked (no list-sas), and its virtual IP is the tunnel's."""
+    c, _ = reporting(tmp_path, charon, hub)
+    c.capabilities()
+    report = c.connect(target="target-1", objective_id=3)
+    assert charon.commands[-3:] == ["load-shared", "load-conn", "initiate"]
+    assert charon.messages("initiate")[-1]["timeout"] == "-1"
+    assert "list-sas" not in charon.commands
+    assert charon.listeners("child-updown") == 1
+    assert (hub.reported, hub.missed) == (1, 0)
+    assert report["virtual_ip"] == "10.8.0.7"
+    assert c.tunnels()[0]["virtual_ip"] == "10.8.0.7"
+
+
+def test_with_reports_off_for_the_client_charon_waits_as_before(tmp_path: Path, charon: FakeCharon) -> None:
+    hub = SaEventHub(detached=False)
+    try:
+        c, _ = reporting(tmp_path, charon, hub)
+        c.capabilities()
+        assert c.connect(target="target-1", objective_id=3)["virtual_ip"] == "10.8.0.7"
+    finally:
+        hub.close()
+    assert charon.messages("initiate")[-1]["timeout"] == "15000"
+    assert charon.commands[-4:] == ["load-shared", "load-conn", "initiate", "list-sas"]
+
+
+def test_no_report_in_time_is_answered_by_list_sas(
+    tmp_path: Path, charon: FakeCharon, hub: SaEventHub, quick_reports: None
+) -> None:
+    c, _ = reporting(tmp_path, charon, hub, report=False)
+    report = c.connect(target="target-1", objective_id=3)
+    assert report["virtual_ip"] == "10.8.0.7"
+    assert [m["timeout"] for m in charon.messages("initiate")] == ["-1"]  # not initiated twice
+    assert charon.messages("list-sas")[-1] == {"ike": report["conn"]}
+    assert (hub.reported, hub.missed) == (0, 1)
+
+
+def test_a_reported_suite_other_than_targets_is_checked_with_list_sas_and_fails(
+    tmp_path: Path, charon: FakeCharon, hub: SaEventHub
+) -> None:
+    c, host = reporting(tmp_path, charon, hub, child_encr_alg="3DES_CBC", child_encr_keysize=None)
+    with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):
+        c.connect(target="target-1", objective_id=3)
+    assert "list-sas" in charon.commands  # the report alone condemns nothing
+    assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]
+    assert c.tunnels() == []
+
+
+def test_a_detached_initiate_that_failed_is_asked_again_waiting_for_charons_reason(
+    tmp_path: Path, charon: FakeCharon, hub: SaEventHub, quick_reports: None
+) -> None:
+    c, host = reporting(tmp_path, charon, hub)
+
+    def refused(message: dict[str, Any]) -> Reply:
+        if message["timeout"] == "-1":  # queued; what charon then does leaves no SA
+            return Reply({"success": "yes"})
+        return Reply({"success": "no", "errmsg": "establishing CHILD_SA failed"},
+                     [("control-log", {"group": "IKE", "level": "1",
+                                       "msg": "received AUTHENTICATION_FAILED notify error"})])
+
+    charon.script("initiate", refused)
+    with pytest.raises(GatewayRejected, match="AUTHENTICATION_FAILED"):
+        c.connect(target="target-1", objective_id=3)
+    timeouts = [m["timeout"] for m in charon.messages("initiate")]
+    assert timeouts[0] == "-1"
+    assert int(timeouts[1]) > 0
+    assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]
+    assert c.tunnels() == []

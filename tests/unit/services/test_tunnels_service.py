@@ -378,7 +378,7 @@ def test_a_detached_initiate_still_connecting_at_the_timeout_is_refused_and_leav
     from app.services import tunnel_setup
 
     monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.05)
-    monkeypatch.setattr(tunnel_setup, "_INITIATE_TIMEOUT_MS", 400)
+    monkeypatch.setattr(tunnel_setup, "INITIATE_TIMEOUT_MS", 400)
     left, _ = fakes
 
     def connecting(message: dict[str, object]) -> Reply:
