@@ -8,7 +8,9 @@ its own namespace. N users are enrolled at Host (a key pair and a client config 
 Python process in the client's namespace (the same code as ``qoss agent connect``, without an
 interpreter start per join) has every user join once, ``--concurrency`` at a time: sign and seal
 the request, Host checks and endorses it, Target negotiates, leases a virtual IP and loads pool,
-key and conn into its charon, the client loads its side, initiates and checks ``list-sas``.
+key and conn into its charon, the client loads its side, initiates without waiting in charon
+and verifies charon's report of the SAs (as ``qoss agent connect`` does by default; the
+process's clients share one event connection to their charon).
 
 Each join ends one of three ways, all counted: **joined** (a virtual IP, the SA verified by the
 client), **refused** (Host or Target answered with a refusal: its status and reason are
@@ -19,9 +21,10 @@ charons or Target disagree with the joins reported. Then every user disconnects 
 concurrency) and the same counts must be zero.
 
 Every lab user joins through the client namespace's one charon (a real user has a charon of
-their own), and a client's ``initiate`` holds one of that charon's 16 worker threads until its
-SA is up: with 16 or more joins at once it has none left for the IKE messages and the joins
-time out (measured: 32 at a time made a few hundred joins fail or crawl). So at most 12 at once.
+their own). An ``initiate`` that waits (``QOSS_DETACHED_INITIATE=false`` in the environment)
+holds one of that charon's 16 worker threads until its SA is up: with 16 or more joins at once
+it has none left for the IKE messages and the joins time out (measured: 32 at a time made a few
+hundred joins fail or crawl). So at most 12 at once.
 
 Target's pool is a /22 (1,022 virtual IPs); the per-address agent rate limit is raised, since
 every lab user arrives from the client namespace's one address (real users come from their own).
@@ -60,15 +63,18 @@ from pathlib import Path
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.transport import RemoteRefused, post_message
 from app.adapters.vici.gateway import ViciGateway
+from app.cli.agent import client_reports
 from app.domain.agent.codec import AgentRejected
 from app.services.agent_client import AgentClient
 from app.services.agent_config import load_client_config
+from app.settings import Settings
 
 paths = json.loads(Path(sys.argv[1]).read_text())
 concurrency, budget = int(sys.argv[2]), float(sys.argv[3])
 deadline = time.monotonic() + budget
 client_socket, target_socket = sys.argv[4], sys.argv[5]
 post = functools.partial(post_message, fast_paths=True)
+reports = client_reports(Settings(), fast_paths=True)  # one listener on the one client charon, as in one process
 lock = threading.Lock()
 outcomes, times, refusals, failures, joined, examples = Counter(), [], Counter(), Counter(), {}, []
 
@@ -76,7 +82,7 @@ outcomes, times, refusals, failures, joined, examples = Counter(), [], Counter()
 def make(path):
     cfg = load_client_config(Path(path))
     return AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
-                       vici=ViciGateway(cfg.vici_socket, 30.0), post=post)
+                       vici=ViciGateway(cfg.vici_socket, 30.0), post=post, reports=reports)
 
 
 def join(path):
