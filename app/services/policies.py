@@ -65,7 +65,9 @@ def replace_policy(
     current = repo.current_revision(name)
     if not 1 <= expected_revision <= current:
         raise StaleRevision(name, expected_revision, current)
-    base = repo.get_revision(name, expected_revision) if expected_revision != current else mine
+    # The revision the client edited, read by its number even when it is ``current``: another
+    # writer may commit a newer one before this one, and the edit is then merged over theirs.
+    base = repo.get_revision(name, expected_revision)
     return save_merged(uow, repo, kind="policy", name=name, base=base, mine=mine,
                        expected_revision=expected_revision, current=current, author=author, message="replaced",
                        merge=merge_policies, read=lambda document: Policy.from_dict(document, name=name))

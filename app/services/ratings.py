@@ -151,7 +151,9 @@ def update_rating(
         raise InvalidRatingTable("the body's algorithm differs from the path's")
     if not 1 <= expected_revision <= current:
         raise StaleRevision(name, expected_revision, current)
-    base = repo.get(name) if current == expected_revision else repo.get_revision(name, expected_revision)
+    # The revision the client edited, read by its number: another writer may have committed a
+    # newer one since ``current`` was read, and the edit must be merged over theirs, not made on it.
+    base = repo.get_revision(name, expected_revision)
     mine = base.with_rating(_edited_row(base, keyword, changes))
     table, revision = save_merged(uow, repo, kind="rating_table", name=name, base=base, mine=mine,
                                   expected_revision=expected_revision, current=current, author=author,
