@@ -7,12 +7,16 @@ import gc
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from app.domain.agent.platforms import PLATFORMS
 from app.domain.errors import QossError
+
+if TYPE_CHECKING:
+    from app.adapters.vici.sa_events import SaEventHub
+    from app.settings import Settings
 
 __all__ = ["agent_app"]
 
@@ -146,7 +150,7 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
         _fail(exc)
 
 
-def client_reports(settings: Any, *, fast_paths: bool) -> Any:
+def client_reports(settings: Settings, *, fast_paths: bool) -> SaEventHub | None:
     """The client's reports of its charon's SAs (``SaEventHub``), or None when ``settings`` turn
     them off (``QOSS_SA_REPORTS``) or ask charon to wait (``QOSS_DETACHED_INITIATE``)."""
     from app.adapters.vici.events import updown_listener
