@@ -281,11 +281,6 @@ def lean_parallel(svc: Service, concurrency: int, jobs: list[Callable[[LeanConne
     return asyncio.run(run()), errors
 
 
-def self_cpu_seconds() -> float:
-    """User + system CPU time of this process (all its threads) so far, in seconds."""
-    return cpu_seconds(os.getpid())
-
-
 def all_tunnels(client: httpx.Client) -> tuple[list[dict[str, Any]], int]:
     """Every tunnel, walking ``GET /v1/tunnels`` a page of 1,000 at a time; and the bytes read."""
     found: list[dict[str, Any]] = []

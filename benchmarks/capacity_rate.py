@@ -154,7 +154,8 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
                            "remote_ts": [f"{right.inside_address}/32"]}).encode()
 
     def created(status: int, headers: Mapping[str, str], content: bytes) -> bool:
-        """Whether the answer is a tunnel made (its id kept); False for a 503 to retry (after its Retry-After)."""
+        """Whether the answer is a tunnel made (its id kept); False for a 503 to retry (after its Retry-After).
+        ``headers``: names in lower case, or a mapping that finds them in any case."""
         if status == 503 and "retry-after" in headers:
             with lock:
                 retried[0] += 1
@@ -170,7 +171,7 @@ def _qoss_round(svc: Service, clients: ThreadClients, sources: list[str], right:
             for _ in range(RETRIES):
                 r = clients.get().post("/v1/tunnels", content=body(source),
                                        headers={"content-type": "application/json"})
-                if created(r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content):
+                if created(r.status_code, r.headers, r.content):  # httpx's headers: any case
                     return
                 time.sleep(min(1.0, float(r.headers["Retry-After"])))
             raise RuntimeError(f"503 {RETRIES} times")

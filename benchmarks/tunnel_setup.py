@@ -7,7 +7,7 @@ Same run, same lab (two charons, kernel-libipsec, network namespaces), same suit
   verified on both ends), timed by the client; then DELETE (not timed). Sent twice per round:
   by a minimal HTTP/1.1 client (``benchmarks._harness.LeanConnection``: the request in one
   write, the answer read by its length; the goal's figure) and by httpx, whose own work
-  (building the request, parsing the answer: about a millisecond here) is printed apart.
+  (building the request, parsing the answer: about half a millisecond here) is printed apart.
 - bare: the same conn and secret loaded beforehand (not timed), then only VICI
   ``initiate`` timed, charon answering once the SAs are up (as ``swanctl --initiate`` waits);
   then terminate and unload (not timed). The goal's reference.
@@ -99,6 +99,7 @@ def main() -> None:
         lean = loop.run_until_complete(LeanConnection.open(svc.base_url, svc.headers))
         stack.callback(lean.close)
         content = json.dumps(body).encode()
+
         def by_httpx() -> float:
             nonlocal proposals
             t0 = time.perf_counter()

@@ -151,14 +151,15 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
 
 
 def client_reports(settings: Settings, *, fast_paths: bool) -> SaEventHub | None:
-    """The client's reports of its charon's SAs (``SaEventHub``), or None when ``settings`` turn
-    them off (``QOSS_SA_REPORTS``) or ask charon to wait (``QOSS_DETACHED_INITIATE``)."""
+    """The client's reports of its charon's SAs (``SaEventHub``, wired as the service's is), or None
+    when ``settings`` turn them off (``QOSS_SA_REPORTS``). With ``QOSS_DETACHED_INITIATE`` false
+    the hub answers that charon must wait, and it never connects."""
     from app.adapters.vici.events import updown_listener
     from app.adapters.vici.sa_events import SaEventHub
 
-    if not (settings.sa_reports and settings.detached_initiate):
+    if not settings.sa_reports:
         return None
-    return SaEventHub(listen=functools.partial(updown_listener, wire=fast_paths))
+    return SaEventHub(listen=functools.partial(updown_listener, wire=fast_paths), detached=settings.detached_initiate)
 
 
 def _client(config: Path) -> Any:

@@ -257,14 +257,6 @@ def reporting(tmp_path: Path, charon: FakeCharon, hub: SaEventHub, *, report: bo
     return c, host
 
 
-@pytest.fixture
-def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A connect waits a tenth of a second for charon's report before it asks list-sas."""
-    from app.services import tunnel_setup
-
-    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
-
-
 def test_with_reports_charon_is_not_made_to_wait_and_its_report_is_verified(
     tmp_path: Path, charon: FakeCharon, hub: SaEventHub
 ) -> None:

@@ -248,14 +248,6 @@ def test_a_set_up_both_charons_report_is_verified_without_list_sas(
         assert "list-sas" not in [c.command for c in fake.calls]
 
 
-@pytest.fixture
-def quick_reports(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A set-up waits a tenth of a second for charon's reports before it asks list-sas."""
-    from app.services import tunnel_setup
-
-    monkeypatch.setattr(tunnel_setup, "REPORT_WAIT", 0.1)
-
-
 def test_an_end_that_reports_nothing_is_asked_with_list_sas(
     uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon], hub: SaEventHub,
     quick_reports: None,
