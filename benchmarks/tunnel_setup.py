@@ -4,13 +4,17 @@
 
 Same run, same lab (two charons, kernel-libipsec, network namespaces), same suite:
 - qoss: POST /v1/tunnels -> 201 (negotiate, load secret+conn on both ends, initiate,
-  verified on both ends), timed by the client; then DELETE (not timed). Sent twice per round:
+  verified on both ends), timed by the client; then DELETE (timed for the minimal client: until
+  the 204, both ends terminated and unloaded, the record gone). Sent twice per round:
   by a minimal HTTP/1.1 client (``benchmarks._harness.LeanConnection``: the request in one
   write, the answer read by its length; the goal's figure) and by httpx, whose own work
   (building the request, parsing the answer: about half a millisecond here) is printed apart.
 - bare: the same conn and secret loaded beforehand (not timed), then only VICI
   ``initiate`` timed, charon answering once the SAs are up (as ``swanctl --initiate`` waits);
   then terminate and unload (not timed). The goal's reference.
+- bare teardown: ``terminate`` on the initiator (charon waiting), then ``unload-conn`` and
+  ``unload-shared`` on both ends, one command after another, as an administrator would: the
+  DELETE's reference.
 - bare, not waiting: the same, but ``initiate`` with ``timeout -1`` (charon answers at once and
   streams no log) timed until charon's ``child-updown`` event for the conn: what charon takes
   when asked the way qoss asks it between two managed gateways (``QOSS_DETACHED_INITIATE``).
@@ -91,6 +95,8 @@ def main() -> None:
         floor: list[float] = []
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []
+        deletes: list[float] = []  # DELETE /v1/tunnels/{id} by the minimal client
+        bare_down: list[float] = []  # terminate on one end, unload conn and secret on both
         with_httpx: list[float] = []
         bare: list[float] = []
         proposals: dict[str, Any] | None = None
@@ -110,24 +116,29 @@ def main() -> None:
             client.delete(f"/v1/tunnels/{r.json()['id']}").raise_for_status()
             return elapsed
 
-        def by_lean() -> float:
+        def by_lean() -> tuple[float, float]:
             t0 = time.perf_counter()
             answer = loop.run_until_complete(lean.request("POST", "/v1/tunnels", content))
             elapsed = time.perf_counter() - t0
             if answer.status != 201:
                 raise RuntimeError(f"{answer.status} {answer.body[:200]!r}")
-            client.delete(f"/v1/tunnels/{json.loads(answer.body)['id']}").raise_for_status()
-            return elapsed
+            t0 = time.perf_counter()
+            gone = loop.run_until_complete(lean.request("DELETE", f"/v1/tunnels/{json.loads(answer.body)['id']}"))
+            took = time.perf_counter() - t0
+            if gone.status != 204:
+                raise RuntimeError(f"DELETE: {gone.status} {gone.body[:200]!r}")
+            return elapsed, took
 
         for i in range(args.rounds + 2):  # two warm-up rounds
             # The two clients take turns going first: the first after the pause pays for waking the machine.
             if i % 2:
-                elapsed_lean, elapsed = by_lean(), by_httpx()
+                (elapsed_lean, elapsed_delete), elapsed = by_lean(), by_httpx()
             else:
-                elapsed, elapsed_lean = by_httpx(), by_lean()
+                elapsed, (elapsed_lean, elapsed_delete) = by_httpx(), by_lean()
             if i >= 2:
                 with_httpx.append(elapsed * 1000)
                 ours.append(elapsed_lean * 1000)
+                deletes.append(elapsed_delete * 1000)
 
             name = f"bare-{i}"
             psk = secrets.token_bytes(32)
@@ -155,10 +166,13 @@ def main() -> None:
             elapsed = time.perf_counter() - t0
             if i >= 2:
                 detached.append(elapsed * 1000)
+            t0 = time.perf_counter()  # taken down as an administrator would, one command after another
             gws[0].terminate(ike=name, force=True)
             for gw in gws:
                 gw.unload_conn(name)
                 gw.unload_shared(name)
+            if i >= 2:
+                bare_down.append((time.perf_counter() - t0) * 1000)
 
             with unix_connect(left.vici_socket, 30) as s_left, unix_connect(right.vici_socket, 30) as s_right:
                 f_name = f"floor-{i}"
@@ -187,6 +201,10 @@ def main() -> None:
               f"p90 {percentile(detached, 90):.1f} ms (qoss / this: {ours_med / detached_med:.2f})")
         print(f"required steps alone (floor):   median {floor_med:.1f} ms, p90 {percentile(floor, 90):.1f} ms")
         print(f"an HTTP round trip that does nothing (GET /livez, 50): median {http_med:.2f} ms")
+        delete_med, bare_down_med = statistics.median(deletes), statistics.median(bare_down)
+        print(f"DELETE /v1/tunnels/{{id}} -> 204: median {delete_med:.1f} ms, p90 {percentile(deletes, 90):.1f} ms; "
+              f"bare teardown (terminate, then unload conn and secret on both ends): median {bare_down_med:.1f} ms "
+              f"(ratio {delete_med / bare_down_med:.2f})")
         print(f"ratio {ours_med / bare_med:.2f} (goal <= 2.0); the floor alone {floor_med / bare_med:.2f}, "
               f"floor + one HTTP round trip {(floor_med + http_med) / bare_med:.2f}")
 

@@ -48,6 +48,7 @@ __all__ = [
     "SessionStore",
     "ShippedLoadStore",
     "StoredAnswer",
+    "Terminate",
     "TokenStore",
     "Transaction",
     "TunnelStore",
@@ -395,6 +396,17 @@ class Initiate:
 
 
 @dataclass(frozen=True, slots=True)
+class Terminate:
+    """``terminate`` IKE_SA ``ike`` and wait at most ``timeout_ms`` for it to end (``force``: not
+    for the peer's answer to the delete); nothing to terminate is a refusal (charon's "no
+    matching SAs")."""
+
+    ike: str
+    timeout_ms: int = 3000
+    force: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class ListSas:
     """``list-sas``: its reply is the IKE_SAs (the VICI adapter's ``IkeSa`` shape)."""
 
@@ -425,7 +437,7 @@ class LoadKey:
     type: str = "any"
 
 
-CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | ListSas | Unload | LoadCert | LoadKey
+CharonCommand = LoadShared | LoadConn | LoadPool | Initiate | Terminate | ListSas | Unload | LoadCert | LoadKey
 
 
 class CharonPipeline(Protocol):

@@ -21,7 +21,17 @@ from typing import Any
 
 from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import CharonCommand, CharonPipeline, LoadConn, LoadShared, UpReports, ViciFactory, ViciPort
+from app.domain.ports import (
+    CharonCommand,
+    CharonPipeline,
+    LoadConn,
+    LoadShared,
+    Terminate,
+    Unload,
+    UpReports,
+    ViciFactory,
+    ViciPort,
+)
 from app.domain.tunnels import (
     ExpectedSa,
     Gateway,
@@ -264,28 +274,44 @@ def _load_together(loaded: list[tuple[str, ViciPort]], loads: Sequence[tuple[Vic
 
 def teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None, vici: ViciFactory,
               *, strict: bool) -> None:
-    """Terminate and unload conn and secret on both ends; ``strict`` re-raises unreachable charons.
+    """Terminate and unload conn and secret on both ends; ``strict`` re-raises the first error
+    (an unreachable charon, or one that refused an unload).
 
-    Unloads directly (no listing first, which would make tearing down n tunnels cost
-    O(n^2)); charon answering "not found" means it is already gone.
+    Each end is asked on a pipeline of its own (terminate, unload conn, unload secret, written
+    at once; charon runs one connection's commands in order), both ends side by side, and the
+    replies are read once every command is out. Unloads directly (no listing first, which would
+    make tearing down n tunnels cost O(n^2)): nothing to terminate, or a conn "not found", means
+    it is already gone.
     """
     name = record.conn
+    commands: list[CharonCommand] = [Terminate(name, timeout_ms=3000, force=True), Unload("conn", name),
+                                     Unload("shared", name)]
     errors: list[GatewayError] = []
-    for gw in (initiator, responder):
-        if gw is None:  # an unmanaged peer: its administrator's to undo
-            continue
-        v = vici(gw.vici_socket)
-        try:
-            with contextlib.suppress(GatewayRejected):  # "no matching SAs": nothing up
-                v.terminate(ike=name, timeout_ms=3000, force=True)
+    with contextlib.ExitStack() as stack:
+        sent: list[CharonPipeline] = []
+        for gw in (initiator, responder):
+            if gw is None:  # an unmanaged peer: its administrator's to undo
+                continue
+            pipe = stack.enter_context(vici(gw.vici_socket).pipeline())
             try:
-                v.unload_conn(name)
-            except GatewayRejected as exc:
-                if "not found" not in exc.message:
-                    raise
-            v.unload_shared(name)
-        except GatewayError as exc:
-            errors.append(exc)
+                pipe.send(commands)
+            except GatewayError as exc:
+                errors.append(exc)
+            else:
+                sent.append(pipe)
+        for pipe in sent:
+            try:
+                replies = pipe.finish()
+            except GatewayError as exc:
+                errors.append(exc)
+                continue
+            terminated, conn, shared = replies
+            if isinstance(conn, GatewayRejected) and "not found" in conn.message:
+                conn = None
+            # terminate refused: "no matching SAs", nothing was up
+            errors += [r for r in (conn, shared) if isinstance(r, GatewayError)]
+            if isinstance(terminated, GatewayError) and not isinstance(terminated, GatewayRejected):
+                errors.append(terminated)
     if errors and strict:
         raise errors[0]
 

@@ -25,6 +25,7 @@ from app.domain.ports import (
     LoadKey,
     LoadPool,
     LoadShared,
+    Terminate,
     Unload,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "load_pool_command",
     "load_shared_command",
     "sas_of",
+    "terminate_command",
     "to_wire",
     "unload_command",
 ]
@@ -121,6 +123,32 @@ def initiate_command(child: str | None = None, ike: str | None = None, timeout_m
                    wait=max(timeout_ms, 0) / 1000.0)
 
 
+def _terminate_message(*, ike: str | None = None, child: str | None = None, ike_id: int | None = None,
+                      child_id: int | None = None, timeout_ms: int = 5_000, force: bool = False,
+                      loglevel: int = 1) -> dict[str, Any]:
+    """``terminate``'s message (see :meth:`ViciGateway.terminate`).
+
+    Raises:
+        ValueError: no selector named.
+    """
+    message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel}
+    for key, value in (("ike", ike), ("child", child), ("ike-id", ike_id), ("child-id", child_id)):
+        if value is not None:
+            message[key] = value
+    if len(message) == 2:
+        raise ValueError("terminate needs ike, child, ike_id or child_id")
+    if force:
+        message["force"] = "yes"
+    return message
+
+
+def terminate_command(ike: str, timeout_ms: int = 3000, *, force: bool = True) -> Command:
+    """``terminate`` IKE_SA ``ike`` (streamed): in a batch or a pipeline, nothing to terminate is a
+    :class:`GatewayRejected` (charon's "no matching SAs"), as :meth:`ViciGateway.terminate` gives."""
+    return Command("terminate", _terminate_message(ike=ike, timeout_ms=timeout_ms, force=force),
+                   stream="control-log", wait=max(timeout_ms, 0) / 1000.0)
+
+
 def _list_sas_message(ike: str | None, ike_id: int | None) -> dict[str, Any]:
     # Not ``noblock``: an IKE_SA a worker holds would be read half-updated (a CHILD_SA
     # just reported established may be missing); charon waits for it instead.
@@ -162,6 +190,7 @@ ENTRIES: dict[type, Entry] = {
     LoadConn: Entry(lambda c: load_conn_command(c.name, c.conn)),
     LoadPool: Entry(lambda c: load_pool_command(c.name, c.addrs)),
     Initiate: Entry(lambda c: initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)),
+    Terminate: Entry(lambda c: terminate_command(c.ike, c.timeout_ms, force=c.force)),
     ListSas: Entry(lambda c: list_sas_command(ike=c.ike), lambda reply: sas_of(reply["events"])),
     Unload: Entry(lambda c: unload_command(c.what, c.name)),
     LoadCert: Entry(lambda c: load_cert_command(c.data, ca=c.ca)),

@@ -54,6 +54,7 @@ from app.adapters.vici.commands import (
     Command,
     _initiate_message,
     _list_sas_message,
+    _terminate_message,
     load_conn_command,
     load_pool_command,
     load_shared_command,
@@ -442,14 +443,8 @@ class ViciGateway:
             GatewayRejected: nothing matched, or charon failed.
             GatewayUnreachable: the socket cannot be reached.
         """
-        message: dict[str, Any] = {"timeout": timeout_ms, "loglevel": loglevel}
-        for key, value in (("ike", ike), ("child", child), ("ike-id", ike_id), ("child-id", child_id)):
-            if value is not None:
-                message[key] = value
-        if len(message) == 2:
-            raise ValueError("terminate needs ike, child, ike_id or child_id")
-        if force:
-            message["force"] = "yes"
+        message = _terminate_message(ike=ike, child=child, ike_id=ike_id, child_id=child_id,
+                                    timeout_ms=timeout_ms, force=force, loglevel=loglevel)
         return self._control("terminate", message, timeout_ms)
 
 

@@ -4,6 +4,7 @@ stage, verify, roll back."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,12 +12,19 @@ import pytest
 
 from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
-from app.domain.errors import GatewayRejected, GatewayUnreachable, NoFeasibleSuite, TunnelVerificationFailed
+from app.domain.errors import (
+    GatewayRejected,
+    GatewayUnreachable,
+    NoFeasibleSuite,
+    NotFound,
+    TunnelVerificationFailed,
+)
 from app.domain.policies import Levels
 from app.domain.requests import GatewaySpec, TunnelSpec
 from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
 from app.services.ratings import TableCache
+from app.services.tunnel_setup import teardown
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 from tests.fakes.uow import FakeUnitOfWork
 
@@ -384,3 +392,86 @@ def test_a_detached_initiate_still_connecting_at_the_timeout_is_refused_and_leav
     assert uow.tunnels.list() == []
     for fake in fakes:
         assert fake.conns == {}
+
+
+# -- teardown ---------------------------------------------------------------------------------
+
+
+def _up(uow: FakeUnitOfWork, fakes: tuple[FakeCharon, FakeCharon]) -> TunnelRecord:
+    up_on_initiate(*fakes)
+    record = create(uow)
+    uow.commit()
+    return record
+
+
+def _tail(fake: FakeCharon, n: int) -> list[str]:
+    return [c.command for c in fake.calls][-n:]
+
+
+def test_a_delete_asks_both_ends_side_by_side_and_leaves_nothing_loaded(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+) -> None:
+    """The initiator's terminate cannot end before the responder got its own: had the ends been
+    asked one after the other, the responder's would only come after the wait."""
+    left, right = fakes
+    record = _up(uow, fakes)
+    right_asked = threading.Event()
+    seen: list[bool] = []
+
+    def left_terminate(message: dict[str, object]) -> Reply:
+        seen.append(right_asked.wait(1.5))
+        left.sas.pop(str(message["ike"]), None)
+        return Reply({"success": "yes", "matches": "1", "terminated": "1"})
+
+    def right_terminate(message: dict[str, object]) -> Reply:
+        right_asked.set()
+        right.sas.pop(str(message["ike"]), None)
+        return Reply({"success": "yes", "matches": "1", "terminated": "1"})
+
+    left.script("terminate", left_terminate)
+    right.script("terminate", right_terminate)
+    tunnels.delete_tunnel(uow=uow, vici=vici, tunnel_id=record.id)
+    assert seen == [True]
+    for fake in fakes:
+        assert _tail(fake, 3) == ["terminate", "unload-conn", "unload-shared"]
+        assert (fake.conns, fake.shared, fake.sas) == ({}, {}, {})
+    with pytest.raises(NotFound):
+        uow.tunnels.get(record.id)
+
+
+def test_a_delete_of_a_tunnel_already_down_is_no_error(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+) -> None:
+    record = _up(uow, fakes)
+    for fake in fakes:
+        fake.sas.clear()  # terminate answers "no matching SAs"
+    tunnels.delete_tunnel(uow=uow, vici=vici, tunnel_id=record.id)
+    for fake in fakes:
+        assert (fake.conns, fake.shared) == ({}, {})
+
+
+def test_an_unload_one_end_refuses_fails_a_delete_the_other_end_is_still_cleared(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+) -> None:
+    left, right = fakes
+    record = _up(uow, fakes)
+    right.fail("unload-shared", "unloading shared secret failed")
+    with pytest.raises(GatewayRejected, match="unloading shared secret failed"):
+        tunnels.delete_tunnel(uow=uow, vici=vici, tunnel_id=record.id)
+    uow.rollback()
+    assert uow.tunnels.get(record.id).id == record.id  # kept: the delete can be sent again
+    assert (left.conns, left.shared, left.sas) == ({}, {}, {})
+    assert (right.conns, right.sas) == ({}, {})  # the commands after the refused one ran too
+    # The same refusal where nothing is strict (reconcile, a failed set-up's undo): no error.
+    teardown(record, uow.gateways.get("left"), uow.gateways.get("right"), vici, strict=False)
+
+
+def test_a_delete_with_one_charon_unreachable_is_503_and_the_other_end_is_cleared(
+    uow: FakeUnitOfWork, registered: None, fakes: tuple[FakeCharon, FakeCharon]
+) -> None:
+    left, right = fakes
+    record = _up(uow, fakes)
+    right.stop()
+    with pytest.raises(GatewayUnreachable):
+        tunnels.delete_tunnel(uow=uow, vici=vici, tunnel_id=record.id)
+    assert (left.conns, left.shared, left.sas) == ({}, {}, {})
