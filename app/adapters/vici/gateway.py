@@ -482,6 +482,7 @@ class Pipeline:
         self._sent.extend(commands)
         commands = wire_form(commands)
         g = self._gateway
+        g.metrics.count("qoss_vici_calls_total", gateway=g.socket_path)  # a batch written at once: once
         names = ",".join(c.name for c in commands)
         self._secrets += tuple(s for c in commands for s in c.secrets)
         _log.debug("vici %s on %s (pipelined)", names, g.socket_path)

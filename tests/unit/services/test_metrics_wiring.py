@@ -103,3 +103,18 @@ def test_the_monitor_times_each_check_from_the_first_event_that_asked_for_it(tmp
     lags = metrics.observed[("qoss_monitor_lag_seconds", ())]
     assert len(lags) == 1
     assert lags[0] >= 0
+
+
+def test_commands_written_at_once_on_a_pipeline_count_as_one_vici_call(tmp_path: Path) -> None:
+    """A pipelined batch is one call (as the metric's documentation says), each ``send`` once."""
+    from app.domain.ports import LoadShared, Unload
+
+    metrics = RecordingMetrics()
+    with FakeCharon(tmp_path / "c.vici") as charon:
+        gateway = ViciGateway(charon.socket_path, timeout=2.0, metrics=metrics)
+        with gateway.pipeline() as pipe:
+            pipe.send([LoadShared("x", b"0" * 32, ("a", "b")), Unload("shared", "x")])
+            pipe.send([Unload("conn", "x")])
+            pipe.finish()
+        assert charon.commands[-3:] == ["load-shared", "unload-shared", "unload-conn"]
+    assert metrics.total("qoss_vici_calls_total", gateway=str(charon.socket_path)) == 2
