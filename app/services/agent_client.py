@@ -38,7 +38,7 @@ from app.domain.agent import (
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
 from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
-from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Unload, UpReports, ViciPort
+from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Terminate, Unload, UpReports, ViciPort
 from app.domain.tunnels import expected_sa, keywords_from_charon, mismatches
 from app.services import tunnel_setup
 from app.services.agent_config import ClientConfig
@@ -329,11 +329,10 @@ class AgentClient:
         return vips[0] if vips else None
 
     def _teardown(self, name: str) -> None:
-        with contextlib.suppress(GatewayError, ValueError):
-            if self.vici.list_sas(ike=name):
-                self.vici.terminate(ike=name, timeout_ms=3000, force=True)
-        with contextlib.suppress(GatewayError):  # what was not loaded is refused: nothing to do
-            self.vici.batch([Unload("conn", name), Unload("shared", name)])
+        # One pipelined batch; nothing up, or what was not loaded, is refused: nothing to do.
+        with contextlib.suppress(GatewayError):
+            self.vici.batch([Terminate(name, timeout_ms=3000, force=True), Unload("conn", name),
+                             Unload("shared", name)])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
         info = RequestInfo(target=target, ticket=ticket)

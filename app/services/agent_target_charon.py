@@ -4,7 +4,6 @@ with everything unloaded again if one failed, and the teardown of a session's co
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 
 from app.domain.agent.conns import pool6_name
 from app.domain.errors import GatewayError, GatewayUnreachable
-from app.domain.ports import CharonPipeline, Unload, ViciFactory, ViciPort
+from app.domain.ports import CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
 
 __all__ = ["TargetCharon", "host_prefix"]
@@ -101,13 +100,25 @@ class TargetCharon:
 
 
     def teardown(self, conn: str) -> None:
-        """Terminate ``conn``'s SAs and unload its pool, secret and conn (charon gone: logged only)."""
+        """Terminate ``conn``'s SAs and unload its conn, secret and pool, in one pipelined batch
+        (nothing up is no error); what charon refused is tried again as :meth:`unload` does (a
+        pool whose lease charon still counts), and logged. Charon gone: logged only."""
         v = self.gateway()
+        what = ["conn", "shared", "pool", *(["pool6"] if self._dual_pool else [])]
         try:
-            with contextlib.suppress(GatewayError):
-                if v.list_sas(ike=conn):
-                    v.terminate(ike=conn, timeout_ms=3000, force=True)
-            self.unload(v, conn, ["pool", *(["pool6"] if self._dual_pool else []), "shared", "conn"], settle=_SETTLE)
+            try:
+                replies = v.batch([Terminate(conn, timeout_ms=3000, force=True),
+                                   *(Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
+                                     for w in what)])
+            except GatewayUnreachable:
+                raise
+            except GatewayError as exc:  # the batch as a whole (not one command) failed: one by one
+                log.info("teardown of %s: %s; unloading again", conn, exc.message)
+                refused = what
+            else:
+                refused = [w for w, reply in zip(what, replies[1:], strict=True) if isinstance(reply, GatewayError)]
+            if refused:
+                self.unload(v, conn, refused, settle=_SETTLE)
         except GatewayUnreachable as exc:
             # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
             log.warning("teardown of %s: %s", conn, exc.message)

@@ -192,6 +192,18 @@ def test_connect_loads_initiates_and_checks_in_one_exchange(tmp_path: Path, char
     assert [r.kind for r in host.asked] == [Kind.CONNECT]
 
 
+def test_a_disconnect_tears_the_tunnel_down_in_one_batch(tmp_path: Path, charon: FakeCharon) -> None:
+    """Terminate and both unloads go to charon at once, no list-sas first; then Target is told."""
+    c, host = connecting(tmp_path, charon)
+    report = c.connect(target="target-1", objective_id=3)
+    before = len(charon.commands)
+    c.disconnect(report["ticket"])
+    assert charon.commands[before:] == ["terminate", "unload-conn", "unload-shared"]
+    assert (charon.conns, charon.shared, charon.sas) == ({}, {}, {})
+    assert [r.kind for r in host.asked] == [Kind.CONNECT, Kind.DISCONNECT]
+    assert c.tunnels() == []
+
+
 def test_another_suite_than_targets_fails_the_connect_and_undoes_it(tmp_path: Path, charon: FakeCharon) -> None:
     c, host = connecting(tmp_path, charon, child_encr_alg="3DES_CBC", child_encr_keysize=None)
     with pytest.raises(TunnelVerificationFailed, match="CHILD_SA encryption: negotiated 3DES_CBC"):

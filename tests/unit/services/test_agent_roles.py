@@ -228,6 +228,16 @@ def test_a_pool_charon_still_counts_a_lease_in_is_unloaded_once_the_lease_is_gon
     assert loads(roles.charon)[-2:] == ["unload-pool", "unload-pool"]
 
 
+def test_a_disconnect_asks_charon_once_terminate_then_every_unload(roles: Roles) -> None:
+    """No list-sas first: terminating nothing is refused harmlessly, and each of the commands is
+    written at once (one batch) and run in order."""
+    ticket, _ = roles.connect()
+    before = len(roles.charon.commands)
+    assert roles.disconnect(ticket) is Kind.CLOSED
+    assert roles.charon.commands[before:] == ["terminate", "unload-conn", "unload-shared", "unload-pool"]
+    assert empty(roles.charon)
+
+
 def test_a_load_charon_refuses_unloads_the_others_and_fails_the_session(roles: Roles) -> None:
     roles.charon.fail("load-pool", "bad address")
     with pytest.raises(GatewayRejected, match="bad address"):
