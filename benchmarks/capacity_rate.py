@@ -22,15 +22,16 @@ timed phase is printed as ``client`` beside the server's and the charons' (a thr
 with httpx costs about ten times the minimal client's, and more so at 32 threads).
 
 Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
-ratio qoss / charon (target >= 0.8) and, as a second reference, the ratio against charon's
-load + initiate, and how busy qoss's SQLite write queue was in the timed phase (from its
-``/metrics``: the share of the time a write transaction was open, per write how long it was
-open, per set-up how long it waited for the writer, at its lock or in line for a write group,
-and how many set-ups shared a transaction, ``QOSS_WRITE_GROUPS``). A 503 from qoss is retried after its
-Retry-After (counted); any other failure is counted and printed. After each arm the run waits
-``--settle`` seconds (default :data:`SETTLE`) for the tunnel monitor's checks of that arm's
-set-ups and teardowns, so that they fall in no timed phase. Bounded by the number of tunnels
-and by ``--budget`` seconds.
+ratio qoss / charon's initiate alone and the ratio against charon's load + initiate (the goal:
+at least :data:`GOAL_RATIO` at every concurrency; and qoss's CPU per tunnel at most
+:data:`GOAL_CPU_MS` ms at :data:`GOAL_CPU_AT` clients), and how busy qoss's SQLite write queue
+was in the timed phase (from its ``/metrics``: the share of the time a write transaction was
+open, per write how long it was open, per set-up how long it waited for the writer, at its lock
+or in line for a write group, and how many set-ups shared a transaction, ``QOSS_WRITE_GROUPS``).
+A 503 from qoss is retried after its Retry-After (counted); any other failure is counted and
+printed. After each arm the run waits ``--settle`` seconds (default :data:`SETTLE`) for the
+tunnel monitor's checks of that arm's set-ups and teardowns, so that they fall in no timed
+phase. Bounded by the number of tunnels and by ``--budget`` seconds.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ from benchmarks._harness import (
     left_sources,
     open_session,
 )
+
+#: The goals this benchmark checks: qoss's rate against charon's loads + initiate of the same
+#: conns at every concurrency, and qoss's own CPU per tunnel at 8 clients.
+GOAL_RATIO, GOAL_CPU_MS, GOAL_CPU_AT = 0.6, 3.0, 8
 
 #: The lifetimes qoss loads by default (no rekey happens within a run).
 IKE_LIFETIME, CHILD_LIFETIME = 14400, 3600
@@ -427,9 +432,15 @@ def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, d
         for name, arm in arms.items():
             for line in arm.failures[:3]:
                 print(f"  {name} at {c}: {line}")
-    worst = min((a["qoss"].rate() / a["charon"].rate() for a in results.values() if a["charon"].rate()),
-                default=float("nan"))
-    print(f"worst ratio qoss / charon initiate: {worst:.2f} (target >= 0.8) {'OK' if worst >= 0.8 else 'MISSED'}")
+    worst = min((a["qoss"].rate() / a["charon"].rate(with_extra=True) for a in results.values()
+                 if a["charon"].rate(with_extra=True)), default=float("nan"))
+    print(f"worst ratio qoss / charon load+init: {worst:.2f} (goal >= {GOAL_RATIO}) "
+          f"{'OK' if worst >= GOAL_RATIO else 'MISSED'}")
+    if GOAL_CPU_AT in results:
+        q = results[GOAL_CPU_AT]["qoss"]
+        cpu = q.cpu.get("qoss", float("nan")) / max(1, q.tunnels) * 1000
+        print(f"qoss CPU per tunnel at {GOAL_CPU_AT} clients: {cpu:.1f} ms (goal <= {GOAL_CPU_MS}) "
+              f"{'OK' if cpu <= GOAL_CPU_MS else 'MISSED'}")
 
 
 if __name__ == "__main__":
