@@ -101,8 +101,8 @@ class TargetCharon:
 
     def teardown(self, conn: str) -> None:
         """Terminate ``conn``'s SAs and unload its conn, secret and pool, in one pipelined batch
-        (nothing up is no error); what charon refused is tried again as :meth:`unload` does (a
-        pool whose lease charon still counts), and logged. Charon gone: logged only."""
+        (nothing up is no error); a pool whose lease charon still counts is tried again as
+        :meth:`unload` does, any other refusal logged. Charon gone: logged only."""
         v = self.gateway()
         what = ["conn", "shared", "pool", *(["pool6"] if self._dual_pool else [])]
         try:
@@ -112,13 +112,19 @@ class TargetCharon:
                                      for w in what)])
             except GatewayUnreachable:
                 raise
-            except GatewayError as exc:  # the batch as a whole (not one command) failed: one by one
+            except GatewayError as exc:  # the batch as a whole (not one command) failed: once more
                 log.info("teardown of %s: %s; unloading again", conn, exc.message)
-                refused = what
-            else:
-                refused = [w for w, reply in zip(what, replies[1:], strict=True) if isinstance(reply, GatewayError)]
-            if refused:
-                self.unload(v, conn, refused, settle=_SETTLE)
+                self.unload(v, conn, what, settle=_SETTLE)
+                return
+            leased = []
+            for w, reply in zip(what, replies[1:], strict=True):
+                if isinstance(reply, GatewayError):
+                    if w in ("pool", "pool6") and "online leases" in reply.message:
+                        leased.append(w)
+                    else:
+                        log.warning("could not unload %s %s: %s", w, conn, reply.message)
+            if leased:
+                self.unload(v, conn, leased, settle=_SETTLE)
         except GatewayUnreachable as exc:
             # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
             log.warning("teardown of %s: %s", conn, exc.message)

@@ -6,6 +6,7 @@ the store and in what charon holds. The same roles against SQLite and a real cha
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -236,6 +237,18 @@ def test_a_disconnect_asks_charon_once_terminate_then_every_unload(roles: Roles)
     assert roles.disconnect(ticket) is Kind.CLOSED
     assert roles.charon.commands[before:] == ["terminate", "unload-conn", "unload-shared", "unload-pool"]
     assert empty(roles.charon)
+
+
+def test_an_unload_charon_refuses_at_a_disconnect_is_logged_not_asked_again(
+        roles: Roles, caplog: pytest.LogCaptureFixture) -> None:
+    ticket, _ = roles.connect()
+    conn = agent_conn_name(ticket)
+    roles.charon.fail("unload-shared", "unloading shared secret failed")
+    before = len(roles.charon.commands)
+    with caplog.at_level(logging.WARNING, logger="qoss.agent.target"):
+        assert roles.disconnect(ticket) is Kind.CLOSED
+    assert roles.charon.commands[before:] == ["terminate", "unload-conn", "unload-shared", "unload-pool"]
+    assert f"could not unload shared {conn}: unload-shared: unloading shared secret failed" in caplog.text
 
 
 def test_a_load_charon_refuses_unloads_the_others_and_fails_the_session(roles: Roles) -> None:
