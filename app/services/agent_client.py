@@ -38,7 +38,17 @@ from app.domain.agent import (
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
 from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
-from app.domain.ports import Initiate, ListSas, LoadConn, LoadShared, Terminate, Unload, UpReports, ViciPort
+from app.domain.ports import (
+    CharonCommand,
+    Initiate,
+    ListSas,
+    LoadConn,
+    LoadShared,
+    Terminate,
+    Unload,
+    UpReports,
+    ViciPort,
+)
 from app.domain.tunnels import expected_sa, keywords_from_charon, mismatches
 from app.services import tunnel_setup
 from app.services.agent_config import ClientConfig
@@ -261,7 +271,7 @@ class AgentClient:
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
-        commands: list[Any] = [
+        commands: list[CharonCommand] = [
             LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)),
             LoadConn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
         ]

@@ -10,8 +10,8 @@ import time
 from collections.abc import Sequence
 
 from app.domain.agent.conns import pool6_name
-from app.domain.errors import GatewayError, GatewayUnreachable
-from app.domain.ports import CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
+from app.domain.errors import GatewayError
+from app.domain.ports import CharonCommand, CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
 
 __all__ = ["TargetCharon", "host_prefix"]
@@ -76,55 +76,35 @@ class TargetCharon:
             raise errors[0]
 
     @staticmethod
-    def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0) -> None:
-        """Unload (one pipelined batch) what of conn, secret, pool and pool6 is in ``loaded``. A pool
-        charon still counts a lease in (its IKE_SA being torn down) is tried again for up to
-        ``settle`` seconds."""
+    def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0, terminate: bool = False) -> None:
+        """Unload (one pipelined batch) what of conn, secret, pool and pool6 is in ``loaded``; with
+        ``terminate``, the conn's SAs are terminated first in the same batch (nothing up is no
+        error). A pool charon still counts a lease in (its IKE_SA being torn down) is tried again
+        for up to ``settle`` seconds; any other refusal is logged."""
         what = [w for w in ("conn", "shared", "pool", "pool6") if w in loaded]
+        first: list[CharonCommand] = [Terminate(conn, timeout_ms=3000, force=True)] if terminate else []
         deadline = time.monotonic() + settle
         while what:
             try:
-                replies = v.batch([Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
-                                   for w in what])
+                replies = v.batch([*first, *(Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
+                                             for w in what)])
             except GatewayError as exc:
                 log.warning("could not unload %s: %s", conn, exc.message)
                 return
-            refused = [(w, r) for w, r in zip(what, replies, strict=True) if isinstance(r, GatewayError)]
-            leased = [w for w, r in refused if w in ("pool", "pool6") and "online leases" in r.message]
-            if not leased or time.monotonic() >= deadline:
-                for w, reply in refused:
+            refused = [(w, r) for w, r in zip(what, replies[len(first):], strict=True) if isinstance(r, GatewayError)]
+            again = ([w for w, r in refused if w in ("pool", "pool6") and "online leases" in r.message]
+                     if time.monotonic() < deadline else [])
+            for w, reply in refused:
+                if w not in again:
                     log.warning("could not unload %s %s: %s", w, conn, reply.message)
+            if not again:
                 return
-            what = leased
+            what, first = again, []
             time.sleep(_SETTLE_STEP)
 
 
     def teardown(self, conn: str) -> None:
-        """Terminate ``conn``'s SAs and unload its conn, secret and pool, in one pipelined batch
-        (nothing up is no error); a pool whose lease charon still counts is tried again as
-        :meth:`unload` does, any other refusal logged. Charon gone: logged only."""
-        v = self.gateway()
-        what = ["conn", "shared", "pool", *(["pool6"] if self._dual_pool else [])]
-        try:
-            try:
-                replies = v.batch([Terminate(conn, timeout_ms=3000, force=True),
-                                   *(Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
-                                     for w in what)])
-            except GatewayUnreachable:
-                raise
-            except GatewayError as exc:  # the batch as a whole (not one command) failed: once more
-                log.info("teardown of %s: %s; unloading again", conn, exc.message)
-                self.unload(v, conn, what, settle=_SETTLE)
-                return
-            leased = []
-            for w, reply in zip(what, replies[1:], strict=True):
-                if isinstance(reply, GatewayError):
-                    if w in ("pool", "pool6") and "online leases" in reply.message:
-                        leased.append(w)
-                    else:
-                        log.warning("could not unload %s %s: %s", w, conn, reply.message)
-            if leased:
-                self.unload(v, conn, leased, settle=_SETTLE)
-        except GatewayUnreachable as exc:
-            # charon is gone, and with it everything it held; reconcile cleans up if it comes back.
-            log.warning("teardown of %s: %s", conn, exc.message)
+        """Terminate ``conn``'s SAs and unload its conn, secret and pool in one pipelined batch
+        (:meth:`unload`); charon gone: logged only (reconcile cleans up if it comes back)."""
+        self.unload(self.gateway(), conn, ["conn", "shared", "pool", *(["pool6"] if self._dual_pool else [])],
+                    settle=_SETTLE, terminate=True)
