@@ -64,6 +64,15 @@ def cpu_seconds(pid: int) -> float:
     return _stat_cpu(Path(f"/proc/{pid}/stat"))
 
 
+def machine_seconds() -> tuple[float, float]:
+    """The machine's CPU time so far, all cores together, from ``/proc/stat``: (busy, idle)
+    seconds. Busy is user, nice, system, interrupts and steal; idle is idle and I/O wait."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    tick = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq + steal) / tick, (idle + iowait) / tick
+
+
 def thread_cpu_seconds(pid: int) -> dict[int, float]:
     """User + system CPU time of each thread of process ``pid`` so far, in seconds, by thread id
     (a thread that ends between the listing and its read is left out)."""

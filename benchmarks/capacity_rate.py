@@ -24,7 +24,9 @@ with httpx costs about ten times the minimal client's, and more so at 32 threads
 Prints, per concurrency, tunnels/s of each arm (all rounds pooled: tunnels / seconds), the
 ratio qoss / charon's initiate alone and the ratio against charon's load + initiate (the goal:
 at least :data:`GOAL_RATIO` at every concurrency; and qoss's CPU per tunnel at most
-:data:`GOAL_CPU_MS` ms at :data:`GOAL_CPU_AT` clients), and how busy qoss's SQLite write queue
+:data:`GOAL_CPU_MS` ms at :data:`GOAL_CPU_AT` clients), how busy the machine's cores were in each
+arm's timed phase (``/proc/stat``: a share near 100 % means the machine, not a queue, set the
+rate), and how busy qoss's SQLite write queue
 was in the timed phase (from its ``/metrics``: the share of the time a write transaction was
 open, per write how long it was open, per set-up how long it waited for the writer, at its lock
 or in line for a write group, and how many set-ups shared a transaction, ``QOSS_WRITE_GROUPS``).
@@ -65,6 +67,7 @@ from benchmarks._harness import (
     lab_and_service,
     lean_parallel,
     left_sources,
+    machine_seconds,
     open_session,
 )
 
@@ -88,6 +91,8 @@ class Arm:
     extra_seconds: float = 0.0  # charon: the load phase; qoss: the delete phase
     retried: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds in the timed phase, by process
+    busy: float = 0.0  # the machine's busy and idle CPU seconds (all cores) in the timed phase
+    idle: float = 0.0
     # qoss: its SQLite writes in the timed phase (seconds one was open, seconds waited, how many)
     queue_held: float = 0.0
     queue_waited: float = 0.0
@@ -331,10 +336,15 @@ def _charon_round(left: LabHost, right: LabHost, pids: dict[str, int], sources: 
 @contextlib.contextmanager
 def _cpu(arm: Arm, pids: dict[str, int]) -> Iterator[None]:
     """Adds the CPU seconds each process spends in the block to ``arm.cpu``, and this process's
-    (the clients': HTTP to qoss, or VICI to charon) as ``client``."""
+    (the clients': HTTP to qoss, or VICI to charon) as ``client``; and the whole machine's busy
+    and idle seconds to ``arm.busy`` and ``arm.idle``."""
     pids = {**pids, "client": os.getpid()}
     before = {k: cpu_seconds(p) for k, p in pids.items()}
+    machine = machine_seconds()
     yield
+    busy, idle = machine_seconds()
+    arm.busy += busy - machine[0]
+    arm.idle += idle - machine[1]
     for k, p in pids.items():
         arm.cpu[k] = arm.cpu.get(k, 0.0) + cpu_seconds(p) - before[k]
 
@@ -419,6 +429,12 @@ def _report(n: int, rounds: int, proposals: dict[str, str], results: dict[int, d
     print("CPU per tunnel in the timed phase (ms): " + "; ".join(
         f"{c} clients: " + ", ".join(f"{name} arm " + " ".join(f"{k} {v / max(1, arm.tunnels) * 1000:.1f}"
                                                                for k, v in arm.cpu.items())
+                                     for name, arm in arms.items())
+        for c, arms in results.items()))
+    cores = os.cpu_count() or 1
+    print(f"the machine's {cores} cores busy in the timed phase (share of their time): " + "; ".join(
+        f"{c} clients: " + ", ".join(f"{name} arm " + (f"{arm.busy / (arm.busy + arm.idle):.0%}"
+                                                       if arm.busy + arm.idle > 0 else "n/a (too short)")
                                      for name, arm in arms.items())
         for c, arms in results.items()))
     print("qoss's SQLite writes in the timed phase (one at a time): " + "; ".join(

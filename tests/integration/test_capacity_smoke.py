@@ -33,6 +33,11 @@ def test_capacity_rate_at_four_tunnels_prints_a_ratio_per_concurrency_and_cleans
         assert (failed_qoss, failed_charon) == ("0", "0"), out
     assert f"qoss's client {client};" in out, out
     assert re.search(r"qoss arm qoss [\d.]+ left [\d.]+ right [\d.]+ client [\d.]+", out), out
+    share = r"(\d+%|n/a \(too short\))"  # a timed phase of a few ms may span no clock tick
+    busy = re.search(rf"cores busy in the timed phase \(share of their time\): 1 clients: qoss arm {share}, "
+                     rf"charon arm {share}; 2 clients: qoss arm {share}, charon arm {share}", out)
+    assert busy, out
+    assert all(s.startswith("n/a") or 0 <= int(s[:-1]) <= 100 for s in busy.groups()), out
     assert re.search(r"worst ratio qoss / charon load\+init: \d+\.\d+ \(goal >= 0\.6\) (OK|MISSED)", out), out
     prefix = f"qb{done.pid % 10000}-"
     assert not [n.name for n in Path("/run/netns").iterdir() if n.name.startswith(prefix)]
