@@ -8,8 +8,9 @@ from pydantic import ValidationError
 from app.settings import Settings
 
 
-def test_write_slots_default_to_a_quarter_of_the_worker_threads() -> None:
-    assert Settings(worker_threads=40).writes_in_flight == 10
+def test_write_slots_default_to_half_of_the_worker_threads() -> None:
+    assert Settings(worker_threads=40).writes_in_flight == 20
+    assert Settings(worker_threads=3).writes_in_flight == 1
     assert Settings(worker_threads=2).writes_in_flight == 1
     assert Settings(worker_threads=40, max_writes_in_flight=39).writes_in_flight == 39
 
