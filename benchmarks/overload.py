@@ -250,7 +250,10 @@ def main() -> None:
                              "(default: off, then on)")
     args = parser.parse_args()
     bursts = [int(x) for x in args.bursts.split(",")]
-    arms = dict(_arm(a) for a in (args.arm or ["off", "on"]))
+    named = [_arm(a) for a in (args.arm or ["off", "on"])]
+    arms = dict(named)
+    if len(arms) < len(named):  # each arm's rows are kept under its name: a second one would replace the first
+        parser.error("each --arm needs a name of its own (e.g. 'on2:' for the defaults again)")
     results = {name: _serve_arm(name, env, bursts, args.quiet, args.postgres, max(0.0, args.settle))
                for name, env in arms.items()}
     _table(results, args.quiet)

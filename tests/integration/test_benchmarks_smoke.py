@@ -56,3 +56,11 @@ def test_the_benchmark_runs_to_its_end_and_cleans_up(name: str) -> None:
     assert printed in out, out[-2000:]
     # Its labs are named after its pid (``qb<pid % 10000>-``, ``<hint><pid % 100000>-``): none is left.
     assert not [n for n in _namespaces() if f"{run.pid % 10000}-" in n]
+
+
+def test_two_overload_arms_of_one_name_are_refused_before_any_server_starts() -> None:
+    done = subprocess.run([sys.executable, "-m", "benchmarks.overload", "--arm", "on", "--arm", "on"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "each --arm needs a name of its own" in done.stderr
+    assert "qoss serve" not in done.stdout
