@@ -418,9 +418,9 @@ class Settings(BaseSettings):
     def writes_in_flight(self) -> int:
         """``max_writes_in_flight``, or its default: half of ``worker_threads`` (at least 1).
 
-        A tunnel's set-up holds its place while strongSwan works (seconds under load, mostly
-        waiting): with a quarter, 32 clients kept the cores busier on charon's side of the
-        comparison than on qoss's (``benchmarks.capacity_rate``)."""
+        A tunnel's set-up holds its place while strongSwan works, mostly waiting: enough places
+        keep the cores busy with many set-ups at once (docs/performance.md, "How many set-ups
+        at once")."""
         return self.max_writes_in_flight or max(1, self.worker_threads // 2)
 
     @field_validator("trusted_proxies", "memory_release", mode="before")
