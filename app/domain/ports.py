@@ -399,7 +399,8 @@ class Initiate:
 class Terminate:
     """``terminate`` IKE_SA ``ike`` and wait at most ``timeout_ms`` for it to end (``force``: not
     for the peer's answer to the delete); nothing to terminate is a refusal (charon's "no
-    matching SAs")."""
+    matching SAs"). The defaults are every teardown's (a tunnel's, an agent session's at the
+    client and at Target)."""
 
     ike: str
     timeout_ms: int = 3000

@@ -341,7 +341,7 @@ class AgentClient:
     def _teardown(self, name: str) -> None:
         # One pipelined batch; nothing up, or what was not loaded, is refused: nothing to do.
         with contextlib.suppress(GatewayError):
-            self.vici.batch([Terminate(name, timeout_ms=3000, force=True), Unload("conn", name),
+            self.vici.batch([Terminate(name), Unload("conn", name),
                              Unload("shared", name)])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:

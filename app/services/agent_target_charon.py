@@ -82,7 +82,7 @@ class TargetCharon:
         error). A pool charon still counts a lease in (its IKE_SA being torn down) is tried again
         for up to ``settle`` seconds; any other refusal is logged."""
         what = [w for w in ("conn", "shared", "pool", "pool6") if w in loaded]
-        first: list[CharonCommand] = [Terminate(conn, timeout_ms=3000, force=True)] if terminate else []
+        first: list[CharonCommand] = [Terminate(conn)] if terminate else []
         deadline = time.monotonic() + settle
         while what:
             try:

@@ -284,7 +284,7 @@ def teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None
     it is already gone.
     """
     name = record.conn
-    commands: list[CharonCommand] = [Terminate(name, timeout_ms=3000, force=True), Unload("conn", name),
+    commands: list[CharonCommand] = [Terminate(name), Unload("conn", name),
                                      Unload("shared", name)]
     errors: list[GatewayError] = []
     with contextlib.ExitStack() as stack:
