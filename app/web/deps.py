@@ -207,6 +207,9 @@ async def get_actor(request: Request) -> str:
 _BEARER = HTTPBearer(auto_error=False, scheme_name="bearer",
                      description="An API token (`qoss token create`), sent as `Authorization: Bearer <token>`.")
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+#: The ``Authorization`` header as sent, which the checks read whole (a malformed one is held to
+#: the source's failure limit); kept out of the OpenAPI document, where the scheme above stands for it.
+_RawAuthorization = Annotated[str | None, Header(include_in_schema=False)]
 
 
 async def get_if_match(if_match: Annotated[str | None, Header(
@@ -345,7 +348,7 @@ async def fast_token(request: Request, authorization: str | None) -> TokenRecord
 def require(scope: str) -> Callable[..., Awaitable[Principal]]:
     """A dependency: a valid token with ``scope`` (or ``admin``); 401 / 403 otherwise."""
 
-    async def dependency(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+    async def dependency(request: Request, _bearer: Bearer, authorization: _RawAuthorization = None,
                          ) -> Principal:
         record = await _token(request, authorization)
         check_scopes(record, scope)
@@ -355,7 +358,7 @@ def require(scope: str) -> Callable[..., Awaitable[Principal]]:
     return dependency
 
 
-async def reader(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+async def reader(request: Request, _bearer: Bearer, authorization: _RawAuthorization = None,
                  ) -> Principal:
     """Public reads: open unless ``reads_require_token``; a presented token is still checked."""
     if authorization is None and not runtime(request).settings.reads_require_token:
@@ -365,7 +368,7 @@ async def reader(request: Request, _bearer: Bearer, authorization: Annotated[str
     return principal
 
 
-async def require_token(request: Request, _bearer: Bearer, authorization: Annotated[str | None, Header()] = None,
+async def require_token(request: Request, _bearer: Bearer, authorization: _RawAuthorization = None,
                         ) -> Principal:
     """A dependency: any valid token (what it may see is its scopes' business); 401 otherwise."""
     await _token(request, authorization)

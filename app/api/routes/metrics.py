@@ -38,7 +38,7 @@ SCOPE = "metrics:read"
     200: {"content": {CONTENT_TYPE: {}}, "description": "The Prometheus text exposition (format 0.0.4)"},
     **error_responses(401, 403, 503)})
 async def metrics(request: Request, _bearer: Bearer,
-                  authorization: Annotated[str | None, Header()] = None) -> Response:
+                  authorization: Annotated[str | None, Header(include_in_schema=False)] = None) -> Response:
     """Every metric of this process (every process's, summed, in multi-process mode) and the
     tunnel records by state and gateway. 401 without a valid token, 403 without ``metrics:read``;
     503 ``DatabaseUnavailable`` when the token cannot be checked in time."""
