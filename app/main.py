@@ -285,10 +285,10 @@ def _audit(request: Request, outcome: int) -> None:
 
 def _is_refusal(scope: Scope, outcome: int, fields: dict[str, Any]) -> bool:
     """Whether a record is one of the refusals anyone can send in bulk: 401, 403, 413, 429, or
-    any 4xx to a request without a valid token. Not the agent's messages: each of their refusals
-    has its reason (a replay, a bad seal), and their sources have limits of their own."""
+    any 4xx to a request without a valid token; for the agent's messages, which carry no token,
+    as their fast path decides (:func:`app.api.routes.agent.refused_in_bulk`)."""
     if is_message_request(scope):
-        return False
+        return agent.refused_in_bulk(outcome)
     return outcome in _REFUSED or (400 <= outcome < 500 and fields["token_id"] is None)
 
 

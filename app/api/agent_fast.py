@@ -6,9 +6,11 @@ in a connect. A POST to one of :data:`~app.api.routes.agent.MESSAGE_PATHS` whose
 exactly ``{"message": "<text>"}`` within the size limit is answered here, by the same
 :func:`~app.api.routes.agent.handle_message` the routes use, with the same statuses, error
 documents, ``x-request-id`` and audit record as the full stack gives (an answered message is a
-change: its record is written before the answer is sent). Anything else (no
-Content-Length, too large, not that JSON object) goes to the full stack with its body
-replayed, so validation errors, 413 and the like have one implementation.
+change: its record is written before the answer is sent; a refusal anyone can send in bulk
+is counted with those of its kind from its source, :func:`~app.api.routes.agent.refused_in_bulk`).
+Anything else (no Content-Length, too large, a ``Content-Type`` FastAPI does not read as JSON,
+not that JSON object) goes to the full stack with its body replayed, so validation errors,
+413 and the like have one implementation.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 from starlette.types import Receive, Scope, Send
 
-from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message
+from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message, refused_in_bulk
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
 from app.services.agent_target import Outcome
-from app.web.body import loads, replay
+from app.web.body import is_json_media_type, loads, replay
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
 from app.web.runtime import Runtime
@@ -59,7 +61,7 @@ async def serve_message(
     """Answer one POST to a message path (see the module's docstring); ``full`` is the full stack."""
     headers = dict(scope["headers"])
     length = headers.get(b"content-length", b"")
-    if not length.isdigit() or int(length) > _MAX_BODY:
+    if not length.isdigit() or int(length) > _MAX_BODY or not is_json_media_type(_content_type(scope)):
         await full(scope, receive, send)
         return
     chunks: list[bytes] = []
@@ -117,8 +119,20 @@ async def serve_message(
         (b"x-request-id", rid.encode("ascii")),
     ]})
     await send({"type": "http.response.body", "body": content})
-    if status != 200:
+    if status == 200:
+        return
+    if refused_in_bulk(status):
+        auditor.refused(record(status, detail), route=state.request_timer.labels.label(scope))
+    else:
         auditor.record(**record(status, detail))
+
+
+def _content_type(scope: Scope) -> str | None:
+    """The request's first ``Content-Type`` (as Starlette reads it for the full stack)."""
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            return str(value.decode("latin-1"))
+    return None
 
 
 def is_message_request(scope: Scope) -> bool:

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive
 
-__all__ = ["DuplicateKey", "UniqueKeysRequest", "loads", "parse_json_body", "replay"]
+__all__ = ["DuplicateKey", "UniqueKeysRequest", "is_json_media_type", "loads", "parse_json_body", "replay"]
 
 
 class DuplicateKey(ValueError):
@@ -51,15 +51,24 @@ def loads(data: str | bytes) -> Any:
     return json.loads(data, object_pairs_hook=_unique)
 
 
-def _is_json(request: Request) -> bool:
-    """Whether FastAPI reads this request's body as JSON (``application/json`` or ``+json``)."""
-    content_type = request.headers.get("content-type")
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether FastAPI reads a body sent with this ``Content-Type`` as JSON: ``application/json``
+    or ``application/<anything>+json``, any case, any parameters. None or empty: no (FastAPI
+    then validates the raw bytes, and a JSON body model refuses them with a 422). The fast
+    paths ask this too, so that a body is JSON to both or to neither."""
     if not content_type:
         return False
+    if content_type == "application/json":
+        return True
     message = Message()
     message["content-type"] = content_type
     subtype = message.get_content_subtype()
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def _is_json(request: Request) -> bool:
+    """Whether FastAPI reads this request's body as JSON (:func:`is_json_media_type`)."""
+    return is_json_media_type(request.headers.get("content-type"))
 
 
 class UniqueKeysRequest(Request):

@@ -3,11 +3,14 @@
 Each case is sent twice: through the application (the fast path takes it) and straight into
 the full FastAPI stack (what every other route goes through). Status, body, the headers a
 client reads and the audit record must agree; bodies the fast path does not take (not
-exactly ``{"message": ...}``, too large) must get the full stack's own answer.
+exactly ``{"message": ...}``, too large) must get the full stack's own answer. Refusals are
+counted per source and kind, one audit entry per window (``tests/api/test_agent_audit_flood.py``),
+so each case here comes from an address of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,7 +34,10 @@ from tests.fixtures.agent_roles import agent_server_config
 
 pytestmark = pytest.mark.anyio
 
-Clients = tuple[httpx.AsyncClient, httpx.AsyncClient, KeyPair, FastAPI]
+#: The application's client, the full stack's, Target's keys, the app, and a pair of the two
+#: clients from an address of one's own (``async with at("192.0.2.1") as (fast, full)``).
+Twins = Callable[[str], contextlib.AbstractAsyncContextManager[tuple[httpx.AsyncClient, httpx.AsyncClient]]]
+Clients = tuple[httpx.AsyncClient, httpx.AsyncClient, KeyPair, FastAPI, Twins]
 
 
 @pytest.fixture
@@ -43,12 +49,20 @@ async def clients(settings: Settings, admin_token: str, tmp_path: Path) -> Async
         await FastAPI.__call__(app, scope, receive, send)
 
     headers = {"Authorization": f"Bearer {admin_token}"}
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test", headers=headers,
-    ) as fast, httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=full_stack), base_url="http://qoss.test", headers=headers,
-    ) as full:
-        yield fast, full, server_keys, app
+
+    @contextlib.asynccontextmanager
+    async def at(address: str) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, client=(address, 40_000)), base_url="http://qoss.test",
+            headers=headers,
+        ) as fast, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=full_stack, client=(address, 40_000)), base_url="http://qoss.test",
+            headers=headers,
+        ) as full:
+            yield fast, full
+
+    async with app.router.lifespan_context(app), at("127.0.0.1") as (fast, full):
+        yield fast, full, server_keys, app, at
 
 
 def _seen(r: httpx.Response) -> tuple[int, Any, dict[str, str]]:
@@ -62,8 +76,8 @@ async def _audit(c: httpx.AsyncClient, request_id: str) -> tuple[Any, ...]:
 
 
 async def test_message_routes_answer_as_the_full_stack_does(clients: Clients, monkeypatch: pytest.MonkeyPatch) -> None:
-    fast, full, server, _ = clients
-    user = await enroll(fast, "alice")
+    reader, _, server, _, at = clients
+    user = await enroll(reader, "alice")
     stranger = KeyPair.generate("mallory")
     entered: list[str] = []
     guard = api_main._GuardAndAudit.__call__
@@ -82,20 +96,27 @@ async def test_message_routes_answer_as_the_full_stack_does(clients: Clients, mo
         ("disconnect unknown", "/v1/agent/requests",
          lambda: sealed_request(user, server, Kind.DISCONNECT, ticket="0" * 32)),
     ]
-    for label, path, body in cases:
+    for i, (label, path, body) in enumerate(cases):
         entered.clear()
-        a = await fast.post(path, json=body(), headers={"X-Request-ID": f"fast-{len(label)}-{label[:3]}"})
-        assert entered == [], label  # the fast path answered
-        b = await full.post(path, json=body(), headers={"X-Request-ID": f"full-{len(label)}-{label[:3]}"})
-        assert entered == [path], label
+        # Each side from an address of its own: the first refusal of its kind from there.
+        async with at(f"192.0.2.{2 * i + 1}") as (fast, _), at(f"192.0.2.{2 * i + 2}") as (_, full):
+            a = await fast.post(path, json=body(), headers={"X-Request-ID": f"fast-{len(label)}-{label[:3]}"})
+            assert entered == [], label  # the fast path answered
+            b = await full.post(path, json=body(), headers={"X-Request-ID": f"full-{len(label)}-{label[:3]}"})
+            assert entered == [path], label
         (sa, da, ha), (sb, db, hb) = _seen(a), _seen(b)
         assert (sa, da) == (sb, db), label
         assert len(ha.pop("x-request-id")) == len(hb.pop("x-request-id")) == 32  # ours, never the client's
         assert ha == hb, label
         assert sa in (403, 503), label
-        assert (await _audit(fast, f"fast-{len(label)}-{label[:3]}")) == (
-            await _audit(fast, f"full-{len(label)}-{label[:3]}")), label
+        fast_record = await _audit(reader, f"fast-{len(label)}-{label[:3]}")
+        full_record = await _audit(reader, f"full-{len(label)}-{label[:3]}")
+        assert fast_record[:-1] == full_record[:-1], label  # all but the source
+        assert (fast_record[-1], full_record[-1]) == (f"192.0.2.{2 * i + 1}", f"192.0.2.{2 * i + 2}"), label
     # The address limit (burst 10, barely refilling) is shared: the next ones are 429 on both paths.
+    fast, full = reader, clients[1]
+    for _ in range(10):
+        await fast.post("/v1/agent/requests", json=sealed_request(stranger, server))
     a = await fast.post("/v1/agent/requests", json=sealed_request(stranger, server))
     b = await full.post("/v1/agent/requests", json=sealed_request(stranger, server))
     assert a.status_code == b.status_code == 429
@@ -114,7 +135,7 @@ async def test_message_routes_answer_as_the_full_stack_does(clients: Clients, mo
 async def test_bodies_the_fast_path_does_not_take_get_the_full_stacks_answer(
     clients: Clients, body: Any, status: int, error: str
 ) -> None:
-    fast, full, _, _ = clients
+    fast, full, _, _, _ = clients
     a = await fast.post("/v1/agent/requests", json=body)
     b = await full.post("/v1/agent/requests", json=body)
     assert a.status_code == b.status_code == status
@@ -123,7 +144,7 @@ async def test_bodies_the_fast_path_does_not_take_get_the_full_stacks_answer(
 
 
 async def test_not_json_and_too_large_go_to_the_full_stack(clients: Clients, settings: Settings) -> None:
-    fast, full, _, _ = clients
+    fast, full, _, _, _ = clients
     for c in (fast, full):
         r = await c.post("/v1/agent/requests", content=b"{not json", headers={"Content-Type": "application/json"})
         assert (r.status_code, r.json()["error"]) == (422, "ValidationError")
@@ -160,7 +181,7 @@ async def test_an_answered_message_has_its_record_before_the_answer_leaves(
         clients: Clients, monkeypatch: pytest.MonkeyPatch) -> None:
     """The 200 record is committed in the thread that answered the message, before the answer's
     first byte is sent (a process killed right after answering has recorded what it answered)."""
-    _, _, _, app = clients
+    _, _, _, app, _ = clients
     monkeypatch.setattr(TargetAgent, "handle", lambda self, data: Outcome(answer=b"qoss-agent-1 sealed",
                                                                           audit="connect user=alice ticket=t1"))
     factory = app.state.runtime.session_factory

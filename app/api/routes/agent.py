@@ -27,7 +27,7 @@ from app.web.routing import QossRoute
 from app.web.runtime import Runtime, runtime
 from app.web.schemas import EnrollIn, MessageIn, MessageOut, error_responses
 
-__all__ = ["router"]
+__all__ = ["MESSAGE_PATHS", "answer_body", "handle_message", "refused_in_bulk", "router"]
 
 router = APIRouter(tags=["agent"], route_class=QossRoute)
 
@@ -95,9 +95,12 @@ async def handle_message(state: Runtime, path: str, data: bytes, source: str, no
 
 async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Callable[[str], None],
                   record: Callable[[Outcome], None] | None) -> Outcome:
-    agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
-    # In the worker thread with the message: on PostgreSQL a limit asks the database.
+    # In the worker thread with the message: on PostgreSQL a limit asks the database. The
+    # address is limited before anything else, even where this server does not play the role.
     limit_address = partial(state.agent_limiter.take, f"agent:{source}", who="this address")
+    if (state.agent_host if role == "host" else state.agent_target) is None:
+        await in_worker_thread(limit_address)
+    agent: HostAgent | TargetAgent = _host(state) if role == "host" else _target(state)
     if isinstance(agent, HostAgent):
         host: HostAgent = agent
         limiter = state.agent_user_limiter
@@ -119,6 +122,17 @@ async def _handle(state: Runtime, role: str, data: bytes, source: str, note: Cal
         limit_address()
         return _recorded(target.handle(data) if role == "target" else target.revoke(data), record)
     return await in_worker_thread(answer)
+
+
+def refused_in_bulk(status: int) -> bool:
+    """Whether an answer to an agent message is a refusal anyone can send without end: any 4xx
+    but 409 (which only a verified user's request gets: nothing met its minimums).
+
+    Such refusals are counted with those of their kind from their source, one audit entry
+    per window (:meth:`app.adapters.db.audit.Auditor.refused`), on the fast path as on the
+    full stack; an answered message, a 409 and a 5xx each have an entry of their own.
+    """
+    return 400 <= status < 500 and status != 409
 
 
 def _recorded(outcome: Outcome, record: Callable[[Outcome], None] | None) -> Outcome:
