@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the images of docker-compose.yml, bring the stack up under podman, and bring a tunnel
-# up through it: the API container registers the two gateway containers and negotiates and
-# sets up a tunnel between them, which both gateways' swanctl must show with the suite the
-# API chose. Then take it all down (containers, network, volumes; the images stay cached).
+# up through it: the API container (its server running as the image's unprivileged user, the
+# database password readable by that user alone) registers the two gateway containers and
+# negotiates and sets up a tunnel between them, which both gateways' swanctl must show with
+# the suite the API chose. Then take it all down (containers, network, volumes, and the
+# password secret if the check made it; the images stay cached).
 #
 # Debian 12, root. Installs what it needs: podman with runc, debootstrap, and podman-compose
 # from the lock (the project's .venv, scripts/setup.sh). No image registry is needed: the
@@ -24,6 +26,8 @@ project=qoss-check
 base=${QOSS_BASE_IMAGE:-localhost/qoss-base:bookworm}
 work=$(mktemp -d /tmp/qoss-compose-check.XXXXXX)
 stack_up=0
+secret=qoss_pg_password             # the database password: docker-compose.yml's external secret
+secret_label=io.qoss.compose-check  # on the secret when this check made it
 
 step() { printf '== %s\n' "$*" >&2; }
 checked() { printf 'checked: %s\n' "$*" >&2; }
@@ -31,10 +35,14 @@ fail() { printf 'compose-check: FAILED: %s\n' "$*" >&2; exit 1; }
 
 down() {
   "${compose[@]}" down -v >"$work/down.log" 2>&1 || true
-  # Anything of this project an interrupted run may have left: containers, volumes, network.
+  # Anything of this project an interrupted run may have left: containers, volumes, network,
+  # and the database password if this check made it (its label says so; a stack's own stays).
   podman ps -aq --filter "label=io.podman.compose.project=$project" | xargs -r podman rm -f >/dev/null 2>&1 || true
   podman volume ls -q | grep "^${project}_" | xargs -r podman volume rm -f >/dev/null 2>&1 || true
   podman network ls -q | grep "^${project}_" | xargs -r podman network rm -f >/dev/null 2>&1 || true
+  if [[ $(podman secret inspect -f "{{index .Spec.Labels \"$secret_label\"}}" "$secret" 2>/dev/null) == "$project" ]]; then
+    podman secret rm "$secret" >/dev/null 2>&1 || true
+  fi
 }
 logs() {
   for c in postgres api gw-left gw-right; do
@@ -102,11 +110,6 @@ build localhost/qoss-gateway:latest deploy/strongswan
 build localhost/qoss-api:latest . -f Dockerfile \
   --build-arg PIP_CERT=/run/qoss-ca.crt -v /etc/ssl/certs/ca-certificates.crt:/run/qoss-ca.crt:ro
 
-if [[ ! -s secrets/pg_password.txt ]]; then
-  mkdir -p secrets
-  (umask 077 && python3 -c "import secrets; print(secrets.token_urlsafe(24))" > secrets/pg_password.txt)
-fi
-
 # Where the gateways are, as docker-compose.yml pins them.
 read -r gw_left gw_right in_left in_right < <(.venv/bin/python - <<'PY'
 import yaml
@@ -122,6 +125,12 @@ api=http://127.0.0.1:$port
 step "up (project $project, API on $api)"
 stack_up=1
 down
+# The stack's password where a stack on this machine has one (only its containers read it);
+# else one for this run, removed with the stack.
+if ! podman secret inspect "$secret" >/dev/null 2>&1; then
+  python3 -c "import secrets; print(secrets.token_urlsafe(24))" \
+    | podman secret create --label "$secret_label=$project" "$secret" - >/dev/null
+fi
 QOSS_PORT=$port timeout 300 "${compose[@]}" up -d >"$work/up.log" 2>&1 \
   || { tail -n 40 "$work/up.log" >&2; fail "podman-compose up"; }
 for _ in $(seq 1 120); do
@@ -132,6 +141,20 @@ for _ in $(seq 1 120); do
 done
 curl -fsS -m 2 "$api/healthz" >/dev/null || fail "the API did not answer /healthz within 120 s"
 checked "the API container answers /healthz on $api"
+
+# The API runs as its image's unprivileged user, and the password is that user's alone.
+qoss_uid=$(timeout 30 podman exec "${project}_api_1" id -u) || fail "id -u in the API container"
+server_uid=$(timeout 30 podman exec "${project}_api_1" awk '/^Uid:/ {print $2}' /proc/1/status) \
+  || fail "reading the API server's uid"
+((qoss_uid != 0)) || fail "the API container runs as root"
+[[ $server_uid == "$qoss_uid" ]] || fail "the API server runs as uid $server_uid, not $qoss_uid"
+for c in api postgres; do
+  case $c in api) want="$qoss_uid:$qoss_uid:400" ;; postgres) want="0:0:400" ;; esac
+  got=$(timeout 30 podman exec "${project}_${c}_1" stat -c %u:%g:%a /run/secrets/pg_password) \
+    || fail "stat of the password in the $c container"
+  [[ $got == "$want" ]] || fail "the password in the $c container is $got (uid:gid:mode), not $want"
+done
+checked "the API server runs as uid $qoss_uid (not root); the password is mode 0400, the API user's in its container, root's in PostgreSQL's"
 
 psql() {  # SQL: run in the PostgreSQL container as the qoss role, over TCP with its password
   timeout 30 podman exec "${project}_postgres_1" sh -c \

@@ -8,7 +8,9 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
+import podman_compose
 import pytest
 import yaml
 
@@ -110,14 +112,53 @@ def test_gateways_have_tun_net_admin_and_distinct_inside_addresses_off_the_netwo
 
 
 def test_no_password_in_the_compose_file_or_the_images() -> None:
-    assert COMPOSE["secrets"]["pg_password"]["file"].startswith("./secrets/")
-    assert "/secrets/" in (REPO_ROOT / ".gitignore").read_text().split()
+    assert COMPOSE["secrets"] == {"qoss_pg_password": {"external": True}}  # podman secret create, never a file
     for service in ("postgres", "api"):
-        assert SERVICES[service]["secrets"] == ["pg_password"]
+        (secret,) = SERVICES[service]["secrets"]
+        assert (secret["source"], secret["target"]) == ("qoss_pg_password", "pg_password")
     assert SERVICES["postgres"]["environment"]["POSTGRES_PASSWORD_FILE"] == "/run/secrets/pg_password"
     assert SERVICES["api"]["environment"]["QOSS_DB_PASSWORD_FILE"] == "/run/secrets/pg_password"
     for text in [(REPO_ROOT / "docker-compose.yml").read_text(), *(d.read_text() for d in DOCKERFILES)]:
         assert not re.search(r"PASSWORD\s*[:=]\s*[^/\s$]", text)
+
+
+def _api_user_ids() -> tuple[str, str]:
+    joined = _joined((REPO_ROOT / "Dockerfile").read_text())
+    (gid,) = re.findall(r"groupadd --system --gid (\d+) qoss\b(?!-)", joined)
+    (uid,) = re.findall(r"useradd --system --uid (\d+) --gid qoss\b", joined)
+    return uid, gid
+
+
+def _podman_run_secret(service: str) -> list[str]:
+    """The --secret arguments podman-compose (the locked one) gives `podman run` for SERVICE."""
+    compose = SimpleNamespace(declared_secrets=COMPOSE["secrets"], dirname=str(REPO_ROOT))
+    container = {"_service": service, **SERVICES[service]}
+    return [arg for secret in SERVICES[service]["secrets"]
+            for arg in podman_compose.get_secret_args(compose, container, secret)]
+
+
+def test_the_password_is_the_api_users_alone_in_its_container() -> None:
+    uid, gid = _api_user_ids()
+    (secret,) = SERVICES["api"]["secrets"]
+    assert (secret["uid"], secret["gid"], secret["mode"]) == (uid, gid, "0400")
+    # podman reads mode as octal digits: the string "0400", never YAML's integer 0400 (256).
+    want = f"qoss_pg_password,uid={uid},gid={gid},mode=0400,target=pg_password"
+    assert _podman_run_secret("api") == ["--secret", want]
+
+
+def test_the_password_is_roots_alone_in_the_postgresql_container() -> None:
+    # Its entrypoint reads it as root before it runs PostgreSQL as the user postgres.
+    assert _podman_run_secret("postgres") == ["--secret", "qoss_pg_password,uid=0,gid=0,mode=0400,target=pg_password"]
+    entry = (REPO_ROOT / "deploy/postgres/postgres-entrypoint").read_text()
+    assert entry.index('cat "${POSTGRES_PASSWORD_FILE') < entry.index("runuser -u postgres")
+
+
+def test_the_check_proves_the_api_runs_unprivileged_with_its_password() -> None:
+    (secret,) = re.findall(r"^secret=(\S+)", CHECK, re.MULTILINE)
+    assert secret in COMPOSE["secrets"]
+    assert '((qoss_uid != 0)) || fail "the API container runs as root"' in CHECK
+    assert 'api) want="$qoss_uid:$qoss_uid:400"' in CHECK
+    assert "secrets/pg_password.txt" not in CHECK  # nothing written into the checkout
 
 
 def test_the_api_build_context_holds_only_what_the_image_copies() -> None:
