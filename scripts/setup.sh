@@ -5,7 +5,8 @@
 # several replicas behind a load balancer, chromium for the console's browser tests, charon-cmd:
 # strongSwan's stock command-line client, the phone or laptop of the device tests)
 # and a Python virtualenv in .venv with qoss and, from requirements/dev.txt, its dev tools
-# (QOSS_LOCK=requirements/runtime.txt: qoss alone). Idempotent.
+# (QOSS_LOCK=requirements/runtime.txt: qoss alone, unless .venv already holds the dev lock,
+# which has every runtime pin: then it is left as it is). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,11 +38,32 @@ fi
 # Python packages come only from the lock (requirements/, see scripts/lock.sh), hash-checked;
 # qoss itself is installed editable on top, built by the locked setuptools.
 lock=${QOSS_LOCK:-requirements/dev.txt}
+dev=requirements/dev.txt
 PY=${PYTHON:-python3}
 [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-stamp=.venv/.qoss-installed
-want=$(cat "$lock" pyproject.toml | sha256sum | cut -d' ' -f1)
-if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+stamp=.venv/.qoss-installed  # the lock and pyproject.toml .venv was last synced to (a hash)
+synced_to() { cat "$1" pyproject.toml | sha256sum | cut -d' ' -f1; }
+covers() {  # BIG SMALL: every "name==version" pin of lock file SMALL is in lock file BIG
+  "$PY" - "$1" "$2" <<'PY'
+import re
+import sys
+
+def pins(path):
+    return {pin.lower() for pin in re.findall(r"^[A-Za-z0-9][\w.-]*==[^\s;\\]+", open(path).read(), re.MULTILINE)}
+
+sys.exit(0 if pins(sys.argv[2]) <= pins(sys.argv[1]) else 1)
+PY
+}
+want=$(synced_to "$lock")
+have=$(cat "$stamp" 2>/dev/null || true)
+if [[ $have == "$want" ]]; then
+  :  # synced to this lock already
+elif [[ $have == "$(synced_to "$dev")" ]] && covers "$dev" "$lock"; then
+  # Synced to the current dev lock, which holds every pin of this one at the same version
+  # (scripts/lock.sh compiles runtime.txt against dev.txt): it serves as it is. Syncing would
+  # remove the dev tools, which the test command would install again.
+  :
+else
   bash scripts/uv.sh pip sync --quiet --python .venv/bin/python --require-hashes "$lock"
   bash scripts/uv.sh pip install --quiet --python .venv/bin/python --no-deps --no-build-isolation -e .
   echo "$want" > "$stamp"
