@@ -43,8 +43,10 @@ class Edit:
         """The answer of an edit made in ``uow``: the document, or with ``dry_run`` the document
         it would have made and its impact on every running tunnel (``impact``) and active agent
         session (``sessions``), nothing kept. ``revised``: the kind of revision the edit made
-        (``rating_table``, ``policy``), counted once kept."""
+        (``rating_table``, ``policy``), counted once kept. A dry run's audit record says that
+        nothing was kept."""
         if self.dry_run:
+            self.request.state.audit_detail = "dry run: nothing saved"
             report = preview(uow, default_table=runtime(self.request).settings.default_table,
                              sessions=sessions_of(self.request))
             return JSONResponse({"dry_run": True, "would_be": document, "impact": report.as_list(),

@@ -56,8 +56,11 @@ async def test_a_row_saved_from_an_older_grid_is_merged_and_the_whole_grid_moves
     assert '<tr id="row-md5" class="saved">' in html
     assert _cells(html, "md5")[1] == "1" and _cells(html, "aes128")[0] == "7"  # noqa: PT018  # bob's value shown
     assert '<span id="table-revision" class="muted" hx-swap-oob="true">revision 3</span>' in html
-    assert ("Your edit of md5 is saved in revision 3, merged with what others saved since revision 1 (aes128). "
-            "The grid shows revision 3.") in html
+    assert re.search(r"Your edit of md5 is saved in revision 3, merged with what others saved since revision 1 "
+                     r"\(aes128; bob saved revision 2 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)\. "
+                     r"The grid shows revision 3\.", html)
+    assert '<a class="button" href="/ui/tables/esaf-2006/ratings/md5/edit"' in html  # the saved row's Edit: focused
+    assert re.search(r'hx-get="/ui/tables/esaf-2006/ratings/md5/edit"[^>]*autofocus>Edit', html)
     api = (await admin.get("/v1/rating-tables/esaf-2006")).json()
     rows = {r["algorithm"]: r for r in api["ratings"]}
     assert (api["revision"], rows["md5"]["integrity"], rows["aes128"]["confidentiality"]) == (3, 1, 7)
@@ -73,7 +76,7 @@ async def test_without_javascript_a_merged_save_says_so_on_the_grid(
     assert (saved.status_code, saved.headers["location"]) == (303, f"{TABLE}?saved=md5&over=1#row-md5")
     grid = (await admin.get(saved.headers["location"])).text
     assert 'id="table-revision" class="muted">revision 3<' in grid
-    assert "merged with what others saved since revision 1 (aes128)" in grid
+    assert "merged with what others saved since revision 1 (aes128; bob saved revision 2 at " in grid
     assert '<tr id="row-md5" class="saved">' in grid
 
 
@@ -108,11 +111,15 @@ async def test_the_same_field_changed_by_both_is_a_conflict_naming_it_with_both_
     assert '<tr id="row-md5" class="conflict">' in html
     assert "integrity is 3 in revision 3 (theirs); you entered 1; it was 2 in revision 1." in html
     assert "You started from revision 1; revision 3 is current now. Nothing of yours was saved." in html
+    # who made the other change of md5, and when (bob's later edit of aes128 is not md5's)
+    assert re.search(r"md5 changed while you edited it: bob saved revision 2 at "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.</strong>", html)
     assert re.search(r"integrity</th>\s*<td>3</td>\s*<td>1</td>\s*<td>2</td>", html)
     assert _cells(html, "aes128")[0] == "7"  # no row keeps revision 1's values under revision 3's heading
     assert '<span id="table-revision" class="muted" hx-swap-oob="true">revision 3</span>' in html
     forms = {m.group(2): dict(re.findall(r'name="([^"]+)" value="([^"]*)"', m.group(1)))
-             for m in re.finditer(r'<form class="inline"(.*?)<button type="submit">([^<]+)</button>', html, re.DOTALL)}
+             for m in re.finditer(r'<form class="inline"(.*?)<button type="submit"[^>]*>([^<]+)</button>', html,
+                                  re.DOTALL)}
     reason = {"reason": "collisions in seconds"}
     assert forms["Re-apply mine over revision 3"] == {"csrf": csrf, "revision": "3", **SHIPPED, "integrity": "1",
                                                       **reason}

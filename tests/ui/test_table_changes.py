@@ -72,8 +72,8 @@ async def test_adding_on_an_older_revision_merges_and_a_bad_row_saves_nothing_an
     merged = await client.post(f"{TABLE}/ratings", data=_add(csrf, 1))  # on revision 1: merged over revision 2
     assert (merged.status_code, merged.headers["location"]) == (303, f"{TABLE}?saved=sha512&over=1#row-sha512")
     grid = (await client.get(merged.headers["location"])).text
-    assert "Your edit of sha512 is saved in revision 3, merged with what others saved since revision 1 (sha256_96)" in (
-        grid)
+    assert ("Your edit of sha512 is saved in revision 3, merged with what others saved since revision 1 "
+            "(sha256_96; editor saved revision 2 at ") in grid
     stale = await client.post(f"{TABLE}/ratings", data=_add(csrf, 9, algorithm="sha384"))  # no such revision
     assert stale.status_code == 409
     assert "changed while you had it open" in stale.text and "revision 3 is current" in stale.text  # noqa: PT018

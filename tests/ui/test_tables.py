@@ -105,15 +105,24 @@ async def test_a_concurrent_edit_shows_both_values_and_mine_can_be_reapplied(
     assert dropped.status_code == 200 and '<td class="num">7</td>' in dropped.text  # noqa: PT018
 
 
-async def test_history_shows_each_change_and_a_revert_is_one_click(
+async def test_history_shows_each_change_and_a_revert_is_asked_first_with_its_diff(
         browser: Browser, token: Callable[..., str]) -> None:
     client = browser()
     csrf = await sign_in(client, token())
     await client.post(ROW, headers=HTMX, data=_edit(csrf, 1, reason="weakened by SHAttered"))
     history = await client.get("/ui/tables/esaf-2006/revisions")
     assert "Revision 2" in history.text and "weakened by SHAttered" in history.text  # noqa: PT018
-    assert 'value="1"' in history.text and "Revert to revision 1" in history.text  # noqa: PT018
+    assert 'href="/ui/tables/esaf-2006/revert?revision=1">Revert to revision 1' in history.text
     assert "Revert to revision 2" not in history.text  # the current one
+    assert 'action="/ui/tables/esaf-2006/revert"' not in history.text  # no revert without its preview
+    asked = await client.get("/ui/tables/esaf-2006/revert", params={"revision": "1"})
+    assert asked.status_code == 200
+    assert "Revert esaf-2006 to revision 1?" in asked.text
+    # what it changes, row by row: sha1's reason goes back
+    assert re.search(r"<td>sha1</td><td>reason</td>\s*<td class=\"old\">weakened by SHAttered</td>", asked.text)
+    assert "No tunnel is running: saving moves none." in asked.text  # its impact
+    assert re.search(r'name="revision" value="1">\s*<input type="hidden" name="expected" value="2">', asked.text)
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 2  # asking kept nothing
     answer = await client.post("/ui/tables/esaf-2006/revert", data={"csrf": csrf, "revision": "1", "expected": "2"})
     assert (answer.status_code, answer.headers["location"]) == (303, "/ui/tables/esaf-2006/revisions")
     api = (await client.get("/v1/rating-tables/esaf-2006")).json()
@@ -227,7 +236,11 @@ async def test_an_edit_form_offers_only_the_levels_of_its_kind(browser: Browser,
         assert form.status_code == 200
         assert _inputs(form.text) == {*levels, "performance", "reason"}, keyword
         # each level it cannot carry is shown as in the grid: "—"
-        assert form.text.count('<td class="num">—</td>') == 3 - len(levels) + 1, keyword  # + measured ns/byte
+        assert form.text.count('<td class="num not-rated">—</td>') == 3 - len(levels), keyword
+        assert '<td class="num" data-label="Measured ns/byte">' in form.text
+        # every field is labelled (in sight in the panel a narrow screen shows it in)
+        labels = set(re.findall(r'<label class="field-label" for="edit-[a-z0-9]+-(\w+)">', form.text))
+        assert labels == {*levels, "performance", "reason"}, keyword
 
 
 async def test_a_ciphers_edit_without_an_integrity_field_is_saved(browser: Browser, token: Callable[..., str]) -> None:

@@ -4,6 +4,7 @@ impact on the running tunnels before it is saved."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -29,6 +30,7 @@ __all__ = [
     "PoliciesWriter",
     "RatingsWriter",
     "TunnelsWriter",
+    "changed_by",
     "console_router",
     "failed",
     "form_revision",
@@ -73,6 +75,35 @@ def form_revision(form: dict[str, str], field: str = "revision") -> int:
         return int(form.get(field, ""))
     except ValueError as exc:
         raise InvalidInput("the form names no revision") from exc
+
+
+#: How many of the revisions saved since a form was opened :func:`changed_by` names (the newest).
+_NAMED = 3
+
+
+def _moment(text: str) -> str:
+    """An ISO 8601 moment as people read it, to the second in UTC (a naive one is UTC)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return text
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def changed_by(history: list[dict[str, Any]], *, since: int, algorithm: str | None = None) -> str:
+    """Who saved the revisions after revision ``since`` of a history (oldest first, as the
+    services give it), and when, in words: "bob saved revision 3 at 2026-11-29 08:01:05 UTC".
+    With ``algorithm``, the revisions that changed that row (all of them if none did by row,
+    as when the whole table was replaced). The newest few are named, the others counted; empty
+    if nothing was saved since."""
+    later = [h for h in history if h["revision"] > since]
+    if algorithm is not None:
+        later = [h for h in later if any(c.get("algorithm") == algorithm for c in h.get("changes") or [])] or later
+    named = [f"{h['author']} saved revision {h['revision']} at {_moment(str(h['created_at']))}"
+             for h in later[-_NAMED:]]
+    earlier = len(later) - len(named)
+    return "; ".join(named) + (f" (and {earlier} earlier revision{'s' if earlier > 1 else ''})" if earlier else "")
 
 
 def failed(request: Request, error: str, status: int) -> None:

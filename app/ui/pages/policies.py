@@ -13,16 +13,19 @@ from starlette.responses import RedirectResponse, Response
 from app.domain.errors import InvalidInput, NotFound, StaleRevision
 from app.domain.policies import OBJECTIVE_IDS, OBJECTIVE_THREATS, Policy
 from app.domain.ports import UnitOfWork
+from app.domain.revisions import diff_policies
 from app.services import policies as policy_svc
 from app.services import ratings as table_svc
 from app.ui.pages.common import (
     Name,
     PoliciesWriter,
+    changed_by,
     console_router,
     failed,
     form_revision,
     history_page,
     impact_of,
+    needs,
     problems,
 )
 from app.ui.render import page
@@ -153,7 +156,9 @@ def _replaced(name: str, request: Request, who: Console, mine: dict[str, str], f
         uow.rollback()
         failed(request, "StaleRevision", 409)
         current, revision = policy_svc.get_policy(uow=uow, name=name)
-        conflict = {"based_on": expected, "revision": revision, "rows": _rows(_values(current), mine), "mine": mine}
+        by = changed_by(policy_svc.policy_revisions(uow=uow, name=name), since=expected)
+        conflict = {"based_on": expected, "revision": revision, "rows": _rows(_values(current), mine), "mine": mine,
+                    "by": by}
         return _page(who, uow, name, conflict=conflict, status=409)
     except InvalidInput as exc:
         uow.rollback()
@@ -212,9 +217,29 @@ def policy_revisions(name: Name, who: ConsoleDep, uow: ReadUnitDep) -> Response:
                         section="policies", can_revert=who.may("policies:write"), by_algorithm=False)
 
 
+@router.get("/policies/{name}/revert")
+def confirm_revert_policy(name: Name, request: Request, who: ConsoleDep, uow: UnitDep, actor: ActorDep,
+                          settings: SettingsDep, revision: Annotated[int, Query(ge=1, le=2**31 - 1)]) -> Response:
+    """Ask before going back to ``revision`` of a policy, showing what it changes against the
+    current revision and what it would do to the running tunnels and agent sessions (the revert
+    made, assessed and rolled back: nothing kept)."""
+    needs(who, "policies:write")
+    current, at = policy_svc.get_policy(uow=uow, name=name)
+    reverted, _ = policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=at, author=actor)
+    return page("confirm.html", {
+        "console": who, "section": "policies", "title": f"Revert {name} to revision {revision}?",
+        "message": f"{name} becomes as it was in revision {revision}: a new revision {at + 1}, the history kept. "
+                   f"Against revision {at}, the current one:",
+        "changes": diff_policies(current.as_dict(), reverted.as_dict()), "by_algorithm": False,
+        "action": f"/ui/policies/{name}/revert", "fields": {"revision": revision, "expected": at},
+        "button": f"Revert to revision {revision}", "cancel": f"/ui/policies/{name}/revisions",
+        "impact": impact_of(request, uow, settings)})
+
+
 @router.post("/policies/{name}/revert")
 def revert_policy(name: Name, who: PoliciesWriter, form: FormDep, uow: UnitDep, actor: ActorDep) -> Response:
-    """Go back to a revision of a policy (a new revision; 409 if it changed since the page was loaded)."""
+    """Go back to a revision of a policy (a new revision; 409 if it changed since the page was
+    loaded), as asked on :func:`confirm_revert_policy`."""
     revision, expected = form_revision(form), form_revision(form, "expected")
     policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
     return RedirectResponse(f"/ui/policies/{name}/revisions", status_code=303)

@@ -17,7 +17,16 @@ from app.domain.errors import AlreadyExists, InvalidInput, StaleRevision
 from app.domain.ports import UnitOfWork
 from app.measure.services.latest import table_from_measurement
 from app.services import ratings as svc
-from app.ui.pages.common import Keyword, RatingsWriter, console_router, failed, form_revision, impact_of, needs
+from app.ui.pages.common import (
+    Keyword,
+    RatingsWriter,
+    changed_by,
+    console_router,
+    failed,
+    form_revision,
+    impact_of,
+    needs,
+)
 from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
@@ -31,18 +40,22 @@ router = console_router()
 _ROW_FIELDS = ("algorithm", "confidentiality", "integrity", "key_exchange", "performance", "reason")
 
 
-def _stale(request: Request, current: int) -> str:
+def _stale(request: Request, uow: UnitOfWork, name: str, current: int, since: int) -> str:
+    """Why a change made on revision ``since`` was refused (409): who saved what came since, and when."""
     failed(request, "StaleRevision", 409)
-    return (f"The table changed while you had it open (revision {current} is current now): nothing was saved. "
-            "Look at it again, then repeat the change.")
+    by = changed_by(svc.table_revisions(uow=uow, name=name), since=since)
+    return (f"The table changed while you had it open (revision {current} is current now"
+            f"{': ' + by if by else ''}): nothing was saved. Look at it again, then repeat the change.")
 
 
-def _stale_page(request: Request, who: Console, uow: UnitOfWork, name: str,
-                adding: dict[str, str] | None = None) -> Response:
-    """The table page after another edit came first (409): this edit rolled back, the current revision shown."""
+def _stale_page(request: Request, who: Console, uow: UnitOfWork, name: str, since: int,
+                adding: dict[str, str] | None = None, kept: str | None = None) -> Response:
+    """The table page after another edit came first (409): this edit rolled back, the current
+    revision shown, the admin's values kept (``adding``, or the file's text ``kept``)."""
     uow.rollback()
     current = svc.get_table(uow=uow, name=name)
-    return table_page(who, current, notice=_stale(request, current.revision), adding=adding, status=409)
+    return table_page(who, current, notice=_stale(request, uow, name, current.revision, since), adding=adding,
+                      kept=kept, status=409)
 
 
 @router.post("/tables/{name}/ratings")
@@ -60,7 +73,7 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
         added = svc.update_rating(uow=uow, name=name, algorithm=keyword, changes=rating_patch(form),
                                   expected_revision=expected, author=actor)
     except StaleRevision:
-        return _stale_page(request, who, uow, name, adding=adding)
+        return _stale_page(request, who, uow, name, expected, adding=adding)
     except (InvalidInput, AlreadyExists) as exc:
         status = 409 if isinstance(exc, AlreadyExists) else 422
         failed(request, type(exc).__name__, status)
@@ -99,14 +112,14 @@ def remove_row(name: TableName, keyword: Keyword, request: Request, who: Ratings
     expected = form_revision(form)
     current = svc.get_table(uow=uow, name=name)
     if current.revision != expected:
-        return table_page(who, current, notice=_stale(request, current.revision), status=409)
+        return table_page(who, current, notice=_stale(request, uow, name, current.revision, expected), status=409)
     if current.get(keyword) is None:
         return RedirectResponse(f"/ui/tables/{name}", status_code=303)
     try:
         svc.replace_table(uow=uow, name=name, document=current.without(keyword).as_dict(),
                           expected_revision=expected, author=actor, message=f"removed {keyword}")
     except StaleRevision:
-        return _stale_page(request, who, uow, name)
+        return _stale_page(request, who, uow, name, expected)
     cache.invalidate(name)
     count_revision(request, "rating_table")
     return RedirectResponse(f"/ui/tables/{name}", status_code=303)
@@ -116,19 +129,25 @@ def remove_row(name: TableName, keyword: Keyword, request: Request, who: Ratings
 def import_table(request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
                  cache: CacheDep, settings: SettingsDep) -> Response:
     """Import an uploaded YAML file as the API's import does: a new table, or with ``revision``
-    a new revision of the table ``name``. A bad file changes nothing and says what is wrong."""
+    a new revision of the table ``name``. A bad file changes nothing and says what is wrong; a
+    replacement refused because the table changed since keeps the file's text in the page's
+    form (``kept``), sent again unless another file is chosen."""
     name = form.get("name", "").strip() or None
     replacing = form.get("revision", "").strip()
+    text = form.get("file", "") if form.get("file", "").strip() else form.get("kept", "")
     try:
         if form.get("file" + INVALID_UPLOAD):
             raise InvalidInput(f"the file is {form['file' + INVALID_UPLOAD]}: a rating table is YAML text")
-        text = form.get("file", "")
         if not text.strip():
             raise InvalidInput("choose a YAML file (as `qoss ratings export` or Export YAML gives one)")
         expected = form_revision(form) if replacing else None
         table = files.parse_rating_table(text, "yaml", name=name)
         imported = svc.import_table(uow=uow, table=table, fmt="yaml", author=actor, expected_revision=expected)
-    except (InvalidInput, AlreadyExists, StaleRevision) as exc:
+    except StaleRevision:
+        if not (replacing and name is not None):
+            raise
+        return _stale_page(request, who, uow, name, form_revision(form), kept=text)
+    except (InvalidInput, AlreadyExists) as exc:
         uow.rollback()
         status = 422 if isinstance(exc, InvalidInput) else 409
         failed(request, type(exc).__name__, status)

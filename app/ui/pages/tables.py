@@ -23,15 +23,18 @@ from app.domain.ratings import Rating, RatingTable, relevant_dimensions
 from app.domain.revisions import diff_tables
 from app.measure.services.latest import latest_measurement
 from app.services import ratings as svc
+from app.services.impact import ImpactReport
 from app.settings import Settings
 from app.ui.pages.common import (
     Keyword,
     RatingsWriter,
+    changed_by,
     console_router,
     failed,
     form_revision,
     history_page,
     impact_of,
+    needs,
     problems,
 )
 from app.ui.pages.common import Name as TableName
@@ -91,10 +94,11 @@ def table_page(who: Console, table: RatingTable, *, editing: str | None = None,
                conflict: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
                notice: str | None = None, adding: dict[str, str] | None = None,
                preview: dict[str, Any] | None = None, status: int = 200, marked: str | None = None,
-               merged: str | None = None) -> Response:
+               merged: str | None = None, kept: str | None = None) -> Response:
     """The grid; ``notice`` says why a change was refused, ``adding`` refills the add-a-row form,
-    ``preview`` is an edit's impact shown in its row, ``merged`` says that the row ``marked`` was
-    saved over others' newer changes."""
+    ``preview`` is an edit's impact shown in its row, ``merged`` (the status line) says what
+    became of the admin's last change (the row ``marked`` saved over others' newer changes, a
+    preview shown), ``kept`` is the text of a YAML file a refused replacement keeps for the next try."""
     rows = _grid(table)
     if error is not None:  # the row being edited shows what the admin typed
         rows = [{**r, **error["mine"]} if r["algorithm"] == error["keyword"] else r for r in rows]
@@ -102,7 +106,7 @@ def table_page(who: Console, table: RatingTable, *, editing: str | None = None,
     return page("table.html", {"console": who, "table": table, "rows": _with_conflict(rows, conflict),
                                "editing": editing, "conflict": conflict, "error": error, "notice": notice,
                                "adding": adding or {}, "missing": missing, "preview": preview, "marked": marked,
-                               "status": merged}, status=status)
+                               "status": merged, "kept": kept}, status=status)
 
 
 def _with_conflict(rows: list[dict[str, Any]], conflict: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -115,7 +119,8 @@ def _with_conflict(rows: list[dict[str, Any]], conflict: dict[str, Any] | None) 
 def _grid_answer(who: Console, table: RatingTable, *, marked: str | None = None,
                  conflict: dict[str, Any] | None = None, merged: str | None = None, status: int = 200) -> Response:
     """An edit's answer to htmx: every row of ``table`` (the grid's body swapped whole, so that no
-    row keeps an older revision's values), its revision in the heading and the status line."""
+    row keeps an older revision's values), its revision in the heading and in the page's other
+    forms (add a row, replace from a file), and the status line."""
     context = {"console": who, "table": table, "rows": _with_conflict(_grid(table), conflict), "editing": None,
                "conflict": conflict, "error": None, "preview": None, "marked": marked, "status": merged}
     return page("_grid_answer.html", context, status=status,
@@ -133,9 +138,11 @@ def _merged_note(uow: UnitOfWork, table: RatingTable, keyword: str, over: int) -
         return None
     others = sorted({c["algorithm"] or c["field"] for c in diff_tables(base.as_dict(), table.as_dict())
                      if c["algorithm"] != keyword})
-    kept = f" ({', '.join(others)})" if others else ""
+    by = changed_by([h for h in svc.table_revisions(uow=uow, name=table.name) if h["revision"] < table.revision],
+                    since=over)
+    kept = "; ".join(part for part in (", ".join(others), by) if part)
     return (f"Your edit of {keyword} is saved in revision {table.revision}, merged with what others saved since "
-            f"revision {over}{kept}. The grid shows revision {table.revision}.")
+            f"revision {over}{f' ({kept})' if kept else ''}. The grid shows revision {table.revision}.")
 
 
 def _rating(table: RatingTable, keyword: str) -> Rating:
@@ -163,7 +170,8 @@ def row(name: TableName, keyword: Keyword, request: Request, who: ConsoleDep, uo
     rating = _rating(current, keyword)
     if not is_htmx(request):
         return RedirectResponse(f"/ui/tables/{name}#row-{keyword}", status_code=303)
-    return page("_row.html", {"console": who, "table": current, "r": grid_row(rating)})
+    return page("_row_answer.html", {"console": who, "table": current, "r": grid_row(rating),
+                                     "status": f"{keyword} as saved in revision {current.revision}: nothing changed."})
 
 
 @router.get("/tables/{name}/ratings/{keyword}/edit")
@@ -273,9 +281,10 @@ def _conflict(uow: UnitOfWork, current: RatingTable, keyword: str, form: dict[st
     others changed keep their value."""
     based_on = form_revision(form)
     clashes = [c for c in exc.conflicts if c["algorithm"] == keyword] if isinstance(exc, EditConflict) else []
+    by = changed_by(svc.table_revisions(uow=uow, name=current.name), since=based_on, algorithm=keyword)
     conflict: dict[str, Any] = {"keyword": keyword, "based_on": based_on, "revision": current.revision,
                                 "clashes": [_clash_text(c, current.revision, based_on) for c in clashes],
-                                "fields": [], "reapply": None, "keep": None, "theirs": None}
+                                "fields": [], "reapply": None, "keep": None, "theirs": None, "by": by}
     theirs_rating = current.get(keyword)
     if theirs_rating is None:
         return conflict
@@ -318,9 +327,18 @@ def preview_row(name: TableName, keyword: Keyword, request: Request, who: Rating
     shown = {"keyword": keyword, "mine": mine, "revision": int(form["revision"]),
              "now": grid_row(_rating(current, keyword)), "now_revision": current.revision,
              "after": {f: _shown(after[f]) for f in _FIELDS}, "impact": assessed}
+    said = _previewed(keyword, assessed["report"])
     if is_htmx(request):
-        return page("_row_preview.html", {"console": who, "table": current, "p": shown})
-    return table_page(who, current, preview=shown)
+        return page("_row_preview_answer.html", {"console": who, "table": current, "p": shown, "status": said})
+    return table_page(who, current, preview=shown, merged=said)
+
+
+def _previewed(keyword: str, report: ImpactReport) -> str:
+    """What the status line says of a preview: nothing saved, what saving would do, what to press."""
+    tunnels = (f"{len(report.noncompliant)} running tunnel(s) would fall below their minimums and "
+               f"{len(report.changed)} would have a cheaper or different choice" if report.impacts
+               else "no tunnel is running")
+    return f"Preview of {keyword}: nothing is saved yet; {tunnels}. Save {keyword} or Cancel below."
 
 
 @router.post("/tables/{name}/ratings/{keyword}")
@@ -337,7 +355,8 @@ def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWr
     over = form_revision(form)
     merged = _merged_note(uow, saved, keyword, over)
     if is_htmx(request):
-        return _grid_answer(who, saved, marked=keyword, merged=merged)
+        said = merged or f"{keyword} saved in revision {saved.revision}."
+        return _grid_answer(who, saved, marked=keyword, merged=said)
     if merged is not None:
         return RedirectResponse(f"/ui/tables/{name}?saved={keyword}&over={over}#row-{keyword}", status_code=303)
     return RedirectResponse(f"/ui/tables/{name}#row-{keyword}", status_code=303)
@@ -350,11 +369,33 @@ def revisions(name: TableName, who: ConsoleDep, uow: ReadUnitDep) -> Response:
                     section="tables", can_revert=who.may("ratings:write"), by_algorithm=True)
 
 
+@router.get("/tables/{name}/revert")
+def confirm_revert(name: TableName, request: Request, who: ConsoleDep, uow: UnitDep, actor: ActorDep,
+                   settings: SettingsDep, revision: Annotated[int, Query(ge=1, le=2**31 - 1)]) -> Response:
+    """Ask before going back to ``revision``, showing what it changes against the current
+    revision, row by row, and what it would do to the running tunnels and agent sessions (the
+    revert made, assessed and rolled back, as ``?dry_run=true`` does: nothing kept); the form
+    names the revision it was asked at."""
+    needs(who, "ratings:write")
+    current = svc.get_table(uow=uow, name=name)
+    reverted = svc.revert_table(uow=uow, name=name, revision=revision, expected_revision=current.revision,
+                                author=actor)
+    changes = diff_tables(current.as_dict(), reverted.as_dict())
+    return page("confirm.html", {
+        "console": who, "section": "tables", "title": f"Revert {name} to revision {revision}?",
+        "message": f"{name} becomes as it was in revision {revision}: a new revision {current.revision + 1}, "
+                   f"the history kept. Against revision {current.revision}, the current one:",
+        "changes": changes, "by_algorithm": True,
+        "action": f"/ui/tables/{name}/revert", "fields": {"revision": revision, "expected": current.revision},
+        "button": f"Revert to revision {revision}", "cancel": f"/ui/tables/{name}/revisions",
+        "impact": impact_of(request, uow, settings)})
+
+
 @router.post("/tables/{name}/revert")
 def revert(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
            cache: CacheDep) -> Response:
-    """Go back to a revision (a new revision; history kept). The form names the current
-    revision it saw: a revert over someone's newer edit is refused (409)."""
+    """Go back to a revision (a new revision; history kept), as asked on :func:`confirm_revert`.
+    The form names the current revision it saw: a revert over someone's newer edit is refused (409)."""
     revision, expected = form_revision(form), form_revision(form, "expected")
     svc.revert_table(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
     cache.invalidate(name)

@@ -2,8 +2,10 @@
  *
  * - When an edit form opens in place (a row with class "editing", swapped in by htmx, or a
  *   page that opens with one), the focus moves to its first field.
- * - Escape in it cancels the edit (its Cancel control), and the focus goes back to the control
- *   that opened it (the row's Edit button) once the row is back.
+ * - Escape in it, or in its preview, cancels the edit (its Cancel control), and the focus goes back
+ *   to the control that opened it (the row's Edit button) once the row is back.
+ * - Where an answer moves the focus on (a preview's Save, a saved row's Edit, a conflict's first
+ *   way out), the server marks that control autofocus and htmx focuses it once swapped in.
  * Served from 'self' like htmx: the page's CSP allows no inline script.
  */
 (function () {
@@ -79,7 +81,7 @@
     if (event.key !== "Escape" || event.defaultPrevented || !event.target.closest) {
       return;
     }
-    var row = event.target.closest(EDITING);
+    var row = event.target.closest(EDITING + ", .preview");
     var cancel = row && cancelControl(row);
     if (!cancel) {
       return;
