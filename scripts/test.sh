@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole suite: ruff, mypy (strict on app/), pytest
 # (unit, API, SQLite and a real PostgreSQL started here, real charon in network
-# namespaces). Fails if pytest collects no tests. With arguments: pytest ARGS alone (one process).
+# namespaces), then the container stack (scripts/compose-check.sh: the images built, the
+# stack up under podman, a tunnel through it). Fails if pytest collects no tests or
+# either part fails. With arguments: pytest ARGS alone (one process), no container stack.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,6 +26,7 @@ port=${QOSS_TEST_PG_PORT:-54329}
 QOSS_TEST_PG_URL=$(bash scripts/pg.sh start "$pgdir" "$port" | tail -n 1)
 export QOSS_TEST_PG_URL
 
+stack=0
 set +e
 if [[ $# -gt 0 ]]; then  # the tests asked for, one at a time
   echo "== pytest" >&2
@@ -41,10 +44,19 @@ else
   .venv/bin/pytest -m alone
   alone=$?
   if [[ $rc -eq 0 || $alone -eq 5 ]]; then rc=$alone; fi
+  # After pytest, never beside it: the image builds take both cores, and pytest's "alone"
+  # tests need the machine to themselves. About 3 minutes from nothing (docs/containers.md).
+  echo "== compose-check" >&2
+  bash scripts/compose-check.sh
+  stack=$?
 fi
 set -e
 if [[ $rc -eq 5 ]]; then
   echo "test: pytest collected no tests" >&2
+  exit 1
+fi
+if [[ $stack -ne 0 ]]; then
+  echo "test: the container stack check failed (scripts/compose-check.sh, exit $stack)" >&2
   exit 1
 fi
 exit $rc
