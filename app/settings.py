@@ -289,8 +289,9 @@ class Settings(BaseSettings):
         default=None, description="the console's client secret at the OpenID provider (never logged or shown; "
         "unset: a public client, PKCE alone)")
     oidc_redirect_url: str | None = Field(
-        default=None, description="the console's redirect URL to register at the provider, ending in "
-        "/ui/oidc/callback (default: the scheme and host the browser used, and that path)")
+        default=None, validate_default=True, description="the console's redirect URL to register at the "
+        "provider, ending in /ui/oidc/callback: its public address, never taken from a request; needed with "
+        "oidc_issuer")
     oidc_provider_name: str | None = Field(
         default=None, max_length=40, description="the provider's name on the sign-in button (default: the "
         "issuer's host)")
@@ -303,6 +304,12 @@ class Settings(BaseSettings):
     oidc_scopes_by_claim: Annotated[dict[str, dict[str, list[str]]], NoDecode] = Field(
         default={}, validate_default=True, description='which qoss scopes a user of the provider gets, as JSON: '
         '{"claim": {"value": ["scope", ...]}}, the union over every claim value the user has')
+    oidc_timeout: float = Field(
+        default=3.0, ge=0.5, le=30, description="seconds each request to the OpenID provider may take")
+    oidc_calls_in_flight: int = Field(
+        default=8, ge=1, le=256, description="requests to the OpenID provider one process makes at once; a "
+        "sign-in that would make one more is refused at once (502), so a provider that does not answer holds "
+        "this many worker threads at most")
 
     @field_validator("oidc_issuer", "oidc_redirect_url")
     @classmethod
@@ -310,6 +317,9 @@ class Settings(BaseSettings):
         from urllib.parse import urlsplit  # only these validators parse URLs
 
         if value is None:
+            if info.field_name == "oidc_redirect_url" and info.data.get("oidc_issuer") is not None:
+                raise ValueError("needed with QOSS_OIDC_ISSUER (the console's public address and "
+                                 "/ui/oidc/callback, as registered at the provider)")
             return None
         parts = urlsplit(value)
         loopback = parts.hostname in ("localhost", "127.0.0.1", "::1")

@@ -5,6 +5,9 @@ a worker thread).
   kept for an hour; its ``issuer`` must be the configured one, exactly.
 - Its keys (``jwks_uri``) through PyJWT's :class:`jwt.PyJWKClient`, kept for five minutes and
   read again for a key id it does not know (the provider rotated its keys).
+- Every request to it bounded: ``timeout`` seconds each, and at most ``in_flight`` of them at
+  once in this process; one more is refused at once (a provider that does not answer holds a
+  few worker threads, never all of them).
 - The authorization code flow with PKCE (S256), ``state`` and ``nonce``; the code redeemed at
   the token endpoint with the client's secret (HTTP Basic, or in the form where the provider
   takes only that); the ID token checked (:func:`verify_id_token`); the userinfo endpoint read
@@ -17,10 +20,11 @@ Every failure to reach the provider, or an answer that is not what OpenID Connec
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -129,11 +133,13 @@ class OidcProvider:
         client_secret: its secret (None: a public client, PKCE alone).
         http: the seam for tests; a new :class:`httpx.Client` per call by default.
         timeout: seconds each request to the provider may take.
+        in_flight: requests to the provider at once, at most (one more is ProviderUnavailable at once).
         jwks_client: makes the key fetcher for a ``jwks_uri`` (default :class:`jwt.PyJWKClient`).
     """
 
     def __init__(self, *, issuer: str, client_id: str, client_secret: str | None, http: httpx.Client | None = None,
-                 timeout: float = 10.0, jwks_client: Callable[[str], jwt.PyJWKClient] | None = None) -> None:
+                 timeout: float = 3.0, in_flight: int = 8,
+                 jwks_client: Callable[[str], jwt.PyJWKClient] | None = None) -> None:
         self.issuer = issuer
         self.client_id = client_id
         self._secret = client_secret
@@ -142,13 +148,28 @@ class OidcProvider:
         self._jwks_client = jwks_client or (lambda uri: jwt.PyJWKClient(uri, cache_keys=True, lifespan=300,
                                                                         timeout=timeout))
         self._lock = threading.Lock()
+        self._in_flight = threading.BoundedSemaphore(in_flight)
         self._metadata: tuple[float, ProviderMetadata] | None = None
         self._keys: tuple[str, jwt.PyJWKClient] | None = None
 
     def __repr__(self) -> str:  # never the secret
         return f"OidcProvider(issuer={self.issuer!r}, client_id={self.client_id!r})"
 
+    @contextlib.contextmanager
+    def _place(self) -> Iterator[None]:
+        """One of the ``in_flight`` places of the requests to the provider, or ProviderUnavailable."""
+        if not self._in_flight.acquire(blocking=False):
+            raise ProviderUnavailable("the identity provider is slow to answer: too many sign-ins are waiting on it")
+        try:
+            yield
+        finally:
+            self._in_flight.release()
+
     def _request(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
+        with self._place():
+            return self._send(method, url, **kwargs)
+
+    def _send(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         try:
             if self._http is not None:
                 answer = self._http.request(method, url, timeout=self._timeout, **kwargs)
@@ -242,7 +263,8 @@ class OidcProvider:
                 self._keys = (meta.jwks_uri, self._jwks_client(meta.jwks_uri))
             keys = self._keys[1]
         try:
-            key = keys.get_signing_key_from_jwt(id_token)
+            with self._place():
+                key = keys.get_signing_key_from_jwt(id_token)
         except jwt.PyJWKClientConnectionError as exc:
             raise ProviderUnavailable(f"the identity provider's keys cannot be read at {meta.jwks_uri}") from exc
         except (jwt.PyJWKClientError, jwt.PyJWTError) as exc:

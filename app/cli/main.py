@@ -13,7 +13,7 @@ from app.cli.audit import audit_app
 from app.cli.bench import bench_micro, bench_report
 from app.cli.bench_tunnel import bench_tunnel
 from app.cli.client import Output, connect, show
-from app.cli.common import DbUrl, Unit, fail
+from app.cli.common import DbUrl, Unit, check_agent_config, fail
 from app.cli.contexts import context_app
 from app.cli.db import DatabaseGroup, settings_for, setup_database
 from app.cli.events import events as events_command
@@ -63,6 +63,7 @@ def serve(
                 **({"forwarded_header": forwarded_header} if forwarded_header else {})})
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from exc
+    check_agent_config(settings)  # before the database is touched: a refusal leaves nothing behind
     prepared = setup_database(settings.database_url)[1]
     if prepared.tables_added or prepared.policies_added:
         typer.echo(f"loaded tables {prepared.tables_added} and policies {prepared.policies_added}", err=True)

@@ -12,7 +12,8 @@ from app.settings import Settings
 
 _SECRET = "client-secret-5d1e9a"
 _GOOD = {"QOSS_OIDC_ISSUER": "https://login.example.com/realms/ops", "QOSS_OIDC_CLIENT_ID": "qoss-console",
-         "QOSS_OIDC_CLIENT_SECRET": _SECRET, "QOSS_OIDC_SCOPES_BY_CLAIM": '{"groups": {"qoss-admins": ["admin"]}}'}
+         "QOSS_OIDC_CLIENT_SECRET": _SECRET, "QOSS_OIDC_SCOPES_BY_CLAIM": '{"groups": {"qoss-admins": ["admin"]}}',
+         "QOSS_OIDC_REDIRECT_URL": "https://qoss.example.com/ui/oidc/callback"}
 
 
 def _errors(monkeypatch: pytest.MonkeyPatch, **env: str | None) -> list[str]:
@@ -47,6 +48,7 @@ def test_a_complete_setting_is_taken_and_its_secret_is_never_shown(monkeypatch: 
     ({"QOSS_OIDC_REDIRECT_URL": "https://qoss.example.com/callback"},
      "QOSS_OIDC_REDIRECT_URL: Value error, the console's redirect URL ends in /ui/oidc/callback"),
     ({"QOSS_OIDC_REQUEST_SCOPES": "email profile"}, "QOSS_OIDC_REQUEST_SCOPES: Value error, openid must be"),
+    ({"QOSS_OIDC_REDIRECT_URL": None}, "QOSS_OIDC_REDIRECT_URL: Value error, needed with QOSS_OIDC_ISSUER"),
 ])
 def test_a_mistake_is_one_line_naming_its_variable(monkeypatch: pytest.MonkeyPatch, env: dict[str, str | None],
                                                    line: str) -> None:

@@ -1,21 +1,35 @@
-"""Signing in with the organisation's OpenID provider: ``/ui/oidc/start`` sends the browser there,
-``/ui/oidc/callback`` takes its answer and opens a console session of the user.
+"""Signing in with the organisation's OpenID provider: ``POST /ui/oidc/start`` sends the browser
+there, ``/ui/oidc/callback`` takes its answer and opens a console session of the user.
+
+The flow is bound to the browser tab that started it, by what no other origin can set or read:
+
+1. The sign-in page's button posts to ``/ui/oidc/start`` from the console's public origin (the
+   redirect URL's; ``Origin`` checked), with a random *binding* its script (``oidc.js``) made
+   and keeps in this origin's ``sessionStorage``. The flow cookie's MAC covers the binding.
+2. The provider sends the browser back to ``GET /ui/oidc/callback``: a page of this console,
+   nothing checked or stored, whose script posts the answer (code, state) with the binding from
+   ``sessionStorage`` to ``POST /ui/oidc/callback``, again from the console's own ``Origin``.
+3. There the cookie, the binding and the state must match, and the state must not have been
+   answered before; only then is the provider asked. A flow cookie planted by a sibling origin
+   (cookie tossing) comes without its binding, which sits in the attacker's own browser: the
+   victim is not signed in as the attacker.
+
+No database transaction is open while the provider is asked: the keys are read once per process
+(one short transaction), and the session and its audit record are written in a short one after
+the provider has answered.
 
 The flow cookie (``qoss_oidc``, path ``/ui/oidc``; ``__Host-qoss_oidc`` over TLS) is
-``SameSite=Lax``, so that the browser sends it back with the provider's redirect (a top-level
-navigation from another site). The session cookie is ``SameSite=Strict``: a redirect that
-continues the provider's navigation would arrive without it, so the callback answers with a
-page of this console that moves on to the tables itself (a same-site navigation).
+``SameSite=Lax``. The session cookie is ``SameSite=Strict``; the callback's answer is a page of
+this console that moves on to the tables itself.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 from urllib.parse import urlsplit
 
 from fastapi import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import Response
 
 from app.adapters.oidc import OidcProvider
 from app.domain.oidc import (
@@ -27,14 +41,12 @@ from app.domain.oidc import (
     parse_mapping,
 )
 from app.services import console_oidc
-from app.services.auth import record_audit
-from app.services.console_oidc import OidcSignIn
+from app.services.console_oidc import OidcSignIn, ProviderUser, SignedIn
 from app.settings import Settings
 from app.ui.pages.common import console_router, failed
 from app.ui.render import page
-from app.ui.session import set_session_cookie
-from app.web.deps import Principal, UnitDep
-from app.web.provenance import audit_fields
+from app.ui.session import LoginFormDep, origin, set_session_cookie
+from app.web.deps import Principal, in_unit, in_worker_thread, write_place
 from app.web.runtime import runtime
 
 __all__ = ["FLOW_COOKIE", "FLOW_COOKIE_TLS", "configured", "post_logout_url", "router"]
@@ -53,14 +65,20 @@ def configured(settings: Settings, *, provider: OidcProvider | None = None) -> O
     Args:
         settings: ``oidc_*`` and ``ui_session_ttl``.
         provider: the seam for tests (default: an :class:`OidcProvider` for the settings).
+
+    Raises:
+        ValueError: an issuer without ``oidc_redirect_url`` (settings made without validation).
     """
     if settings.oidc_issuer is None or settings.oidc_client_id is None:
         return None
+    if settings.oidc_redirect_url is None:
+        raise ValueError("QOSS_OIDC_REDIRECT_URL: needed with QOSS_OIDC_ISSUER")
     secret = settings.oidc_client_secret.get_secret_value() if settings.oidc_client_secret else None
     mapping = parse_mapping(settings.oidc_scopes_by_claim)
     return OidcSignIn(
         provider=provider or OidcProvider(issuer=settings.oidc_issuer, client_id=settings.oidc_client_id,
-                                          client_secret=secret),
+                                          client_secret=secret, timeout=settings.oidc_timeout,
+                                          in_flight=settings.oidc_calls_in_flight),
         name=settings.oidc_provider_name or urlsplit(settings.oidc_issuer).hostname or settings.oidc_issuer,
         mapping=mapping,
         fingerprint=mapping_fingerprint(issuer=settings.oidc_issuer, client_id=settings.oidc_client_id,
@@ -75,15 +93,10 @@ def _config(request: Request) -> OidcSignIn | None:
     return found
 
 
-def _redirect_uri(request: Request, config: OidcSignIn) -> str:
-    return config.redirect_url or f"{request.url.scheme}://{request.url.netloc}{CALLBACK}"
-
-
 def post_logout_url(request: Request, config: OidcSignIn) -> str:
-    """Where the provider sends the browser after signing out there: this console's sign-in page
-    (at the redirect URL's origin, when one is configured)."""
-    base = _redirect_uri(request, config).removesuffix(CALLBACK)
-    return f"{base}/ui/login"
+    """Where the provider sends the browser after signing out there: this console's sign-in page,
+    at the configured redirect URL's origin (never from the request)."""
+    return f"{config.redirect_url.removesuffix(CALLBACK)}/ui/login"
 
 
 def _flow_cookie(request: Request) -> tuple[str, str]:
@@ -99,19 +112,66 @@ def _refused(request: Request, status: int, error: str, message: str) -> Respons
     return response
 
 
-@router.get("/oidc/start")
-def start(request: Request, uow: UnitDep) -> Response:
-    """Send the browser to the provider, with a new sign-in's state, nonce and PKCE challenge."""
+_FLOW_KEY = "flow"
+
+
+async def _flow_key(request: Request, config: OidcSignIn) -> bytes:
+    """The database's key for the sign-in flows: from this process's memory, or (the first time)
+    one short transaction of its own."""
+    found = config.keys.get(_FLOW_KEY)
+    if found is not None:
+        return found
+    parts = runtime(request)
+
+    def read() -> bytes:
+        with parts.units() as uow:
+            key = console_oidc.flow_key(uow)
+            uow.commit()
+        return key
+
+    async with write_place(request):
+        key = await in_worker_thread(read)
+    config.keys.keep(_FLOW_KEY, key)
+    return key
+
+
+def _from_console(request: Request, config: OidcSignIn) -> bool:
+    """Whether the browser says this post comes from the console's public origin (the redirect
+    URL's): its ``Origin``, or without one its ``Referer``; a post with neither is refused."""
+    sent = request.headers.get("origin") or request.headers.get("referer")
+    return sent is not None and origin(sent) == origin(config.redirect_url)
+
+
+def _elsewhere(request: Request, config: OidcSignIn) -> Response:
+    return _refused(request, 403, "CsrfRefused", "This sign-in was not sent by this console's sign-in page. "
+                                                 f"Sign in at {config.redirect_url.removesuffix(CALLBACK)}/ui/login.")
+
+
+def _unavailable(request: Request, exc: ProviderUnavailable) -> Response:
+    return _refused(request, 502, "ProviderUnavailable", f"{exc.message}. Try again later, or sign in "
+                                                         "with an API token.")
+
+
+@router.post("/oidc/start")
+async def start(request: Request, form: LoginFormDep) -> Response:
+    """Send the browser to the provider, with a new sign-in's state, nonce and PKCE challenge,
+    bound to the ``binding`` the sign-in page's script keeps (posted from the console's origin).
+    A page that moves on, not a redirect: the console's CSP lets a form be redirected only here."""
     config = _config(request)
     if config is None:
         return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
+    if not _from_console(request, config):
+        return _elsewhere(request, config)
+    key = await _flow_key(request, config)
     try:
-        cookie, url = console_oidc.begin(config=config, key=console_oidc.flow_key(uow),
-                                         redirect_uri=_redirect_uri(request, config))
+        cookie, url = await in_worker_thread(console_oidc.begin, config=config, key=key,
+                                             binding=form.get("binding", ""), redirect_uri=config.redirect_url)
+    except SignInRefused as exc:
+        return _refused(request, 400, "SignInRefused", exc.message)
     except ProviderUnavailable as exc:
-        return _refused(request, 502, "ProviderUnavailable", f"{exc.message}. Try again later, or sign in "
-                                                             "with an API token.")
-    response = RedirectResponse(url, status_code=303)
+        return _unavailable(request, exc)
+    response = page("oidc_start.html", {"authorization_url": url, "provider": config.name})
+    response.headers["Cache-Control"] = "no-store"
     name, path = _flow_cookie(request)
     response.set_cookie(name, cookie, max_age=FLOW_TTL, path=path, httponly=True, samesite="lax",
                         secure=request.url.scheme == "https")
@@ -119,18 +179,34 @@ def start(request: Request, uow: UnitDep) -> Response:
 
 
 @router.get("/oidc/callback")
-def callback(request: Request, uow: UnitDep) -> Response:
-    """The provider's answer: a session of the user with the scopes the mapping gives, or a page
-    saying why not (nothing stored). The sign-in is in the audit log with the user's name and
-    subject, never a code or a token."""
+def callback_page(request: Request) -> Response:
+    """The provider's answer arrives here: a page of this console whose script posts it, with the
+    binding this tab's sign-in page kept, to ``POST /ui/oidc/callback`` (nothing is checked or
+    stored here)."""
+    if _config(request) is None:
+        return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
+    fields = {k: request.query_params.get(k, "")[:2048] for k in ("state", "code", "error")}
+    response = page("oidc_callback.html", {"console": None, "section": "login", **fields})
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+@router.post("/oidc/callback")
+async def callback(request: Request, form: LoginFormDep) -> Response:
+    """The provider's answer, posted by the callback page from this console's origin: a session
+    of the user with the scopes the mapping gives, or a page saying why not (nothing stored).
+    The sign-in is in the audit log with the user's name and subject, never a code or a token."""
     config = _config(request)
     if config is None:
         return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
-    answer: dict[str, Any] = {k: request.query_params.get(k, "") for k in ("state", "code", "error")}
+    if not _from_console(request, config):
+        return _elsewhere(request, config)
+    key = await _flow_key(request, config)
+    answer = {k: form.get(k, "") for k in ("state", "code", "error")}
     try:
-        signed_in = console_oidc.finish(
-            uow=uow, config=config, key=console_oidc.flow_key(uow), cookie=request.cookies.get(
-                _flow_cookie(request)[0]), answer=answer, redirect_uri=_redirect_uri(request, config))
+        user: ProviderUser = await in_worker_thread(
+            console_oidc.verify, config=config, key=key, cookie=request.cookies.get(_flow_cookie(request)[0]),
+            binding=form.get("binding", ""), answer=answer, redirect_uri=config.redirect_url)
     except NoScopeMapped as exc:
         request.state.principal = Principal(None, exc.user, frozenset())
         request.state.audit_detail = "console sign-in with the identity provider refused: no scope mapped"
@@ -139,14 +215,13 @@ def callback(request: Request, uow: UnitDep) -> Response:
     except SignInRefused as exc:
         return _refused(request, 401, type(exc).__name__, exc.message)
     except ProviderUnavailable as exc:
-        return _refused(request, 502, "ProviderUnavailable", f"{exc.message}. Try again later, or sign in "
-                                                             "with an API token.")
-    record = signed_in.record
-    request.state.principal = Principal(None, signed_in.name, record.scopes or frozenset())
-    request.state.audit_detail = f"console sign-in with the identity provider (subject {record.subject})"[:200]
-    record_audit(uow=uow, **audit_fields(request, 200))
-    response = page("signed_in.html", {"console": None, "section": "login", "name": signed_in.name})
-    set_session_cookie(response, request, signed_in.session_id, record.expires_at)
+        return _unavailable(request, exc)
+    request.state.principal = Principal(None, user.name, user.scopes)
+    request.state.audit_detail = f"console sign-in with the identity provider (subject {user.subject})"[:200]
+    signed_in: SignedIn = await in_unit(request, lambda uow, _reads: console_oidc.open_session(
+        uow=uow, config=config, user=user))
+    response = page("signed_in.html", {"console": None, "section": "login", "name": user.name})
+    set_session_cookie(response, request, signed_in.session_id, signed_in.record.expires_at)
     name, path = _flow_cookie(request)
     response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
     return response

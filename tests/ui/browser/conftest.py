@@ -27,7 +27,7 @@ from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fixtures.oidc_provider import OidcUser, RunningProvider, build_provider, running_provider
 from tests.fixtures.secrets import keep_log, register
-from tests.fixtures.served import serving
+from tests.fixtures.served import free_port, serving
 
 QOSS = Path(sys.executable).parent / "qoss"
 
@@ -183,16 +183,18 @@ def serve_with_provider(provider: RunningProvider, workdir: Path, database_url: 
                         name: str, env: Mapping[str, str] | None = None,
                         ) -> contextlib.AbstractContextManager[tuple[str, object]]:
     """``qoss serve`` on ``database_url`` whose console signs in with ``provider`` under ``mapping``
-    (its log ``workdir/<name>.log``), with ``env`` besides."""
+    (its log ``workdir/<name>.log``), with ``env`` besides; its redirect URL is its own address."""
+    port = free_port()
     full = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
             "QOSS_STATE_DIR": str(workdir / "state"), "QOSS_EVENT_STREAM_SECONDS": "30",
             "QOSS_OIDC_ISSUER": provider.issuer, "QOSS_OIDC_CLIENT_ID": provider.client_id,
             "QOSS_OIDC_CLIENT_SECRET": provider.client_secret, "QOSS_OIDC_PROVIDER_NAME": "Test IdP",
             "QOSS_OIDC_SCOPES_BY_CLAIM": json.dumps(mapping),
+            "QOSS_OIDC_REDIRECT_URL": f"http://127.0.0.1:{port}/ui/oidc/callback",
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p),
             **(env or {})}
     return serving([str(QOSS), "serve", "--database-url", database_url], env=full, log=workdir / f"{name}.log",
-                   timeout=90)  # a loaded machine (the whole suite on two workers) starts it slowly
+                   timeout=90, port=port)  # a loaded machine (the whole suite on two workers) starts it slowly
 
 
 def oidc_sign_in(page: Page, base: str, user: OidcUser) -> None:
@@ -202,7 +204,7 @@ def oidc_sign_in(page: Page, base: str, user: OidcUser) -> None:
     page.on("request", _register_code)
     page.goto(f"{base}/ui")
     page.wait_for_url(re.compile(r".*/ui/login$"))
-    page.get_by_role("link", name="Sign in with Test IdP").click()
+    page.get_by_role("button", name="Sign in with Test IdP").click()
     page.wait_for_url(re.compile(r"^http://localhost:\d+/login/username"))
     page.get_by_label("Username:").fill(user.username)
     page.get_by_label("Password:").fill(user.password)

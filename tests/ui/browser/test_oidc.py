@@ -89,12 +89,12 @@ def test_an_admin_signs_in_with_the_provider_gets_the_mapped_scopes_and_signs_ou
     watched = Watched(page := context.new_page())
     _sign_in(page, console.base, ALICE)
     page.wait_for_url(re.compile(r".*/ui/tables$"))
-    expect(page.locator("form.who")).to_contain_text("Signed in as alice@example.test (admin)")
+    expect(page.locator("form.who")).to_contain_text("Signed in as oidc:alice@example.test (admin)")
     session_cookie(context)
     page.get_by_role("link", name="Audit").click()
     expect(page.get_by_role("heading", level=1)).to_have_text(re.compile("Audit"))
     assert console.rows("SELECT user_name, scopes, token_id FROM ui_sessions") == [
-        ("alice@example.test", '["admin"]', None)]
+        ("oidc:alice@example.test", '["admin"]', None)]
 
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(re.compile(r"^http://127\.0\.0\.1:\d+/ui/login$"))  # back from the provider's sign-out
@@ -104,8 +104,8 @@ def test_an_admin_signs_in_with_the_provider_gets_the_mapped_scopes_and_signs_ou
     no_trouble(watched)
 
     audit = console.rows("SELECT action, object, outcome, token_id, token_name, detail FROM audit_events "
-                         "WHERE token_name = 'alice@example.test' ORDER BY id")
-    assert [(a, o, s) for a, o, s, *_ in audit] == [("GET", "/ui/oidc/callback", 200), ("POST", "/ui/logout", 200)]
+                         "WHERE token_name = 'oidc:alice@example.test' ORDER BY id")
+    assert [(a, o, s) for a, o, s, *_ in audit] == [("POST", "/ui/oidc/callback", 200), ("POST", "/ui/logout", 200)]
     assert audit[0][3] is None and "subject u-alice" in str(audit[0][5])  # noqa: PT018
     assert "code=" not in str(console.rows("SELECT object, detail FROM audit_events"))
 
@@ -115,7 +115,7 @@ def test_a_read_only_mapping_sees_the_tunnels_and_not_the_audit_log(
     page = new_context().new_page()
     _sign_in(page, console.base, BOB)
     page.wait_for_url(re.compile(r".*/ui/tables$"))
-    expect(page.locator("form.who")).to_contain_text("Signed in as bob@example.test (tunnels:read)")
+    expect(page.locator("form.who")).to_contain_text("Signed in as oidc:bob@example.test (tunnels:read)")
     expect(page.get_by_role("link", name="Audit")).to_have_count(0)
     with page.expect_response(lambda r: "/ui/events" in r.url) as streamed:  # the tunnel list's live stream
         page.get_by_role("link", name="Tunnels").click()
@@ -131,9 +131,9 @@ def test_a_user_with_no_mapped_group_is_refused_and_no_session_is_made(
     before = console.rows("SELECT count(*) FROM ui_sessions")
     page = new_context().new_page()
     _sign_in(page, console.base, CAROL)
-    page.wait_for_url(re.compile(r".*/ui/oidc/callback\?.*"))
+    page.wait_for_url(re.compile(r".*/ui/oidc/callback$"))
     expect(page.get_by_role("heading", level=1)).to_have_text("Sign-in refused")
-    expect(page.locator("main")).to_contain_text("carol@example.test signed in at the identity provider, but no "
+    expect(page.locator("main")).to_contain_text("oidc:carol@example.test signed in at the identity provider, but no "
                                                  "qoss scope is mapped to them")
     assert console.rows("SELECT count(*) FROM ui_sessions") == before
     assert not [c for c in page.context.cookies() if c.get("name") == "qoss_session"]
@@ -151,7 +151,7 @@ def test_a_session_is_refused_once_its_group_is_no_longer_mapped(
         with _serve(provider, workdir, console.database_url, narrowed, "serve-narrowed") as (restarted, _):
             page.goto(f"{restarted}/ui/tables")  # the same browser, its cookie (cookies are not kept per port)
             page.wait_for_url(re.compile(r".*/ui/login$"))
-            assert len(console.rows("SELECT id_hash FROM ui_sessions WHERE user_name = 'alice@example.test'")) == 1
+            assert len(console.rows("SELECT id_hash FROM ui_sessions WHERE user_name = 'oidc:alice@example.test'")) == 1
             _sign_in(page, restarted, ALICE)  # and signing in again gives nothing now
             expect(page.locator("main")).to_contain_text("no qoss scope is mapped")
     finally:

@@ -19,13 +19,22 @@ from app.domain.oidc import (
     open_flow,
     parse_mapping,
 )
-from app.services.console_oidc import OidcSignIn, begin, finish
+from app.domain.ports import UnitOfWork
+from app.services.console_oidc import OidcSignIn, SignedIn, begin, open_session, verify
 from app.services.events import FollowerGone, StreamFollower, stream_scopes
 from app.services.ui_sessions import resolve
 from tests.fakes.uow import FakeUnitOfWork
 
 KEY = b"k" * 32
 REDIRECT = "https://qoss.example.test/ui/oidc/callback"
+BINDING = "b" * 43  # what the sign-in page's script keeps in the tab
+
+
+def finish(*, uow: UnitOfWork, config: OidcSignIn, key: bytes, cookie: str | None, answer: dict[str, str],
+           redirect_uri: str, binding: str = BINDING) -> SignedIn:
+    """The callback's two steps: the provider's answer checked (no database), then the session stored."""
+    user = verify(config=config, key=key, cookie=cookie, binding=binding, answer=answer, redirect_uri=redirect_uri)
+    return open_session(uow=uow, config=config, user=user)
 
 
 class _Provider:
@@ -67,8 +76,8 @@ def _config(provider: _Provider, mapping: str = '{"groups": {"ops": ["ratings:wr
 
 
 def _answer(config: OidcSignIn) -> tuple[str, dict[str, str]]:
-    cookie, _ = begin(config=config, key=KEY, redirect_uri=REDIRECT)
-    flow = open_flow(KEY, cookie, now=time.time())
+    cookie, _ = begin(config=config, key=KEY, binding=BINDING, redirect_uri=REDIRECT)
+    flow = open_flow(KEY, cookie, binding=BINDING, now=time.time())
     assert flow is not None
     return cookie, {"state": flow.state, "code": "code-1"}
 
@@ -79,7 +88,7 @@ def test_a_user_gets_a_session_with_exactly_the_mapped_scopes(uow: FakeUnitOfWor
     signed_in = finish(uow=uow, config=config, key=KEY, cookie=cookie, answer=answer, redirect_uri=REDIRECT)
     record, token = resolve(uow=uow, session_id=signed_in.session_id, mapping_hash=config.fingerprint)
     assert token is None
-    assert (record.scopes, record.user_name, record.subject) == ({"ratings:write"}, "a@example.test", "u-1")
+    assert (record.scopes, record.user_name, record.subject) == ({"ratings:write"}, "oidc:a@example.test", "u-1")
     assert record.expires_at - record.created_at <= timedelta(hours=1)  # the ID token's lifetime
 
 
@@ -98,7 +107,7 @@ def test_an_answer_not_of_this_browsers_sign_in_is_refused(uow: FakeUnitOfWork, 
     if wrong == "state":
         answer["state"] = "x" + answer["state"][1:]
     elif wrong == "cookie":
-        cookie, _ = begin(config=config, key=KEY, redirect_uri=REDIRECT)  # another sign-in of this browser
+        cookie, _ = begin(config=config, key=KEY, binding=BINDING, redirect_uri=REDIRECT)  # another of its sign-ins
         answer["state"] = "x"
     else:
         answer = {"error": "access_denied", "state": answer["state"]}
