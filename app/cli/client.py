@@ -2,8 +2,11 @@
 
 The service is chosen, most specific first, by ``QOSS_URL`` and ``QOSS_TOKEN`` (each on its own),
 then by a **context** of the configuration file: ``--context NAME`` (or ``QOSS_CONTEXT``), else
-the file's ``current-context``; with none of them, ``http://127.0.0.1:8000`` and no token. The
-file is ``QOSS_CONFIG``, else ``$XDG_CONFIG_HOME/qoss/config.yaml`` (``~/.config/qoss/``)::
+the file's ``current-context``; with none of them, ``http://127.0.0.1:8000`` and no token. A
+token is only ever sent to a service someone named (a flag, ``QOSS_URL`` or a context): a token
+with no URL named is refused before anything is sent, never taken to the default address. The
+file is ``QOSS_CONFIG`` (which must exist when named), else ``$XDG_CONFIG_HOME/qoss/config.yaml``
+(``~/.config/qoss/``)::
 
     current-context: prod
     contexts:
@@ -14,7 +17,7 @@ A file that holds a token itself is refused when anyone but its owner can read i
 refuses a private key); ``qoss context set`` writes it with mode 0600. Every change a command
 asks for goes through the API, so it is checked, audited under the token's name and published
 like any other client's. A refusal is one line on stderr (the service's error document, or why
-the service could not be reached) and exit status 2, never a traceback.
+the service could not be reached or is not qoss's API) and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import enum
 import json
 import os
 import re
+import ssl
 import stat
 import sys
 from collections.abc import Iterator, Mapping
@@ -33,8 +37,8 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-__all__ = ["DEFAULT_URL", "Format", "Output", "Service", "config_path", "connect", "load_config", "render",
-           "save_config", "show"]
+__all__ = ["DEFAULT_URL", "Format", "Output", "Service", "Target", "chosen", "config_path", "connect", "load_config",
+           "refuse", "render", "save_config", "show"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -64,14 +68,16 @@ def config_path() -> Path:
     return Path(base) / "qoss" / "config.yaml"
 
 
-def _refuse(message: str) -> NoReturn:
+def refuse(message: str) -> NoReturn:
+    """Stop the command: ``qoss: MESSAGE``, one line on stderr, exit status 2."""
     typer.echo(f"qoss: {message}", err=True)
     raise typer.Exit(2)
 
 
-def load_config(path: Path | None = None) -> dict[str, Any]:
+def load_config(path: Path | None = None, *, creating: bool = False) -> dict[str, Any]:
     """The configuration file's content (empty when there is none); a file that cannot be read,
-    is not a mapping of contexts, or holds a token others can read is refused in one line."""
+    is not a mapping of contexts, or holds a token others can read is refused in one line, and
+    so is a ``QOSS_CONFIG`` that names no file, unless the command is ``creating`` it."""
     import yaml
 
     path = path or config_path()
@@ -79,20 +85,23 @@ def load_config(path: Path | None = None) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
         mode = path.stat().st_mode
     except FileNotFoundError:
+        if os.environ.get("QOSS_CONFIG") and not creating:
+            refuse(f"QOSS_CONFIG names {path}, which does not exist: make it with 'qoss context set', or unset "
+                    "QOSS_CONFIG")
         return {"contexts": {}}
     except (OSError, UnicodeDecodeError) as exc:
-        _refuse(f"{path}: cannot read it ({exc.__class__.__name__})")
+        refuse(f"{path}: cannot read it ({exc.__class__.__name__})")
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError:
-        _refuse(f"{path}: not YAML")
+        refuse(f"{path}: not YAML")
     contexts = data.get("contexts") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(contexts or {}, dict) or not all(
             isinstance(c, dict) for c in (contexts or {}).values()):
-        _refuse(f"{path}: expected 'contexts:' mapping each name to its url and token-file (or token)")
+        refuse(f"{path}: expected 'contexts:' mapping each name to its url and token-file (or token)")
     data["contexts"] = contexts or {}
     if any("token" in c for c in data["contexts"].values()) and mode & (stat.S_IRWXG | stat.S_IRWXO):
-        _refuse(f"{path} holds a token and others can read it: chmod 600 {path}")
+        refuse(f"{path} holds a token and others can read it: chmod 600 {path}")
     return data
 
 
@@ -117,36 +126,70 @@ def save_config(data: Mapping[str, Any], path: Path | None = None) -> Path:
 @dataclass(frozen=True)
 class Target:
     """Which service a command talks to: ``url``, ``token`` (None: anonymous), ``verify`` (TLS:
-    True, or a CA file), and the context it came from (None: the environment or the default)."""
+    True, or the context trusting the CA file named), the context it came from (None: the
+    environment or the default), and who named the URL (``QOSS_URL``, a flag, ``context NAME``;
+    None: the default address)."""
 
     url: str
     token: str | None
-    verify: bool | str
+    verify: bool | ssl.SSLContext
     context: str | None
+    url_from: str | None = None
 
 
-def chosen(context: str | None = None) -> Target:
-    """The service the environment and configuration file choose (see the module's text)."""
+def chosen(context: str | None = None, *, url: str | None = None, url_flag: str = "--url") -> Target:
+    """The service the environment and configuration file choose (see the module's text);
+    ``url``: the one a command's flag (``url_flag``) names, before all others.
+
+    A token with no URL named, a CA file that cannot be read, or a URL that is not HTTP(S) is
+    refused in one line (exit 2) before anything is sent."""
     data = load_config()
     name = context or selected_context or os.environ.get("QOSS_CONTEXT") or data.get("current-context")
     entry: Mapping[str, Any] = {}
     if name:
         if name not in data["contexts"]:
             known = ", ".join(sorted(data["contexts"])) or "none"
-            _refuse(f"no context {name!r} in {config_path()} (known: {known}); add it with 'qoss context set'")
+            refuse(f"no context {name!r} in {config_path()} (known: {known}); add it with 'qoss context set'")
         entry = data["contexts"][name]
     token = os.environ.get("QOSS_TOKEN") or entry.get("token")
+    token_from = "QOSS_TOKEN" if os.environ.get("QOSS_TOKEN") else f"context {name}'s token"
     if not token and entry.get("token-file"):
         try:
             token = Path(str(entry["token-file"])).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            _refuse(f"context {name}: token-file {entry['token-file']}: cannot read it "
+            refuse(f"context {name}: token-file {entry['token-file']}: cannot read it "
                     f"({(exc.strerror or type(exc).__name__).lower()})")
-    url = str(os.environ.get("QOSS_URL") or entry.get("url") or DEFAULT_URL).rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        _refuse(f"{url}: the service's URL starts with http:// or https://")
-    ca = os.environ.get("QOSS_CA_FILE") or entry.get("ca-file")
-    return Target(url=url, token=str(token) if token else None, verify=str(ca) if ca else True, context=name)
+    named = [(url, url_flag), (os.environ.get("QOSS_URL"), "QOSS_URL"), (entry.get("url"), f"context {name}")]
+    given, url_from = next(((str(u), source) for u, source in named if u), (None, None))
+    if given is None and token:
+        refuse(f"a token is set ({token_from}) but no service is named: set QOSS_URL (e.g. {DEFAULT_URL}) or "
+                "choose a context ('qoss context use NAME'); a token is never sent to a default address")
+    target = str(given or DEFAULT_URL).rstrip("/")
+    if not target.startswith(("http://", "https://")):
+        refuse(f"{target}: the service's URL starts with http:// or https://")
+    verify: bool | ssl.SSLContext
+    if os.environ.get("QOSS_CA_FILE"):
+        verify = _trusting(os.environ["QOSS_CA_FILE"], "QOSS_CA_FILE")
+    elif entry.get("ca-file"):
+        verify = _trusting(str(entry["ca-file"]), f"context {name}'s ca-file")
+    else:
+        verify = True
+    return Target(url=target, token=str(token) if token else None, verify=verify, context=name,
+                  url_from=url_from)
+
+
+def _trusting(ca_file: str, named_by: str) -> ssl.SSLContext:
+    """A TLS context that trusts the CA certificates of ``ca_file`` (PEM); a file that is not
+    there, cannot be read or holds no certificate is refused in one line naming ``named_by``."""
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except FileNotFoundError:
+        refuse(f"{named_by} names {ca_file}, which does not exist")
+    except ssl.SSLError:
+        refuse(f"{named_by} names {ca_file}, which holds no PEM CA certificate")
+    except OSError as exc:
+        refuse(f"{named_by} names {ca_file}, which cannot be read "
+                f"({(exc.strerror or type(exc).__name__).lower()})")
 
 
 class Service:
@@ -177,26 +220,37 @@ class Service:
         return answer.text
 
     def send(self, method: str, path: str, **kw: Any) -> Any:
-        """One request, its answer as it came (a transport failure is refused in one line)."""
+        """One request, its answer as it came. A transport failure is refused in one line, and
+        so is an answer no qoss API gives (an HTML page, a redirect): the URL is not the API's."""
         import httpx
 
         try:
-            return self._http.request(method, path, **kw)
+            answer = self._http.request(method, path, **kw)
         except httpx.TimeoutException:
-            _refuse(f"{self.target.url} did not answer within {_TIMEOUT:g} s")
+            refuse(f"{self.target.url} did not answer within {_TIMEOUT:g} s")
         except httpx.TransportError as exc:
             why = str(exc).split("] ")[-1] or type(exc).__name__
-            _refuse(f"cannot reach qoss at {self.target.url} ({why}): start it ('qoss serve'), or choose the "
+            refuse(f"cannot reach qoss at {self.target.url} ({why}): start it ('qoss serve'), or choose the "
                     "service with QOSS_URL or 'qoss context use'")
+        kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind in ("text/html", "application/xhtml+xml") or answer.is_redirect:
+            what = "an HTML page" if not answer.is_redirect else f"a redirect (HTTP {answer.status_code})"
+            named = f" (named by {self.target.url_from})" if self.target.url_from else ""
+            refuse(f"{self.target.url}{named} is not qoss's API: {method} {path} answered {what}; name the "
+                    "service's address without a page's path (e.g. http://HOST:8000, not .../ui)")
+        return answer
 
-    def refused(self, answer: Any) -> NoReturn:
-        """Print the service's refusal, ``{"error": ..., "detail": ...}``, and exit 2."""
+    def refused(self, answer: Any, hints: Mapping[str, str] | None = None) -> NoReturn:
+        """Print the service's refusal, ``{"error": ..., "detail": ...}``, and exit 2; ``hints``:
+        a ``hint`` to add to an error of that name (what to do instead)."""
         try:
             body = answer.json()
         except ValueError:
             body = None
         if not isinstance(body, dict) or "error" not in body:
             body = {"error": f"HTTP {answer.status_code}", "detail": answer.text[:200] or answer.reason_phrase}
+        if hints and body.get("error") in hints:
+            body["hint"] = hints[body["error"]]
         if answer.status_code == 401 and not self.target.token:
             body["hint"] = "no token: set QOSS_TOKEN, or a context's token-file ('qoss context set')"
         detail = body.get("detail")

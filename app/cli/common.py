@@ -16,7 +16,8 @@ from app.cli.db import require_database, setup_database
 from app.cli.refusals import fail
 from app.domain.errors import InvalidInput, QossError
 
-__all__ = ["DbUrl", "Unit", "emit", "fail", "need_files", "prepared", "read_input", "settings_of"]
+__all__ = ["DbUrl", "Unit", "check_agent_config", "emit", "fail", "need_files", "prepared", "read_input",
+           "settings_of"]
 
 DbUrl = Annotated[str | None, typer.Option("--database-url", envvar="QOSS_DATABASE_URL", help="SQLAlchemy URL")]
 
@@ -35,6 +36,29 @@ def need_files(*paths: Path | str | None) -> None:
     for path in paths:
         if path is not None and str(path) != "-" and not Path(path).exists():
             fail(InvalidInput(f"{path}: no such file"))
+
+
+def check_agent_config(settings: Any) -> None:
+    """Refuse, before anything is served, an agent config (``QOSS_AGENT_CONFIG``) the service
+    could not start its roles with (a file that is not there or does not parse, a bad field,
+    keys that cannot be read): one line naming the variable and the file, exit status 2."""
+    if settings.agent_config is None:
+        return
+    from app.adapters.agent.crypto import CRYPTO, load_keys
+    from app.services.agent_config import load_server_config
+
+    try:
+        config = load_server_config(settings.agent_config)
+        load_keys(config.key_dir, config.id)
+        parties = {**(config.host.targets if config.host else {}), **(config.target.hosts if config.target else {})}
+        for party in parties.values():
+            party.keys(config.base_dir, CRYPTO)
+    except QossError as exc:
+        why = " ".join(exc.message.split())
+        path = str(settings.agent_config)
+        named = "QOSS_AGENT_CONFIG" if path in why else f"QOSS_AGENT_CONFIG={path}"
+        typer.echo(f"qoss: {named}: {why}", err=True)
+        raise typer.Exit(2) from None
 
 
 @contextlib.contextmanager

@@ -59,7 +59,7 @@ def context_set(
         entry["token"] = token
     if ca_file is not None:
         entry["ca-file"] = str(ca_file.resolve())
-    data = load_config()
+    data = load_config(creating=True)
     data["contexts"][name] = entry
     if use or not data.get("current-context"):
         data["current-context"] = name

@@ -20,12 +20,15 @@ def events(
     """Print each event as one JSON line as it happens; reconnect and resume where it stopped."""
     import httpx
 
-    from app.cli.client import chosen
+    from app.cli.client import chosen, refuse
 
-    target = chosen()
-    url, token = url or target.url, token or target.token
+    target = chosen(url=url)
+    url, token = target.url, token or target.token
     if not token:
         raise typer.BadParameter("give an API token with --token, QOSS_TOKEN or a context (qoss context set)")
+    if target.url_from is None:  # a token goes only to a service someone named
+        refuse("a token is set (--token) but no service is named: give --url, set QOSS_URL or choose a context "
+               "('qoss context use NAME'); a token is never sent to a default address")
     headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
     last, seen, wait = after, 0, 1.0
     while True:

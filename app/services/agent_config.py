@@ -201,8 +201,14 @@ class _HostRef(_Config):
 def _load(path: Path) -> tuple[dict[str, Any], Path]:
     try:
         raw = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidInput(f"cannot read agent config {path}: {exc}") from exc
+    except OSError as exc:
+        raise InvalidInput(f"cannot read agent config {path}: {(exc.strerror or type(exc).__name__).lower()}") from exc
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"agent config {path} is not UTF-8 text") from exc
+    except yaml.YAMLError as exc:  # its own text runs over several lines: where it failed, in one
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise InvalidInput(f"agent config {path} is not YAML{where}") from exc
     if not isinstance(raw, dict):
         raise InvalidInput(f"agent config {path} must be a mapping")
     return raw, path.parent

@@ -1,8 +1,8 @@
 """A real ``qoss serve`` for the commands that go through the API, and those commands run
 in-process (``CliRunner``: the same group and exit path as the ``qoss`` script) against it.
 
-The configuration file is pointed at a path of the test's own (``QOSS_CONFIG``), so a developer's
-``~/.config/qoss`` never takes part."""
+The configuration file's directory is one of the test's own (``XDG_CONFIG_HOME``), so a
+developer's ``~/.config/qoss`` never takes part."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ class Service:
         """``qoss ARGS`` through this service with ``token`` (default: the admin's; "" for none)."""
         chosen = self.admin if token is None else token
         environment = {"QOSS_URL": self.base, "QOSS_TOKEN": chosen or None,
-                       "QOSS_CONFIG": str(self.where / "config.yaml"), "QOSS_CONTEXT": None, **(env or {})}
+                       "QOSS_CONFIG": None, "XDG_CONFIG_HOME": str(self.where / "config"), "QOSS_CONTEXT": None,
+                       **(env or {})}
         return CliRunner().invoke(app, list(args), input=stdin, env=environment)
 
 

@@ -272,7 +272,7 @@ def test_an_admin_elsewhere_edits_through_the_service_from_a_directory_with_no_d
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("QOSS_")}
-    env.update(QOSS_URL=service.base, QOSS_TOKEN=token, QOSS_CONFIG=str(empty / "none.yaml"))
+    env.update(QOSS_URL=service.base, QOSS_TOKEN=token, XDG_CONFIG_HOME=str(empty / "config"))
     done = subprocess.run([sys.executable, "-m", "app.cli", "ratings", "edit", "far-away", "3des",
                            "--confidentiality", "2", "--reason", "Sweet32"],
                           cwd=empty, env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},

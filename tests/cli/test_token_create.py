@@ -16,7 +16,7 @@ from app.cli.main import app
 
 def qoss(*args: str, db: Path) -> Result:
     return CliRunner().invoke(app, list(args), env={"QOSS_DATABASE_URL": f"sqlite:///{db}", "QOSS_TOKEN": None,
-                                                     "QOSS_CONFIG": str(db.parent / "none.yaml")})
+                                                     "QOSS_CONFIG": None, "XDG_CONFIG_HOME": str(db.parent / "config")})
 
 
 def _refused(db: Path, *args: str) -> str:
