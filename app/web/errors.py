@@ -59,7 +59,11 @@ def error_body(error: str, detail: Any) -> dict[str, Any]:
 
 def qoss_error_parts(exc: e.QossError) -> tuple[int, dict[str, Any], dict[str, str], str]:
     """A domain error as (status, body, headers, audit detail): one mapping for the handler below
-    and the agent's fast path (:mod:`app.api.agent_fast`)."""
+    and the agent's fast path (:mod:`app.api.agent_fast`). A gateway's failure is logged with its
+    whole message (the socket, strongSwan's words): the operator's log has what a page may keep
+    from its user."""
+    if isinstance(exc, e.GatewayError):
+        log.warning("%s (%d): %s", type(exc).__name__, status_for(exc), exc.message)
     headers = {}
     if isinstance(exc, e.StaleRevision):
         headers["ETag"] = f'"{exc.current}"'

@@ -412,6 +412,18 @@
     };
   }
 
+  /** What the user is told when Host or the gateway behind it failed (a 5xx): what happened and what to
+   * do, never the answer's detail (it names Host's own machinery, a socket path or strongSwan's
+   * words, for the operator: their log has it), with the request's reference to quote. */
+  function serverTrouble(status, reference) {
+    const quote = reference ? ` and quote the reference ${reference}` : "";
+    const what = status === 503
+      ? "Host cannot set up your connection right now: the VPN gateway behind it is not answering."
+      : "Host could not set up your connection: the VPN gateway behind it refused or failed.";
+    return `${what} Nothing was set up and your keys stayed on this device. Try again in a few minutes; ` +
+      `if it keeps failing, tell Host's administrator${quote}.`;
+  }
+
   /** POST a sealed message to Host: the answer's ``message``, or an error with what Host said. */
   async function post(path, wire) {
     let answer;
@@ -438,6 +450,10 @@
     }
     if (answer.status === 429) throw new Error(`Too many requests: ${detail || "try again in a minute"}.`);
     if (answer.status === 409) throw new Error(`No suite fits: ${detail}`);
+    if (answer.status >= 500) {
+      const reference = (answer.headers.get("X-Request-ID") || "").replace(/[^A-Za-z0-9._-]/g, "").slice(0, 64);
+      throw new Error(serverTrouble(answer.status, reference));
+    }
     throw new Error(`Host answered ${answer.status}${detail ? ": " + detail : ""}.`);
   }
 
