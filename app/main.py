@@ -246,7 +246,7 @@ class _GuardAndAudit:
                 request.state.error_name = "InternalError"
                 _audit(request, 500)
                 raise
-        if not recorded and (request.method not in _SAFE or status in _REFUSED):
+        if not recorded and (request.method not in _SAFE or status in _REFUSED or _audited_read(request)):
             _audit(request, status)
 
 
@@ -258,13 +258,20 @@ async def _record_change(request: Request, status: int) -> bool:
     pending: PendingRecord | None = getattr(request.state, "audit", None)
     if pending is not None and pending.committed is not None:
         return bool(pending.committed["outcome"] == status)  # else a later failure: queued as well
-    if request.method in _SAFE or not 200 <= status < 300 or (request.method, request.url.path) in _COMPUTES:
+    if (request.method in _SAFE and not _audited_read(request)) or not 200 <= status < 300 \
+            or (request.method, request.url.path) in _COMPUTES:
         return False
     parts = runtime_of(request.app)
     if parts is None:
         return False
     await in_worker_thread(parts.auditor.write, audit_fields(request, status))
     return True
+
+
+def _audited_read(request: Request) -> bool:
+    """Whether a route asked for its read to be recorded like a change (``request.state.audit_read``:
+    a one-time link's download spends the link), a failure counted like any refusal."""
+    return bool(getattr(request.state, "audit_read", False))
 
 
 def _audit(request: Request, outcome: int) -> None:
@@ -278,7 +285,10 @@ def _audit(request: Request, outcome: int) -> None:
         return
     fields = audit_fields(request, outcome)
     if _is_refusal(request.scope, outcome, fields):
-        parts.auditor.refused(fields, route=parts.request_timer.labels.label(request.scope))
+        route = parts.request_timer.labels.label(request.scope)
+        if is_message_request(request.scope):  # as the agent's fast path counts them
+            route = agent.refusal_kind(route, fields["detail"])
+        parts.auditor.refused(fields, route=route)
     else:
         parts.auditor.record(**fields)
 

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.exc import OperationalError
 from starlette.types import Receive, Scope, Send
 
-from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message, refused_in_bulk
+from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message, refusal_kind, refused_in_bulk
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
 from app.services.agent_target import Outcome
@@ -122,7 +122,8 @@ async def serve_message(
     if status == 200:
         return
     if refused_in_bulk(status):
-        auditor.refused(record(status, detail), route=state.request_timer.labels.label(scope))
+        fields = record(status, detail)
+        auditor.refused(fields, route=refusal_kind(state.request_timer.labels.label(scope), fields["detail"]))
     else:
         auditor.record(**record(status, detail))
 

@@ -8,9 +8,10 @@ and holds ``tunnels:write`` (or ``admin``), and (a POST) whose body is a valid t
 within the size limit, is answered here by
 the route's own work (:func:`app.api.routes.tunnels.set_up`, ``take_down``), with the same
 statuses, error documents, ``x-request-id``, ``Idempotent-Replayed`` and audit record as the
-full stack gives. Anything else (no or an unchecked token, a body the model refuses, an
-``Idempotency-Key`` of the wrong form, no Content-Length) goes to the full stack, its body
-replayed, so refusals and validation errors have one implementation.
+full stack gives. Anything else (no or an unchecked token, a ``Content-Type`` FastAPI does not
+read as JSON, a body the model refuses, an ``Idempotency-Key`` of the wrong form, no
+Content-Length) goes to the full stack, its body replayed, so refusals and validation errors
+have one implementation.
 
 On only with ``fast_paths`` (``QOSS_FAST_PATHS``); ``tests/api/test_tunnels_fast_path.py`` sends
 each case through both and compares what a client and the audit log see.
@@ -32,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 from app.api.routes.tunnels import set_up, take_down
 from app.domain.errors import QossError
 from app.settings import Settings
-from app.web.body import loads, replay
+from app.web.body import is_json_media_type, loads, replay
 from app.web.deps import Principal, fast_token
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id
@@ -105,7 +106,8 @@ async def serve_tunnel(state: Runtime, scope: Scope, receive: Receive, send: Sen
     body: TunnelIn | None = None
     if scope["method"] == "POST":
         length = headers.get("content-length", "")
-        if not length.isdigit() or int(length) > settings.max_body_bytes:
+        if not length.isdigit() or int(length) > settings.max_body_bytes \
+                or not is_json_media_type(headers.get("content-type")):
             await full(scope, receive, send)
             return
         raw = await _body(receive)

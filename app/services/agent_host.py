@@ -32,13 +32,13 @@ from app.domain.agent import (
     b64e,
     check_fresh,
 )
-from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post
+from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
 from app.domain.errors import InvalidInput, QossError
 from app.services.agent_config import AgentConfig, HostRole
 from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_timing import Steps
 
-__all__ = ["Admit", "HostAgent"]
+__all__ = ["Admit", "HostAgent", "link_id"]
 
 #: user id -> None; raises to refuse (the per-user rate limit).
 Admit = Callable[[str], None]
@@ -46,6 +46,12 @@ Admit = Callable[[str], None]
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def link_id(token: str) -> str:
+    """What the audit log names a one-time link by: the first 12 hex digits of its secret's SHA-256
+    (the secret itself is never written anywhere)."""
+    return _digest(token)[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +127,19 @@ class HostAgent:
                              expires_at=datetime.fromtimestamp(now + handoff.ttl, UTC))
             uow.commit()
         return Outcome(answer=f"/v1/agent/handoffs/{token}".encode("ascii"),
-                       audit=f"handoff user={handoff.user_id} profile={handoff.profile_name} ttl={handoff.ttl}")
+                       audit=f"handoff user={handoff.user_id} profile={handoff.profile_name} ttl={handoff.ttl} "
+                             f"link={link_id(token)}")
 
-    def take_handoff(self, token: str) -> tuple[str, str, bytes] | None:
-        """The profile behind a link, once: (file name, media type, bytes); None if unknown, used or expired."""
+    def take_handoff(self, token: str) -> WaitingHandoff | None:
+        """The profile behind a link, once; None if the link is unknown, used or expired, or its user
+        was revoked since (revoking a user forgets their profiles; one left behind is spent unread)."""
         if not 20 <= len(token) <= 64:
             return None
         with self._store.unit() as uow:
             found = uow.handoffs.take(_digest(token), datetime.fromtimestamp(self._clock(), UTC))
+            user = uow.users.find(found.user_id) if found is not None else None
             uow.commit()
-        return found
+        return found if user is not None and not user.revoked else None
 
     # -- users -------------------------------------------------------------------------
 
@@ -159,7 +168,8 @@ class HostAgent:
                     for u, created, revoked in uow.users.all()]
 
     def revoke(self, user_id: str) -> dict[str, Any]:
-        """Revoke a user and tell every target to take their tunnels down.
+        """Revoke a user, forget the profiles they left for one-time links, and tell every target to
+        take their tunnels down.
 
         Calling it again for a revoked user tells the targets again (for one that was down).
 
@@ -169,6 +179,7 @@ class HostAgent:
         with self._store.unit() as uow:
             uow.users.revoke(user_id)
             user = uow.users.find(user_id)
+            uow.handoffs.forget_user(user_id)  # a link made before cannot hand their profile to anyone
             uow.commit()
         assert user is not None  # revoke raised NotFound otherwise
         results: dict[str, str] = {}

@@ -20,6 +20,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import Scope
 
+from app.web.log_redaction import REDACTED
+
 __all__ = ["TrustedProxies", "audit_fields", "client_request_id", "new_request_id"]
 
 _TOKEN = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -137,6 +139,15 @@ class TrustedProxies:
         return last if last in ("http", "https") else None
 
 
+#: The one path whose last segment is a secret: a device profile's one-time download link.
+_LINK_PATH = "/v1/agent/handoffs/"
+
+
+def _object(path: str) -> str:
+    """The path a record names, without the secret of a one-time link (whatever its form)."""
+    return _LINK_PATH + REDACTED if path.startswith(_LINK_PATH) else path
+
+
 def audit_fields(request: Request, outcome: int) -> dict[str, Any]:
     """The audit record of one request: ids, who, what, the outcome (never a body or a secret)."""
     state: Mapping[str, Any] = request.scope.get("state", {})
@@ -149,7 +160,7 @@ def audit_fields(request: Request, outcome: int) -> dict[str, Any]:
         "scopes": sorted(principal.scopes) if principal else [],
         "source": (request.client.host if request.client else "")[:64],
         "action": request.method[:16],
-        "object": request.url.path[:300],
+        "object": _object(request.url.path)[:300],
         "outcome": outcome,
         "detail": str(state.get("audit_detail", "") or state.get("error_name", ""))[:200],
     }

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
-from app.domain.agent.ports import AgentSession, RevocationRecord, UserListing
+from app.domain.agent.ports import AgentSession, RevocationRecord, UserListing, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = ["FakeAgentRequest", "FakeAgentStore", "FakeAgentUnitOfWork"]
@@ -37,8 +37,8 @@ class _State:
     leases: dict[str, str] = field(default_factory=dict)
     #: (user id, signing key in base64url) -> record
     revocations: dict[tuple[str, str], RevocationRecord] = field(default_factory=dict)
-    #: digest -> (name, media type, profile, expiry)
-    handoffs: dict[str, tuple[str, str, bytes, datetime]] = field(default_factory=dict)
+    #: digest -> (the profile, its expiry)
+    handoffs: dict[str, tuple[WaitingHandoff, datetime]] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(dict(self.users), dict(self.nonces), dict(self.sessions), dict(self.leases),
@@ -217,15 +217,22 @@ class _Handoffs:
 
     def add(self, *, digest: str, user_id: str, profile_name: str, media_type: str, profile: bytes,
             expires_at: datetime) -> None:
-        self._tx.state.handoffs[digest] = (profile_name, media_type, profile, expires_at)
+        self._tx.state.handoffs[digest] = (WaitingHandoff(user_id, profile_name, media_type, profile), expires_at)
 
-    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
+    def take(self, digest: str, now: datetime) -> WaitingHandoff | None:
         found = self._tx.state.handoffs.pop(digest, None)
-        return None if found is None or found[3] <= now else found[:3]
+        return None if found is None or found[1] <= now else found[0]
+
+    def forget_user(self, user_id: str) -> int:
+        handoffs = self._tx.state.handoffs
+        gone = [d for d, h in handoffs.items() if h[0].user_id == user_id]
+        for d in gone:
+            del handoffs[d]
+        return len(gone)
 
     def purge(self, now: datetime) -> int:
         handoffs = self._tx.state.handoffs
-        gone = [d for d, h in handoffs.items() if h[3] <= now]
+        gone = [d for d, h in handoffs.items() if h[1] <= now]
         for d in gone:
             del handoffs[d]
         return len(gone)

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
-from app.domain.agent.ports import AgentSession, RevocationRecord
+from app.domain.agent.ports import AgentSession, RevocationRecord, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = [
@@ -350,12 +350,17 @@ class HandoffRepository:
                                          media_type=media_type, profile=profile, expires_at=expires_at))
         self.session.flush()
 
-    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
+    def take(self, digest: str, now: datetime) -> WaitingHandoff | None:
         """Delete and return it in one statement: two fetches of one link never both get it."""
         row = self.session.execute(
             delete(AgentHandoffRow).where(AgentHandoffRow.digest == digest, AgentHandoffRow.expires_at > now)
-            .returning(AgentHandoffRow.profile_name, AgentHandoffRow.media_type, AgentHandoffRow.profile)).first()
-        return None if row is None else (row[0], row[1], bytes(row[2]))
+            .returning(AgentHandoffRow.user_id, AgentHandoffRow.profile_name, AgentHandoffRow.media_type,
+                       AgentHandoffRow.profile)).first()
+        return None if row is None else WaitingHandoff(row[0], row[1], row[2], bytes(row[3]))
+
+    def forget_user(self, user_id: str) -> int:
+        result = self.session.execute(delete(AgentHandoffRow).where(AgentHandoffRow.user_id == user_id))
+        return int(getattr(result, "rowcount", 0) or 0)
 
     def purge(self, now: datetime) -> int:
         result = self.session.execute(delete(AgentHandoffRow).where(AgentHandoffRow.expires_at <= now))

@@ -10,24 +10,26 @@ Every rejection is the same 403 with the same text; the audit log records the re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 
 from app.domain.agent import AgentSessionState
+from app.domain.agent.ports import WaitingHandoff
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.ports import error_label
 from app.domain.ratelimit import RateLimited
-from app.services.agent_host import HostAgent
+from app.services.agent_host import HostAgent, link_id
 from app.services.agent_target import Outcome, TargetAgent
 from app.web.deps import UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
 from app.web.runtime import Runtime, runtime
 from app.web.schemas import EnrollIn, MessageIn, MessageOut, error_responses
 
-__all__ = ["MESSAGE_PATHS", "answer_body", "handle_message", "refused_in_bulk", "router"]
+__all__ = ["MESSAGE_PATHS", "answer_body", "handle_message", "refusal_kind", "refused_in_bulk", "router"]
 
 router = APIRouter(tags=["agent"], route_class=QossRoute)
 
@@ -129,10 +131,29 @@ def refused_in_bulk(status: int) -> bool:
     but 409 (which only a verified user's request gets: nothing met its minimums).
 
     Such refusals are counted with those of their kind from their source, one audit entry
-    per window (:meth:`app.adapters.db.audit.Auditor.refused`), on the fast path as on the
-    full stack; an answered message, a 409 and a 5xx each have an entry of their own.
+    per window (:meth:`app.adapters.db.audit.Auditor.refused`, under :func:`refusal_kind`),
+    on the fast path as on the full stack; an answered message, a 409 and a 5xx each have an
+    entry of their own.
     """
     return 400 <= status < 500 and status != 409
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*:?")
+
+
+def refusal_kind(route: str, detail: str) -> str:
+    """What a refusal of an agent message is counted under, beside its source, outcome and method:
+    its route and the kind of its reason, the first words of its audit detail up to the first
+    that is not a plain word (``AgentRejected: unknown user``, ``AgentRejected: replayed request``,
+    ``rate limited:``, ``NotFound``). A flood of one reason is one entry per window; each other
+    reason from that source still has its first entry of its own. The words are the code's, not
+    the sender's, so the kinds are few."""
+    words: list[str] = []
+    for word in detail.split(" ", 3)[:3]:
+        if not _WORD.fullmatch(word):
+            break
+        words.append(word)
+    return f"{route} {' '.join(words)}"
 
 
 def _recorded(outcome: Outcome, record: Callable[[Outcome], None] | None) -> Outcome:
@@ -208,19 +229,38 @@ async def client_handoff(request: Request) -> Response:
     return Response(answer_body(outcome), media_type="application/json")
 
 
-@router.get("/agent/handoffs/{token}", response_model=None, responses=error_responses(404),
+#: What a profile is served with besides its media type: a download, never a page of the API's origin.
+_PROFILE_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
+                    "Content-Security-Policy": "default-src 'none'; sandbox", "Referrer-Policy": "no-referrer"}
+
+
+@router.get("/agent/handoffs/{token}", response_model=None, responses=error_responses(404, 429),
             response_class=Response)
-async def fetch_handoff(token: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{20,64}$")], request: Request) -> Response:
+async def fetch_handoff(token: str, request: Request) -> Response:
     """Host: a device's profile, once, from the link its user made (no token: the link is the secret).
-    404 for a link unknown, used or expired."""
-    host = _host(runtime(request))
-    found = await in_worker_thread(host.take_handoff, token)
+
+    404 for a link unknown, used, expired or made by a user revoked since; a link's failed fetches
+    count as failed authentications of their address (429 once it has failed too often). Every
+    fetch is audited, named by :func:`~app.services.agent_host.link_id`, never by its secret.
+    """
+    request.state.audit_read = True  # a fetch spends the link: recorded like a change
+    parts = runtime(request)
+    source = request.client.host if request.client else ""
+
+    def take() -> WaitingHandoff | None:
+        parts.auth_failures.check(source)  # before anything else
+        found = parts.agent_host.take_handoff(token) if parts.agent_host is not None else None
+        if found is None:
+            parts.auth_failures.failed(source)
+        return found
+    found = await in_worker_thread(take)
     if found is None:
+        _host(parts)
         raise NotFound("no such link (unknown, used or expired)")
-    name, media_type, profile = found
-    request.state.audit_detail = f"handoff fetched: {name}"
-    return Response(profile, media_type=media_type, headers={
-        "Content-Disposition": f'attachment; filename="{name}"', "Cache-Control": "no-store"})
+    request.state.audit_detail = (f"handoff fetched: user={found.user_id} profile={found.profile_name} "
+                                  f"link={link_id(token)}")
+    return Response(found.profile, media_type=found.media_type, headers={
+        "Content-Disposition": f'attachment; filename="{found.profile_name}"', **_PROFILE_HEADERS})
 
 
 @router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],

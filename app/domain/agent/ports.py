@@ -49,6 +49,7 @@ __all__ = [
     "RevocationRecord",
     "RevocationStore",
     "UserListing",
+    "WaitingHandoff",
 ]
 
 
@@ -85,6 +86,16 @@ class AgentSession:
     provenance: dict[str, Any] | None = None
     #: A device enrolment: the platform whose VPN client holds its profile (None: a client's session).
     platform: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingHandoff:
+    """A device's profile waiting at Host for its one-time download, and the user who left it."""
+
+    user_id: str
+    profile_name: str
+    media_type: str
+    profile: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +199,12 @@ class HandoffStore(Protocol):
     def add(self, *, digest: str, user_id: str, profile_name: str, media_type: str, profile: bytes,
             expires_at: datetime) -> None: ...
 
-    def take(self, digest: str, now: datetime) -> tuple[str, str, bytes] | None:
-        """Remove and return (name, media type, profile) if it is there and not expired."""
+    def take(self, digest: str, now: datetime) -> WaitingHandoff | None:
+        """Remove and return it if it is there and not expired."""
+        ...
+
+    def forget_user(self, user_id: str) -> int:
+        """Forget every profile this user left (they were revoked); how many."""
         ...
 
     def purge(self, now: datetime) -> int:

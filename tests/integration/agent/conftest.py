@@ -153,6 +153,8 @@ def running_agent(lab: Lab, dir: Path, config: Path, *, host: str = "127.0.0.1",
 def agent_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentEnv]:
     with temporary_lab("ag") as lab:
         dir = tmp_path_factory.mktemp("agent")
+        # A refusal window too short to hold two requests: each attack's refusal is recorded on its
+        # own, with its reason (a flood's count: tests/api/test_agent_audit_flood.py).
         with running_agent(lab, dir, server_config(dir, lab), agent_rate=1000.0, agent_burst=1000,
-                           agent_user_rate=1000.0, agent_user_burst=1000) as env:
+                           agent_user_rate=1000.0, agent_user_burst=1000, audit_refusal_window=1e-6) as env:
             yield env

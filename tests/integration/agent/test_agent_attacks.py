@@ -13,6 +13,7 @@ import pytest
 
 from app.adapters.agent.crypto import CRYPTO, seal
 from app.adapters.agent.transport import post_message
+from app.adapters.db.refusals import more_refusals
 from app.domain.agent import AgentRejected, ClientRequest, Kind, RequestInfo
 from app.services.agent_client import AgentClient
 from app.services.agent_host import HostAgent
@@ -86,8 +87,16 @@ def test_fifty_concurrent_copies_exactly_one_accepted(agent_env: AgentEnv, alice
     sessions = httpx.get(f"{agent_env.url}/v1/agent/sessions", headers=agent_env.admin,
                          params={"state": "active"}, timeout=10).json()
     assert len([s for s in sessions if s["user_id"] == "alice2"]) == 1
-    details = [a["detail"] for a in last_audit(agent_env, 50)]
-    assert sum(d.startswith("AgentRejected: replayed request") for d in details) == 49
+    # Two refusals of a kind within the refusal window are one entry and a count: the count is
+    # written once the window has closed (at the audit writer's next pass).
+    deadline = time.monotonic() + 10
+    while True:
+        details = [a["detail"] for a in last_audit(agent_env, 50)]
+        replays = sum(more_refusals(d) or 1 for d in details if "AgentRejected: replayed request" in d)
+        if replays >= 49 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert replays == 49, details
     assert sum(d.startswith("relayed connect user=alice2") for d in details) == 1
     close(alice, agent_env, winner.json()["message"].encode(), request)
 

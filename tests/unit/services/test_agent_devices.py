@@ -27,6 +27,7 @@ from app.domain.agent import (
     SessionStatus,
     agent_conn_name,
 )
+from app.domain.agent.ports import WaitingHandoff
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
 from app.services.agent_target_sessions import RECONCILE_GRACE
@@ -223,8 +224,8 @@ def test_a_profile_handed_off_is_fetched_once_before_it_expires(roles: Roles, tm
     link = roles.client.handoff(report, ttl=60)
     token = link.rsplit("/", 1)[1]
     profile = Path(report["profile"]).read_bytes()
-    assert roles.host.take_handoff(token) == (Path(report["profile"]).name, "application/x-apple-aspen-config",
-                                              profile)
+    assert roles.host.take_handoff(token) == WaitingHandoff(roles.client.config.user, Path(report["profile"]).name,
+                                                            "application/x-apple-aspen-config", profile)
     assert roles.host.take_handoff(token) is None  # once
     with pytest.raises(AgentRejected):
         roles.host.handoff(posted[0])  # a replay
