@@ -4,7 +4,8 @@
     ├── InvalidInput (ValueError)                 -> 422
     │   ├── UnknownAlgorithm (KeyError)
     │   ├── InvalidRatingTable
-    │   └── InvalidPolicy
+    │   ├── InvalidPolicy
+    │   └── UnsupportedMediaType                  -> 415
     ├── NotFound (LookupError)                    -> 404
     ├── Conflict                                  -> 409
     │   ├── AlreadyExists
@@ -45,6 +46,7 @@ __all__ = [
     "TunnelVerificationFailed",
     "UnknownAlgorithm",
     "UnmetRequirement",
+    "UnsupportedMediaType",
     "UnsupportedProtection",
 ]
 
@@ -87,6 +89,10 @@ class InvalidRatingTable(InvalidInput):
 
 class InvalidPolicy(InvalidInput):
     """A policy whose content is not valid."""
+
+
+class UnsupportedMediaType(InvalidInput):
+    """Content of a media type this service does not take (a device profile's handoff)."""
 
 
 class NotFound(QossError, LookupError):

@@ -33,15 +33,23 @@ from app.domain.agent import (
     check_fresh,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
-from app.domain.errors import InvalidInput, QossError
+from app.domain.errors import InvalidInput, QossError, UnsupportedMediaType
 from app.services.agent_config import AgentConfig, HostRole
 from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_timing import Steps
 
-__all__ = ["Admit", "HostAgent", "link_id"]
+__all__ = ["HANDOFF_MAX_TTL", "HANDOFF_TYPES", "Admit", "HostAgent", "link_id"]
 
 #: user id -> None; raises to refuse (the per-user rate limit).
 Admit = Callable[[str], None]
+
+#: The profiles Host keeps for a one-time link, by media type, and the file name's ending each
+#: has: those that hold everything a phone needs (``app.adapters.agent.profiles``: Android's
+#: strongSwan app, Apple's Settings).
+HANDOFF_TYPES = {"application/vnd.strongswan.profile": ".sswan", "application/x-apple-aspen-config": ".mobileconfig"}
+
+#: The longest a one-time link lives, in seconds.
+HANDOFF_MAX_TTL = 600
 
 
 def _digest(token: str) -> str:
@@ -96,13 +104,21 @@ class HostAgent:
 
     # -- a device's profile, handed to the phone -------------------------------------------
 
-    def handoff(self, data: bytes) -> Outcome:
+    def handoff(self, data: bytes, *, admit: Admit | None = None) -> Outcome:
         """Keep an enrolled user's device profile for one download from a link (for a phone to scan):
         the answer is the link's path (``/v1/agent/handoffs/<secret>``). Host keeps only the
         secret's SHA-256; the profile's PKCS#12 is encrypted under a passphrase Host never sees.
 
+        Args:
+            data: the client's wire message.
+            admit: called with the user id once the handoff is genuine, fresh and not a replay
+                (the per-user rate limit); whatever it raises refuses it, its nonce unspent.
+
         Raises:
             AgentRejected: not an enrolled, unrevoked user's genuine, fresh, unreplayed handoff.
+            UnsupportedMediaType: not a profile of :data:`HANDOFF_TYPES` (or its file name's
+                ending is not that type's).
+            InvalidInput: a link asked to live longer than :data:`HANDOFF_MAX_TTL`.
         """
         now = self._clock()
         _, body, tag = self.keys.open_sealed(data, kinds=[Kind.HANDOFF])
@@ -119,6 +135,14 @@ class HostAgent:
             if not transaction.claim_nonce("host", f"handoff:{user.user_id}", handoff.nonce,
                                            datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
                 raise AgentRejected("replayed handoff")
+            ending = HANDOFF_TYPES.get(handoff.media_type)
+            if ending is None or not handoff.profile_name.endswith(ending):
+                raise UnsupportedMediaType(
+                    f"a one-time link hands out only {' or '.join(f'{t} ({e})' for t, e in HANDOFF_TYPES.items())}")
+            if handoff.ttl > HANDOFF_MAX_TTL:
+                raise InvalidInput(f"a one-time link lives at most {HANDOFF_MAX_TTL} s")
+            if admit is not None:
+                admit(user.user_id)
             transaction.commit()
         with self._store.unit() as uow:
             uow.handoffs.purge(datetime.fromtimestamp(now, UTC))

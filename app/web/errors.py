@@ -36,6 +36,7 @@ STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (e.AlreadyExists, 409),
     (e.Conflict, 409),
     (e.NotFound, 404),
+    (e.UnsupportedMediaType, 415),
     (e.InvalidInput, 422),
     (e.GatewayUnreachable, 503),
     (e.GatewayRejected, 502),

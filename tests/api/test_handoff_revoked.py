@@ -177,3 +177,53 @@ async def test_300_guessed_links_from_one_address_are_held_back_and_counted(
     recorded = everything_recorded(settings.database_url)
     assert not any(g in recorded for g in guesses[:300])
     assert intact
+
+
+@pytest.mark.parametrize(("media_type", "name"), [
+    ("text/html", "hq.html"),
+    ("text/html; charset=utf-8", "hq.sswan"),
+    ("text/plain; charset=utf-8", "hq.conf"),
+    ("application/octet-stream", "hq.sswan"),
+    (SSWAN, "hq.html"),  # the type Host keeps, under a name that is not its
+    ("application/x-apple-aspen-config", "hq.sswan"),
+])
+async def test_only_the_profiles_qoss_issues_are_kept_for_a_link(
+        roles: Roles, media_type: str, name: str) -> None:
+    c, server, settings = roles
+    frank = await enroll(c, "frank")
+    r = await c.post("/v1/agent/handoffs", json=sealed_handoff(frank, server, media_type=media_type, name=name))
+    assert (r.status_code, r.json()["error"]) == (415, "UnsupportedMediaType"), r.text
+    assert waiting(settings.database_url) == 0
+    apple = await c.post("/v1/agent/handoffs", json=sealed_handoff(
+        frank, server, media_type="application/x-apple-aspen-config", name="hq.mobileconfig"))
+    assert apple.status_code == 200, apple.text
+
+
+async def test_a_link_lives_ten_minutes_at_most(roles: Roles) -> None:
+    c, server, settings = roles
+    grace = await enroll(c, "grace")
+    r = await c.post("/v1/agent/handoffs", json=sealed_handoff(grace, server, ttl=601))
+    assert (r.status_code, r.json()["error"]) == (422, "InvalidInput"), r.text
+    assert r.json()["detail"] == "a one-time link lives at most 600 s"
+    assert waiting(settings.database_url) == 0
+    assert (await c.post("/v1/agent/handoffs", json=sealed_handoff(grace, server, ttl=600))).status_code == 200
+
+
+async def test_handoffs_are_limited_per_user(settings: Settings, admin_token: str, tmp_path: Path) -> None:
+    config, server = agent_server_config(tmp_path)
+    app = create_app(settings.model_copy(update={"agent_config": config, "agent_user_burst": 2,
+                                                 "agent_user_rate": 0.001}))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
+        headers={"Authorization": f"Bearer {admin_token}"},
+    ) as c:
+        heidi, ivan = await enroll(c, "heidi"), await enroll(c, "ivan")
+        statuses = [(await c.post("/v1/agent/handoffs", json=sealed_handoff(heidi, server))).status_code
+                    for _ in range(3)]
+        assert statuses == [200, 200, 429]
+        limited = await c.post("/v1/agent/handoffs", json=sealed_handoff(heidi, server))
+        assert limited.json() == {"error": "RateLimited", "detail": "rate limit exceeded for this user"}
+        assert (await c.post("/v1/agent/handoffs", json=sealed_handoff(ivan, server))).status_code == 200
+        listed = (await c.get("/v1/audit", params={"limit": 1000})).json()
+        assert any(r["outcome"] == 429 and r["detail"] == "rate limited: user=heidi" for r in listed)
+    assert waiting(settings.database_url) == 3

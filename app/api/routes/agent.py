@@ -205,11 +205,16 @@ async def target_revocation(body: MessageIn, request: Request) -> Response:
 _MAX_HANDOFF = 160_000
 
 
-@router.post("/agent/handoffs", response_model=None, responses=_MESSAGE_ERRORS)
+@router.post("/agent/handoffs", response_model=None, responses={**_MESSAGE_ERRORS, **error_responses(413, 415)})
 async def client_handoff(request: Request) -> Response:
     """Host: an enrolled user's device profile, sealed and signed, kept for one download; the answer's
-    ``message`` is the link's path (``/v1/agent/handoffs/<secret>``), for a phone to scan."""
-    host = _host(runtime(request))
+    ``message`` is the link's path (``/v1/agent/handoffs/<secret>``), for a phone to scan.
+
+    Only a profile that holds everything a phone needs is kept (415 for any other media type,
+    :data:`~app.services.agent_host.HANDOFF_TYPES`), for at most ten minutes (422 beyond). Limited
+    per source address and, once verified, per user (429, ``agent_user_rate``/``agent_user_burst``).
+    """
+    parts = runtime(request)
     body = await request.body()
     if len(body) > _MAX_HANDOFF:
         raise HTTPException(413, f"a handoff is at most {_MAX_HANDOFF} bytes")
@@ -221,9 +226,16 @@ async def client_handoff(request: Request) -> Response:
         raise InvalidInput('the body is {"message": "<the sealed handoff>"}') from exc
     source = request.client.host if request.client else "unknown"
 
+    def admit(user_id: str) -> None:
+        try:
+            parts.agent_user_limiter.take(f"agent-handoff:{user_id}", who="this user")
+        except RateLimited:
+            request.state.audit_detail = f"rate limited: user={user_id}"
+            raise
+
     def keep() -> Outcome:
-        runtime(request).agent_limiter.take(f"agent:{source}", who="this address")
-        return host.handoff(message.encode("ascii"))
+        parts.agent_limiter.take(f"agent:{source}", who="this address")  # before anything else
+        return _host(parts).handoff(message.encode("ascii"), admit=admit)
     outcome = await in_worker_thread(keep)
     request.state.audit_detail = outcome.audit
     return Response(answer_body(outcome), media_type="application/json")
