@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -231,3 +233,29 @@ def test_sign_out_at_the_provider_names_this_client_and_where_to_come_back() -> 
     query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
     assert url.startswith(f"{ISSUER}/logout?")
     assert query == {"client_id": CLIENT, "post_logout_redirect_uri": "https://qoss.example.test/ui/login"}
+
+
+def test_requests_to_a_provider_that_hangs_are_bounded_in_number_and_the_next_is_refused_at_once() -> None:
+    entered, release = threading.Semaphore(0), threading.Event()
+
+    def hangs(request: httpx.Request) -> httpx.Response:
+        entered.release()
+        release.wait(timeout=30)
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    provider = OidcProvider(issuer=ISSUER, client_id=CLIENT, client_secret="s", in_flight=2,
+                            http=httpx.Client(transport=httpx.MockTransport(hangs)))
+    with ThreadPoolExecutor(2) as pool:
+        waiting = [pool.submit(provider.metadata) for _ in range(2)]
+        try:
+            for _ in range(2):
+                assert entered.acquire(timeout=30)
+            with pytest.raises(ProviderUnavailable, match="too many sign-ins are waiting"):
+                provider.metadata()
+        finally:
+            release.set()
+        for future in waiting:
+            with pytest.raises(ProviderUnavailable, match="does not answer"):
+                future.result(timeout=30)
+    with pytest.raises(ProviderUnavailable, match="does not answer"):  # the places are free again
+        provider.metadata()
