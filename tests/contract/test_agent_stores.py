@@ -15,7 +15,7 @@ import pytest
 
 from app.adapters.db.agent_store import SqlAgentStore
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
-from app.domain.agent.ports import AgentSession, AgentStore
+from app.domain.agent.ports import AgentSession, AgentStore, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 from tests.contract.databases import migrated_sessions
 from tests.fakes.agent_store import FakeAgentStore
@@ -297,3 +297,26 @@ def test_a_user_is_enrolled_once_found_revoked_and_enrolled_again(store: AgentSt
     with store.unit() as uow:
         assert [(u.user_id, u.sign_public_key, sorted(u.objectives), r) for u, _, r in uow.users.all()] == [
             ("abe", KEY_A, [2, 3], None), ("fay", KEY_B, [1], None)]
+
+
+# ------------------------------------------------------------------ handoffs
+
+
+def test_a_handoff_is_taken_once_and_a_users_handoffs_are_forgotten_together(store: AgentStore) -> None:
+    now = datetime.now(UTC)
+    with store.unit() as uow:
+        for digest, user in (("d1", "a"), ("d2", "a"), ("d3", "b")):
+            uow.handoffs.add(digest=digest, user_id=user, profile_name=f"{digest}.sswan",
+                             media_type="application/vnd.strongswan.profile", profile=digest.encode(),
+                             expires_at=LATER)
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.handoffs.take("d3", now) == WaitingHandoff("b", "d3.sswan", "application/vnd.strongswan.profile",
+                                                              b"d3")
+        assert uow.handoffs.take("d3", now) is None
+        assert uow.handoffs.forget_user("a") == 2
+        assert uow.handoffs.take("d1", now) is None
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.handoffs.forget_user("a") == 0
+        assert uow.handoffs.purge(LATER + timedelta(days=1)) == 0  # nothing left
