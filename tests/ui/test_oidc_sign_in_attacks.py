@@ -258,6 +258,15 @@ def console(tmp_path_factory: pytest.TempPathFactory, provider: RunningProvider)
         yield served
 
 
+def test_the_redirect_uri_is_the_configured_one_whatever_the_host_header_says(console: Console) -> None:
+    with httpx.Client(base_url=console.base, timeout=30) as client:
+        started = client.post("/ui/oidc/start", data={"binding": _binding()},
+                              headers={**console.origin, "Host": "evil.example"})
+    assert started.status_code == 200, started.text
+    authorize = html.unescape(re.search(r'url=([^"]+)"', started.text).group(1))  # type: ignore[union-attr]
+    assert parse_qs(urlsplit(authorize).query)["redirect_uri"] == [f"{console.base}/ui/oidc/callback"]
+
+
 @dataclass(frozen=True)
 class _Started:
     """What the attacker holds after signing in at the provider and stopping before the callback."""
