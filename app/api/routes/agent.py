@@ -2,9 +2,11 @@
 
 Which routes answer depends on the roles this process plays (``QOSS_AGENT_CONFIG``); the
 others answer 404. Client and Host-to-Target messages authenticate themselves (signed and
-sealed), so those routes take no bearer token; they are rate limited per source address,
-and Host limits each verified user as well (``agent_user_rate``/``agent_user_burst``).
-Every rejection is the same 403 with the same text; the audit log records the reason.
+sealed), so those routes take no bearer token; they are rate limited per source address
+before anything else, and Host limits each verified user as well
+(``agent_user_rate``/``agent_user_burst``). Every rejection is the same 403 with the same
+text; the audit log records the reason, the first of each kind from a source on its own and
+the rest counted (:func:`refused_in_bulk`, :func:`refusal_kind`).
 """
 
 from __future__ import annotations
