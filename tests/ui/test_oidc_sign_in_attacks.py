@@ -267,6 +267,18 @@ def test_the_redirect_uri_is_the_configured_one_whatever_the_host_header_says(co
     assert parse_qs(urlsplit(authorize).query)["redirect_uri"] == [f"{console.base}/ui/oidc/callback"]
 
 
+def test_a_sign_in_starts_only_from_the_console_sign_in_page(console: Console) -> None:
+    with httpx.Client(base_url=console.base, timeout=30) as client:
+        linked = client.get("/ui/oidc/start")  # an old bookmark, or a link on another site
+        assert (linked.status_code, linked.headers["location"]) == (303, "/ui/login")
+        elsewhere = client.post("/ui/oidc/start", data={"binding": _binding()},
+                                headers={"Origin": f"http://127.0.0.1:{free_port()}"})
+        assert elsewhere.status_code == 403
+        unbound = client.post("/ui/oidc/start", data={"binding": "chosen-by-the-page"}, headers=console.origin)
+        assert unbound.status_code == 400
+        assert "qoss_oidc" not in client.cookies
+
+
 @dataclass(frozen=True)
 class _Started:
     """What the attacker holds after signing in at the provider and stopping before the callback."""

@@ -29,7 +29,7 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from fastapi import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 
 from app.adapters.oidc import OidcProvider
 from app.domain.oidc import (
@@ -150,6 +150,12 @@ def _elsewhere(request: Request, config: OidcSignIn) -> Response:
 def _unavailable(request: Request, exc: ProviderUnavailable) -> Response:
     return _refused(request, 502, "ProviderUnavailable", f"{exc.message}. Try again later, or sign in "
                                                          "with an API token.")
+
+
+@router.get("/oidc/start")
+def start_page() -> Response:
+    """A sign-in starts from the sign-in page's button (a post with its binding): there."""
+    return RedirectResponse("/ui/login", status_code=303)
 
 
 @router.post("/oidc/start")

@@ -47,12 +47,14 @@ class _Provider:
         self.claims = claims
         self.extra = userinfo or {}
         self.flow: Flow | None = None
+        self.redeemed = 0
 
     def authorization_url(self, *, flow: Flow, redirect_uri: str, scopes: Any) -> str:
         self.flow = flow
         return f"https://idp.example.test/auth?state={flow.state}"
 
     def redeem(self, *, code: str, flow: Flow, redirect_uri: str) -> tuple[str, str | None]:
+        self.redeemed += 1
         assert (code, flow, redirect_uri) == ("code-1", self.flow, REDIRECT)
         return "id-token", "access-token"
 
@@ -151,3 +153,27 @@ def test_the_event_stream_follows_a_users_session_with_its_scopes_until_it_ends(
     with pytest.raises(FollowerGone) as gone:
         stream_scopes(uow, follower)
     assert gone.value.reason == "the console session has ended"
+
+
+def test_an_answer_is_taken_once_and_a_replay_never_reaches_the_provider(uow: FakeUnitOfWork) -> None:
+    provider = _Provider({"groups": ["admins"]})
+    config = _config(provider)
+    cookie, answer = _answer(config)
+    finish(uow=uow, config=config, key=KEY, cookie=cookie, answer=answer, redirect_uri=REDIRECT)
+    with pytest.raises(SignInRefused, match="answered already"):
+        finish(uow=uow, config=config, key=KEY, cookie=cookie, answer=answer, redirect_uri=REDIRECT)
+    assert provider.redeemed == 1
+    assert len(uow.read().sessions) == 1
+
+
+@pytest.mark.parametrize("binding", ["", "c" * 43])
+def test_an_answer_without_the_binding_of_the_tab_that_started_it_is_refused_unasked(
+        uow: FakeUnitOfWork, binding: str) -> None:
+    provider = _Provider({"groups": ["admins"]})
+    config = _config(provider)
+    cookie, answer = _answer(config)
+    with pytest.raises(SignInRefused, match="another browser"):
+        finish(uow=uow, config=config, key=KEY, cookie=cookie, answer=answer, redirect_uri=REDIRECT, binding=binding)
+    assert provider.redeemed == 0
+    assert not uow.read().sessions
+    finish(uow=uow, config=config, key=KEY, cookie=cookie, answer=answer, redirect_uri=REDIRECT)  # still good
