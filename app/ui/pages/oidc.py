@@ -103,10 +103,13 @@ def _flow_cookie(request: Request) -> tuple[str, str]:
     return (FLOW_COOKIE_TLS, "/") if request.url.scheme == "https" else (FLOW_COOKIE, "/ui/oidc")
 
 
-def _refused(request: Request, status: int, error: str, message: str) -> Response:
+def _refused(request: Request, status: int, error: str, message: str, *, forget: bool = True) -> Response:
+    """A page saying why not; the sign-in's flow cookie forgotten unless ``forget`` is false."""
     failed(request, error, status)
     response = page("error.html", {"title": "Sign-in refused", "message": message, "console": None,
                                    "section": "login"}, status=status)
+    if not forget:
+        return response
     name, path = _flow_cookie(request)
     response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
     return response
@@ -143,8 +146,11 @@ def _from_console(request: Request, config: OidcSignIn) -> bool:
 
 
 def _elsewhere(request: Request, config: OidcSignIn) -> Response:
+    """A post from another origin: refused, and the flow cookie left alone (another site cannot
+    so end a sign-in in progress)."""
     return _refused(request, 403, "CsrfRefused", "This sign-in was not sent by this console's sign-in page. "
-                                                 f"Sign in at {config.redirect_url.removesuffix(CALLBACK)}/ui/login.")
+                                                 f"Sign in at {config.redirect_url.removesuffix(CALLBACK)}/ui/login.",
+                    forget=False)
 
 
 def _unavailable(request: Request, exc: ProviderUnavailable) -> Response:
