@@ -66,7 +66,7 @@ from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
 from app.ui.pages.oidc import configured as console_oidc_sign_in
-from app.web.admission import UNCOUNTED_PATHS, AdmissionControl, Door, HealthProbe
+from app.web.admission import AdmissionControl, Door, HealthProbe, uncounted
 from app.web.deps import in_worker_thread
 from app.web.errors import error_body, install_error_handlers
 from app.web.leader_duties import LeaderDuties
@@ -94,7 +94,7 @@ class QossApp(FastAPI):
         if parts is None or scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        if parts.memory_release is not None and scope["path"] not in UNCOUNTED_PATHS:
+        if parts.memory_release is not None and not uncounted(scope["path"]):
             parts.memory_release.touch()
         await parts.request_timer(functools.partial(self._serve, parts), scope, receive, send)
 

@@ -390,6 +390,10 @@ class Settings(BaseSettings):
         description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
                     "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
                     "deadline")
+    send_timeout: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="seconds an answer may wait, in a row, for a client that takes none of it (the connection's "
+                    "send buffer full); beyond it the connection is dropped and its place freed. 0: no deadline")
     max_connections_per_source: int = Field(
         default=64, ge=0, le=1_000_000,
         description="connections one client address (an IPv6 /64) may hold at once, waiting ones included; the "

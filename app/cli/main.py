@@ -71,7 +71,7 @@ def serve(
                backlog=settings.listen_backlog, max_connections=settings.connections_held,
                waiting_room=settings.waiting_room, silent_timeout=settings.silent_timeout,
                header_timeout=settings.header_timeout, body_timeout=settings.body_timeout,
-               max_connections_per_source=settings.max_connections_per_source,
+               send_timeout=settings.send_timeout, max_connections_per_source=settings.max_connections_per_source,
                trusted_proxies=settings.trusted_proxies)
 
 

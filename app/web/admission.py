@@ -4,8 +4,14 @@ queues behind work.
 Beyond ``max_in_flight`` requests a process answers ``503 Overloaded`` with ``Retry-After`` at
 once, before reading the body or touching the database: a burst waits in front of the door,
 never inside on a lock, and the process is as responsive after it as before. ``/healthz``,
-``/livez``, ``/metrics`` and the event stream are neither counted nor refused; the agent's
-messages on their fast path are counted like every other request. ``/healthz`` asks the database through a
+``/livez``, ``/metrics``, the event streams and the packaged static files (the console's and the
+API pages': read from the package a chunk at a time, they hold no worker) are neither counted
+nor refused; the agent's messages on their fast path are counted like every other request. A
+request leaves the count once its answer's last part is handed to the server: a client that
+is slow to read an answer it has been given holds a connection (which the server's send
+deadline ends), not a place. While every place has been taken for ``busy_after`` seconds,
+:meth:`Door.not_ready` says so, and ``/healthz`` answers 503 so that a load balancer sends
+elsewhere. ``/healthz`` asks the database through a
 connection of its own (no pool), in a thread of its own, with a short timeout, so it answers
 even while every worker thread and pooled connection is busy.
 """
@@ -14,20 +20,30 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy import create_engine, pool, text
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.settings import Settings
 
-__all__ = ["UNCOUNTED_PATHS", "AdmissionControl", "Door", "HealthProbe"]
+__all__ = ["UNCOUNTED_PATHS", "UNCOUNTED_PREFIXES", "AdmissionControl", "Door", "HealthProbe", "uncounted"]
 
 #: Answered whatever the load: they do no work that can queue. The event streams (the API's
 #: and the console's) are long-lived by design: they have limits of their own
 #: (``max_event_streams``, ``max_event_streams_per_token``) instead.
 UNCOUNTED_PATHS = frozenset({"/healthz", "/livez", "/metrics", "/v1/events", "/ui/events"})
+#: The packaged static files (``app.ui`` and ``app.api.docs`` mount them here).
+UNCOUNTED_PREFIXES = ("/ui/static/", "/docs/static/")
+#: Seconds every place must have been taken before the door says it is not ready.
+_BUSY_AFTER = 1.0
+
+
+def uncounted(path: str) -> bool:
+    """Whether a request for ``path`` is answered whatever the load, outside the count."""
+    return path in UNCOUNTED_PATHS or path.startswith(UNCOUNTED_PREFIXES)
 
 
 #: Set in a request's scope once the door has counted it.
@@ -37,35 +53,71 @@ _ADMITTED = "qoss.admitted"
 class Door:
     """The requests inside one process: at most ``settings.max_in_flight``, the rest answered
     ``503 Overloaded`` at once. One per application, shared by :class:`AdmissionControl` and the
-    agent's fast path (:mod:`app.api.agent_fast`), so both count against the same limit."""
+    fast paths (:mod:`app.api.agent_fast`, :mod:`app.api.tunnels_fast`), so all count against
+    the same limit."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, busy_after: float = _BUSY_AFTER) -> None:
         self.settings = settings
+        self.limit = settings.max_in_flight if settings is not None else Settings.model_fields["max_in_flight"].default
+        self.busy_after = busy_after
         self.inside = 0
+        self._full_since: float | None = None  # since when every place has been taken
         self._body = json.dumps({"error": "Overloaded",
                                  "detail": "the service is at its limit of requests in flight: retry shortly"}).encode()
 
-    def _limit(self, scope: Scope) -> int:
-        settings: Settings | None = getattr(scope["app"].state, "settings", None) or self.settings
-        return settings.max_in_flight if settings is not None else Settings.model_fields["max_in_flight"].default
+    def not_ready(self) -> str | None:
+        """Why this process cannot take work now (every place taken for ``busy_after`` seconds), or None."""
+        if self._full_since is None or time.monotonic() - self._full_since < self.busy_after:
+            return None
+        return f"every one of its {self.limit} places for requests in flight is taken"
+
+    def _enter(self) -> None:
+        self.inside += 1  # one event loop: no lock needed between the check and the count
+        if self.inside >= self.limit and self._full_since is None:
+            self._full_since = time.monotonic()
+
+    def _leave(self) -> None:
+        self.inside -= 1
+        if self.inside < self.limit:
+            self._full_since = None
 
     async def through(self, scope: Scope, receive: Receive, send: Send, inner: ASGIApp) -> None:
         """``inner`` answers the request if there is room, else 503 Overloaded with Retry-After."""
         if scope.get(_ADMITTED):  # counted already (the fast path handing over to the full stack)
             await inner(scope, receive, send)
             return
-        if self.inside >= self._limit(scope):
+        if self.inside >= self.limit:
             await send({"type": "http.response.start", "status": 503, "headers": [
                 (b"content-type", b"application/json"), (b"retry-after", b"1"),
                 (b"content-length", str(len(self._body)).encode())]})
             await send({"type": "http.response.body", "body": self._body})
             return
-        self.inside += 1  # one event loop: no lock needed between the check and the count
+        self._enter()
         scope[_ADMITTED] = True
+        inside = True
+        start: Message | None = None
+
+        async def sending(message: Message) -> None:
+            # The answer's head is held back until its first part of the body: the server's send
+            # waits for a client that does not read before it writes anything, and a request whose
+            # answer is whole must not wait there while it still holds a place.
+            nonlocal inside, start
+            if message["type"] == "http.response.start" and inside:
+                start = message
+                return
+            if inside and message["type"] == "http.response.body" and not message.get("more_body", False):
+                inside = False  # the answer is whole: delivering it waits on the client, not on work
+                self._leave()
+            if start is not None:
+                head, start = start, None
+                await send(head)
+            await send(message)
+
         try:
-            await inner(scope, receive, send)
+            await inner(scope, receive, sending)
         finally:
-            self.inside -= 1
+            if inside:
+                self._leave()
 
 
 class AdmissionControl:
@@ -76,7 +128,7 @@ class AdmissionControl:
         self.door = door or Door(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in UNCOUNTED_PATHS:
+        if scope["type"] != "http" or uncounted(scope["path"]):
             await self.app(scope, receive, send)
             return
         await self.door.through(scope, receive, send, self.app)

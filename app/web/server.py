@@ -32,16 +32,9 @@ first data of its connection (from its ``connection_made``, before the transport
 socket): ``asyncio.Protocol``'s own interface.
 
 **Deadlines inside uvicorn.** On a kept-alive connection the next request's head, and any
-request's body, arrive after the connection was handed over; :func:`deadline_protocol` gives
-uvicorn's httptools protocol a ``header_timeout`` from the first byte of each request head and
-a ``body_timeout`` from its end to the end of its body (time the server itself stopped reading,
-its flow control, does not count). Beyond either the connection is closed, with ``408`` if the
-request was not being answered. It relies on uvicorn's protocol being the callback object of
-its ``httptools.HttpRequestParser`` (``on_message_begin``, ``on_headers_complete`` and
-``on_message_complete``, httptools' names) and on ``cycle.response_started`` and
-``cycle.response_complete``; ``tests/api/test_slow_clients.py`` pins that shape against the
-locked uvicorn, and ``header_timeout=0`` with ``body_timeout=0`` serves with uvicorn's protocol
-as it is.
+request's body, arrive after the connection was handed over; and an answer may wait on a
+client that does not read it: :func:`app.web.deadlines.deadline_protocol` gives uvicorn's
+protocol a deadline for each head, body and delivery, and a size limit for every head.
 
 **A share per source.** With ``max_connections_per_source`` a client address (an IPv6 /64)
 holds at most that many connections, open or waiting; the next from it is answered 503 with
@@ -73,7 +66,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import resource
 import socket
@@ -85,8 +77,11 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.web.deadlines import HEAD_LATE as _HEAD_LATE
+from app.web.deadlines import HEAD_MAX as _HEAD_MAX
+from app.web.deadlines import HEAD_TOO_LARGE as _HEAD_TOO_LARGE
+from app.web.deadlines import answer, deadline_protocol
 from app.web.log_redaction import install_query_secret_filter
 
 __all__ = ["deadline_protocol", "serve"]
@@ -101,9 +96,6 @@ _ACCEPTS_AT_ONCE = 256
 _PROBES = (b"GET /healthz", b"GET /livez", b"GET /metrics")
 #: Connections by which probes may exceed the bound; more probes wait first in line for a place.
 _PROBE_ROOM = 16
-#: The largest request head (request line and headers) read before a connection is handed over
-#: (h11's default limit, which uvicorn's other protocol applies); beyond it, 431.
-_HEAD_MAX = 16 * 1024
 #: Seconds a connection may send its head before it may be closed to make room for another.
 _EVICT_AFTER = 1.0
 #: Networks of a proxy on the same host, never limited per source.
@@ -117,25 +109,15 @@ def _is_probe(head: bytes | bytearray) -> bool:
     return any(head.startswith(p) and head[len(p):len(p) + 1] in (b" ", b"?") for p in _PROBES)
 
 
-def _head_ends(data: bytes | bytearray, start: int) -> bool:
-    """Whether ``data`` holds the empty line that ends a request head at or after ``start``."""
-    return data.find(b"\n\r\n", start) >= 0 or data.find(b"\n\n", start) >= 0
+def _head_end(data: bytes | bytearray, start: int) -> int:
+    """Where the request head in ``data`` ends (the index past its empty line), looking from
+    ``start``; -1 while it has not ended."""
+    ends = [i + n for i, n in ((data.find(b"\n\r\n", start), 3), (data.find(b"\n\n", start), 2)) if i >= 0]
+    return min(ends) if ends else -1
 
 
-def _answer(status: int, reason: str, error: str, detail: str, *, retry_after: int | None = None) -> bytes:
-    """A whole HTTP/1.1 answer in the service's error shape, closing the connection."""
-    body = json.dumps({"error": error, "detail": detail}).encode()
-    retry = f"retry-after: {retry_after}\r\n" if retry_after is not None else ""
-    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
-            f"{retry}connection: close\r\n\r\n").encode() + body
-
-
-_HEAD_LATE = _answer(408, "Request Timeout", "RequestTimeout", "the request head did not arrive in time")
-_BODY_LATE = _answer(408, "Request Timeout", "RequestTimeout", "the request body did not arrive in time")
-_HEAD_TOO_LARGE = _answer(431, "Request Header Fields Too Large", "RequestHeaderFieldsTooLarge",
-                          f"request heads are limited to {_HEAD_MAX} bytes")
-_TOO_MANY = _answer(503, "Service Unavailable", "Overloaded",
-                    "this address holds as many connections as it may: retry shortly", retry_after=1)
+_TOO_MANY = answer(503, "Service Unavailable", "Overloaded",
+                   "this address holds as many connections as it may: retry shortly", retry_after=1)
 
 
 def _send_closing(conn: socket.socket, answer: bytes) -> None:
@@ -143,85 +125,6 @@ def _send_closing(conn: socket.socket, answer: bytes) -> None:
     with contextlib.suppress(OSError):
         conn.send(answer)
     conn.close()
-
-
-def deadline_protocol(header_timeout: float, body_timeout: float,
-                      base: type[HttpToolsProtocol] = HttpToolsProtocol) -> type[asyncio.Protocol]:
-    """uvicorn's httptools protocol (``base``) with a deadline for each request's head and body
-    (seconds; 0: none): the ``http`` class for :class:`uvicorn.Config`. Both 0: ``base`` itself.
-
-    A head's deadline runs from its first byte, a body's from the end of its head; time the server
-    does not read the connection (its flow control, or the previous request still being answered)
-    does not count. Beyond either the connection is closed, after a 408 if the request was not
-    being answered. Only a request that does not arrive in one read arms a timer."""
-    if not header_timeout and not body_timeout:
-        return base
-    idle, in_head, in_body = 0, 1, 2
-    limits = {idle: 0.0, in_head: header_timeout, in_body: body_timeout}
-
-    class Deadlines(base):  # type: ignore[valid-type,misc]
-        _qoss_phase = idle
-        _qoss_since = 0.0
-        _qoss_armed = idle
-        _qoss_timer: asyncio.TimerHandle | None = None
-        _qoss_transport: asyncio.Transport | None = None
-
-        def connection_made(self, transport: asyncio.Transport) -> None:
-            self._qoss_transport = transport
-            super().connection_made(transport)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._qoss_disarm()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            limit = limits[self._qoss_phase]
-            if not limit:
-                self._qoss_disarm()
-            elif self._qoss_timer is None or self._qoss_armed != self._qoss_phase:
-                self._qoss_disarm()
-                self._qoss_arm(self._qoss_since + limit)
-
-        # httptools' parser callbacks (uvicorn's protocol is its parser's callback object)
-        def on_message_begin(self) -> None:
-            self._qoss_phase, self._qoss_since = in_head, time.monotonic()
-            super().on_message_begin()
-
-        def on_headers_complete(self) -> None:
-            self._qoss_phase, self._qoss_since = in_body, time.monotonic()
-            super().on_headers_complete()
-
-        def on_message_complete(self) -> None:
-            self._qoss_phase = idle
-            super().on_message_complete()
-
-        def _qoss_arm(self, when: float) -> None:
-            self._qoss_armed = self._qoss_phase
-            self._qoss_timer = asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()),
-                                                                     self._qoss_late)
-
-        def _qoss_disarm(self) -> None:
-            if self._qoss_timer is not None:
-                self._qoss_timer.cancel()
-                self._qoss_timer = None
-
-        def _qoss_late(self) -> None:
-            self._qoss_timer = None
-            transport, phase = self._qoss_transport, self._qoss_phase
-            if transport is None or transport.is_closing() or transport.get_protocol() is not self or phase == idle:
-                return
-            cycle = self.cycle
-            answering = cycle is not None and cycle.response_started and not cycle.response_complete
-            if not transport.is_reading() or (phase == in_head and answering):
-                self._qoss_arm(time.monotonic() + limits[phase])  # the server's wait, not the client's
-                return
-            if not (phase == in_body and cycle is not None and cycle.response_started):
-                transport.write(_HEAD_LATE if phase == in_head else _BODY_LATE)
-            transport.close()  # the application, if it waits for the body, is told the client left
-
-    Deadlines.__name__ = Deadlines.__qualname__ = f"Deadlines{base.__name__}"
-    return Deadlines
 
 
 class _Head:
@@ -487,21 +390,31 @@ class _Server(uvicorn.Server):
             chunk = b""
         if not chunk:  # it left
             self._drop(conn, head)
-        else:
-            start = max(0, len(head.data) - 2)
-            head.data += chunk
-            if _head_ends(head.data, start):
-                self._unwatch(conn)
-                head.ready_at = time.monotonic()
-                if not _is_probe(head.data):
-                    self._ready.append((conn, head))
-                elif self._open() < self.max_connections + _PROBE_ROOM:
-                    self.probes_early += self._open() >= self.max_connections
-                    self._hand(conn, head)
-                else:
-                    self._probes.append((conn, head))
-            elif len(head.data) > _HEAD_MAX:
-                self._drop(conn, head, _HEAD_TOO_LARGE)
+            self._resume()
+            return
+        if not head.data:
+            # Empty lines before a request line begin no request (httptools skips them): they
+            # are not a head, and the connection is still silent until a request begins.
+            chunk = chunk.lstrip(b"\r\n")
+            if not chunk:
+                return
+        start = max(0, len(head.data) - 2)
+        head.data += chunk
+        end = _head_end(head.data, start)
+        if end >= 0:
+            self._unwatch(conn)
+            head.ready_at = time.monotonic()
+            # A probe is handed over at once only when it is all the connection sent: a request
+            # pipelined behind it would jump the waiting room.
+            if not (_is_probe(head.data) and end == len(head.data)):
+                self._ready.append((conn, head))
+            elif self._open() < self.max_connections + _PROBE_ROOM:
+                self.probes_early += self._open() >= self.max_connections
+                self._hand(conn, head)
+            else:
+                self._probes.append((conn, head))
+        elif len(head.data) > _HEAD_MAX:
+            self._drop(conn, head, _HEAD_TOO_LARGE)
         self._resume()
 
     def _unwatch(self, conn: socket.socket) -> None:
@@ -594,19 +507,20 @@ class _Server(uvicorn.Server):
 
 def serve(application: FastAPI, *, host: str, port: int, log_level: str, backlog: int,
           max_connections: int = 0, waiting_room: bool = True, silent_timeout: float = 10.0,
-          header_timeout: float = 10.0, body_timeout: float = 30.0, max_connections_per_source: int = 0,
-          trusted_proxies: Sequence[str] = ()) -> None:
+          header_timeout: float = 10.0, body_timeout: float = 30.0, send_timeout: float = 10.0,
+          max_connections_per_source: int = 0, trusted_proxies: Sequence[str] = ()) -> None:
     """Serve ``application`` until asked to stop (httptools; forwarded headers are qoss's own
     business), holding at most ``max_connections`` connections at once (0: as many as come)
     and, with ``waiting_room``, up to ``backlog`` more as bare sockets, probes answered at once
     and silent ones closed after ``silent_timeout`` seconds (within the process's descriptor limit).
 
     Every request head must arrive within ``header_timeout`` seconds and its body within
-    ``body_timeout`` (0: no deadline); with the bound, a client address holds at most
-    ``max_connections_per_source`` connections (0: no limit), ``trusted_proxies`` and loopback
-    addresses not counted."""
+    ``body_timeout``, and a client must take some of its answer at least every ``send_timeout``
+    seconds (0: no deadline); every request head is at most ``_HEAD_MAX`` bytes; with the bound,
+    a client address holds at most ``max_connections_per_source`` connections (0: no limit),
+    ``trusted_proxies`` and loopback addresses not counted."""
     config = uvicorn.Config(application, host=host, port=port, log_level=log_level,
-                            http=deadline_protocol(header_timeout, body_timeout),
+                            http=deadline_protocol(header_timeout, body_timeout, send_timeout),
                             proxy_headers=False, backlog=backlog)
     install_query_secret_filter()  # no token values in uvicorn's access log, however serve() is called
     room = min(backlog, _descriptors() - max_connections - _PROBE_ROOM - 64) if waiting_room else 0

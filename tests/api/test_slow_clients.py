@@ -306,9 +306,10 @@ def test_uvicorns_httptools_protocol_has_the_shape_the_deadlines_rely_on() -> No
     """``deadline_protocol`` overrides httptools' parser callbacks on uvicorn's protocol and reads
     its ``cycle``: the protocol must be its parser's callback object and the cycle must say
     whether the response started and ended."""
-    assert_pinned("uvicorn", "app/web/server.py deadline_protocol")
-    assert_pinned("httptools", "app/web/server.py deadline_protocol")
-    for name in ("on_message_begin", "on_headers_complete", "on_message_complete", "data_received"):
+    assert_pinned("uvicorn", "app/web/deadlines.py deadline_protocol")
+    assert_pinned("httptools", "app/web/deadlines.py deadline_protocol")
+    for name in ("on_message_begin", "on_headers_complete", "on_message_complete", "data_received",
+                 "pause_writing", "resume_writing"):
         assert callable(getattr(HttpToolsProtocol, name)), name
     sent: list[dict[str, Any]] = []
 
@@ -371,6 +372,9 @@ def test_uvicorns_httptools_protocol_has_the_shape_the_deadlines_rely_on() -> No
 def test_the_deadlines_and_the_share_per_source_are_on_by_default_and_0_turns_them_off() -> None:
     settings = Settings()
     assert (settings.header_timeout, settings.body_timeout, settings.max_connections_per_source) == (10.0, 30.0, 64)
-    off = Settings(header_timeout=0, body_timeout=0, max_connections_per_source=0)
-    assert deadline_protocol(off.header_timeout, off.body_timeout) is HttpToolsProtocol  # uvicorn's, as it is
+    assert settings.send_timeout == 10.0
+    off = Settings(header_timeout=0, body_timeout=0, send_timeout=0, max_connections_per_source=0)
+    # uvicorn's protocol as it is only with no deadline and no limit on later heads either
+    assert deadline_protocol(off.header_timeout, off.body_timeout, off.send_timeout, head_max=0) is HttpToolsProtocol
+    assert deadline_protocol(off.header_timeout, off.body_timeout, off.send_timeout) is not HttpToolsProtocol
     assert deadline_protocol(settings.header_timeout, settings.body_timeout) is not HttpToolsProtocol

@@ -20,13 +20,16 @@ router = APIRouter(tags=["health"], route_class=QossRoute)
 @router.get("/healthz", response_model=None)
 async def healthz(request: Request) -> dict[str, Any] | JSONResponse:
     """Ready: the process can take work (503 ``Overloaded`` while every connection it may hold is
-    taken and requests wait for one, so that a load balancer sends elsewhere) and the database
+    taken and requests wait for one, or every place for a request in flight has been taken for a
+    second, so that a load balancer sends elsewhere) and the database
     answers (503 ``DatabaseUnavailable`` otherwise). ``/livez`` says only that the process answers.
 
     Never queues behind work: not counted by admission control, and the database is asked
     on a connection and a thread of its own, with a short timeout."""
     bound = getattr(request.app.state, "connection_bound", None)  # set by ``qoss serve``'s server
+    door = getattr(request.app.state, "door", None)  # the in-flight limit (app.web.admission)
     busy: str | None = bound.not_ready() if bound is not None else None
+    busy = busy or (door.not_ready() if door is not None else None)
     if busy:
         return JSONResponse(error_body("Overloaded", f"not ready: {busy}"), status_code=503,
                             headers={"Retry-After": "1"})
