@@ -6,9 +6,9 @@
 # the suite the API chose. Then take it all down (containers, network, volumes, and the
 # password secret if the check made it; the images stay cached).
 #
-# Debian 12, root. Installs what it needs: podman with runc, debootstrap, and podman-compose
+# Debian 12, root. Installs what it needs: podman with runc, mmdebstrap, and podman-compose
 # from the lock (the project's .venv, scripts/setup.sh). No image registry is needed: the
-# base image is made with debootstrap from this machine's own apt mirror
+# base image is made with mmdebstrap from this machine's own apt mirror
 # (deploy/base/build-base.sh) when it is missing. Every wait is bounded. Exits non-zero on any
 # failure, after printing the containers' logs and cleaning up; safe to run again.
 #
@@ -29,7 +29,7 @@ stack_up=0
 secret=qoss_pg_password             # the database password: docker-compose.yml's external secret
 secret_label=io.qoss.compose-check  # on the secret when this check made it
 
-step() { printf '== %s\n' "$*" >&2; }
+step() { printf '== %s (at %d s)\n' "$*" "$((SECONDS - started))" >&2; }
 checked() { printf 'checked: %s\n' "$*" >&2; }
 fail() { printf 'compose-check: FAILED: %s\n' "$*" >&2; exit 1; }
 
@@ -75,7 +75,7 @@ flock -w 900 9 || fail "another compose-check held /run/lock/qoss-compose-check.
 
 step "packages"
 need=()
-for pkg in podman runc debootstrap slirp4netns uidmap containernetworking-plugins iptables curl; do
+for pkg in podman runc mmdebstrap slirp4netns uidmap containernetworking-plugins iptables curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -94,14 +94,14 @@ fi
 
 step "images"
 build() {  # TAG CONTEXT [PODMAN BUILD ARGS...]: rebuild (layer cache), drop the image it replaces
-  local tag=$1 context=$2 old new
+  local tag=$1 context=$2 old new from=$SECONDS
   shift 2
   old=$(podman image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)
   timeout 1800 podman build --build-arg BASE="$base" -t "$tag" "$@" "$context" >"$work/build.log" 2>&1 \
     || { tail -n 40 "$work/build.log" >&2; fail "building $tag"; }
   new=$(podman image inspect -f '{{.Id}}' "$tag")
   if [[ -n $old && $old != "$new" ]]; then podman rmi "$old" >/dev/null 2>&1 || true; fi
-  checked "image $tag (${new:0:12})"
+  checked "image $tag (${new:0:12}, $((SECONDS - from)) s)"
 }
 build localhost/qoss-postgres:latest deploy/postgres
 build localhost/qoss-gateway:latest deploy/strongswan

@@ -47,7 +47,7 @@ def test_every_image_builds_from_the_one_base_argument() -> None:
     for dockerfile in DOCKERFILES:
         lines = [line for line in dockerfile.read_text().splitlines() if line and not line.startswith("#")]
         froms = [line for line in lines if line.startswith("FROM ")]
-        if dockerfile.parent.name == "base":  # the base itself: the debootstrapped root file system
+        if dockerfile.parent.name == "base":  # the base itself: the root file system mmdebstrap made
             assert froms == ["FROM ${ROOTFS}"]
             continue
         assert lines[0] == "ARG BASE=debian:bookworm-slim", dockerfile
