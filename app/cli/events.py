@@ -39,6 +39,11 @@ def events(
                 if answer.status_code in (401, 403):
                     typer.echo(f"events: refused ({answer.status_code}): check the token", err=True)
                     raise typer.Exit(2)
+                kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+                if kind in ("text/html", "application/xhtml+xml") or answer.is_redirect:
+                    refuse(f"{url} (named by {target.url_from}) is not qoss's API: GET /v1/events answered "
+                           f"{'a redirect' if answer.is_redirect else 'an HTML page'}; name the service's address "
+                           "without a page's path (e.g. http://HOST:8000, not .../ui)")
                 answer.raise_for_status()
                 wait = 1.0
                 for line in answer.iter_lines():

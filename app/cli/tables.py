@@ -297,7 +297,7 @@ def policies_edit(
                                                      help="minimum key exchange level")] = None,
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", metavar="FIELD=VALUE", help="set a field to a YAML value (repeat for more), e.g. mode=transport, "
-        "traffic.packet_size=200, 'deny=[des, md5]'; FIELD= removes it")] = None,
+        "traffic.packet_size=200, pfs=false, a list in YAML's flow form; FIELD= removes it")] = None,
     dry_run: PolicyDryRun = False,
     output: Output = None,
 ) -> None:

@@ -210,9 +210,11 @@ def web_page() -> Iterator[str]:
         thread.join(timeout=5)
 
 
+@pytest.mark.parametrize("command", [("ratings", "list"), ("events", "--count", "1")], ids=["ratings", "events"])
 @pytest.mark.parametrize("where", ["/ui", "/ok/ui", "/moved/ui"])
-def test_a_url_that_answers_html_is_not_qoss_api(tmp_path: Path, web_page: str, where: str) -> None:
-    out = _cli(tmp_path, "ratings", "list", QOSS_URL=web_page + where, QOSS_TOKEN=_TOKEN)
+def test_a_url_that_answers_html_is_not_qoss_api(tmp_path: Path, web_page: str, where: str,
+                                                 command: tuple[str, ...]) -> None:
+    out = _cli(tmp_path, *command, QOSS_URL=web_page + where, QOSS_TOKEN=_TOKEN)
     assert out.exit_code == 2
     line = _one_line(out.stderr)
     assert f"{web_page}{where} (named by QOSS_URL) is not qoss's API" in line
