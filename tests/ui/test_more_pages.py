@@ -3,6 +3,7 @@ each shown only to a token whose scopes allow it, hostile text inert."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import httpx
@@ -35,7 +36,12 @@ async def test_policies_history_and_revert(browser: Browser, token: Callable[...
     history = await client.get("/ui/policies/voip/revisions")
     assert "Revision 2" in history.text and "description" in history.text  # noqa: PT018
     assert "<script>alert" not in history.text and "<img" not in history.text  # noqa: PT018
-    assert "Revert to revision 1" in history.text
+    assert 'href="/ui/policies/voip/revert?revision=1">Revert to revision 1' in history.text
+    asked = await client.get("/ui/policies/voip/revert", params={"revision": "1"})  # what it changes, first
+    assert asked.status_code == 200 and "Revert voip to revision 1?" in asked.text  # noqa: PT018
+    assert re.search(r'<td>description</td>\s*<td class="old">&lt;script&gt;alert\(1\)', asked.text)
+    assert "<script>alert" not in asked.text and "No tunnel is running" in asked.text  # noqa: PT018
+    assert (await client.get("/v1/policies/voip")).json()["revision"] == 2  # asking kept nothing
     answer = await client.post("/ui/policies/voip/revert", data={"csrf": csrf, "revision": "1", "expected": "2"})
     assert (answer.status_code, answer.headers["location"]) == (303, "/ui/policies/voip/revisions")
     policy = (await client.get("/v1/policies/voip")).json()

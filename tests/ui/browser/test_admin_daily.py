@@ -252,7 +252,7 @@ def test_the_admins_day(daily: _Daily, new_context: NewContext) -> None:
     page.locator("#row-md5").get_by_role("button", name="Preview").click()
     page.locator("#row-md5.preview").get_by_role("button", name="Save md5").click()
     expect(page.locator("#row-md5.saved").locator("td").nth(2)).to_have_text("3")
-    expect(page.locator("#grid-status")).to_contain_text("merged with what others saved since revision 1 (sha1)")
+    expect(page.locator("#grid-status")).to_contain_text("merged with what others saved since revision 1 (sha1; ")
     expect(page.locator("#row-sha1 td").nth(2)).to_have_text("7")
 
     # the same row: a precise conflict, naming the row, the field and both values
@@ -263,7 +263,8 @@ def test_the_admins_day(daily: _Daily, new_context: NewContext) -> None:
     expect(page.get_by_label("Integrity of sha1")).to_have_value("4")  # ...and left the form alone
     page.locator("#row-sha1").get_by_role("button", name="Preview").click()
     conflict = page.locator("#row-sha1.conflict")
-    expect(conflict).to_contain_text("sha1 changed while you edited it.")
+    expect(conflict).to_contain_text(re.compile(  # who made the other change, and when
+        rf"sha1 changed while you edited it: colleague-bob saved revision {theirs} at [0-9: -]+ UTC\."))
     expect(conflict.locator("p.clash")).to_have_text(
         f"integrity is 8 in revision {theirs} (theirs); you entered 4; it was 7 in revision {theirs - 1}.")
     differs = conflict.locator("tr.differs")
@@ -276,6 +277,7 @@ def test_the_admins_day(daily: _Daily, new_context: NewContext) -> None:
 
     # and back to the shipped revision
     page.get_by_role("link", name="History and revert").click()
+    page.get_by_role("link", name="Revert to revision 1").click()  # asked first, with what it changes
     page.get_by_role("button", name="Revert to revision 1").click()
     expect(page.locator(f"#revision-{theirs + 1}")).to_contain_text("reverted to 1")
     shipped = httpx.get(f"{daily.base}/v1/rating-tables/esaf-2006", timeout=10).json()

@@ -79,7 +79,7 @@ def test_a_conflicting_edit_from_a_second_browser(served: Served, new_context: N
     no_trouble(*watched)
 
 
-def test_history_and_one_click_revert(served: Served, new_context: NewContext, screenshots: Path) -> None:
+def test_history_and_a_revert_asked_first(served: Served, new_context: NewContext, screenshots: Path) -> None:
     page = new_context().new_page()
     watched = Watched(page)
     sign_in(page, served.base, served.editor)
@@ -91,6 +91,9 @@ def test_history_and_one_click_revert(served: Served, new_context: NewContext, s
     page.get_by_role("link", name="History and revert").click()
     expect(page.locator("#revision-2")).to_contain_text("a reason to take back")
     page.screenshot(path=screenshots / "revisions.png")
+    page.get_by_role("link", name="Revert to revision 1").click()
+    expect(page.locator("table.diff")).to_contain_text("a reason to take back")  # what it changes, first
+    page.screenshot(path=screenshots / "revert.png")
     page.get_by_role("button", name="Revert to revision 1").click()
     expect(page.locator("#revision-3")).to_contain_text("reverted to 1")
     api = httpx.get(f"{served.base}/v1/rating-tables/standards-2026").json()
@@ -193,7 +196,8 @@ def test_an_edit_from_an_older_grid_lands_and_a_true_conflict_is_named(
     expect(page.locator("#row-aes128 td").nth(1)).to_have_text("7")  # the colleague's value, under its heading
     expect(page.locator("#table-revision")).to_have_text("revision 3")
     expect(page.locator("#grid-status")).to_contain_text(
-        "Your edit of md5 is saved in revision 3, merged with what others saved since revision 1 (aes128)")
+        "Your edit of md5 is saved in revision 3, merged with what others saved since revision 1 (aes128; "
+        "other-editor saved revision 2 at ")
     page.screenshot(path=screenshots / "merged-save.png", full_page=True)
 
     page.locator("#row-md5").get_by_role("link", name="Edit md5").click()
