@@ -144,12 +144,13 @@ checked "the API container answers /healthz on $api"
 
 # The API runs as its image's unprivileged user, and the password is that user's alone.
 qoss_uid=$(timeout 30 podman exec "${project}_api_1" id -u) || fail "id -u in the API container"
+qoss_gid=$(timeout 30 podman exec "${project}_api_1" id -g) || fail "id -g in the API container"
 server_uid=$(timeout 30 podman exec "${project}_api_1" awk '/^Uid:/ {print $2}' /proc/1/status) \
   || fail "reading the API server's uid"
 ((qoss_uid != 0)) || fail "the API container runs as root"
 [[ $server_uid == "$qoss_uid" ]] || fail "the API server runs as uid $server_uid, not $qoss_uid"
 for c in api postgres; do
-  case $c in api) want="$qoss_uid:$qoss_uid:400" ;; postgres) want="0:0:400" ;; esac
+  case $c in api) want="$qoss_uid:$qoss_gid:400" ;; postgres) want="0:0:400" ;; esac
   got=$(timeout 30 podman exec "${project}_${c}_1" stat -c %u:%g:%a /run/secrets/pg_password) \
     || fail "stat of the password in the $c container"
   [[ $got == "$want" ]] || fail "the password in the $c container is $got (uid:gid:mode), not $want"

@@ -157,7 +157,7 @@ def test_the_check_proves_the_api_runs_unprivileged_with_its_password() -> None:
     (secret,) = re.findall(r"^secret=(\S+)", CHECK, re.MULTILINE)
     assert secret in COMPOSE["secrets"]
     assert '((qoss_uid != 0)) || fail "the API container runs as root"' in CHECK
-    assert 'api) want="$qoss_uid:$qoss_uid:400"' in CHECK
+    assert 'api) want="$qoss_uid:$qoss_gid:400"' in CHECK
     assert "secrets/pg_password.txt" not in CHECK  # nothing written into the checkout
 
 
