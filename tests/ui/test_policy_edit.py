@@ -70,6 +70,7 @@ async def test_a_concurrent_edit_shows_both_values_and_mine_can_be_reapplied(
     conflict = await alice.post(PAGE, data={**alice_form, "confidentiality": "9"})
     assert conflict.status_code == 409
     assert "voip changed while you edited it" in conflict.text and "revision 2 is current" in conflict.text  # noqa: PT018
+    assert re.search(r"Saved since: bob saved revision 2 at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.", conflict.text)
     assert re.search(r'class="differs"><th scope="row">Confidentiality ≥</th>\s*<td>5</td><td>9</td>', conflict.text)
     assert (await alice.get("/v1/policies/voip")).json()["revision"] == 2
     box = conflict.text.split('class="conflict-box"', 1)[1].split("</section>", 1)[0]

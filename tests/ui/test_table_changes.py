@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
+from html import unescape
 from pathlib import Path
 
 import httpx
@@ -121,6 +122,32 @@ async def test_a_yaml_file_is_imported_as_a_new_table_or_a_new_revision(
                               files={"file": ("t.yaml", changed.encode(), "application/yaml")})
     assert again.status_code == 303
     assert (await _api(client, "imported-here"))["revision"] == 2
+
+
+async def test_a_replacement_refused_as_stale_keeps_the_file_for_the_next_try(
+        browser: Browser, token: Callable[..., str]) -> None:
+    client = browser()
+    csrf = await sign_in(client, token())
+    text = (await client.get(f"{TABLE}/export")).text.replace("Niedermayer et al. Table 14", "from the kept file", 1)
+    r = await client.patch("/v1/rating-tables/esaf-2006/ratings/des", json={"reason": "a colleague's"},
+                           headers={"If-Match": '"1"', "Authorization": f"Bearer {token('bob')}"})
+    assert r.status_code == 200, r.text
+    stale = await client.post("/ui/tables/import", data={"csrf": csrf, "name": "esaf-2006", "revision": "1"},
+                              files={"file": ("t.yaml", text.encode(), "application/yaml")})
+    assert stale.status_code == 409
+    assert "revision 2 is current now: bob saved revision 2 at " in stale.text
+    kept = re.search(r'<textarea name="kept" hidden aria-hidden="true">(.*?)</textarea>', stale.text, re.DOTALL)
+    assert kept is not None and unescape(kept.group(1)) == text  # noqa: PT018
+    assert re.search(r'id="replace-revision"><input type="hidden" name="revision" value="2">', stale.text)
+    assert "The file you chose is kept" in stale.text and 'name="file" type="file"' in stale.text  # noqa: PT018
+    assert (await _api(client, "esaf-2006"))["revision"] == 2  # nothing of the file saved
+    again = await client.post("/ui/tables/import", data={"csrf": csrf, "name": "esaf-2006", "revision": "2",
+                                                         "kept": unescape(kept.group(1))},
+                              files={"file": ("", b"", "application/octet-stream")})  # no file chosen
+    assert (again.status_code, again.headers["location"]) == (303, f"{TABLE}")
+    api = await _api(client, "esaf-2006")
+    assert api["revision"] == 3
+    assert "from the kept file" in {r["reason"] for r in api["ratings"]}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("content", "says"), [
