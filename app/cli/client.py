@@ -87,7 +87,7 @@ def load_config(path: Path | None = None, *, creating: bool = False) -> dict[str
     except FileNotFoundError:
         if os.environ.get("QOSS_CONFIG") and not creating:
             refuse(f"QOSS_CONFIG names {path}, which does not exist: make it with 'qoss context set', or unset "
-                    "QOSS_CONFIG")
+                   "QOSS_CONFIG")
         return {"contexts": {}}
     except (OSError, UnicodeDecodeError) as exc:
         refuse(f"{path}: cannot read it ({exc.__class__.__name__})")
@@ -137,9 +137,9 @@ class Target:
     url_from: str | None = None
 
 
-def chosen(context: str | None = None, *, url: str | None = None, url_flag: str = "--url") -> Target:
+def chosen(context: str | None = None, *, url: str | None = None) -> Target:
     """The service the environment and configuration file choose (see the module's text);
-    ``url``: the one a command's flag (``url_flag``) names, before all others.
+    ``url``: the one a command's ``--url`` names, before all others.
 
     A token with no URL named, a CA file that cannot be read, or a URL that is not HTTP(S) is
     refused in one line (exit 2) before anything is sent."""
@@ -158,12 +158,12 @@ def chosen(context: str | None = None, *, url: str | None = None, url_flag: str 
             token = Path(str(entry["token-file"])).read_text(encoding="utf-8").strip()
         except OSError as exc:
             refuse(f"context {name}: token-file {entry['token-file']}: cannot read it "
-                    f"({(exc.strerror or type(exc).__name__).lower()})")
-    named = [(url, url_flag), (os.environ.get("QOSS_URL"), "QOSS_URL"), (entry.get("url"), f"context {name}")]
+                   f"({(exc.strerror or type(exc).__name__).lower()})")
+    named = [(url, "--url"), (os.environ.get("QOSS_URL"), "QOSS_URL"), (entry.get("url"), f"context {name}")]
     given, url_from = next(((str(u), source) for u, source in named if u), (None, None))
     if given is None and token:
         refuse(f"a token is set ({token_from}) but no service is named: set QOSS_URL (e.g. {DEFAULT_URL}) or "
-                "choose a context ('qoss context use NAME'); a token is never sent to a default address")
+               "choose a context ('qoss context use NAME'); a token is never sent to a default address")
     target = str(given or DEFAULT_URL).rstrip("/")
     if not target.startswith(("http://", "https://")):
         refuse(f"{target}: the service's URL starts with http:// or https://")
@@ -189,7 +189,7 @@ def _trusting(ca_file: str, named_by: str) -> ssl.SSLContext:
         refuse(f"{named_by} names {ca_file}, which holds no PEM CA certificate")
     except OSError as exc:
         refuse(f"{named_by} names {ca_file}, which cannot be read "
-                f"({(exc.strerror or type(exc).__name__).lower()})")
+               f"({(exc.strerror or type(exc).__name__).lower()})")
 
 
 class Service:
@@ -231,13 +231,13 @@ class Service:
         except httpx.TransportError as exc:
             why = str(exc).split("] ")[-1] or type(exc).__name__
             refuse(f"cannot reach qoss at {self.target.url} ({why}): start it ('qoss serve'), or choose the "
-                    "service with QOSS_URL or 'qoss context use'")
+                   "service with QOSS_URL or 'qoss context use'")
         kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
         if kind in ("text/html", "application/xhtml+xml") or answer.is_redirect:
             what = "an HTML page" if not answer.is_redirect else f"a redirect (HTTP {answer.status_code})"
             named = f" (named by {self.target.url_from})" if self.target.url_from else ""
             refuse(f"{self.target.url}{named} is not qoss's API: {method} {path} answered {what}; name the "
-                    "service's address without a page's path (e.g. http://HOST:8000, not .../ui)")
+                   "service's address without a page's path (e.g. http://HOST:8000, not .../ui)")
         return answer
 
     def refused(self, answer: Any, hints: Mapping[str, str] | None = None) -> NoReturn:
