@@ -228,6 +228,32 @@ def test_a_probe_on_a_new_connection_is_answered_while_every_place_is_held_and_r
         assert server.most_open <= BOUND + _PROBE_ROOM
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_probe_with_a_request_pipelined_behind_it_waits_its_turn(loop: str) -> None:
+    """Only a probe alone on its connection is handed over beyond the bound: the request behind
+    it would otherwise be served before the ones waiting."""
+    watch = _Watch()
+    with _serving(watch, max_connections=BOUND, loop=loop, waiting_room=64) as base:
+        server = watch.server
+        assert server is not None
+        held = _hold_every_place(base, watch)
+        host = base.removeprefix("http://").split(":")[0]
+        jumper = _connect(base)
+        jumper.sendall(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n"
+                       f"GET /hold?i={BOUND} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        assert until(lambda: len(server._ready) == 1)  # waiting with the others, not handed over
+        assert server.probes_early == 0
+        assert watch.entered == list(range(BOUND))
+        watch.go = BOUND + 1
+        assert [_status(c) for c in held] == [200] * BOUND
+        answers = b""
+        with jumper:
+            while chunk := jumper.recv(65536):
+                answers += chunk
+        assert answers.count(b"HTTP/1.1 200 ") == 2  # both answered, in turn
+        assert watch.entered == list(range(BOUND + 1))
+
+
 @pytest.mark.parametrize("room", [0, 2, 64])  # none; fuller than the room (the rest in the backlog); room for all
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_requests_beyond_the_bound_are_answered_in_the_order_they_came(loop: str, room: int) -> None:
