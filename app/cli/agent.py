@@ -142,7 +142,8 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
                                  units=sql_units_of_work(factory),
                                  vici=charons(settings),
                                  cache=TableCache(), default_table=settings.default_table,
-                                 devices=LocalDeviceKit(agent_config.key_dir, owner=agent_config.target_identity))
+                                 devices=LocalDeviceKit(agent_config.key_dir, owner=agent_config.target_identity,
+                                                        gateway_addresses=[agent_config.target.ike_address]))
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
                          post=functools.partial(post_message, fast_paths=settings.fast_paths))
         _emit(host.revoke(user_id))

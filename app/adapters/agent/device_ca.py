@@ -8,6 +8,16 @@ the Target's: ``device-ca.key`` (0600) and ``device-ca.crt`` (0644), beside the 
 the disk: it leaves only inside the PKCS#12 file handed out, encrypted with a one-time
 passphrase that is shown once and never kept.
 
+Devices install the CA as a trust anchor, so the CA vouches for as little as IKE needs: its
+certificate carries critical name constraints (DNS names under
+:data:`~app.domain.agent.conns.DEVICE_NAMESPACE` and the gateway's own names and addresses,
+nothing else) and an extended key usage that limits every certificate below it to TLS
+server/client authentication and the IKE purposes. Whoever holds its key can still mint a
+certificate only for the gateway's own names or for a device name that resolves nowhere, and no
+code-signing or e-mail certificate. A CA made before it carried these limits is still loaded
+(:attr:`DeviceCA.constrained` is False): enrolled devices keep working until it is replaced
+(docs/agent.md, "Rotating the device CA").
+
 Every file is opened relative to the open directory, without following links; a key file
 anyone else may read or write is refused, never used. The first process to make the CA wins
 (the key is created with ``O_CREAT|O_EXCL``, the certificate written whole and renamed into
@@ -45,6 +55,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
+from app.domain.agent.conns import DEVICE_NAMESPACE
 from app.domain.errors import InvalidInput
 
 __all__ = ["DeviceCA", "DeviceCAError", "DeviceCredential", "GatewayCredential"]
@@ -56,6 +67,13 @@ GATEWAY_CERT = "device-gateway.crt"
 
 #: The "IP security IKE intermediate" purpose (RFC 4945 names it; Windows and macOS want it).
 IKE_INTERMEDIATE = ObjectIdentifier("1.3.6.1.5.5.8.2.2")
+#: What the CA may vouch for, as an extended key usage in the CA certificate itself. RFC 5280
+#: defines the extension for end entities; Windows (its "EKU chaining"), Apple's trust evaluation
+#: and OpenSSL read it in a CA as the purposes every certificate below may have. TLS server and
+#: client authentication (Windows' IKEv2 client wants serverAuth in the gateway's certificate),
+#: ipsecIKE (RFC 4945) and IKE intermediate: no code signing, e-mail, time stamping or OCSP.
+CA_PURPOSES = (ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.IPSEC_IKE,
+               IKE_INTERMEDIATE)
 
 _CA_LIFETIME = timedelta(days=3653)  # ten years, leap days included
 _GATEWAY_LIFETIME = timedelta(days=365)
@@ -168,30 +186,40 @@ class DeviceCA:
         return f"DeviceCA({self.common_name!r}, directory={str(self._directory)!r})"
 
     @classmethod
-    def load_or_create(cls, directory: Path, *, owner: str, clock: Callable[[], datetime] = _utc_now) -> DeviceCA:
+    def load_or_create(cls, directory: Path, *, owner: str, gateway: Sequence[str] = (),
+                       clock: Callable[[], datetime] = _utc_now) -> DeviceCA:
         """The CA of Target ``owner`` kept in ``directory``, made there on first use.
 
         The CA is ECDSA P-256, self-signed, ``CN=qoss <owner> device CA``, ``CA:true``
-        with path length 0, key usage keyCertSign and cRLSign, valid ten years. ``directory``
-        is made (0700) if missing. Two processes making it at once end with the same CA.
+        with path length 0, key usage keyCertSign and cRLSign, valid ten years; critical name
+        constraints permit the DNS names under ``devices.invalid``, the DNS names of ``gateway``
+        and exactly its addresses (with no address there, none at all); its extended key usage is
+        :data:`CA_PURPOSES`. ``directory`` is made (0700) if missing. Two processes making it at
+        once end with the same CA. A CA already there is loaded as it is: ``gateway`` shapes a
+        new CA only (:meth:`gateway` refuses a name the CA does not permit).
 
         Args:
             directory: where ``device-ca.key`` (0600) and ``device-ca.crt`` (0644) are kept.
             owner: the Target's name: 1-63 of letters, digits, ``.``, ``_``, ``-``, starting with a
                 letter or digit. One longer than 49 is cut to 48 and ``~`` in the CA's name,
                 which may hold 64 characters.
+            gateway: the gateway's IKE identity and the addresses devices reach it at: what its
+                certificate may name (a name that is no DNS name is never in a certificate's
+                subjectAltName, so it permits nothing).
             clock: the current time (aware), for certificate validity.
 
         Raises:
-            InvalidInput: ``owner`` cannot be put in the CA's name.
+            InvalidInput: ``owner`` cannot be put in the CA's name, or a ``gateway`` entry is
+                neither a gateway identity nor an IP address.
             DeviceCAError: the directory or a file in it is a link, not the service's own, or
                 open to others; the key does not match the certificate; the CA is another
                 owner's; a creation died half-way (the message names the file to move away).
         """
         common_name = _ca_common_name(_check_name(owner, what="owner", limit=_MAX_OWNER))
+        constraints = _name_constraints(gateway)
         directory = Path(directory).absolute()
         with _open_directory(directory) as dfd:
-            key, cert = _load_or_create_ca(dfd, directory, common_name, clock)
+            key, cert = _load_or_create_ca(dfd, directory, common_name, constraints, clock)
         return cls(directory=directory, key=key, cert=cert, clock=clock)
 
     # ----------------------------------------------------------------------- the CA certificate
@@ -210,6 +238,12 @@ class DeviceCA:
     def common_name(self) -> str:
         """The CA's common name, ``qoss <owner> device CA``."""
         return _common_name(self._cert)
+
+    @property
+    def constrained(self) -> bool:
+        """Whether the CA certificate limits the names below it (False for a CA made before it
+        carried name constraints: replace it, docs/agent.md "Rotating the device CA")."""
+        return _constraints_of(self._cert) is not None
 
     @staticmethod
     def subject_dn(identity: str) -> str:
@@ -238,7 +272,9 @@ class DeviceCA:
 
         Raises:
             InvalidInput: ``identity`` or an address cannot be used.
-            DeviceCAError: a gateway file is a link, not the service's own, or open to others.
+            DeviceCAError: a gateway file is a link, not the service's own, or open to others; the
+                CA's name constraints do not permit ``identity`` or an address (the gateway moved
+                since the CA was made: the message says how to make a new CA).
         """
         identity = _check_gateway_identity(identity)
         ips = _check_addresses(addresses)
@@ -246,6 +282,11 @@ class DeviceCA:
             ip = ipaddress.ip_address(identity)
             ips = ips if ip in ips else (*ips, ip)
         dns = (identity,) if _is_dns_name(identity) else ()
+        outside = _outside(_constraints_of(self._cert), dns=dns, ips=ips)
+        if outside:
+            raise DeviceCAError(f"the device CA in {self._directory} may not vouch for {', '.join(outside)}: its "
+                                "name constraints hold the gateway's names and addresses as they were when it was "
+                                "made; make a new CA (docs/agent.md, \"Rotating the device CA\")")
         now = self._now()
         with _open_directory(self._directory) as dfd:
             fcntl.flock(dfd, fcntl.LOCK_EX)  # released when the descriptor closes
@@ -299,14 +340,16 @@ class DeviceCA:
         """A new key and certificate for one device, packed as PKCS#12 under a one-time passphrase.
 
         The certificate has ``CN=identity`` (and subjectAltName dNSName ``identity`` when it is
-        a DNS name, which Apple's clients match their local identifier against), extended key
+        a DNS name, which Apple's clients match their local identifier against; a CA with name
+        constraints issues only names under ``devices.invalid``), extended key
         usage clientAuth and IKE intermediate, key usage digitalSignature; it is valid from five
         minutes ago for ``lifetime`` seconds from now, with a random 159-bit serial. The key is
         never written anywhere but into the returned PKCS#12.
 
         Args:
-            identity: the device's identity, e.g. ``0a1b2c3d4e5f.alice``: 1-64 of letters,
-                digits, ``.``, ``_``, ``-``, starting with a letter or digit.
+            identity: the device's identity, e.g. ``0a1b2c3d4e5f.alice.devices.invalid``
+                (:func:`~app.domain.agent.conns.device_identity`): 1-64 of letters, digits, ``.``,
+                ``_``, ``-``, starting with a letter or digit.
             lifetime: seconds, from an hour to 90 days.
             name: the PKCS#12 friendly name clients show (default ``identity``): 1-64
                 printable characters.
@@ -314,9 +357,14 @@ class DeviceCA:
                 nothing else (Apple's); otherwise PBES2 with AES-256 and a SHA-256 MAC.
 
         Raises:
-            InvalidInput: ``identity``, ``lifetime`` or ``name`` cannot be used.
+            InvalidInput: ``identity``, ``lifetime`` or ``name`` cannot be used, or the CA's name
+                constraints do not permit ``identity``.
         """
         identity = _check_name(identity, what="identity", limit=_MAX_CN)
+        constraints = _constraints_of(self._cert)
+        if constraints is not None and (not _is_dns_name(identity) or _outside(constraints, dns=(identity,), ips=())):
+            raise InvalidInput(f"a device's identity is a DNS name under {DEVICE_NAMESPACE} (the only device names "
+                               f"this CA may vouch for), not {identity!r:.80}")
         if isinstance(lifetime, bool) or not isinstance(lifetime, int) or lifetime not in _DEVICE_LIFETIME:
             raise InvalidInput(f"a device certificate's lifetime is {_DEVICE_LIFETIME.start} to "
                                f"{_DEVICE_LIFETIME.stop - 1} seconds (an hour to 90 days), not {lifetime!r}")
@@ -362,14 +410,14 @@ class DeviceCA:
 # --------------------------------------------------------------------------- making and loading the CA
 
 
-def _load_or_create_ca(dfd: int, directory: Path, common_name: str,
+def _load_or_create_ca(dfd: int, directory: Path, common_name: str, constraints: x509.NameConstraints,
                        clock: Callable[[], datetime]) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """Load the CA; make it if there is no key file; wait while another process is making it."""
     deadline = time.monotonic() + _SETTLE
     while True:
         key_file = _read(dfd, directory, CA_KEY, secret=True)
         if key_file is None:
-            made = _create_ca(dfd, common_name, clock)
+            made = _create_ca(dfd, common_name, constraints, clock)
             if made is not None:
                 return made
             continue  # another process created the key first: load theirs
@@ -409,7 +457,7 @@ def _check_ca_cert(pem: bytes, key: ec.EllipticCurvePrivateKey, directory: Path,
     return cert
 
 
-def _create_ca(dfd: int, common_name: str,
+def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
                clock: Callable[[], datetime]) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
     """Make the CA, unless another process creates the key file first (then None)."""
     now = _aware(clock())
@@ -425,6 +473,8 @@ def _create_ca(dfd: int, common_name: str,
             .not_valid_after(now + _CA_LIFETIME)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
+            .add_extension(constraints, critical=True)
+            .add_extension(x509.ExtendedKeyUsage(CA_PURPOSES), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256()))
     if not _create(dfd, CA_KEY, _key_pem(key), mode=0o600):
@@ -436,6 +486,65 @@ def _create_ca(dfd: int, common_name: str,
             os.unlink(CA_KEY, dir_fd=dfd)
         raise
     return key, cert
+
+
+# --------------------------------------------------------------------------- name constraints
+
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def _name_constraints(gateway: Sequence[str]) -> x509.NameConstraints:
+    """What a new CA permits: DNS names under the device namespace, the gateway's DNS names and
+    exactly its addresses; with no address of a family, every address of that family excluded
+    (a permitted subtree of one family does not constrain the other in every verifier)."""
+    if isinstance(gateway, str | bytes):
+        raise InvalidInput("gateway is a list of names and addresses, not one string")
+    names: dict[str, None] = {DEVICE_NAMESPACE: None}
+    ips: dict[_Address, None] = {}
+    for entry in gateway:
+        value = _check_gateway_identity(entry)
+        with contextlib.suppress(ValueError):
+            ips[ipaddress.ip_address(value)] = None
+            continue
+        if _is_dns_name(value):
+            names[value.lower()] = None
+    permitted: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
+    permitted += [x509.IPAddress(ipaddress.ip_network(ip)) for ip in ips]
+    families = {ip.version for ip in ips}
+    excluded: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_network(net)) for version, net in
+                                        ((4, "0.0.0.0/0"), (6, "::/0")) if version not in families]
+    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded or None)
+
+
+def _constraints_of(cert: x509.Certificate) -> x509.NameConstraints | None:
+    try:
+        return cert.extensions.get_extension_for_class(x509.NameConstraints).value
+    except x509.ExtensionNotFound:
+        return None
+
+
+def _outside(constraints: x509.NameConstraints | None, *, dns: Sequence[str], ips: Sequence[_Address]) -> list[str]:
+    """The names and addresses ``constraints`` do not permit (RFC 5280 4.2.1.10: a DNS name is
+    within a subtree when it is the subtree's name or ends in ``.`` and that name)."""
+    if constraints is None:
+        return []
+    permitted = list(constraints.permitted_subtrees or ())
+    excluded = list(constraints.excluded_subtrees or ())
+
+    def dns_within(name: str, trees: list[x509.GeneralName]) -> bool:
+        name = name.lower().rstrip(".")
+        return any(name == t.value.lower() or name.endswith("." + t.value.lower().lstrip("."))
+                   for t in trees if isinstance(t, x509.DNSName))
+
+    def ip_within(ip: _Address, trees: list[x509.GeneralName]) -> bool:
+        return any(isinstance(t.value, ipaddress.IPv4Network | ipaddress.IPv6Network)
+                   and t.value.version == ip.version and ip in t.value
+                   for t in trees if isinstance(t, x509.IPAddress))
+
+    dns_limited = any(isinstance(t, x509.DNSName) for t in permitted)
+    ip_limited = any(isinstance(t, x509.IPAddress) for t in permitted)
+    return ([name for name in dns if dns_within(name, excluded) or (dns_limited and not dns_within(name, permitted))]
+            + [str(ip) for ip in ips if ip_within(ip, excluded) or (ip_limited and not ip_within(ip, permitted))])
 
 
 # --------------------------------------------------------------------------- certificates
@@ -521,10 +630,10 @@ def _check_gateway_identity(identity: str) -> str:
     return _check_name(identity, what="identity", limit=_MAX_CN)
 
 
-def _check_addresses(addresses: Sequence[str]) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...]:
+def _check_addresses(addresses: Sequence[str]) -> tuple[_Address, ...]:
     if isinstance(addresses, str | bytes):
         raise InvalidInput("addresses is a list of IP addresses, not one string")
-    ips: dict[ipaddress.IPv4Address | ipaddress.IPv6Address, None] = {}
+    ips: dict[_Address, None] = {}
     for address in addresses:
         try:
             ips[ipaddress.ip_address(address)] = None

@@ -3,6 +3,7 @@ agent's key directory and the profile writers of :mod:`app.adapters.agent.profil
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections.abc import Sequence
@@ -14,20 +15,29 @@ from app.domain.agent.ports import DeviceProfileRequest, IssuedDevice
 
 __all__ = ["LocalDeviceKit"]
 
+log = logging.getLogger(__name__)
+
 
 class LocalDeviceKit:
-    """The CA of Target ``owner``, kept in ``key_dir`` (made on first use)."""
+    """The CA of Target ``owner``, kept in ``key_dir`` (made on first use). ``owner`` is also the
+    gateway's IKE identity: a new CA permits it and ``gateway_addresses`` (the addresses devices
+    reach the gateway at) and the device names, nothing else."""
 
-    def __init__(self, key_dir: Path, *, owner: str) -> None:
+    def __init__(self, key_dir: Path, *, owner: str, gateway_addresses: Sequence[str] = ()) -> None:
         self._dir = Path(key_dir)
         self._owner = owner
+        self._gateway = (owner, *gateway_addresses)
         self._ca: DeviceCA | None = None
         self._lock = threading.Lock()
 
     def _authority(self) -> DeviceCA:
         with self._lock:
             if self._ca is None:
-                self._ca = DeviceCA.load_or_create(self._dir, owner=self._owner)
+                self._ca = DeviceCA.load_or_create(self._dir, owner=self._owner, gateway=self._gateway)
+                if not self._ca.constrained:
+                    log.warning("the device CA in %s has no name constraints: whoever gets its key can make "
+                                "certificates every enrolled device trusts; replace it (docs/agent.md, "
+                                "\"Rotating the device CA\")", self._dir)
             return self._ca
 
     def ca_cert(self) -> bytes:

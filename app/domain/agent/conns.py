@@ -13,6 +13,7 @@ from app.domain.conn_settings import child_timers, psk_ends
 
 __all__ = [
     "AGENT_CONN_PREFIX",
+    "DEVICE_NAMESPACE",
     "agent_conn_name",
     "client_conn",
     "device_conn",
@@ -25,6 +26,11 @@ __all__ = [
 #: The agent's conns, secrets and pools on a charon are named with this prefix: its namespace,
 #: which the tunnels service's reconcile never touches.
 AGENT_CONN_PREFIX = "qoss-agent-"
+
+#: Every device's name ends in this DNS suffix, the one name space a Target's device CA may vouch
+#: for besides its gateway. ``.invalid`` (RFC 6761) never resolves: no site of the Internet, nor of
+#: an intranet, can answer to such a name, so a certificate for one is no use there.
+DEVICE_NAMESPACE = "devices.invalid"
 
 
 def agent_conn_name(ticket: str) -> str:
@@ -68,10 +74,12 @@ def target_conn(*, name: str, target_address: str, target_identity: str, client_
 
 def device_identity(ticket: str, user_id: str) -> str:
     """A device's name in its certificate (subject CN and DNS subjectAltName): the ticket's first 12
-    hex digits and the user, made a DNS name (``0a1b2c3d4e5f.alice``), at most 64 characters."""
+    hex digits and the user, made a DNS name under :data:`DEVICE_NAMESPACE`
+    (``0a1b2c3d4e5f.alice.devices.invalid``), at most 64 characters (a long user is cut)."""
     labels = [re.sub(r"[^a-z0-9-]", "-", label).strip("-") for label in user_id.lower().split(".")]
     name = ".".join(label[:63] for label in labels if label) or "user"
-    return f"{ticket[:12]}.{name}"[:64].rstrip(".-")
+    head = f"{ticket[:12]}.{name}"[:64 - len(DEVICE_NAMESPACE) - 1].rstrip(".-")
+    return f"{head}.{DEVICE_NAMESPACE}"
 
 
 def device_conn(*, name: str, target_address: str, target_identity: str, device_identity: str,

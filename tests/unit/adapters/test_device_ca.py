@@ -4,6 +4,7 @@ certificate kept while it fits and made again when it does not."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import subprocess
@@ -17,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
+from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from app.adapters.agent.device_ca import DeviceCA, DeviceCAError, DeviceCredential
@@ -26,6 +28,9 @@ from tests.fixtures.secrets import register
 DAY = 86400
 IKE_INTERMEDIATE = ObjectIdentifier("1.3.6.1.5.5.8.2.2")
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+DEVICE = "0a1b2c3d4e5f.alice.devices.invalid"
+#: What the gateway of the tests' CA is called and where it is reached.
+GATEWAY = ["vpn.example.net", "gw.example.net", "gw_alice", "203.0.113.7", "192.0.2.1", "192.0.2.2", "2001:db8::1"]
 
 
 class Clock:
@@ -45,10 +50,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 def ca(tmp_path: Path, clock: Clock) -> DeviceCA:
-    return DeviceCA.load_or_create(tmp_path / "ca", owner="alice", clock=clock)
+    return DeviceCA.load_or_create(tmp_path / "ca", owner="alice", gateway=GATEWAY, clock=clock)
 
 
-def issue(ca: DeviceCA, identity: str = "0a1b2c3d4e5f.alice", lifetime: int = 60 * DAY) -> DeviceCredential:
+def issue(ca: DeviceCA, identity: str = DEVICE, lifetime: int = 60 * DAY) -> DeviceCredential:
     credential = ca.issue_device(identity=identity, lifetime=lifetime)
     register(credential.passphrase)  # the secret sweep: never in a log or a database
     return credential
@@ -71,6 +76,29 @@ def signed_by(cert: x509.Certificate, ca: DeviceCA) -> None:
 
 def mode(path: Path) -> int:
     return path.stat().st_mode & 0o777
+
+
+def legacy_ca(directory: Path, owner: str = "alice") -> DeviceCA:
+    """A CA as qoss made it before its certificate carried name constraints and purposes."""
+    directory.mkdir(mode=0o700)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"qoss {owner} device CA")])
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(NOW - timedelta(days=400)).not_valid_after(NOW + timedelta(days=3000))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=False, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                         crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+    key_file = directory / "device-ca.key"
+    key_file.touch(mode=0o600)
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    (directory / "device-ca.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    os.utime(key_file, (time.time() - 60, time.time() - 60))  # settled: no creation under way
+    return DeviceCA.load_or_create(directory, owner=owner, clock=Clock())
 
 
 # --------------------------------------------------------------------------- the CA
@@ -196,7 +224,7 @@ def test_the_p12_opens_with_its_passphrase_and_no_other(ca: DeviceCA) -> None:
 
 
 def test_the_p12_carries_its_friendly_name(ca: DeviceCA) -> None:
-    credential = ca.issue_device(identity="0a1b2c3d4e5f.alice", lifetime=60 * DAY, name="Alice's phone")
+    credential = ca.issue_device(identity=DEVICE, lifetime=60 * DAY, name="Alice's phone")
     register(credential.passphrase)
     p12 = pkcs12.load_pkcs12(credential.p12, credential.passphrase.encode())
     assert p12.cert is not None
@@ -205,7 +233,7 @@ def test_the_p12_carries_its_friendly_name(ca: DeviceCA) -> None:
     default = issue(ca)
     unnamed = pkcs12.load_pkcs12(default.p12, default.passphrase.encode())
     assert unnamed.cert is not None
-    assert unnamed.cert.friendly_name == b"0a1b2c3d4e5f.alice"
+    assert unnamed.cert.friendly_name == DEVICE.encode()
 
 
 def test_the_device_certificate_chains_to_the_ca_for_client_auth(ca: DeviceCA) -> None:
@@ -213,7 +241,7 @@ def test_the_device_certificate_chains_to_the_ca_for_client_auth(ca: DeviceCA) -
     cert = x509.load_der_x509_certificate(credential.cert_der)
     signed_by(cert, ca)
     cert.verify_directly_issued_by(x509.load_der_x509_certificate(ca.cert_der))
-    assert cn(cert) == "0a1b2c3d4e5f.alice"
+    assert cn(cert) == DEVICE
     assert ExtendedKeyUsageOID.CLIENT_AUTH in ekus(cert)
     assert IKE_INTERMEDIATE in ekus(cert)
     assert ExtendedKeyUsageOID.SERVER_AUTH not in ekus(cert)
@@ -228,11 +256,12 @@ def test_the_device_certificate_chains_to_the_ca_for_client_auth(ca: DeviceCA) -
     assert 0 < credential.serial < 2**159
 
 
-def test_a_device_identity_that_is_a_dns_name_is_also_its_alt_name(ca: DeviceCA) -> None:
+def test_a_device_identity_that_is_a_dns_name_is_also_its_alt_name(tmp_path: Path, ca: DeviceCA) -> None:
     cert = x509.load_der_x509_certificate(issue(ca).cert_der)
     san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.DNSName) == ["0a1b2c3d4e5f.alice"]
-    cert = x509.load_der_x509_certificate(issue(ca, identity="0a1b2c3d4e5f.al_ice").cert_der)
+    assert san.get_values_for_type(x509.DNSName) == [DEVICE]
+    legacy = legacy_ca(tmp_path / "legacy")  # a CA without name constraints names any device
+    cert = x509.load_der_x509_certificate(issue(legacy, identity="0a1b2c3d4e5f.al_ice").cert_der)
     with pytest.raises(x509.ExtensionNotFound):
         cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
 
@@ -260,12 +289,12 @@ def test_openssl_reads_the_p12_with_its_passphrase_only(tmp_path: Path, ca: Devi
     opened = subprocess.run(["openssl", "pkcs12", "-in", str(p12file), "-passin", "pass:" + credential.passphrase,
                              "-nokeys"], capture_output=True, text=True, timeout=10, check=False)
     assert opened.returncode == 0, opened.stderr
-    assert "CN = 0a1b2c3d4e5f.alice" in opened.stdout
+    assert f"CN = {DEVICE}" in opened.stdout
     assert "CN = qoss alice device CA" in opened.stdout
     wrong = subprocess.run(["openssl", "pkcs12", "-in", str(p12file), "-passin", "pass:abcd-efgh-ijkm-npqr-stuv-wxyz",
                             "-nokeys"], capture_output=True, text=True, timeout=10, check=False)
     assert wrong.returncode != 0
-    assert "0a1b2c3d4e5f.alice" not in wrong.stdout
+    assert DEVICE not in wrong.stdout
 
 
 @pytest.mark.parametrize("identity", ["", "a,b", "a=b", "a+b", "a\nb", "a\x00b", "a b", 'a"b', "a\\b", "a/b",
@@ -280,7 +309,7 @@ def test_a_bad_identity_is_refused(ca: DeviceCA, identity: str) -> None:
 @pytest.mark.parametrize("lifetime", [3599, 90 * DAY + 1, 0, -60 * DAY, 60.0 * DAY])
 def test_a_lifetime_outside_an_hour_to_90_days_is_refused(ca: DeviceCA, lifetime: int) -> None:
     with pytest.raises(InvalidInput, match="an hour to 90 days"):
-        ca.issue_device(identity="0a1b2c3d4e5f.alice", lifetime=lifetime)
+        ca.issue_device(identity=DEVICE, lifetime=lifetime)
 
 
 def test_a_bad_owner_is_refused(tmp_path: Path) -> None:
@@ -300,7 +329,7 @@ def test_a_long_owner_is_cut_to_fit_the_cas_name(tmp_path: Path) -> None:
 
 
 def test_the_subject_dn_is_as_strongswan_writes_it() -> None:
-    assert DeviceCA.subject_dn("0a1b2c3d4e5f.alice") == "CN=0a1b2c3d4e5f.alice"
+    assert DeviceCA.subject_dn(DEVICE) == f"CN={DEVICE}"
 
 
 # --------------------------------------------------------------------------- the gateway
@@ -362,7 +391,7 @@ def test_the_gateway_is_renewed_when_less_than_30_days_remain(ca: DeviceCA, cloc
 
 
 def test_a_gateway_of_another_ca_is_remade(tmp_path: Path, ca: DeviceCA) -> None:
-    other = DeviceCA.load_or_create(tmp_path / "other", owner="alice")
+    other = DeviceCA.load_or_create(tmp_path / "other", owner="alice", gateway=GATEWAY)
     foreign = other.gateway(identity="vpn.example.net", addresses=["192.0.2.1"])
     for name in ("device-gateway.key", "device-gateway.crt"):
         (tmp_path / "ca" / name).write_bytes((tmp_path / "other" / name).read_bytes())
@@ -393,3 +422,149 @@ def test_a_bad_gateway_identity_is_refused(ca: DeviceCA) -> None:
 def test_the_signature_hash_is_sha256(ca: DeviceCA) -> None:
     cert = x509.load_der_x509_certificate(issue(ca).cert_der)
     assert isinstance(cert.signature_hash_algorithm, hashes.SHA256)
+
+
+# --------------------------------------------------------------------------- what the CA may vouch for
+
+
+def ca_key(directory: Path) -> ec.EllipticCurvePrivateKey:
+    """The CA's key as whoever copied ``device-ca.key`` holds it."""
+    key = serialization.load_pem_private_key((directory / "device-ca.key").read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return key
+
+
+def forged(directory: Path, ca: DeviceCA, *, names: list[x509.GeneralName],
+           purpose: ObjectIdentifier = ExtendedKeyUsageOID.SERVER_AUTH) -> x509.Certificate:
+    """A leaf signed with the CA's own key: what a thief of the key would make."""
+    key, issuer = ca_key(directory), x509.load_der_x509_certificate(ca.cert_der)
+    leaf = ec.generate_private_key(ec.SECP256R1())
+    return (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "forged")]))
+            .issuer_name(issuer.subject).public_key(leaf.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(NOW - timedelta(hours=1)).not_valid_after(NOW + timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                         data_encipherment=False, key_agreement=False, key_cert_sign=False,
+                                         crl_sign=False, encipher_only=False, decipher_only=False), critical=True)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256()))
+
+
+def verify_server(ca: DeviceCA, cert: x509.Certificate, name: str) -> None:
+    """cryptography's RFC 5280 path validation for a TLS server ``name``; raises VerificationError."""
+    subject: verification.Subject
+    try:
+        subject = verification.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        subject = verification.DNSName(name)
+    store = verification.Store([x509.load_der_x509_certificate(ca.cert_der)])
+    verification.PolicyBuilder().store(store).time(NOW).build_server_verifier(subject).verify(cert, [])
+
+
+def openssl_verify(tmp_path: Path, ca: DeviceCA, cert: x509.Certificate,
+                   purpose: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "anchor.pem").write_bytes(ca.cert_pem)
+    (tmp_path / "leaf.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return subprocess.run(["openssl", "verify", "-x509_strict", "-attime", str(int(NOW.timestamp())),
+                           "-purpose", purpose, "-CAfile", str(tmp_path / "anchor.pem"), str(tmp_path / "leaf.pem")],
+                          capture_output=True, text=True, timeout=10, check=False)
+
+
+def test_the_ca_certificate_permits_only_the_device_names_and_the_gateway(ca: DeviceCA) -> None:
+    cert = x509.load_der_x509_certificate(ca.cert_der)
+    extension = cert.extensions.get_extension_for_class(x509.NameConstraints)
+    assert extension.critical
+    permitted = extension.value.permitted_subtrees or []
+    assert sorted(n.value for n in permitted if isinstance(n, x509.DNSName)) == [
+        "devices.invalid", "gw.example.net", "vpn.example.net"]
+    assert {str(n.value) for n in permitted if isinstance(n, x509.IPAddress)} == {
+        "203.0.113.7/32", "192.0.2.1/32", "192.0.2.2/32", "2001:db8::1/128"}
+    assert {type(n) for n in permitted} == {x509.DNSName, x509.IPAddress}
+    assert extension.value.excluded_subtrees is None  # both families have permitted addresses
+    purposes = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage)
+    assert not purposes.critical
+    assert list(purposes.value) == [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH,
+                                    ExtendedKeyUsageOID.IPSEC_IKE, IKE_INTERMEDIATE]
+    assert ca.constrained
+
+
+@pytest.mark.parametrize(("gateway", "excluded"), [([], {"0.0.0.0/0", "::/0"}), (["target-1.qoss", "10.99.0.3"],
+                                                                                  {"::/0"})])
+def test_a_family_without_a_gateway_address_is_excluded_whole(tmp_path: Path, gateway: list[str],
+                                                              excluded: set[str]) -> None:
+    ca = DeviceCA.load_or_create(tmp_path / "ca", owner="target-1", gateway=gateway, clock=Clock())
+    constraints = x509.load_der_x509_certificate(ca.cert_der).extensions.get_extension_for_class(
+        x509.NameConstraints).value
+    assert {str(n.value) for n in constraints.excluded_subtrees or []} == excluded
+
+
+@pytest.mark.parametrize("names", [
+    [x509.DNSName("example.com")],
+    [x509.DNSName("www.example.com")],
+    [x509.DNSName("intranet.local"), x509.DNSName("vpn.example.net")],
+    [x509.DNSName("devices.invalid.example.com")],
+    [x509.IPAddress(ipaddress.ip_address("10.0.0.1"))],
+    [x509.IPAddress(ipaddress.ip_address("2001:db8::2"))],
+])
+def test_a_tls_certificate_outside_the_constraints_signed_with_the_ca_key_is_refused(
+        tmp_path: Path, ca: DeviceCA, names: list[x509.GeneralName]) -> None:
+    cert = forged(tmp_path / "ca", ca, names=names)
+    with pytest.raises(verification.VerificationError, match="name constraint"):
+        verify_server(ca, cert, str(names[0].value))
+    refused = openssl_verify(tmp_path, ca, cert, "sslserver")
+    assert refused.returncode != 0
+    assert "subtree violation" in refused.stdout + refused.stderr
+
+
+def test_an_e_mail_certificate_signed_with_the_ca_key_is_refused_by_its_purpose(tmp_path: Path, ca: DeviceCA) -> None:
+    cert = forged(tmp_path / "ca", ca, names=[x509.DNSName(DEVICE)], purpose=ExtendedKeyUsageOID.EMAIL_PROTECTION)
+    refused = openssl_verify(tmp_path, ca, cert, "smimesign")
+    assert refused.returncode != 0
+    # Depth 1 is the CA: its own extended key usage holds no e-mail protection.
+    assert "at 1 depth lookup: unsuitable certificate purpose" in refused.stdout + refused.stderr
+
+
+def test_the_gateway_and_device_certificates_still_verify(tmp_path: Path, ca: DeviceCA) -> None:
+    gateway = x509.load_der_x509_certificate(ca.gateway(identity="vpn.example.net",
+                                                        addresses=["192.0.2.1", "2001:db8::1"]).cert_der)
+    verify_server(ca, gateway, "vpn.example.net")
+    verify_server(ca, gateway, "192.0.2.1")
+    verify_server(ca, gateway, "2001:db8::1")
+    assert openssl_verify(tmp_path, ca, gateway, "sslserver").returncode == 0
+    device = x509.load_der_x509_certificate(issue(ca).cert_der)
+    store = verification.Store([x509.load_der_x509_certificate(ca.cert_der)])
+    verified = verification.PolicyBuilder().store(store).time(NOW).build_client_verifier().verify(device, [])
+    assert verified.subjects == [x509.DNSName(DEVICE)]
+    assert openssl_verify(tmp_path, ca, device, "sslclient").returncode == 0
+
+
+@pytest.mark.parametrize("identity", ["0a1b2c3d4e5f.alice", "0a1b2c3d4e5f.al_ice.devices.invalid",
+                                      "evil.devices.invalid.example.com", "example.com"])
+def test_a_device_name_outside_the_device_namespace_is_refused(ca: DeviceCA, identity: str) -> None:
+    with pytest.raises(InvalidInput, match=r"devices\.invalid"):
+        ca.issue_device(identity=identity, lifetime=60 * DAY)
+
+
+@pytest.mark.parametrize(("identity", "addresses", "named"), [("vpn.example.org", ["192.0.2.1"], "vpn.example.org"),
+                                                              ("vpn.example.net", ["198.51.100.1"], "198.51.100.1"),
+                                                              ("198.51.100.9", [], "198.51.100.9")])
+def test_a_gateway_the_ca_does_not_permit_is_refused_with_how_to_rotate(
+        tmp_path: Path, ca: DeviceCA, identity: str, addresses: list[str], named: str) -> None:
+    with pytest.raises(DeviceCAError, match=f"{re.escape(named)}.*Rotating the device CA"):
+        ca.gateway(identity=identity, addresses=addresses)
+    assert not (tmp_path / "ca" / "device-gateway.key").exists()
+
+
+def test_a_ca_made_before_the_constraints_keeps_its_enrolments_working(tmp_path: Path) -> None:
+    legacy = legacy_ca(tmp_path / "legacy")
+    assert not legacy.constrained
+    device = x509.load_der_x509_certificate(issue(legacy, identity="0a1b2c3d4e5f.alice").cert_der)
+    signed_by(device, legacy)
+    gateway = x509.load_der_x509_certificate(legacy.gateway(identity="vpn.example.org", addresses=["198.51.100.1"])
+                                             .cert_der)
+    verify_server(legacy, gateway, "vpn.example.org")
+    again = DeviceCA.load_or_create(tmp_path / "legacy", owner="alice", gateway=["vpn.example.net"])
+    assert again.cert_der == legacy.cert_der  # loaded as it is, never replaced behind the devices' back

@@ -27,7 +27,7 @@ from app.domain.agent.ports import DeviceProfileRequest
 TARGET = KeyPair.generate("target-1")
 USER = KeyPair.generate("alice")
 INFO = TunnelingInfo(ticket="a" * 32, protection="esp", target_address="10.99.0.3", target_identity="target-1",
-                     client_identity="aaaaaaaaaaaa.alice", remote_ts=("10.3.0.1/32",),
+                     client_identity="aaaaaaaaaaaa.alice.devices.invalid", remote_ts=("10.3.0.1/32",),
                      ike_proposal="aes256gcm16-prfsha384-ecp384", esp_proposal="aes256gcm16-ecp384", mode="tunnel",
                      suite={}, notes=(), expires=1)
 
@@ -45,7 +45,7 @@ def bundle(kit: LocalDeviceKit, platform: str) -> DeviceBundle:
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory: pytest.TempPathFactory) -> LocalDeviceKit:
-    return LocalDeviceKit(Path(tmp_path_factory.mktemp("ca")), owner="target-1")
+    return LocalDeviceKit(Path(tmp_path_factory.mktemp("ca")), owner="target-1", gateway_addresses=["10.99.0.3"])
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)

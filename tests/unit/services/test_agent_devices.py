@@ -42,7 +42,8 @@ def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
         policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
         uow.commit()
     with ExitStack() as stack:
-        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq"))
+        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
+                                                                     gateway_addresses=["10.99.0.3"]))
 
 
 def enrol(roles: Roles, platform: str, **levels: int) -> Response:
