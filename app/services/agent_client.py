@@ -14,15 +14,19 @@ Any failure after Target configured its side asks Target (through Host) to close
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from app.domain.agent import (
     AgentRejected,
@@ -33,10 +37,12 @@ from app.domain.agent import (
     Response,
     TunnelingInfo,
     agent_conn_name,
+    b64e,
     check_fresh,
     client_conn,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
+from app.domain.agent.sealed_profile import KEY_BYTES, NONCE_BYTES, header
 from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
 from app.domain.ports import (
     CharonCommand,
@@ -55,9 +61,28 @@ from app.services.agent_config import ClientConfig
 from app.services.agent_timing import Steps
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, came_up, observed_sa
 
-__all__ = ["CAPABILITIES_TTL", "AgentClient"]
+__all__ = ["CAPABILITIES_TTL", "HANDOFF_PAGE", "AgentClient", "ca_fingerprint", "seal_profile"]
 
 log = logging.getLogger("qoss.agent.client")
+
+#: The page (served by Host, ``app.ui.pages.handoff``) a one-time link opens on the phone.
+HANDOFF_PAGE = "/ui/handoff"
+_LINK_SECRET = re.compile(r"[A-Za-z0-9_-]{20,64}")
+
+
+def seal_profile(key: bytes, *, media_type: str, name: str, profile: bytes) -> bytes:
+    """``profile`` sealed for a one-time link under ``key`` (32 bytes): AES-256-GCM with a random
+    nonce, its clear line (media type, file name) as associated data
+    (:mod:`app.domain.agent.sealed_profile`)."""
+    line = header(media_type=media_type, name=name)
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    return line + nonce + AESGCM(key).encrypt(nonce, profile, line)
+
+
+def ca_fingerprint(ca_cert_der: bytes) -> str:
+    """The SHA-256 fingerprint of a CA certificate (DER) as certificate viewers show it:
+    32 upper-case hex pairs joined by colons."""
+    return ":".join(f"{b:02X}" for b in hashlib.sha256(ca_cert_der).digest())
 
 _CAPS_FILE = "capabilities.json"
 #: Cached charon capabilities are read again after this many seconds (and whenever charon restarts).
@@ -380,7 +405,9 @@ class AgentClient:
         """Enrol a phone or laptop: ask Target (through Host, as for a tunnel) for a device
         credential and a profile for ``platform``'s VPN client, and write them into ``out_dir``
         (files 0600). The report names the profile and carries the PKCS#12's one-time passphrase,
-        which is kept nowhere (the record in ``state_dir`` has the ticket, to revoke it).
+        which is kept nowhere (the record in ``state_dir`` has the ticket, to revoke it), and beside
+        it ``ca_fingerprint``, the SHA-256 of the gateway's CA certificate, for the user to compare
+        with what the device shows when it imports the profile.
 
         Raises:
             AgentRejected: Host or Target rejected the request, or the answer is not genuine.
@@ -402,6 +429,7 @@ class AgentClient:
             "ticket": tunnel.ticket, "target": target, "platform": platform,
             "profile": written[device.profile_name], "media_type": device.media_type,
             "files": [written[n] for n in device.files], "passphrase": device.passphrase,
+            "ca_fingerprint": ca_fingerprint(device.ca_cert),
             "suite": dict(tunnel.suite), "ike_proposal": tunnel.ike_proposal, "esp_proposal": tunnel.esp_proposal,
             "gateway": {"address": tunnel.target_address, "identity": tunnel.target_identity},
             "identity": tunnel.client_identity, "remote_ts": list(tunnel.remote_ts), "expires": device.not_after,
@@ -417,7 +445,12 @@ class AgentClient:
         """Leave the profile of a device just enrolled (``report`` from :meth:`enrol_device`) at Host
         for one download within ``ttl`` seconds: the link (on ``link_base``, default Host's URL), for
         the phone to open. Only a profile that holds everything (``.sswan``, ``.mobileconfig``) can be
-        handed off; its PKCS#12 stays encrypted under the passphrase, which never leaves here.
+        handed off.
+
+        Host gets the profile sealed (:mod:`app.domain.agent.sealed_profile`): AES-256-GCM under a
+        random key that is only in the link's fragment (``<base>/ui/handoff#t=<secret>&k=<key>``),
+        which a browser never sends to a server. Host can neither read the profile nor change it
+        without the phone's page refusing it; its PKCS#12 is, besides, under the passphrase.
 
         Raises:
             InvalidInput: the profile has files beside it (copy those by hand).
@@ -426,14 +459,18 @@ class AgentClient:
         if report.get("files"):
             raise InvalidInput(f"a {report.get('platform')} profile has files beside it: copy them to the device")
         path = Path(str(report["profile"]))
+        media_type = str(report["media_type"])
+        key = secrets.token_bytes(KEY_BYTES)
         handoff = Handoff(user_id=self.config.user, host=self.host.id, nonce=secrets.token_bytes(16),
-                          timestamp=int(self._clock()), profile_name=path.name,
-                          media_type=str(report["media_type"]), profile=path.read_bytes(), ttl=ttl)
+                          timestamp=int(self._clock()), profile_name=path.name, media_type=media_type,
+                          profile=seal_profile(key, media_type=media_type, name=path.name, profile=path.read_bytes()),
+                          ttl=ttl)
         wire = self.keys.seal(kind=Kind.HANDOFF, to=self.host.id, body=handoff.body(), recipient=self.host_keys.kem)
         answer = self._post(f"{self.host.url}/v1/agent/handoffs", wire).decode("ascii")
-        if not answer.startswith("/v1/agent/handoffs/"):
+        token = answer.removeprefix("/v1/agent/handoffs/")
+        if token == answer or _LINK_SECRET.fullmatch(token) is None:
             raise AgentRejected("Host's answer is not a link")
-        return f"{(link_base or self.host.url).rstrip('/')}{answer}"
+        return f"{(link_base or self.host.url).rstrip('/')}{HANDOFF_PAGE}#t={token}&k={b64e(key)}"
 
     def devices(self, *, ask: bool = False) -> list[dict[str, Any]]:
         """The devices this user enrolled from here (no passphrase: it was shown once).

@@ -33,6 +33,7 @@ from app.domain.agent import (
     check_fresh,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
+from app.domain.agent.sealed_profile import read_sealed
 from app.domain.errors import InvalidInput, QossError, UnsupportedMediaType
 from app.services.agent_config import AgentConfig, HostRole
 from app.services.agent_target import Outcome, TargetAgent
@@ -107,7 +108,9 @@ class HostAgent:
     def handoff(self, data: bytes, *, admit: Admit | None = None) -> Outcome:
         """Keep an enrolled user's device profile for one download from a link (for a phone to scan):
         the answer is the link's path (``/v1/agent/handoffs/<secret>``). Host keeps only the
-        secret's SHA-256; the profile's PKCS#12 is encrypted under a passphrase Host never sees.
+        secret's SHA-256, and only a profile sealed by the client
+        (:mod:`app.domain.agent.sealed_profile`): under a key Host never sees, so Host can neither
+        read it nor change it without the phone's page refusing it.
 
         Args:
             data: the client's wire message.
@@ -118,7 +121,8 @@ class HostAgent:
             AgentRejected: not an enrolled, unrevoked user's genuine, fresh, unreplayed handoff.
             UnsupportedMediaType: not a profile of :data:`HANDOFF_TYPES` (or its file name's
                 ending is not that type's).
-            InvalidInput: a link asked to live longer than :data:`HANDOFF_MAX_TTL`.
+            InvalidInput: a link asked to live longer than :data:`HANDOFF_MAX_TTL`, or a profile
+                not sealed for the link (a profile in clear among others).
         """
         now = self._clock()
         _, body, tag = self.keys.open_sealed(data, kinds=[Kind.HANDOFF])
@@ -141,6 +145,9 @@ class HostAgent:
                     f"a one-time link hands out only {' or '.join(f'{t} ({e})' for t, e in HANDOFF_TYPES.items())}")
             if handoff.ttl > HANDOFF_MAX_TTL:
                 raise InvalidInput(f"a one-time link lives at most {HANDOFF_MAX_TTL} s")
+            sealed = read_sealed(handoff.profile)  # never a profile Host could read or alter
+            if (sealed.media_type, sealed.name) != (handoff.media_type, handoff.profile_name):
+                raise InvalidInput("the sealed profile names another file or media type than the handoff")
             if admit is not None:
                 admit(user.user_id)
             transaction.commit()

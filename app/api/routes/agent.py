@@ -243,7 +243,7 @@ async def client_handoff(request: Request) -> Response:
     return Response(answer_body(outcome), media_type="application/json")
 
 
-#: What a profile is served with besides its media type: a download, never a page of the API's origin.
+#: What a sealed profile is served with: a download, never a page of the API's origin.
 _PROFILE_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
                     "Content-Security-Policy": "default-src 'none'; sandbox", "Referrer-Policy": "no-referrer"}
 
@@ -251,7 +251,10 @@ _PROFILE_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosn
 @router.get("/agent/handoffs/{token}", response_model=None, responses=error_responses(404, 429),
             response_class=Response)
 async def fetch_handoff(token: str, request: Request) -> Response:
-    """Host: a device's profile, once, from the link its user made (no token: the link is the secret).
+    """Host: a device's profile, once, from the link its user made (no token: the link is the secret),
+    sealed as its client sealed it (``application/octet-stream``,
+    :mod:`app.domain.agent.sealed_profile`): the page the link opens (``/ui/handoff``) decrypts it
+    with the key in the link's fragment, which never reaches Host.
 
     404 for a link unknown, used, expired or made by a user revoked since; a link's failed fetches
     count as failed authentications of their address (429 once it has failed too often). Every
@@ -273,8 +276,8 @@ async def fetch_handoff(token: str, request: Request) -> Response:
         raise NotFound("no such link (unknown, used or expired)")
     request.state.audit_detail = (f"handoff fetched: user={found.user_id} profile={found.profile_name} "
                                   f"link={link_id(token)}")
-    return Response(found.profile, media_type=found.media_type, headers={
-        "Content-Disposition": f'attachment; filename="{found.profile_name}"', **_PROFILE_HEADERS})
+    return Response(found.profile, media_type="application/octet-stream", headers={
+        "Content-Disposition": f'attachment; filename="{found.profile_name}.sealed"', **_PROFILE_HEADERS})
 
 
 @router.get("/agent/sessions", dependencies=[Depends(require("tunnels:read"))],

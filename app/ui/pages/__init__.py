@@ -12,6 +12,7 @@ from app.ui.pages import (
     audit,
     device,
     gateways,
+    handoff,
     measurements,
     oidc,
     playground,
@@ -27,5 +28,5 @@ __all__ = ["routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, device, measurements, audit,
-    tokens))
+    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, device, handoff,
+    measurements, audit, tokens))

@@ -258,12 +258,35 @@
       platform: device.platform, mediaType: device.media_type, passphrase: device.passphrase,
       files: [[device.profile_name, b64d(device.profile)], ...files.map((f) => [f, b64d(device.files[f])])],
       notAfter: device.not_after, ticket: tunnel.ticket, gateway: tunnel.target_address,
+      caFingerprint: fingerprint(b64d(device.ca_cert)),
       gatewayIdentity: tunnel.target_identity, identity: tunnel.client_identity,
       ike: tunnel.ike_proposal, esp: tunnel.esp_proposal,
     };
   }
 
-  /** The user's handoff of a profile to Host, for one download from a link (``AgentClient.handoff``). */
+  /** The SHA-256 of a certificate (DER) as certificate viewers show it (``agent_client.ca_fingerprint``). */
+  function fingerprint(der) {
+    return Array.from(V.sha256(der), (b) => b.toString(16).padStart(2, "0").toUpperCase()).join(":");
+  }
+
+  /** A profile sealed for a one-time link (app/domain/agent/sealed_profile.py): AES-256-GCM under
+   * ``key``, which travels only in the link's fragment; its clear line is the associated data.
+   * WebCrypto, or the vendored noble-ciphers where this page is not a secure context. */
+  async function sealProfile(key, mediaType, name, profile) {
+    const line = TEXT.encode(`qoss-handoff/1 ${mediaType} ${name}\n`);
+    const nonce = V.randomBytes(12);
+    let sealed;
+    if (window.crypto && window.crypto.subtle) {
+      const aes = await crypto.subtle.importKey("raw", key, { name: "AES-GCM" }, false, ["encrypt"]);
+      sealed = new Uint8Array(await crypto.subtle.encrypt(
+        { name: "AES-GCM", iv: nonce, additionalData: line, tagLength: 128 }, aes, profile));
+    } else {
+      sealed = window.qossAes.gcm(key, nonce, line).encrypt(profile);
+    }
+    return concat(line, nonce, sealed);
+  }
+
+  /** The user's handoff of a sealed profile to Host, for one download from a link (``AgentClient.handoff``). */
   function handoffWire(keys, ctx, profileName, mediaType, profile, now) {
     const body = canonicalBytes({
       kind: "handoff", sender: keys.user, recipient: ctx.host, nonce: b64e(V.randomBytes(16)), ts: now,
@@ -472,6 +495,7 @@
 
   function showResult(got) {
     const facts = [["Ticket", got.ticket], ["Gateway", `${got.gateway} (${got.gatewayIdentity})`],
+                   ["Gateway's CA (SHA-256)", got.caFingerprint],
                    ["Device identity", got.identity], ["IKE proposal", got.ike], ["ESP proposal", got.esp],
                    ["Valid until", new Date(got.notAfter * 1000).toISOString().replace(".000Z", "Z")]];
     $("facts").replaceChildren(...facts.flatMap(([term, value]) => {
@@ -486,6 +510,7 @@
       i === 0 ? got.mediaType : undefined)));
     $("passphrase").textContent = got.passphrase;
     got.passphrase = null;
+    $("ca-fingerprint").textContent = got.caFingerprint;
     show("passphrase-box", true);
     show("handoff", got.files.length === 1);  // a profile with files beside it cannot go by a link
     $("make-link").disabled = false;
@@ -557,12 +582,16 @@
     if (!result || !keys) return;
     $("make-link").disabled = true;
     try {
-      const wire = handoffWire(keys, ctx, result.profileName, result.mediaType, result.profile,
+      const key = V.randomBytes(32);
+      const sealed = await sealProfile(key, result.mediaType, result.profileName, result.profile);
+      const wire = handoffWire(keys, ctx, result.profileName, result.mediaType, sealed,
         Math.floor(Date.now() / 1000));
       const path = await post("/v1/agent/handoffs", wire);
-      if (!/^\/v1\/agent\/handoffs\/[A-Za-z0-9_-]{20,64}$/.test(path)) throw new Error("Host's answer is not a link.");
+      const secret = /^\/v1\/agent\/handoffs\/([A-Za-z0-9_-]{20,64})$/.exec(path);
+      if (!secret) throw new Error("Host's answer is not a link.");
       const base = $("link-base").value.trim().replace(/\/+$/, "") || window.location.origin;
-      const link = base + path;
+      // The key only in the fragment, which a browser never sends: Host keeps what it cannot open.
+      const link = `${base}/ui/handoff#t=${secret[1]}&k=${b64e(key)}`;
       $("link").textContent = link;
       $("link").href = link;
       drawQr(link);

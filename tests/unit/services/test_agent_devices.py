@@ -27,12 +27,12 @@ from app.domain.agent import (
     SessionStatus,
     agent_conn_name,
 )
-from app.domain.agent.ports import WaitingHandoff
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
 from app.services.agent_target_sessions import RECONCILE_GRACE
 from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
+from tests.fixtures.handoff import link_parts, open_sealed_profile
 from tests.unit.services.test_agent_roles import Roles
 
 
@@ -223,14 +223,19 @@ def test_a_profile_handed_off_is_fetched_once_before_it_expires(roles: Roles, tm
     roles.client._post = post
     report = roles.client.enrol_device(target="hq", objective_id=3, platform="apple", out_dir=tmp_path / "out")
     link = roles.client.handoff(report, ttl=60)
-    token = link.rsplit("/", 1)[1]
+    token, key = link_parts(link)
     profile = Path(report["profile"]).read_bytes()
-    assert roles.host.take_handoff(token) == WaitingHandoff(roles.client.config.user, Path(report["profile"]).name,
-                                                            "application/x-apple-aspen-config", profile)
+    waiting = roles.host.take_handoff(token)
+    assert waiting is not None
+    assert (waiting.user_id, waiting.profile_name, waiting.media_type) == (
+        roles.client.config.user, Path(report["profile"]).name, "application/x-apple-aspen-config")
+    for clear in (report["gateway"]["address"], "RemoteAddress", "PayloadContent"):
+        assert clear.encode() not in waiting.profile  # Host keeps what it cannot read
+    assert open_sealed_profile(key, waiting.profile) == profile  # with the link's key: whole
     assert roles.host.take_handoff(token) is None  # once
     with pytest.raises(AgentRejected):
         roles.host.handoff(posted[0])  # a replay
-    later = roles.client.handoff(report, ttl=60).rsplit("/", 1)[1]
+    later, _ = link_parts(roles.client.handoff(report, ttl=60))
     roles.clock.now += 61
     assert roles.host.take_handoff(later) is None  # expired
     with roles.store.unit() as uow:
