@@ -9,7 +9,7 @@ the disk: it leaves only inside the PKCS#12 file handed out, encrypted with a on
 passphrase that is shown once and never kept.
 
 Devices install the CA as a trust anchor, so the CA vouches for as little as IKE needs: its
-certificate carries critical name constraints (DNS names under
+certificate carries name constraints (DNS names under
 :data:`~app.domain.agent.conns.DEVICE_NAMESPACE` and the gateway's own names and addresses,
 nothing else) and an extended key usage that limits every certificate below it to TLS
 server/client authentication and the IKE purposes. Whoever holds its key can still mint a
@@ -191,9 +191,10 @@ class DeviceCA:
         """The CA of Target ``owner`` kept in ``directory``, made there on first use.
 
         The CA is ECDSA P-256, self-signed, ``CN=qoss <owner> device CA``, ``CA:true``
-        with path length 0, key usage keyCertSign and cRLSign, valid ten years; critical name
-        constraints permit the DNS names under ``devices.invalid``, the DNS names of ``gateway``
-        and exactly its addresses (with no address there, none at all); its extended key usage is
+        with path length 0, key usage keyCertSign and cRLSign, valid ten years; name constraints
+        (not critical: strongSwan 5.9 refuses a CA whose critical constraints name addresses)
+        permit the DNS names under ``devices.invalid``, the DNS names of ``gateway`` and exactly
+        its addresses (with no address there, none at all); its extended key usage is
         :data:`CA_PURPOSES`. ``directory`` is made (0700) if missing. Two processes making it at
         once end with the same CA. A CA already there is loaded as it is: ``gateway`` shapes a
         new CA only (:meth:`gateway` refuses a name the CA does not permit).
@@ -473,7 +474,12 @@ def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
             .not_valid_after(now + _CA_LIFETIME)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
-            .add_extension(constraints, critical=True)
+            # Not critical, as RFC 5280 asks: strongSwan 5.9 cannot parse an iPAddress subtree and
+            # refuses the whole certificate when this extension is critical. Windows, Apple, OpenSSL
+            # and browsers enforce name constraints either way (the CA/Browser Forum's Baseline
+            # Requirements allow them non-critical for such software); strongSwan's own clients keep
+            # this CA in their own store, for this VPN only.
+            .add_extension(constraints, critical=False)
             .add_extension(x509.ExtendedKeyUsage(CA_PURPOSES), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256()))

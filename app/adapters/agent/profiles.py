@@ -348,7 +348,14 @@ def _apple(checked: _Checked) -> Profile:
     "PKCS12", "Root"): the PKCS#12 payload without its password (the device asks on install), the
     CA as a trusted root, and an IKEv2 VPN payload with certificate authentication, the suite as
     IKE and child SA parameters, PFS when the ESP proposal has a key exchange, and on-demand rules
-    for the domains (see :func:`write_profile`)."""
+    for the domains (see :func:`write_profile`).
+
+    The CA is a "Root" payload because Apple's IKEv2 client evaluates the gateway's chain against
+    the system's trust: no payload type trusts a certificate for a VPN alone ("PKCS1" installs one
+    untrusted, and the gateway's certificate then fails). What narrows it is the CA certificate
+    itself (its name constraints and purposes, which Apple enforces) and, on iOS and iPadOS, that a
+    root from a profile the user installed is not trusted for TLS until they turn on full trust
+    for it in Certificate Trust Settings; ``ServerCertificateIssuerCommonName`` pins the VPN to it."""
     inp = checked.inp
     certificate_type = _apple_certificate_type(checked)
     _apple_p12(inp.p12)
@@ -477,7 +484,10 @@ _PS_ROUTE = re.compile(r"^Add-VpnConnectionRoute -ConnectionName \$Name -Destina
 
 def _windows(checked: _Checked) -> Profile:
     """A PowerShell script for the built-in client (Microsoft Learn, VpnClient and PKI modules),
-    run as administrator beside its two files: the CA into ``LocalMachine\\Root``, the PKCS#12 into
+    run as administrator beside its two files: the CA into ``LocalMachine\\Root`` (Windows' IKEv2
+    client with machine certificates checks the gateway's chain in the computer's Trusted Root
+    Certification Authorities and in no narrower store; the CA's name constraints and purposes,
+    which Windows enforces down the chain, keep it to this VPN's names and to authentication), the PKCS#12 into
     ``LocalMachine\\My`` (it asks for the passphrase), the connection (machine certificate, split
     tunnel, one route per network), and the suite with ``Set-VpnConnectionIPsecConfiguration``.
     Windows has no lifetime setting and takes no remote identity: it checks the gateway's
@@ -494,6 +504,9 @@ def _windows(checked: _Checked) -> Profile:
         f"# (IKE SA every {inp.ike_lifetime} s, CHILD_SA every {inp.child_lifetime} s).",
         "$ErrorActionPreference = 'Stop'",
         f"$Name = {_ps(inp.name, 'name')}",
+        "# Windows checks the gateway's certificate against the computer's trusted roots only, so the",
+        "# CA goes there; its name constraints and purposes limit it to this VPN's names and to TLS and",
+        "# IKE authentication (no code signing, no other site).",
         f"Import-Certificate -FilePath (Join-Path $PSScriptRoot {_ps(ca_file, 'ca file')}) "
         "-CertStoreLocation 'Cert:\\LocalMachine\\Root' | Out-Null",
         f"Import-PfxCertificate -FilePath (Join-Path $PSScriptRoot {_ps(p12_file, 'p12_name')}) "
