@@ -154,6 +154,20 @@ async def test_a_read_only_token_sees_no_edit_control_and_its_forged_posts_are_r
     assert forged.status_code == 403
     revert = await client.post("/ui/tables/esaf-2006/revert", data={"csrf": csrf, "revision": "1", "expected": "1"})
     assert revert.status_code == 403
+    assert (await client.get("/ui/tables/esaf-2006/revert", params={"revision": "1"})).status_code == 403
+    assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
+
+
+@pytest.mark.parametrize(("revision", "status", "says"), [
+    ("1", 422, "nothing to revert"), ("9", 404, "revision 9"), ("x", 422, "integer")])
+async def test_asking_to_revert_to_the_current_or_an_unknown_revision_says_why(
+        browser: Browser, token: Callable[..., str], revision: str, status: int, says: str) -> None:
+    client = browser()
+    await sign_in(client, token())
+    asked = await client.get("/ui/tables/esaf-2006/revert", params={"revision": revision})
+    assert asked.status_code == status, asked.text
+    assert says in asked.text
+    assert 'action="/ui/tables/esaf-2006/revert"' not in asked.text
     assert (await client.get("/v1/rating-tables/esaf-2006")).json()["revision"] == 1
 
 
