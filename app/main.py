@@ -180,6 +180,24 @@ async def _sweep(target: TargetAgent, follower: SessionFollower | None, stop: as
             await asyncio.wait_for(stop.wait(), timeout=target.role.sweep_interval)
 
 
+#: Seconds between Host's looks for revocations a target has not confirmed that are due again.
+_RESEND_INTERVAL = 2.0
+
+
+async def _resend_revocations(host: HostAgent, stop: asyncio.Event) -> None:
+    """Host's revocations a target has not confirmed, sent again as each falls due
+    (:meth:`HostAgent.retry_revocations`). Stopped by ``stop``, never cancelled mid-send."""
+    while not stop.is_set():
+        try:
+            confirmed = await in_worker_thread(host.retry_revocations)
+            if confirmed:
+                log.info("agent revocations confirmed now: %s", ", ".join(confirmed))
+        except Exception:
+            log.exception("agent revocations: sending them again failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=_RESEND_INTERVAL)
+
+
 class _GuardAndAudit:
     """Body-size cap (413), our request id, and an audit record per change or refusal.
 
@@ -402,6 +420,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         # Target's own process follows the edits of its database (whichever replica leads).
         follower = target.follower(concurrency=resolved.rekey_concurrency) if target and resolved.rekey else None
         sweeper = asyncio.create_task(_sweep(target, follower, stop_sweeping)) if target else None
+        resender = asyncio.create_task(_resend_revocations(host, stop_sweeping)) if host else None
         release = parts.memory_release
         stop_releasing = asyncio.Event()
         releaser = asyncio.create_task(release.run(stop_releasing)) if release is not None else None
@@ -412,9 +431,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         try:
             yield
         finally:
+            stop_sweeping.set()
             if sweeper is not None:
-                stop_sweeping.set()
                 await sweeper  # the sweep under way ends first
+            if resender is not None:
+                await resender
             if releaser is not None:
                 stop_releasing.set()
                 await releaser  # a release under way ends before the engines are disposed

@@ -103,6 +103,9 @@ class TargetRole(_Config):
     sweep_interval: Annotated[float, Field(ge=0.05, le=60)] = 1.0
     #: How long a device's certificate (and its enrolment) lasts, in seconds: 1 hour to 90 days.
     device_lifetime: Annotated[int, Field(ge=3600, le=90 * 86_400)] = 7 * 86_400
+    #: How many devices one user of one Host may have enrolled here at once (each holds an address
+    #: of ``pool`` for its certificate's life).
+    devices_per_user: Annotated[int, Field(ge=1, le=1000)] = 3
     #: DNS domains behind this Target: a device's profile connects on demand when they are looked up.
     domains: Annotated[list[Domain], Field(max_length=16)] = []
 

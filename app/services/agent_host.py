@@ -28,14 +28,14 @@ from app.domain.agent import (
     EnrolledUser,
     Handoff,
     Kind,
-    Revocation,
     b64e,
     check_fresh,
 )
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
 from app.domain.agent.sealed_profile import read_sealed
-from app.domain.errors import InvalidInput, QossError, UnsupportedMediaType
+from app.domain.errors import InvalidInput, UnsupportedMediaType
 from app.services.agent_config import AgentConfig, HostRole
+from app.services.agent_host_revocations import Revocations, RevocationTarget
 from app.services.agent_target import Outcome, TargetAgent
 from app.services.agent_timing import Steps
 
@@ -95,6 +95,12 @@ class HostAgent:
         self._local = local_target
         self._post = post
         self._clock = clock
+        #: Revocations sent to the targets, and kept until each confirms (its ``retry`` runs from
+        #: the sweeper).
+        self.revocations = Revocations(
+            keys=keys, store=store, post=post, clock=clock,
+            targets={n: RevocationTarget(t.name, t.url, t.keys) for n, t in self.targets.items()},
+            local=(lambda wire: local_target.revoke(wire).answer) if local_target is not None else None)
 
     def published(self) -> dict[str, Any]:
         """What a browser needs to enrol a device through this Host with its user's own keys (the
@@ -202,34 +208,33 @@ class HostAgent:
         """Revoke a user, forget the profiles they left for one-time links, and tell every target to
         take their tunnels down.
 
-        Calling it again for a revoked user tells the targets again (for one that was down).
+        The revocation is kept for each target, in the same transaction, until that target
+        confirms it (:class:`~app.services.agent_host_revocations.Revocations`): one that is down
+        is told again, with backoff, until it answers. Until then the user may still end their
+        own sessions and revoke their own devices at that target (:meth:`handle`). Calling it
+        again for a revoked user tells the targets again at once.
 
         Raises:
             NotFound: no such user.
         """
+        now = datetime.fromtimestamp(self._clock(), UTC)
         with self._store.unit() as uow:
             uow.users.revoke(user_id)
             user = uow.users.find(user_id)
+            assert user is not None  # revoke raised NotFound otherwise
             uow.handoffs.forget_user(user_id)  # a link made before cannot hand their profile to anyone
+            for target in self.targets.values():
+                uow.pending_revocations.add(target_id=target.name, user_id=user_id,
+                                            sign_public_key=user.sign_public_key, now=now)
             uow.commit()
-        assert user is not None  # revoke raised NotFound otherwise
-        results: dict[str, str] = {}
-        for target in self.targets.values():
-            revocation = Revocation(host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
-                                    timestamp=int(self._clock()), user_id=user_id,
-                                    sign_public_key=user.sign_public_key)
-            wire = self.keys.seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(),
-                                  recipient=target.keys.kem)
-            try:
-                if target.url == "local" and self._local is not None:
-                    answer = self._local.revoke(wire).answer
-                else:
-                    answer = self._post(f"{target.url}/v1/agent/target/revocations", wire)
-                results[target.name] = f"confirmed: {int(answer.decode() or 0)} tunnels closed"
-            except (QossError, ValueError) as exc:
-                reason = exc.message if isinstance(exc, QossError) else "malformed answer"
-                results[target.name] = f"not confirmed: {reason}"[:200]
+        results = self.revocations.revoked(user_id, user.sign_public_key)
         return {"user_id": user_id, "revoked": True, "targets": results}
+
+    def retry_revocations(self) -> list[str]:
+        """Send again the revocations a target has not confirmed whose next attempt is due
+        (:meth:`Revocations.retry <app.services.agent_host_revocations.Revocations.retry>`);
+        ``user@target`` of those confirmed now."""
+        return self.revocations.retry()
 
     # -- requests -------------------------------------------------------------------------
 
@@ -260,7 +265,10 @@ class HostAgent:
             user = transaction.find_user(request.user_id)
             if user is None:
                 raise AgentRejected(f"unknown user {request.user_id}")
-            if user.revoked:
+            # A revoked user may still end their own sessions (and revoke their own devices) at a
+            # target that has not confirmed the revocation yet: it only ever takes access away.
+            if user.revoked and not (kind is Kind.DISCONNECT and transaction.revocation_pending(
+                    user.user_id, request.request_info.target)):
                 raise AgentRejected(f"revoked user {request.user_id}")
             self._crypto.verify(user.sign_public_key, kind, body, tag)
             check_fresh(request.timestamp, now)

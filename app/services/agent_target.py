@@ -32,6 +32,7 @@ from app.domain.agent import (
     AgentSessionState,
     ClientRequest,
     DeviceBundle,
+    DeviceQuotaExceeded,
     Endorsement,
     Kind,
     Response,
@@ -171,12 +172,13 @@ class TargetAgent:
 
     @staticmethod
     def _admit(transaction: AgentRequest, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
-        """In the caller's transaction: Target's own revocation list, then both nonces (single use).
+        """In the caller's transaction: Target's own revocation list (what this user's own Host
+        revoked), then both nonces (single use).
 
         Raises:
             AgentRejected: the user's key was revoked here, or a nonce was seen before.
         """
-        if transaction.is_revoked(request.user_id, endorsement.user.sign_public_key):
+        if transaction.is_revoked(request.user_id, endorsement.user.sign_public_key, endorsement.host):
             raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
         expires = at(now + REPLAY_TTL)
         if not transaction.claim_nonce("target", f"host:{endorsement.host}", endorsement.nonce, expires):
@@ -213,7 +215,7 @@ class TargetAgent:
             ticket = request.request_info.ticket or ""
             with self._store.request() as transaction:
                 self._admit(transaction, endorsement, request, now)
-                ended = self._book.close(transaction, ticket, user_id=request.user_id)
+                ended = self._book.close(transaction, ticket, user_id=request.user_id, host_id=endorsement.host)
             self._book.let_go(ended)  # charon's work, with no connection held
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
                                 tunneling_info=None, target=self.keys.name, user_id=request.user_id,
@@ -228,8 +230,8 @@ class TargetAgent:
                 self._admit(transaction, endorsement, request, now)
                 row = transaction.session(ticket)
                 transaction.commit()
-            if row is None or row.user_id != request.user_id:
-                raise AgentRejected("ticket unknown or not this user's")
+            if row is None or row.user_id != request.user_id or row.host_id != endorsement.host:
+                raise AgentRejected("ticket unknown or not this user's")  # a user is their own Host's
             status = SessionStatus(ticket=ticket, state=AgentSessionState(row.state), reason=row.reason[:500],
                                    platform=row.platform)
             answer = self._seal(Response(
@@ -303,6 +305,8 @@ class TargetAgent:
             steps.mark("admit")
             if refusal is not None:
                 raise refusal
+            if platform is not None:
+                self._check_quota(transaction, endorsement.host, request.user_id)
             lifetime = (self.role.device_lifetime if platform is not None
                         else min(request.request_info.lifetime, self.role.max_lifetime))
             expires = int(now) + lifetime
@@ -410,6 +414,19 @@ class TargetAgent:
                 f"{'none' if u.best_available is None else u.best_available})" for u in exc.unmet)
             raise PlatformCannot(f"{LABELS[platform]}: {lacks or 'no suite meets the minimums'}") from None
 
+    def _check_quota(self, transaction: AgentRequest, host: str, user_id: str) -> None:
+        """In the enrolment's transaction: the user (of ``host``) may enrol one more device here.
+
+        Raises:
+            DeviceQuotaExceeded: they have ``devices_per_user`` enrolled already.
+        """
+        quota = self.role.devices_per_user
+        held = transaction.active_devices(host, user_id)
+        if held >= quota:
+            raise DeviceQuotaExceeded(
+                f"{user_id} (of host {host}) has {held} devices enrolled at this target, the most its "
+                f"devices_per_user ({quota}) allows: revoke one of them first")
+
     def _check_platform(self, platform: str, objective_id: int) -> None:
         if self._devices is None:
             raise InvalidInput("this Target enrols no devices")
@@ -505,9 +522,11 @@ class TargetAgent:
     # -- revocation ---------------------------------------------------------------------
 
     def revoke(self, data: bytes) -> Outcome:
-        """Host revoked a user: record it in Target's own list (user and signing key, so a later
-        endorsement of that key is refused whatever a Host says) and end that user's sessions
-        (from that host). The answer is the count.
+        """Host revoked a user: record it in Target's own list (Host, user and signing key, so that
+        Host's later endorsement of that key is refused whatever it says) and end that user's
+        sessions (from that Host: another Host's user of the same id is another user, which a
+        Host can neither see nor touch). The answer is the count. Sent again (Host retries until
+        it is confirmed), it is recorded once and ends what is still active.
 
         Raises:
             AgentRejected: any check failed.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState
+from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState, PoolExhausted
 from app.domain.agent.ports import AgentRequest, AgentSession, AgentStore
 from app.domain.errors import GatewayError
 from app.services.agent_target_charon import TargetCharon
@@ -91,6 +91,9 @@ class TargetSessions:
         The address after the last one leased here is tried first (one INSERT, no read of the
         lease table; it also leaves a just-released address to rest); if another session has it,
         the lease table is read and the first free address taken.
+
+        Raises:
+            PoolExhausted: every address of the pool is leased.
         """
         hint = self._lease_hint
         if hint is not None and request.take_lease(hint, ticket):
@@ -102,7 +105,7 @@ class TargetSessions:
             if text not in taken and request.take_lease(text, ticket):
                 self._lease_hint = self._after(text)
                 return text
-        raise AgentRejected("the virtual IP pool is exhausted")
+        raise PoolExhausted(f"every address of the virtual IP pool {self._pool_network} is leased")
 
     def companion(self, address: str) -> str | None:
         """The IPv6 address a client leasing ``address`` also gets from a dual pool: the one at the
@@ -148,17 +151,20 @@ class TargetSessions:
             self._charon.teardown(row.conn)
         self._release(row.ticket)  # only once charon has let go of the address
 
-    def close(self, transaction: AgentRequest, ticket: str, *, user_id: str) -> AgentSession:
+    def close(self, transaction: AgentRequest, ticket: str, *, user_id: str, host_id: str) -> AgentSession:
         """The user ends their session, or revokes their device's enrolment (its live tunnel ends
         now and its certificate is accepted no more): ended in the message's own ``transaction``
         (committed here, refused or not: the message's nonces are used either way). The caller
         then lets go of the transaction and of the session (:meth:`let_go`).
 
+        A user is ``host_id``'s: a ticket of another Host's user of the same id is not theirs.
+
         Raises:
             AgentRejected: the ticket is unknown, not this user's or not active.
         """
         row = transaction.session(ticket)
-        if row is None or row.user_id != user_id or row.state != AgentSessionState.ACTIVE.value:
+        if (row is None or row.user_id != user_id or row.host_id != host_id
+                or row.state != AgentSessionState.ACTIVE.value):
             transaction.commit()
             raise AgentRejected("ticket unknown, not this user's, or not active")
         if row.platform is not None:

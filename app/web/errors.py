@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.adapters.agent.transport import RemoteRefused
 from app.domain import errors as e
-from app.domain.agent import AgentRejected
+from app.domain.agent import AgentRejected, PoolExhausted
 from app.domain.auth import Forbidden, Unauthenticated
 from app.domain.ratelimit import Overloaded, RateLimited
 
@@ -28,6 +28,7 @@ STATUS: tuple[tuple[type[e.QossError], int], ...] = (
     (AgentRejected, 403),
     (RateLimited, 429),
     (Overloaded, 503),
+    (PoolExhausted, 503),
     (Forbidden, 403),
     (e.NoFeasibleSuite, 409),
     (e.PlatformCannot, 409),

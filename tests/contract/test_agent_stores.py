@@ -135,23 +135,73 @@ def test_an_address_is_leased_once(store: AgentStore) -> None:
         assert uow.leases.taken() == {"10.8.0.1", "10.8.0.2"}
 
 
-def test_revocations_are_per_user_and_key(store: AgentStore) -> None:
+def test_revocations_are_per_host_user_and_key(store: AgentStore) -> None:
     with store.unit() as uow:
         assert uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-1")
-        assert not uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-2")
+        assert not uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-1")
         uow.commit()
     with store.unit() as uow:
-        assert uow.revocations.revoked("dave", KEY_A)
-        assert not uow.revocations.revoked("dave", KEY_B)  # re-enrolled with new keys
-        assert not uow.revocations.revoked("erin", KEY_A)
+        assert uow.revocations.revoked("dave", KEY_A, "host-1")
+        assert not uow.revocations.revoked("dave", KEY_A, "host-2")  # another Host's dave is another user
+        assert not uow.revocations.revoked("dave", KEY_B, "host-1")  # re-enrolled with new keys
+        assert not uow.revocations.revoked("erin", KEY_A, "host-1")
         [record] = uow.revocations.all()
         assert (record.user_id, record.host_id, record.sign_public_key) == ("dave", "host-1", b64e(KEY_A))
         assert record.revoked_at.tzinfo is not None
+        assert uow.revocations.add(user_id="dave", sign_public_key=KEY_A, host_id="host-2")
         assert uow.revocations.add(user_id="erin", sign_public_key=KEY_B, host_id="host-1")
         assert [r.user_id for r in uow.revocations.all(1)] == ["erin"]  # newest first
     with store.request() as transaction:
-        assert transaction.is_revoked("dave", KEY_A)
-        assert not transaction.is_revoked("erin", KEY_B)  # never committed
+        assert transaction.is_revoked("dave", KEY_A, "host-1")
+        assert not transaction.is_revoked("dave", KEY_A, "host-2")  # never committed
+        assert not transaction.is_revoked("erin", KEY_B, "host-1")
+
+
+def test_active_devices_are_counted_per_host_and_user(store: AgentStore) -> None:
+    with store.unit() as uow:
+        uow.sessions.add(_session("a" * 32, platform="android"))
+        uow.sessions.add(_session("b" * 32, platform="ios"))
+        uow.sessions.add(_session("c" * 32))  # a client's tunnel, not a device
+        uow.sessions.add(_session("d" * 32, platform="android", host_id="other"))
+        uow.sessions.add(_session("e" * 32, platform="android", user_id="b"))
+        uow.sessions.add(_session("f" * 32, platform="android"))
+        assert uow.sessions.finish("f" * 32, AgentSessionState.REVOKED, "revoked by its user")
+        uow.commit()
+    with store.request() as transaction:
+        assert transaction.active_devices("h", "a") == 2
+        assert transaction.active_devices("other", "a") == 1
+        assert transaction.active_devices("h", "b") == 1
+        assert transaction.active_devices("h", "nobody") == 0
+
+
+def test_a_pending_revocation_is_kept_postponed_and_confirmed_for_its_key_only(store: AgentStore) -> None:
+    now = datetime.now(UTC)
+    with store.unit() as uow:
+        uow.pending_revocations.add(target_id="far", user_id="dave", sign_public_key=KEY_A, now=now)
+        uow.pending_revocations.add(target_id="near", user_id="dave", sign_public_key=KEY_A, now=now)
+        uow.commit()
+    with store.request() as transaction:
+        assert transaction.revocation_pending("dave", "far")
+        assert not transaction.revocation_pending("erin", "far")
+        assert not transaction.revocation_pending("dave", "elsewhere")
+    with store.unit() as uow:
+        assert [(p.target_id, p.attempts) for p in uow.pending_revocations.due(now)] == [("far", 0), ("near", 0)]
+        uow.pending_revocations.postpone("far", "dave", attempts=1, next_attempt_at=now + timedelta(seconds=5),
+                                         error="target unreachable")
+        uow.commit()
+    with store.unit() as uow:
+        assert [p.target_id for p in uow.pending_revocations.due(now)] == ["near"]
+        assert [p.target_id for p in uow.pending_revocations.due(now + timedelta(seconds=5), limit=1)] == [
+            "near"]  # the most overdue first
+        later = uow.pending_revocations.due(now + timedelta(seconds=5))[1]
+        assert (later.target_id, later.attempts, later.last_error, later.sign_public_key) == (
+            "far", 1, "target unreachable", KEY_A)
+        assert not uow.pending_revocations.confirm("far", "dave", KEY_B)  # not the key it was kept for
+        assert uow.pending_revocations.confirm("far", "dave", KEY_A)
+        uow.pending_revocations.forget("near", "dave")
+        uow.commit()
+    with store.unit() as uow:
+        assert uow.pending_revocations.of_user("dave") == []
 
 
 # ------------------------------------------------------------------ sessions

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
-from app.domain.agent.ports import AgentSession, RevocationRecord, UserListing, WaitingHandoff
+from app.domain.agent.ports import AgentSession, PendingRevocation, RevocationRecord, UserListing, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = ["FakeAgentRequest", "FakeAgentStore", "FakeAgentUnitOfWork"]
@@ -35,14 +35,16 @@ class _State:
     sessions: dict[str, AgentSession] = field(default_factory=dict)
     #: address -> ticket
     leases: dict[str, str] = field(default_factory=dict)
-    #: (user id, signing key in base64url) -> record
-    revocations: dict[tuple[str, str], RevocationRecord] = field(default_factory=dict)
+    #: (host id, user id, signing key in base64url) -> record
+    revocations: dict[tuple[str, str, str], RevocationRecord] = field(default_factory=dict)
     #: digest -> (the profile, its expiry)
     handoffs: dict[str, tuple[WaitingHandoff, datetime]] = field(default_factory=dict)
+    #: (target id, user id) -> Host's revocation not confirmed yet
+    pending: dict[tuple[str, str], PendingRevocation] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(dict(self.users), dict(self.nonces), dict(self.sessions), dict(self.leases),
-                      dict(self.revocations), dict(self.handoffs))
+                      dict(self.revocations), dict(self.handoffs), dict(self.pending))
 
 
 class FakeAgentStore:
@@ -197,15 +199,15 @@ class _Revocations:
         self._tx = tx
 
     def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
-        revocations, key = self._tx.state.revocations, (user_id, b64e(sign_public_key))
+        revocations, key = self._tx.state.revocations, (host_id, user_id, b64e(sign_public_key))
         if key in revocations:
             return False
-        revocations[key] = RevocationRecord(user_id=user_id, sign_public_key=key[1], host_id=host_id,
+        revocations[key] = RevocationRecord(user_id=user_id, sign_public_key=key[2], host_id=host_id,
                                             revoked_at=_now())
         return True
 
-    def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
-        return (user_id, b64e(sign_public_key)) in self._tx.state.revocations
+    def revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        return (host_id, user_id, b64e(sign_public_key)) in self._tx.state.revocations
 
     def all(self, limit: int | None = None) -> list[RevocationRecord]:
         return sorted(self._tx.state.revocations.values(), key=lambda r: r.revoked_at, reverse=True)[:limit]
@@ -238,6 +240,44 @@ class _Handoffs:
         return len(gone)
 
 
+class _Pending:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def add(self, *, target_id: str, user_id: str, sign_public_key: bytes, now: datetime) -> None:
+        pending = self._tx.state.pending
+        kept = pending.get((target_id, user_id))
+        pending[(target_id, user_id)] = PendingRevocation(
+            target_id=target_id, user_id=user_id, sign_public_key=sign_public_key, attempts=0, next_attempt_at=now,
+            created_at=now if kept is None else kept.created_at)
+
+    def due(self, now: datetime, limit: int = 100) -> list[PendingRevocation]:
+        due = [p for p in self._tx.state.pending.values() if p.next_attempt_at <= now]
+        return sorted(due, key=lambda p: p.next_attempt_at)[:limit]
+
+    def of_user(self, user_id: str) -> list[PendingRevocation]:
+        return sorted((p for p in self._tx.state.pending.values() if p.user_id == user_id), key=lambda p: p.target_id)
+
+    def confirm(self, target_id: str, user_id: str, sign_public_key: bytes) -> bool:
+        pending = self._tx.state.pending
+        kept = pending.get((target_id, user_id))
+        if kept is None or kept.sign_public_key != sign_public_key:
+            return False
+        del pending[(target_id, user_id)]
+        return True
+
+    def postpone(self, target_id: str, user_id: str, *, attempts: int, next_attempt_at: datetime,
+                 error: str) -> None:
+        pending = self._tx.state.pending
+        kept = pending.get((target_id, user_id))
+        if kept is not None:
+            pending[(target_id, user_id)] = replace(kept, attempts=attempts, next_attempt_at=next_attempt_at,
+                                                    last_error=error[:200])
+
+    def forget(self, target_id: str, user_id: str) -> None:
+        self._tx.state.pending.pop((target_id, user_id), None)
+
+
 class FakeAgentUnitOfWork(_Transaction):
     """One transaction and the agent's stores."""
 
@@ -249,6 +289,7 @@ class FakeAgentUnitOfWork(_Transaction):
         self.leases = _Leases(self)
         self.revocations = _Revocations(self)
         self.handoffs = _Handoffs(self)
+        self.pending_revocations = _Pending(self)
 
     def __enter__(self) -> FakeAgentUnitOfWork:
         return self
@@ -269,8 +310,16 @@ class FakeAgentRequest(_Transaction):
     def claim_nonce(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
         return self._nonces.claim(scope, sender, nonce, expires_at)
 
-    def is_revoked(self, user_id: str, sign_public_key: bytes) -> bool:
-        return self._revocations.revoked(user_id, sign_public_key)
+    def is_revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        return self._revocations.revoked(user_id, sign_public_key, host_id)
+
+    def active_devices(self, host_id: str, user_id: str) -> int:
+        return sum(1 for s in self.state.sessions.values()
+                   if s.host_id == host_id and s.user_id == user_id and s.platform is not None
+                   and s.state == AgentSessionState.ACTIVE.value)
+
+    def revocation_pending(self, user_id: str, target_id: str) -> bool:
+        return (target_id, user_id) in self.state.pending
 
     def leased_addresses(self) -> set[str]:
         return self._leases.taken()

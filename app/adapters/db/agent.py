@@ -1,11 +1,12 @@
 """The tunnel agent's tables and repositories.
 
-Host keeps the enrolled users; Host and Target keep the replay cache (a unique row per
-(scope, sender, nonce): the atomic insert that makes a replay fail across workers and
-restarts); Target keeps the sessions it set up (tickets, single-use, with expiry), the
-virtual-IP leases it handed out (a unique row per address) and its own record of the
-revocations Hosts sent it (user and revoked signing key). No key material is ever
-stored: only public keys.
+Host keeps the enrolled users and the revocations a Target has not confirmed yet; Host and
+Target keep the replay cache (a unique row per (scope, sender, nonce): the atomic insert that
+makes a replay fail across workers and restarts); Target keeps the sessions it set up
+(tickets, single-use, with expiry), the virtual-IP leases it handed out (a unique row per
+address) and its own record of the revocations Hosts sent it (Host, user and revoked signing
+key: a Host's revocation bars only that Host's user). No key material is ever stored: only
+public keys.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
+    Index,
     Insert,
     Integer,
     LargeBinary,
@@ -22,6 +24,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
+    func,
     insert,
     select,
     update,
@@ -33,20 +36,23 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
-from app.domain.agent.ports import AgentSession, RevocationRecord, WaitingHandoff
+from app.domain.agent.ports import AgentSession, PendingRevocation, RevocationRecord, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = [
     "AgentLeaseRow",
     "AgentNonceRow",
+    "AgentPendingRevocationRow",
     "AgentRevocationRow",
     "AgentSessionRow",
     "AgentUserRow",
     "LeaseRepository",
     "NonceRepository",
+    "PendingRevocationRepository",
     "RevocationRepository",
     "SessionRepository",
     "UserRepository",
+    "active_devices",
     "add_session",
     "claim_nonce",
     "find_user",
@@ -56,6 +62,7 @@ __all__ = [
     "is_revoked",
     "leased_addresses",
     "release_leases",
+    "revocation_pending",
     "take_lease",
 ]
 
@@ -88,6 +95,7 @@ class AgentSessionRow(Base):
     """A tunnel Target set up for a client (its ticket), until closed, expired or revoked."""
 
     __tablename__ = "agent_sessions"
+    __table_args__ = (Index("ix_agent_sessions_host_id_user_id", "host_id", "user_id"),)
 
     ticket: Mapped[str] = mapped_column(String(32), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(63), index=True)
@@ -122,14 +130,29 @@ class AgentLeaseRow(Base):
 
 
 class AgentRevocationRow(Base):
-    """Target's own record of a revoked user key: endorsements of that user with that key are refused."""
+    """Target's own record of a revoked user key: that Host's endorsements of that user with that
+    key are refused (another Host's user of the same id is another user)."""
 
     __tablename__ = "agent_revocations"
 
+    host_id: Mapped[str] = mapped_column(String(63), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
     sign_public_key: Mapped[str] = mapped_column(String(43), primary_key=True)
-    host_id: Mapped[str] = mapped_column(String(63))
     revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class AgentPendingRevocationRow(Base):
+    """Host's revocation of a user that a Target has not confirmed yet: sent again until it is."""
+
+    __tablename__ = "agent_pending_revocations"
+
+    target_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
+    sign_public_key: Mapped[str] = mapped_column(String(43))
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    last_error: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
 class AgentHandoffRow(Base):
@@ -334,7 +357,8 @@ class SessionRepository:
         return int(getattr(result, "rowcount", 0) or 0) == 1
 
 
-_REVOKED = HotStatement(lambda _: select(exists().where(AgentRevocationRow.user_id == bindparam("user_id"),
+_REVOKED = HotStatement(lambda _: select(exists().where(AgentRevocationRow.host_id == bindparam("host_id"),
+                                                         AgentRevocationRow.user_id == bindparam("user_id"),
                                                          AgentRevocationRow.sign_public_key == bindparam("key"))))
 
 
@@ -368,7 +392,7 @@ class HandoffRepository:
 
 
 class RevocationRepository:
-    """Target's revocation list: (user, signing key) pairs it no longer accepts from any Host."""
+    """Target's revocation list: the (Host, user, signing key) it no longer accepts."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -378,10 +402,10 @@ class RevocationRepository:
         return _insert_new(self.session, AgentRevocationRow, {
             "user_id": user_id, "sign_public_key": b64e(sign_public_key), "host_id": host_id, "revoked_at": utcnow()})
 
-    def revoked(self, user_id: str, sign_public_key: bytes) -> bool:
-        """Whether this user's key was revoked."""
+    def revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        """Whether ``host_id`` revoked this user's key."""
         with session_cursor(self.session) as cursor:
-            return is_revoked(cursor, user_id, sign_public_key)
+            return is_revoked(cursor, user_id, sign_public_key, host_id)
 
     def all(self, limit: int | None = None) -> list[RevocationRecord]:
         """Newest first (at most ``limit``)."""
@@ -389,6 +413,63 @@ class RevocationRepository:
                                  revoked_at=r.revoked_at)
                 for r in self.session.scalars(
                     select(AgentRevocationRow).order_by(AgentRevocationRow.revoked_at.desc()).limit(limit))]
+
+
+def _pending(row: AgentPendingRevocationRow) -> PendingRevocation:
+    return PendingRevocation(target_id=row.target_id, user_id=row.user_id,
+                             sign_public_key=b64d(row.sign_public_key, size=32), attempts=row.attempts,
+                             next_attempt_at=row.next_attempt_at, last_error=row.last_error,
+                             created_at=row.created_at)
+
+
+class PendingRevocationRepository:
+    """Host's revocations a Target has not confirmed yet (one per target and user)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, *, target_id: str, user_id: str, sign_public_key: bytes, now: datetime) -> None:
+        """Keep the revocation of ``user_id`` for ``target_id``, due at ``now`` (one kept already is
+        replaced: the key is the user's latest)."""
+        row = self.session.get(AgentPendingRevocationRow, (target_id, user_id))
+        if row is None:
+            row = AgentPendingRevocationRow(target_id=target_id, user_id=user_id, created_at=now)
+            self.session.add(row)
+        row.sign_public_key = b64e(sign_public_key)
+        row.attempts, row.next_attempt_at, row.last_error = 0, now, ""
+        self.session.flush()
+
+    def due(self, now: datetime, limit: int = 100) -> list[PendingRevocation]:
+        """Those whose next attempt is due at ``now``, the most overdue first."""
+        return [_pending(r) for r in self.session.scalars(
+            select(AgentPendingRevocationRow).where(AgentPendingRevocationRow.next_attempt_at <= now)
+            .order_by(AgentPendingRevocationRow.next_attempt_at).limit(limit))]
+
+    def of_user(self, user_id: str) -> list[PendingRevocation]:
+        """Those of ``user_id``, by target."""
+        return [_pending(r) for r in self.session.scalars(
+            select(AgentPendingRevocationRow).where(AgentPendingRevocationRow.user_id == user_id)
+            .order_by(AgentPendingRevocationRow.target_id))]
+
+    def confirm(self, target_id: str, user_id: str, sign_public_key: bytes) -> bool:
+        """The Target confirmed the revocation of that key: forgotten (False: none kept, or one
+        kept for a newer key)."""
+        result = self.session.execute(delete(AgentPendingRevocationRow).where(
+            AgentPendingRevocationRow.target_id == target_id, AgentPendingRevocationRow.user_id == user_id,
+            AgentPendingRevocationRow.sign_public_key == b64e(sign_public_key)))
+        return int(getattr(result, "rowcount", 0) or 0) == 1
+
+    def postpone(self, target_id: str, user_id: str, *, attempts: int, next_attempt_at: datetime,
+                 error: str) -> None:
+        """``attempts`` made (the last failing with ``error``), the next one due at ``next_attempt_at``."""
+        self.session.execute(update(AgentPendingRevocationRow).where(
+            AgentPendingRevocationRow.target_id == target_id, AgentPendingRevocationRow.user_id == user_id,
+        ).values(attempts=attempts, next_attempt_at=next_attempt_at, last_error=error[:200]))
+
+    def forget(self, target_id: str, user_id: str) -> None:
+        """Give up on one (its target is no longer configured)."""
+        self.session.execute(delete(AgentPendingRevocationRow).where(
+            AgentPendingRevocationRow.target_id == target_id, AgentPendingRevocationRow.user_id == user_id))
 
 
 class LeaseRepository:
@@ -455,9 +536,32 @@ def release_leases(cursor: HotCursor, ticket: str) -> None:
     cursor.execute(_RELEASE_LEASES, {"ticket": ticket})
 
 
-def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes) -> bool:
-    """Whether Target's revocation list has this user's signing key."""
-    row = cursor.first(_REVOKED, {"user_id": user_id, "key": b64e(sign_public_key)})
+def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+    """Whether Target's revocation list has this user's signing key, revoked by ``host_id``."""
+    row = cursor.first(_REVOKED, {"host_id": host_id, "user_id": user_id, "key": b64e(sign_public_key)})
+    return bool(row and row[0])
+
+
+_ACTIVE_DEVICES = HotStatement(lambda _: select(func.count()).select_from(_SESSIONS).where(
+    _SESSIONS.c.host_id == bindparam("host_id"), _SESSIONS.c.user_id == bindparam("user_id"),
+    _SESSIONS.c.state == AgentSessionState.ACTIVE.value, _SESSIONS.c.platform.is_not(None)))
+
+
+def active_devices(cursor: HotCursor, host_id: str, user_id: str) -> int:
+    """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked (active sessions
+    with a platform)."""
+    row = cursor.first(_ACTIVE_DEVICES, {"host_id": host_id, "user_id": user_id})
+    return int(row[0]) if row else 0
+
+
+_PENDINGS = cast(Table, AgentPendingRevocationRow.__table__)
+_PENDING = HotStatement(lambda _: select(exists().where(_PENDINGS.c.target_id == bindparam("target_id"),
+                                                        _PENDINGS.c.user_id == bindparam("user_id"))))
+
+
+def revocation_pending(cursor: HotCursor, user_id: str, target_id: str) -> bool:
+    """Whether Host still waits for ``target_id`` to confirm the revocation of ``user_id``."""
+    row = cursor.first(_PENDING, {"target_id": target_id, "user_id": user_id})
     return bool(row and row[0])
 
 

@@ -16,9 +16,11 @@ from app.adapters.db.agent import (
     HandoffRepository,
     LeaseRepository,
     NonceRepository,
+    PendingRevocationRepository,
     RevocationRepository,
     SessionRepository,
     UserRepository,
+    active_devices,
     add_session,
     claim_nonce,
     find_user,
@@ -27,6 +29,7 @@ from app.adapters.db.agent import (
     is_revoked,
     leased_addresses,
     release_leases,
+    revocation_pending,
     take_lease,
 )
 from app.adapters.db.hot import HotTransaction, engine_of
@@ -68,6 +71,10 @@ class SqlAgentUnitOfWork(SessionTransaction):
     def revocations(self) -> RevocationRepository:
         return RevocationRepository(self.session)
 
+    @cached_property
+    def pending_revocations(self) -> PendingRevocationRepository:
+        return PendingRevocationRepository(self.session)
+
 
 class SqlAgentRequest:
     """One agent message's write transaction: a :class:`~app.adapters.db.hot.HotTransaction`
@@ -86,8 +93,14 @@ class SqlAgentRequest:
     def claim_nonce(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
         return claim_nonce(self._cursor, scope, sender, nonce, expires_at)
 
-    def is_revoked(self, user_id: str, sign_public_key: bytes) -> bool:
-        return is_revoked(self._cursor, user_id, sign_public_key)
+    def is_revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        return is_revoked(self._cursor, user_id, sign_public_key, host_id)
+
+    def active_devices(self, host_id: str, user_id: str) -> int:
+        return active_devices(self._cursor, host_id, user_id)
+
+    def revocation_pending(self, user_id: str, target_id: str) -> bool:
+        return revocation_pending(self._cursor, user_id, target_id)
 
     def leased_addresses(self) -> set[str]:
         return leased_addresses(self._cursor)

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.domain.errors import QossError
+from app.domain.errors import Conflict, QossError
 
 __all__ = [
     "ENVELOPE_INFO",
@@ -26,6 +26,8 @@ __all__ = [
     "WINDOW_BACK",
     "WINDOW_SKEW",
     "AgentRejected",
+    "DeviceQuotaExceeded",
+    "PoolExhausted",
     "b64d",
     "b64e",
     "canonical",
@@ -66,6 +68,16 @@ class AgentRejected(QossError, PermissionError):
 
     def detail(self) -> Any:
         return self.PUBLIC
+
+
+class DeviceQuotaExceeded(Conflict):
+    """A user has as many devices enrolled at a Target through their Host as its
+    ``devices_per_user`` allows: one must be revoked before another is enrolled (409)."""
+
+
+class PoolExhausted(QossError):
+    """Every address of a Target's virtual-IP pool is leased: no tunnel or device gets one until a
+    session ends (503: the Target is full, the request itself was fine)."""
 
 
 

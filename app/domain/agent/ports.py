@@ -45,6 +45,8 @@ __all__ = [
     "LeaseStore",
     "NonceStore",
     "PeerKeys",
+    "PendingRevocation",
+    "PendingRevocationStore",
     "Post",
     "RevocationRecord",
     "RevocationStore",
@@ -106,6 +108,20 @@ class RevocationRecord:
     sign_public_key: str
     host_id: str
     revoked_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRevocation:
+    """Host's revocation of a user that a Target has not confirmed yet: how often it was sent in
+    vain, when it is sent next and why the last attempt failed."""
+
+    target_id: str
+    user_id: str
+    sign_public_key: bytes
+    attempts: int
+    next_attempt_at: datetime
+    last_error: str = ""
+    created_at: datetime = field(default_factory=_now)
 
 
 #: An enrolled user, when they were enrolled, and when revoked (None: they are not).
@@ -180,16 +196,49 @@ class LeaseStore(Protocol):
 
 
 class RevocationStore(Protocol):
-    """Target's own revocation list: (user, signing key) pairs it no longer accepts from any Host."""
+    """Target's own revocation list: the (Host, user, signing key) it no longer accepts. A user is
+    one Host's: another Host's user of the same id is another user."""
 
     def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
-        """Record a revocation; False if it was recorded already."""
+        """Record ``host_id``'s revocation; False if it was recorded already."""
         ...
 
-    def revoked(self, user_id: str, sign_public_key: bytes) -> bool: ...
+    def revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        """Whether ``host_id`` revoked this user's key."""
+        ...
 
     def all(self, limit: int | None = None) -> builtins.list[RevocationRecord]:
         """Newest first (at most ``limit``)."""
+        ...
+
+
+class PendingRevocationStore(Protocol):
+    """Host's revocations a Target has not confirmed yet: one per (target, user)."""
+
+    def add(self, *, target_id: str, user_id: str, sign_public_key: bytes, now: datetime) -> None:
+        """Keep it, due at ``now`` (one kept already for that target and user is replaced)."""
+        ...
+
+    def due(self, now: datetime, limit: int = ...) -> builtins.list[PendingRevocation]:
+        """Those due at ``now``, the most overdue first, at most ``limit``."""
+        ...
+
+    def of_user(self, user_id: str) -> builtins.list[PendingRevocation]:
+        """Those of ``user_id``, by target."""
+        ...
+
+    def confirm(self, target_id: str, user_id: str, sign_public_key: bytes) -> bool:
+        """Forget it: the target confirmed the revocation of that key (False: none kept for it)."""
+        ...
+
+    def postpone(self, target_id: str, user_id: str, *, attempts: int, next_attempt_at: datetime,
+                 error: str) -> None:
+        """``attempts`` made (the last one failing with ``error``), the next one due at
+        ``next_attempt_at``."""
+        ...
+
+    def forget(self, target_id: str, user_id: str) -> None:
+        """Give up on it (its target is no longer configured)."""
         ...
 
 
@@ -234,6 +283,9 @@ class AgentUnitOfWork(Transaction, Protocol):
     @property
     def handoffs(self) -> HandoffStore: ...
 
+    @property
+    def pending_revocations(self) -> PendingRevocationStore: ...
+
     def __enter__(self) -> AgentUnitOfWork: ...
 
 
@@ -248,8 +300,16 @@ class AgentRequest(Protocol):
         """:meth:`NonceStore.claim` in this transaction."""
         ...
 
-    def is_revoked(self, user_id: str, sign_public_key: bytes) -> bool:
-        """Whether Target's revocation list has this user's signing key."""
+    def is_revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
+        """Whether Target's revocation list has this user's signing key, revoked by ``host_id``."""
+        ...
+
+    def active_devices(self, host_id: str, user_id: str) -> int:
+        """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked."""
+        ...
+
+    def revocation_pending(self, user_id: str, target_id: str) -> bool:
+        """Whether Host still waits for ``target_id`` to confirm its revocation of ``user_id``."""
         ...
 
     def leased_addresses(self) -> set[str]: ...
