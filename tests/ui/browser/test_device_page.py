@@ -35,11 +35,13 @@ from app.adapters.agent.crypto import KeyPair, write_keys
 from app.bootstrap import prepare_database
 from app.domain.agent import agent_conn_name
 from app.domain.agent.platforms import check_names, express
+from app.services.agent_client import ca_fingerprint
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import agent_server_config, register_keys
+from tests.fixtures.handoff import link_parts, open_sealed_profile
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import serving
 from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
@@ -169,17 +171,19 @@ def test_the_pages_hpke_is_rfc_9180s_and_pythons(host: Host, new_context: NewCon
 
 
 def _qr_says(page: Page, text: str) -> bool:
-    """Whether the page's QR code is ``text``'s: its modules equal segno's for one of the eight masks."""
+    """Whether the page's QR code is ``text``'s: its modules are those the vendored encoder gives for
+    ``text``, in a symbol of the size segno gives it (a standard QR of ``text``: the two differ only
+    in the pad codewords after the data, which readers ignore, so their modules are not compared)."""
     d = page.locator("#qr svg path").get_attribute("d") or ""
     dark = {(int(x), int(y)) for x, y in re.findall(r"M(\d+) (\d+)h1v1h-1z", d)}
     left, top = min(x for x, _ in dark), min(y for _, y in dark)  # the finder patterns' corners
-    size = max(x for x, _ in dark) + 1 - left
-    drawn = [[(x + left, y + top) in dark for x in range(size)] for y in range(size)]
-    for mask in range(8):
-        code = segno.make(text, error="m", mask=mask, micro=False, boost_error=False)
-        if [[bool(m) for m in row] for row in code.matrix] == drawn:
-            return True
-    return False
+    drawn = {(x - left, y - top) for x, y in dark}
+    size = max(x for x, _ in drawn) + 1
+    expected = page.evaluate("""(text) => window.qossVendor.encodeQR(text, "raw", { ecc: "medium" })
+        .flatMap((row, y) => row.map((on, x) => (on ? [x, y] : null))).filter(Boolean)""", text)
+    x0, y0 = min(x for x, _ in expected), min(y for _, y in expected)
+    standard = segno.make(text, error="m", micro=False, boost_error=False).symbol_size(border=0)[0]
+    return drawn == {(x - x0, y - y0) for x, y in expected} and size == standard
 
 
 def _fact(page: Page, name: str) -> str:
@@ -255,13 +259,20 @@ def test_a_user_gets_a_profile_a_passphrase_once_and_a_one_time_link(host: Host,
     expect(page.locator("#link-box")).to_be_visible()
     page.screenshot(path=screenshots / "device-page-390.png", full_page=True)
     link = page.locator("#link").inner_text()
-    assert re.fullmatch(rf"{re.escape(host.base)}/v1/agent/handoffs/[A-Za-z0-9_-]{{20,64}}", link), link
+    assert re.fullmatch(rf"{re.escape(host.base)}/ui/handoff#t=[A-Za-z0-9_-]{{20,64}}&k=[A-Za-z0-9_-]{{43}}",
+                        link), link
     assert _qr_says(page, link)
-    first = httpx.get(link)
-    assert first.status_code == 200
-    assert first.content == profile_bytes
-    assert first.headers["content-type"] == "application/vnd.strongswan.profile"
-    assert httpx.get(link).status_code == 404
+    phone = new_context(viewport={"width": 390, "height": 844}, accept_downloads=True).new_page()
+    with phone.expect_response(re.compile(r"/v1/agent/handoffs/")) as answer:
+        phone.goto(link)
+    sealed = answer.value.body()  # what Host kept: sealed in the browser, under the link's key
+    assert profile["remote"]["addr"].encode() not in sealed
+    secret, key = link_parts(link)
+    assert open_sealed_profile(key, sealed) == profile_bytes
+    assert _download(phone, ".sswan") == (name, profile_bytes)  # the phone's page opens it, byte for byte
+    assert httpx.get(f"{host.base}/v1/agent/handoffs/{secret}").status_code == 404  # once
+    assert _fact(page, "Gateway's CA (SHA-256)") == page.locator("#ca-fingerprint").inner_text() == \
+        _fact(phone, "Gateway's CA (SHA-256)") == ca_fingerprint(base64.b64decode(profile["remote"]["cert"]))
 
     # A second platform: Windows' script with the PKCS#12 and the CA beside it, no link.
     page.get_by_label("Windows 10/11 built-in IKEv2").check()
