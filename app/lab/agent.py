@@ -53,7 +53,18 @@ from typing import Any
 from app.adapters.agent.crypto import KeyPair, write_keys
 from app.lab.agent_configs import host_role, server_config, target_role, write_config
 from app.lab.hosts import Lab, LabHost, LabStatus
-from app.lab.processes import LabError, processes_with_env, running_with_env, stop_processes
+from app.lab.network import guard_inside
+from app.lab.processes import (
+    PRIVATE_UMASK,
+    LabError,
+    open_private_log,
+    private_dir,
+    private_umask,
+    processes_with_env,
+    running_with_env,
+    stop_processes,
+    write_private,
+)
 
 __all__ = [
     "HOST_ID",
@@ -198,10 +209,8 @@ class AgentLab:
         return raw if isinstance(raw, dict) else {}
 
     def _save(self, state: Mapping[str, Any]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_file)
+        private_dir(self.state_dir)
+        write_private(self.state_file, json.dumps(state, indent=2))
 
     def _update(self, **changes: Any) -> None:
         self._save({**self._load(), **changes})
@@ -280,7 +289,8 @@ class AgentLab:
             AgentLabError: with ``check``, it exited non-zero (the message ends with its stderr).
         """
         done = subprocess.run(self._qoss(*args, netns=netns), capture_output=True, text=True, timeout=timeout,
-                              check=False, env=self.env(env), cwd=self.state_dir, stdin=subprocess.DEVNULL)
+                              check=False, env=self.env(env), cwd=self.state_dir, stdin=subprocess.DEVNULL,
+                              umask=PRIVATE_UMASK)
         if check and done.returncode != 0:
             raise AgentLabError(f"qoss {' '.join(args[:2])} failed: {done.stderr.strip()[-2000:]}")
         return done
@@ -310,7 +320,8 @@ class AgentLab:
                     **({"pool6": self.pool6} if self.pool6 is not None else {}),
                     "servers": {}, "users": []})
         try:
-            self._build()
+            with private_umask():  # the key pairs and anything else written in this process
+                self._build()
         except Exception as exc:
             logs = "".join(f"\n--- {role}.log ---\n{text}" for role in self.roles
                            if (text := _tail(self.state_dir / f"{role}.log")))
@@ -324,7 +335,9 @@ class AgentLab:
     def _build(self) -> None:
         # "device": a bare namespace for stock VPN clients (charon-cmd), with no qoss and no charon.
         self.lab.up(names=["client", "host", "target", "device"], bare=["device"])
+        guard_inside(self.host("target").netns, self.protected)  # its inside networks: for tunnels only
         ids = (TARGET_ID,) if self.combined else (HOST_ID, TARGET_ID)
+        private_dir(self.key_dir)
         for name in ids:
             write_keys(KeyPair.generate(name), self.key_dir)
         target = self.host("target")
@@ -362,11 +375,11 @@ class AgentLab:
             "QOSS_VICI_SOCKET_DIRS": json.dumps([str(self.state_dir)]), **self.server_env,
         })
         log_path = self.state_dir / f"{role}.log"
-        with open(log_path, "ab") as log:  # the server keeps its own copy of the fd
+        with open_private_log(log_path) as log:  # the server keeps its own copy of the fd
             proc = subprocess.Popen(
                 self._qoss("serve", "--host", h.gateway_ike_address, "--port", str(self.port), netns=h.netns),
                 env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-                cwd=self.state_dir,
+                cwd=self.state_dir, umask=PRIVATE_UMASK,
             )
         self._servers[role] = proc
         servers = self._load().get("servers", {})
@@ -380,6 +393,7 @@ class AgentLab:
             ["ip", "netns", "exec", self.host("client").netns, sys.executable, "-I", "-S", "-c", _PROBE,
              str(self.startup_timeout), *urls],
             env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            umask=PRIVATE_UMASK,
         )
         try:
             while probe.poll() is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from app.lab.processes import write_private
 from app.services.agent_config import load_client_config, load_server_config
 
 __all__ = ["client_config", "host_role", "server_config", "target_role", "write_config"]
@@ -60,7 +61,7 @@ def write_config(path: Path, config: Mapping[str, Any], *, client: bool = False)
     Raises:
         InvalidInput: the config is not valid.
     """
-    path.write_text(yaml.safe_dump(dict(config), sort_keys=False))
+    write_private(path, yaml.safe_dump(dict(config), sort_keys=False))
     if client:
         load_client_config(path)
     else:

@@ -16,6 +16,7 @@ from app.adapters.vici import IkeSa
 from app.domain.errors import AlreadyExists, GatewayError
 from app.lab.agent import HOST_ID, TARGET_ID, AgentLab, AgentLabError
 from app.lab.agent_configs import client_config, write_config
+from app.lab.processes import private_umask
 
 __all__ = ["ALL_OBJECTIVES", "charon_suite", "device", "enroll", "join", "revoke_devices"]
 
@@ -61,7 +62,8 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
     if not _USER.match(user) or user in (HOST_ID, TARGET_ID):
         raise AgentLabError(f"{user!r} is not a user name (a-z, 0-9, . _ -; not {HOST_ID} or {TARGET_ID})")
     if not lab.public_key_file(user).exists():
-        write_keys(KeyPair.generate(user), lab.key_dir)
+        with private_umask():
+            write_keys(KeyPair.generate(user), lab.key_dir)
     path = lab.client_config_path(user)
     if not path.exists():
         client = lab.host("client")

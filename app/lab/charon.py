@@ -13,7 +13,7 @@ from pathlib import Path
 
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.errors import GatewayError
-from app.lab.processes import LabError
+from app.lab.processes import PRIVATE_UMASK, LabError, open_private_log, write_private
 
 __all__ = ["CHARON", "start_charon", "wait_for_charon"]
 
@@ -71,15 +71,15 @@ charon {{
 def start_charon(*, netns: str, host_dir: Path, conf: str, charon: str = CHARON) -> subprocess.Popen[bytes]:
     """Write ``conf`` (the host's ``strongswan.conf``) and start charon with it in ``netns``;
     its output goes to ``host_dir/charon.stderr``."""
-    Path(conf).write_text(_conf_text(host_dir))
+    write_private(Path(conf), _conf_text(host_dir))
     with contextlib.suppress(FileNotFoundError):
         (host_dir / "charon.vici").unlink()
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "STRONGSWAN_CONF": conf}
-    with open(host_dir / "charon.stderr", "ab") as err:
+    with open_private_log(host_dir / "charon.stderr") as err:
         return subprocess.Popen(
             ["ip", "netns", "exec", netns, "unshare", "-m", "--propagation", "private",
              "sh", "-c", _START_SCRIPT, charon],
-            env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True,
+            env=env, stdin=subprocess.DEVNULL, stdout=err, stderr=err, start_new_session=True, umask=PRIVATE_UMASK,
         )
 
 

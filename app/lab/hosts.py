@@ -50,7 +50,15 @@ from app.lab.network import (
     join_pair,
     netns_exists,
 )
-from app.lab.processes import LabError, processes_with_env, running, running_with_env, stop_processes
+from app.lab.processes import (
+    LabError,
+    private_dir,
+    processes_with_env,
+    running,
+    running_with_env,
+    stop_processes,
+    write_private,
+)
 
 __all__ = ["Lab", "LabHost", "LabStatus"]
 
@@ -200,10 +208,8 @@ class Lab:
         )
 
     def _save(self, state: _State) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state), indent=2))
-        tmp.replace(self.state_file)
+        private_dir(self.state_dir)
+        write_private(self.state_file, json.dumps(asdict(state), indent=2))
 
     @property
     def hosts(self) -> list[LabHost]:
@@ -277,7 +283,7 @@ class Lab:
             if netns_exists(netns):
                 raise LabError(f"network namespace {netns} exists already")
             host_dir = self.state_dir / name
-            host_dir.mkdir(parents=True, exist_ok=True)
+            private_dir(host_dir)
             hosts.append(LabHost(
                 name=name,
                 netns=netns,

@@ -1,21 +1,28 @@
 """A lab's network: a network namespace per host, joined by a veth pair (two hosts) or through
 a bridge in a hub namespace (more), each host with its IKE address on :data:`IKE_INTERFACE`
 and its "inside" /32 on ``lo``; with IPv6, also an IPv6 IKE address and an inside /128 beside them
-(:func:`add_addresses6`). Nothing in the root namespace is touched. Needs iproute2."""
+(:func:`add_addresses6`). A host's protected networks can be closed to everything but its
+tunnels (:func:`guard_inside`). Nothing in the root namespace is touched. Needs iproute2 (and
+iptables for :func:`guard_inside`)."""
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 
 from app.lab.processes import run_command
 
-__all__ = ["IKE_INTERFACE", "add_addresses", "add_addresses6", "add_namespace", "delete_namespace", "join_by_bridge",
-           "join_pair", "netns_exists"]
+__all__ = ["GUARD_CHAIN", "IKE_INTERFACE", "TUNNEL_INTERFACE", "add_addresses", "add_addresses6", "add_namespace",
+           "delete_namespace", "guard_inside", "join_by_bridge", "join_pair", "netns_exists"]
 
 #: The interface IKE and ESP-in-UDP travel on between lab hosts (inside addresses live on ``lo``).
 IKE_INTERFACE = "ike0"
 _IKE_IF = IKE_INTERFACE
+#: The TUN device kernel-libipsec hands decrypted packets to (and takes packets to encrypt from).
+TUNNEL_INTERFACE = "ipsec0"
+#: The chain (in ``INPUT`` and ``FORWARD``, IPv4 and IPv6) that keeps protected networks for tunnels.
+GUARD_CHAIN = "qoss-inside"
 
 
 def netns_exists(name: str) -> bool:
@@ -73,3 +80,30 @@ def delete_namespace(netns: str) -> str | None:
     if done.returncode != 0 and netns_exists(netns):
         return f"{netns}: {done.stderr.strip()}"
     return None
+
+
+def guard_inside(netns: str, networks: Sequence[str], *, tunnel_interface: str = TUNNEL_INTERFACE) -> None:
+    """Let only tunnel traffic reach ``networks`` in ``netns``: a packet to one of them, delivered
+    to the host (``INPUT``) or routed through it (``FORWARD``), passes if it came out of a tunnel
+    (in on ``tunnel_interface``, where kernel-libipsec delivers what it decrypted, or matched by
+    the kernel's inbound IPsec policy) or from the host itself (``lo``); anything else is dropped,
+    whatever route its sender added by hand. iptables and ip6tables, chain :data:`GUARD_CHAIN`.
+
+    Raises:
+        LabError: a rule could not be added (the message is iptables' stderr).
+        ValueError: a network is not an IP network.
+    """
+    nets = [ipaddress.ip_network(n, strict=False) for n in networks]
+    for version, tool in ((4, "iptables"), (6, "ip6tables")):
+        mine = [str(n) for n in nets if n.version == version]
+        if not mine:
+            continue
+        ipt = ["ip", "netns", "exec", netns, tool, "-w"]
+        run_command(*ipt, "-N", GUARD_CHAIN)
+        run_command(*ipt, "-A", GUARD_CHAIN, "-i", "lo", "-j", "ACCEPT")
+        run_command(*ipt, "-A", GUARD_CHAIN, "-i", tunnel_interface, "-j", "ACCEPT")
+        run_command(*ipt, "-A", GUARD_CHAIN, "-m", "policy", "--dir", "in", "--pol", "ipsec", "-j", "ACCEPT")
+        run_command(*ipt, "-A", GUARD_CHAIN, "-j", "DROP")
+        for chain in ("INPUT", "FORWARD"):
+            for net in mine:
+                run_command(*ipt, "-A", chain, "-d", net, "-j", GUARD_CHAIN)

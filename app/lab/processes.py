@@ -1,7 +1,14 @@
 """The processes a lab starts: a command run to completion, whether a pid still runs (and is
 still the process started, by its environment), every process marked by an environment
 variable, and stopping them (SIGTERM, then SIGKILL). Reads ``/proc`` (root reads every
-process's environment)."""
+process's environment).
+
+A lab's state is its owner's alone: its databases hold pending handoffs, its configs and logs
+name keys and users. Every process a lab starts runs with :data:`PRIVATE_UMASK`, so what it
+creates is 0600 (directories 0700); the lab's own files are written 0600
+(:func:`write_private`, :func:`open_private_log`) in directories made 0700
+(:func:`private_dir`), and what the lab writes through other code while it builds runs under
+:func:`private_umask`."""
 
 from __future__ import annotations
 
@@ -10,10 +17,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["LabError", "processes_with_env", "run_command", "running", "running_with_env", "stop_processes"]
+__all__ = ["PRIVATE_UMASK", "LabError", "open_private_log", "private_dir", "private_umask", "processes_with_env",
+           "run_command", "running", "running_with_env", "stop_processes", "write_private"]
+
+#: The umask of every process a lab starts: what they create is for their owner alone.
+PRIVATE_UMASK = 0o077
 
 
 class LabError(RuntimeError):
@@ -26,10 +38,45 @@ def run_command(*args: str, check: bool = True) -> subprocess.CompletedProcess[s
     Raises:
         LabError: with ``check``, it exited non-zero (the message is its stderr).
     """
-    proc = subprocess.run(list(args), capture_output=True, text=True, check=False, timeout=30)
+    proc = subprocess.run(list(args), capture_output=True, text=True, check=False, timeout=30, umask=PRIVATE_UMASK)
     if check and proc.returncode != 0:
         raise LabError(f"{' '.join(args)}: {proc.stderr.strip() or proc.stdout.strip() or proc.returncode}")
     return proc
+
+
+@contextlib.contextmanager
+def private_umask() -> Iterator[None]:
+    """This process's umask is :data:`PRIVATE_UMASK` for the block, then what it was."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner may enter (made 0700, or made 0700 if it exists)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole (a temporary file renamed over it), mode 0600."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    tmp.replace(path)
+
+
+def open_private_log(path: Path) -> BinaryIO:
+    """``path`` opened to append (made 0600; an older one made 0600 too), for a process's output."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 def running(pid: int) -> bool:
