@@ -239,10 +239,12 @@ def device_enrol(
         help="the Host URL the phone reaches (default: the client config's)")] = None,
 ) -> None:
     """Enrol a device through Host: Target negotiates its suite, issues its certificate and
-    writes a profile for its VPN client into --out. Prints the profile's path and the
-    PKCS#12's one-time passphrase (shown once, stored nowhere). With --link, the profile also
-    waits at Host for one download within 10 minutes: its link is printed (as "link") and
-    drawn as a QR code on the terminal, for the phone's camera."""
+    writes a profile for its VPN client into --out. Prints the profile's path, the PKCS#12's
+    one-time passphrase (shown once, stored nowhere) and beside it the SHA-256 fingerprint of
+    the gateway's CA ("ca_fingerprint"), to compare with the one the device shows on import.
+    With --link, the profile also waits at Host for one download within 10 minutes, sealed
+    under a key that is only in the link's fragment (Host can neither read nor change it): its
+    link is printed (as "link") and drawn as a QR code on the terminal, for the phone's camera."""
     if platform not in PLATFORMS:
         typer.echo(f"--platform: one of {', '.join(PLATFORMS)}", err=True)
         raise typer.Exit(2)
