@@ -351,8 +351,8 @@ def _apple(checked: _Checked) -> Profile:
     for the domains (see :func:`write_profile`).
 
     The CA is a "Root" payload because Apple's IKEv2 client evaluates the gateway's chain against
-    the system's trust: no payload type trusts a certificate for a VPN alone ("PKCS1" installs one
-    untrusted, and the gateway's certificate then fails). What narrows it is the CA certificate
+    the system's trust and Apple's reference has no payload that trusts a certificate for a VPN
+    alone ("PKCS1" installs one without trust as an anchor). What narrows it is the CA certificate
     itself (its name constraints and purposes, which Apple enforces) and, on iOS and iPadOS, that a
     root from a profile the user installed is not trusted for TLS until they turn on full trust
     for it in Certificate Trust Settings; ``ServerCertificateIssuerCommonName`` pins the VPN to it."""
