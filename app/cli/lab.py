@@ -17,7 +17,8 @@ __all__ = ["lab_app"]
 
 lab_app = typer.Typer(help="The strongSwan lab: charons in network namespaces (root). `lab up` builds two "
                       "gateways (left, right); `lab up --agent` builds the tunnel agent's client, Host and Target, "
-                      "which users then `lab join`.", no_args_is_help=True)
+                      "which users then `lab join`; `lab up --peers` builds two sites, each with its own charon "
+                      "and qoss, peered.", no_args_is_help=True)
 
 LabPrefix = Annotated[str, typer.Option(
     "--prefix", envvar="QOSS_LAB_PREFIX", help="namespace names start with PREFIX- (distinct prefixes: independent "
@@ -31,6 +32,9 @@ def lab_up(
     agent: Annotated[bool, typer.Option(
         "--agent", help="build the tunnel agent's lab instead: client, Host and Target with their servers "
         "(with --family: Target's IKE address, protected networks and pool of those families)")] = False,
+    peers: Annotated[bool, typer.Option(
+        "--peers", help="build two peered sites instead: site-a and site-b, each its own namespace, charon and "
+        "qoss serve (IPv4 only)")] = False,
     prefix: LabPrefix = "qoss",
     family: Annotated[str, typer.Option(
         help="address families: 4, 6, 4,6 or 6,4. With 6 the hosts also get IPv6 addresses (IKE on "
@@ -54,6 +58,14 @@ def lab_up(
     (Host fd00:71::2, Target fd00:71::3), Target protects fd03::/64 and hands out virtual IPs
     from fd08::/124; with 6,4 or 4,6 it protects 10.3.0.1/32 too and gives each client an
     address of each family (10.8.0.0/28 with fd08::/124 beside it).
+
+    With --peers: namespaces PREFIX-site-a and PREFIX-site-b on the lab network 10.77.0.0/24
+    (inside networks 10.1.0.1/32 and 10.2.0.1/32), a charon and a `qoss serve` in each with
+    its own database, state directory and admin token, all under QOSS_LAB_DIR/peers; the
+    database of --database-url is not used. Each site's charon is registered as its gateway
+    and each site as the other's peer, through their APIs. Prints one JSON line: {"sites":
+    {"site-a": {url, token, gateway, inside, netns, vici, pid, lab_url}, "site-b": {...}}},
+    url reaching the site's API from here (a relay on 127.0.0.1), lab_url from the lab network.
     """
     from app.domain.requests import GatewaySpec
     from app.lab.hosts import Lab
@@ -61,6 +73,18 @@ def lab_up(
     from app.services import gateways
 
     families = _families(family)
+    if peers:
+        if agent or hosts != 2 or families != (4,):
+            raise typer.BadParameter("--peers builds its own two IPv4 sites: leave out --agent, --hosts and --family")
+        from app.lab.peers import PeersLab
+
+        try:
+            sites = PeersLab(settings_for(database_url).lab_dir / "peers", prefix=prefix).up()
+        except (LabError, ValueError) as exc:
+            typer.echo(f"lab up failed: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        typer.echo(json.dumps(sites, sort_keys=True))
+        return
     if agent:
         if hosts != 2:
             raise typer.BadParameter("--agent builds its own three hosts: leave out --hosts")
@@ -198,13 +222,15 @@ def lab_down(database_url: DbUrl = None) -> None:
     """Take down everything `lab up` built, also after a failed or partial `up`.
 
     The agent lab: its servers (and any client still running), charons, namespaces and its
-    state directory. The gateway lab: its charons and namespaces, and its tunnels and
+    state directory. The peers lab: its services, relays, charons, namespaces and its state
+    directory. The gateway lab: its charons and namespaces, and its tunnels and
     gateways in the database (which must be migrated). Prints "lab down"; exit status 1,
     with one line per problem, if something could not be removed.
     """
     from app.cli.db import DatabaseUnusable
     from app.lab.agent import AgentLab
     from app.lab.hosts import Lab
+    from app.lab.peers import PeersLab
     from app.lab.processes import LabError
     from app.services import gateways
 
@@ -214,6 +240,10 @@ def lab_down(database_url: DbUrl = None) -> None:
         AgentLab(lab_dir / "agent").down()
     except (LabError, ValueError) as exc:
         problems.append(f"agent lab: {exc}")
+    try:
+        PeersLab(lab_dir / "peers").down()
+    except (LabError, ValueError) as exc:
+        problems.append(f"peers lab: {exc}")
     names: list[str] = []
     try:
         lab = Lab(lab_dir)
@@ -239,11 +269,13 @@ def lab_status(database_url: DbUrl = None) -> None:
 
     Top level: the gateway lab (healthy, namespaces, charons, sockets); "agent": null, or the
     agent lab (healthy, prefix, namespaces, charons, sockets, servers with running, pid and
-    url, users). "healthy" at the top: something is up and every part of it is well. Exit
-    status 1 when not healthy.
+    url, users). "peers": null, or the peers lab (healthy, prefix, namespaces, charons,
+    sockets, and whether each site's service and relay runs). "healthy" at the top: something
+    is up and every part of it is well. Exit status 1 when not healthy.
     """
     from app.lab.agent import AgentLab
     from app.lab.hosts import Lab
+    from app.lab.peers import PeersLab
 
     lab_dir = settings_for(database_url).lab_dir
     status = Lab(lab_dir).status()
@@ -260,8 +292,17 @@ def lab_status(database_url: DbUrl = None) -> None:
                              for role, running in got.servers.items()},
                  "users": got.users}
         parts.append(got.healthy)
+    peers_lab = PeersLab(lab_dir / "peers")
+    peers = None
+    if peers_lab.recorded:
+        lab = peers_lab.lab.status()
+        running = peers_lab.running()
+        peers_healthy = lab.healthy and bool(running) and all(running.values())
+        peers = {"healthy": peers_healthy, "prefix": peers_lab.prefix, "namespaces": lab.namespaces,
+                 "charons": lab.charons, "sockets": lab.sockets, "running": running}
+        parts.append(peers_healthy)
     healthy = bool(parts) and all(parts)
     emit({"healthy": healthy, "namespaces": status.namespaces, "charons": status.charons,
-           "sockets": status.sockets, "agent": agent})
+           "sockets": status.sockets, "agent": agent, "peers": peers})
     if not healthy:
         raise typer.Exit(1)
