@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import configparser
+import hashlib
 import ipaddress
 import json
 import os
@@ -38,6 +39,7 @@ from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent.platforms import check_names, express
 from app.lab.agent import POOL, POOL6, AgentLab
 from app.lab.agent_users import device
+from tests.fixtures.handoff import link_parts, open_sealed_profile
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.stock_client import CharonCmd, StockProfile
 
@@ -281,20 +283,34 @@ except urllib.error.HTTPError as exc:
 
 
 def test_the_phone_fetches_its_profile_once_from_the_link(lab: tuple[LabCli, dict[str, Any]], tmp_path: Path) -> None:
+    """The link opens Host's page; Host serves the profile sealed, and the link's key (only in its
+    fragment, never sent) opens it whole; the CA fingerprint printed beside the passphrase is the one
+    the phone's Settings show for the profile's CA."""
     cli, up = lab
     report = enrol(cli, "gina", "apple", tmp_path / "out", "--link")
     assert report["link"].startswith("http://")
     assert report["passphrase"] not in report["link"]
+    secret, key = link_parts(report["link"])
+    sealed_url = f"{report['link'].split('#', 1)[0].removesuffix('/ui/handoff')}/v1/agent/handoffs/{secret}"
 
-    def fetch() -> subprocess.CompletedProcess[bytes]:
+    def fetch(url: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(["ip", "netns", "exec", up["device"]["netns"], sys.executable, "-I", "-S", "-c",
-                               _FETCH, report["link"]], capture_output=True, timeout=30, check=False)
+                               _FETCH, url], capture_output=True, timeout=30, check=False)
 
-    first = fetch()
+    page = fetch(report["link"])  # what the phone's browser asks for: the page, never the fragment
+    assert page.returncode == 0, page.stderr
+    assert page.stderr.decode().startswith("text/html")
+    assert secret.encode() not in page.stdout
+    first = fetch(sealed_url)
     assert first.returncode == 0, first.stderr
-    assert first.stdout == Path(report["profile"]).read_bytes()
-    assert first.stderr.decode() == "application/x-apple-aspen-config"
-    again = fetch()
+    assert first.stderr.decode() == "application/octet-stream"
+    profile = Path(report["profile"]).read_bytes()
+    assert report["gateway"]["address"].encode() not in first.stdout  # Host keeps what it cannot read
+    assert open_sealed_profile(key, first.stdout) == profile
+    (ca,) = [p["PayloadContent"] for p in plistlib.loads(profile)["PayloadContent"]
+             if p["PayloadType"] == "com.apple.security.root"]
+    assert report["ca_fingerprint"] == ":".join(f"{b:02X}" for b in hashlib.sha256(ca).digest())
+    again = fetch(sealed_url)
     assert (again.returncode, again.stderr.decode()) == (3, "404")
     windows = enrol(cli, "gina", "windows", tmp_path / "windows", "--link", check=False)
     assert windows.returncode == 2
