@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner, Result
 
-from app.cli import client
+from app.cli import client, events
 from app.cli.main import app
 from tests.cli.run import qoss
 from tests.cli.service import served
@@ -67,6 +67,20 @@ def default_address(monkeypatch: pytest.MonkeyPatch) -> Iterator[Recorder]:
         stop.set()
         thread.join(timeout=5)
         sock.close()
+
+
+class _NoReconnect:
+    """In place of ``qoss events``' clock: its first wait to reconnect ends the command."""
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        raise RuntimeError(f"qoss events would reconnect in {seconds:g} s")
+
+
+@pytest.fixture(autouse=True)
+def _events_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``qoss events`` that connected where it should not ends at once instead of retrying."""
+    monkeypatch.setattr(events, "time", _NoReconnect())
 
 
 def _cli(tmp_path: Path, *args: str, **env: str | None) -> Result:
