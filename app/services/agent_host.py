@@ -199,9 +199,16 @@ class HostAgent:
         return user.as_dict()
 
     def users(self) -> list[dict[str, Any]]:
+        """The enrolled users (public keys only); a revoked one with ``unconfirmed``: the targets
+        that have not confirmed the revocation yet, each with the attempts made, when the next is
+        due and why the last failed (empty once every target confirmed)."""
         with self._store.unit() as uow:
             return [{**u.as_dict(), "created_at": created.isoformat(),
-                     "revoked_at": revoked.isoformat() if revoked else None}
+                     "revoked_at": revoked.isoformat() if revoked else None,
+                     **({"unconfirmed": {p.target_id: {"attempts": p.attempts,
+                                                        "next_attempt_at": p.next_attempt_at.isoformat(),
+                                                        "last_error": p.last_error}
+                                         for p in uow.pending_revocations.of_user(u.user_id)}} if revoked else {})}
                     for u, created, revoked in uow.users.all()]
 
     def revoke(self, user_id: str) -> dict[str, Any]:

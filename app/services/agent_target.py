@@ -575,6 +575,12 @@ class TargetAgent:
         return SessionFollower(store=self._store, units=self._units, finish=self._book.finish,
                                default_table=self._default_table, concurrency=concurrency)
 
+    def pool(self) -> dict[str, Any]:
+        """The virtual-IP pool: its size, how many addresses are leased and free, the per-user device
+        quota, and the (Host, user) pairs holding the most addresses
+        (:meth:`TargetSessions.usage <app.services.agent_target_sessions.TargetSessions.usage>`)."""
+        return {**self._book.usage(), "devices_per_user": self.role.devices_per_user}
+
     def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""
         return self._book.listing(state=state, limit=limit)

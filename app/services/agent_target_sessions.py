@@ -65,6 +65,8 @@ class TargetSessions:
         self._lease_hint: str | None = None
         self._pool_network = ipaddress.ip_network(pool)
         self._pool6_network = ipaddress.ip_network(pool6) if pool6 is not None else None
+        #: How many addresses the pool hands out (its host addresses).
+        self._pool_size = sum(1 for _ in self._pool_network.hosts())
 
     @contextlib.contextmanager
     def loading(self, conn: str) -> Iterator[None]:
@@ -235,6 +237,25 @@ class TargetSessions:
             log.info("agent reconcile: %d orphaned conns unloaded, %d sessions whose conn vanished ended",
                      len(orphans), len(ended))
         return Reconciled(orphans=orphans, vanished=ended)
+
+    def usage(self, *, top: int = 20) -> dict[str, Any]:
+        """The pool's size and how much of it is leased, and the ``top`` (Host, user) pairs holding
+        the most addresses, with how many of those are devices' (held for a certificate's life)
+        and how many tunnels'."""
+        with self._store.unit() as uow:
+            leased = len(uow.leases.taken())
+            rows = uow.sessions.select(state=AgentSessionState.ACTIVE, limit=100_000)
+        held: dict[tuple[str, str], list[int]] = {}
+        for r in rows:
+            if r.virtual_ip is not None:
+                counts = held.setdefault((r.host_id, r.user_id), [0, 0])
+                counts[0 if r.platform is not None else 1] += 1
+        ranked = sorted(held.items(), key=lambda item: (-sum(item[1]), item[0]))[:top]
+        return {"pool": str(self._pool_network),
+                "pool6": str(self._pool6_network) if self._pool6_network is not None else None,
+                "size": self._pool_size, "leased": leased, "free": max(self._pool_size - leased, 0),
+                "holders": [{"host": host, "user_id": user, "devices": devices, "tunnels": tunnels}
+                            for (host, user), (devices, tunnels) in ranked]}
 
     def listing(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""

@@ -298,6 +298,14 @@ async def target_revocations(request: Request,
     return await in_worker_thread(target.revocations, limit=limit)
 
 
+@router.get("/agent/pool", dependencies=[Depends(require("tunnels:read"))],
+            responses=error_responses(401, 403, 404))
+async def target_pool(request: Request) -> dict[str, Any]:
+    """Target: its virtual-IP pool (size, leased, free), the per-user device quota, and the users
+    holding the most addresses, each by Host."""
+    return await in_worker_thread(_target(runtime(request)).pool)
+
+
 @router.post("/agent/users", status_code=201, dependencies=[Depends(require("agent:enroll"))],
              responses=error_responses(401, 403, 404, 409, 422))
 async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:

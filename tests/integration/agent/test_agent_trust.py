@@ -162,6 +162,9 @@ def test_another_hosts_alice_neither_sees_nor_ends_alices_tunnel(trust: Trust) -
             assert r.status_code == 403, r.text
         assert report["conn"] in trust.target_conns
         assert trust.lab.host("right").gateway(timeout=5.0).list_sas(ike=report["conn"])
+        pool = httpx.get(f"{trust.far.url}/v1/agent/pool", headers=trust.far.admin, timeout=30).json()
+        assert (pool["size"], pool["leased"]) == (14, 1)
+        assert pool["holders"] == [{"host": "hq", "user_id": "alice", "devices": 0, "tunnels": 1}]
         r = httpx.delete(f"{trust.branch.url}/v1/agent/users/alice", headers=trust.branch.admin, timeout=30)
         assert r.json()["targets"] == {"far": "confirmed: 0 tunnels closed"}  # branch's alice had none
         assert report["conn"] in trust.target_conns
@@ -193,11 +196,18 @@ def test_a_revocation_sent_while_target_is_down_gets_through_when_it_is_back(tru
                 kept = conn.execute(select(AgentPendingRevocationRow.user_id, AgentPendingRevocationRow.target_id)
                                     ).all()
             assert [tuple(row) for row in kept] == [("bob", "far")]
+            users = httpx.get(f"{trust.hq.url}/v1/agent/users", headers=trust.hq.admin, timeout=30).json()
+            [listed] = [u for u in users if u["user_id"] == "bob"]
+            assert listed["unconfirmed"]["far"]["attempts"] == 1
             trust.far.start()
             # Host sends it again 5 s after the failure (its resender looks every 2 s).
             assert wait_for(lambda: report["conn"] not in trust.target_conns, 30), "the tunnel stayed up"
-            with engine.connect() as conn:
-                assert conn.execute(select(AgentPendingRevocationRow.user_id)).all() == []
+
+            def forgotten() -> bool:  # Host forgets it once Target's answer is in
+                with engine.connect() as conn:
+                    return conn.execute(select(AgentPendingRevocationRow.user_id)).all() == []
+
+            assert wait_for(forgotten, 10), "Host still waits for Target's confirmation"
         finally:
             engine.dispose()
         r = httpx.get(f"{trust.far.url}/v1/agent/revocations", headers=trust.far.admin, timeout=30)

@@ -207,6 +207,17 @@ def test_a_pool_really_full_is_a_503_pool_exhausted_and_the_address_comes_back(w
     assert world.session(world.other_alice.connect())[0] == "active"
 
 
+def test_the_pool_reports_its_size_what_is_leased_and_who_holds_it(world: World) -> None:
+    world.alice.enrol()
+    world.alice.enrol()
+    world.alice.connect()
+    world.other_alice.connect()
+    assert world.target.pool() == {
+        "pool": POOL, "pool6": None, "size": 6, "leased": 4, "free": 2, "devices_per_user": QUOTA,
+        "holders": [{"host": "hq", "user_id": "alice", "devices": 2, "tunnels": 1},
+                    {"host": "branch", "user_id": "alice", "devices": 0, "tunnels": 1}]}
+
+
 # ------------------------------------------------------------------ users scoped by their Host
 
 
@@ -263,6 +274,9 @@ def test_a_revocation_far_did_not_get_is_kept_and_sent_again_until_confirmed(wor
     assert result["targets"]["far"].startswith("not confirmed: agent peer unreachable")
     [pending] = hq.revocations.pending("alice")
     assert (pending.target_id, pending.attempts, pending.sign_public_key) == ("far", 1, ALICE.public.sign)
+    [listed] = [u for u in hq.users() if u["user_id"] == "alice"]
+    assert listed["unconfirmed"]["far"]["attempts"] == 1
+    assert listed["unconfirmed"]["far"]["last_error"].startswith("agent peer unreachable")
     assert world.session(device)[0] == world.session(tunnel)[0] == "active"  # far has not heard
     # Not due yet: nothing is sent.
     sent = len(world.posted)
@@ -280,6 +294,7 @@ def test_a_revocation_far_did_not_get_is_kept_and_sent_again_until_confirmed(wor
     world.clock.now += 2 * RETRY_FIRST
     assert hq.retry_revocations() == ["alice@far"]
     assert hq.revocations.pending("alice") == []
+    assert [u["unconfirmed"] for u in hq.users() if u["user_id"] == "alice"] == [{}]
     assert world.session(device)[0] == world.session(tunnel)[0] == AgentSessionState.REVOKED.value
     assert agent_conn_name(device) not in world.charon.conns
     assert hq.retry_revocations() == []
