@@ -17,8 +17,10 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from typer.testing import CliRunner
 
-from app.lab.peers import SITES
+from app.cli.main import app as cli_app
+from app.lab.peers import SITES, PeersLab, PeersLabError
 from app.lab.processes import running
 from tests.integration.peers.conftest import PeersCli, peers_cli
 
@@ -166,4 +168,46 @@ def test_lab_down_after_an_up_killed_half_way_leaves_nothing() -> None:
         assert cli.leftovers() == []
     finally:
         cli.down()
+        shutil.rmtree(cli.root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("extra", [["--agent"], ["--family", "6"], ["--family", "4,6"], ["--hosts", "3"]],
+                         ids=["agent", "family-6", "family-4-6", "hosts-3"])
+def test_lab_up_peers_refuses_what_it_cannot_build_and_builds_nothing(extra: list[str]) -> None:
+    cli = peers_cli("pr")
+    try:
+        done = CliRunner().invoke(cli_app, ["lab", "up", "--peers", *extra, "--prefix", cli.prefix],
+                                  env={"QOSS_LAB_DIR": str(cli.lab_dir)})
+        assert done.exit_code == 2, done.output
+        assert "--peers builds its own two IPv4 sites" in done.output
+        assert cli.leftovers() == []
+        assert not cli.lab_dir.exists()
+    finally:
+        shutil.rmtree(cli.root, ignore_errors=True)
+
+
+def test_a_second_lab_up_peers_is_refused_and_the_first_runs_on(
+        peers_cli_up: tuple[PeersCli, subprocess.CompletedProcess[str]], peers_lab: dict[str, Any]) -> None:
+    cli, _ = peers_cli_up
+    again = cli.up()
+    assert again.returncode == 1
+    assert "take it down first" in again.stderr
+    assert again.stdout == ""
+    for site in peers_lab["sites"].values():
+        assert httpx.get(f"{site['url']}/healthz", timeout=10, trust_env=False).status_code == 200
+        assert running(site["pid"])
+
+
+def test_a_site_whose_service_cannot_start_fails_the_up_with_its_log_and_leaves_nothing() -> None:
+    cli = peers_cli("pf")
+    lab = PeersLab(cli.state_dir, prefix=cli.prefix, server_env={"QOSS_MAX_CONNECTIONS_PER_SOURCE": "-1"},
+                   startup_timeout=30)
+    try:
+        with pytest.raises(PeersLabError) as raised:
+            lab.up()
+        assert "serve process exited with" in str(raised.value)
+        assert "QOSS_MAX_CONNECTIONS_PER_SOURCE" in str(raised.value)  # the service's own words, from its log
+        assert cli.leftovers() == []
+    finally:
+        lab.down()
         shutil.rmtree(cli.root, ignore_errors=True)
