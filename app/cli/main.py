@@ -93,8 +93,9 @@ def token_create(
 ) -> None:
     """Create a token; it is printed once and never again.
 
-    With a token chosen (QOSS_TOKEN or a context's), through the service (POST /v1/tokens, an
-    admin token, audited under its name). Without one, in the database itself: the set-up
+    With a token chosen (QOSS_TOKEN or a context's), through the service QOSS_URL or the context
+    names (POST /v1/tokens, an admin token, audited under its name; with no service named, it
+    stops: a token is never sent to a default address). Without one, in the database itself: the set-up
     command that makes the first admin token, on a database that exists (`qoss db upgrade` or
     `qoss serve` made it) and has no admin token yet, audited as the local operator. The name,
     scopes and lifetime follow the same rules either way (app.domain.auth), checked before
