@@ -268,6 +268,7 @@ def test_a_user_gets_a_profile_a_passphrase_once_and_a_one_time_link(host: Host,
     sealed = answer.value.body()  # what Host kept: sealed in the browser, under the link's key
     assert profile["remote"]["addr"].encode() not in sealed
     secret, key = link_parts(link)
+    register(key)  # the secret sweep: never in the server's log or database
     assert open_sealed_profile(key, sealed) == profile_bytes
     assert _download(phone, ".sswan") == (name, profile_bytes)  # the phone's page opens it, byte for byte
     assert httpx.get(f"{host.base}/v1/agent/handoffs/{secret}").status_code == 404  # once

@@ -43,7 +43,7 @@ from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
-from tests.fixtures.secrets import keep_log
+from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import serving
 from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
 
@@ -125,6 +125,7 @@ def _link(host: Host, media_type: str) -> tuple[str, bytes, str, bytes]:
     """A one-time link as the client makes it: (link, profile, file name, key)."""
     name, profile = _profile(media_type)
     key = secrets.token_bytes(32)
+    register(key)  # the secret sweep: never in the server's log or database
     handoff = Handoff(user_id="dana", host=SERVER_ID, nonce=secrets.token_bytes(16), timestamp=int(time.time()),
                       profile_name=name, media_type=media_type,
                       profile=seal_profile(key, media_type=media_type, name=name, profile=profile), ttl=600)
