@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from tests.ui.browser.conftest import NewContext, Served, Watched, no_trouble, save_previewed, sign_in
@@ -138,9 +139,10 @@ def _focused(page: Page) -> str:
                              ".replace(/\\s+/g, ' '); }"))
 
 
+@pytest.mark.parametrize("screen", [{"viewport": {"width": 1280, "height": 800}}, PHONE], ids=["1280", "390"])
 def test_the_keyboard_alone_edits_previews_and_saves_with_the_focus_where_the_next_step_is(
-        served: Served, new_context: NewContext) -> None:
-    page = new_context().new_page()
+        served: Served, new_context: NewContext, screen: dict[str, Any]) -> None:
+    page = new_context(**screen).new_page()
     watched = Watched(page)
     sign_in(page, served.base, served.editor)
     page.goto(f"{served.base}/ui/tables/esaf-2006")
@@ -194,6 +196,8 @@ def test_the_keyboard_alone_edits_previews_and_saves_with_the_focus_where_the_ne
 #: Every console page (and some of their states); the navigation's links are all among them.
 PAGES = ["/ui/tables", "/ui/tables/esaf-2006", "/ui/tables/esaf-2006/revisions",
          "/ui/tables/esaf-2006/revert?revision=1", "/ui/tables/esaf-2006/ratings/md5/remove",
+         "/ui/tables/esaf-2006/ratings/md5/edit",  # the edit form as a page of its own (without scripts)
+         "/ui/policies/voip/revert?revision=1",
          "/ui/negotiate", "/ui/negotiate?run=true&p1=a&p1c=5&p2=b&p2i=4&why=sha1",
          "/ui/negotiate?run=true&p1=a&p1c=11", "/ui/policies", "/ui/policies/voip", "/ui/policies/voip/revisions",
          "/ui/tunnels", "/ui/gateways", "/ui/agent", "/ui/measurements", "/ui/audit", "/ui/audit?outcome=409",
@@ -203,6 +207,12 @@ PAGES = ["/ui/tables", "/ui/tables/esaf-2006", "/ui/tables/esaf-2006/revisions",
 def test_no_console_page_scrolls_sideways_at_phone_width(served: Served, new_context: NewContext,
                                                          screenshots: Path) -> None:
     _patch(served, "esaf-2006", "des", {"reason": "a revision to go back from"})  # history to revert
+    auth = {"Authorization": f"Bearer {served.admin}"}
+    voip = httpx.get(f"{served.base}/v1/policies/voip", headers=auth, timeout=10).json()
+    edited = httpx.put(f"{served.base}/v1/policies/voip", headers={**auth, "If-Match": f'"{voip["revision"]}"'},
+                       json={**voip["policy"], "description": "a revision to go back from"}, timeout=10)
+    assert edited.status_code == 200, edited.text
+    revoke = f"/ui/tokens/{served.reader.split('_')[1]}/revoke"  # the question, not the revocation
     _, page, watched = _phone(new_context)
     page.goto(f"{served.base}/ui/login")
     wide = {}
@@ -211,7 +221,7 @@ def test_no_console_page_scrolls_sideways_at_phone_width(served: Served, new_con
     sign_in(page, served.base, served.admin)
     nav = page.locator("nav[aria-label=Main] a").evaluate_all("links => links.map(a => a.getAttribute('href'))")
     assert set(nav) <= set(PAGES), set(nav) - set(PAGES)
-    for path in PAGES:
+    for path in [*PAGES, revoke]:
         page.goto(f"{served.base}{path}")
         if not page.evaluate("document.scrollingElement.scrollWidth <= innerWidth"):
             wide[path] = page.evaluate("document.scrollingElement.scrollWidth")
