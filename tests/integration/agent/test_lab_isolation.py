@@ -20,7 +20,15 @@ import pytest
 
 from app.lab.network import GUARD_CHAIN
 from tests.fixtures.stock_client import CharonCmd
-from tests.integration.agent.test_device_join import LabCli, agent_lab, enrol, ping, stock_profile, wait_for
+from tests.integration.agent.test_device_join import (
+    LabCli,
+    agent_lab,
+    enrol,
+    ping,
+    ping6,
+    stock_profile,
+    wait_for,
+)
 
 pytestmark = pytest.mark.charon
 
@@ -31,14 +39,21 @@ def lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
         yield made
 
 
+@pytest.fixture(scope="module")
+def ipv6_lab() -> Iterator[tuple[LabCli, dict[str, Any]]]:
+    with agent_lab("qi6", "--family", "6") as made:
+        yield made
+
+
 def route_by_hand(netns: str, address: str, via: str) -> None:
-    subprocess.run(["ip", "-n", netns, "route", "replace", f"{address}/32", "via", via], check=True, timeout=10)
+    prefix = 128 if ":" in address else 32
+    subprocess.run(["ip", "-n", netns, "route", "replace", f"{address}/{prefix}", "via", via], check=True, timeout=10)
 
 
-def dropped(target_netns: str) -> int:
-    """Packets Target's guard chain has dropped so far."""
-    listed = subprocess.run(["ip", "netns", "exec", target_netns, "iptables", "-w", "-L", GUARD_CHAIN, "-v", "-n",
-                             "-x"], capture_output=True, text=True, check=True, timeout=10).stdout
+def dropped(target_netns: str, tool: str = "iptables") -> int:
+    """Packets Target's guard chain (``tool``: iptables or ip6tables) has dropped so far."""
+    listed = subprocess.run(["ip", "netns", "exec", target_netns, tool, "-w", "-L", GUARD_CHAIN, "-v", "-n", "-x"],
+                            capture_output=True, text=True, check=True, timeout=10).stdout
     return sum(int(line.split()[0]) for line in listed.splitlines() if " DROP " in f" {line} ")
 
 
@@ -54,6 +69,21 @@ def test_the_protected_address_does_not_answer_without_a_tunnel_even_with_a_rout
         assert dropped(target["netns"]) > before  # it arrived and was dropped, not lost on the way
     finally:
         subprocess.run(["ip", "-n", device, "route", "del", f"{inside}/32"], check=False, timeout=10)
+
+
+def test_over_ipv6_the_protected_network_does_not_answer_without_a_tunnel_either(
+        ipv6_lab: tuple[LabCli, dict[str, Any]]) -> None:
+    _, up = ipv6_lab
+    device, target = up["device"]["netns"], up["target"]
+    inside = "fd03::1"
+    assert target["protected"] == ["fd03::/64"]
+    route_by_hand(device, inside, target["ike_address"])
+    try:
+        before = dropped(target["netns"], "ip6tables")
+        assert not ping6(device, inside)
+        assert dropped(target["netns"], "ip6tables") > before
+    finally:
+        subprocess.run(["ip", "-n", device, "-6", "route", "del", f"{inside}/128"], check=False, timeout=10)
 
 
 def test_a_revoked_device_reaches_nothing_even_with_a_route_by_hand(lab: tuple[LabCli, dict[str, Any]],

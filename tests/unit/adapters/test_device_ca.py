@@ -22,6 +22,7 @@ from cryptography.x509 import verification
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
 from app.adapters.agent.device_ca import DeviceCA, DeviceCAError, DeviceCredential
+from app.domain.agent.conns import device_identity
 from app.domain.errors import InvalidInput
 from tests.fixtures.secrets import register
 
@@ -568,3 +569,13 @@ def test_a_ca_made_before_the_constraints_keeps_its_enrolments_working(tmp_path:
     verify_server(legacy, gateway, "vpn.example.org")
     again = DeviceCA.load_or_create(tmp_path / "legacy", owner="alice", gateway=["vpn.example.net"])
     assert again.cert_der == legacy.cert_der  # loaded as it is, never replaced behind the devices' back
+
+
+@pytest.mark.parametrize("user", ["alice", "Alice.Smith@example.org", "x" * 63, "a." * 31 + "b", "--", "ü"])
+def test_every_device_name_qoss_gives_is_one_the_ca_may_sign(ca: DeviceCA, user: str) -> None:
+    name = device_identity("0a1b2c3d4e5f" + "0" * 20, user)
+    assert name.endswith(".devices.invalid")
+    assert name.startswith("0a1b2c3d4e5f.")
+    assert len(name) <= 64
+    cert = x509.load_der_x509_certificate(issue(ca, identity=name).cert_der)
+    assert cn(cert) == name
