@@ -238,8 +238,9 @@ def test_no_console_page_scrolls_sideways_at_phone_width(served: Served, new_con
         page.screenshot(path=screenshots / f"phone-{path.rsplit('/', 1)[1]}.png")
 
     # every label sits above its own field, never on the line of the field before
-    for path in ("/ui/negotiate", "/ui/audit"):
+    for path in ("/ui/negotiate", "/ui/audit", "/ui/gateways", "/ui/measurements", "/ui/tables/esaf-2006"):
         page.goto(f"{served.base}{path}")
+        assert page.locator("form.playground label[for]").count() > 0, path
         misplaced = page.evaluate("""() => [...document.querySelectorAll("form.playground label[for]")].flatMap(l => {
             const f = document.getElementById(l.htmlFor), a = l.getBoundingClientRect(), b = f.getBoundingClientRect();
             return a.bottom <= b.top + 1 && Math.abs(a.left - b.left) < 2 ? [] : [l.htmlFor];
