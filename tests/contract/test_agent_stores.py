@@ -174,6 +174,28 @@ def test_active_devices_are_counted_per_host_and_user(store: AgentStore) -> None
         assert transaction.active_devices("h", "nobody") == 0
 
 
+def test_two_enrolments_of_one_user_are_counted_one_after_the_other(store: AgentStore) -> None:
+    """The count holds the (Host, user) until its transaction ends: a second transaction's count
+    waits for the first's device, so a quota cannot be passed by sending enrolments at once."""
+    seen: list[int] = []
+    with store.request() as first:
+        assert first.active_devices("h", "a") == 0
+
+        def second() -> None:
+            with store.request() as transaction:
+                seen.append(transaction.active_devices("h", "a"))
+                transaction.commit()
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join(timeout=0.5)
+        assert seen == []  # still waiting for the first
+        first.add_session(_session("a" * 32, platform="android"))
+        first.commit()
+    thread.join(timeout=30)
+    assert seen == [1]
+
+
 def test_a_pending_revocation_is_kept_postponed_and_confirmed_for_its_key_only(store: AgentStore) -> None:
     now = datetime.now(UTC)
     with store.unit() as uow:

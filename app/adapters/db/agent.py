@@ -26,6 +26,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal,
     select,
     update,
 )
@@ -545,11 +546,17 @@ def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes, host_id:
 _ACTIVE_DEVICES = HotStatement(lambda _: select(func.count()).select_from(_SESSIONS).where(
     _SESSIONS.c.host_id == bindparam("host_id"), _SESSIONS.c.user_id == bindparam("user_id"),
     _SESSIONS.c.state == AgentSessionState.ACTIVE.value, _SESSIONS.c.platform.is_not(None)))
+#: PostgreSQL: a lock on one (Host, user) until the transaction ends; SQLite's write transaction
+#: (``BEGIN IMMEDIATE``) holds every other writer off already.
+_HOLD_USER = HotStatement(lambda dialect: select(
+    func.pg_advisory_xact_lock(func.hashtext(bindparam("key"))) if dialect == "postgresql" else literal(1)))
 
 
 def active_devices(cursor: HotCursor, host_id: str, user_id: str) -> int:
     """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked (active sessions
-    with a platform)."""
+    with a platform). The pair stays locked until the transaction ends, so two enrolments of one
+    user count one after the other, on PostgreSQL as on SQLite."""
+    cursor.first(_HOLD_USER, {"key": f"qoss-agent-devices {host_id} {user_id}"})
     row = cursor.first(_ACTIVE_DEVICES, {"host_id": host_id, "user_id": user_id})
     return int(row[0]) if row else 0
 

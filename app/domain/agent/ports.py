@@ -305,7 +305,9 @@ class AgentRequest(Protocol):
         ...
 
     def active_devices(self, host_id: str, user_id: str) -> int:
-        """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked."""
+        """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked; another
+        transaction asking for the same pair waits until this one ends (a quota holds under
+        concurrency)."""
         ...
 
     def revocation_pending(self, user_id: str, target_id: str) -> bool:
