@@ -159,12 +159,13 @@ def _recorded(database_url: str) -> str:
 @pytest.mark.parametrize(("media_type", "without_subtle"), [(SSWAN, False), (APPLE, False), (SSWAN, True)],
                          ids=["sswan", "mobileconfig", "sswan-without-webcrypto"])
 def test_the_page_offers_the_clients_profile_byte_for_byte_and_the_key_never_reaches_the_server(
-        host: Host, new_context: NewContext, media_type: str, without_subtle: bool) -> None:
+        host: Host, new_context: NewContext, screenshots: Path, media_type: str, without_subtle: bool) -> None:
     link, profile, name, key = _link(host, media_type)
     page, watched, sent = _phone(new_context, without_subtle=without_subtle)
     page.goto(link)
     expect(page.locator("#handoff-result")).to_be_visible()
     expect(page.locator("#handoff-title")).to_be_focused()
+    page.screenshot(path=screenshots / f"handoff-page-390-{name.rsplit('.', 1)[1]}.png", full_page=True)
     download = page.get_by_role("link", name=f"Download {name}")
     assert download.get_attribute("download") == name
     assert download.get_attribute("type") == media_type  # the Blob's type too (the page's CSP hides the Blob)
@@ -200,7 +201,7 @@ def test_the_page_offers_the_clients_profile_byte_for_byte_and_the_key_never_rea
 
 @pytest.mark.parametrize("where", ["ciphertext", "line"])
 def test_a_profile_host_changed_is_refused_and_the_page_says_so(host: Host, new_context: NewContext,
-                                                                where: str) -> None:
+                                                                screenshots: Path, where: str) -> None:
     link, profile, name, _ = _link(host, SSWAN)
     engine = make_engine(host.database_url)
     try:
@@ -220,6 +221,7 @@ def test_a_profile_host_changed_is_refused_and_the_page_says_so(host: Host, new_
     page.goto(link)
     expect(page.get_by_role("alert")).to_contain_text("This profile was changed after your computer sealed it")
     expect(page.get_by_role("alert")).to_contain_text("Do not use it")
+    page.screenshot(path=screenshots / "handoff-page-390-changed.png", full_page=True)
     expect(page.locator("#handoff-result")).to_be_hidden()
     expect(page.get_by_role("link", name=re.compile("^Download"))).to_have_count(0)
     assert profile not in page.content().encode()
