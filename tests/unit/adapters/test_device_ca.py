@@ -435,16 +435,19 @@ def ca_key(directory: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
-def forged(directory: Path, ca: DeviceCA, *, names: list[x509.GeneralName],
+def forged(directory: Path, ca: DeviceCA, *, names: list[x509.GeneralName], common_name: str = "forged",
            purpose: ObjectIdentifier = ExtendedKeyUsageOID.SERVER_AUTH) -> x509.Certificate:
-    """A leaf signed with the CA's own key: what a thief of the key would make."""
+    """A leaf signed with the CA's own key: what a thief of the key would make (no
+    subjectAltName without ``names``)."""
     key, issuer = ca_key(directory), x509.load_der_x509_certificate(ca.cert_der)
     leaf = ec.generate_private_key(ec.SECP256R1())
-    return (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "forged")]))
-            .issuer_name(issuer.subject).public_key(leaf.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(NOW - timedelta(hours=1)).not_valid_after(NOW + timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+    builder = (x509.CertificateBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+               .issuer_name(issuer.subject).public_key(leaf.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(NOW - timedelta(hours=1)).not_valid_after(NOW + timedelta(days=30)))
+    if names:
+        builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+    return (builder
             .add_extension(x509.ExtendedKeyUsage([purpose]), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
@@ -515,6 +518,14 @@ def test_a_tls_certificate_outside_the_constraints_signed_with_the_ca_key_is_ref
     cert = forged(tmp_path / "ca", ca, names=names)
     with pytest.raises(verification.VerificationError, match="name constraint"):
         verify_server(ca, cert, str(names[0].value))
+    refused = openssl_verify(tmp_path, ca, cert, "sslserver")
+    assert refused.returncode != 0
+    assert "subtree violation" in refused.stdout + refused.stderr
+
+
+def test_a_tls_certificate_naming_a_site_in_its_common_name_alone_is_refused(tmp_path: Path, ca: DeviceCA) -> None:
+    # A client that still reads the common name (no subjectAltName) gets the constraints applied to it.
+    cert = forged(tmp_path / "ca", ca, names=[], common_name="www.example.com")
     refused = openssl_verify(tmp_path, ca, cert, "sslserver")
     assert refused.returncode != 0
     assert "subtree violation" in refused.stdout + refused.stderr
