@@ -1,7 +1,9 @@
 """Device trust against real charons, with Host and Target as separate servers (each its own
 uvicorn on loopback and its own SQLite database) and a second Host, ``branch``, at the same
-Target: branch's own "alice" cannot see or end hq's alice's tunnel; a revocation sent while
-Target is down is kept by Host and gets through once Target is back, taking the tunnel down.
+Target: branch's own "alice" cannot see or end hq's alice's tunnel; a user's devices stop at
+``devices_per_user`` (409, relayed by Host) while another user still joins; a revocation sent
+while Target is down is kept by Host and gets through once Target is back, taking the tunnel
+down.
 The same at the service level on SQLite and PostgreSQL: ``tests/unit/services/test_agent_trust.py``."""
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import uvicorn
 from sqlalchemy import create_engine, select
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
-from app.adapters.agent.transport import post_message
+from app.adapters.agent.transport import RemoteRefused, post_message
 from app.adapters.db.agent import AgentPendingRevocationRow
 from app.bootstrap import prepare_database
 from app.domain.agent import Kind, RequestInfo
@@ -217,3 +219,38 @@ def test_a_revocation_sent_while_target_is_down_gets_through_when_it_is_back(tru
         if trust.far.server is None:
             trust.far.start()
         bob.disconnect()
+
+
+def test_a_users_devices_stop_at_the_quota_through_a_remote_host_and_others_still_join(trust: Trust) -> None:
+    trust.enroll(trust.hq, "carol")
+    trust.enroll(trust.hq, "dave")
+    carol, dave = trust.client(trust.hq, "carol"), trust.client(trust.hq, "dave")
+    out = trust.dir / "carol-devices"
+    tickets = [carol.enrol_device(target="far", objective_id=3, platform="swanctl", out_dir=out / str(n))["ticket"]
+               for n in range(3)]  # devices_per_user: 3 by default
+    try:
+        with pytest.raises(RemoteRefused) as info:
+            carol.enrol_device(target="far", objective_id=3, platform="swanctl", out_dir=out / "3")
+        assert info.value.status == 409
+        assert "carol (of host hq) has 3 devices" in str(info.value.detail())
+        assert "devices_per_user (3)" in str(info.value.detail())
+        assert not (out / "3").exists()
+        pool = httpx.get(f"{trust.far.url}/v1/agent/pool", headers=trust.far.admin, timeout=30).json()
+        assert (pool["leased"], pool["devices_per_user"]) == (3, 3)
+        assert pool["holders"] == [{"host": "hq", "user_id": "carol", "devices": 3, "tunnels": 0}]
+        # dave is not starved: he enrols a device and brings a tunnel up.
+        dave_device = dave.enrol_device(target="far", objective_id=3, platform="swanctl", out_dir=trust.dir / "dave")
+        report = dave.connect(target="far", objective_id=3)
+        try:
+            assert report["conn"] in trust.target_conns
+        finally:
+            dave.disconnect(report["ticket"])
+            dave.revoke_device(dave_device["ticket"])
+        # A device revoked by carol makes room for another.
+        carol.revoke_device(tickets.pop())
+        tickets.append(carol.enrol_device(target="far", objective_id=3, platform="swanctl",
+                                          out_dir=out / "4")["ticket"])
+    finally:
+        for ticket in tickets:
+            carol.revoke_device(ticket)
+    assert not trust.target_conns
