@@ -35,10 +35,14 @@
     return copy.textContent.replace(/\s+/g, " ").trim();
   }
 
-  /* A child as it would be rendered, without the marks this script or an edit's answer put on it. */
+  /* A child as it would be rendered, without the marks this script or an edit's answer put on it (its
+     classes, and the autofocus that moved the focus to its Edit once saved). */
   function shape(node) {
     var copy = node.cloneNode(true);
     copy.removeAttribute("class");
+    Array.prototype.forEach.call(copy.querySelectorAll("[autofocus]"), function (control) {
+      control.removeAttribute("autofocus");
+    });
     Array.prototype.forEach.call(copy.querySelectorAll("." + NOTE), function (note) {
       note.remove();
     });
