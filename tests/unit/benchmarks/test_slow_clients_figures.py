@@ -26,5 +26,5 @@ def test_slow_sockets_connect_from_loopback_addresses_other_than_the_legitimate_
 
 
 def test_a_phase_counts_what_was_not_answered() -> None:
-    phase = Phase(sockets=260, latencies=[0.01, 0.02], other={"ReadTimeout": 3, "503": 1})
+    phase = Phase(kind="drip", sockets=260, latencies=[0.01, 0.02], other={"ReadTimeout": 3, "503": 1})
     assert (phase.answered, phase.unanswered) == (2, 4)
