@@ -31,6 +31,7 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
+from app.adapters.peering import HttpPeerLink, peering_keys
 from app.adapters.vici.events import updown_listener
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
@@ -46,6 +47,7 @@ from app.api.routes import (
     health,
     metrics,
     negotiations,
+    peers,
     policies,
     ratings,
     tunnels,
@@ -62,6 +64,7 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.agent_target_edits import SessionFollower
 from app.services.events import prune_events
+from app.services.peering import Peering, PeeringConfig
 from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
@@ -321,6 +324,17 @@ def _is_refusal(scope: Scope, outcome: int, fields: dict[str, Any]) -> bool:
     return outcome in _REFUSED or (400 <= outcome < 500 and fields["token_id"] is None)
 
 
+async def _sweep_peered(peering: Peering, stop: asyncio.Event) -> None:
+    """Every second: unload the peers' tunnel ends this side loaded as responder and never saw confirmed."""
+    while not stop.is_set():
+        try:
+            await in_worker_thread(peering.sweep)
+        except Exception:  # a database or charon hiccup: the next sweep tries again
+            log.exception("sweeping unconfirmed peered tunnels failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1.0)
+
+
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
     """Build the application. The database must already be migrated (``qoss db upgrade``).
 
@@ -412,6 +426,12 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 engines=dict.fromkeys([engine, read_engine]) if "pool" in resolved.memory_release else ())
             if resolved.memory_release else None,
         )
+        if resolved.peer_name is not None:  # tunnels negotiated with other qoss services (app.services.peering)
+            parts.peering = Peering(
+                config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
+                                     default_table=resolved.default_table),
+                units=units, cache=caches.tables, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO)
+            await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)
         leadership = parts.leadership = Leadership(resolved.database_url, on_elected=duties.elected,
                                                    on_deposed=duties.deposed, interval=resolved.leader_interval)
@@ -421,6 +441,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         follower = target.follower(concurrency=resolved.rekey_concurrency) if target and resolved.rekey else None
         sweeper = asyncio.create_task(_sweep(target, follower, stop_sweeping)) if target else None
         resender = asyncio.create_task(_resend_revocations(host, stop_sweeping)) if host else None
+        unconfirmed = (asyncio.create_task(_sweep_peered(parts.peering, stop_sweeping))
+                       if parts.peering is not None else None)
         release = parts.memory_release
         stop_releasing = asyncio.Event()
         releaser = asyncio.create_task(release.run(stop_releasing)) if release is not None else None
@@ -436,6 +458,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 await sweeper  # the sweep under way ends first
             if resender is not None:
                 await resender
+            if unconfirmed is not None:
+                await unconfirmed
             if releaser is not None:
                 stop_releasing.set()
                 await releaser  # a release under way ends before the engines are disposed
@@ -474,7 +498,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.include_router(metrics.router)
     # The agent's message routes first: routing tries each route in order, and they are the
     # ones a connect waits for (their paths overlap no other router's).
-    routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, admin, benchmarks, events)
+    routers = (agent, algorithms, ratings, policies, negotiations, gateways, tunnels, peers, admin, benchmarks,
+               events)
     for module in routers:
         app.include_router(module.router, prefix="/v1")
     labels = RouteLabels((route, prefix + route.path_format) for prefix, router in

@@ -390,6 +390,14 @@ class Settings(BaseSettings):
         description="seconds a request's body has, from the end of its head, to arrive whole (time the service "
                     "itself stops reading does not count); beyond it 408 and the connection is closed. 0: no "
                     "deadline")
+    peer_name: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[a-z0-9][a-z0-9._-]*$",
+        description="this service's name as its peers (other qoss services) know it; set, it answers their "
+                    "messages and can ask them for tunnels (GATEWAY@PEER); unset, peering is off")
+    peer_timeout: float = Field(
+        default=5.0, gt=0, le=60,
+        description="seconds a peer has to answer one message of a tunnel's exchange; beyond it the request "
+                    "is answered 504 naming the peer, with nothing loaded here")
     send_timeout: float = Field(
         default=10.0, ge=0, le=3600,
         description="seconds an answer may wait, in a row, for a client that takes none of it (the connection's "

@@ -18,6 +18,11 @@
         ├── GatewayUnreachable (ConnectionError)  -> 503
         ├── GatewayRejected (RuntimeError)        -> 502
         └── TunnelVerificationFailed (RuntimeError) -> 502
+    PeerError (names the peer)
+    ├── PeerUnreachable (ConnectionError)         -> 503
+    │   └── PeerTimeout (TimeoutError)            -> 504
+    ├── PeerRefused (RuntimeError)                -> 502
+    └── PeerNoFeasibleSuite (NegotiationError)    -> 409
 
 The HTTP status of each is decided in one place, ``app.web.errors``.
 """
@@ -40,6 +45,11 @@ __all__ = [
     "NegotiationError",
     "NoFeasibleSuite",
     "NotFound",
+    "PeerError",
+    "PeerNoFeasibleSuite",
+    "PeerRefused",
+    "PeerTimeout",
+    "PeerUnreachable",
     "PlatformCannot",
     "QossError",
     "StaleRevision",
@@ -222,3 +232,27 @@ class GatewayRejected(GatewayError, RuntimeError):
 
 class TunnelVerificationFailed(GatewayError, RuntimeError):
     """strongSwan negotiated something other than what qoss chose."""
+
+
+class PeerError(QossError):
+    """Another qoss (a peer) could not do its part of a tunnel; the message names the peer."""
+
+    def __init__(self, peer: str, message: str) -> None:
+        super().__init__(f"peer {peer}: {message}")
+        self.peer = peer
+
+
+class PeerUnreachable(PeerError, ConnectionError):
+    """The peer's API does not answer (503): nothing of the tunnel was loaded here."""
+
+
+class PeerTimeout(PeerUnreachable, TimeoutError):
+    """The peer did not answer in time (504)."""
+
+
+class PeerRefused(PeerError, RuntimeError):
+    """The peer refused (502): its peering with this side, or what was asked of it."""
+
+
+class PeerNoFeasibleSuite(PeerError, NegotiationError):
+    """No suite this side offered meets the peer's requirements (409); the peer says no more."""

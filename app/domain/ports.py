@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from app.domain.auth import TokenRecord
+from app.domain.peering import Peer, PeerState
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
 from app.domain.sessions import SessionRecord
@@ -41,6 +42,7 @@ __all__ = [
     "LoadPool",
     "LoadShared",
     "Metrics",
+    "PeerStore",
     "PolicyStore",
     "RatingTableStore",
     "RevisionedStore",
@@ -294,6 +296,20 @@ class ShippedLoadStore(Protocol):
     def record(self, kind: str, name: str) -> None: ...
 
 
+class PeerStore(Protocol):
+    """Registered peers (other qoss services), and the nonces of their messages."""
+
+    def create(self, peer: Peer) -> Peer: ...
+
+    def get(self, name: str) -> Peer: ...
+
+    def list(self) -> builtins.list[Peer]: ...
+
+    def set_state(self, name: str, state: PeerState) -> Peer: ...
+
+    def first_sight(self, peer: str, nonce: str, *, keep_until: datetime) -> bool: ...
+
+
 class Transaction(Protocol):
     """What every unit of work is: one transaction, committed or rolled back by whoever opened
     it (its stores flush, never commit); leaving ``with`` rolls back what was not committed."""
@@ -344,6 +360,9 @@ class UnitOfWork(Transaction, Protocol):
 
     @property
     def shipped(self) -> ShippedLoadStore: ...
+
+    @property
+    def peers(self) -> PeerStore: ...
 
     def commit_with(self, work: Callable[[UnitOfWork], W]) -> W:
         """``work(unit)`` committed; its result. The commit may be shared with other writers'

@@ -99,14 +99,24 @@ class PeerEnd:
 
     Its administrator configured it with the tunnel's PSK and identities; qoss loads
     and verifies only the managed gateway's end. The PSK is never part of this record.
+
+    A far end driven by another qoss (a peer, ``app.domain.peering``) also names that peer
+    (``site``), its gateway there (``gateway``) and this side's part in the exchange
+    (``role``: ``initiator`` or ``responder``).
     """
 
     address: str
     identity: str
     local_identity: str
+    site: str | None = None
+    gateway: str | None = None
+    role: str | None = None
 
     def as_dict(self) -> dict[str, str]:
-        return {"address": self.address, "identity": self.identity, "local_identity": self.local_identity}
+        out = {"address": self.address, "identity": self.identity, "local_identity": self.local_identity}
+        if self.site is not None:
+            out.update(site=self.site, gateway=self.gateway or "", role=self.role or "")
+        return out
 
 
 @dataclass(frozen=True)

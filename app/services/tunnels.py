@@ -46,6 +46,7 @@ from app.services.tunnel_setup import bring_up, teardown
 __all__ = [
     "Answer",
     "TunnelPage",
+    "answer_of",
     "create_tunnel",
     "delete_tunnel",
     "keyed_tunnel_id",
@@ -53,6 +54,7 @@ __all__ = [
     "negotiation_inputs",
     "page_tunnels",
     "provenance",
+    "request_peer",
     "request_tunnel",
     "result_from",
     "tunnel_status",
@@ -76,7 +78,7 @@ def negotiation_inputs(request: TunnelSpec) -> dict[str, Any]:
     }
 
 
-def _request_peer(inputs: Mapping[str, Any]) -> PeerSpec:
+def request_peer(inputs: Mapping[str, Any]) -> PeerSpec:
     """The peer that states a tunnel request's own asks, from its inputs (:func:`negotiation_inputs`)."""
     objectives = inputs.get("objectives")
     return PeerSpec(
@@ -107,7 +109,7 @@ def negotiate_tunnel(
         peers.append(PeerSpec(name="peer", supports=tuple(inputs["peer_supports"])))
     if pinned is not None:
         peers.append(PeerSpec(name="current-suite", supports=tuple(pinned)))
-    peers.append(_request_peer(inputs))
+    peers.append(request_peer(inputs))
     traffic = inputs.get("traffic")
     body = NegotiationSpec(
         rating_table=inputs.get("rating_table"), peers=tuple(peers),
@@ -494,7 +496,7 @@ def request_tunnel(
         except NotFound:
             pass
         else:  # an attempt whose process died after its record committed, before it was answered
-            body = _answer(earlier)
+            body = answer_of(earlier)
             uow.rollback()  # nothing to write here; ends the transaction (SQLite: its lock) first
             idem.complete(units, token_id=token_id, key=idempotency_key, status=201, body=body)
             return Answer(201, body, replayed=True)
@@ -502,7 +504,7 @@ def request_tunnel(
         record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads,
                                reports=reports)  # committed
-        body = _answer(record)
+        body = answer_of(record)
     except BaseException as exc:
         uow.rollback()
         if idempotency_key is not None:
@@ -522,5 +524,6 @@ def keyed_tunnel_id(secret: bytes, token_id: str, key: str) -> str:
     return hmac.new(secret, f"tunnel\0{token_id}\0{key}".encode(), hashlib.sha256).hexdigest()[:12]
 
 
-def _answer(record: TunnelRecord) -> dict[str, Any]:
+def answer_of(record: TunnelRecord) -> dict[str, Any]:
+    """What a tunnel request answers of the tunnel made."""
     return {**record.as_dict(), "ike": record.negotiation.get("ike"), "notes": record.negotiation.get("notes")}

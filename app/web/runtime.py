@@ -31,6 +31,7 @@ from app.services.agent_host import HostAgent
 from app.services.agent_target import TargetAgent
 from app.services.console_oidc import OidcSignIn
 from app.services.events import StreamSlots
+from app.services.peering import Peering
 from app.services.ratings import TableCache
 from app.services.rekey import Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
@@ -105,6 +106,7 @@ class Runtime:
     leadership: Leadership | None = None
     tunnel_monitor: TunnelMonitor | None = None
     rekeyer: Rekeyer | None = None
+    peering: Peering | None = None
     event_streams: StreamSlots = field(default_factory=StreamSlots)
 
     @property

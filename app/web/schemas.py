@@ -57,6 +57,9 @@ NO_NUL = r"^[^\x00]*$"
 Text = Annotated[str, Field(max_length=2000, pattern=NO_NUL)]
 Short = Annotated[str, Field(max_length=200, pattern=NO_NUL)]
 Name = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+#: A registered gateway's name, or ``GATEWAY@PEER``: a gateway of a peer (another qoss).
+GatewayOrPeered = Annotated[str, Field(min_length=1, max_length=128,
+                                       pattern=r"^[a-z0-9][a-z0-9._-]*(@[a-z0-9][a-z0-9._-]*)?$")]
 Keyword = Annotated[str, Field(min_length=1, max_length=64)]
 Cidr = Annotated[str, Field(min_length=1, max_length=64)]
 
@@ -197,10 +200,11 @@ class TunnelPeerIn(Strict):
 
 
 class TunnelIn(Strict):
-    """A tunnel from a registered gateway to another one (``responder``) or to an unmanaged ``peer``."""
+    """A tunnel from a registered gateway to another one (``responder``), to a gateway of a peer
+    (``responder`` ``GATEWAY@PEER``: another qoss, which negotiates its end) or to an unmanaged ``peer``."""
 
     initiator: Name
-    responder: Name | None = None
+    responder: GatewayOrPeered | None = None
     peer: TunnelPeerIn | None = None
     local_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None
     remote_ts: Annotated[list[Cidr], Field(min_length=1, max_length=16)] | None = None

@@ -38,6 +38,8 @@ __all__ = [
     "GatewayRow",
     "IdempotencyRow",
     "Json",
+    "PeerNonceRow",
+    "PeerRow",
     "PolicyRevisionRow",
     "PolicyRow",
     "RateBucketRow",
@@ -342,3 +344,32 @@ class RateBucketRow(Base):
     at: Mapped[datetime] = mapped_column(UtcDateTime)
     full_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
     spent: Mapped[bool] = mapped_column(Boolean)
+
+
+class PeerRow(Base):
+    """Another qoss this one negotiates tunnels with (``app.domain.peering.Peer``): its public
+    keys only, never a private one."""
+
+    __tablename__ = "peers"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    url: Mapped[str] = mapped_column(String(255))
+    sign_key: Mapped[str] = mapped_column(String(64))
+    kem_key: Mapped[str] = mapped_column(String(64))
+    gateways: Mapped[list[str]] = mapped_column(Json)
+    networks: Mapped[list[str]] = mapped_column(Json)
+    min_levels: Mapped[dict[str, int]] = mapped_column(Json)
+    state: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+
+
+class PeerNonceRow(Base):
+    """A nonce a peer's message carried, kept until the message could no longer be fresh: a
+    message seen again is a replay."""
+
+    __tablename__ = "peer_nonces"
+
+    peer: Mapped[str] = mapped_column(String(63), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)

@@ -14,6 +14,7 @@ from app.adapters.db.repositories import (
     EventRepository,
     GatewayRepository,
     IdempotencyRepository,
+    PeerRepository,
     PolicyRepository,
     RatingTableRepository,
     ServerKeyRepository,
@@ -120,6 +121,10 @@ class SqlUnitOfWork(SessionTransaction):
     @cached_property
     def shipped(self) -> ShippedLoadRepository:
         return ShippedLoadRepository(self.session)
+
+    @cached_property
+    def peers(self) -> PeerRepository:
+        return PeerRepository(self.session)
 
 
 def sql_units_of_work(session_factory: Callable[[], Session]) -> Callable[[], SqlUnitOfWork]:

@@ -8,9 +8,11 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from app.domain.errors import NotFound
 from app.domain.tunnels import TunnelState
 from app.services import reconcile as reconciling
 from app.services import tunnels as svc
+from app.services.peering import Peering
 from app.settings import Settings
 from app.web.deps import (
     CacheDep,
@@ -44,6 +46,10 @@ async def set_up(request: Request, principal: Principal, body: TunnelIn, idempot
     state = runtime(request)  # read here, not as dependencies: each costs FastAPI's solving per request
     state.tunnel_limiter.take(principal.token_id or "")
     settings: Settings = state.settings
+    if spec.responder is not None and "@" in spec.responder:  # GATEWAY@PEER: another qoss's gateway
+        peering = _peering(request)
+        record = await in_unit(request, lambda uow, reads: peering.request_tunnel(uow=uow, reads=reads, request=spec))
+        return svc.Answer(201, svc.answer_of(record))
     return await in_unit(request, lambda uow, reads: svc.request_tunnel(
         uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=spec,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
@@ -55,8 +61,19 @@ async def set_up(request: Request, principal: Principal, body: TunnelIn, idempot
 
 async def take_down(request: Request, tunnel_id: str) -> None:
     """A tunnel's delete, for this route and its fast path: one worker thread (:func:`in_unit`)."""
-    vici = runtime(request).vici_factory
+    parts = runtime(request)
+    vici, peering = parts.vici_factory, parts.peering
+    if peering is not None:  # a peered tunnel's other end is told; any other goes as below
+        await in_unit(request, lambda uow, reads: peering.delete_tunnel(uow=uow, reads=reads, tunnel_id=tunnel_id))
+        return
     await in_unit(request, lambda uow, reads: svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id, reads=reads))
+
+
+def _peering(request: Request) -> Peering:
+    peering = runtime(request).peering
+    if peering is None:
+        raise NotFound("this service has no peers (QOSS_PEER_NAME is not set): GATEWAY@PEER names none")
+    return peering
 
 
 @router.post("/tunnels", status_code=201, responses=_ERRORS)

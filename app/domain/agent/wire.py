@@ -40,6 +40,11 @@ class Kind(StrEnum):
     HANDOFF = "handoff"          # client -> host: a device's profile, for a one-time download link
     STATUS = "status"            # client -> host: what became of a ticket (a device's enrolment)
     STATE = "state"              # target -> client: the ticket's state, and why it ended
+    PEER_OFFER = "peer-offer"    # a qoss to its peer: the suites it accepts for a tunnel, in its order
+    PEER_ANSWER = "peer-answer"  # the peer's choice, its end and the tunnel's key
+    PEER_CONFIRM = "peer-confirm"  # the initiator's end is up (or given up)
+    PEER_TEARDOWN = "peer-teardown"  # either side takes a tunnel down
+    PEER_ACK = "peer-ack"        # a confirm or teardown was acted on
 
 
 

@@ -5,6 +5,7 @@ from app.adapters.db.repositories.access import AuditRepository, SessionReposito
 from app.adapters.db.repositories.events import EventRepository
 from app.adapters.db.repositories.keys import IdempotencyRepository, ServerKeyRepository, ShippedLoadRepository
 from app.adapters.db.repositories.network import GatewayRepository, TunnelRepository
+from app.adapters.db.repositories.peers import PeerRepository
 from app.adapters.db.repositories.revisioned import PolicyRepository, RatingTableRepository
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "EventRepository",
     "GatewayRepository",
     "IdempotencyRepository",
+    "PeerRepository",
     "PolicyRepository",
     "RatingTableRepository",
     "ServerKeyRepository",

@@ -1,0 +1,100 @@
+"""Peers (other qoss services) and the nonces of their messages."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
+from app.domain.errors import AlreadyExists, NotFound
+from app.domain.peering import Peer, PeerState
+from app.domain.policies import Levels
+
+__all__ = ["PeerRepository"]
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _raw(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _peer(row: PeerRow) -> Peer:
+    return Peer(name=row.name, url=row.url, sign_key=_raw(row.sign_key), kem_key=_raw(row.kem_key),
+                gateways=tuple(row.gateways), networks=tuple(row.networks),
+                min_levels=Levels.from_dict(row.min_levels), state=PeerState(row.state),
+                created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat())
+
+
+class PeerRepository:
+    """Registered peers; flushes, never commits."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def _row(self, name: str) -> PeerRow:
+        row = self.session.get(PeerRow, name)
+        if row is None:
+            raise NotFound(f"peer {name!r} does not exist")
+        return row
+
+    def create(self, peer: Peer) -> Peer:
+        """Register ``peer``.
+
+        Raises:
+            AlreadyExists: a peer of that name exists (nothing is written).
+        """
+        if self.session.get(PeerRow, peer.name) is not None:
+            raise AlreadyExists(f"peer {peer.name!r} exists already")
+        now = utcnow()
+        row = PeerRow(name=peer.name, url=peer.url, sign_key=_b64(peer.sign_key), kem_key=_b64(peer.kem_key),
+                      gateways=list(peer.gateways), networks=list(peer.networks),
+                      min_levels=peer.min_levels.as_dict(), state=peer.state.value, created_at=now, updated_at=now)
+        try:
+            with self.session.begin_nested():
+                self.session.add(row)
+                self.session.flush()
+        except IntegrityError as exc:
+            raise AlreadyExists(f"peer {peer.name!r} exists already") from exc
+        return _peer(row)
+
+    def get(self, name: str) -> Peer:
+        """One peer.
+
+        Raises:
+            NotFound: none of that name.
+        """
+        return _peer(self._row(name))
+
+    def list(self) -> list[Peer]:
+        return [_peer(r) for r in self.session.scalars(select(PeerRow).order_by(PeerRow.name))]
+
+    def set_state(self, name: str, state: PeerState) -> Peer:
+        """``name``'s state changed.
+
+        Raises:
+            NotFound: none of that name.
+        """
+        row = self._row(name)
+        row.state, row.updated_at = state.value, utcnow()
+        self.session.flush()
+        return _peer(row)
+
+    def first_sight(self, peer: str, nonce: str, *, keep_until: datetime) -> bool:
+        """Whether ``peer``'s ``nonce`` is seen here for the first time (it is then kept until
+        ``keep_until``); False: a replay. Nonces past their time are dropped on the way."""
+        now = datetime.now(UTC)
+        self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < now))
+        try:
+            with self.session.begin_nested():
+                self.session.add(PeerNonceRow(peer=peer, nonce=nonce, expires_at=keep_until))
+                self.session.flush()
+        except IntegrityError:
+            return False
+        return True

@@ -1,0 +1,6 @@
+"""Tunnels negotiated with another qoss (a peer): see :mod:`app.services.peering.service`."""
+
+from app.services.peering.messages import PeerLink
+from app.services.peering.service import Peering, PeeringConfig
+
+__all__ = ["PeerLink", "Peering", "PeeringConfig"]

@@ -1,0 +1,115 @@
+"""Peers' messages on the wire: signed and sealed as the tunnel agent's are, sent over HTTP.
+
+A message is a canonical JSON document (``app.domain.peering``), signed with this side's
+Ed25519 key and sealed (HPKE) to the peer's X25519 key; its answer comes back the same way,
+sealed to the sender. Receiving, a message is opened, its sender looked up among the
+registered peers, its signature checked with that peer's key, its time checked against the
+freshness window and its nonce against every nonce seen within it (a replay is refused).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from app.domain.agent import AgentRejected, Kind, canonical
+from app.domain.agent.ports import AgentCrypto, AgentKeys
+from app.domain.errors import InvalidInput, NotFound, PeerRefused
+from app.domain.peering import FRESHNESS, Peer
+from app.domain.ports import UnitOfWork
+
+__all__ = ["PeerKeysSource", "PeerLink", "Received", "first_sight", "new_nonce", "open_message", "refusal",
+           "seal_message"]
+
+#: The largest answer read from a peer.
+MAX_ANSWER = 64 * 1024
+
+
+class PeerLink(Protocol):
+    """How a message reaches a peer: ``post(url, data, timeout)`` -> (status, body).
+
+    Raises:
+        PeerUnreachable: no answer (PeerTimeout: none in time).
+    """
+
+    def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]: ...
+
+
+#: This side's peering key pair, named as given, read (or made, the first time) through a unit of work.
+PeerKeysSource = Callable[[UnitOfWork, str], AgentKeys]
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(18)
+
+
+def seal_message(keys: AgentKeys, peer: Peer, kind: Kind, document: dict[str, Any]) -> bytes:
+    """``document`` signed by ``keys`` and sealed to ``peer``: the wire bytes."""
+    return keys.seal(kind=kind, to=peer.name, body=canonical(document), recipient=peer.kem_key)
+
+
+class Received:
+    """A message opened and checked: its kind, its document and its sender."""
+
+    __slots__ = ("document", "kind", "peer")
+
+    def __init__(self, kind: Kind, document: dict[str, Any], peer: Peer) -> None:
+        self.kind, self.document, self.peer = kind, document, peer
+
+
+def open_message(data: bytes, *, keys: AgentKeys, crypto: AgentCrypto, kinds: Sequence[Kind],
+                 find: Callable[[str], Peer], sender: str | None = None, now: float | None = None) -> Received:
+    """Open ``data`` with ``keys``, find its sender (``find``: a registered peer by name; with
+    ``sender``, it must be that one) and check its signature and time. The nonce is the
+    caller's to check (:func:`first_sight`), in the transaction that acts on the message.
+
+    Raises:
+        AgentRejected: malformed, not for this side, unknown sender, bad signature, not fresh.
+    """
+    kind, body, tag = keys.open_sealed(data, kinds=kinds)
+    try:
+        document = json.loads(body)
+    except ValueError as exc:
+        raise AgentRejected("not a JSON document") from exc
+    name = document.get("sender") if isinstance(document, dict) else None
+    if not isinstance(name, str) or (sender is not None and name != sender):
+        raise AgentRejected("not from the expected peer")
+    try:
+        peer = find(name)
+    except NotFound as exc:
+        raise AgentRejected("not from a registered peer") from exc
+    crypto.verify(peer.sign_key, kind, body, tag)
+    stamp = document.get("timestamp")
+    clock = time.time() if now is None else now
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or abs(clock - float(stamp)) > FRESHNESS:
+        raise AgentRejected("not fresh")
+    return Received(kind, document, peer)
+
+
+def first_sight(uow: UnitOfWork, received: Received) -> None:
+    """Record the message's nonce (in ``uow``'s transaction).
+
+    Raises:
+        AgentRejected: seen before (a replay).
+        InvalidInput: no nonce.
+    """
+    nonce = received.document.get("nonce")
+    if not isinstance(nonce, str) or not 16 <= len(nonce) <= 64:
+        raise InvalidInput("a message carries a nonce")
+    keep = datetime.now(UTC) + timedelta(seconds=2 * FRESHNESS)
+    if not uow.peers.first_sight(received.peer.name, nonce, keep_until=keep):
+        raise AgentRejected("a replayed message")
+
+
+def refusal(peer: str, status: int, body: bytes) -> PeerRefused:
+    """What a peer's error answer says, as an error naming the peer (its own words, shortened)."""
+    try:
+        detail = json.loads(body).get("detail")
+    except (ValueError, AttributeError):
+        detail = None
+    said = detail if isinstance(detail, str) else f"HTTP {status}"
+    return PeerRefused(peer, f"refused ({status}): {said[:300]}")

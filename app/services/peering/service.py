@@ -1,0 +1,571 @@
+"""Tunnels between two qoss services (peers), each side owning its own end.
+
+The side an application asks (``POST /v1/tunnels`` with ``"responder": "GATEWAY@PEER"``) is the
+initiator: it ranks the suites that meet its requirement (the request's minimums, its policy
+for the peer, its gateway's algorithms) by its own tables, and offers them in that order. The
+peer checks the peering (the gateway and networks it allows) and ranks the offered suites by
+its own tables under its own requirement (its policy for the initiator, the request's
+minimums judged in its tables, its gateway's algorithms); :func:`app.domain.peering.choose`
+picks the suite of least combined rank, ties to the peer's own order. The peer makes the key,
+loads its charon as responder, keeps a record of its end (``configuring``) and answers. The
+initiator loads its charon, initiates, verifies its end and confirms; the peer then verifies
+its own end (``up``). A load never confirmed is unloaded by the peer's sweep within
+:data:`~app.domain.peering.PENDING_FOR` seconds; any failure on the initiator's side is undone
+there and told to the peer (``teardown``).
+
+Neither side sends the other a rating, a cost or a level: an offer is proposal strings in an
+order, an answer an index into it; a refusal says only that nothing offered meets the other
+side's requirements.
+
+Blocking (database, charons, the peer over HTTP): call from a worker thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from app.domain.agent import AgentRejected, Kind
+from app.domain.agent.ports import AgentCrypto, AgentKeys
+from app.domain.algorithms import CATALOGUE, Protocol
+from app.domain.errors import (
+    AlreadyExists,
+    Conflict,
+    GatewayError,
+    InvalidInput,
+    NoFeasibleSuite,
+    NotFound,
+    PeerError,
+    PeerNoFeasibleSuite,
+    PeerRefused,
+    TunnelVerificationFailed,
+)
+from app.domain.negotiation import Backend, NegotiationResult, Suite
+from app.domain.peering import (
+    MAX_IKES,
+    MAX_SUITES,
+    PENDING_FOR,
+    Answer,
+    Confirm,
+    Offer,
+    Peer,
+    PeeredEnd,
+    PeerState,
+    Teardown,
+    choose,
+    parse_peered,
+)
+from app.domain.policies import Levels, TrafficProfile
+from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.domain.proposals import parse as parse_proposal
+from app.domain.requests import NegotiationSpec, PeerSpec, TunnelSpec
+from app.domain.tunnels import (
+    Gateway,
+    PeerEnd,
+    TunnelEnd,
+    TunnelRecord,
+    TunnelState,
+    conn_name,
+    conn_payload,
+    expected_sa,
+    mismatches,
+    parse_traffic_selectors,
+)
+from app.services import tunnels as local_tunnels
+from app.services.negotiation import run_negotiation
+from app.services.peering.messages import (
+    MAX_ANSWER,
+    PeerKeysSource,
+    PeerLink,
+    Received,
+    first_sight,
+    new_nonce,
+    open_message,
+    refusal,
+    seal_message,
+)
+from app.services.ratings import TableCache
+from app.services.tunnel_setup import bring_up, observed_sa, teardown
+
+__all__ = ["Peering", "PeeringConfig"]
+
+log = logging.getLogger("qoss.peering")
+
+_INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN)
+
+
+@dataclass(frozen=True)
+class PeeringConfig:
+    """What peering needs of the settings.
+
+    Attributes:
+        name: this service's name as its peers know it (``QOSS_PEER_NAME``).
+        timeout: seconds one message may take to be answered (``QOSS_PEER_TIMEOUT``).
+        default_table: the rating table of last resort.
+    """
+
+    name: str
+    timeout: float
+    default_table: str
+
+
+class Peering:
+    """This qoss's side of peered tunnels: the peers it knows, the exchange in both roles, the
+    sweep of loads never confirmed. Built once per process."""
+
+    def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory,
+                 link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, clock: Any = time.time) -> None:
+        self.config = config
+        self._keys_source = keys
+        self._crypto = crypto
+        self._units = units
+        self._cache = cache
+        self._vici = vici
+        self._link = link
+        self._clock = clock
+        self._keys: AgentKeys | None = None
+
+    # ------------------------------------------------------------------ identity and peers
+    def keys(self) -> AgentKeys:
+        """This side's peering keys (read once, made on first use)."""
+        if self._keys is None:
+            with self._units() as uow:
+                keys = self._keys_source(uow, self.config.name)
+                uow.commit()
+            self._keys = keys
+        return self._keys
+
+    def identity(self) -> dict[str, str]:
+        """What an administrator gives the other side's: this side's name and public keys."""
+        public = self.keys().public
+        return {"name": self.config.name, "sign_public_key": _b64(public.sign), "kem_public_key": _b64(public.kem)}
+
+    def set_state(self, *, uow: UnitOfWork, name: str, state: PeerState) -> Peer:
+        """Suspend, resume or revoke a peering. Revoking ends every tunnel it carries, on both
+        sides (the peer is told each one; this side's ends are taken down whatever it says).
+
+        Raises:
+            NotFound: no such peer.
+            Conflict: a revoked peering cannot be resumed or suspended (register it anew).
+        """
+        current = uow.peers.get(name)
+        if current.state is PeerState.REVOKED and state is not PeerState.REVOKED:
+            raise Conflict(f"peer {name!r} is revoked: delete nothing, register it again under another name")
+        if state is PeerState.REVOKED:
+            uow.rollback()
+            for record in self._tunnels_of(name):
+                self._end(record, current, reason="the peering was revoked")
+        peer = uow.peers.set_state(name, state)
+        uow.events.append("peer.state", name, {"state": state.value}, scope="tunnels:read")
+        return peer
+
+    def _tunnels_of(self, name: str) -> list[TunnelRecord]:
+        with self._units() as reads:
+            return [r for r in reads.tunnels.list() if r.peer is not None and r.peer.site == name]
+
+    # ------------------------------------------------------------------ the initiator
+    def request_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, request: TunnelSpec,
+                       tunnel_id: str | None = None) -> TunnelRecord:
+        """A tunnel from one of this side's gateways to ``GATEWAY@PEER`` (``request.responder``).
+
+        Raises:
+            NotFound: no such gateway or peer here.
+            Conflict: the peering is suspended or revoked.
+            NoFeasibleSuite: nothing meets this side's requirement (nothing was sent).
+            PeerUnreachable, PeerTimeout: the peer does not answer (nothing was loaded here).
+            PeerNoFeasibleSuite: no suite offered meets the peer's requirements (nothing loaded anywhere).
+            PeerRefused: the peer refused otherwise.
+            GatewayError: this side's charon failed; the peer was told, nothing stays loaded.
+        """
+        assert request.responder is not None
+        target = parse_peered(request.responder)
+        if target is None:
+            raise InvalidInput("responder is not GATEWAY@PEER")
+        far_gateway, peer_name = target
+        peer = reads.peers.get(peer_name)
+        if peer.state is not PeerState.ACTIVE:
+            raise Conflict(f"the peering with {peer_name} is {peer.state.value}: no new tunnels")
+        initiator = reads.gateways.get(request.initiator)
+        local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
+        wanted = parse_traffic_selectors(list(request.remote_ts), "remote_ts") if request.remote_ts else ()
+        inputs = local_tunnels.negotiation_inputs(request)
+        result = self._negotiate(reads, peers=(
+            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms))),
+            local_tunnels.request_peer(inputs),
+            PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
+            inputs=inputs, backends=[initiator.backend])
+        ours = _ranked(result)
+        ikes = self._ikes(reads, result, peers=(
+            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms))),
+            local_tunnels.request_peer(inputs),
+            PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
+            inputs=inputs, backends=[initiator.backend])
+        reads.rollback()
+        uow.rollback()  # nothing is held while the peer and the charons work
+        tunnel_id = tunnel_id or secrets.token_hex(6)
+        identity = f"{tunnel_id}.{initiator.identity}"
+        offer = Offer(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                      gateway=far_gateway, initiator=PeeredEnd(initiator.ike_address, identity, local_ts),
+                      networks=wanted, min_levels=Levels.from_dict(inputs.get("min_levels")), suites=tuple(ours),
+                      ikes=tuple(i.proposals["ike"] or "" for i in ikes), mode=result.mode,
+                      lifetimes=(result.lifetimes["ike"], result.lifetimes["child"]))
+        reply = self._ask(peer, Kind.PEER_OFFER, offer.as_dict(), Kind.PEER_ANSWER)
+        try:
+            answer = Answer.from_dict(reply.document)
+            if answer.tunnel_id != tunnel_id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
+                raise InvalidInput("the answer is not to this offer")
+        except InvalidInput as exc:
+            self._tell(peer, tunnel_id, "the answer could not be used")
+            raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
+        chosen = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        far = PeerEnd(address=answer.responder.address, identity=answer.responder.identity,
+                      local_identity=identity, site=peer.name, gateway=far_gateway, role="initiator")
+        try:
+            bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
+                     remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk)
+        except BaseException:
+            self._tell(peer, tunnel_id, "the initiator's end did not come up")
+            raise
+        record = TunnelRecord(id=tunnel_id, initiator=initiator.name, responder=None, local_ts=local_ts,
+                              remote_ts=answer.responder.networks, state=TunnelState.UP,
+                              negotiation=chosen.as_dict(), peer=far,
+                              provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours)})
+        try:
+            confirm = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(),
+                              nonce=new_nonce(), up=True)
+            self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
+
+            def keep(unit: UnitOfWork) -> TunnelRecord:
+                stored = unit.tunnels.add(record, keep_transaction=False)
+                unit.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
+                                                                 "initiator": record.initiator,
+                                                                 "peer": f"{far_gateway}@{peer.name}"},
+                                   scope="tunnels:read")
+                return stored
+            return uow.commit_with(keep)
+        except BaseException:
+            teardown(record, initiator, None, self._vici, strict=False)
+            self._tell(peer, tunnel_id, "the initiator could not keep the tunnel")
+            raise
+
+    # ------------------------------------------------------------------ the responder
+    def receive(self, data: bytes) -> bytes:
+        """A peer's message, acted on; the sealed answer.
+
+        Raises:
+            AgentRejected: not a message of a registered, active peer, or a replay (403).
+            PeerNoFeasibleSuite: nothing offered meets this side's requirements (409).
+            InvalidInput: a malformed document (422).
+            NotFound: a confirm or teardown of a tunnel this side does not have with the sender.
+            GatewayError: this side's charon failed (nothing stays loaded).
+        """
+        keys = self.keys()
+
+        def find(name: str) -> Peer:
+            with self._units() as reads:
+                return reads.peers.get(name)
+        received = open_message(data, keys=keys, crypto=self._crypto, kinds=_INBOUND, find=find, now=self._clock())
+        if received.peer.state is PeerState.REVOKED or (
+                received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
+            raise AgentRejected(f"the peering is {received.peer.state.value}")
+        with self._units() as uow:
+            first_sight(uow, received)
+            uow.commit()
+        if received.kind is Kind.PEER_OFFER:
+            answer = self._answer_offer(received)
+            return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict())
+        if received.kind is Kind.PEER_CONFIRM:
+            done = self._confirmed(received.peer, Confirm.from_dict(received.document))
+        else:
+            done = self._torn_down(received.peer, Teardown.from_dict(received.document))
+        ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()), "nonce": new_nonce()}
+        return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
+
+    def _answer_offer(self, received: Received) -> Answer:
+        peer = received.peer
+        offer = Offer.from_dict(received.document)
+        if offer.sender != peer.name:
+            raise AgentRejected("the offer names another sender")
+        with self._units() as reads:
+            if offer.gateway not in peer.gateways:
+                raise AgentRejected(f"gateway {offer.gateway!r} is not one this peering allows")
+            gateway = reads.gateways.get(offer.gateway)
+            wanted = offer.networks or gateway.inside_networks
+            why = peer.allows(offer.gateway, wanted)
+            if why is not None:
+                raise AgentRejected(why)
+            offered = {t for esp in offer.suites for t in esp.split("-") if t in CATALOGUE}
+
+            def negotiate(supports: set[str]) -> NegotiationResult:
+                return self._negotiate(reads, peers=(
+                    PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms))),
+                    PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)),
+                             min_levels=peer.min_levels),
+                    PeerSpec(name="request", min_levels=offer.min_levels)),
+                    inputs={}, backends=[gateway.backend])
+            keying: NegotiationResult | None = None
+            ike = index = None
+            # The first offered IKE proposal that, alone, meets this side's requirement.
+            for i, proposal in enumerate(offer.ikes):
+                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
+                    tokens = _ike_keywords(proposal)
+                    found = negotiate(tokens)
+                    if found.proposals["ike"] == proposal:
+                        keying, ike = found, i
+                        break
+            if keying is not None:
+                with contextlib.suppress(NoFeasibleSuite):
+                    result = negotiate(offered | _ike_keywords(offer.ikes[ike or 0]))
+                    index = choose(offer.suites, _ranked(result))
+        if keying is None or ike is None or index is None:  # said without a level, an algorithm or a cost
+            raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(offer.suites)} suites offered meets "
+                                                        "this side's requirements")
+        chosen = _with_ike(_entry(result, offer.suites[index]), keying)
+        identity = f"{offer.tunnel_id}.{gateway.identity}"
+        psk = secrets.token_bytes(32)
+        record = TunnelRecord(
+            id=offer.tunnel_id, initiator=gateway.name, responder=None, local_ts=tuple(wanted),
+            remote_ts=offer.initiator.networks, state=TunnelState.CONFIGURING, negotiation=chosen.as_dict(),
+            peer=PeerEnd(address=offer.initiator.address, identity=offer.initiator.identity, local_identity=identity,
+                         site=peer.name, gateway=None, role="responder"),
+            provenance={"request": {"min_levels": offer.min_levels.as_dict()}, "peer": peer.name,
+                        "offered": len(offer.suites)})
+        with self._units() as uow:
+            try:
+                uow.tunnels.add(record)
+            except AlreadyExists as exc:
+                raise AgentRejected("a tunnel of that id exists here") from exc
+            uow.events.append("tunnel.created", record.id, {"state": "configuring", "peer": peer.name},
+                              scope="tunnels:read")
+            uow.commit()
+        name = conn_name(record.id)
+        local = TunnelEnd(gateway.ike_address, identity, tuple(wanted))
+        remote = TunnelEnd(offer.initiator.address, offer.initiator.identity, offer.initiator.networks)
+        conn = conn_payload(name=name, local=local, remote=remote, ike_proposal=offer.ikes[ike],
+                            esp_proposal=offer.suites[index], ah_proposal=None, mode=offer.mode,
+                            ike_lifetime=min(offer.lifetimes[0], chosen.lifetimes["ike"]),
+                            child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]))
+        try:
+            with self._vici(gateway.vici_socket).pipeline() as pipe:
+                pipe.send([LoadShared(name, psk, (local.identity, remote.identity)), LoadConn(name, conn)])
+                for reply in pipe.finish():
+                    if isinstance(reply, GatewayError):
+                        raise reply
+        except BaseException:
+            self._forget(record, gateway)
+            raise
+        return Answer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                      chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
+                      expires=self._clock() + PENDING_FOR)
+
+    def _ours(self, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
+        with self._units() as reads:
+            record = reads.tunnels.get(tunnel_id)
+            if record.peer is None or record.peer.site != peer.name:
+                raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+            return record, reads.gateways.get(record.initiator)
+
+    def _confirmed(self, peer: Peer, confirm: Confirm) -> str:
+        record, gateway = self._ours(peer, confirm.tunnel_id)
+        if record.state is not TunnelState.CONFIGURING:
+            return record.id
+        if not confirm.up:
+            self._forget(record, gateway)
+            return record.id
+        result = local_tunnels.result_from(record)
+        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
+                               integrity=result.suite.integrity)
+        seen = observed_sa(self._vici(gateway.vici_socket).list_sas(ike=record.conn), record.conn)
+        wrong = ["no IKE_SA"] if seen is None else mismatches(expected, seen)
+        if wrong:
+            self._forget(record, gateway)
+            raise TunnelVerificationFailed(f"{gateway.name}: " + "; ".join(wrong))
+        with self._units() as uow:
+            uow.tunnels.set_state(record.id, TunnelState.UP, "")
+            uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
+            uow.commit()
+        return record.id
+
+    def _torn_down(self, peer: Peer, message: Teardown) -> str:
+        record, gateway = self._ours(peer, message.tunnel_id)
+        self._forget(record, gateway, detail=f"taken down by {peer.name}: {message.reason}")
+        return record.id
+
+    def _forget(self, record: TunnelRecord, gateway: Gateway, detail: str = "") -> None:
+        """Take this side's end down and forget it (its record, if it has one)."""
+        teardown(record, gateway, None, self._vici, strict=False)
+        with self._units() as uow, contextlib.suppress(NotFound):
+            uow.tunnels.delete(record.id)
+            uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},
+                              scope="tunnels:read")
+            uow.commit()
+
+    def sweep(self) -> int:
+        """Unload every responder's end never confirmed within PENDING_FOR seconds; how many."""
+        with self._units() as reads:
+            stale = [r for r in reads.tunnels.list()
+                     if r.peer is not None and r.peer.role == "responder" and r.state is TunnelState.CONFIGURING
+                     and _age(r) > PENDING_FOR]
+            gateways = {r.id: reads.gateways.get(r.initiator) for r in stale}
+        for record in stale:
+            log.info("tunnel %s: never confirmed by its initiator, unloading", record.id)
+            self._forget(record, gateways[record.id], detail="never confirmed by the initiator")
+        return len(stale)
+
+    # ------------------------------------------------------------------ either side
+    def delete_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, tunnel_id: str) -> None:
+        """Take a tunnel down: a peered one on both sides (the peer is told; this side's end goes
+        whatever it answers), any other as :func:`app.services.tunnels.delete_tunnel` does."""
+        record = reads.tunnels.get(tunnel_id)
+        if record.peer is None or record.peer.site is None:
+            local_tunnels.delete_tunnel(uow=uow, vici=self._vici, tunnel_id=tunnel_id, reads=reads)
+            return
+        gateway = reads.gateways.get(record.initiator)
+        try:
+            peer: Peer | None = reads.peers.get(record.peer.site)
+        except NotFound:
+            peer = None
+        reads.rollback()
+        uow.rollback()
+        teardown(record, gateway, None, self._vici, strict=True)
+        if peer is not None:
+            self._tell(peer, record.id, "deleted by its administrator")
+        uow.tunnels.delete(tunnel_id)
+        uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
+
+    def _end(self, record: TunnelRecord, peer: Peer, *, reason: str) -> None:
+        with self._units() as reads:
+            gateway = reads.gateways.get(record.initiator)
+        self._tell(peer, record.id, reason)
+        self._forget(record, gateway, detail=reason)
+
+    # ------------------------------------------------------------------ messages
+    def _ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind) -> Received:
+        """Send ``document`` to ``peer``; its answer, opened and checked.
+
+        Raises:
+            PeerUnreachable, PeerTimeout, PeerRefused, PeerNoFeasibleSuite.
+        """
+        keys = self.keys()
+        status, body = self._link.post(peer.name, f"{peer.url.rstrip('/')}/v1/peering/messages",
+                                       seal_message(keys, peer, kind, document), self.config.timeout)
+        if status == 409:
+            raise PeerNoFeasibleSuite(peer.name, "none of the suites this side offered meets its requirements")
+        if status != 200:
+            raise refusal(peer.name, status, body)
+        if len(body) > MAX_ANSWER:
+            raise PeerRefused(peer.name, "answered with more than a message")
+        try:
+            return open_message(body, keys=keys, crypto=self._crypto, kinds=(expect,), find=lambda _: peer,
+                                sender=peer.name, now=self._clock())
+        except AgentRejected as exc:
+            raise PeerRefused(peer.name, f"its answer does not check out ({exc.message})") from exc
+
+    def _tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
+        """Tell ``peer`` to take its end of ``tunnel_id`` down; a peer that does not hear it is logged
+        (its end, never confirmed or no longer carried, ends by its own sweep or its SA's death)."""
+        message = Teardown(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                           reason=reason[:200])
+        try:
+            self._ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
+        except (PeerError, NotFound) as exc:
+            log.warning("tunnel %s: peer %s was not told to take its end down: %s", tunnel_id, peer.name, exc)
+
+    # ------------------------------------------------------------------ negotiation
+    def _ikes(self, reads: UnitOfWork, result: NegotiationResult, *, peers: Sequence[PeerSpec],
+              inputs: dict[str, Any], backends: Sequence[str | None]) -> list[NegotiationResult]:
+        """This side's IKE proposals, cheapest first (``result``'s, then each next one with the
+        encryption of those before it set aside), at most MAX_IKES."""
+        found = [result]
+        aside: list[str] = []
+        while len(found) < MAX_IKES:
+            cipher = found[-1].ike["encryption"]
+            if cipher is None:
+                break
+            aside.append(cipher)
+            try:
+                more = self._negotiate(reads, peers=(*peers, PeerSpec(name="other-ike", forbids=tuple(aside))),
+                                       inputs=inputs, backends=backends)
+            except NoFeasibleSuite:
+                break
+            if any(f.proposals["ike"] == more.proposals["ike"] for f in found):
+                break
+            found.append(more)
+        return found
+
+    def _negotiate(self, reads: UnitOfWork, *, peers: Sequence[PeerSpec], inputs: dict[str, Any],
+                   backends: Sequence[str | None]) -> NegotiationResult:
+        traffic = inputs.get("traffic")
+        spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=tuple(peers),
+                               traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
+                               backend=Backend.of_ends(list(backends)), alternatives=MAX_SUITES - 1)
+        result = run_negotiation(uow=reads, cache=self._cache, request=spec, default_table=self.config.default_table)
+        if result.suite.protocol != "esp":
+            raise InvalidInput("a tunnel to a peer is protected by ESP: its requirement asks for "
+                               f"{result.suite.protocol}")
+        return result
+
+
+def _ranked(result: NegotiationResult) -> list[str]:
+    """A negotiation's ESP proposals, cheapest first."""
+    esps = [result.proposals["esp"], *(alt["proposals"].get("esp") for alt in result.alternatives)]
+    out: list[str] = []
+    for esp in esps:
+        if esp is not None and esp not in out:
+            out.append(esp)
+    return out[:MAX_SUITES]
+
+
+def _ike_keywords(ike: str) -> set[str]:
+    """The algorithms of an IKE proposal, its PRF included where the integrity algorithm implies it.
+
+    Raises:
+        InvalidInput: not an IKE proposal.
+    """
+    parsed = parse_proposal(ike, Protocol.IKE)
+    words = {w for w in (parsed.encryption, parsed.aead, parsed.integrity, parsed.prf, parsed.key_exchange) if w}
+    if parsed.prf is None and parsed.integrity is not None and f"prf{parsed.integrity}" in CATALOGUE:
+        words.add(f"prf{parsed.integrity}")
+    return words
+
+
+def _with_ike(result: NegotiationResult, keying: NegotiationResult) -> NegotiationResult:
+    """``result`` on ``keying``'s IKE proposal (and its key-exchange level)."""
+    return dataclasses.replace(
+        result, ike=dict(keying.ike), proposals={**result.proposals, "ike": keying.proposals["ike"]},
+        suite=dataclasses.replace(result.suite, key_exchange=keying.suite.key_exchange),
+        levels=dataclasses.replace(result.levels, key_exchange=keying.levels.key_exchange))
+
+
+def _entry(result: NegotiationResult, esp: str) -> NegotiationResult:
+    """``result`` as if ``esp`` (one of its ranked ESP proposals) had been chosen: its proposals, levels and cost."""
+    if esp == result.proposals["esp"]:
+        return result
+    alt = next(a for a in result.alternatives if a["proposals"].get("esp") == esp)
+    parsed = parse_proposal(esp, Protocol.ESP)
+    aead = parsed.aead is not None
+    return dataclasses.replace(
+        result, suite=Suite("esp", parsed.aead or parsed.encryption, None if aead else parsed.integrity,
+                            result.suite.key_exchange, aead=aead),
+        proposals={**result.proposals, "esp": esp},
+        levels=Levels(alt["levels"]["confidentiality"], alt["levels"]["integrity"], result.levels.key_exchange),
+        cost=alt["cost"], alternatives=[])
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _age(record: TunnelRecord) -> float:
+    stamp = record.updated_at or record.created_at
+    if stamp is None:
+        return 0.0
+    return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()
