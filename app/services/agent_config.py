@@ -106,6 +106,9 @@ class TargetRole(_Config):
     #: How many devices one user of one Host may have enrolled here at once (each holds an address
     #: of ``pool`` for its certificate's life).
     devices_per_user: Annotated[int, Field(ge=1, le=1000)] = 3
+    #: How many tunnels one user of one Host may have up here at once (each holds an address of
+    #: ``pool`` until it is closed or expires).
+    tunnels_per_user: Annotated[int, Field(ge=1, le=1000)] = 16
     #: DNS domains behind this Target: a device's profile connects on demand when they are looked up.
     domains: Annotated[list[Domain], Field(max_length=16)] = []
 

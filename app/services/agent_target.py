@@ -39,6 +39,7 @@ from app.domain.agent import (
     Revocation,
     SessionStatus,
     TunnelingInfo,
+    TunnelQuotaExceeded,
     agent_conn_name,
     check_fresh,
     device_conn,
@@ -305,8 +306,8 @@ class TargetAgent:
             steps.mark("admit")
             if refusal is not None:
                 raise refusal
-            if platform is not None:
-                self._check_quota(transaction, endorsement.host, request.user_id)
+            if result.suite.protocol != "none":  # a native session holds no address
+                self._check_quota(transaction, endorsement.host, request.user_id, device=platform is not None)
             lifetime = (self.role.device_lifetime if platform is not None
                         else min(request.request_info.lifetime, self.role.max_lifetime))
             expires = int(now) + lifetime
@@ -414,18 +415,23 @@ class TargetAgent:
                 f"{'none' if u.best_available is None else u.best_available})" for u in exc.unmet)
             raise PlatformCannot(f"{LABELS[platform]}: {lacks or 'no suite meets the minimums'}") from None
 
-    def _check_quota(self, transaction: AgentRequest, host: str, user_id: str) -> None:
-        """In the enrolment's transaction: the user (of ``host``) may enrol one more device here.
+    def _check_quota(self, transaction: AgentRequest, host: str, user_id: str, *, device: bool) -> None:
+        """In the session's transaction: the user (of ``host``) may hold one more address here, for
+        a device or a tunnel.
 
         Raises:
-            DeviceQuotaExceeded: they have ``devices_per_user`` enrolled already.
+            DeviceQuotaExceeded: they have ``devices_per_user`` devices enrolled already.
+            TunnelQuotaExceeded: they have ``tunnels_per_user`` tunnels up already.
         """
-        quota = self.role.devices_per_user
-        held = transaction.active_devices(host, user_id)
-        if held >= quota:
+        devices, tunnels = transaction.held_sessions(host, user_id)
+        if device and devices >= self.role.devices_per_user:
             raise DeviceQuotaExceeded(
-                f"{user_id} (of host {host}) has {held} devices enrolled at this target, the most its "
-                f"devices_per_user ({quota}) allows: revoke one of them first")
+                f"{user_id} (of host {host}) has {devices} devices enrolled at this target, the most its "
+                f"devices_per_user ({self.role.devices_per_user}) allows: revoke one of them first")
+        if not device and tunnels >= self.role.tunnels_per_user:
+            raise TunnelQuotaExceeded(
+                f"{user_id} (of host {host}) has {tunnels} tunnels up at this target, the most its "
+                f"tunnels_per_user ({self.role.tunnels_per_user}) allows: close one of them first")
 
     def _check_platform(self, platform: str, objective_id: int) -> None:
         if self._devices is None:
@@ -579,7 +585,8 @@ class TargetAgent:
         """The virtual-IP pool: its size, how many addresses are leased and free, the per-user device
         quota, and the (Host, user) pairs holding the most addresses
         (:meth:`TargetSessions.usage <app.services.agent_target_sessions.TargetSessions.usage>`)."""
-        return {**self._book.usage(), "devices_per_user": self.role.devices_per_user}
+        return {**self._book.usage(), "devices_per_user": self.role.devices_per_user,
+                "tunnels_per_user": self.role.tunnels_per_user}
 
     def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
         """Target's sessions, newest first (no key material: there is none stored)."""

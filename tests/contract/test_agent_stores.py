@@ -157,33 +157,34 @@ def test_revocations_are_per_host_user_and_key(store: AgentStore) -> None:
         assert not transaction.is_revoked("erin", KEY_B, "host-1")
 
 
-def test_active_devices_are_counted_per_host_and_user(store: AgentStore) -> None:
+def test_devices_and_tunnels_held_are_counted_per_host_and_user(store: AgentStore) -> None:
     with store.unit() as uow:
         uow.sessions.add(_session("a" * 32, platform="android"))
-        uow.sessions.add(_session("b" * 32, platform="ios"))
+        uow.sessions.add(_session("b" * 32, platform="apple"))
         uow.sessions.add(_session("c" * 32))  # a client's tunnel, not a device
         uow.sessions.add(_session("d" * 32, platform="android", host_id="other"))
         uow.sessions.add(_session("e" * 32, platform="android", user_id="b"))
         uow.sessions.add(_session("f" * 32, platform="android"))
         assert uow.sessions.finish("f" * 32, AgentSessionState.REVOKED, "revoked by its user")
+        uow.sessions.add(_session("g" * 32, protection="native", virtual_ip=None))  # holds no address
         uow.commit()
     with store.request() as transaction:
-        assert transaction.active_devices("h", "a") == 2
-        assert transaction.active_devices("other", "a") == 1
-        assert transaction.active_devices("h", "b") == 1
-        assert transaction.active_devices("h", "nobody") == 0
+        assert transaction.held_sessions("h", "a") == (2, 1)
+        assert transaction.held_sessions("other", "a") == (1, 0)
+        assert transaction.held_sessions("h", "b") == (1, 0)
+        assert transaction.held_sessions("h", "nobody") == (0, 0)
 
 
 def test_two_enrolments_of_one_user_are_counted_one_after_the_other(store: AgentStore) -> None:
     """The count holds the (Host, user) until its transaction ends: a second transaction's count
     waits for the first's device, so a quota cannot be passed by sending enrolments at once."""
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
     with store.request() as first:
-        assert first.active_devices("h", "a") == 0
+        assert first.held_sessions("h", "a") == (0, 0)
 
         def second() -> None:
             with store.request() as transaction:
-                seen.append(transaction.active_devices("h", "a"))
+                seen.append(transaction.held_sessions("h", "a"))
                 transaction.commit()
 
         thread = threading.Thread(target=second)
@@ -193,7 +194,7 @@ def test_two_enrolments_of_one_user_are_counted_one_after_the_other(store: Agent
         first.add_session(_session("a" * 32, platform="android"))
         first.commit()
     thread.join(timeout=30)
-    assert seen == [1]
+    assert seen == [(1, 0)]
 
 
 def test_a_pending_revocation_is_kept_postponed_and_confirmed_for_its_key_only(store: AgentStore) -> None:

@@ -313,10 +313,11 @@ class FakeAgentRequest(_Transaction):
     def is_revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
         return self._revocations.revoked(user_id, sign_public_key, host_id)
 
-    def active_devices(self, host_id: str, user_id: str) -> int:
-        return sum(1 for s in self.state.sessions.values()
-                   if s.host_id == host_id and s.user_id == user_id and s.platform is not None
-                   and s.state == AgentSessionState.ACTIVE.value)
+    def held_sessions(self, host_id: str, user_id: str) -> tuple[int, int]:
+        held = [s for s in self.state.sessions.values() if s.host_id == host_id and s.user_id == user_id
+                and s.protection == "esp" and s.state == AgentSessionState.ACTIVE.value]
+        devices = sum(1 for s in held if s.platform is not None)
+        return devices, len(held) - devices
 
     def revocation_pending(self, user_id: str, target_id: str) -> bool:
         return (target_id, user_id) in self.state.pending

@@ -53,12 +53,12 @@ __all__ = [
     "RevocationRepository",
     "SessionRepository",
     "UserRepository",
-    "active_devices",
     "add_session",
     "claim_nonce",
     "find_user",
     "finish_session",
     "get_session",
+    "held_sessions",
     "insert_new",
     "is_revoked",
     "leased_addresses",
@@ -543,22 +543,23 @@ def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes, host_id:
     return bool(row and row[0])
 
 
-_ACTIVE_DEVICES = HotStatement(lambda _: select(func.count()).select_from(_SESSIONS).where(
+_HELD = HotStatement(lambda _: select(func.count(_SESSIONS.c.platform), func.count()).select_from(_SESSIONS).where(
     _SESSIONS.c.host_id == bindparam("host_id"), _SESSIONS.c.user_id == bindparam("user_id"),
-    _SESSIONS.c.state == AgentSessionState.ACTIVE.value, _SESSIONS.c.platform.is_not(None)))
+    _SESSIONS.c.state == AgentSessionState.ACTIVE.value, _SESSIONS.c.protection == "esp"))
 #: PostgreSQL: a lock on one (Host, user) until the transaction ends; SQLite's write transaction
 #: (``BEGIN IMMEDIATE``) holds every other writer off already.
 _HOLD_USER = HotStatement(lambda dialect: select(
     func.pg_advisory_xact_lock(func.hashtext(bindparam("key"))) if dialect == "postgresql" else literal(1)))
 
 
-def active_devices(cursor: HotCursor, host_id: str, user_id: str) -> int:
-    """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked (active sessions
-    with a platform). The pair stays locked until the transaction ends, so two enrolments of one
-    user count one after the other, on PostgreSQL as on SQLite."""
-    cursor.first(_HOLD_USER, {"key": f"qoss-agent-devices {host_id} {user_id}"})
-    row = cursor.first(_ACTIVE_DEVICES, {"host_id": host_id, "user_id": user_id})
-    return int(row[0]) if row else 0
+def held_sessions(cursor: HotCursor, host_id: str, user_id: str) -> tuple[int, int]:
+    """The addresses ``host_id``'s user ``user_id`` holds: (devices enrolled and not revoked,
+    tunnels up), both active ESP sessions. The pair stays locked until the transaction ends, so two
+    requests of one user count one after the other, on PostgreSQL as on SQLite."""
+    cursor.first(_HOLD_USER, {"key": f"qoss-agent-user {host_id} {user_id}"})
+    row = cursor.first(_HELD, {"host_id": host_id, "user_id": user_id})
+    devices, sessions = (int(row[0]), int(row[1])) if row else (0, 0)
+    return devices, sessions - devices
 
 
 _PENDINGS = cast(Table, AgentPendingRevocationRow.__table__)

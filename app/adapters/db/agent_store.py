@@ -20,12 +20,12 @@ from app.adapters.db.agent import (
     RevocationRepository,
     SessionRepository,
     UserRepository,
-    active_devices,
     add_session,
     claim_nonce,
     find_user,
     finish_session,
     get_session,
+    held_sessions,
     is_revoked,
     leased_addresses,
     release_leases,
@@ -96,8 +96,8 @@ class SqlAgentRequest:
     def is_revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
         return is_revoked(self._cursor, user_id, sign_public_key, host_id)
 
-    def active_devices(self, host_id: str, user_id: str) -> int:
-        return active_devices(self._cursor, host_id, user_id)
+    def held_sessions(self, host_id: str, user_id: str) -> tuple[int, int]:
+        return held_sessions(self._cursor, host_id, user_id)
 
     def revocation_pending(self, user_id: str, target_id: str) -> bool:
         return revocation_pending(self._cursor, user_id, target_id)

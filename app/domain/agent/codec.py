@@ -28,6 +28,7 @@ __all__ = [
     "AgentRejected",
     "DeviceQuotaExceeded",
     "PoolExhausted",
+    "TunnelQuotaExceeded",
     "b64d",
     "b64e",
     "canonical",
@@ -73,6 +74,11 @@ class AgentRejected(QossError, PermissionError):
 class DeviceQuotaExceeded(Conflict):
     """A user has as many devices enrolled at a Target through their Host as its
     ``devices_per_user`` allows: one must be revoked before another is enrolled (409)."""
+
+
+class TunnelQuotaExceeded(Conflict):
+    """A user has as many tunnels up at a Target through their Host as its ``tunnels_per_user``
+    allows: one must be closed (or expire) before another is brought up (409)."""
 
 
 class PoolExhausted(QossError):

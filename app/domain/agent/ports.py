@@ -304,10 +304,10 @@ class AgentRequest(Protocol):
         """Whether Target's revocation list has this user's signing key, revoked by ``host_id``."""
         ...
 
-    def active_devices(self, host_id: str, user_id: str) -> int:
-        """How many devices ``host_id``'s user ``user_id`` has enrolled and not revoked; another
-        transaction asking for the same pair waits until this one ends (a quota holds under
-        concurrency)."""
+    def held_sessions(self, host_id: str, user_id: str) -> tuple[int, int]:
+        """What ``host_id``'s user ``user_id`` holds addresses for: (devices enrolled and not
+        revoked, tunnels up). Another transaction asking for the same pair waits until this one
+        ends (a quota holds under concurrency)."""
         ...
 
     def revocation_pending(self, user_id: str, target_id: str) -> bool:

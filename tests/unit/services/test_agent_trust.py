@@ -28,6 +28,7 @@ from app.domain.agent import (
     RequestInfo,
     Response,
     Revocation,
+    TunnelQuotaExceeded,
     agent_conn_name,
 )
 from app.domain.agent.ports import AgentStore
@@ -49,6 +50,7 @@ HQ, BRANCH, FAR = KeyPair.generate("hq"), KeyPair.generate("branch"), KeyPair.ge
 ALICE, OTHER_ALICE, BOB = KeyPair.generate("alice"), KeyPair.generate("alice"), KeyPair.generate("bob")
 POOL = "10.3.8.0/29"  # six addresses
 QUOTA = 2
+TUNNELS = 3
 
 
 def gateway(path: str) -> ViciGateway:
@@ -108,7 +110,7 @@ class World:
             config=AgentConfig(id="far", key_dir=tmp_path, target=TargetRole(
                 hosts={"hq": Party(**HQ.public.as_dict()), "branch": Party(**BRANCH.public.as_dict())},
                 vici_socket=self.charon.socket_path, ike_address="10.99.0.4", protected=["10.4.0.1/32"],
-                pool=POOL, devices_per_user=QUOTA)),
+                pool=POOL, devices_per_user=QUOTA, tunnels_per_user=TUNNELS)),
             keys=FAR, crypto=CRYPTO, store=self.target_store, units=database.unit, vici=gateway, cache=TableCache(),
             default_table="standards-2026", clock=self.clock,
             devices=LocalDeviceKit(tmp_path / "ca", owner="far.qoss", gateway_addresses=["10.99.0.4"]))
@@ -188,6 +190,20 @@ def test_a_user_enrols_at_most_devices_per_user_and_the_next_is_a_409_naming_it(
     assert world.session(second)[0] == "active"
 
 
+def test_a_user_brings_up_at_most_tunnels_per_user_tunnels_and_the_next_is_a_409_naming_it(world: World) -> None:
+    tunnels = [world.alice.connect() for _ in range(TUNNELS)]
+    leased, conns = world.leased(), set(world.charon.conns)
+    quota = r"alice \(of host hq\) has 3 tunnels .*tunnels_per_user \(3\)"
+    with pytest.raises(TunnelQuotaExceeded, match=quota) as info:
+        world.alice.connect()
+    assert status_for(info.value) == 409
+    assert (world.leased(), set(world.charon.conns)) == (leased, conns)
+    assert world.session(world.alice.enrol())[0] == "active"  # devices are counted apart
+    assert world.session(world.bob.connect())[0] == "active"  # others are not starved
+    assert world.alice.disconnect(tunnels[0]) is Kind.CLOSED
+    assert world.session(world.alice.connect())[0] == "active"
+
+
 def test_the_quota_is_per_host_user_so_another_hosts_alice_enrols_her_own(world: World) -> None:
     world.alice.enrol()
     world.alice.enrol()
@@ -214,6 +230,7 @@ def test_the_pool_reports_its_size_what_is_leased_and_who_holds_it(world: World)
     world.other_alice.connect()
     assert world.target.pool() == {
         "pool": POOL, "pool6": None, "size": 6, "leased": 4, "free": 2, "devices_per_user": QUOTA,
+        "tunnels_per_user": TUNNELS,
         "holders": [{"host": "hq", "user_id": "alice", "devices": 2, "tunnels": 1},
                     {"host": "branch", "user_id": "alice", "devices": 0, "tunnels": 1}]}
 
