@@ -13,6 +13,11 @@ the names its client reads. Two platforms name algorithms from a closed list:
 The strongSwan-based clients (the Android app, the NetworkManager plugin, swanctl / charon-cmd)
 take strongSwan's proposal strings as they are.
 
+Everything else a platform needs is named once, in its :class:`DevicePlatform` record in
+:data:`PLATFORMS`: its capability table (the policy Target negotiates with as the device's peer),
+its profile writer, the profile's media type and file name, what the device page offers, and
+whether a phone can take the profile from a one-time link.
+
 A keyword a platform cannot name, or a combination it cannot say (an IKE PRF other than the one its
 integrity algorithm implies, a lifetime out of range), raises :class:`Inexpressible`: a profile is
 written with exactly the negotiated suite or not at all, never with a nearby one.
@@ -20,7 +25,8 @@ written with exactly the negotiated suite or not at all, never with a nearby one
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TypeVar
 
@@ -32,26 +38,84 @@ __all__ = [
     "ENUMERATIONS",
     "LABELS",
     "PLATFORMS",
+    "DevicePlatform",
     "Inexpressible",
     "check_names",
     "express",
     "expressible_keywords",
 ]
 
-PLATFORMS = ("android", "apple", "windows", "networkmanager", "swanctl")
+_TEXT = "text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlatform:
+    """One device platform: every fact about it that Target, the profile writers and the device
+    page need.
+
+    Attributes:
+        name: the platform's name in requests and on the command line, e.g. ``"android"``.
+        label: what a user calls its client; errors name the platform this way.
+        names: whose algorithm names its profile uses: ``"strongswan"`` (proposal strings as they
+            are), ``"apple"`` or ``"windows"`` (the vendor's enumerations, :data:`ENUMERATIONS`).
+        policy: its capability table, the policy Target negotiates with as the device's peer
+            (``policies/<policy>.yaml``).
+        writer: the key of its profile writer (``app.adapters.agent.profiles``).
+        media_type: the profile's media type.
+        suffix: the profile's file name ends in it (``<name><suffix>``).
+        beside: what the user puts beside the profile, if anything (the CA's file ends in
+            ``ca_suffix``); empty when the profile holds everything.
+        ca_suffix: the CA certificate's file name ends in ``-ca.<ca_suffix>``; empty where the
+            profile embeds the CA without a file name.
+        offer: what the device page says the profile is and how to open it.
+    """
+
+    name: str
+    label: str
+    names: str
+    policy: str
+    writer: str
+    media_type: str
+    suffix: str
+    beside: tuple[str, ...]
+    ca_suffix: str
+    offer: str
+
+    @property
+    def linkable(self) -> bool:
+        """The profile holds everything (the PKCS#12 inside): a phone can take it from a link."""
+        return not self.beside
+
+
+def _platform(name: str, label: str, *, names: str, writer: str, media_type: str, suffix: str,
+              beside: tuple[str, ...], ca_suffix: str, offer: str) -> DevicePlatform:
+    return DevicePlatform(name=name, label=label, names=names, policy=f"platform-{name}", writer=writer,
+                          media_type=media_type, suffix=suffix, beside=beside, ca_suffix=ca_suffix, offer=offer)
+
+
+#: Every device platform by name, in the order the page and the command line list them.
+PLATFORMS: Mapping[str, DevicePlatform] = MappingProxyType({p.name: p for p in (
+    _platform("android", "strongSwan VPN Client for Android", names="strongswan", writer="sswan",
+              media_type="application/vnd.strongswan.profile", suffix=".sswan", beside=(), ca_suffix="",
+              offer=".sswan profile: open it in the strongSwan app"),
+    _platform("apple", "Apple iOS/iPadOS/macOS built-in IKEv2", names="apple", writer="mobileconfig",
+              media_type="application/x-apple-aspen-config", suffix=".mobileconfig", beside=(), ca_suffix="cer",
+              offer=".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)"),
+    _platform("windows", "Windows 10/11 built-in IKEv2", names="windows", writer="powershell",
+              media_type=_TEXT, suffix=".ps1", beside=("PKCS#12", "CA (DER)"), ca_suffix="cer",
+              offer="PowerShell script, with the CA and the PKCS#12 beside it"),
+    _platform("networkmanager", "NetworkManager strongSwan plugin", names="strongswan", writer="nmconnection",
+              media_type=_TEXT, suffix=".nmconnection", beside=("PKCS#12", "CA (PEM)"), ca_suffix="pem",
+              offer=".nmconnection keyfile, with the CA and the PKCS#12 beside it"),
+    _platform("swanctl", "strongSwan (swanctl / charon-cmd)", names="strongswan", writer="swanctl",
+              media_type=_TEXT, suffix=".conf", beside=("PKCS#12", "CA (PEM)"), ca_suffix="pem",
+              offer="swanctl.conf, with the CA and the PKCS#12 beside it"),
+)})
 
 #: What a user calls each platform's client; errors name the platform this way.
-LABELS: Mapping[str, str] = MappingProxyType({
-    "android": "strongSwan VPN Client for Android",
-    "apple": "Apple iOS/iPadOS/macOS built-in IKEv2",
-    "windows": "Windows 10/11 built-in IKEv2",
-    "networkmanager": "NetworkManager strongSwan plugin",
-    "swanctl": "strongSwan (swanctl / charon-cmd)",
-})
+LABELS: Mapping[str, str] = MappingProxyType({name: p.label for name, p in PLATFORMS.items()})
 
 _T = TypeVar("_T")
-
-_STRONGSWAN = frozenset({"android", "networkmanager", "swanctl"})
 
 # --------------------------------------------------------------------------- documented enumerations
 
@@ -179,10 +243,10 @@ def expressible_keywords(platform: str) -> frozenset[str] | None:
     Raises:
         InvalidInput: an unknown platform (the message names the known ones).
     """
-    _check_platform(platform)
-    if platform in _STRONGSWAN:
+    names = _check_platform(platform).names
+    if names not in _TABLES:
         return None
-    return frozenset(keyword for table in _TABLES[platform] for keyword in table)
+    return frozenset(keyword for table in _TABLES[names] for keyword in table)
 
 
 def express(platform: str, *, ike_proposal: str, esp_proposal: str, ike_lifetime: int,
@@ -212,17 +276,13 @@ def express(platform: str, *, ike_proposal: str, esp_proposal: str, ike_lifetime
         Inexpressible: the platform cannot say the suite (a keyword without a name there, an IKE
             PRF other than the one its integrity algorithm implies, an Apple lifetime out of range).
     """
-    _check_platform(platform)
+    names = _check_platform(platform).names
     ike = parse(ike_proposal, Protocol.IKE)
     esp = parse(esp_proposal, Protocol.ESP)
     for what, seconds in (("IKE", ike_lifetime), ("CHILD_SA", child_lifetime)):
         if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds <= 0:
             raise InvalidInput(f"the {what} lifetime is a positive number of seconds, not {seconds!r}")
-    if platform == "apple":
-        return {"ike": _apple_ike(ike, ike_lifetime), "child": _apple_child(esp, child_lifetime)}
-    if platform == "windows":
-        return {"ipsec": {**_windows_ike(ike), **_windows_esp(esp)}}
-    return {"strongswan": {"ike": ike.to_string(), "esp": esp.to_string()}}
+    return _EXPRESS[names](ike, esp, ike_lifetime, child_lifetime)
 
 
 def check_names(platform: str, expressed: Mapping[str, Mapping[str, object]]) -> None:
@@ -236,20 +296,22 @@ def check_names(platform: str, expressed: Mapping[str, Mapping[str, object]]) ->
         InvalidInput: an unknown platform.
         ValueError: a part, parameter or value the platform does not document.
     """
-    _check_platform(platform)
-    if platform in _STRONGSWAN:
-        _check_strongswan_names(expressed)
-    elif platform == "apple":
-        _check_parts(expressed, ("ike", "child"))
-        _check_enumerated(platform, expressed["ike"], required=("EncryptionAlgorithm", "IntegrityAlgorithm",
-                                                                  "DiffieHellmanGroup", "LifeTimeInMinutes"))
-        _check_enumerated(platform, expressed["child"], required=("EncryptionAlgorithm", "LifeTimeInMinutes"))
-    else:
-        _check_parts(expressed, ("ipsec",))
-        _check_enumerated(platform, expressed["ipsec"], required=tuple(_WINDOWS_ENUMERATIONS))
+    _CHECK_NAMES[_check_platform(platform).names](platform, expressed)
 
 
 # --------------------------------------------------------------------------- Apple
+
+
+def _apple(ike: ParsedProposal, esp: ParsedProposal, ike_lifetime: int,
+           child_lifetime: int) -> dict[str, dict[str, object]]:
+    return {"ike": _apple_ike(ike, ike_lifetime), "child": _apple_child(esp, child_lifetime)}
+
+
+def _check_apple_names(platform: str, expressed: Mapping[str, Mapping[str, object]]) -> None:
+    _check_parts(expressed, ("ike", "child"))
+    _check_enumerated(platform, expressed["ike"], required=("EncryptionAlgorithm", "IntegrityAlgorithm",
+                                                              "DiffieHellmanGroup", "LifeTimeInMinutes"))
+    _check_enumerated(platform, expressed["child"], required=("EncryptionAlgorithm", "LifeTimeInMinutes"))
 
 
 def _apple_ike(ike: ParsedProposal, lifetime: int) -> dict[str, object]:
@@ -280,6 +342,16 @@ def _apple_minutes(part: str, seconds: int) -> int:
 
 
 # --------------------------------------------------------------------------- Windows
+
+
+def _windows(ike: ParsedProposal, esp: ParsedProposal, ike_lifetime: int,
+             child_lifetime: int) -> dict[str, dict[str, object]]:
+    return {"ipsec": {**_windows_ike(ike), **_windows_esp(esp)}}
+
+
+def _check_windows_names(platform: str, expressed: Mapping[str, Mapping[str, object]]) -> None:
+    _check_parts(expressed, ("ipsec",))
+    _check_enumerated(platform, expressed["ipsec"], required=tuple(_WINDOWS_ENUMERATIONS))
 
 
 def _windows_ike(ike: ParsedProposal) -> dict[str, object]:
@@ -329,9 +401,15 @@ def _named(platform: str, part: str, role: str, keyword: str | None, table: Mapp
     return table[keyword]
 
 
-def _check_platform(platform: str) -> None:
-    if platform not in PLATFORMS:
+def _strongswan(ike: ParsedProposal, esp: ParsedProposal, ike_lifetime: int,
+                child_lifetime: int) -> dict[str, dict[str, object]]:
+    return {"strongswan": {"ike": ike.to_string(), "esp": esp.to_string()}}
+
+
+def _check_platform(platform: str) -> DevicePlatform:
+    if not isinstance(platform, str) or platform not in PLATFORMS:
         raise InvalidInput(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
+    return PLATFORMS[platform]
 
 
 def _check_parts(expressed: Mapping[str, Mapping[str, object]], parts: tuple[str, ...]) -> None:
@@ -341,7 +419,7 @@ def _check_parts(expressed: Mapping[str, Mapping[str, object]], parts: tuple[str
 
 
 def _check_enumerated(platform: str, values: Mapping[str, object], *, required: tuple[str, ...]) -> None:
-    enumerations = ENUMERATIONS[platform]
+    enumerations = ENUMERATIONS[PLATFORMS[platform].names]
     if not isinstance(values, Mapping):
         raise ValueError(f"{LABELS[platform]}: expected a mapping of parameters, found {type(values).__name__}")
     for parameter, value in values.items():
@@ -354,7 +432,7 @@ def _check_enumerated(platform: str, values: Mapping[str, object], *, required: 
         raise ValueError(f"{LABELS[platform]}: missing {', '.join(missing)}")
 
 
-def _check_strongswan_names(expressed: Mapping[str, Mapping[str, object]]) -> None:
+def _check_strongswan_names(platform: str, expressed: Mapping[str, Mapping[str, object]]) -> None:
     _check_parts(expressed, ("strongswan",))
     proposals = expressed["strongswan"]
     if not isinstance(proposals, Mapping) or set(proposals) != {"ike", "esp"}:
@@ -364,3 +442,12 @@ def _check_strongswan_names(expressed: Mapping[str, Mapping[str, object]]) -> No
         if not isinstance(value, str):
             raise ValueError(f"the {key} proposal is a string, not {type(value).__name__}")
         parse(value, protocol)
+
+
+_Express = Callable[[ParsedProposal, ParsedProposal, int, int], dict[str, dict[str, object]]]
+_CheckNames = Callable[[str, Mapping[str, Mapping[str, object]]], None]
+
+#: By a platform's ``names``: the suite in those names, and the check of a result.
+_EXPRESS: Mapping[str, _Express] = MappingProxyType({"strongswan": _strongswan, "apple": _apple, "windows": _windows})
+_CHECK_NAMES: Mapping[str, _CheckNames] = MappingProxyType({
+    "strongswan": _check_strongswan_names, "apple": _check_apple_names, "windows": _check_windows_names})

@@ -13,7 +13,7 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.responses import Response
 
-from app.domain.agent.platforms import LABELS, PLATFORMS
+from app.domain.agent.platforms import PLATFORMS
 from app.domain.errors import NotFound
 from app.ui.pages.common import console_router
 from app.ui.render import page
@@ -23,15 +23,6 @@ __all__ = ["router"]
 
 router = console_router()
 
-#: What each platform's profile is, as the page tells the user.
-_PROFILES = {
-    "android": ".sswan profile: open it in the strongSwan app",
-    "apple": ".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)",
-    "windows": "PowerShell script, with the CA and the PKCS#12 beside it",
-    "networkmanager": ".nmconnection keyfile, with the CA and the PKCS#12 beside it",
-    "swanctl": "swanctl.conf, with the CA and the PKCS#12 beside it",
-}
-
 
 @router.get("/device")
 def device(request: Request) -> Response:
@@ -40,5 +31,5 @@ def device(request: Request) -> Response:
     if host is None:
         raise NotFound("this server does not play the agent's Host role: there is no device enrolment here")
     published = host.published()
-    platforms = [(name, LABELS[name], _PROFILES[name]) for name in PLATFORMS]
+    platforms = [(p.name, p.label, p.offer) for p in PLATFORMS.values()]
     return page("device.html", {"console": None, "host": published, "platforms": platforms})
