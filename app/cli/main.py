@@ -18,6 +18,7 @@ from app.cli.contexts import context_app
 from app.cli.db import DatabaseGroup, settings_for, setup_database
 from app.cli.events import events as events_command
 from app.cli.lab import lab_app
+from app.cli.peers import peers_app
 from app.cli.tables import policies_app, ratings_app
 from app.cli.tunnels import gateways_app, negotiate, tunnel_app
 from app.domain.errors import QossError
@@ -160,6 +161,7 @@ app.add_typer(gateways_app, name="gateways")
 app.add_typer(tunnel_app, name="tunnel")
 app.add_typer(ratings_app, name="ratings")
 app.add_typer(policies_app, name="policies")
+app.add_typer(peers_app, name="peers")
 app.add_typer(token_app, name="token")
 app.add_typer(context_app, name="context")
 app.add_typer(db_app, name="db")

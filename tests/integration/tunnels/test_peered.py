@@ -203,6 +203,17 @@ def test_with_tables_that_differ_both_sides_pick_a_suite_b_accepts_and_a_refusal
         assert c.get("/v1/tunnels").json() == []
 
 
+def test_the_cli_reads_the_identity_and_lists_the_peers_through_the_service(sites: tuple[Site, Site]) -> None:
+    a, _ = sites
+    env = {**os.environ, "QOSS_URL": a.base, "QOSS_TOKEN": a.token}
+    for command, check in ((["identity"], lambda doc: doc["name"] == "site-a"),
+                           (["list"], lambda doc: [p["name"] for p in doc] == ["site-b"])):
+        done = subprocess.run([str(QOSS), "peers", *command, "--output", "json"], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert check(json.loads(done.stdout)), done.stdout
+
+
 def test_with_bs_qoss_down_a_new_request_names_the_peer_and_loads_nothing(sites: tuple[Site, Site],
                                                                            tmp_path: Path) -> None:
     a, b = sites
