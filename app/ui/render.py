@@ -10,7 +10,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 from starlette.responses import HTMLResponse, Response
 
-__all__ = ["SECURITY_HEADERS", "page", "secure", "when"]
+__all__ = ["SECURITY_HEADERS", "page", "secure", "share", "when"]
 
 #: No inline script or style, no framing, forms post only here; htmx is served from 'self'.
 _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -60,6 +60,11 @@ def when(value: object) -> Markup | str:
 
 
 _ENV.filters["when"] = when
+
+
+def share(**values: object) -> None:
+    """Give every template these names (the console's navigation: :mod:`app.ui.pages`)."""
+    _ENV.globals.update(values)
 
 
 def secure(response: Response, *, cache: bool = False) -> Response:

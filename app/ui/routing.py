@@ -1,10 +1,12 @@
 """The route class of every console page: domain errors and refusals become HTML pages (never
-the API's JSON), and every answer carries the console's security headers."""
+the API's JSON), and every answer carries the console's security headers; and the link a page
+puts in the console's navigation (:class:`NavLink`, listed in :data:`app.ui.pages.navigation`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -17,10 +19,27 @@ from app.ui.session import CsrfRefused, FormRefused, SignInRequired
 from app.web.errors import status_for
 from app.web.routing import QossRoute
 
-__all__ = ["ConsoleRoute", "is_htmx"]
+__all__ = ["ConsoleRoute", "NavLink", "is_htmx"]
 
 log = logging.getLogger("qoss.ui")
 LOGIN = "/ui/login"
+
+
+@dataclass(frozen=True, slots=True)
+class NavLink:
+    """A page's link in the console's navigation bar.
+
+    Attributes:
+        key: the ``section`` its pages render with; the link is marked current on them.
+        href: where it goes.
+        label: what it says.
+        scopes: shown to a token with one of these (any token, for none).
+    """
+
+    key: str
+    href: str
+    label: str
+    scopes: tuple[str, ...] = ()
 
 
 def is_htmx(request: Request) -> bool:
