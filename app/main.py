@@ -32,6 +32,7 @@ from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.peering import HttpPeerLink, peering_keys
+from app.adapters.pending_loads import PendingLoads
 from app.adapters.vici.events import updown_listener
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
@@ -427,10 +428,14 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             if resolved.memory_release else None,
         )
         if resolved.peer_name is not None:  # tunnels negotiated with other qoss services (app.services.peering)
+            # What this side loads for a peer ends by itself unless confirmed, this process killed or not.
+            pending_loads = PendingLoads(resolved.state_dir / "peering" / "pending")
+            pending_loads.start()
             parts.peering = Peering(
                 config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
                                      default_table=resolved.default_table),
-                units=units, cache=caches.tables, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO)
+                units=units, cache=caches.tables, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO,
+                pending=pending_loads)
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)
         leadership = parts.leadership = Leadership(resolved.database_url, on_elected=duties.elected,

@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import secrets
 import time
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -92,10 +93,9 @@ from app.services.peering.messages import (
     refusal,
     seal_message,
 )
-from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, observed_sa, teardown
 
-__all__ = ["Peering", "PeeringConfig"]
+__all__ = ["Peering", "PeeringConfig", "PendingPort"]
 
 log = logging.getLogger("qoss.peering")
 
@@ -117,17 +117,35 @@ class PeeringConfig:
     default_table: str
 
 
+class PendingPort(typing.Protocol):
+    """Loads that end by themselves unless released (``app.adapters.pending_loads``): the
+    backstop for a responder's process killed between its load and the initiator's confirm."""
+
+    def hold(self, *, socket_path: str, conn: str, until: float) -> None: ...
+
+    def release(self, conn: str) -> None: ...
+
+
+class _NoPending:
+    def hold(self, *, socket_path: str, conn: str, until: float) -> None:
+        pass
+
+    def release(self, conn: str) -> None:
+        pass
+
+
 class Peering:
     """This qoss's side of peered tunnels: the peers it knows, the exchange in both roles, the
     sweep of loads never confirmed. Built once per process."""
 
-    def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory,
-                 link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, clock: Any = time.time) -> None:
+    def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory,
+                 link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, pending: PendingPort | None = None,
+                 clock: Any = time.time) -> None:
         self.config = config
+        self._pending = pending or _NoPending()
         self._keys_source = keys
         self._crypto = crypto
         self._units = units
-        self._cache = cache
         self._vici = vici
         self._link = link
         self._clock = clock
@@ -353,6 +371,8 @@ class Peering:
                             esp_proposal=offer.suites[index], ah_proposal=None, mode=offer.mode,
                             ike_lifetime=min(offer.lifetimes[0], chosen.lifetimes["ike"]),
                             child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]))
+        expires = self._clock() + PENDING_FOR
+        self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires)
         try:
             with self._vici(gateway.vici_socket).pipeline() as pipe:
                 pipe.send([LoadShared(name, psk, (local.identity, remote.identity)), LoadConn(name, conn)])
@@ -364,7 +384,7 @@ class Peering:
             raise
         return Answer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                       chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
-                      expires=self._clock() + PENDING_FOR)
+                      expires=expires)
 
     def _ours(self, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
         with self._units() as reads:
@@ -388,6 +408,7 @@ class Peering:
         if wrong:
             self._forget(record, gateway)
             raise TunnelVerificationFailed(f"{gateway.name}: " + "; ".join(wrong))
+        self._pending.release(record.conn)
         with self._units() as uow:
             uow.tunnels.set_state(record.id, TunnelState.UP, "")
             uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
@@ -402,6 +423,7 @@ class Peering:
     def _forget(self, record: TunnelRecord, gateway: Gateway, detail: str = "") -> None:
         """Take this side's end down and forget it (its record, if it has one)."""
         teardown(record, gateway, None, self._vici, strict=False)
+        self._pending.release(record.conn)
         with self._units() as uow, contextlib.suppress(NotFound):
             uow.tunnels.delete(record.id)
             uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},
@@ -507,7 +529,7 @@ class Peering:
         spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=tuple(peers),
                                traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
                                backend=Backend.of_ends(list(backends)), alternatives=MAX_SUITES - 1)
-        result = run_negotiation(uow=reads, cache=self._cache, request=spec, default_table=self.config.default_table)
+        result = run_negotiation(uow=reads, request=spec, default_table=self.config.default_table)
         if result.suite.protocol != "esp":
             raise InvalidInput("a tunnel to a peer is protected by ESP: its requirement asks for "
                                f"{result.suite.protocol}")
