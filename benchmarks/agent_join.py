@@ -63,8 +63,8 @@ from pathlib import Path
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.vici.gateway import ViciGateway
 from app.cli.agent import client_reports
-from app.services.agent_client import AgentClient
-from app.services.agent_config import load_client_config
+from app.services.agent.client import AgentClient
+from app.services.agent.config import load_client_config
 from app.settings import Settings
 arms = json.loads(sys.argv[1])  # [{"config", "fast"}]: the first one's config is the breakdown's and bare's
 cfg = load_client_config(Path(arms[0]["config"]))
@@ -79,9 +79,9 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     from app.adapters.db.unit_of_work import sql_units_of_work
     from app.bootstrap import engine_for
     from app.settings import Settings
-    from app.services.agent_config import load_server_config
-    from app.services.agent_host import HostAgent
-    from app.services.agent_target import TargetAgent
+    from app.services.agent.config import load_server_config
+    from app.services.agent.host import HostAgent
+    from app.services.agent.target import TargetAgent
     from app.services.ratings import TableCache
 
     class Collect(logging.Handler):

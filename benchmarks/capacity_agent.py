@@ -65,8 +65,8 @@ from app.adapters.agent.transport import RemoteRefused, post_message
 from app.adapters.vici.gateway import ViciGateway
 from app.cli.agent import client_reports
 from app.domain.agent.codec import AgentRejected
-from app.services.agent_client import AgentClient
-from app.services.agent_config import load_client_config
+from app.services.agent.client import AgentClient
+from app.services.agent.config import load_client_config
 from app.settings import Settings
 
 paths = json.loads(Path(sys.argv[1]).read_text())

@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from app.api.routes.agent import MESSAGE_PATHS, answer_body, handle_message, refusal_kind, refused_in_bulk
 from app.domain.agent import MAX_WIRE_BYTES
 from app.domain.errors import QossError
-from app.services.agent_target import Outcome
+from app.services.agent.target import Outcome
 from app.web.body import is_json_media_type, loads, replay
 from app.web.errors import error_body, qoss_error_parts
 from app.web.provenance import client_request_id, new_request_id

@@ -122,9 +122,9 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
     from app.adapters.db.unit_of_work import sql_units_of_work
     from app.bootstrap import charons
     from app.cli.common import need_files
-    from app.services.agent_config import load_server_config
-    from app.services.agent_host import HostAgent
-    from app.services.agent_target import TargetAgent
+    from app.services.agent.config import load_server_config
+    from app.services.agent.host import HostAgent
+    from app.services.agent.target import TargetAgent
     from app.services.ratings import TableCache
 
     if config is None:
@@ -172,8 +172,8 @@ def _client(config: Path) -> Any:
     from app.adapters.agent.transport import post_message
     from app.adapters.vici.gateway import ViciGateway
     from app.cli.common import need_files
-    from app.services.agent_client import AgentClient
-    from app.services.agent_config import load_client_config
+    from app.services.agent.client import AgentClient
+    from app.services.agent.config import load_client_config
     from app.settings import Settings
 
     need_files(config)

@@ -45,7 +45,7 @@ def check_agent_config(settings: Any) -> None:
     if settings.agent_config is None:
         return
     from app.adapters.agent.crypto import CRYPTO, load_keys
-    from app.services.agent_config import load_server_config
+    from app.services.agent.config import load_server_config
 
     try:
         config = load_server_config(settings.agent_config)
@@ -133,7 +133,7 @@ class Unit:
         from app.adapters.db.agent_store import SqlAgentStore
         from app.adapters.db.engine import make_session_factory
         from app.bootstrap import engine_for
-        from app.services.agent_target_edits import active_sessions
+        from app.services.agent.target_edits import active_sessions
 
         engine = engine_for(self.settings)
         try:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from app.lab.processes import write_private
-from app.services.agent_config import load_client_config, load_server_config
+from app.services.agent.config import load_client_config, load_server_config
 
 __all__ = ["client_config", "host_role", "server_config", "target_role", "write_config"]
 

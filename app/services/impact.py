@@ -1,6 +1,6 @@
 """An edit's impact on the running tunnels and agent sessions before it is kept: the edit is
 made in a unit of work, every running tunnel (:func:`app.services.rekey.assess`) and every
-active agent session given (:func:`app.services.agent_target_edits.assess_sessions`) is assessed
+active agent session given (:func:`app.services.agent.target_edits.assess_sessions`) is assessed
 against it, and the edit is rolled back.
 
 One function for every dry run: ``?dry_run=true`` on the API's edit routes, ``qoss ratings
@@ -15,7 +15,7 @@ from typing import Any
 
 from app.domain.agent.ports import AgentSession
 from app.domain.ports import UnitOfWork
-from app.services.agent_target_edits import SessionImpact, assess_sessions
+from app.services.agent.target_edits import SessionImpact, assess_sessions
 from app.services.rekey import Impact, assess
 
 __all__ = ["ImpactReport", "preview"]
@@ -73,7 +73,7 @@ def preview(uow: UnitOfWork, *, default_table: str, sessions: Iterable[AgentSess
         uow: the unit of work holding the uncommitted edit; rolled back on return.
         default_table: the service's default rating table (for tunnels negotiated on it).
         sessions: the active agent sessions of the Target whose database ``uow`` is
-            (:func:`app.services.agent_target_edits.active_sessions`).
+            (:func:`app.services.agent.target_edits.active_sessions`).
     """
     try:
         return ImpactReport(tuple(assess(uow, default_table=default_table)),

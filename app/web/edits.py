@@ -3,7 +3,7 @@ edit is made, its impact on the running tunnels and the agent sessions of this d
 and all of it rolled back. Otherwise it commits with its event, which the leading replica's
 rekeyer reads to negotiate the running tunnels again (:mod:`app.services.rekey`), whichever
 replica took the edit, and every process playing Target on this database reads to close the
-sessions left below their minimums (:mod:`app.services.agent_target_edits`)."""
+sessions left below their minimums (:mod:`app.services.agent.target_edits`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from app.domain.agent.ports import AgentSession
 from app.domain.ports import UnitOfWork
-from app.services.agent_target_edits import active_sessions
+from app.services.agent.target_edits import active_sessions
 from app.services.impact import preview
 from app.web.runtime import runtime
 

@@ -27,8 +27,8 @@ from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
-from app.services.agent_host import HostAgent
-from app.services.agent_target import TargetAgent
+from app.services.agent.host import HostAgent
+from app.services.agent.target import TargetAgent
 from app.services.console_oidc import OidcSignIn
 from app.services.events import StreamSlots
 from app.services.peering import Peering

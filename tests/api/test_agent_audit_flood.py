@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.services.agent_host import HostAgent
-from app.services.agent_target import Outcome, TargetAgent
+from app.services.agent.host import HostAgent
+from app.services.agent.target import Outcome, TargetAgent
 from app.settings import Settings
 from tests.api.test_refusal_flood import ATTACKER, counted, rows
 from tests.api.test_refusal_flood import served as flood_served

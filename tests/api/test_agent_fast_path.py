@@ -27,7 +27,7 @@ from app.adapters.agent.crypto import KeyPair
 from app.adapters.db.models import AuditRow
 from app.domain.agent import MAX_WIRE_BYTES, Kind
 from app.main import create_app
-from app.services.agent_target import Outcome, TargetAgent
+from app.services.agent.target import Outcome, TargetAgent
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll, sealed_request
 from tests.fixtures.agent_roles import agent_server_config

@@ -24,8 +24,8 @@ from app.adapters.db.models import AuditRow, EventRow
 from app.domain.agent import Handoff, Kind
 from app.domain.errors import InvalidInput
 from app.main import create_app
-from app.services.agent_client import seal_profile
-from app.services.agent_host import link_id
+from app.services.agent.client import seal_profile
+from app.services.agent.host import link_id
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll
 from tests.api.test_refusal_flood import ATTACKER, counted, rows, served

@@ -19,7 +19,7 @@ from app.adapters.db.agent import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import Handoff, Kind
 from app.main import create_app
-from app.services.agent_client import seal_profile
+from app.services.agent.client import seal_profile
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll
 from tests.api.test_handoff_revoked import Roles, waiting

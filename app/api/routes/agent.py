@@ -24,8 +24,8 @@ from app.domain.agent.ports import WaitingHandoff
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.ports import error_label
 from app.domain.ratelimit import RateLimited
-from app.services.agent_host import HostAgent, link_id
-from app.services.agent_target import Outcome, TargetAgent
+from app.services.agent.host import HostAgent, link_id
+from app.services.agent.target import Outcome, TargetAgent
 from app.web.deps import UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
 from app.web.runtime import Runtime, runtime
@@ -213,7 +213,7 @@ async def client_handoff(request: Request) -> Response:
     ``message`` is the link's path (``/v1/agent/handoffs/<secret>``), for a phone to scan.
 
     Only a profile that holds everything a phone needs is kept (415 for any other media type,
-    :data:`~app.services.agent_host.HANDOFF_TYPES`), for at most ten minutes (422 beyond). Limited
+    :data:`~app.services.agent.host.HANDOFF_TYPES`), for at most ten minutes (422 beyond). Limited
     per source address and, once verified, per user (429, ``agent_user_rate``/``agent_user_burst``).
     """
     parts = runtime(request)
@@ -258,7 +258,7 @@ async def fetch_handoff(token: str, request: Request) -> Response:
 
     404 for a link unknown, used, expired or made by a user revoked since; a link's failed fetches
     count as failed authentications of their address (429 once it has failed too often). Every
-    fetch is audited, named by :func:`~app.services.agent_host.link_id`, never by its secret.
+    fetch is audited, named by :func:`~app.services.agent.host.link_id`, never by its secret.
     """
     request.state.audit_read = True  # a fetch spends the link: recorded like a change
     parts = runtime(request)

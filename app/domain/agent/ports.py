@@ -84,7 +84,7 @@ class AgentSession:
     #: None: the same as ``created_at``.
     updated_at: datetime | None = None
     #: What it was negotiated under, to negotiate it again after an edit
-    #: (:func:`app.services.agent_target_edits.session_provenance`); None: made before it was kept.
+    #: (:func:`app.services.agent.target_edits.session_provenance`); None: made before it was kept.
     provenance: dict[str, Any] | None = None
     #: A device enrolment: the platform whose VPN client holds its profile (None: a client's session).
     platform: str | None = None

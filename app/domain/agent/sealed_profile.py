@@ -11,7 +11,7 @@ its 16-byte tag::
     qoss-handoff/1 <media type> <file name>\\n || nonce || AES-256-GCM(key, nonce, profile, aad=line)
 
 The line (newline included) is the AES-GCM associated data: Host may read the media type and
-the file name (it keeps only the types of :data:`~app.services.agent_host.HANDOFF_TYPES`), but
+the file name (it keeps only the types of :data:`~app.services.agent.host.HANDOFF_TYPES`), but
 a change to either, to the nonce or to one bit of the ciphertext makes the page refuse it.
 The AES-GCM itself is done at the edges (``cryptography`` in the client, WebCrypto or the
 vendored noble-ciphers in the browser); this module says what the bytes are.

@@ -13,8 +13,8 @@ from starlette.responses import Response
 
 from app.domain.agent import AgentSessionState
 from app.domain.errors import AlreadyExists, InvalidInput
-from app.services.agent_host import HostAgent
-from app.services.agent_target import TargetAgent
+from app.services.agent.host import HostAgent
+from app.services.agent.target import TargetAgent
 from app.ui.pages.common import AgentWriter, console_router, failed, needs, problems
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep

@@ -18,7 +18,7 @@
   const LINE = /^qoss-handoff\/1 ([a-z0-9.+/-]{3,60}) ([A-Za-z0-9][A-Za-z0-9._-]{0,79})$/;
   const SECRET = /^[A-Za-z0-9_-]{20,64}$/;
   const KEY = /^[A-Za-z0-9_-]{43}$/;
-  //: The profiles a link hands out (app/services/agent_host.py HANDOFF_TYPES) and their endings.
+  //: The profiles a link hands out (app/services/agent/host.py HANDOFF_TYPES) and their endings.
   const TYPES = { "application/vnd.strongswan.profile": ".sswan", "application/x-apple-aspen-config": ".mobileconfig" };
   const AES = window.qossAes;
 

@@ -15,8 +15,8 @@ from app.adapters.agent.crypto import CRYPTO, seal
 from app.adapters.agent.transport import post_message
 from app.adapters.db.refusals import more_refusals
 from app.domain.agent import AgentRejected, ClientRequest, Kind, RequestInfo
-from app.services.agent_client import AgentClient
-from app.services.agent_host import HostAgent
+from app.services.agent.client import AgentClient
+from app.services.agent.host import HostAgent
 from tests.integration.agent.conftest import AgentEnv
 
 pytestmark = pytest.mark.charon

@@ -30,9 +30,9 @@ from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.domain.agent.ports import AgentRequest, AgentUnitOfWork
 from app.domain.ports import CharonCommand, LoadPool
 from app.domain.ratelimit import RateLimiter
-from app.services.agent_client import AgentClient
-from app.services.agent_target import TargetAgent
-from app.services.agent_target_sessions import RECONCILE_GRACE
+from app.services.agent.client import AgentClient
+from app.services.agent.target import TargetAgent
+from app.services.agent.target_sessions import RECONCILE_GRACE
 from tests.integration.agent.conftest import AgentEnv
 
 pytestmark = pytest.mark.charon

@@ -28,8 +28,8 @@ from app.domain.agent import Kind, RequestInfo
 from app.lab.agent_configs import client_config, host_role, server_config, target_role, write_config
 from app.lab.hosts import Lab
 from app.main import create_app
-from app.services.agent_client import AgentClient
-from app.services.agent_config import load_client_config
+from app.services.agent.client import AgentClient
+from app.services.agent.config import load_client_config
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import register_keys

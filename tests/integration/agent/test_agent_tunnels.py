@@ -200,7 +200,7 @@ def test_a_pool_loaded_on_a_taken_address_is_loaded_again_with_the_leased_one(ag
 
     from app.adapters.db.agent import AgentLeaseRow
     from app.adapters.db.models import utcnow
-    from app.services.agent_target import TargetAgent
+    from app.services.agent.target import TargetAgent
 
     target: TargetAgent = agent_env.server.config.app.state.runtime.agent_target  # type: ignore[attr-defined]
     taken = str(next(ipaddress.ip_network(POOL).hosts()) + 5)

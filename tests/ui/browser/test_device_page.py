@@ -35,7 +35,7 @@ from app.adapters.agent.crypto import KeyPair, write_keys
 from app.bootstrap import prepare_database
 from app.domain.agent import agent_conn_name
 from app.domain.agent.platforms import check_names, express
-from app.services.agent_client import ca_fingerprint
+from app.services.agent.client import ca_fingerprint
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token

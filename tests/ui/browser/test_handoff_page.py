@@ -38,7 +38,7 @@ from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow
 from app.bootstrap import prepare_database
 from app.domain.agent import Handoff, Kind, b64e
-from app.services.agent_client import ca_fingerprint, seal_profile
+from app.services.agent.client import ca_fingerprint, seal_profile
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token

@@ -20,8 +20,8 @@ from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
 from app.domain.errors import GatewayRejected, TunnelVerificationFailed
-from app.services.agent_client import CAPABILITIES_TTL, AgentClient
-from app.services.agent_config import ClientConfig, Party
+from app.services.agent.client import CAPABILITIES_TTL, AgentClient
+from app.services.agent.config import ClientConfig, Party
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 
 HOST = KeyPair.generate("host-1")

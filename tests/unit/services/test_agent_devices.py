@@ -29,7 +29,7 @@ from app.domain.agent import (
 )
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
-from app.services.agent_target_sessions import RECONCILE_GRACE
+from app.services.agent.target_sessions import RECONCILE_GRACE
 from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
 from tests.fixtures.handoff import link_parts, open_sealed_profile

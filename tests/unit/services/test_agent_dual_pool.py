@@ -19,12 +19,12 @@ from app.domain.agent import Kind, RequestInfo, agent_conn_name
 from app.domain.agent.conns import pool6_name, target_conn
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
-from app.services.agent_client import AgentClient
-from app.services.agent_config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
-from app.services.agent_host import HostAgent
-from app.services.agent_target import TargetAgent
-from app.services.agent_target_charon import TargetCharon
-from app.services.agent_target_sessions import TargetSessions
+from app.services.agent.client import AgentClient
+from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
+from app.services.agent.host import HostAgent
+from app.services.agent.target import TargetAgent
+from app.services.agent.target_charon import TargetCharon
+from app.services.agent.target_sessions import TargetSessions
 from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
 from tests.fakes.fake_charon import FakeCharon, Reply

@@ -20,11 +20,11 @@ from app.domain.agent.messages import Endorsement
 from app.domain.agent.ports import DeviceKit
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
-from app.services.agent_client import AgentClient
-from app.services.agent_config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
-from app.services.agent_host import HostAgent
-from app.services.agent_target import Outcome, TargetAgent
-from app.services.agent_target_sessions import RECONCILE_GRACE
+from app.services.agent.client import AgentClient
+from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
+from app.services.agent.host import HostAgent
+from app.services.agent.target import Outcome, TargetAgent
+from app.services.agent.target_sessions import RECONCILE_GRACE
 from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
 from tests.fakes.fake_charon import FakeCharon

@@ -1,4 +1,4 @@
-"""Agent sessions and edits (app.services.agent_target_edits) on the fakes: what a session
+"""Agent sessions and edits (app.services.agent.target_edits) on the fakes: what a session
 records at connect, what an edit does to it, and the Target closing, with the reason, the
 sessions an edit leaves below their minimums."""
 
@@ -16,7 +16,7 @@ from app.domain.agent import AgentSessionState, Kind, RequestInfo, agent_conn_na
 from app.domain.agent.ports import AgentSession
 from app.domain.tunnels import keywords_from_charon
 from app.services import ratings
-from app.services.agent_target_edits import SessionFollower, active_sessions, assess_sessions
+from app.services.agent.target_edits import SessionFollower, active_sessions, assess_sessions
 from app.services.impact import preview
 from tests.fakes.uow import FakeDatabase
 from tests.unit.services.test_agent_roles import Roles

@@ -34,11 +34,11 @@ from app.domain.agent import (
 from app.domain.agent.ports import AgentStore
 from app.domain.tunnels import keywords_from_charon
 from app.services import policies
-from app.services.agent_client import AgentClient
-from app.services.agent_config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
-from app.services.agent_host import HostAgent
-from app.services.agent_host_revocations import RETRY_FIRST, RETRY_MAX, retry_delay
-from app.services.agent_target import TargetAgent
+from app.services.agent.client import AgentClient
+from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
+from app.services.agent.host import HostAgent
+from app.services.agent.host_revocations import RETRY_FIRST, RETRY_MAX, retry_delay
+from app.services.agent.target import TargetAgent
 from app.services.ratings import TableCache
 from app.settings import SHIPPED_POLICIES_DIR
 from app.web.errors import status_for

@@ -71,11 +71,11 @@ from app.domain.ports import (
     UnitOfWorkFactory,
     ViciFactory,
 )
-from app.services.agent_config import AgentConfig, TargetRole
-from app.services.agent_target_charon import TargetCharon, host_prefix
-from app.services.agent_target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
-from app.services.agent_target_sessions import Reconciled, TargetSessions, at
-from app.services.agent_timing import Steps
+from app.services.agent.config import AgentConfig, TargetRole
+from app.services.agent.target_charon import TargetCharon, host_prefix
+from app.services.agent.target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
+from app.services.agent.target_sessions import Reconciled, TargetSessions, at
+from app.services.agent.timing import Steps
 from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]
@@ -94,9 +94,9 @@ class Outcome:
 class TargetAgent:
     """Target: turns endorsed client requests into configured tunnels in its charon.
 
-    Its charon is a :class:`~app.services.agent_target_charon.TargetCharon`, its sessions'
+    Its charon is a :class:`~app.services.agent.target_charon.TargetCharon`, its sessions'
     bookkeeping (leases, ending, sweeps, reconcile) a
-    :class:`~app.services.agent_target_sessions.TargetSessions`.
+    :class:`~app.services.agent.target_sessions.TargetSessions`.
 
     Args:
         keys: Target's own keys; ``crypto`` checks signatures and reads the Hosts' public keys.
@@ -571,12 +571,12 @@ class TargetAgent:
 
     def reconcile(self) -> Reconciled:
         """Make the database and charon agree about agent conns (:meth:`TargetSessions.reconcile
-        <app.services.agent_target_sessions.TargetSessions.reconcile>`)."""
+        <app.services.agent.target_sessions.TargetSessions.reconcile>`)."""
         return self._book.reconcile()
 
     def follower(self, *, concurrency: int = 8) -> SessionFollower:
         """What closes this Target's sessions that an edit of a rating table or policy leaves
-        below their minimums (:class:`~app.services.agent_target_edits.SessionFollower`): its
+        below their minimums (:class:`~app.services.agent.target_edits.SessionFollower`): its
         ``follow`` runs from the sweeper."""
         return SessionFollower(store=self._store, units=self._units, finish=self._book.finish,
                                default_table=self._default_table, concurrency=concurrency)
@@ -584,7 +584,7 @@ class TargetAgent:
     def pool(self) -> dict[str, Any]:
         """The virtual-IP pool: its size, how many addresses are leased and free, the per-user device
         quota, and the (Host, user) pairs holding the most addresses
-        (:meth:`TargetSessions.usage <app.services.agent_target_sessions.TargetSessions.usage>`)."""
+        (:meth:`TargetSessions.usage <app.services.agent.target_sessions.TargetSessions.usage>`)."""
         return {**self._book.usage(), "devices_per_user": self.role.devices_per_user,
                 "tunnels_per_user": self.role.tunnels_per_user}
 

@@ -57,8 +57,8 @@ from app.domain.ports import (
 )
 from app.domain.tunnels import expected_sa, keywords_from_charon, mismatches
 from app.services import tunnel_setup
-from app.services.agent_config import ClientConfig
-from app.services.agent_timing import Steps
+from app.services.agent.config import ClientConfig
+from app.services.agent.timing import Steps
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, came_up, observed_sa
 
 __all__ = ["CAPABILITIES_TTL", "HANDOFF_PAGE", "AgentClient", "ca_fingerprint", "seal_profile"]

@@ -19,7 +19,7 @@ from typing import Any
 from app.domain.agent import AGENT_CONN_PREFIX, AgentRejected, AgentSessionState, PoolExhausted
 from app.domain.agent.ports import AgentRequest, AgentSession, AgentStore
 from app.domain.errors import GatewayError
-from app.services.agent_target_charon import TargetCharon
+from app.services.agent.target_charon import TargetCharon
 
 __all__ = ["RECONCILE_GRACE", "Reconciled", "TargetSessions", "at"]
 

@@ -34,10 +34,10 @@ from app.domain.agent import (
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
 from app.domain.agent.sealed_profile import read_sealed
 from app.domain.errors import InvalidInput, UnsupportedMediaType
-from app.services.agent_config import AgentConfig, HostRole
-from app.services.agent_host_revocations import Revocations, RevocationTarget
-from app.services.agent_target import Outcome, TargetAgent
-from app.services.agent_timing import Steps
+from app.services.agent.config import AgentConfig, HostRole
+from app.services.agent.host_revocations import Revocations, RevocationTarget
+from app.services.agent.target import Outcome, TargetAgent
+from app.services.agent.timing import Steps
 
 __all__ = ["HANDOFF_MAX_TTL", "HANDOFF_TYPES", "Admit", "HostAgent", "link_id"]
 
@@ -216,7 +216,7 @@ class HostAgent:
         take their tunnels down.
 
         The revocation is kept for each target, in the same transaction, until that target
-        confirms it (:class:`~app.services.agent_host_revocations.Revocations`): one that is down
+        confirms it (:class:`~app.services.agent.host_revocations.Revocations`): one that is down
         is told again, with backoff, until it answers. Until then the user may still end their
         own sessions and revoke their own devices at that target (:meth:`handle`). Calling it
         again for a revoked user tells the targets again at once.
@@ -239,7 +239,7 @@ class HostAgent:
 
     def retry_revocations(self) -> list[str]:
         """Send again the revocations a target has not confirmed whose next attempt is due
-        (:meth:`Revocations.retry <app.services.agent_host_revocations.Revocations.retry>`);
+        (:meth:`Revocations.retry <app.services.agent.host_revocations.Revocations.retry>`);
         ``user@target`` of those confirmed now."""
         return self.revocations.retry()
 

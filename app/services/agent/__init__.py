@@ -1,0 +1,12 @@
+"""The tunnel agent's use cases (Liu et al.'s Client, Host and Target), one module per role.
+
+- :mod:`~app.services.agent.client`: the mobile user's agent: request, verify, load, initiate.
+- :mod:`~app.services.agent.host`: the user's trusted machine: open, check, endorse, relay, revoke
+  (:mod:`~app.services.agent.host_revocations`: revocations a Target has yet to confirm).
+- :mod:`~app.services.agent.target`: the gateway: admit, negotiate, key, configure, revoke; its
+  charon (:mod:`~app.services.agent.target_charon`), its sessions and leases
+  (:mod:`~app.services.agent.target_sessions`), and what a rating or policy edit does to them
+  (:mod:`~app.services.agent.target_edits`).
+- :mod:`~app.services.agent.config`: the roles' YAML configuration; :mod:`~app.services.agent.timing`:
+  the per-step timings a request's log line carries.
+"""
