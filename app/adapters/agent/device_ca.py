@@ -35,15 +35,11 @@ Errors::
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import ipaddress
 import os
-import re
-import secrets
-import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,6 +51,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 
+from app.adapters.agent import ca_certificates as certs
+from app.adapters.agent.ca_files import DeviceCAError, create_file, open_directory, read_file, replace_file
 from app.domain.agent.conns import DEVICE_NAMESPACE
 from app.domain.errors import InvalidInput
 
@@ -80,14 +78,7 @@ _GATEWAY_LIFETIME = timedelta(days=365)
 _GATEWAY_RENEW = timedelta(days=30)  # a gateway certificate with less left is made again
 _BACKDATE = timedelta(minutes=5)  # a device whose clock runs a little behind still accepts a fresh certificate
 _DEVICE_LIFETIME = range(3600, 90 * 86400 + 1)  # seconds: an hour to 90 days
-_MAX_CN = 64  # X.520 ub-common-name
-_CA_NAME = "qoss {owner} device CA"
-_MAX_OWNER = 63  # a party id's limit
-_OWNER_IN_CN = _MAX_CN - len(_CA_NAME.format(owner=""))  # 49: a longer owner is cut to fit, marked with "~"
 
-#: No 0/O/1/l/I (nor o, i's nearest look-alikes gone with them): 32 symbols, 5 bits each, easy on a phone.
-_ALPHABET = "abcdefghijkmnpqrstuvwxyz23456789"
-_PASSPHRASE_GROUPS, _GROUP = 6, 4  # 24 symbols: 120 bits
 #: PBKDF2 rounds of the PKCS#12 encryption. The passphrase carries 120 bits, so the rounds are a
 #: margin, not the defence; kept modest so a phone opens the file at once.
 _KDF_ROUNDS = 100_000
@@ -96,19 +87,6 @@ _KDF_ROUNDS = 100_000
 #: leftover of a creation that died rather than one still under way in another process.
 _SETTLE = 5.0
 _POLL = 0.02
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class DeviceCAError(ValueError):
-    """A file of the CA's directory cannot be used: a link, not a regular file, not the
-    service's own, open to other users, a key that does not match its certificate, or the
-    CA of another owner. Never repaired by qoss: the message says what to do."""
 
 
 def _utc_now() -> datetime:
@@ -216,10 +194,10 @@ class DeviceCA:
                 open to others; the key does not match the certificate; the CA is another
                 owner's; a creation died half-way (the message names the file to move away).
         """
-        common_name = _ca_common_name(_check_name(owner, what="owner", limit=_MAX_OWNER))
-        constraints = _name_constraints(gateway)
+        common_name = certs.ca_common_name(certs.check_name(owner, what="owner", limit=certs.MAX_OWNER))
+        constraints = certs.name_constraints(gateway)
         directory = Path(directory).absolute()
-        with _open_directory(directory) as dfd:
+        with open_directory(directory) as dfd:
             key, cert = _load_or_create_ca(dfd, directory, common_name, constraints, clock)
         return cls(directory=directory, key=key, cert=cert, clock=clock)
 
@@ -238,13 +216,13 @@ class DeviceCA:
     @property
     def common_name(self) -> str:
         """The CA's common name, ``qoss <owner> device CA``."""
-        return _common_name(self._cert)
+        return certs.common_name(self._cert)
 
     @property
     def constrained(self) -> bool:
         """Whether the CA certificate limits the names below it (False for a CA made before it
         carried name constraints: replace it, docs/agent.md "Rotating the device CA")."""
-        return _constraints_of(self._cert) is not None
+        return certs.constraints_of(self._cert) is not None
 
     @staticmethod
     def subject_dn(identity: str) -> str:
@@ -253,7 +231,7 @@ class DeviceCA:
         Raises:
             InvalidInput: not a device identity (see :meth:`issue_device`).
         """
-        return f"CN={_check_name(identity, what='identity', limit=_MAX_CN)}"
+        return f"CN={certs.check_name(identity, what='identity', limit=certs.MAX_CN)}"
 
     # ----------------------------------------------------------------------- the gateway
 
@@ -277,19 +255,19 @@ class DeviceCA:
                 CA's name constraints do not permit ``identity`` or an address (the gateway moved
                 since the CA was made: the message says how to make a new CA).
         """
-        identity = _check_gateway_identity(identity)
-        ips = _check_addresses(addresses)
+        identity = certs.check_gateway_identity(identity)
+        ips = certs.check_addresses(addresses)
         with contextlib.suppress(ValueError):
             ip = ipaddress.ip_address(identity)
             ips = ips if ip in ips else (*ips, ip)
-        dns = (identity,) if _is_dns_name(identity) else ()
-        outside = _outside(_constraints_of(self._cert), dns=dns, ips=ips)
+        dns = (identity,) if certs.is_dns_name(identity) else ()
+        outside = certs.outside(certs.constraints_of(self._cert), dns=dns, ips=ips)
         if outside:
             raise DeviceCAError(f"the device CA in {self._directory} may not vouch for {', '.join(outside)}: its "
                                 "name constraints hold the gateway's names and addresses as they were when it was "
                                 "made; make a new CA (docs/agent.md, \"Rotating the device CA\")")
         now = self._now()
-        with _open_directory(self._directory) as dfd:
+        with open_directory(self._directory) as dfd:
             fcntl.flock(dfd, fcntl.LOCK_EX)  # released when the descriptor closes
             stored = self._stored_gateway(dfd)
             if stored is not None and self._gateway_fits(stored[1], identity=identity, dns=dns, ips=ips, now=now):
@@ -297,13 +275,13 @@ class DeviceCA:
             else:
                 key = ec.generate_private_key(ec.SECP256R1())
                 cert = self._sign(
-                    _builder(identity, key, not_before=now - _BACKDATE, not_after=now + _GATEWAY_LIFETIME)
+                    certs.builder(identity, key, not_before=now - _BACKDATE, not_after=now + _GATEWAY_LIFETIME)
                     .add_extension(x509.SubjectAlternativeName([*map(x509.DNSName, dns), *map(x509.IPAddress, ips)]),
                                    critical=False)
                     .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, IKE_INTERMEDIATE]),
                                    critical=False))
-                _replace(dfd, GATEWAY_KEY, _key_pem(key), mode=0o600)
-                _replace(dfd, GATEWAY_CERT, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
+                replace_file(dfd, GATEWAY_KEY, certs.key_pem(key), mode=0o600)
+                replace_file(dfd, GATEWAY_CERT, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
         key_der = key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
                                     serialization.NoEncryption())
         return GatewayCredential(cert_der=cert.public_bytes(serialization.Encoding.DER), key_der=key_der,
@@ -311,16 +289,16 @@ class DeviceCA:
 
     def _stored_gateway(self, dfd: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
         """The stored gateway pair, or None if missing, unreadable as a pair, or not matching."""
-        key_file = _read(dfd, self._directory, GATEWAY_KEY, secret=True)
-        cert_file = _read(dfd, self._directory, GATEWAY_CERT, secret=False)
+        key_file = read_file(dfd, self._directory, GATEWAY_KEY, secret=True)
+        cert_file = read_file(dfd, self._directory, GATEWAY_CERT, secret=False)
         if key_file is None or cert_file is None:
             return None
         try:
-            key = _parse_key(key_file.data)
+            key = certs.parse_key(key_file.data)
             cert = x509.load_pem_x509_certificate(cert_file.data)
         except ValueError:
             return None
-        return (key, cert) if _matches(key, cert) else None
+        return (key, cert) if certs.matches(key, cert) else None
 
     def _gateway_fits(self, cert: x509.Certificate, *, identity: str, dns: tuple[str, ...],
                       ips: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...], now: datetime) -> bool:
@@ -329,7 +307,7 @@ class DeviceCA:
             san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         except (ValueError, TypeError, InvalidSignature, x509.ExtensionNotFound):
             return False
-        return (_common_name(cert) == identity
+        return (certs.common_name(cert) == identity
                 and set(san.get_values_for_type(x509.DNSName)) == set(dns)
                 and set(san.get_values_for_type(x509.IPAddress)) == set(ips)
                 and cert.not_valid_after_utc - now >= _GATEWAY_RENEW)
@@ -361,26 +339,27 @@ class DeviceCA:
             InvalidInput: ``identity``, ``lifetime`` or ``name`` cannot be used, or the CA's name
                 constraints do not permit ``identity``.
         """
-        identity = _check_name(identity, what="identity", limit=_MAX_CN)
-        constraints = _constraints_of(self._cert)
-        if constraints is not None and (not _is_dns_name(identity) or _outside(constraints, dns=(identity,), ips=())):
+        identity = certs.check_name(identity, what="identity", limit=certs.MAX_CN)
+        constraints = certs.constraints_of(self._cert)
+        if constraints is not None and (not certs.is_dns_name(identity)
+                                        or certs.outside(constraints, dns=(identity,), ips=())):
             raise InvalidInput(f"a device's identity is a DNS name under {DEVICE_NAMESPACE} (the only device names "
                                f"this CA may vouch for), not {identity!r:.80}")
         if isinstance(lifetime, bool) or not isinstance(lifetime, int) or lifetime not in _DEVICE_LIFETIME:
             raise InvalidInput(f"a device certificate's lifetime is {_DEVICE_LIFETIME.start} to "
                                f"{_DEVICE_LIFETIME.stop - 1} seconds (an hour to 90 days), not {lifetime!r}")
         friendly = identity if name is None else name
-        if not isinstance(friendly, str) or not 1 <= len(friendly) <= _MAX_CN or not friendly.isprintable():
+        if not isinstance(friendly, str) or not 1 <= len(friendly) <= certs.MAX_CN or not friendly.isprintable():
             raise InvalidInput("a credential's name is 1-64 printable characters")
         now = self._now()
         key = ec.generate_private_key(ec.SECP256R1())
-        builder = _builder(identity, key, not_before=now - _BACKDATE, not_after=now + timedelta(seconds=lifetime))
-        if _is_dns_name(identity):
+        builder = certs.builder(identity, key, not_before=now - _BACKDATE, not_after=now + timedelta(seconds=lifetime))
+        if certs.is_dns_name(identity):
             builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(identity)]), critical=False)
         cert = self._sign(
             builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH, IKE_INTERMEDIATE]),
                                   critical=False))
-        passphrase = _passphrase()
+        passphrase = certs.passphrase()
         algorithm, mac = ((pkcs12.PBES.PBESv1SHA1And3KeyTripleDESCBC, hashes.SHA1()) if legacy  # noqa: S303
                           else (pkcs12.PBES.PBESv2SHA256AndAES256CBC, hashes.SHA256()))
         encryption = (serialization.PrivateFormat.PKCS12.encryption_builder()
@@ -396,14 +375,14 @@ class DeviceCA:
     # ----------------------------------------------------------------------- helpers
 
     def _now(self) -> datetime:
-        return _aware(self._clock())
+        return certs.aware(self._clock())
 
     def _sign(self, builder: x509.CertificateBuilder) -> x509.Certificate:
         """Finish an end-entity certificate: issuer, key usage, CA:false, authority key id; signed."""
         ca_key_id = x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key())
         return (builder.issuer_name(self._cert.subject)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-                .add_extension(_key_usage(digital_signature=True), critical=True)
+                .add_extension(certs.key_usage(digital_signature=True), critical=True)
                 .add_extension(ca_key_id, critical=False)
                 .sign(self._key, hashes.SHA256()))
 
@@ -416,15 +395,15 @@ def _load_or_create_ca(dfd: int, directory: Path, common_name: str, constraints:
     """Load the CA; make it if there is no key file; wait while another process is making it."""
     deadline = time.monotonic() + _SETTLE
     while True:
-        key_file = _read(dfd, directory, CA_KEY, secret=True)
+        key_file = read_file(dfd, directory, CA_KEY, secret=True)
         if key_file is None:
             made = _create_ca(dfd, common_name, constraints, clock)
             if made is not None:
                 return made
             continue  # another process created the key first: load theirs
-        cert_file = _read(dfd, directory, CA_CERT, secret=False)
+        cert_file = read_file(dfd, directory, CA_CERT, secret=False)
         try:
-            key = _parse_key(key_file.data)
+            key = certs.parse_key(key_file.data)
             problem = None if cert_file is not None else f"{directory / CA_CERT} is missing beside {CA_KEY}"
         except ValueError:
             problem = f"{directory / CA_KEY} is not an ECDSA P-256 private key in PEM"
@@ -448,10 +427,10 @@ def _check_ca_cert(pem: bytes, key: ec.EllipticCurvePrivateKey, directory: Path,
         cert = x509.load_pem_x509_certificate(pem)
     except ValueError:
         raise DeviceCAError(f"{directory / CA_CERT} is not a PEM certificate") from None
-    if not _matches(key, cert):
+    if not certs.matches(key, cert):
         raise DeviceCAError(f"{directory / CA_KEY} does not match the certificate {directory / CA_CERT}: "
                             "restore the pair, or move both away to make a new CA")
-    found = _common_name(cert)
+    found = certs.common_name(cert)
     if found != common_name:
         raise DeviceCAError(f"{directory} holds the CA {found!r}, not {common_name!r}: "
                             "give each Target its own directory")
@@ -461,7 +440,7 @@ def _check_ca_cert(pem: bytes, key: ec.EllipticCurvePrivateKey, directory: Path,
 def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
                clock: Callable[[], datetime]) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
     """Make the CA, unless another process creates the key file first (then None)."""
-    now = _aware(clock())
+    now = certs.aware(clock())
     key = ec.generate_private_key(ec.SECP256R1())
     public = key.public_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -473,7 +452,7 @@ def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
             .not_valid_before(now - _BACKDATE)
             .not_valid_after(now + _CA_LIFETIME)
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
+            .add_extension(certs.key_usage(key_cert_sign=True, crl_sign=True), critical=True)
             # Not critical, as RFC 5280 asks: strongSwan 5.9 cannot parse an iPAddress subtree and
             # refuses the whole certificate when this extension is critical. Windows, Apple, OpenSSL
             # and browsers enforce name constraints either way (the CA/Browser Forum's Baseline
@@ -483,10 +462,10 @@ def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
             .add_extension(x509.ExtendedKeyUsage(CA_PURPOSES), critical=False)
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
             .sign(key, hashes.SHA256()))
-    if not _create(dfd, CA_KEY, _key_pem(key), mode=0o600):
+    if not create_file(dfd, CA_KEY, certs.key_pem(key), mode=0o600):
         return None
     try:
-        _replace(dfd, CA_CERT, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
+        replace_file(dfd, CA_CERT, cert.public_bytes(serialization.Encoding.PEM), mode=0o644)
     except BaseException:
         with contextlib.suppress(OSError):  # no key without its certificate: the next attempt starts over
             os.unlink(CA_KEY, dir_fd=dfd)
@@ -494,262 +473,3 @@ def _create_ca(dfd: int, common_name: str, constraints: x509.NameConstraints,
     return key, cert
 
 
-# --------------------------------------------------------------------------- name constraints
-
-_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def _name_constraints(gateway: Sequence[str]) -> x509.NameConstraints:
-    """What a new CA permits: DNS names under the device namespace, the gateway's DNS names and
-    exactly its addresses; with no address of a family, every address of that family excluded
-    (a permitted subtree of one family does not constrain the other in every verifier)."""
-    if isinstance(gateway, str | bytes):
-        raise InvalidInput("gateway is a list of names and addresses, not one string")
-    names: dict[str, None] = {DEVICE_NAMESPACE: None}
-    ips: dict[_Address, None] = {}
-    for entry in gateway:
-        value = _check_gateway_identity(entry)
-        with contextlib.suppress(ValueError):
-            ips[ipaddress.ip_address(value)] = None
-            continue
-        if _is_dns_name(value):
-            names[value.lower()] = None
-    permitted: list[x509.GeneralName] = [x509.DNSName(name) for name in names]
-    permitted += [x509.IPAddress(ipaddress.ip_network(ip)) for ip in ips]
-    families = {ip.version for ip in ips}
-    excluded: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_network(net)) for version, net in
-                                        ((4, "0.0.0.0/0"), (6, "::/0")) if version not in families]
-    return x509.NameConstraints(permitted_subtrees=permitted, excluded_subtrees=excluded or None)
-
-
-def _constraints_of(cert: x509.Certificate) -> x509.NameConstraints | None:
-    try:
-        return cert.extensions.get_extension_for_class(x509.NameConstraints).value
-    except x509.ExtensionNotFound:
-        return None
-
-
-def _outside(constraints: x509.NameConstraints | None, *, dns: Sequence[str], ips: Sequence[_Address]) -> list[str]:
-    """The names and addresses ``constraints`` do not permit (RFC 5280 4.2.1.10: a DNS name is
-    within a subtree when it is the subtree's name or ends in ``.`` and that name)."""
-    if constraints is None:
-        return []
-    permitted = list(constraints.permitted_subtrees or ())
-    excluded = list(constraints.excluded_subtrees or ())
-
-    def dns_within(name: str, trees: list[x509.GeneralName]) -> bool:
-        name = name.lower().rstrip(".")
-        return any(name == t.value.lower() or name.endswith("." + t.value.lower().lstrip("."))
-                   for t in trees if isinstance(t, x509.DNSName))
-
-    def ip_within(ip: _Address, trees: list[x509.GeneralName]) -> bool:
-        return any(isinstance(t.value, ipaddress.IPv4Network | ipaddress.IPv6Network)
-                   and t.value.version == ip.version and ip in t.value
-                   for t in trees if isinstance(t, x509.IPAddress))
-
-    dns_limited = any(isinstance(t, x509.DNSName) for t in permitted)
-    ip_limited = any(isinstance(t, x509.IPAddress) for t in permitted)
-    return ([name for name in dns if dns_within(name, excluded) or (dns_limited and not dns_within(name, permitted))]
-            + [str(ip) for ip in ips if ip_within(ip, excluded) or (ip_limited and not ip_within(ip, permitted))])
-
-
-# --------------------------------------------------------------------------- certificates
-
-
-def _ca_common_name(owner: str) -> str:
-    return _CA_NAME.format(owner=owner if len(owner) <= _OWNER_IN_CN else owner[:_OWNER_IN_CN - 1] + "~")
-
-
-def _builder(identity: str, key: ec.EllipticCurvePrivateKey, *, not_before: datetime,
-             not_after: datetime) -> x509.CertificateBuilder:
-    public = key.public_key()
-    return (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, identity)]))
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(not_before)
-            .not_valid_after(not_after)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False))
-
-
-def _key_usage(*, digital_signature: bool = False, key_cert_sign: bool = False,
-               crl_sign: bool = False) -> x509.KeyUsage:
-    return x509.KeyUsage(digital_signature=digital_signature, content_commitment=False, key_encipherment=False,
-                         data_encipherment=False, key_agreement=False, key_cert_sign=key_cert_sign,
-                         crl_sign=crl_sign, encipher_only=False, decipher_only=False)
-
-
-def _common_name(cert: x509.Certificate) -> str:
-    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    value = names[0].value if names else ""
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
-
-
-def _parse_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
-    """An ECDSA P-256 private key from PEM.
-
-    Raises:
-        ValueError: anything else.
-    """
-    key = serialization.load_pem_private_key(pem, password=None)
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise ValueError("not an ECDSA P-256 key")
-    return key
-
-
-def _matches(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> bool:
-    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    return key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
-
-
-def _passphrase() -> str:
-    symbols = "".join(secrets.choice(_ALPHABET) for _ in range(_PASSPHRASE_GROUPS * _GROUP))
-    return "-".join(symbols[i:i + _GROUP] for i in range(0, len(symbols), _GROUP))
-
-
-def _aware(now: datetime) -> datetime:
-    if now.tzinfo is None or now.utcoffset() is None:
-        raise ValueError("the CA's clock must give aware datetimes")
-    return now.astimezone(UTC).replace(microsecond=0)
-
-
-# --------------------------------------------------------------------------- input
-
-
-def _check_name(value: str, *, what: str, limit: int) -> str:
-    """An owner or device identity: safe in a DN and in a strongSwan identity string as it stands."""
-    if not isinstance(value, str) or not 1 <= len(value) <= limit or not _NAME.fullmatch(value):
-        raise InvalidInput(f"an {what} is 1-{limit} of letters, digits, '.', '_', '-', starting with a letter or "
-                           f"digit (no spaces, commas, '=', '+', quotes or control characters), not {value!r:.80}")
-    return value
-
-
-def _check_gateway_identity(identity: str) -> str:
-    if isinstance(identity, str) and len(identity) <= _MAX_CN:
-        with contextlib.suppress(ValueError):
-            return str(ipaddress.ip_address(identity))
-    return _check_name(identity, what="identity", limit=_MAX_CN)
-
-
-def _check_addresses(addresses: Sequence[str]) -> tuple[_Address, ...]:
-    if isinstance(addresses, str | bytes):
-        raise InvalidInput("addresses is a list of IP addresses, not one string")
-    ips: dict[_Address, None] = {}
-    for address in addresses:
-        try:
-            ips[ipaddress.ip_address(address)] = None
-        except ValueError:
-            raise InvalidInput(f"not an IP address: {address!r:.80}") from None
-    return tuple(ips)
-
-
-def _is_dns_name(value: str) -> bool:
-    """A host name a certificate may carry as dNSName (LDH labels, the last not all digits)."""
-    labels = value.split(".")
-    return (len(value) <= 253 and all(_DNS_LABEL.fullmatch(label) for label in labels)
-            and not labels[-1].isdigit())
-
-
-# --------------------------------------------------------------------------- files
-
-
-@dataclass(frozen=True, slots=True)
-class _File:
-    data: bytes
-    mtime: float
-
-
-@contextlib.contextmanager
-def _open_directory(directory: Path) -> Iterator[int]:
-    """The CA's directory, open (made 0700 if missing); a link, or one others may write to, refused."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(directory, _DIR_FLAGS)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise DeviceCAError(f"the CA directory {directory} is a link or not a directory: name the directory "
-                                "itself") from exc
-        raise
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid():
-            raise DeviceCAError(f"the CA directory {directory} is owned by uid {st.st_uid}, not by the service's "
-                                f"user ({os.geteuid()})")
-        if st.st_mode & 0o022:
-            raise DeviceCAError(f"the CA directory {directory} is writable by other users "
-                                f"(mode {stat.S_IMODE(st.st_mode):o}): chmod 700 it")
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _read(dfd: int, directory: Path, name: str, *, secret: bool) -> _File | None:
-    """A file of the directory, or None if it does not exist.
-
-    Raises:
-        DeviceCAError: a link, not a regular file, not the service's own, writable by others,
-            or (``secret``) readable by others.
-    """
-    path = directory / name
-    try:
-        fd = os.open(name, _READ_FLAGS, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise DeviceCAError(f"{path} is a symbolic link: refused (put the file itself there)") from exc
-        raise
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise DeviceCAError(f"{path} is not a regular file")
-        if st.st_uid != os.geteuid():
-            raise DeviceCAError(f"{path} is owned by uid {st.st_uid}, not by the service's user ({os.geteuid()})")
-        if st.st_mode & (0o077 if secret else 0o022):
-            who = "read or written by other users" if secret else "written by other users"
-            fix = "chmod 600 it" if secret else "chmod 644 it"
-            raise DeviceCAError(f"{path} may be {who} (mode {stat.S_IMODE(st.st_mode):o}): {fix}")
-        return _File(handle.read(), st.st_mtime)
-
-
-def _write_whole(fd: int, data: bytes, mode: int) -> None:
-    """Give the open file ``mode``, write ``data`` and sync it; closes ``fd``."""
-    with os.fdopen(fd, "wb") as handle:
-        os.fchmod(handle.fileno(), mode)
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _create(dfd: int, name: str, data: bytes, *, mode: int) -> bool:
-    """Write a new file whole, unless it exists already (then False and nothing written)."""
-    try:
-        fd = os.open(name, _CREATE_FLAGS, mode, dir_fd=dfd)
-    except FileExistsError:
-        return False
-    try:
-        _write_whole(fd, data, mode)
-        os.fsync(dfd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name, dir_fd=dfd)
-        raise
-    return True
-
-
-def _replace(dfd: int, name: str, data: bytes, *, mode: int) -> None:
-    """Write a file whole: a temporary file in the directory, renamed over ``name``."""
-    temp = f".{name}.{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, _CREATE_FLAGS, 0o600, dir_fd=dfd)
-    try:
-        _write_whole(fd, data, mode)
-        os.replace(temp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        os.fsync(dfd)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dfd)
