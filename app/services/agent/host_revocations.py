@@ -84,7 +84,8 @@ class Revocations:
 
     def retry(self, *, limit: int = 100) -> list[str]:
         """Send again the revocations whose next attempt is due (at most ``limit``); each is first
-        put off to its next attempt, so two processes sharing Host's database send it once.
+        put off to its next attempt, so another process sharing Host's database leaves it be
+        meanwhile (two that read it at the same moment both send it: Target records it once).
         Those of a target no longer configured are given up. Returns ``user@target`` of those
         confirmed now."""
         now = self._clock()
