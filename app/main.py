@@ -60,10 +60,10 @@ from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
 from app.measure.services.jobs import BenchmarkJobs
 from app.services import idempotency
-from app.services.agent_config import load_server_config
-from app.services.agent_host import HostAgent
-from app.services.agent_target import TargetAgent
-from app.services.agent_target_edits import SessionFollower
+from app.services.agent.config import load_server_config
+from app.services.agent.host import HostAgent
+from app.services.agent.target import TargetAgent
+from app.services.agent.target_edits import SessionFollower
 from app.services.events import prune_events
 from app.services.peering import Peering, PeeringConfig
 from app.services.ratings import TableCache
@@ -162,7 +162,7 @@ def _idempotency_key(units: UnitOfWorkFactory) -> bytes:
 async def _sweep(target: TargetAgent, follower: SessionFollower | None, stop: asyncio.Event) -> None:
     """Target's sweeper: expired sessions out, stale nonces forgotten, orphaned conns unloaded;
     with ``follower``, the sessions that an edit of this database's rating tables or policies
-    left below their minimums closed (:mod:`app.services.agent_target_edits`).
+    left below their minimums closed (:mod:`app.services.agent.target_edits`).
 
     Stopped by ``stop``, never cancelled mid-sweep: a sweep runs in a thread that holds a
     database connection, which must be back in the pool before the engine is disposed.
