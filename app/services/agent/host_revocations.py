@@ -86,8 +86,9 @@ class Revocations:
         """Send again the revocations whose next attempt is due (at most ``limit``); each is first
         put off to its next attempt, so another process sharing Host's database leaves it be
         meanwhile (two that read it at the same moment both send it: Target records it once).
-        Those of a target no longer configured are given up. Returns ``user@target`` of those
-        confirmed now."""
+        Those of a target no longer configured are given up. Once a target fails, the rest of its
+        due revocations wait for their next attempt (a target that does not answer costs one
+        timeout a round, not one per user). Returns ``user@target`` of those confirmed now."""
         now = self._clock()
         with self._store.unit() as uow:
             due = uow.pending_revocations.due(_at(now), limit)
@@ -101,12 +102,15 @@ class Revocations:
                                 p.user_id, p.target_id)
                     uow.pending_revocations.forget(p.target_id, p.user_id)
             uow.commit()
-        confirmed = []
+        confirmed, failed = [], set()
         for p in due:
             target = self._targets.get(p.target_id)
-            if target is not None and self._send(target, p.user_id, p.sign_public_key,
-                                                 attempt=p.attempts + 1).startswith("confirmed"):
+            if target is None or target.name in failed:
+                continue  # a target that just failed is not waited for again this round: its turn comes
+            if self._send(target, p.user_id, p.sign_public_key, attempt=p.attempts + 1).startswith("confirmed"):
                 confirmed.append(f"{p.user_id}@{p.target_id}")
+            else:
+                failed.add(target.name)
         return confirmed
 
     def _send(self, target: RevocationTarget, user_id: str, sign_public_key: bytes, *, attempt: int) -> str:

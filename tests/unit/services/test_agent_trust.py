@@ -336,6 +336,20 @@ def test_the_user_revokes_her_own_device_while_the_revocation_is_pending(world: 
     assert info.value.reason == "revoked user alice"
 
 
+def test_a_target_that_fails_is_tried_once_a_round_however_many_revocations_wait(world: World) -> None:
+    hq = world.hosts["hq"]
+    world.far_up = False
+    hq.revoke("alice")
+    hq.revoke("bob")
+    sent = len(world.posted)
+    world.clock.now += RETRY_FIRST
+    assert hq.retry_revocations() == []
+    assert len(world.posted) == sent + 1  # bob's waits for its next attempt
+    world.far_up = True
+    world.clock.now += RETRY_MAX
+    assert sorted(hq.retry_revocations()) == ["alice@far", "bob@far"]
+
+
 def test_the_backoff_doubles_up_to_its_bound() -> None:
     assert [retry_delay(n) for n in (1, 2, 3)] == [RETRY_FIRST, 2 * RETRY_FIRST, 4 * RETRY_FIRST]
     assert retry_delay(10) == retry_delay(10_000) == RETRY_MAX
