@@ -219,7 +219,7 @@ device_app = typer.Typer(help="Client: phones and laptops, with the VPN client t
                          no_args_is_help=True)
 agent_app.add_typer(device_app, name="device")
 #: The profiles that hold everything (the PKCS#12 inside): a phone can take them from a link.
-_LINKABLE = ("android", "apple")
+_LINKABLE = tuple(name for name, p in PLATFORMS.items() if p.linkable)
 
 
 @device_app.command("enrol")

@@ -31,6 +31,7 @@ from app.domain.agent import (
     b64e,
     check_fresh,
 )
+from app.domain.agent.platforms import PLATFORMS
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
 from app.domain.agent.sealed_profile import read_sealed
 from app.domain.errors import InvalidInput, UnsupportedMediaType
@@ -45,9 +46,9 @@ __all__ = ["HANDOFF_MAX_TTL", "HANDOFF_TYPES", "Admit", "HostAgent", "link_id"]
 Admit = Callable[[str], None]
 
 #: The profiles Host keeps for a one-time link, by media type, and the file name's ending each
-#: has: those that hold everything a phone needs (``app.adapters.agent.profiles``: Android's
-#: strongSwan app, Apple's Settings).
-HANDOFF_TYPES = {"application/vnd.strongswan.profile": ".sswan", "application/x-apple-aspen-config": ".mobileconfig"}
+#: has: those that hold everything a phone needs (the platforms whose record has nothing beside
+#: the profile, :data:`app.domain.agent.platforms.PLATFORMS`: Android's strongSwan app, Apple's Settings).
+HANDOFF_TYPES = {p.media_type: p.suffix for p in PLATFORMS.values() if p.linkable}
 
 #: The longest a one-time link lives, in seconds.
 HANDOFF_MAX_TTL = 600

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.agent import AgentSessionState, ClientRequest
+from app.domain.agent.platforms import PLATFORMS
 from app.domain.agent.ports import AgentSession, AgentStore
 from app.domain.errors import QossError
 from app.domain.negotiation import Backend, NegotiationResult
@@ -65,8 +66,9 @@ def session_inputs(request: ClientRequest, *, policy: str | None, rating_table: 
 
 
 def platform_policy(platform: str) -> str:
-    """The stored policy that says what ``platform``'s VPN client can negotiate."""
-    return f"platform-{platform}"
+    """The stored policy that says what ``platform``'s VPN client can negotiate (its record's
+    capability table, :data:`app.domain.agent.platforms.PLATFORMS`)."""
+    return PLATFORMS[platform].policy
 
 
 def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], default_table: str,
