@@ -56,4 +56,5 @@ def test_the_capability_table_is_a_shipped_policy(name: str) -> None:
 def test_a_one_time_link_carries_exactly_the_profiles_that_hold_everything() -> None:
     linkable = {p.media_type: p.suffix for p in PLATFORMS.values() if not p.beside}
     assert linkable == HANDOFF_TYPES
-    assert linkable == {"application/vnd.strongswan.profile": ".sswan", "application/x-apple-aspen-config": ".mobileconfig"}
+    assert linkable == {"application/vnd.strongswan.profile": ".sswan",
+                        "application/x-apple-aspen-config": ".mobileconfig"}
