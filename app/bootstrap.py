@@ -1,41 +1,72 @@
 """What every entry point (the API's app factory, the command line, the lab) builds from the
-settings, built one way: the database engine, the charons' factory, and a database brought to a
-usable state (migrated, the shipped tables and policies loaded once)."""
+settings, built one way: the database engine, the charons' factory, the agent's HTTP and the
+charon event listener, and a database brought to a usable state (migrated, the shipped tables and
+policies loaded once).
+
+The ``fast_paths`` setting (``QOSS_FAST_PATHS``) is read here for the mechanisms it switches,
+each of which takes its choice as an argument: the engine's statements on the DBAPI cursor
+(:func:`~app.adapters.db.engine.make_engine`), VICI commands pipelined on one socket
+(:class:`~app.adapters.vici.gateway.ViciGateway`), charon's events read off the wire
+(:func:`~app.adapters.vici.events.updown_listener`), and the agent's HTTP on kept sockets
+(:func:`~app.adapters.agent.transport.post_message`). The routes that bypass the framework read
+it in their registry (:mod:`app.web.bypass`).
+
+Each function imports what it builds when it is called: the user's client (``qoss agent
+connect``) takes its HTTP and its event listener from here without loading a database library."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine
-
-from app.adapters import files
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.migrate import upgrade
-from app.adapters.db.notices import NoticeListener
-from app.adapters.db.repositories.access import TOKEN_CACHE, TokenCache
-from app.adapters.db.repositories.network import GATEWAY_CACHE, GatewayCache
-from app.adapters.db.unit_of_work import SqlUnitOfWork
-from app.adapters.vici.gateway import ViciGateway
 from app.domain.ports import NO_METRICS, Metrics
-from app.services.policies import load_shipped_policies
-from app.services.ratings import TableCache, load_shipped_tables
 from app.settings import Settings
 
-__all__ = ["Prepared", "ReadCaches", "charons", "engine_for", "prepare_database", "read_caches"]
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from app.adapters.db.notices import NoticeListener
+    from app.adapters.db.repositories.access import TokenCache
+    from app.adapters.db.repositories.network import GatewayCache
+    from app.adapters.vici.events import EventListener, SaEvent
+    from app.adapters.vici.gateway import ViciGateway
+    from app.services.ratings import TableCache
+
+__all__ = ["Prepared", "ReadCaches", "agent_post", "charons", "engine_for", "prepare_database", "read_caches",
+           "sa_listener"]
 
 
 def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engine:
     """The database engine of ``settings`` (``writes=False``: SQLite's read-only engine)."""
+    from app.adapters.db.engine import make_engine
+
     return make_engine(settings.database_url, writes=writes, fast_paths=settings.fast_paths, **pool)
 
 
 def charons(settings: Settings, metrics: Metrics = NO_METRICS) -> Callable[[str], ViciGateway]:
     """A charon by its VICI socket path, answering within ``settings.vici_timeout``, its calls
     counted in ``metrics``."""
+    from app.adapters.vici.gateway import ViciGateway
+
     timeout, pipelining = settings.vici_timeout, settings.fast_paths
     return lambda path: ViciGateway(path, timeout, metrics=metrics, pipelining=pipelining)
+
+
+def agent_post(settings: Settings) -> Callable[..., bytes]:
+    """How the agent's roles send a message over HTTP (:func:`~app.adapters.agent.transport.post_message`)."""
+    from app.adapters.agent.transport import post_message
+
+    return functools.partial(post_message, fast_paths=settings.fast_paths)
+
+
+def sa_listener(settings: Settings) -> Callable[[str, Callable[[SaEvent], None]], EventListener]:
+    """How an event hub listens to a charon's up/down events
+    (:func:`~app.adapters.vici.events.updown_listener`)."""
+    from app.adapters.vici.events import updown_listener
+
+    return functools.partial(updown_listener, wire=settings.fast_paths)
 
 
 #: Seconds a cached row is trusted on PostgreSQL while the replicas' change notices are followed
@@ -55,6 +86,9 @@ class ReadCaches:
 
     def session_info(self) -> dict[str, Any]:
         """What every session's ``info`` holds, so its repositories use the caches."""
+        from app.adapters.db.repositories.access import TOKEN_CACHE
+        from app.adapters.db.repositories.network import GATEWAY_CACHE
+
         return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens}
 
     def close(self) -> None:
@@ -67,6 +101,11 @@ def read_caches(settings: Settings) -> ReadCaches:
     TTL setting (default 1 s); on PostgreSQL for its setting (default :data:`REPLICA_TTL`) while
     the other replicas' change notices are followed, for none while they are not. A TTL set to 0
     turns its cache off."""
+    from app.adapters.db.notices import NoticeListener
+    from app.adapters.db.repositories.access import TokenCache
+    from app.adapters.db.repositories.network import GatewayCache
+    from app.services.ratings import TableCache
+
     replicas = settings.database_url.startswith("postgresql")
     chosen = {"token": settings.token_cache_ttl, "gateway": settings.gateway_cache_ttl,
               "table": settings.table_cache_ttl}
@@ -89,6 +128,13 @@ class Prepared:
 def prepare_database(settings: Settings) -> Prepared:
     """Run the migrations; with ``load_shipped``, insert the shipped tables and policies this
     database was never offered (each name once: what an operator deleted stays deleted)."""
+    from app.adapters import files
+    from app.adapters.db.engine import make_session_factory
+    from app.adapters.db.migrate import upgrade
+    from app.adapters.db.unit_of_work import SqlUnitOfWork
+    from app.services.policies import load_shipped_policies
+    from app.services.ratings import load_shipped_tables
+
     if settings.database_url.startswith("sqlite:///"):
         from pathlib import Path
 

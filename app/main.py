@@ -20,10 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import __version__
 from app.adapters.agent.crypto import CRYPTO, load_keys
 from app.adapters.agent.devices import LocalDeviceKit
-from app.adapters.agent.transport import post_message
 from app.adapters.audit_seal import AuditSeal
 from app.adapters.db.agent_store import SqlAgentStore
-from app.adapters.db.audit import Auditor, PendingRecord, install
+from app.adapters.db.audit import Auditor, install
 from app.adapters.db.engine import make_session_factory
 from app.adapters.db.leader import Leadership
 from app.adapters.db.ratelimit import SharedRateLimiter, shared_buckets_engine
@@ -33,10 +32,9 @@ from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.peering import HttpPeerLink, peering_keys
 from app.adapters.pending_loads import PendingLoads
-from app.adapters.vici.events import updown_listener
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
-from app.api.agent_fast import is_message_request, serve_message
+from app.api.agent_fast import MESSAGE_ROUTES
 from app.api.docs import install as install_api_docs
 from app.api.routes import (
     admin,
@@ -53,8 +51,8 @@ from app.api.routes import (
     ratings,
     tunnels,
 )
-from app.api.tunnels_fast import is_tunnel_request, serve_tunnel
-from app.bootstrap import charons, engine_for, read_caches
+from app.api.tunnels_fast import TUNNEL_ROUTES
+from app.bootstrap import agent_post, charons, engine_for, read_caches, sa_listener
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -71,27 +69,24 @@ from app.settings import Settings
 from app.ui import install as install_console
 from app.ui.pages.oidc import configured as console_oidc_sign_in
 from app.web.admission import AdmissionControl, Door, HealthProbe, uncounted
+from app.web.audit_trail import audit, changes, record_change
+from app.web.bypass import BypassRoutes
 from app.web.deps import in_worker_thread
 from app.web.errors import error_body, install_error_handlers
 from app.web.leader_duties import LeaderDuties
 from app.web.observe import RequestTimer, RouteLabels
-from app.web.provenance import TrustedProxies, audit_fields, client_request_id, new_request_id
+from app.web.provenance import TrustedProxies, client_request_id, new_request_id
 from app.web.runtime import Limiter, Runtime, runtime_of
 
 __all__ = ["create_app"]
 
 log = logging.getLogger("qoss.api")
-_SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
-#: Requests that change nothing even though their method could: their records are batched.
-_COMPUTES = frozenset({("POST", "/v1/negotiations")})
-#: Refusals recorded whatever the method (a read refused is a security decision too).
-_REFUSED = frozenset({401, 403, 413, 429})
 
 
 class QossApp(FastAPI):
-    """The application: with the ``fast_paths`` setting on, the agent's message routes and a
-    tunnel's create and delete take a fast path (:mod:`app.api.agent_fast`,
-    :mod:`app.api.tunnels_fast`) around the middleware stack; everything else goes through it."""
+    """The application: the routes registered to bypass the framework (``app.state.bypass``,
+    :mod:`app.web.bypass`) are answered around the middleware stack, through the same admission
+    door; everything else goes through the stack."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         parts = runtime_of(self)  # None before the lifespan has run
@@ -104,23 +99,17 @@ class QossApp(FastAPI):
 
     async def _serve(self, parts: Runtime, scope: Scope, receive: Receive, send: Send) -> None:
         parts.trusted_proxies.rewrite(scope)  # behind a trusted proxy, the client is the one it forwards for
-        if is_message_request(scope) and parts.fast_paths:
-            scope["app"] = self
-            full = super().__call__
-
-            async def fast(scope: Scope, receive: Receive, send: Send) -> None:
-                await serve_message(parts, scope, receive, send, full)
-            await self.state.door.through(scope, receive, send, fast)
+        bypass: BypassRoutes = self.state.bypass
+        route = bypass.route_for(parts, scope)
+        if route is None:
+            await super().__call__(scope, receive, send)
             return
-        if is_tunnel_request(scope) and parts.fast_paths:
-            scope["app"] = self
-            stack = super().__call__
+        scope["app"] = self
+        full = super().__call__
 
-            async def tunnel(scope: Scope, receive: Receive, send: Send) -> None:
-                await serve_tunnel(parts, scope, receive, send, stack, recorded=_record_change, audit=_audit)
-            await self.state.door.through(scope, receive, send, tunnel)
-            return
-        await super().__call__(scope, receive, send)
+        async def answer(scope: Scope, receive: Receive, send: Send) -> None:
+            await bypass.serve(parts, route, scope, receive, send, full)
+        await self.state.door.through(scope, receive, send, answer)
 
 
 def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkFactory, vici: ViciFactory,
@@ -139,7 +128,7 @@ def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkF
     host = None
     if config.host is not None:
         host = HostAgent(config=config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
-                         post=functools.partial(post_message, fast_paths=settings.fast_paths))
+                         post=agent_post(settings))
     log.info("agent roles: host=%s target=%s (id %s)", host is not None, target is not None, config.id)
     return host, target
 
@@ -237,7 +226,7 @@ class _GuardAndAudit:
             nonlocal status, recorded
             if message["type"] == "http.response.start":
                 status = message["status"]
-                recorded = await _record_change(request, status)
+                recorded = await record_change(request, status)
                 headers = [*message.get("headers", []), (b"x-request-id", request_id.encode("ascii"))]
                 message = {**message, "headers": headers}
             await send(message)
@@ -267,62 +256,10 @@ class _GuardAndAudit:
             except Exception:
                 # A bug (the 500 is answered outside this middleware): still one record.
                 request.state.error_name = "InternalError"
-                _audit(request, 500)
+                audit(request, 500)
                 raise
-        if not recorded and (request.method not in _SAFE or status in _REFUSED or _audited_read(request)):
-            _audit(request, status)
-
-
-async def _record_change(request: Request, status: int) -> bool:
-    """Before a 2xx answer to a change leaves: make sure its record is in the database.
-
-    Returns whether the request's record is written (then nothing is queued for it).
-    """
-    pending: PendingRecord | None = getattr(request.state, "audit", None)
-    if pending is not None and pending.committed is not None:
-        return bool(pending.committed["outcome"] == status)  # else a later failure: queued as well
-    if (request.method in _SAFE and not _audited_read(request)) or not 200 <= status < 300 \
-            or (request.method, request.url.path) in _COMPUTES:
-        return False
-    parts = runtime_of(request.app)
-    if parts is None:
-        return False
-    await in_worker_thread(parts.auditor.write, audit_fields(request, status))
-    return True
-
-
-def _audited_read(request: Request) -> bool:
-    """Whether a route asked for its read to be recorded like a change (``request.state.audit_read``:
-    a one-time link's download spends the link), a failure counted like any refusal."""
-    return bool(getattr(request.state, "audit_read", False))
-
-
-def _audit(request: Request, outcome: int) -> None:
-    """Queue the audit record of one request: who, what, the outcome (never a body or a secret).
-
-    A refusal (:func:`_is_refusal`) is counted with those of its kind from its source instead,
-    one entry per window (:meth:`Auditor.refused`).
-    """
-    parts = runtime_of(request.app)
-    if parts is None:
-        return
-    fields = audit_fields(request, outcome)
-    if _is_refusal(request.scope, outcome, fields):
-        route = parts.request_timer.labels.label(request.scope)
-        if is_message_request(request.scope):  # as the agent's fast path counts them
-            route = agent.refusal_kind(route, fields["detail"])
-        parts.auditor.refused(fields, route=route)
-    else:
-        parts.auditor.record(**fields)
-
-
-def _is_refusal(scope: Scope, outcome: int, fields: dict[str, Any]) -> bool:
-    """Whether a record is one of the refusals anyone can send in bulk: 401, 403, 413, 429, or
-    any 4xx to a request without a valid token; for the agent's messages, which carry no token,
-    as their fast path decides (:func:`app.api.routes.agent.refused_in_bulk`)."""
-    if is_message_request(scope):
-        return agent.refused_in_bulk(outcome)
-    return outcome in _REFUSED or (400 <= outcome < 500 and fields["token_id"] is None)
+        if not recorded and changes(request, status):
+            audit(request, status)
 
 
 async def _sweep_peered(peering: Peering, stop: asyncio.Event) -> None:
@@ -396,8 +333,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             vici_factory=vici,
             # Charon's up/down events, one connection per charon: set-ups read their SAs from them
             # (unless sa_reports is off) and the tunnel monitor is told by them.
-            sa_events=SaEventHub(metrics=metrics_port, listen=functools.partial(updown_listener,
-                                                                                 wire=resolved.fast_paths),
+            sa_events=SaEventHub(metrics=metrics_port, listen=sa_listener(resolved),
                                  detached=resolved.detached_initiate),
             auditor=await in_worker_thread(  # checks the audit key against the chain: refuses a wrong one
                 Auditor, session_factory, refusal_window=resolved.audit_refusal_window,
@@ -494,8 +430,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
     app.state.draining = False
 
     app.add_middleware(_GuardAndAudit, settings=settings)
+    # The routes answered around the middleware stack on their happy path (app.web.bypass).
+    app.state.bypass = BypassRoutes((*MESSAGE_ROUTES, *TUNNEL_ROUTES))
     # Outermost: a request over the in-flight limit is answered before anything else runs. The
-    # agent's fast path goes through the same door.
+    # routes that bypass the stack go through the same door.
     app.state.door = Door(settings)
     app.add_middleware(AdmissionControl, settings=settings, door=app.state.door)
 

@@ -114,7 +114,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     post = lambda url, wire: host.handle(wire).answer
     clients = [AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
                            vici=ViciGateway(cfg.vici_socket, 20.0), post=post,
-                           reports=client_reports(Settings(), fast_paths=True))]
+                           reports=client_reports(Settings(fast_paths=True)))]
 else:
     import functools
     from app.adapters.agent.transport import post_message
@@ -124,7 +124,7 @@ else:
         return AgentClient(config=c, keys=load_keys(c.key_dir, c.user), crypto=CRYPTO,
                            vici=ViciGateway(c.vici_socket, 20.0),
                            post=functools.partial(post_message, fast_paths=arm["fast"]),
-                           reports=client_reports(Settings(), fast_paths=arm["fast"]))
+                           reports=client_reports(Settings(fast_paths=arm["fast"])))
     clients = [client_of(arm) for arm in arms]
 bare_vici = ViciGateway(cfg.vici_socket, 20.0)
 gc.freeze()  # as qoss agent connect does once its client is made

@@ -74,7 +74,7 @@ concurrency, budget = int(sys.argv[2]), float(sys.argv[3])
 deadline = time.monotonic() + budget
 client_socket, target_socket = sys.argv[4], sys.argv[5]
 post = functools.partial(post_message, fast_paths=True)
-reports = client_reports(Settings(), fast_paths=True)  # one listener on the one client charon, as in one process
+reports = client_reports(Settings(fast_paths=True))  # one listener on the one client charon, as in one process
 lock = threading.Lock()
 outcomes, times, refusals, failures, joined, examples = Counter(), [], Counter(), Counter(), {}, []
 

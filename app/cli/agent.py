@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
 import sys
@@ -117,10 +116,9 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
     """Host: revoke a user and tell every target to take the user's tunnels down."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
     from app.adapters.agent.devices import LocalDeviceKit
-    from app.adapters.agent.transport import post_message
     from app.adapters.db.agent_store import SqlAgentStore
     from app.adapters.db.unit_of_work import sql_units_of_work
-    from app.bootstrap import charons
+    from app.bootstrap import agent_post, charons
     from app.cli.common import need_files
     from app.services.agent.config import load_server_config
     from app.services.agent.host import HostAgent
@@ -145,22 +143,22 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
                                  devices=LocalDeviceKit(agent_config.key_dir, owner=agent_config.target_identity,
                                                         gateway_addresses=[agent_config.target.ike_address]))
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,
-                         post=functools.partial(post_message, fast_paths=settings.fast_paths))
+                         post=agent_post(settings))
         _emit(host.revoke(user_id))
     except QossError as exc:
         _fail(exc)
 
 
-def client_reports(settings: Settings, *, fast_paths: bool) -> SaEventHub | None:
+def client_reports(settings: Settings) -> SaEventHub | None:
     """The client's reports of its charon's SAs (``SaEventHub``, wired as the service's is), or None
     when ``settings`` turn them off (``QOSS_SA_REPORTS``). With ``QOSS_DETACHED_INITIATE`` false
     the hub answers that charon must wait, and it never connects."""
-    from app.adapters.vici.events import updown_listener
     from app.adapters.vici.sa_events import SaEventHub
+    from app.bootstrap import sa_listener
 
     if not settings.sa_reports:
         return None
-    return SaEventHub(listen=functools.partial(updown_listener, wire=fast_paths), detached=settings.detached_initiate)
+    return SaEventHub(listen=sa_listener(settings), detached=settings.detached_initiate)
 
 
 def _client(config: Path) -> Any:
@@ -169,8 +167,8 @@ def _client(config: Path) -> Any:
     ``QOSS_SA_REPORTS`` or ``QOSS_DETACHED_INITIATE`` is false (then charon waits and ``list-sas``
     is read)."""
     from app.adapters.agent.crypto import CRYPTO, load_keys
-    from app.adapters.agent.transport import post_message
     from app.adapters.vici.gateway import ViciGateway
+    from app.bootstrap import agent_post
     from app.cli.common import need_files
     from app.services.agent.client import AgentClient
     from app.services.agent.config import load_client_config
@@ -179,10 +177,10 @@ def _client(config: Path) -> Any:
     need_files(config)
     cfg = load_client_config(config)
     settings = Settings()
-    post = functools.partial(post_message, fast_paths=settings.fast_paths)
+    post = agent_post(settings)
     client = AgentClient(config=cfg, keys=load_keys(cfg.key_dir, cfg.user), crypto=CRYPTO,
                          vici=ViciGateway(cfg.vici_socket, 20.0), post=post,
-                         reports=client_reports(settings, fast_paths=settings.fast_paths))
+                         reports=client_reports(settings))
     gc.freeze()  # the modules' objects: no full collection over them during the connect
     return client
 

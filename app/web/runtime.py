@@ -109,10 +109,6 @@ class Runtime:
     peering: Peering | None = None
     event_streams: StreamSlots = field(default_factory=StreamSlots)
 
-    @property
-    def fast_paths(self) -> bool:
-        return self.settings.fast_paths
-
 
 def runtime(connection: HTTPConnection) -> Runtime:
     """The running service's parts, for a request (only while the service runs)."""

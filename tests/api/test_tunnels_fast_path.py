@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import Receive, Scope, Send
 
 from app import main as api_main
@@ -24,6 +26,7 @@ from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.auth import parse_token
 from app.main import create_app
+from app.services import tunnels as tunnel_service
 from app.services.auth import revoke_token
 from app.settings import Settings
 from tests.api.conftest import make_token
@@ -179,6 +182,22 @@ async def test_what_the_fast_path_does_not_take_gets_the_full_stacks_answer(
         path = "/v1/tunnels" if method == "POST" else "/v1/tunnels/abc"
         a, _ = await _both(clients, label, method, path, fast_path=False, **kw)
         assert a.status_code == status, (label, a.text)
+
+
+@pytest.mark.parametrize("failure", [
+    OperationalError("INSERT", {}, ConnectionError("gone")), PoolTimeout("no connection free")],
+    ids=["database-down", "pool-exhausted"])
+async def test_a_database_failure_is_answered_as_the_full_stack_does(
+        clients: Clients, monkeypatch: pytest.MonkeyPatch, failure: Exception) -> None:
+    """The set-up's transaction fails: the same 503, document and ``Retry-After`` either way."""
+
+    def fail(**_: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr(tunnel_service, "request_tunnel", fail)
+    a, _ = await _both(clients, type(failure).__name__, "POST", "/v1/tunnels", fast_path=True,
+                       json=_to(PSK_A, "down"))
+    assert (a.status_code, a.json()["error"], a.headers["retry-after"]) == (503, "DatabaseUnavailable", "1")
 
 
 async def test_with_fast_paths_off_a_tunnel_goes_through_the_full_stack(

@@ -1,11 +1,13 @@
-"""What app/api/agent_fast.py relies on in Starlette and FastAPI, checked against the pinned
-versions: an upgrade that changes it fails here, naming the library and its version
-(QOSS_FAST_PATHS=false sends every request through the full stack meanwhile).
+"""What the routes that bypass the framework (app/web/bypass.py) rely on in Starlette and
+FastAPI, checked against the pinned versions: an upgrade that changes it fails here, naming the
+library and its version (QOSS_FAST_PATHS=false sends every request through the full stack
+meanwhile).
 
-The fast path answers a message POST before ``FastAPI.__call__``: it must find the
+The registry answers a registered request before ``FastAPI.__call__``: it must find the
 application's state where the lifespan put it, hand anything else to the full stack with
 ``scope["app"]`` set as Starlette sets it, and answer exactly as the middleware stack,
-routing and error handlers do (compared case by case in tests/api/test_agent_fast_path.py).
+routing and error handlers do (compared case by case in tests/api/test_agent_fast_path.py and
+tests/api/test_tunnels_fast_path.py).
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ from app.settings import Settings
 from app.web.admission import AdmissionControl
 from tests.fixtures.library_pins import assert_pinned
 
-STARLETTE = assert_pinned("starlette", "app/api/agent_fast.py")
-FASTAPI = assert_pinned("fastapi", "app/api/agent_fast.py")
+STARLETTE = assert_pinned("starlette", "app/web/bypass.py")
+FASTAPI = assert_pinned("fastapi", "app/web/bypass.py")
 
 pytestmark = pytest.mark.anyio
 
 
 def _shape(ok: bool, what: str) -> None:
-    assert ok, (f"Starlette {STARLETTE} / FastAPI {FASTAPI}: {what} changed; app/api/agent_fast.py relies on it "
+    assert ok, (f"Starlette {STARLETTE} / FastAPI {FASTAPI}: {what} changed; app/web/bypass.py relies on it "
                 "(QOSS_FAST_PATHS=false avoids it)")
 
 
