@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from app.adapters.db.notices import NoticeListener
     from app.adapters.db.repositories.access import TokenCache
     from app.adapters.db.repositories.network import GatewayCache
+    from app.adapters.db.repositories.revisioned import TableCache
     from app.adapters.vici.events import EventListener, SaEvent
     from app.adapters.vici.gateway import ViciGateway
-    from app.services.ratings import TableCache
 
 __all__ = ["Prepared", "ReadCaches", "agent_post", "charons", "engine_for", "prepare_database", "read_caches",
            "sa_listener"]
@@ -88,8 +88,9 @@ class ReadCaches:
         """What every session's ``info`` holds, so its repositories use the caches."""
         from app.adapters.db.repositories.access import TOKEN_CACHE
         from app.adapters.db.repositories.network import GATEWAY_CACHE
+        from app.adapters.db.repositories.revisioned import TABLE_CACHE
 
-        return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens}
+        return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens, TABLE_CACHE: self.tables}
 
     def close(self) -> None:
         if self.notices is not None:
@@ -104,7 +105,7 @@ def read_caches(settings: Settings) -> ReadCaches:
     from app.adapters.db.notices import NoticeListener
     from app.adapters.db.repositories.access import TokenCache
     from app.adapters.db.repositories.network import GatewayCache
-    from app.services.ratings import TableCache
+    from app.adapters.db.repositories.revisioned import TableCache
 
     replicas = settings.database_url.startswith("postgresql")
     chosen = {"token": settings.token_cache_ttl, "gateway": settings.gateway_cache_ttl,

@@ -64,7 +64,6 @@ from app.services.agent.target import TargetAgent
 from app.services.agent.target_edits import SessionFollower
 from app.services.events import prune_events
 from app.services.peering import Peering, PeeringConfig
-from app.services.ratings import TableCache
 from app.settings import Settings
 from app.ui import install as install_console
 from app.ui.pages.oidc import configured as console_oidc_sign_in
@@ -112,8 +111,8 @@ class QossApp(FastAPI):
         await self.state.door.through(scope, receive, send, answer)
 
 
-def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkFactory, vici: ViciFactory,
-                 cache: TableCache) -> tuple[HostAgent | None, TargetAgent | None]:
+def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkFactory,
+                 vici: ViciFactory) -> tuple[HostAgent | None, TargetAgent | None]:
     """The agent roles the config enables (none without ``agent_config``)."""
     if settings.agent_config is None:
         return None, None
@@ -122,7 +121,7 @@ def _agent_roles(settings: Settings, *, store: SqlAgentStore, units: UnitOfWorkF
     target = None
     if config.target is not None:
         target = TargetAgent(config=config, keys=keys, crypto=CRYPTO, store=store, units=units,
-                             vici=vici, cache=cache, default_table=settings.default_table,
+                             vici=vici, default_table=settings.default_table,
                              devices=LocalDeviceKit(config.key_dir, owner=config.target_identity,
                                                      gateway_addresses=[config.target.ike_address]))
     host = None
@@ -319,11 +318,11 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             return SharedRateLimiter(buckets_engine, name, rate, burst)
         vici = vici_factory or charons(resolved, metrics_port)
         agent_store = SqlAgentStore(session_factory)
-        host, target = _agent_roles(resolved, store=agent_store, units=units, vici=vici, cache=caches.tables)
+        host, target = _agent_roles(resolved, store=agent_store, units=units, vici=vici)
         parts = app.state.runtime = Runtime(
             settings=resolved, engine=engine, read_engine=read_engine, session_factory=session_factory,
             read_session_factory=read_session_factory, units=units, read_units=read_units,
-            token_cache=caches.tokens, table_cache=caches.tables,
+            token_cache=caches.tokens,
             write_slots=asyncio.Semaphore(resolved.writes_in_flight),
             # SQLite's one writer: the set-ups waiting for it commit together (PostgreSQL: never)
             write_groups=WriteGroups() if resolved.write_groups and engine.dialect.name == "sqlite" else None,
@@ -370,7 +369,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             parts.peering = Peering(
                 config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
                                      default_table=resolved.default_table),
-                units=units, cache=caches.tables, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO,
+                units=units, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO,
                 pending=pending_loads)
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)

@@ -82,7 +82,6 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     from app.services.agent.config import load_server_config
     from app.services.agent.host import HostAgent
     from app.services.agent.target import TargetAgent
-    from app.services.ratings import TableCache
 
     class Collect(logging.Handler):
         def emit(self, record):
@@ -103,8 +102,7 @@ if breakdown:  # Client, Host and Target in this process: no HTTP between them
     tc, tk, tf = role("target")
     target_store = SqlAgentStore(tf)
     target = TargetAgent(config=tc, keys=tk, crypto=CRYPTO, store=target_store, units=sql_units_of_work(tf),
-                         vici=lambda p: ViciGateway(p, 20.0), cache=TableCache(),
-                         default_table="standards-2026")
+                         vici=lambda p: ViciGateway(p, 20.0), default_table="standards-2026")
     if (d / "host.yaml").exists():
         hc, hk, hf = role("host")
         host = HostAgent(config=hc, keys=hk, crypto=CRYPTO, store=SqlAgentStore(hf),

@@ -89,7 +89,7 @@ from app.measure.domain.tunnel import (  # noqa: E402
     tunnel_table,
 )
 from app.services.negotiation import run_negotiation  # noqa: E402
-from app.services.ratings import TableCache, get_table, import_table  # noqa: E402
+from app.services.ratings import get_table, import_table  # noqa: E402
 
 #: Requirement vectors (confidentiality, integrity, key exchange), low to high.
 VECTORS: list[tuple[int, int, int]] = [
@@ -137,7 +137,6 @@ def _table(bl: BenchLab, args: argparse.Namespace, suites: list[SuiteSpec], prio
 def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: Levels, candidates: list[str]) -> bool:
     """Whether the tunnel negotiation (same peers as ``create_tunnel``) can be pinned to ``suite``."""
     left, right = bl.gateways
-    cache = TableCache(ttl=3600)
     with SqlUnitOfWork(bl.sessions(), owned=True) as uow:
         for pin in pin_attempts(suite, candidates):
             body = NegotiationSpec(
@@ -147,8 +146,7 @@ def _feasible(bl: BenchLab, table: str, suite: SuiteSpec, levels: Levels, candid
                        PeerSpec(name="request", min_levels=levels, forbids=tuple(pin.forbids),
                                 objective_id=pin.objective_id)))
             try:
-                result = run_negotiation(uow=uow, cache=cache, request=body,
-                                         default_table=bl.settings.default_table)
+                result = run_negotiation(uow=uow, request=body, default_table=bl.settings.default_table)
             except NegotiationError:
                 continue
             s = result.suite

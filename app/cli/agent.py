@@ -123,7 +123,6 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
     from app.services.agent.config import load_server_config
     from app.services.agent.host import HostAgent
     from app.services.agent.target import TargetAgent
-    from app.services.ratings import TableCache
 
     if config is None:
         typer.echo("--config (or QOSS_AGENT_CONFIG) names the Host's agent config", err=True)
@@ -139,7 +138,7 @@ def revoke(ctx: typer.Context, user_id: str, config: ServerConfig = None, databa
             target = TargetAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store,
                                  units=sql_units_of_work(factory),
                                  vici=charons(settings),
-                                 cache=TableCache(), default_table=settings.default_table,
+                                 default_table=settings.default_table,
                                  devices=LocalDeviceKit(agent_config.key_dir, owner=agent_config.target_identity,
                                                         gateway_addresses=[agent_config.target.ike_address]))
         host = HostAgent(config=agent_config, keys=keys, crypto=CRYPTO, store=store, local_target=target,

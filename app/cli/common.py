@@ -113,13 +113,12 @@ class Unit:
         from app.adapters.db.unit_of_work import SqlUnitOfWork
         from app.adapters.vici.gateway import ViciGateway
         from app.bootstrap import engine_for
-        from app.services.ratings import TableCache
 
         engine = engine_for(self.settings)
         timeout = self.settings.vici_timeout
         try:
             with SqlUnitOfWork(make_session_factory(engine)(), owned=True) as uow:
-                done = fn(uow=uow, cache=TableCache(), vici=lambda p: ViciGateway(p, timeout),
+                done = fn(uow=uow, vici=lambda p: ViciGateway(p, timeout),
                           default_table=self.settings.default_table, **kw)
                 uow.commit()
                 return done

@@ -14,7 +14,7 @@ of work commits it or rolls it back. Every store raises the domain's errors (``N
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,6 +105,12 @@ class RatingTableStore(RevisionedStore[RatingTable], Protocol):
     def get(self, name: str) -> RatingTable:
         """The current revision of a table."""
         ...
+
+    def recent(self, name: str, *, check: bool = False) -> RatingTable:
+        """As :meth:`get`, or as read a moment ago (``check``: its revision read now); for negotiations."""
+
+    def memo(self, key: Hashable, tables: Sequence[RatingTable], make: Callable[[], W]) -> W:
+        """``make()``, or what it made for ``key`` from these very tables while current (or nothing kept)."""
 
     def list(self) -> builtins.list[dict[str, Any]]:
         """``{"name", "revision", "description", "ratings" (count), "updated_at"}`` per table, by name."""

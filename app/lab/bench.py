@@ -62,11 +62,6 @@ class ServiceTunnels:
     rating_table: str | None = None
     min_levels: Levels | None = None
 
-    def __post_init__(self) -> None:
-        from app.services.ratings import TableCache
-
-        self.cache = TableCache()
-
     def _vici(self, path: str) -> ViciGateway:
         from app.adapters.vici.gateway import ViciGateway
 
@@ -79,7 +74,7 @@ class ServiceTunnels:
         from app.services import tunnels
 
         with unit_of_work(self.sessions) as uow:
-            record = tunnels.create_tunnel(uow=uow, cache=self.cache, vici=self._vici, request=request,
+            record = tunnels.create_tunnel(uow=uow, vici=self._vici, request=request,
                                            default_table=self.settings.default_table)
         suite = record.negotiation["suite"]
         esp = SuiteSpec(suite["encryption"], None if suite.get("aead") else suite["integrity"]).name

@@ -5,20 +5,17 @@ Services never commit: the caller's unit of work does.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from app.domain.algorithms import resolve
 from app.domain.errors import Conflict, InvalidRatingTable, StaleRevision
 from app.domain.merge import merge_tables
-from app.domain.ports import Clock, RatingTableStore, UnitOfWork
+from app.domain.ports import UnitOfWork
 from app.domain.ratings import Rating, RatingTable
 from app.services.revisions import load_shipped, restore_shipped, revert, save_merged, tell
 
 __all__ = [
-    "TableCache",
     "create_table",
     "delete_table",
     "get_table",
@@ -32,46 +29,6 @@ __all__ = [
     "table_revisions",
     "update_rating",
 ]
-
-
-class TableCache:
-    """Parsed rating tables by (name, revision).
-
-    A table's current revision is read from the database at most once per ``ttl``
-    seconds per table, so a negotiation normally costs no query at all. Edits through
-    this process invalidate the entry at once; an edit made by another replica is seen
-    within ``ttl`` (bounded staleness, documented in the README).
-    """
-
-    def __init__(self, ttl: float = 1.0, clock: Clock = time.monotonic) -> None:
-        self._lock = threading.Lock()
-        self._tables: dict[str, tuple[RatingTable, float]] = {}
-        self.ttl = ttl
-        self._clock = clock
-
-    def get(self, store: RatingTableStore, name: str) -> RatingTable:
-        now = self._clock()
-        with self._lock:
-            cached = self._tables.get(name)
-        if cached is not None and now - cached[1] < self.ttl:
-            return cached[0]
-        repo = store
-        revision = repo.current_revision(name)
-        table = cached[0] if cached is not None and cached[0].revision == revision else repo.get(name)
-        with self._lock:
-            self._tables[name] = (table, now)
-        return table
-
-    def invalidate(self, name: str) -> None:
-        """Forget one table (after this process changed it)."""
-        with self._lock:
-            self._tables.pop(name, None)
-
-    forget = invalidate  # another replica changed it (app.adapters.db.notices)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._tables.clear()
 
 
 def list_tables(*, uow: UnitOfWork) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ from typing import Any
 from app.domain.errors import GatewayError, GatewayRejected
 from app.domain.ports import UnitOfWork, ViciFactory
 from app.domain.tunnels import TunnelState, is_tunnel_conn
-from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, established, teardown
 from app.services.tunnels import result_from
 
@@ -36,7 +35,7 @@ class ReconcileReport:
         }
 
 
-def reconcile(*, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, default_table: str) -> ReconcileReport:
+def reconcile(*, uow: UnitOfWork, vici: ViciFactory, default_table: str) -> ReconcileReport:
     """Make charon and the records agree (documented in the README).
 
     - A tunnel whose conn is loaded and whose SA is ESTABLISHED on both ends: healthy.

@@ -31,7 +31,6 @@ from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory,
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
 from app.services.events import kinds_after
-from app.services.ratings import TableCache
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
 
@@ -127,15 +126,13 @@ def judge(current: Mapping[str, str | None],
     return Verdict("different", chosen, "still compliant; the engine now chooses another suite")
 
 
-def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str,
-               cache: TableCache | None = None) -> Impact:
+def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> Impact:
     """Negotiate ``record`` again under its recorded request, with the tables, policies and
     gateways as ``uow`` sees them now (an uncommitted edit included)."""
     old = _suite(record.negotiation)
     if record.provenance is None:
         return Impact(record.id, "unassessed", old, None, "made before qoss recorded what tunnels are negotiated "
                                                           "under: create it again to have it follow edits")
-    cache = cache or TableCache()  # reads this unit of work's tables, an uncommitted edit included
     inputs = record.provenance["request"]
     try:
         initiator = uow.gateways.get(record.initiator)
@@ -143,16 +140,15 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str,
     except NotFound as exc:
         return Impact(record.id, "unassessed", old, None, exc.message)
     verdict = judge(result_from(record).proposals, lambda pinned: negotiate_tunnel(
-        uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder, default_table=default_table,
+        uow=uow, inputs=inputs, initiator=initiator, responder=responder, default_table=default_table, check=True,
         pinned=pinned))
     return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result)
 
 
 def assess(uow: UnitOfWork, *, default_table: str, tunnels: Iterable[TunnelRecord] | None = None) -> list[Impact]:
     """:func:`assess_one` for every running tunnel (or ``tunnels``), in one unit of work."""
-    cache = TableCache()
     records = list(tunnels) if tunnels is not None else [t for t in uow.tunnels.list() if t.state in _RUNNING]
-    return [assess_one(uow, r, default_table=default_table, cache=cache) for r in records]
+    return [assess_one(uow, r, default_table=default_table) for r in records]
 
 
 class Rekeyer:

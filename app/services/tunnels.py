@@ -40,7 +40,6 @@ from app.domain.requests import NegotiationSpec, PeerSpec, TunnelPeerSpec, Tunne
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
 from app.services import idempotency as idem
 from app.services.negotiation import run_negotiation
-from app.services.ratings import TableCache
 from app.services.tunnel_setup import bring_up, teardown
 
 __all__ = [
@@ -89,14 +88,15 @@ def request_peer(inputs: Mapping[str, Any]) -> PeerSpec:
 
 
 def negotiate_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], initiator: Gateway, responder: Gateway | None,
-    default_table: str, pinned: Sequence[str] | None = None,
+    *, uow: UnitOfWork, inputs: Mapping[str, Any], initiator: Gateway, responder: Gateway | None,
+    default_table: str, pinned: Sequence[str] | None = None, check: bool = False,
 ) -> NegotiationResult:
     """Negotiate a tunnel between ``initiator`` and ``responder`` (None: an unmanaged peer) for
     the request ``inputs`` (:func:`negotiation_inputs`), each gateway's algorithms a peer's.
 
     ``pinned``: also only these algorithms (the suite a tunnel runs on), to ask whether that
-    suite still meets the minimums: ``NoFeasibleSuite`` if it does not.
+    suite still meets the minimums: ``NoFeasibleSuite`` if it does not. ``check``: each table's
+    revision read now (:func:`~app.services.negotiation.run_negotiation`).
 
     Raises:
         NoFeasibleSuite: nothing meets the minimums (409).
@@ -115,20 +115,20 @@ def negotiate_tunnel(
         rating_table=inputs.get("rating_table"), peers=tuple(peers),
         traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
         backend=Backend.of_ends([g.backend for g in (initiator, responder) if g is not None]))
-    result = run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
+    result = run_negotiation(uow=uow, request=body, default_table=default_table, check=check)
     if result.suite.protocol == "none":
         raise UnsupportedProtection("Objective-ID 1 (Native) asks for no IPsec: there is no tunnel to set up")
     return result
 
 
 def provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: NegotiationResult, initiator: Gateway,
-               responder: Gateway | None, cache: TableCache | None = None) -> dict[str, Any]:
+               responder: Gateway | None, recent: bool = False) -> dict[str, Any]:
     """What a tunnel was negotiated under: its request, each table's and the stored policy's
-    revision at that moment, both ends' algorithms. With ``cache`` (the one the negotiation
-    read its tables through) each table's revision is the one the negotiation used, no query;
-    without, the database's current one."""
+    revision at that moment, both ends' algorithms. With ``recent`` (the negotiation just read
+    its tables through ``uow``) each table's revision is the one the negotiation used, normally
+    no query; without, the database's current one."""
     names = sorted(set(result.tables.values()))
-    tables = ({name: cache.get(uow.tables, name).revision for name in names} if cache is not None
+    tables = ({name: uow.tables.recent(name).revision for name in names} if recent
               else {name: uow.tables.current_revision(name) for name in names})
     policy = inputs.get("policy")
     return {
@@ -162,7 +162,7 @@ def _peer_end(peer: TunnelPeerSpec, initiator: Gateway, allowed_networks: Sequen
 
 
 def create_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelSpec, default_table: str,
+    *, uow: UnitOfWork, vici: ViciFactory, request: TunnelSpec, default_table: str,
     allowed_networks: Sequence[str] = ("0.0.0.0/0", "::/0"), metrics: Metrics = NO_METRICS,
     tunnel_id: str | None = None, reads: UnitOfWork | None = None, reports: UpReports | None = None,
 ) -> TunnelRecord:
@@ -193,7 +193,7 @@ def create_tunnel(
         TunnelVerificationFailed: strongSwan negotiated something else (502); likewise.
     """
     try:
-        record = _create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
+        record = _create_tunnel(uow=uow, vici=vici, request=request, default_table=default_table,
                                 allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id,
                                 reads=reads or uow, reports=reports)
     except Exception as exc:
@@ -217,8 +217,8 @@ class _Plan:
     origin: dict[str, Any]  # the provenance: table and policy revisions, both ends' algorithms
 
 
-def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelSpec, default_table: str,
-          allowed_networks: Sequence[str], inputs: dict[str, Any] | None = None) -> _Plan:
+def _plan(*, uow: UnitOfWork, request: TunnelSpec, default_table: str, allowed_networks: Sequence[str],
+          inputs: dict[str, Any] | None = None, check: bool = False) -> _Plan:
     if request.initiator == request.responder:
         raise InvalidInput("initiator and responder must be different gateways")
     found = uow.gateways.get_many([n for n in (request.initiator, request.responder) if n is not None])
@@ -231,20 +231,20 @@ def _plan(*, uow: UnitOfWork, cache: TableCache, request: TunnelSpec, default_ta
     remote_ts = parse_traffic_selectors(
         request.remote_ts or (list(responder.inside_networks) if responder is not None else []), "remote_ts")
     inputs = inputs if inputs is not None else negotiation_inputs(request)
-    result = negotiate_tunnel(uow=uow, cache=cache, inputs=inputs, initiator=initiator, responder=responder,
-                              default_table=default_table)
+    result = negotiate_tunnel(uow=uow, inputs=inputs, initiator=initiator, responder=responder,
+                              default_table=default_table, check=check)
     # The tables' revisions the negotiation used: the record is kept (_still_right) only if they
     # are still current in the transaction that keeps it.
-    origin = provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder, cache=cache)
+    origin = provenance(uow=uow, inputs=inputs, result=result, initiator=initiator, responder=responder, recent=True)
     return _Plan(initiator, responder, peer, local_ts, remote_ts, inputs, result, origin)
 
 
 def _create_tunnel(
-    *, uow: UnitOfWork, cache: TableCache, vici: ViciFactory, request: TunnelSpec, default_table: str,
+    *, uow: UnitOfWork, vici: ViciFactory, request: TunnelSpec, default_table: str,
     allowed_networks: Sequence[str], metrics: Metrics, tunnel_id: str | None, reads: UnitOfWork,
     reports: UpReports | None,
 ) -> TunnelRecord:
-    plan = _plan(uow=reads, cache=cache, request=request, default_table=default_table,
+    plan = _plan(uow=reads, request=request, default_table=default_table,
                  allowed_networks=allowed_networks)
     # strongSwan's part takes most of a set-up: no transaction stays open through it (on SQLite
     # an open write transaction would make every other change wait for these charons).
@@ -312,8 +312,8 @@ def _still_right(*, uow: UnitOfWork, request: TunnelSpec, default_table: str, al
             uow=uow, inputs=plan.inputs, result=plan.result, initiator=initiator, responder=responder)
         if unchanged:
             return record
-        # Fresh tables: the cache may trust a read from before the edit for a moment.
-        now = _plan(uow=uow, cache=TableCache(ttl=0), request=request, default_table=default_table,
+        # Each table's revision read now: a recent read may be from before the edit.
+        now = _plan(uow=uow, check=True, request=request, default_table=default_table,
                     allowed_networks=allowed_networks, inputs=plan.inputs)
     except (NotFound, NoFeasibleSuite) as exc:
         raise Conflict(f"the tunnel's inputs changed while it was being set up ({exc.message}); "
@@ -464,7 +464,7 @@ class Answer:
 
 
 def request_tunnel(
-    *, uow: UnitOfWork, units: UnitOfWorkFactory, cache: TableCache, vici: ViciFactory, request: TunnelSpec,
+    *, uow: UnitOfWork, units: UnitOfWorkFactory, vici: ViciFactory, request: TunnelSpec,
     default_table: str, allowed_networks: Sequence[str], token_id: str, idempotency_key: str | None,
     fingerprint_key: bytes, lease: float, metrics: Metrics = NO_METRICS, reads: UnitOfWork | None = None,
     reports: UpReports | None = None,
@@ -501,7 +501,7 @@ def request_tunnel(
             idem.complete(units, token_id=token_id, key=idempotency_key, status=201, body=body)
             return Answer(201, body, replayed=True)
     try:
-        record = create_tunnel(uow=uow, cache=cache, vici=vici, request=request, default_table=default_table,
+        record = create_tunnel(uow=uow, vici=vici, request=request, default_table=default_table,
                                allowed_networks=allowed_networks, metrics=metrics, tunnel_id=tunnel_id, reads=reads,
                                reports=reports)  # committed
         body = answer_of(record)

@@ -13,13 +13,11 @@ from app.domain.ports import UnitOfWork
 from app.domain.ratings import RatingTable
 from app.domain.requests import NegotiationSpec
 from app.services.negotiation import run_negotiation
-from app.services.ratings import TableCache
 
 __all__ = ["WhyNot", "why_not"]
 
 
-def why_not(*, uow: UnitOfWork, cache: TableCache, request: NegotiationSpec, default_table: str,
-            keyword: str) -> WhyNot:
+def why_not(*, uow: UnitOfWork, request: NegotiationSpec, default_table: str, keyword: str) -> WhyNot:
     """Why the negotiation of ``request`` did not choose ``keyword`` (or that it did).
 
     Raises:
@@ -28,15 +26,15 @@ def why_not(*, uow: UnitOfWork, cache: TableCache, request: NegotiationSpec, def
         NoFeasibleSuite: nothing at all is feasible (409): then nothing was chosen over X.
     """
     lookup(keyword)
-    result = run_negotiation(uow=uow, cache=cache, request=request, default_table=default_table)
+    result = run_negotiation(uow=uow, request=request, default_table=default_table)
 
     def pricing(kind: Kind) -> RatingTable:
         """The negotiation's table, or the default one where it rates no such kind."""
-        table = cache.get(uow.tables, result.tables.get("negotiation", default_table))
-        return table if table.covers(kind) else cache.get(uow.tables, result.tables.get("default", default_table))
+        table = uow.tables.recent(result.tables.get("negotiation", default_table))
+        return table if table.covers(kind) else uow.tables.recent(result.tables.get("default", default_table))
 
     def every() -> NegotiationResult:
-        return run_negotiation(uow=uow, cache=cache, request=dataclasses.replace(request, alternatives=EVERY_SUITE),
+        return run_negotiation(uow=uow, request=dataclasses.replace(request, alternatives=EVERY_SUITE),
                                default_table=default_table)
 
     return explain(result, keyword, pricing=pricing, every=every)

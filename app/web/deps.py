@@ -20,7 +20,6 @@ from app.domain.auth import TokenRecord, Unauthenticated, check_scopes, parse_to
 from app.domain.ports import ViciFactory
 from app.domain.ratelimit import Overloaded
 from app.services.auth import authenticate, authenticate_source
-from app.services.ratings import TableCache
 from app.settings import Settings
 from app.web.provenance import audit_fields
 from app.web.runtime import runtime
@@ -29,7 +28,6 @@ __all__ = [
     "MAX_DB_INT",
     "ActorDep",
     "Bearer",
-    "CacheDep",
     "IfMatchDep",
     "NamePath",
     "Principal",
@@ -177,10 +175,6 @@ async def in_unit(request: Request, work: Callable[[SqlUnitOfWork, SqlUnitOfWork
 
 async def get_settings(request: Request) -> Settings:
     return runtime(request).settings
-
-
-async def get_cache(request: Request) -> TableCache:
-    return runtime(request).table_cache
 
 
 async def get_vici(request: Request) -> ViciFactory:
@@ -379,7 +373,6 @@ async def require_token(request: Request, _bearer: Bearer, authorization: _RawAu
 UnitDep = Annotated[SqlUnitOfWork, Depends(get_unit, scope="function")]
 ReadUnitDep = Annotated[SqlUnitOfWork, Depends(get_read_unit)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-CacheDep = Annotated[TableCache, Depends(get_cache)]
 ActorDep = Annotated[str, Depends(get_actor)]
 IfMatchDep = Annotated[int, Depends(get_if_match)]
 ReaderDep = Annotated[Principal, Depends(reader)]

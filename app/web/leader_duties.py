@@ -60,7 +60,7 @@ class LeaderDuties:
 
         parts = self._parts
         with parts.units() as uow:
-            report = reconcile(uow=uow, cache=parts.table_cache, vici=parts.vici_factory,
+            report = reconcile(uow=uow, vici=parts.vici_factory,
                                default_table=self._parts.settings.default_table)
             changed = {"restored": len(report.restored), "failed": len(report.failed),
                        "orphans_removed": len(report.orphans_removed)}

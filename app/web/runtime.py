@@ -32,7 +32,6 @@ from app.services.agent.target import TargetAgent
 from app.services.console_oidc import OidcSignIn
 from app.services.events import StreamSlots
 from app.services.peering import Peering
-from app.services.ratings import TableCache
 from app.services.rekey import Rekeyer
 from app.services.tunnel_monitor import TunnelMonitor
 from app.settings import Settings
@@ -78,7 +77,6 @@ class Runtime:
     units: UnitOfWorkFactory
     read_units: UnitOfWorkFactory
     token_cache: TokenCache
-    table_cache: TableCache
     write_slots: asyncio.Semaphore
     metrics: PrometheusMetrics
     request_timer: RequestTimer

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import copy
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -32,6 +32,7 @@ __all__ = ["FakeDatabase", "FakeUnitOfWork"]
 
 D = TypeVar("D")
 _T = TypeVar("_T")
+R = TypeVar("R")
 
 
 def _now() -> datetime:
@@ -156,6 +157,14 @@ class FakeRatingTables(_Revisioned[RatingTable]):
 
     def get(self, name: str) -> RatingTable:
         return self.get_revision(name, self.current_revision(name))
+
+    def recent(self, name: str, *, check: bool = False) -> RatingTable:
+        """As :meth:`get`: the fake keeps nothing."""
+        return self.get(name)
+
+    def memo(self, key: Hashable, tables: Sequence[RatingTable], make: Callable[[], R]) -> R:
+        """``make()``: the fake keeps nothing."""
+        return make()
 
     def list(self) -> builtins.list[dict[str, Any]]:
         return [{"name": name, "revision": doc.current, "description": c.get("description", ""),

@@ -4,7 +4,8 @@ factory's ``info``.
 
 A value read from the database is trusted for ``ttl`` seconds; this process's own changes
 forget it at once; a change another replica (or ``qoss`` on the same database) makes is seen
-within ``ttl``. With ``ttl`` 0 nothing is kept and every read asks the database.
+within ``ttl``. With ``ttl`` 0 nothing is kept and every read asks the database (a cache that
+checks a value past its TTL against the database, as the rating tables' does, keeps it still).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 __all__ = ["ReadCache"]
 
@@ -23,6 +24,10 @@ _V = TypeVar("_V")
 class ReadCache(Generic[_K, _V]):
     """Values by key, each trusted for ``ttl`` seconds after it was read; at most ``max_entries``
     (past it, the oldest read is dropped first)."""
+
+    #: A value past its TTL is checked against the database (and kept if unchanged), not read
+    #: again: so it is kept with ``ttl`` 0 too.
+    checked: ClassVar[bool] = False
 
     def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic,
                  max_entries: int = 10_000) -> None:
@@ -43,8 +48,9 @@ class ReadCache(Generic[_K, _V]):
         return found[0] if found is not None else None
 
     def keep(self, key: _K, value: _V) -> None:
-        """Remember ``value``, just read from the database (nothing with ``ttl`` 0)."""
-        if self.ttl <= 0:
+        """Remember ``value``, just read from the database (nothing with ``ttl`` 0 unless
+        :attr:`checked`)."""
+        if self.ttl <= 0 and not self.checked:
             return
         with self._lock:
             self._values.pop(key, None)

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from app.services.negotiation import run_negotiation
-from app.web.deps import CacheDep, ReadUnitDep, SettingsDep, reader
+from app.web.deps import ReadUnitDep, SettingsDep, reader
 from app.web.routing import QossRoute
 from app.web.runtime import runtime
 from app.web.schemas import NegotiationIn, NegotiationOut, error_responses
@@ -22,8 +22,7 @@ _READ = [Depends(reader)]
     response_class=JSONResponse,
     responses={200: {"model": NegotiationOut}, **error_responses(409, 404, 422, 429)},
 )
-def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
-                       settings: SettingsDep, request: Request) -> JSONResponse:
+def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, settings: SettingsDep, request: Request) -> JSONResponse:
     """Negotiate a suite. 409 ``NoFeasibleSuite`` names every unmet requirement.
 
     The answer is the engine's own JSON-ready document (documented by ``NegotiationOut``),
@@ -37,6 +36,6 @@ def create_negotiation(body: NegotiationIn, uow: ReadUnitDep, cache: CacheDep,
         runtime(request).negotiation_limiter.take(
             f"negotiation:{request.client.host if request.client else ''}", who="this address")
         runtime(request).negotiation_total_limiter.take("negotiation", who="anonymous clients")
-    result = run_negotiation(uow=uow, cache=cache, request=body.to_domain(), default_table=settings.default_table,
+    result = run_negotiation(uow=uow, request=body.to_domain(), default_table=settings.default_table,
                              metrics=runtime(request).metrics)
     return JSONResponse(result.as_dict())

@@ -13,7 +13,6 @@ from app.services import ratings as svc
 from app.web.deps import (
     MAX_DB_INT,
     ActorDep,
-    CacheDep,
     IfMatchDep,
     NamePath,
     ReadUnitDep,
@@ -70,11 +69,10 @@ def list_tables(uow: ReadUnitDep) -> list[dict[str, Any]]:
     responses=_ERRORS,
 )
 def create_table(
-    body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, cache: CacheDep, request: Request,
+    body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, request: Request,
 ) -> dict[str, Any]:
     """Create a table (revision 1)."""
     table = svc.create_table(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
-    cache.invalidate(table.name)
     count_revision(request, "rating_table")
     return _out(table, response)
 
@@ -91,7 +89,6 @@ def import_table(
     uow: UnitDep,
     actor: ActorDep,
     response: Response,
-    cache: CacheDep,
     text: Annotated[str, Body(media_type="text/plain", max_length=1_048_576, pattern=NO_NUL)],
     format: Format = "yaml",
     name: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")] = None,
@@ -103,7 +100,6 @@ def import_table(
     """
     table = svc.import_table(uow=uow, table=files.parse_rating_table(text, format, name=name), fmt=format,
                              author=actor, expected_revision=revision)
-    cache.invalidate(table.name)
     count_revision(request, "rating_table")
     return _out(table, response)
 
@@ -116,12 +112,11 @@ def import_table(
     responses=_ERRORS,
 )
 def restore_shipped_table(name: TableName, uow: UnitDep, actor: ActorDep, settings: SettingsDep, response: Response,
-                          cache: CacheDep, request: Request) -> dict[str, Any]:
+                          request: Request) -> dict[str, Any]:
     """Put the shipped table ``name`` (from the service's ``ratings/``) back at revision 1 after it
     was deleted: 404 if none is shipped by that name, 409 if the database has a table of that name."""
     table = svc.restore_shipped_table(uow=uow, tables=files.load_rating_tables(settings.ratings_dir), name=name,
                                       author=actor)
-    cache.invalidate(table.name)
     count_revision(request, "rating_table")
     return _out(table, response)
 
@@ -135,13 +130,12 @@ def get_table(name: TableName, uow: ReadUnitDep, response: Response) -> dict[str
 @router.put("/rating-tables/{name}", dependencies=_RATINGS_WRITE, response_model=RatingTableOut, responses=_ERRORS)
 def replace_table(
     name: TableName, body: RatingTableIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-    response: Response, cache: CacheDep, edit: EditDep) -> Any:
+    response: Response, edit: EditDep) -> Any:
     """Replace the whole table. ``If-Match`` must name the current revision (409 if stale).
     ``?dry_run=true``: nothing is kept; the answer is what it would make and its impact on the
     running tunnels. Otherwise the tunnels it concerns are negotiated again (and moved) after it."""
     table = svc.replace_table(uow=uow, name=name, document=body.model_dump(exclude_none=True),
                               expected_revision=expected, author=actor)
-    cache.invalidate(table.name)
     return edit.finish(uow, _out(table, response), "rating_table")
 
 
@@ -153,8 +147,7 @@ def replace_table(
 )
 def update_rating(
     name: TableName, algorithm: Annotated[str, Path(min_length=1, max_length=64)], body: RatingPatch,
-    uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, cache: CacheDep,
-    edit: EditDep) -> Any:
+    uow: UnitDep, actor: ActorDep, expected: IfMatchDep, response: Response, edit: EditDep) -> Any:
     """Edit (or add) one algorithm's rating: a new revision of the table. ``If-Match`` names the
     revision the edit was made on; if others saved since, the edit lands on top of theirs when
     none of the values it changes was changed since, else 409 ``EditConflict`` naming each row
@@ -166,15 +159,13 @@ def update_rating(
     table = svc.update_rating(uow=uow, name=name, algorithm=algorithm,
                               changes=body.model_dump(exclude_unset=True), expected_revision=expected,
                               author=actor)
-    cache.invalidate(table.name)
     return edit.finish(uow, _out(table, response), "rating_table")
 
 
 @router.delete("/rating-tables/{name}", dependencies=_RATINGS_WRITE, status_code=204, responses=_ERRORS)
-def delete_table(name: TableName, uow: UnitDep, settings: SettingsDep, cache: CacheDep) -> Response:
+def delete_table(name: TableName, uow: UnitDep, settings: SettingsDep) -> Response:
     """Delete a table and its history (never the default table)."""
     svc.delete_table(uow=uow, name=name, default_table=settings.default_table)
-    cache.invalidate(name)
     return Response(status_code=204)
 
 
@@ -191,13 +182,12 @@ def list_revisions(name: TableName, uow: ReadUnitDep) -> list[dict[str, Any]]:
     responses=_ERRORS,
 )
 def revert_table(name: TableName, body: RevertIn, uow: UnitDep, actor: ActorDep, expected: IfMatchDep,
-                 response: Response, cache: CacheDep, edit: EditDep) -> Any:
+                 response: Response, edit: EditDep) -> Any:
     """Go back to revision ``revision``: a new revision with its content, history kept
     ("reverted to N"). ``If-Match`` must name the current revision (409 if stale); reverting to
     the current revision is refused (422); an unknown table or revision is 404."""
     table = svc.revert_table(uow=uow, name=name, revision=body.revision, expected_revision=expected,
                              author=actor, message=body.message)
-    cache.invalidate(table.name)
     return edit.finish(uow, _out(table, response), "rating_table")
 
 

@@ -15,7 +15,6 @@ from app.services import tunnels as svc
 from app.services.peering import Peering
 from app.settings import Settings
 from app.web.deps import (
-    CacheDep,
     Principal,
     ReadUnitDep,
     SettingsDep,
@@ -51,7 +50,7 @@ async def set_up(request: Request, principal: Principal, body: TunnelIn, idempot
         record = await in_unit(request, lambda uow, reads: peering.request_tunnel(uow=uow, reads=reads, request=spec))
         return svc.Answer(201, svc.answer_of(record))
     return await in_unit(request, lambda uow, reads: svc.request_tunnel(
-        uow=uow, units=state.units, cache=state.table_cache, vici=state.vici_factory, request=spec,
+        uow=uow, units=state.units, vici=state.vici_factory, request=spec,
         default_table=settings.default_table, allowed_networks=settings.gateway_networks,
         token_id=principal.token_id or "", idempotency_key=idempotency_key,
         fingerprint_key=state.idempotency_key, metrics=state.metrics,
@@ -139,6 +138,6 @@ async def delete_tunnel(tunnel_id: TunnelId, request: Request) -> Response:
 
 
 @router.post("/tunnels/reconcile", dependencies=_TUNNELS_WRITE, responses=_ERRORS)
-def reconcile_tunnels(uow: UnitDep, cache: CacheDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
+def reconcile_tunnels(uow: UnitDep, vici: ViciDep, settings: SettingsDep) -> dict[str, Any]:
     """Make records and charons agree (see the README): restore, mark failed, remove orphans."""
-    return reconciling.reconcile(uow=uow, cache=cache, vici=vici, default_table=settings.default_table).as_dict()
+    return reconciling.reconcile(uow=uow, vici=vici, default_table=settings.default_table).as_dict()

@@ -76,7 +76,6 @@ from app.services.agent.target_charon import TargetCharon, host_prefix
 from app.services.agent.target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
 from app.services.agent.target_sessions import Reconciled, TargetSessions, at
 from app.services.agent.timing import Steps
-from app.services.ratings import TableCache
 
 __all__ = ["Outcome", "TargetAgent"]
 
@@ -108,7 +107,7 @@ class TargetAgent:
 
     def __init__(
         self, *, config: AgentConfig, keys: AgentKeys, crypto: AgentCrypto, store: AgentStore,
-        units: UnitOfWorkFactory, vici: ViciFactory, cache: TableCache, default_table: str,
+        units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
         clock: Callable[[], float] = time.time, devices: DeviceKit | None = None,
     ) -> None:
         if config.target is None:
@@ -120,7 +119,6 @@ class TargetAgent:
         self.hosts: dict[str, PeerKeys] = {n: p.keys(config.base_dir, crypto) for n, p in self.role.hosts.items()}
         self._store = store
         self._units = units
-        self._cache = cache
         self._default_table = default_table
         self._clock = clock
         self._devices = devices
@@ -295,7 +293,7 @@ class TargetAgent:
                 self._check_platform(platform, request.objective_id)
             with self._units() as uow:
                 result = self._negotiate(uow, inputs)
-                origin = (session_provenance(uow=uow, cache=self._cache, inputs=inputs, result=result)
+                origin = (session_provenance(uow=uow, inputs=inputs, result=result)
                           if result.suite.protocol != "none" else None)
         except Exception as exc:  # raised below, after the admission checks
             refusal = exc
@@ -400,13 +398,13 @@ class TargetAgent:
         """The session's negotiation; for a device whose platform is what leaves nothing feasible,
         a refusal naming the platform and what it lacks."""
         try:
-            return negotiate_session(uow=uow, cache=self._cache, inputs=inputs, default_table=self._default_table)
+            return negotiate_session(uow=uow, inputs=inputs, default_table=self._default_table)
         except NoFeasibleSuite as exc:
             platform = inputs.get("platform")
             if not platform:
                 raise
             try:  # would the others agree without the platform's table?
-                negotiate_session(uow=uow, cache=self._cache, default_table=self._default_table,
+                negotiate_session(uow=uow, default_table=self._default_table,
                                   inputs={k: v for k, v in inputs.items() if k != "platform"})
             except NoFeasibleSuite:
                 raise exc from None

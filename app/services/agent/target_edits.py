@@ -34,7 +34,6 @@ from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services.events import kinds_after
 from app.services.negotiation import run_negotiation
-from app.services.ratings import TableCache
 from app.services.rekey import ImpactKind, judge
 
 __all__ = ["SessionFollower", "SessionImpact", "active_sessions", "assess_session", "assess_sessions",
@@ -71,14 +70,15 @@ def platform_policy(platform: str) -> str:
     return PLATFORMS[platform].policy
 
 
-def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any], default_table: str,
-                      pinned: Sequence[str] | None = None) -> NegotiationResult:
+def negotiate_session(*, uow: UnitOfWork, inputs: Mapping[str, Any], default_table: str,
+                      pinned: Sequence[str] | None = None, check: bool = False) -> NegotiationResult:
     """Negotiate a session from its inputs (:func:`session_inputs`): the client a peer with its
     objective, minimums and algorithms, Target a peer with its policy and algorithms (it agrees to
     Native, Objective-ID 1, unless its policy asks for protection).
 
     ``pinned``: also only these algorithms (the suite the session runs on), to ask whether that
-    suite still meets the minimums (``NoFeasibleSuite`` if not).
+    suite still meets the minimums (``NoFeasibleSuite`` if not). ``check``: each table's revision
+    read now (:func:`~app.services.negotiation.run_negotiation`).
     """
     libipsec = inputs["backend"] == "kernel-libipsec"
     objective = inputs["objective_id"]
@@ -99,15 +99,14 @@ def negotiate_session(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str
         rating_table=inputs["rating_table"], peers=tuple(peers),
         backend=Backend(name=inputs["backend"] or "strongswan", ah=inputs["ah"] and not libipsec,
                         ah_esp_bundle=False, transport=inputs["transport"] and not libipsec))
-    return run_negotiation(uow=uow, cache=cache, request=body, default_table=default_table)
+    return run_negotiation(uow=uow, request=body, default_table=default_table, check=check)
 
 
-def session_provenance(*, uow: UnitOfWork, cache: TableCache, inputs: Mapping[str, Any],
-                       result: NegotiationResult) -> dict[str, Any]:
+def session_provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: NegotiationResult) -> dict[str, Any]:
     """What a session was negotiated under: its inputs, the revision of each rating table the
-    negotiation read (from ``cache``: the tables it used, no query) and of Target's stored policy,
-    and the suite's cost."""
-    tables = {name: cache.get(uow.tables, name).revision for name in sorted(set(result.tables.values()))}
+    negotiation just read through ``uow`` (the tables it used, normally no query) and of Target's
+    stored policy, and the suite's cost."""
+    tables = {name: uow.tables.recent(name).revision for name in sorted(set(result.tables.values()))}
     policy = inputs.get("policy")
     platform = inputs.get("platform")
     return {"request": dict(inputs), "tables": tables,
@@ -147,8 +146,7 @@ def active_sessions(store: AgentStore) -> list[AgentSession]:
                 if s.protection == "esp"]
 
 
-def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str,
-                   cache: TableCache | None = None) -> SessionImpact:
+def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str) -> SessionImpact:
     """Negotiate ``session`` again under its provenance, with the tables and policies as ``uow``
     sees them now (an uncommitted edit included)."""
     suite = session.suite
@@ -163,17 +161,15 @@ def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str
     if session.provenance is None:
         return impact("unassessed", None, "made before qoss recorded what sessions are negotiated under: it "
                                           "follows edits from its next connect")
-    used = cache or TableCache()  # reads this unit of work's tables, an uncommitted edit included
     inputs = session.provenance["request"]
     verdict = judge(dict(suite.get("proposals") or {}), lambda pinned: negotiate_session(
-        uow=uow, cache=used, inputs=inputs, default_table=default_table, pinned=pinned))
+        uow=uow, inputs=inputs, default_table=default_table, pinned=pinned, check=True))
     return impact(verdict.kind, verdict.new, verdict.reason, verdict.rejected)
 
 
 def assess_sessions(uow: UnitOfWork, sessions: Iterable[AgentSession], *, default_table: str) -> list[SessionImpact]:
     """:func:`assess_session` for each of ``sessions``, in one unit of work."""
-    cache = TableCache()
-    return [assess_session(uow, s, default_table=default_table, cache=cache) for s in sessions]
+    return [assess_session(uow, s, default_table=default_table) for s in sessions]
 
 
 # --------------------------------------------------------------------------- after an edit

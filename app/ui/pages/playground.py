@@ -17,7 +17,7 @@ from app.services.why_not import why_not
 from app.ui.pages.common import console_router, problems
 from app.ui.render import page
 from app.ui.session import ConsoleDep
-from app.web.deps import CacheDep, ReadUnitDep, SettingsDep
+from app.web.deps import ReadUnitDep, SettingsDep
 from app.web.errors import status_for
 from app.web.schemas import NegotiationIn
 
@@ -61,7 +61,7 @@ def _negotiation_document(query: dict[str, str]) -> dict[str, Any]:
 
 
 @router.get("/negotiate")
-def negotiate(request: Request, who: ConsoleDep, uow: ReadUnitDep, cache: CacheDep, settings: SettingsDep,
+def negotiate(request: Request, who: ConsoleDep, uow: ReadUnitDep, settings: SettingsDep,
               run: Annotated[bool, Query()] = False) -> Response:
     """The playground: peers and their minimums in, the chosen suite and why out (a GET: it
     changes nothing, and a result can be bookmarked). With ``why``: why the negotiation did not
@@ -76,11 +76,11 @@ def negotiate(request: Request, who: ConsoleDep, uow: ReadUnitDep, cache: CacheD
         problem: dict[str, Any] | None = None
         try:
             body = NegotiationIn.model_validate(_negotiation_document(query)).to_domain()
-            result = run_negotiation(uow=uow, cache=cache, request=body, default_table=settings.default_table)
+            result = run_negotiation(uow=uow, request=body, default_table=settings.default_table)
             context["result"] = result.as_dict()
             wanted = query.get("why", "").strip()
             if wanted:
-                context["why"] = why_not(uow=uow, cache=cache, request=body, default_table=settings.default_table,
+                context["why"] = why_not(uow=uow, request=body, default_table=settings.default_table,
                                          keyword=wanted[:64]).as_dict()
         except ValidationError as exc:
             status, problem = 422, {"message": problems(exc)}

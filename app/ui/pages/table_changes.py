@@ -31,7 +31,7 @@ from app.ui.pages.common import Name as TableName
 from app.ui.pages.tables import list_page, rating_patch, table_page
 from app.ui.render import page
 from app.ui.session import INVALID_UPLOAD, Console, ConsoleDep, FormDep
-from app.web.deps import ActorDep, CacheDep, SettingsDep, UnitDep
+from app.web.deps import ActorDep, SettingsDep, UnitDep
 from app.web.edits import count_revision
 
 __all__ = ["router"]
@@ -59,8 +59,8 @@ def _stale_page(request: Request, who: Console, uow: UnitOfWork, name: str, sinc
 
 
 @router.post("/tables/{name}/ratings")
-def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
-            cache: CacheDep) -> Response:
+def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep,
+            actor: ActorDep) -> Response:
     """Add an algorithm's row: a new revision based on the one the form was opened at (merged over
     newer revisions when they did not add it too; the grid then says so)."""
     expected = form_revision(form)
@@ -78,7 +78,6 @@ def add_row(name: TableName, request: Request, who: RatingsWriter, form: FormDep
         status = 409 if isinstance(exc, AlreadyExists) else 422
         failed(request, type(exc).__name__, status)
         return table_page(who, current, notice=f"Not added: {exc.message}", adding=adding, status=status)
-    cache.invalidate(name)
     count_revision(request, "rating_table")
     merged = f"?saved={keyword}&over={expected}" if added.revision > expected + 1 else ""
     return RedirectResponse(f"/ui/tables/{name}{merged}#row-{keyword}", status_code=303)
@@ -107,7 +106,7 @@ def confirm_remove(name: TableName, keyword: Keyword, request: Request, who: Con
 
 @router.post("/tables/{name}/ratings/{keyword}/remove")
 def remove_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
-               uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
+               uow: UnitDep, actor: ActorDep) -> Response:
     """Remove a row: the whole table replaced without it (``PUT`` with If-Match underneath)."""
     expected = form_revision(form)
     current = svc.get_table(uow=uow, name=name)
@@ -120,14 +119,13 @@ def remove_row(name: TableName, keyword: Keyword, request: Request, who: Ratings
                           expected_revision=expected, author=actor, message=f"removed {keyword}")
     except StaleRevision:
         return _stale_page(request, who, uow, name, expected)
-    cache.invalidate(name)
     count_revision(request, "rating_table")
     return RedirectResponse(f"/ui/tables/{name}", status_code=303)
 
 
 @router.post("/tables/import")
 def import_table(request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
-                 cache: CacheDep, settings: SettingsDep) -> Response:
+                 settings: SettingsDep) -> Response:
     """Import an uploaded YAML file as the API's import does: a new table, or with ``revision``
     a new revision of the table ``name``. A bad file changes nothing and says what is wrong; a
     replacement refused because the table changed since keeps the file's text in the page's
@@ -157,14 +155,13 @@ def import_table(request: Request, who: RatingsWriter, form: FormDep, uow: UnitD
         if replacing and name is not None:
             return table_page(who, svc.get_table(uow=uow, name=name), notice=notice, status=status)
         return list_page(who, uow, settings, notice=notice, form={"name": name or ""}, status=status)
-    cache.invalidate(imported.name)
     count_revision(request, "rating_table")
     return RedirectResponse(f"/ui/tables/{imported.name}", status_code=303)
 
 
 @router.post("/tables/from-measurement")
 def from_measurement(request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
-                     cache: CacheDep, settings: SettingsDep) -> Response:
+                     settings: SettingsDep) -> Response:
     """A new table from the latest measurement (levels from a base table), as
     ``qoss bench micro --write-table`` makes one."""
     name = form.get("name", "").strip()
@@ -180,6 +177,5 @@ def from_measurement(request: Request, who: RatingsWriter, form: FormDep, uow: U
         failed(request, type(exc).__name__, status)
         return list_page(who, uow, settings, notice=f"No table made: {exc.message}",
                          form={"measured_name": name, "base": base}, status=status)
-    cache.invalidate(table.name)
     count_revision(request, "rating_table")
     return RedirectResponse(f"/ui/tables/{table.name}", status_code=303)

@@ -41,7 +41,7 @@ from app.ui.pages.common import Name as TableName
 from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import Console, ConsoleDep, FormDep
-from app.web.deps import ActorDep, CacheDep, ReadUnitDep, SettingsDep, UnitDep
+from app.web.deps import ActorDep, ReadUnitDep, SettingsDep, UnitDep
 from app.web.schemas import RatingPatch
 
 __all__ = ["grid_row", "list_page", "rating_patch", "router", "table_page"]
@@ -343,7 +343,7 @@ def _previewed(keyword: str, report: ImpactReport) -> str:
 
 @router.post("/tables/{name}/ratings/{keyword}")
 def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWriter, form: FormDep,
-             uow: UnitDep, actor: ActorDep, cache: CacheDep) -> Response:
+             uow: UnitDep, actor: ActorDep) -> Response:
     """Save one row with If-Match semantics: the form names the revision it was based on (merged
     over newer revisions, a conflict or a bad value: see :func:`_edited`). htmx gets the whole
     grid at the saved revision, whose status line says when the edit was merged; a plain form
@@ -351,7 +351,6 @@ def save_row(name: TableName, keyword: Keyword, request: Request, who: RatingsWr
     saved = _edited(name, keyword, request, who, form, uow, actor)
     if isinstance(saved, Response):
         return saved
-    cache.invalidate(name)
     over = form_revision(form)
     merged = _merged_note(uow, saved, keyword, over)
     if is_htmx(request):
@@ -392,13 +391,12 @@ def confirm_revert(name: TableName, request: Request, who: ConsoleDep, uow: Unit
 
 
 @router.post("/tables/{name}/revert")
-def revert(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep, actor: ActorDep,
-           cache: CacheDep) -> Response:
+def revert(name: TableName, request: Request, who: RatingsWriter, form: FormDep, uow: UnitDep,
+           actor: ActorDep) -> Response:
     """Go back to a revision (a new revision; history kept), as asked on :func:`confirm_revert`.
     The form names the current revision it saw: a revert over someone's newer edit is refused (409)."""
     revision, expected = form_revision(form), form_revision(form, "expected")
     svc.revert_table(uow=uow, name=name, revision=revision, expected_revision=expected, author=actor)
-    cache.invalidate(name)
     return RedirectResponse(f"/ui/tables/{name}/revisions", status_code=303)
 
 

@@ -82,21 +82,23 @@ def test_a_change_on_one_replica_is_forgotten_by_the_others_cache_at_once(
     with b.unit() as uow:  # b reads (and caches) the token, the gateway and a table
         assert authenticate(uow=uow, presented=token).name == "app"
         assert uow.gateways.get("left").version == "5.9.8"
-        table = b.caches.tables.get(uow.tables, "standards-2026")
+        table = uow.tables.recent("standards-2026")
     assert b.caches.tokens.fresh(record.id) is not None
     assert b.caches.gateways.fresh("left") is not None
+    assert b.caches.tables.fresh("standards-2026") is table
     with a.unit() as uow:  # a changes all three
         revoke_token(uow=uow, token_id=record.id)
         uow.gateways.update(Gateway(**{**GW.__dict__, "version": "6.0.0"}))
         ratings.update_rating(uow=uow, name="standards-2026", algorithm="aes128", changes={"reason": "edited"},
                               expected_revision=table.revision, author="a")
         uow.commit()
-    assert _within(5, lambda: b.caches.tokens.fresh(record.id) is None and b.caches.gateways.fresh("left") is None)
+    assert _within(5, lambda: b.caches.tokens.fresh(record.id) is None and b.caches.gateways.fresh("left") is None
+                   and b.caches.tables.fresh("standards-2026") is None)
     with b.unit() as uow, pytest.raises(Unauthenticated):
         authenticate(uow=uow, presented=token)
     with b.unit() as uow:
         assert uow.gateways.get("left").version == "6.0.0"
-        assert b.caches.tables.get(uow.tables, "standards-2026").revision == table.revision + 1
+        assert uow.tables.recent("standards-2026").revision == table.revision + 1
 
 
 @pytest.mark.postgres

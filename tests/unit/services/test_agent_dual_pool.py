@@ -25,7 +25,6 @@ from app.services.agent.host import HostAgent
 from app.services.agent.target import TargetAgent
 from app.services.agent.target_charon import TargetCharon
 from app.services.agent.target_sessions import TargetSessions
-from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
 from tests.fakes.fake_charon import FakeCharon, Reply
 from tests.fakes.uow import FakeDatabase
@@ -59,7 +58,7 @@ class DualRoles:
                              host=HostRole(targets={"hq": Party(url="local", **SERVER.public.as_dict())}),
                              target=_role(vici_socket=self.charon.socket_path))
         self.target = TargetAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, units=database.unit,
-                                  vici=_gateway, cache=TableCache(), default_table="standards-2026")
+                                  vici=_gateway, default_table="standards-2026")
         self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
                               post=self._unreachable)
         self.client = AgentClient(

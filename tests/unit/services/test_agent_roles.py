@@ -25,7 +25,6 @@ from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party
 from app.services.agent.host import HostAgent
 from app.services.agent.target import Outcome, TargetAgent
 from app.services.agent.target_sessions import RECONCILE_GRACE
-from app.services.ratings import TableCache
 from tests.fakes.agent_store import FakeAgentStore
 from tests.fakes.fake_charon import FakeCharon
 from tests.fakes.uow import FakeDatabase
@@ -73,7 +72,7 @@ class Roles:
             target=TargetRole(hosts={"hq": me}, vici_socket=self.charon.socket_path, ike_address="10.99.0.3",
                               protected=["10.3.0.1/32"], pool=POOL))
         self.target = TargetAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, units=database.unit,
-                                  vici=gateway, cache=TableCache(), default_table="standards-2026",
+                                  vici=gateway, default_table="standards-2026",
                                   clock=self.clock, devices=devices)
         self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
                               post=self._unreachable, clock=self.clock)
@@ -291,7 +290,7 @@ def test_host_endorses_to_a_remote_target_that_opens_and_answers(roles: Roles, d
         config=AgentConfig(id="far", key_dir=tmp_path, target=TargetRole(
             hosts={"hq": Party(**SERVER.public.as_dict())}, vici_socket=charon.socket_path, ike_address="10.99.0.4",
             protected=["10.4.0.1/32"], pool=POOL)),
-        keys=TARGET, crypto=CRYPTO, store=target_store, units=database.unit, vici=gateway, cache=TableCache(),
+        keys=TARGET, crypto=CRYPTO, store=target_store, units=database.unit, vici=gateway,
         default_table="standards-2026", clock=roles.clock)
     posted: list[str] = []
 

@@ -39,7 +39,6 @@ from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party
 from app.services.agent.host import HostAgent
 from app.services.agent.host_revocations import RETRY_FIRST, RETRY_MAX, retry_delay
 from app.services.agent.target import TargetAgent
-from app.services.ratings import TableCache
 from app.settings import SHIPPED_POLICIES_DIR
 from app.web.errors import status_for
 from tests.contract.databases import migrated_sessions
@@ -111,7 +110,7 @@ class World:
                 hosts={"hq": Party(**HQ.public.as_dict()), "branch": Party(**BRANCH.public.as_dict())},
                 vici_socket=self.charon.socket_path, ike_address="10.99.0.4", protected=["10.4.0.1/32"],
                 pool=POOL, devices_per_user=QUOTA, tunnels_per_user=TUNNELS)),
-            keys=FAR, crypto=CRYPTO, store=self.target_store, units=database.unit, vici=gateway, cache=TableCache(),
+            keys=FAR, crypto=CRYPTO, store=self.target_store, units=database.unit, vici=gateway,
             default_table="standards-2026", clock=self.clock,
             devices=LocalDeviceKit(tmp_path / "ca", owner="far.qoss", gateway_addresses=["10.99.0.4"]))
         self.posted: list[str] = []

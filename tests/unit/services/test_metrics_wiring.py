@@ -13,7 +13,6 @@ from app.domain.policies import Levels
 from app.domain.requests import NegotiationSpec, PeerSpec
 from app.services import tunnels
 from app.services.negotiation import run_negotiation
-from app.services.ratings import TableCache
 from app.services.tunnel_monitor import TunnelMonitor
 from tests.fakes.fake_charon import FakeCharon
 from tests.fakes.metrics import RecordingMetrics
@@ -37,7 +36,7 @@ def test_a_failed_set_up_is_counted_by_its_error_and_the_vici_failure_by_gateway
     left, _ = fakes
     left.fail("initiate", "establishing CHILD_SA failed", log=["received NO_PROPOSAL_CHOSEN notify"])
     with pytest.raises(GatewayRejected):
-        tunnels.create_tunnel(uow=uow, cache=TableCache(), request=request(), default_table="standards-2026",
+        tunnels.create_tunnel(uow=uow, request=request(), default_table="standards-2026",
                               vici=lambda p: ViciGateway(p, timeout=2.0, metrics=metrics), metrics=metrics)
     assert metrics.total("qoss_tunnel_setups_total", outcome="GatewayRejected") == 1
     assert len(metrics.observed[("qoss_tunnel_setup_seconds", (("outcome", "GatewayRejected"),))]) == 1
@@ -58,7 +57,7 @@ def test_a_set_up_that_comes_up_is_counted_up(
         return Reply({"success": "yes"})
 
     left.script("initiate", up)  # type: ignore[arg-type]
-    tunnels.create_tunnel(uow=uow, cache=TableCache(), request=request(), default_table="standards-2026",
+    tunnels.create_tunnel(uow=uow, request=request(), default_table="standards-2026",
                           vici=lambda p: ViciGateway(p, timeout=2.0), metrics=metrics)
     assert metrics.total("qoss_tunnel_setups_total") == 1
     assert metrics.total("qoss_tunnel_setups_total", outcome="up") == 1
@@ -69,9 +68,9 @@ def test_negotiations_are_counted_chosen_or_by_error(uow: FakeUnitOfWork) -> Non
     feasible = NegotiationSpec(peers=(PeerSpec(name="a", min_levels=Levels(integrity=4)),))
     infeasible = NegotiationSpec(peers=(PeerSpec(name="a", min_levels=Levels(integrity=10, confidentiality=10),
                                                  forbids=("sha512",)),))
-    run_negotiation(uow=uow, cache=TableCache(), request=feasible, default_table="standards-2026", metrics=metrics)
+    run_negotiation(uow=uow, request=feasible, default_table="standards-2026", metrics=metrics)
     with pytest.raises(NoFeasibleSuite):
-        run_negotiation(uow=uow, cache=TableCache(), request=infeasible, default_table="standards-2026",
+        run_negotiation(uow=uow, request=infeasible, default_table="standards-2026",
                         metrics=metrics)
     assert metrics.total("qoss_negotiations_total", outcome="chosen") == 1
     assert metrics.total("qoss_negotiations_total", outcome="NoFeasibleSuite") == 1

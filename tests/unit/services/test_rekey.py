@@ -30,7 +30,7 @@ def _gateway(name: str) -> Gateway:
 def _tunnel(uow: FakeUnitOfWork, tid: str, min_levels: dict[str, int], *, recorded: bool = True) -> TunnelRecord:
     left, right = uow.gateways.get("left"), uow.gateways.get("right")
     inputs: dict[str, Any] = {"min_levels": min_levels, "forbids": []}
-    result = negotiate_tunnel(uow=uow, cache=ratings.TableCache(), inputs=inputs, initiator=left, responder=right,
+    result = negotiate_tunnel(uow=uow, inputs=inputs, initiator=left, responder=right,
                               default_table=TABLE)
     record = TunnelRecord(
         id=tid, initiator="left", responder="right", local_ts=("10.1.0.0/24",), remote_ts=("10.2.0.0/24",),

@@ -23,7 +23,6 @@ from app.domain.policies import Levels
 from app.domain.requests import GatewaySpec, TunnelSpec
 from app.domain.tunnels import TunnelRecord
 from app.services import gateways, tunnels
-from app.services.ratings import TableCache
 from app.services.tunnel_setup import teardown
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 from tests.fakes.uow import FakeUnitOfWork
@@ -54,7 +53,7 @@ def request(**kw: object) -> TunnelSpec:
 
 
 def create(uow: FakeUnitOfWork) -> TunnelRecord:
-    return tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, request=request(),
+    return tunnels.create_tunnel(uow=uow, vici=vici, request=request(),
                                  default_table="standards-2026")
 
 
@@ -140,7 +139,7 @@ def test_socket_outside_allowed_dirs_is_refused(uow: FakeUnitOfWork, tmp_path: P
 def test_infeasible_request_sends_no_load_command(uow: FakeUnitOfWork, registered: None,
                                                   fakes: tuple[FakeCharon, FakeCharon]) -> None:
     with pytest.raises(NoFeasibleSuite):
-        tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, default_table="standards-2026",
+        tunnels.create_tunnel(uow=uow, vici=vici, default_table="standards-2026",
                               request=TunnelSpec(initiator="left", responder="right",
                                                  min_levels=Levels(integrity=10, confidentiality=10),
                                                  forbids=("sha512",)))
@@ -240,7 +239,7 @@ def test_forget_gateways_drops_their_tunnel_records_and_themselves_only(
 
 
 def _create_with(uow: FakeUnitOfWork, reports: SaEventHub) -> TunnelRecord:
-    return tunnels.create_tunnel(uow=uow, cache=TableCache(), vici=vici, request=request(),
+    return tunnels.create_tunnel(uow=uow, vici=vici, request=request(),
                                  default_table="standards-2026", reports=reports)
 
 

@@ -4,27 +4,92 @@ Optimistic concurrency is decided by the database itself: a write moves the curr
 revision with ``UPDATE ... WHERE current_revision = :expected``; zero rows means someone
 else wrote first (StaleRevision). The unique (object, revision) constraint is the backstop.
 Repositories flush, never commit.
+
+Negotiations read their rating tables through the process's :class:`TableCache`, held by the
+session factory's ``info``: the repository's own writes make it forget a table, the other
+replicas' change notices too (:mod:`app.adapters.db.notices`).
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import Any, cast
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, Update, bindparam, delete, select, update
+from sqlalchemy import CursorResult, Update, bindparam, delete, event, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.hot import HotStatement, bare, session_cursor
 from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow, utcnow
 from app.adapters.db.notices import publish
+from app.adapters.db.read_cache import ReadCache
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
 from app.domain.revisions import diff_policies, diff_tables
 
-__all__ = ["PolicyRepository", "RatingTableRepository"]
+__all__ = ["TABLE_CACHE", "PolicyRepository", "RatingTableRepository", "TableCache"]
+
+#: Where a session factory's ``info`` holds the process's :class:`TableCache`.
+TABLE_CACHE = "qoss.table_cache"
+#: Where a session's own ``info`` holds the names of the tables it changed: it reads those from
+#: the database (its uncommitted edit included) and never lends them to the cache.
+_CHANGED = "qoss.tables_changed"
+_R = TypeVar("_R")
+
+
+class TableCache(ReadCache[str, RatingTable]):
+    """Parsed rating tables by name (:class:`~app.adapters.db.read_cache.ReadCache`), for
+    :meth:`RatingTableRepository.recent`: a negotiation normally reads no table at all.
+
+    A table is trusted for ``ttl`` seconds after its revision was read; past that, one cheap
+    query reads its current revision and the table is read again only if that changed (so one
+    revision is one object, whatever the TTL, 0 included). This process's changes forget a table
+    at once and again when they commit; another replica's are seen within ``ttl`` (on PostgreSQL
+    at once, by its change notice).
+
+    It keeps the last ``results`` values made from its tables (:meth:`memo`: the negotiations'
+    results, the engine being a pure function of its request, its tables and its policies).
+    """
+
+    checked = True
+
+    def __init__(self, ttl: float = 1.0, clock: Callable[[], float] = time.monotonic, results: int = 256) -> None:
+        super().__init__(ttl=ttl, clock=clock)
+        self._size = results
+        self._results_lock = threading.Lock()
+        self._results: OrderedDict[tuple[Hashable, tuple[int, ...]], tuple[Any, tuple[RatingTable, ...]]] = (
+            OrderedDict())
+
+    def memo(self, key: Hashable, tables: Sequence[RatingTable], make: Callable[[], _R]) -> _R:
+        """``make()``, or what it made before for ``key`` and these very tables.
+
+        Tables are keyed by identity: the cache hands out one object per table revision and a new
+        object for any change, and an entry holds its tables, so their ids cannot be reused while
+        it lives. What ``make`` raises is raised, nothing kept.
+        """
+        full = (key, tuple(id(t) for t in tables))
+        with self._results_lock:
+            found = self._results.get(full)
+            if found is not None:
+                self._results.move_to_end(full)
+                return cast(_R, found[0])
+        made = make()
+        with self._results_lock:
+            self._results[full] = (made, tuple(tables))
+            self._results.move_to_end(full)
+            while len(self._results) > self._size:
+                self._results.popitem(last=False)
+        return made
+
+    def clear(self) -> None:
+        super().clear()
+        with self._results_lock:
+            self._results.clear()
 
 
 _CURRENT: dict[type[Any], HotStatement] = {}
@@ -107,7 +172,11 @@ class _Revisioned:
                 self.session.flush()
         except IntegrityError as exc:
             raise AlreadyExists(f"{self._noun} {name!r} exists already") from exc
+        self._changed(name)
         return 1
+
+    def _changed(self, name: str) -> None:
+        """This session wrote ``name`` (a subclass with a cache forgets it)."""
 
     def _update(self, name: str, content: dict[str, Any], *, expected_revision: int, author: str,
                 message: str) -> int:
@@ -133,6 +202,7 @@ class _Revisioned:
         if moved != 1:
             raise StaleRevision(name, expected_revision, self.current_revision(name))
         publish(self.session, self._notice, name)
+        self._changed(name)
         return new
 
     def current_revision(self, name: str) -> int:
@@ -194,6 +264,7 @@ class _Revisioned:
         self.session.delete(row)
         self.session.flush()
         publish(self.session, self._notice, name)
+        self._changed(name)
 
 
 class RatingTableRepository(_Revisioned):
@@ -210,6 +281,62 @@ class RatingTableRepository(_Revisioned):
     _noun = "rating table"
     _notice = "table"
     _diff = staticmethod(diff_tables)
+
+    def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session`` (committed by the caller, never here); its factory's
+        :class:`TableCache`, if it has one, spares :meth:`recent` its reads."""
+        super().__init__(session)
+        self._cache: TableCache | None = session.info.get(TABLE_CACHE)
+
+    def recent(self, name: str, *, check: bool = False) -> RatingTable:
+        """The current revision of a table as this process read it lately (what a negotiation
+        reads): within the cache's TTL no query, past it one cheap query for its revision.
+
+        Args:
+            name: The table.
+            check: Read its current revision now (one cheap query), whatever the TTL.
+
+        A table this session changed, and every table when the factory has no cache, is read as
+        :meth:`get` reads it.
+
+        Raises:
+            NotFound: No such table.
+        """
+        cache = self._cache
+        if cache is None or name in self.session.info.get(_CHANGED, ()):
+            return self.get(name)
+        if not check:
+            found = cache.fresh(name)
+            if found is not None:
+                return found
+        last = cache.last(name)
+        table = last if last is not None and last.revision == self.current_revision(name) else self.get(name)
+        cache.keep(name, table)
+        return table
+
+    def memo(self, key: Hashable, tables: Sequence[RatingTable], make: Callable[[], _R]) -> _R:
+        """``make()``, or what it made before for ``key`` and these very tables, as
+        :meth:`recent` returned them (:meth:`TableCache.memo`); nothing is kept for a session that
+        changed a table, nor without a cache.
+
+        Raises:
+            Exception: What ``make`` raises (nothing is kept).
+        """
+        cache = self._cache
+        if cache is None or self.session.info.get(_CHANGED):
+            return make()
+        return cache.memo(key, tables, make)
+
+    def _changed(self, name: str) -> None:
+        cache = self._cache
+        if cache is None:
+            return
+        cache.forget(name)
+        changed: set[str] | None = self.session.info.get(_CHANGED)
+        if changed is None:
+            changed = self.session.info[_CHANGED] = set()
+            event.listen(self.session, "after_commit", _forget_changed, once=True)
+        changed.add(name)
 
     def create(self, table: RatingTable, *, author: str, message: str = "") -> int:
         """Store a new table at revision 1.
@@ -282,6 +409,15 @@ class RatingTableRepository(_Revisioned):
         return self._update(table.name, table.as_dict(), expected_revision=expected_revision, author=author,
                             message=message)
 
+
+def _forget_changed(session: Session) -> None:
+    """The tables ``session`` changed are committed: the cache forgets them again (a read another
+    session made between the change and its commit may have kept the revision before) and the
+    session reads through the cache once more."""
+    cache: TableCache | None = session.info.get(TABLE_CACHE)
+    for name in session.info.pop(_CHANGED, ()):
+        if cache is not None:
+            cache.forget(name)
 
 
 class PolicyRepository(_Revisioned):
