@@ -2,18 +2,22 @@
 queues behind work.
 
 Beyond ``max_in_flight`` requests a process answers ``503 Overloaded`` with ``Retry-After`` at
-once, before reading the body or touching the database: a burst waits in front of the door,
-never inside on a lock, and the process is as responsive after it as before. ``/healthz``,
-``/livez``, ``/metrics``, the event streams and the packaged static files (the console's and the
-API pages': read from the package a chunk at a time, they hold no worker) are neither counted
-nor refused; the agent's messages on their fast path are counted like every other request. A
-request leaves the count once its answer's last part is handed to the server: a client that
-is slow to read an answer it has been given holds a connection (which the server's send
-deadline ends), not a place. While every place has been taken for ``busy_after`` seconds,
+once, before touching the database: a burst waits in front of the door, never inside on a
+lock, and the process is as responsive after it as before. ``/healthz``, ``/livez``,
+``/metrics``, the event streams and the packaged static files (the console's and the API
+pages': read from the package a chunk at a time, they hold no worker) are neither counted nor
+refused; the agent's messages on their fast path are counted like every other request.
+
+A request with a body takes its place once its whole body is in (up to ``max_body_bytes``,
+read ahead and handed to the application as it came): a client that sends its body slowly
+waits outside, as one sending its head does, until the server's body deadline ends it. A
+request leaves the count once its answer's last part is handed to the server: a client that is
+slow to read an answer it has been given holds a connection (which the server's send deadline
+ends), not a place. While every place has been taken for ``busy_after`` seconds,
 :meth:`Door.not_ready` says so, and ``/healthz`` answers 503 so that a load balancer sends
-elsewhere. ``/healthz`` asks the database through a
-connection of its own (no pool), in a thread of its own, with a short timeout, so it answers
-even while every worker thread and pooled connection is busy.
+elsewhere. ``/healthz`` asks the database through a connection of its own (no pool), in a
+thread of its own, with a short timeout, so it answers even while every worker thread and
+pooled connection is busy.
 """
 
 from __future__ import annotations
@@ -41,6 +45,16 @@ UNCOUNTED_PREFIXES = ("/ui/static/", "/docs/static/")
 _BUSY_AFTER = 1.0
 
 
+def _has_body(scope: Scope) -> bool:
+    """Whether the request announces a body (a Content-Length above 0, or chunked)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return value.strip() not in (b"0", b"")
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 def uncounted(path: str) -> bool:
     """Whether a request for ``path`` is answered whatever the load, outside the count."""
     return path in UNCOUNTED_PATHS or path.startswith(UNCOUNTED_PREFIXES)
@@ -60,6 +74,8 @@ class Door:
         self.settings = settings
         self.limit = settings.max_in_flight if settings is not None else Settings.model_fields["max_in_flight"].default
         self.busy_after = busy_after
+        self.max_body = (settings.max_body_bytes if settings is not None
+                         else Settings.model_fields["max_body_bytes"].default)
         self.inside = 0
         self._full_since: float | None = None  # since when every place has been taken
         self._body = json.dumps({"error": "Overloaded",
@@ -81,17 +97,52 @@ class Door:
         if self.inside < self.limit:
             self._full_since = None
 
+    async def _refuse(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"), (b"retry-after", b"1"),
+            (b"content-length", str(len(self._body)).encode())]})
+        await send({"type": "http.response.body", "body": self._body})
+
+    async def _read_body(self, receive: Receive) -> Receive | None:
+        """The request's body read ahead, up to ``max_body`` bytes, as a ``receive`` that replays
+        it (and goes on reading past the limit, for the application's own 413); None if the
+        client left."""
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None  # http.disconnect
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False) or size > self.max_body:
+                break
+        replay = iter(messages)
+
+        async def replayed() -> Message:
+            for message in replay:
+                return message
+            return await receive()
+        return replayed
+
     async def through(self, scope: Scope, receive: Receive, send: Send, inner: ASGIApp) -> None:
         """``inner`` answers the request if there is room, else 503 Overloaded with Retry-After."""
         if scope.get(_ADMITTED):  # counted already (the fast path handing over to the full stack)
             await inner(scope, receive, send)
             return
         if self.inside >= self.limit:
-            await send({"type": "http.response.start", "status": 503, "headers": [
-                (b"content-type", b"application/json"), (b"retry-after", b"1"),
-                (b"content-length", str(len(self._body)).encode())]})
-            await send({"type": "http.response.body", "body": self._body})
+            await self._refuse(send)
             return
+        if _has_body(scope):
+            # A whole body before a place, as a whole head before a connection's: a client that
+            # sends its body slowly (or never: the server's body deadline ends it) waits outside.
+            read = await self._read_body(receive)
+            if read is None:
+                return  # the client left while sending it
+            receive = read
+            if self.inside >= self.limit:
+                await self._refuse(send)
+                return
         self._enter()
         scope[_ADMITTED] = True
         inside = True

@@ -100,6 +100,8 @@ _PROBE_ROOM = 16
 _EVICT_AFTER = 1.0
 #: Networks of a proxy on the same host, never limited per source.
 _LOOPBACK = ("127.0.0.0/8", "::1/128")
+#: Bytes of unread answers the kernel holds for one connection (Linux doubles it).
+_SEND_BUFFER = 256 * 1024
 #: Seconds a request must have waited for a place before the server says it is not ready.
 _BUSY_AFTER = 1.0
 
@@ -486,6 +488,10 @@ class _Server(uvicorn.Server):
         if conn.family in (socket.AF_INET, socket.AF_INET6):
             with contextlib.suppress(OSError):  # as asyncio's transports do; a reset peer is found later
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # What the kernel takes of answers a client does not read is bounded (left to
+                # itself it grows to megabytes): a client asking for many answers and reading none
+                # makes the server work only this far ahead before its send deadline runs.
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SEND_BUFFER)
         self._connecting += 1
         self.most_open = max(self.most_open, self._open())
         task = asyncio.get_running_loop().create_task(self._connect(conn, bytes(head.data), self._leaver(head.source)))
