@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +24,7 @@ from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.api.test_idempotency import PSK_A, tunnel, tunnel_client  # noqa: F401  # the fixture, reused
+from tests.api.test_overload import holding_every_connection
 
 pytestmark = pytest.mark.anyio
 
@@ -119,38 +121,28 @@ async def test_a_tunnel_set_up_is_counted_timed_and_shown_by_state_and_gateway(
 
 
 async def test_metrics_answers_while_the_in_flight_limit_is_reached(settings: Settings, metrics_token: str) -> None:
-    app = create_app(settings.model_copy(update={"max_in_flight": 1, "monitor_tunnels": False}))
-    release, started = asyncio.Event(), asyncio.Event()
-    body = json.dumps(NEGOTIATION).encode()
-    answered: list[int] = []
-
-    async def receive() -> dict[str, object]:  # the body arrives only once released
-        started.set()
-        await release.wait()
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict[str, object]) -> None:
-        if message["type"] == "http.response.start":
-            answered.append(int(message["status"]))  # type: ignore[call-overload]
-
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-             "path": "/v1/negotiations", "raw_path": b"/v1/negotiations", "query_string": b"", "root_path": "",
-             "headers": [(b"host", b"qoss.test"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())],
-             "client": ("127.0.0.1", 5000), "server": ("qoss.test", 80)}
+    app = create_app(settings.model_copy(update={"max_in_flight": 1, "monitor_tunnels": False, "db_pool_size": 1,
+                                                 "db_pool_overflow": 0, "db_pool_timeout": 20}))
     async with app.router.lifespan_context(app), httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://qoss.test") as client:
-        held = asyncio.create_task(app(scope, receive, send))  # type: ignore[arg-type]
-        await started.wait()  # in flight: admitted, waiting for its body
-        turned_away = await client.get("/v1/rating-tables")
-        assert turned_away.status_code == 503
-        assert turned_away.json()["error"] == "Overloaded"
-        text = await scrape(client, metrics_token)
-        assert value(text, "qoss_http_requests_total", route="/v1/rating-tables", status="503") == 1
-        assert (await client.get("/healthz")).status_code == 200
-        release.set()
-        await held
-    assert answered == [200]
+        hold = holding_every_connection(app)
+        await anyio.to_thread.run_sync(hold.__enter__)
+        try:  # the one place taken by a request waiting inside for a database connection
+            held = asyncio.create_task(client.get("/v1/rating-tables/esaf-2006"))
+            for _ in range(200):
+                if app.state.door.inside == 1:
+                    break
+                await asyncio.sleep(0.01)
+            turned_away = await client.get("/v1/rating-tables")
+            assert turned_away.status_code == 503
+            assert turned_away.json()["error"] == "Overloaded"
+            text = await scrape(client, metrics_token)
+            assert value(text, "qoss_http_requests_total", route="/v1/rating-tables", status="503") == 1
+            # ready, or saying it is not while the place stays taken: answered either way
+            assert (await client.get("/healthz")).status_code in (200, 503)
+        finally:
+            await anyio.to_thread.run_sync(hold.__exit__, None, None, None)
+        assert (await held).status_code == 200
 
 
 async def test_the_dashboard_asks_only_for_metrics_the_service_exposes(client: httpx.AsyncClient,

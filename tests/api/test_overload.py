@@ -88,11 +88,13 @@ async def test_a_burst_gets_fast_answers_never_a_500_or_a_hang(server: str) -> N
         assert all("retry-after" in r.headers for r in answers if r.status_code in (429, 503))
         assert {r.json()["error"] for r in answers if r.status_code == 503} <= {"Overloaded", "DatabaseUnavailable"}
         assert health
-        assert set(health) == {200}
+        # Ready, or not ready while every place has been taken for a second: never queued, never a 500.
+        assert set(health) <= {200, 503}, health
         after = await client.post("/v1/negotiations", json={**NEGOTIATION, "peers": [
             {"name": "app", "min_levels": {"integrity": 4}}]}, headers={"Authorization": "Bearer x"})
         assert after.status_code == 401  # answering normally right after the burst
         assert (await client.get("/v1/rating-tables/esaf-2006")).status_code == 200
+        assert (await client.get("/healthz")).status_code == 200  # ready again once places are free
 
 
 def asgi_client(app: FastAPI, token: str | None = None) -> httpx.AsyncClient:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
 from app.domain.agent import AgentSessionState
 from app.domain.agent.ports import WaitingHandoff
@@ -250,7 +250,7 @@ _PROFILE_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosn
 
 @router.get("/agent/handoffs/{token}", response_model=None, responses=error_responses(404, 429),
             response_class=Response)
-async def fetch_handoff(token: str, request: Request) -> Response:
+async def fetch_handoff(token: Annotated[str, Path(min_length=1, max_length=1024)], request: Request) -> Response:
     """Host: a device's profile, once, from the link its user made (no token: the link is the secret),
     sealed as its client sealed it (``application/octet-stream``,
     :mod:`app.domain.agent.sealed_profile`): the page the link opens (``/ui/handoff``) decrypts it
