@@ -115,6 +115,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def serve_qoss(env: Mapping[str, str], log: Path, port: int | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+    """``qoss serve`` of this checkout on a loopback port (free, unless given) with ``env``, its
+    errors in ``log``; its base URL and process once it answers ``/livez`` (60 s at most)."""
+    port = port or _free_port()
+    with open(log, "wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT,
+                                  env=dict(env), stdout=subprocess.DEVNULL, stderr=out)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"{base}/livez", timeout=1).status_code == 200:
+                return base, server
+        time.sleep(0.1)
+    server.kill()
+    raise RuntimeError(f"qoss did not start; see {log}")
+
+
 @contextlib.contextmanager
 def lab_and_service(env: dict[str, str] | None = None) -> Iterator[Service]:
     """A lab of two charons and a ``qoss serve`` on SQLite with both registered as gateways;
@@ -138,19 +156,8 @@ def lab_and_service(env: dict[str, str] | None = None) -> Iterator[Service]:
             "QOSS_VICI_SOCKET_DIRS": f'["{state}"]',
             **(env or {}),
         }
-        with open(state / "server.log", "wb") as log:
-            server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT,
-                                      env=env, stdout=subprocess.DEVNULL, stderr=log)
-        base = f"http://127.0.0.1:{port}"
+        base, server = serve_qoss(env, state / "server.log", port)
         headers = {"Authorization": f"Bearer {token}"}
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{base}/livez", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"qoss did not start; see {state}/server.log")
         for host in lab.hosts:
             r = httpx.post(f"{base}/v1/gateways", json={
                 "name": host.name, "vici_socket": host.vici_socket, "ike_address": host.ike_address,

@@ -27,7 +27,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -38,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks._harness import percentile, prepared_database
+from benchmarks._harness import percentile, prepared_database, serve_qoss
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,13 +49,6 @@ class Site:
     proc: subprocess.Popen[bytes]
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _serve(state: Path, name: str, lab_dir: Path) -> Site:
     where = state / name
     where.mkdir()
@@ -65,19 +57,7 @@ def _serve(state: Path, name: str, lab_dir: Path) -> Site:
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_TUNNEL_RATE": "100000", "QOSS_TUNNEL_BURST": "100000",
            "QOSS_VICI_SOCKET_DIRS": f'["{lab_dir}"]', "QOSS_PEER_NAME": name, "QOSS_STATE_DIR": str(where / "state"),
            "QOSS_AGENT_RATE": "100000", "QOSS_AGENT_BURST": "100000"}
-    port = _free_port()
-    with open(where / "server.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=log)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"{base}/livez", timeout=1).status_code == 200:
-                break
-        time.sleep(0.1)
-    else:
-        raise RuntimeError(f"qoss did not start; see {where}/server.log")
+    base, proc = serve_qoss(env, where / "server.log")
     token = prepared_database(db_url, env={"QOSS_STATE_DIR": str(where / "state")})
     return Site(base, {"Authorization": f"Bearer {token}"}, proc)
 

@@ -128,10 +128,7 @@ def deadline_protocol(header_timeout: float, body_timeout: float, send_timeout: 
                 return
             if head_max and self._qoss_phase == in_head and self._qoss_head_bytes > head_max:
                 self._qoss_disarm()
-                cycle = self.cycle
-                if cycle is None or cycle.response_complete:  # not in the middle of another answer
-                    transport.write(HEAD_TOO_LARGE)
-                transport.close()
+                self._qoss_too_large_head()
                 return
             limit = limits[self._qoss_phase]
             if not limit:
@@ -167,6 +164,10 @@ def deadline_protocol(header_timeout: float, body_timeout: float, send_timeout: 
             if not self._qoss_too_large:
                 super().send_400_response(msg)
                 return
+            self._qoss_too_large_head()
+
+        def _qoss_too_large_head(self) -> None:
+            """431 (unless another answer is being written) and the connection closed."""
             transport = self._qoss_transport
             if transport is not None and not transport.is_closing():
                 cycle = self.cycle

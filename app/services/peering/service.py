@@ -22,7 +22,6 @@ Blocking (database, charons, the peer over HTTP): call from a worker thread.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import logging
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from app.domain.agent import AgentRejected, Kind
+from app.domain.agent import AgentRejected, Kind, b64e
 from app.domain.agent.ports import AgentCrypto, AgentKeys
 from app.domain.algorithms import CATALOGUE, Protocol
 from app.domain.errors import (
@@ -164,7 +163,7 @@ class Peering:
     def identity(self) -> dict[str, str]:
         """What an administrator gives the other side's: this side's name and public keys."""
         public = self.keys().public
-        return {"name": self.config.name, "sign_public_key": _b64(public.sign), "kem_public_key": _b64(public.kem)}
+        return {"name": self.config.name, "sign_public_key": b64e(public.sign), "kem_public_key": b64e(public.kem)}
 
     def set_state(self, *, uow: UnitOfWork, name: str, state: PeerState) -> Peer:
         """Suspend, resume or revoke a peering. Revoking ends every tunnel it carries, on both
@@ -580,10 +579,6 @@ def _entry(result: NegotiationResult, esp: str) -> NegotiationResult:
         proposals={**result.proposals, "esp": esp},
         levels=Levels(alt["levels"]["confidentiality"], alt["levels"]["integrity"], result.levels.key_exchange),
         cost=alt["cost"], alternatives=[])
-
-
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 def _age(record: TunnelRecord) -> float:

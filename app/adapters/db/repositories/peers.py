@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
@@ -10,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
+from app.domain.agent import b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.peering import Peer, PeerState
 from app.domain.policies import Levels
@@ -17,16 +17,8 @@ from app.domain.policies import Levels
 __all__ = ["PeerRepository"]
 
 
-def _b64(raw: bytes) -> str:
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _raw(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 def _peer(row: PeerRow) -> Peer:
-    return Peer(name=row.name, url=row.url, sign_key=_raw(row.sign_key), kem_key=_raw(row.kem_key),
+    return Peer(name=row.name, url=row.url, sign_key=b64d(row.sign_key, size=32), kem_key=b64d(row.kem_key, size=32),
                 gateways=tuple(row.gateways), networks=tuple(row.networks),
                 min_levels=Levels.from_dict(row.min_levels), state=PeerState(row.state),
                 created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat())
@@ -53,7 +45,7 @@ class PeerRepository:
         if self.session.get(PeerRow, peer.name) is not None:
             raise AlreadyExists(f"peer {peer.name!r} exists already")
         now = utcnow()
-        row = PeerRow(name=peer.name, url=peer.url, sign_key=_b64(peer.sign_key), kem_key=_b64(peer.kem_key),
+        row = PeerRow(name=peer.name, url=peer.url, sign_key=b64e(peer.sign_key), kem_key=b64e(peer.kem_key),
                       gateways=list(peer.gateways), networks=list(peer.networks),
                       min_levels=peer.min_levels.as_dict(), state=peer.state.value, created_at=now, updated_at=now)
         try:
