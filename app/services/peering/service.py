@@ -62,6 +62,7 @@ from app.domain.peering import (
     Teardown,
     choose,
     parse_peered,
+    valid_peer_name,
 )
 from app.domain.policies import Levels, TrafficProfile
 from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, ViciFactory
@@ -164,6 +165,22 @@ class Peering:
         """What an administrator gives the other side's: this side's name and public keys."""
         public = self.keys().public
         return {"name": self.config.name, "sign_public_key": b64e(public.sign), "kem_public_key": b64e(public.kem)}
+
+    def register(self, *, uow: UnitOfWork, peer: Peer) -> Peer:
+        """Register a peer (both sides register each other), for ``POST /v1/peers`` and the console alike.
+
+        Raises:
+            InvalidInput: a bad name.
+            NotFound: a gateway it may ask for is not one of this side's.
+            AlreadyExists: a peer of that name is registered.
+        """
+        if not valid_peer_name(peer.name):
+            raise InvalidInput("a peer's name is 1-63 of a-z, 0-9, '.', '_', '-'")
+        for gateway in peer.gateways:
+            uow.gateways.get(gateway)  # NotFound: only this side's own gateways
+        stored = uow.peers.create(peer)
+        uow.events.append("peer.registered", stored.name, {"url": stored.url}, scope="tunnels:read")
+        return stored
 
     def set_state(self, *, uow: UnitOfWork, name: str, state: PeerState) -> Peer:
         """Suspend, resume or revoke a peering. Revoking ends every tunnel it carries, on both
