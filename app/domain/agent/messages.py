@@ -57,6 +57,8 @@ _NONCE = 16
 class RequestInfo:
     """Liu et al.'s "Request Info": which target, what the client's charon can do, what it needs.
 
+    ``min_levels`` are the client's minimums by name (``confidentiality``, ``integrity``,
+    ``key_exchange``, ``post_quantum``; one left out is 0);
     ``supports`` are the client charon's algorithm keywords (empty: not declared);
     ``ike_address`` is where the client's IKE packets come from (optional; narrows the
     target's conn); ``ticket`` names the tunnel a disconnect is for.
@@ -98,7 +100,7 @@ class RequestInfo:
         levels = obj["min_levels"]
         if not isinstance(levels, dict):
             raise AgentRejected("bad min_levels")
-        _fields(levels, (), ("confidentiality", "integrity", "key_exchange"))
+        _fields(levels, (), ("confidentiality", "integrity", "key_exchange", "post_quantum"))
         for dim in levels:
             _int(levels, dim, 0, 10)
         if not isinstance(obj["ah"], bool) or not isinstance(obj["transport"], bool):

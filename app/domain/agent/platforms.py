@@ -16,7 +16,8 @@ take strongSwan's proposal strings as they are.
 Everything else a platform needs is named once, in its :class:`DevicePlatform` record in
 :data:`PLATFORMS`: its capability table (the policy Target negotiates with as the device's peer),
 its profile writer, the profile's media type and file name, what the device page offers, and
-whether a phone can take the profile from a one-time link.
+whether a phone can take the profile from a one-time link, and what post-quantum protection its
+client can take (:attr:`DevicePlatform.post_quantum`; :func:`post_quantum_refusal` says why not).
 
 A keyword a platform cannot name, or a combination it cannot say (an IKE PRF other than the one its
 integrity algorithm implies, a lifetime out of range), raises :class:`Inexpressible`: a profile is
@@ -43,6 +44,7 @@ __all__ = [
     "check_names",
     "express",
     "expressible_keywords",
+    "post_quantum_refusal",
 ]
 
 _TEXT = "text/plain; charset=utf-8"
@@ -68,6 +70,11 @@ class DevicePlatform:
         ca_suffix: the CA certificate's file name ends in ``-ca.<ca_suffix>``; empty where the
             profile embeds the CA without a file name.
         offer: what the device page says the profile is and how to open it.
+        post_quantum: the post-quantum mechanisms its client can take from a profile (``"ppk"``:
+            an RFC 8784 post-quantum preshared key that qoss makes and writes into the profile);
+            empty when it has none.
+        post_quantum_note: where its client takes them and since which version, or why it has
+            none (what a refusal says).
     """
 
     name: str
@@ -80,6 +87,8 @@ class DevicePlatform:
     beside: tuple[str, ...]
     ca_suffix: str
     offer: str
+    post_quantum: tuple[str, ...] = ()
+    post_quantum_note: str = ""
 
     @property
     def linkable(self) -> bool:
@@ -88,28 +97,41 @@ class DevicePlatform:
 
 
 def _platform(name: str, label: str, *, names: str, writer: str, media_type: str, suffix: str,
-              beside: tuple[str, ...], ca_suffix: str, offer: str) -> DevicePlatform:
+              beside: tuple[str, ...], ca_suffix: str, offer: str, post_quantum: tuple[str, ...],
+              post_quantum_note: str) -> DevicePlatform:
     return DevicePlatform(name=name, label=label, names=names, policy=f"platform-{name}", writer=writer,
-                          media_type=media_type, suffix=suffix, beside=beside, ca_suffix=ca_suffix, offer=offer)
+                          media_type=media_type, suffix=suffix, beside=beside, ca_suffix=ca_suffix, offer=offer,
+                          post_quantum=post_quantum, post_quantum_note=post_quantum_note)
 
 
 #: Every device platform by name, in the order the page and the command line list them.
 PLATFORMS: Mapping[str, DevicePlatform] = MappingProxyType({p.name: p for p in (
     _platform("android", "strongSwan VPN Client for Android", names="strongswan", writer="sswan",
               media_type="application/vnd.strongswan.profile", suffix=".sswan", beside=(), ca_suffix="",
-              offer=".sswan profile: open it in the strongSwan app"),
+              offer=".sswan profile: open it in the strongSwan app", post_quantum=(),
+              post_quantum_note="the strongSwan app has no post-quantum setting (its profiles carry no PPK, "
+                                "and it offers no ML-KEM)"),
     _platform("apple", "Apple iOS/iPadOS/macOS built-in IKEv2", names="apple", writer="mobileconfig",
               media_type="application/x-apple-aspen-config", suffix=".mobileconfig", beside=(), ca_suffix="cer",
-              offer=".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)"),
+              offer=".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)",
+              post_quantum=("ppk",),
+              post_quantum_note="a PPK in the IKEv2 payload (PPK, PPKIdentifier, PPKMandatory) from iOS 18, "
+                                "iPadOS 18 and macOS 15; an older system ignores it and the gateway refuses it"),
     _platform("windows", "Windows 10/11 built-in IKEv2", names="windows", writer="powershell",
               media_type=_TEXT, suffix=".ps1", beside=("PKCS#12", "CA (DER)"), ca_suffix="cer",
-              offer="PowerShell script, with the CA and the PKCS#12 beside it"),
+              offer="PowerShell script, with the CA and the PKCS#12 beside it", post_quantum=(),
+              post_quantum_note="the built-in client has no post-quantum setting (no PPK in "
+                                "Add-VpnConnection or Set-VpnConnectionIPsecConfiguration, no ML-KEM)"),
     _platform("networkmanager", "NetworkManager strongSwan plugin", names="strongswan", writer="nmconnection",
               media_type=_TEXT, suffix=".nmconnection", beside=("PKCS#12", "CA (PEM)"), ca_suffix="pem",
-              offer=".nmconnection keyfile, with the CA and the PKCS#12 beside it"),
+              offer=".nmconnection keyfile, with the CA and the PKCS#12 beside it", post_quantum=(),
+              post_quantum_note="the NetworkManager plugin has no post-quantum setting (no PPK in its "
+                                "keyfile, no ML-KEM)"),
     _platform("swanctl", "strongSwan (swanctl / charon-cmd)", names="strongswan", writer="swanctl",
               media_type=_TEXT, suffix=".conf", beside=("PKCS#12", "CA (PEM)"), ca_suffix="pem",
-              offer="swanctl.conf, with the CA and the PKCS#12 beside it"),
+              offer="swanctl.conf, with the CA and the PKCS#12 beside it", post_quantum=("ppk",),
+              post_quantum_note="a PPK in swanctl.conf (ppk_id, ppk_required and a ppk secret, strongSwan "
+                                "5.7 and later); charon-cmd has no PPK option: use swanctl"),
 )})
 
 #: What a user calls each platform's client; errors name the platform this way.
@@ -247,6 +269,32 @@ def expressible_keywords(platform: str) -> frozenset[str] | None:
     if names not in _TABLES:
         return None
     return frozenset(keyword for table in _TABLES[names] for keyword in table)
+
+
+def post_quantum_refusal(platform: str, level: int) -> str | None:
+    """Why ``platform``'s client cannot meet a post-quantum minimum of ``level``, or None if it can
+    take a post-quantum mechanism (a minimum of 0 asks for none: every platform meets it).
+
+    Which level a mechanism reaches is the rating tables' to say, like any algorithm's; this only
+    says whether the platform's client can take any post-quantum mechanism at all.
+
+    Args:
+        platform: one of :data:`PLATFORMS`.
+        level: the post-quantum minimum, 0 to 10.
+
+    Returns:
+        None, or the refusal naming the platform, e.g. ``strongSwan VPN Client for Android (android):
+        no post-quantum protection at level 5: the strongSwan app has no post-quantum setting ...``.
+
+    Raises:
+        InvalidInput: an unknown platform, or a level that is not 0 to 10.
+    """
+    record = _check_platform(platform)
+    if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 10:
+        raise InvalidInput(f"the post-quantum minimum is 0 to 10, not {level!r}")
+    if level == 0 or record.post_quantum:
+        return None
+    return f"{record.label} ({record.name}): no post-quantum protection at level {level}: {record.post_quantum_note}"
 
 
 def express(platform: str, *, ike_proposal: str, esp_proposal: str, ike_lifetime: int,

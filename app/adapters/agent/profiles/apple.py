@@ -33,7 +33,15 @@ def write(checked: Checked) -> Profile:
     alone ("PKCS1" installs one without trust as an anchor). What narrows it is the CA certificate
     itself (its name constraints and purposes, which Apple enforces) and, on iOS and iPadOS, that a
     root from a profile the user installed is not trusted for TLS until they turn on full trust
-    for it in Certificate Trust Settings; ``ServerCertificateIssuerCommonName`` pins the VPN to it."""
+    for it in Certificate Trust Settings; ``ServerCertificateIssuerCommonName`` pins the VPN to it.
+
+    With a PPK (RFC 8784) the IKEv2 payload also has ``PPK`` (the key, data), ``PPKIdentifier``
+    and ``PPKMandatory`` = 1 (iOS 18, iPadOS 18, macOS 15: the client connects only if the gateway
+    takes that PPK). Unlike the device's key, which is inside the PKCS#12 under its passphrase, the
+    PPK is a plain value of the profile: an unsigned, unencrypted ``.mobileconfig`` can only be
+    encrypted to a certificate the device already holds. What protects it is what protects the
+    whole profile on its way: sealed end to end to the user, written readable by the user alone,
+    sealed again for a link; once installed the device keeps it in its keychain."""
     inp = checked.inp
     certificate_type = _apple_certificate_type(checked)
     _apple_p12(inp.p12)
@@ -84,6 +92,8 @@ def _apple_ikev2(checked: Checked, certificate_type: str, certificate_uuid: str)
         "IncludeAllNetworks": 0,
         "OnDemandEnabled": int(bool(inp.domains)),
     }
+    if inp.ppk is not None and inp.ppk_id is not None:
+        ikev2.update({"PPK": inp.ppk, "PPKIdentifier": inp.ppk_id, "PPKMandatory": 1})
     if inp.domains:
         # A rule without match keys applies on every network; for each connection its ActionParameters
         # decide: these domains connect when they do not resolve outside the tunnel.
@@ -139,6 +149,8 @@ def _apple_read_back(content: bytes, top: dict[str, object]) -> None:
     read = plistlib.loads(content)
     round_trip(read == top, "apple", "plist")
     ikev2 = read["PayloadContent"][2]["IKEv2"]
+    round_trip(("PPK" in ikev2) == ("PPKIdentifier" in ikev2) == ("PPKMandatory" in ikev2)
+               and ikev2.get("PPKMandatory", 1) == 1, "apple", "PPK, PPKIdentifier and PPKMandatory")
     check_names("apple", {"ike": ikev2["IKESecurityAssociationParameters"],
                           "child": ikev2["ChildSecurityAssociationParameters"]})
 

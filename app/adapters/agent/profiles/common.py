@@ -18,7 +18,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from app.domain.agent.platforms import LABELS, PLATFORMS, DevicePlatform, check_names, express
+from app.domain.agent.platforms import LABELS, PLATFORMS, DevicePlatform, Inexpressible, check_names, express
 from app.domain.errors import InvalidInput
 
 __all__ = ["Checked", "DeviceProfileInput", "Profile", "ca_der", "ca_file_name", "ca_pem", "check", "profile",
@@ -33,6 +33,8 @@ _MAX_CERT = 16 * 1024
 _DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _DNS_NAME = re.compile(rf"(?=.{{1,253}}\Z){_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?\Z")
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+_PPK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+_MIN_PPK, _MAX_PPK = 32, 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,11 @@ class DeviceProfileInput:
             :func:`app.adapters.agent.profiles.write_profile`).
         device_cert_der: the device certificate (DER). Required for ``apple``, whose profile
             names the certificate's key type; checked against ``ca_cert_der`` when given.
+        ppk: a post-quantum preshared key (RFC 8784) the device must use, 32 to 256 random
+            bytes, with ``ppk_id``, its identity (1-64 letters, digits, ``.``, ``_``, ``-``); both
+            or neither. Only for a platform whose client takes one
+            (``app.domain.agent.platforms.DevicePlatform.post_quantum``); the profile then makes
+            the PPK mandatory. It never appears in a repr.
     """
 
     name: str
@@ -81,6 +88,8 @@ class DeviceProfileInput:
     remote_ts: tuple[str, ...]
     domains: tuple[str, ...] = ()
     device_cert_der: bytes | None = None
+    ppk: bytes | None = None
+    ppk_id: str | None = None
 
     def __repr__(self) -> str:
         return f"DeviceProfileInput(platform={self.platform!r}, name={self.name!r}, uuid={self.uuid!r})"
@@ -155,6 +164,7 @@ def check(inp: DeviceProfileInput) -> Checked:
     device = None if inp.device_cert_der is None else _device_certificate(inp.device_cert_der, ca)
     networks = _networks(inp.remote_ts)
     _domains(inp.domains)
+    _ppk(inp)
     return Checked(inp=inp, platform=PLATFORMS[inp.platform], suite=suite, stem=stem, ca=ca, device=device,
                    networks=networks)
 
@@ -247,6 +257,21 @@ def _domains(values: object) -> tuple[str, ...]:
         if not isinstance(value, str) or not _DNS_NAME.match(value):
             raise InvalidInput(f"domains: {str(value)[:64]!r} is not a DNS domain")
     return tuple(values)
+
+
+def _ppk(inp: DeviceProfileInput) -> None:
+    """Both ``ppk`` and ``ppk_id`` or neither, each well formed, and only for a platform that takes one."""
+    if inp.ppk is None and inp.ppk_id is None:
+        return
+    if inp.ppk is None or inp.ppk_id is None:
+        raise InvalidInput("ppk and ppk_id: both or neither")
+    record = PLATFORMS[inp.platform]
+    if "ppk" not in record.post_quantum:
+        raise Inexpressible(inp.platform, "IKE", "post-quantum", "ppk", record.post_quantum_note)
+    if not isinstance(inp.ppk, bytes) or not _MIN_PPK <= len(inp.ppk) <= _MAX_PPK:
+        raise InvalidInput(f"ppk: {_MIN_PPK} to {_MAX_PPK} random bytes (RFC 8784 asks for 256 bits of entropy)")
+    if not isinstance(inp.ppk_id, str) or not _PPK_ID.match(inp.ppk_id):
+        raise InvalidInput("ppk_id: 1 to 64 letters, digits, '.', '_' or '-'")
 
 
 def ca_file_name(checked: Checked) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 
@@ -16,8 +17,12 @@ def write(checked: Checked) -> Profile:
     lifetimes, public-key authentication both ways. ``local`` names only the identity: charon
     takes the certificate for it, and its key, from the PKCS#12 that ``swanctl --load-creds`` loads
     from ``/etc/swanctl/pkcs12/`` (asking for the passphrase, which is why the file has no
-    ``secrets`` section). ``remote`` trusts the CA file in ``/etc/swanctl/x509ca/``. The header
-    also shows the same connection with charon-cmd."""
+    ``secrets`` entry for it). ``remote`` trusts the CA file in ``/etc/swanctl/x509ca/``. The header
+    also shows the same connection with charon-cmd.
+
+    With a PPK (RFC 8784), the connection has ``ppk_id`` and ``ppk_required = yes`` and the file a
+    ``secrets`` section with the PPK under that id (strongSwan 5.7 and later); charon-cmd has no
+    PPK option, so the header says to use swanctl. The file is then as secret as the PPK."""
     inp = checked.inp
     name = checked.stem
     ca_file = ca_file_name(checked)
@@ -40,7 +45,12 @@ def write(checked: Checked) -> Profile:
             "start_action": "none",
         }},
     }
-    document = {"connections": {name: conn}}
+    document: dict[str, object] = {"connections": {name: conn}}
+    if inp.ppk is not None and inp.ppk_id is not None:
+        conn["ppk_id"] = inp.ppk_id
+        conn["ppk_required"] = "yes"
+        document["secrets"] = {f"ppk-{name}": {"id": inp.ppk_id,
+                                               "secret": "0s" + base64.b64encode(inp.ppk).decode("ascii")}}
     charon_cmd = shlex.join([
         "charon-cmd", "--host", inp.remote_address, "--identity", inp.local_id, "--remote-identity", inp.remote_id,
         "--cert", ca_file, "--p12", inp.p12_name, "--ike-proposal", ike,
@@ -50,9 +60,13 @@ def write(checked: Checked) -> Profile:
         f"# {inp.name}: {LABELS['swanctl']} profile.",
         f"# Put {inp.p12_name} into /etc/swanctl/pkcs12/, {ca_file} into /etc/swanctl/x509ca/ and this file",
         "# into /etc/swanctl/conf.d/, then run `swanctl --load-all` (it asks for the PKCS#12 passphrase)",
-        f"# and `swanctl --initiate --child {name}`. With charon-cmd instead, in the folder of the files:",
-        f"#   {charon_cmd}",
+        f"# and `swanctl --initiate --child {name}`.",
     ]
+    if inp.ppk is None:
+        header += ["# With charon-cmd instead, in the folder of the files:", f"#   {charon_cmd}"]
+    else:
+        header += ["# This file holds the connection's post-quantum preshared key (PPK): keep it readable by",
+                   "# root alone. charon-cmd has no PPK option: this connection needs swanctl."]
     text = "\n".join(header) + "\n" + "".join(_swanctl_section(k, v, 0) for k, v in document.items())
     round_trip(parse_swanctl(text) == document, "swanctl", "swanctl.conf")
     files = {inp.p12_name: inp.p12, ca_file: ca_pem(checked)}
