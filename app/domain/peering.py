@@ -7,9 +7,14 @@ never a rating or a cost); the responding side ranks the same suites by its own 
 own requirement, and :func:`choose` picks the suite of least combined rank, ties to the
 responder's own order. Both sides then load their own charon, and each verifies its own end.
 
-Messages (:class:`Offer`, :class:`Answer`, :class:`Confirm`, :class:`Teardown`) are signed and
-sealed like the tunnel agent's (``app.adapters.agent.crypto``); here they are plain documents
-with their checks: sizes, names, addresses, freshness.
+A running tunnel is moved to another suite the same way, by whichever side's edit left it
+below that side's minimums: that side offers the suites it now accepts, in its own order
+(:class:`Move`), the other side chooses by the same rule under its own requirement
+(:class:`MoveAnswer`), and the moving side confirms once the new SA is up beside the old one.
+
+Messages (:class:`Offer`, :class:`Answer`, :class:`Confirm`, :class:`Teardown`, :class:`Move`,
+:class:`MoveAnswer`) are signed and sealed like the tunnel agent's (``app.adapters.agent.crypto``);
+here they are plain documents with their checks: sizes, names, addresses, freshness.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ __all__ = [
     "MAX_SUITES",
     "Answer",
     "Confirm",
+    "Move",
+    "MoveAnswer",
     "Offer",
     "Peer",
     "PeerState",
@@ -274,6 +281,67 @@ class Teardown:
             raise InvalidInput("teardown.reason is at most 200 characters")
         return cls(tunnel_id=_id(doc, "tunnel_id", "teardown"), sender=_name(doc, "sender", "teardown"),
                    timestamp=_time(doc, "teardown"), nonce=_nonce(doc, "teardown"), reason=reason)
+
+
+@dataclass(frozen=True)
+class Move:
+    """Either side's offer to move a running tunnel both sides carry: the ESP and IKE proposals
+    that side accepts now, each cheapest first by its own tables (ranks, as in :class:`Offer`:
+    nothing of its ratings or costs). Everything else of the tunnel (its ends, networks, mode,
+    key) stays as it is."""
+
+    tunnel_id: str
+    sender: str
+    timestamp: float
+    nonce: str
+    suites: tuple[str, ...]
+    ikes: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
+                "suites": list(self.suites), "ikes": list(self.ikes)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Move:
+        doc = _mapping(data, "move", ("tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes"))
+        return cls(tunnel_id=_id(doc, "tunnel_id", "move"), sender=_name(doc, "sender", "move"),
+                   timestamp=_time(doc, "move"), nonce=_nonce(doc, "move"),
+                   suites=_proposals(doc.get("suites"), "move.suites", MAX_SUITES),
+                   ikes=_proposals(doc.get("ikes"), "move.ikes", MAX_IKES))
+
+
+@dataclass(frozen=True)
+class MoveAnswer:
+    """The other side's choice for a :class:`Move` (indexes into its suites and IKE proposals),
+    made under its own requirement by :func:`choose`. It has loaded the chosen proposals beside the
+    running SA; ``expires`` is its clock by which it goes back to the old ones unless the moving side
+    confirms."""
+
+    tunnel_id: str
+    sender: str
+    timestamp: float
+    nonce: str
+    chosen: int
+    ike: int
+    expires: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
+                "chosen": self.chosen, "ike": self.ike, "expires": int(self.expires)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MoveAnswer:
+        doc = _mapping(data, "move answer", ("tunnel_id", "sender", "timestamp", "nonce", "chosen", "ike", "expires"))
+        chosen, ike, expires = doc.get("chosen"), doc.get("ike"), doc.get("expires")
+        if not isinstance(chosen, int) or isinstance(chosen, bool) or not 0 <= chosen < MAX_SUITES:
+            raise InvalidInput("move answer.chosen is an index into the move's suites")
+        if not isinstance(ike, int) or isinstance(ike, bool) or not 0 <= ike < MAX_IKES:
+            raise InvalidInput("move answer.ike is an index into the move's IKE proposals")
+        if not isinstance(expires, (int, float)) or isinstance(expires, bool):
+            raise InvalidInput("move answer.expires is a time")
+        return cls(tunnel_id=_id(doc, "tunnel_id", "move answer"), sender=_name(doc, "sender", "move answer"),
+                   timestamp=_time(doc, "move answer"), nonce=_nonce(doc, "move answer"), chosen=chosen, ike=ike,
+                   expires=float(expires))
 
 
 def _head(tunnel_id: str, sender: str, timestamp: float, nonce: str) -> dict[str, Any]:

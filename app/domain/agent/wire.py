@@ -45,6 +45,9 @@ class Kind(StrEnum):
     PEER_CONFIRM = "peer-confirm"  # the initiator's end is up (or given up)
     PEER_TEARDOWN = "peer-teardown"  # either side takes a tunnel down
     PEER_ACK = "peer-ack"        # a confirm or teardown was acted on
+    PEER_MOVE = "peer-move"      # either side: the suites it now accepts for a running tunnel, in its order
+    PEER_MOVE_ANSWER = "peer-move-answer"  # the other side's choice for a move, loaded beside the running SA
+    PEER_MOVED = "peer-moved"    # the moving side's new SA is up (or given up)
 
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.domain.errors import InvalidInput
-from app.domain.peering import MAX_SUITES, Answer, Offer, Peer, choose, parse_peered
+from app.domain.peering import MAX_SUITES, Answer, Move, MoveAnswer, Offer, Peer, choose, parse_peered
 from app.domain.policies import Levels
 
 _SUITES = st.lists(st.sampled_from([f"s{i}" for i in range(12)]), unique=True, max_size=12)
@@ -103,3 +103,54 @@ def test_a_peer_may_ask_only_for_its_gateways_and_networks_inside_its_own() -> N
     assert "gateway" in (peer.allows("gw-c", ["10.2.0.1/32"]) or "")
     assert "network" in (peer.allows("gw-b", ["10.2.0.0/23"]) or "")
     assert "network" in (peer.allows("gw-b", ["10.3.0.1/32"]) or "")
+
+
+def _move(**changes: object) -> dict[str, object]:
+    doc: dict[str, object] = {"tunnel_id": "abc123", "sender": "site-b", "timestamp": 1_700_000_000, "nonce": "n" * 24,
+                              "suites": ["aes256gcm16-x25519", "chacha20poly1305-x25519"],
+                              "ikes": ["aes256gcm16-prfsha256-x25519"]}
+    doc.update(changes)
+    return doc
+
+
+def test_a_move_and_its_answer_round_trip() -> None:
+    move = Move.from_dict(_move())
+    assert Move.from_dict(move.as_dict()) == move
+    assert move.suites == ("aes256gcm16-x25519", "chacha20poly1305-x25519")
+    answer = MoveAnswer(tunnel_id="abc123", sender="site-a", timestamp=1_700_000_000, nonce="m" * 24, chosen=1, ike=0,
+                        expires=1_700_000_010)
+    assert MoveAnswer.from_dict(answer.as_dict()) == answer
+
+
+def test_a_move_carries_ranks_only_never_a_level_or_a_cost() -> None:
+    assert set(Move.from_dict(_move()).as_dict()) == {"tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes"}
+    for extra in ({"levels": {"confidentiality": 8}}, {"cost": 0.5}, {"gateway": "gw-b"}):
+        with pytest.raises(InvalidInput, match="unknown fields"):
+            Move.from_dict(_move(**extra))
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"suites": []}, "move.suites: 1 to 16"),
+    ({"suites": [f"aes128-sha{i}" for i in range(MAX_SUITES + 1)]}, "move.suites: 1 to 16"),
+    ({"suites": ["aes128-sha256", "aes128-sha256"]}, "offered twice"),
+    ({"ikes": ["aes128-sha256; drop"]}, "move.ikes: each is a proposal string"),
+    ({"ikes": [f"aes128-sha256-modp{i}" for i in range(5)]}, "move.ikes: 1 to 4"),
+    ({"tunnel_id": "../etc"}, "move.tunnel_id is not a tunnel id"),
+    ({"nonce": "short"}, "move.nonce"),
+    ({"timestamp": True}, "move.timestamp"),
+])
+def test_a_malformed_move_is_refused_saying_what(change: dict[str, object], says: str) -> None:
+    with pytest.raises(InvalidInput, match=says.replace(".", r"\.")):
+        Move.from_dict(_move(**change))
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"chosen": MAX_SUITES}, "move answer.chosen"), ({"chosen": True}, "move answer.chosen"),
+    ({"ike": -1}, "move answer.ike"), ({"expires": "soon"}, "move answer.expires"),
+    ({"psk": "00" * 32}, "unknown fields"),
+])
+def test_a_malformed_move_answer_is_refused_saying_what(change: dict[str, object], says: str) -> None:
+    doc: dict[str, object] = {"tunnel_id": "abc123", "sender": "site-a", "timestamp": 1_700_000_000,
+                              "nonce": "m" * 24, "chosen": 0, "ike": 0, "expires": 1_700_000_010, **change}
+    with pytest.raises(InvalidInput, match=says):
+        MoveAnswer.from_dict(doc)
