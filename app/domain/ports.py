@@ -388,11 +388,17 @@ UnitOfWorkFactory = Callable[[], UnitOfWork]
 
 @dataclass(frozen=True, slots=True)
 class LoadShared:
-    """``load-shared``: an IKE secret for ``owners`` (never in a log, a repr or an error)."""
+    """``load-shared``: a secret for ``owners`` (never in a log, a repr or an error).
+
+    ``type`` is ``IKE`` (a PSK for the identities in ``owners``) or ``PPK`` (an RFC 8784
+    post-quantum preshared key; ``owners`` is its PPK id, which a conn names as ``ppk_id``;
+    strongSwan >= 5.7).
+    """
 
     name: str
     secret: bytes = field(repr=False)
     owners: tuple[str, ...]
+    type: str = "IKE"
 
 
 @dataclass(frozen=True, slots=True)

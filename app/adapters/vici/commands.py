@@ -186,7 +186,7 @@ class Entry(NamedTuple):
 
 #: The charon port's commands (:data:`app.domain.ports.CharonCommand`), one entry each.
 ENTRIES: dict[type, Entry] = {
-    LoadShared: Entry(lambda c: load_shared_command(c.name, c.secret, c.owners)),
+    LoadShared: Entry(lambda c: load_shared_command(c.name, c.secret, c.owners, c.type)),
     LoadConn: Entry(lambda c: load_conn_command(c.name, c.conn)),
     LoadPool: Entry(lambda c: load_pool_command(c.name, c.addrs)),
     Initiate: Entry(lambda c: initiate_command(child=c.child, ike=c.ike, timeout_ms=c.timeout_ms)),

@@ -11,10 +11,12 @@ import secrets
 import pytest
 
 from app.adapters.agent.profiles import Inexpressible, parse_swanctl, write_profile
+from app.adapters.vici.commands import ENTRIES
 from app.domain.agent import AgentRejected
 from app.domain.agent.messages import RequestInfo
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.errors import InvalidInput, PlatformCannot
+from app.domain.ports import LoadShared
 from tests.unit.agent.test_device_profiles import Credentials, apple_payloads, creds, make_input
 
 __all__ = ["creds"]  # the module-scoped fixture, shared with the profile tests
@@ -134,3 +136,15 @@ def test_a_request_carries_a_post_quantum_minimum() -> None:
 def test_a_post_quantum_minimum_out_of_range_is_rejected(value: object) -> None:
     with pytest.raises(AgentRejected):
         RequestInfo.from_dict(_info({"post_quantum": value}))
+
+
+# --------------------------------------------------------------------------- charon's load
+
+
+def test_a_ppk_goes_to_charon_as_a_shared_secret_of_type_ppk_owned_by_its_id() -> None:
+    command = ENTRIES[LoadShared].command(LoadShared("qoss-agent-0a1b", PPK, (PPK_ID,), "PPK"))
+    assert (command.name, dict(command.message or {})) == (
+        "load-shared", {"id": "qoss-agent-0a1b", "type": "PPK", "data": PPK, "owners": [PPK_ID]})
+    assert PPK not in repr(LoadShared("qoss-agent-0a1b", PPK, (PPK_ID,), "PPK")).encode()
+    ike = ENTRIES[LoadShared].command(LoadShared("qoss-t1", PPK, ("left", "right")))
+    assert (ike.message or {})["type"] == "IKE"
