@@ -26,10 +26,13 @@ from app.domain.agent.codec import (
 from app.domain.agent.wire import Kind
 
 __all__ = [
+    "MAX_DEVICES_LISTED",
     "MAX_RESPONSE_BYTES",
     "AgentSessionState",
     "ClientRequest",
     "DeviceBundle",
+    "DeviceInfo",
+    "DeviceState",
     "Endorsement",
     "EnrolledUser",
     "RequestInfo",
@@ -37,6 +40,9 @@ __all__ = [
     "Revocation",
     "SessionStatus",
     "TunnelingInfo",
+    "UserDeviceList",
+    "UserDevices",
+    "device_state",
 ]
 
 class AgentSessionState(StrEnum):
@@ -167,8 +173,8 @@ class ClientRequest:
             raise AgentRejected("via differs from recipient")
         if (kind in (Kind.DISCONNECT, Kind.STATUS)) != (info.ticket is not None):
             raise AgentRejected("a disconnect or a status query names a ticket, a connect does not")
-        if kind in (Kind.DISCONNECT, Kind.STATUS) and info.platform is not None:
-            raise AgentRejected("a disconnect or a status query names no platform")
+        if kind in (Kind.DISCONNECT, Kind.STATUS, Kind.DEVICES) and info.platform is not None:
+            raise AgentRejected("a disconnect, a status query or a list of devices names no platform")
         return cls(
             kind=kind,
             request_id=b64d(obj["request_id"], size=_NONCE),
@@ -251,7 +257,8 @@ class Endorsement:
                       "user"))
         if obj["kind"] != Kind.ENDORSE.value:
             raise AgentRejected("signed kind differs from the header")
-        if obj["client_kind"] not in (Kind.CONNECT.value, Kind.DISCONNECT.value, Kind.STATUS.value):
+        if obj["client_kind"] not in (Kind.CONNECT.value, Kind.DISCONNECT.value, Kind.STATUS.value,
+                                      Kind.DEVICES.value):
             raise AgentRejected("bad client_kind")
         return cls(
             kind=Kind.ENDORSE,
@@ -476,12 +483,154 @@ class SessionStatus:
                    platform=_str(obj, "platform") if platform is not None else None)
 
 
+class DeviceState(StrEnum):
+    """A device enrolment as its user sees it: ``active``; ``stale`` (an edit of the ratings or
+    policies left its suite below its minimums: its profile no longer joins, enrol it again);
+    ``revoked`` (by its user, an administrator, or with the user); ``expired`` (its certificate's
+    time is up); ``ended`` (anything else: its conn could not be loaded again)."""
+
+    ACTIVE = "active"
+    STALE = "stale"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+    ENDED = "ended"
+
+
+#: What a closing reason says of a device whose profile an edit left below its minimums
+#: (:func:`app.services.agent.target_edits.close_reason`).
+_STALE_MARK = "its profile is stale"
+
+
+def device_state(state: AgentSessionState, reason: str) -> DeviceState:
+    """What a device enrolment's session state and closing reason mean to its user."""
+    if state is AgentSessionState.ACTIVE:
+        return DeviceState.ACTIVE
+    if _STALE_MARK in reason:
+        return DeviceState.STALE
+    return {AgentSessionState.REVOKED: DeviceState.REVOKED,
+            AgentSessionState.EXPIRED: DeviceState.EXPIRED}.get(state, DeviceState.ENDED)
+
+
+#: The most device enrolments a list carries (the newest first).
+MAX_DEVICES_LISTED = 64
+
+_TICKET = re.compile(r"^[0-9a-f]{32}$")
+_PLATFORM = re.compile(r"^[a-z][a-z0-9-]{1,23}$")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One of a user's device enrolments at a Target: its ticket, platform, state and why it ended,
+    the Objective-ID it was enrolled for, when it was enrolled, when its certificate expires and
+    when it ended (None while active). No key, no passphrase: Target keeps neither."""
+
+    ticket: str
+    platform: str
+    state: DeviceState
+    reason: str
+    objective_id: int
+    created: int
+    expires: int
+    ended: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ticket": self.ticket, "platform": self.platform, "state": self.state.value, "reason": self.reason,
+                "objective_id": self.objective_id, "created": self.created, "expires": self.expires,
+                "ended": self.ended}
+
+    @classmethod
+    def from_dict(cls, obj: object) -> DeviceInfo:
+        if not isinstance(obj, dict):
+            raise AgentRejected("bad device")
+        _fields(obj, ("created", "ended", "expires", "objective_id", "platform", "reason", "state", "ticket"))
+        try:
+            state = DeviceState(obj["state"])
+        except ValueError:
+            raise AgentRejected("bad device state") from None
+        reason = obj["reason"]
+        if not isinstance(reason, str) or len(reason) > 500 or not reason.isprintable():
+            raise AgentRejected("bad device reason")
+        return cls(ticket=_str(obj, "ticket", max_len=32, pattern=_TICKET),
+                   platform=_str(obj, "platform", max_len=24, pattern=_PLATFORM), state=state, reason=reason,
+                   objective_id=_int(obj, "objective_id", 1, 4), created=_int(obj, "created", 0, 2**40),
+                   expires=_int(obj, "expires", 0, 2**40),
+                   ended=None if obj["ended"] is None else _int(obj, "ended", 0, 2**40))
+
+
+def _devices(obj: Mapping[str, Any], key: str) -> tuple[DeviceInfo, ...]:
+    items = obj[key]
+    if not isinstance(items, list) or len(items) > MAX_DEVICES_LISTED:
+        raise AgentRejected("bad device list")
+    return tuple(DeviceInfo.from_dict(item) for item in items)
+
+
+@dataclass(frozen=True, slots=True)
+class UserDevices:
+    """Host -> Target: an administrator asks for a user's devices there, and with ``revoke`` (a
+    ticket) revokes that one first. Host vouches for its own users only: Target answers about the
+    sessions of that user of that Host."""
+
+    host: str
+    target: str
+    nonce: bytes
+    timestamp: int
+    user_id: str
+    revoke: str | None = None
+
+    def body(self) -> bytes:
+        return canonical({"kind": Kind.USER_DEVICES.value, "sender": self.host, "recipient": self.target,
+                          "nonce": b64e(self.nonce), "ts": self.timestamp, "user_id": self.user_id,
+                          "revoke": self.revoke})
+
+    @classmethod
+    def parse(cls, body: bytes) -> UserDevices:
+        obj = decode_canonical(body, max_size=MAX_SEALED_BYTES)
+        _fields(obj, ("kind", "nonce", "recipient", "revoke", "sender", "ts", "user_id"))
+        if obj["kind"] != Kind.USER_DEVICES.value:
+            raise AgentRejected("signed kind differs from the header")
+        return cls(host=_str(obj, "sender"), target=_str(obj, "recipient"), nonce=b64d(obj["nonce"], size=_NONCE),
+                   timestamp=_int(obj, "ts", 0, 2**40), user_id=_str(obj, "user_id"),
+                   revoke=None if obj["revoke"] is None else _str(obj, "revoke", max_len=32, pattern=_TICKET))
+
+
+@dataclass(frozen=True, slots=True)
+class UserDeviceList:
+    """Target -> Host: the answer to :class:`UserDevices` (its nonce echoed): the user's devices,
+    newest first, and ``revoked``, the ticket revoked now (None: none was asked for, or it was not
+    this user's active device)."""
+
+    target: str
+    host: str
+    nonce: bytes
+    timestamp: int
+    user_id: str
+    devices: tuple[DeviceInfo, ...]
+    revoked: str | None = None
+
+    def body(self) -> bytes:
+        return canonical({"kind": Kind.USER_DEVICE_LIST.value, "sender": self.target, "recipient": self.host,
+                          "nonce": b64e(self.nonce), "ts": self.timestamp, "user_id": self.user_id,
+                          "devices": [d.as_dict() for d in self.devices], "revoked": self.revoked})
+
+    @classmethod
+    def parse(cls, body: bytes) -> UserDeviceList:
+        obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
+        _fields(obj, ("devices", "kind", "nonce", "recipient", "revoked", "sender", "ts", "user_id"))
+        if obj["kind"] != Kind.USER_DEVICE_LIST.value:
+            raise AgentRejected("signed kind differs from the header")
+        return cls(target=_str(obj, "sender"), host=_str(obj, "recipient"), nonce=b64d(obj["nonce"], size=_NONCE),
+                   timestamp=_int(obj, "ts", 0, 2**40), user_id=_str(obj, "user_id"),
+                   devices=_devices(obj, "devices"),
+                   revoked=None if obj["revoked"] is None else _str(obj, "revoked", max_len=32, pattern=_TICKET))
+
+
 @dataclass(frozen=True, slots=True)
 class Response:
     """Target -> Client: ``Request ID || Session Key || Tunneling Info`` (+ Target's signature).
 
     A disconnect is answered with kind CLOSED, no session key and no tunneling info; a status
-    query with kind STATE and ``status`` alone (the ticket's state and why it ended).
+    query with kind STATE and ``status`` alone (the ticket's state and why it ended); a list of
+    devices with kind DEVICE_LIST and ``devices`` alone (the user's devices at that Target).
     """
 
     kind: Kind
@@ -494,11 +643,13 @@ class Response:
     timestamp: int
     device: DeviceBundle | None = None
     status: SessionStatus | None = None
+    devices: tuple[DeviceInfo, ...] | None = None
 
     def body(self) -> bytes:
         return canonical({
             **({"device": self.device.as_dict()} if self.device is not None else {}),
             **({"status": self.status.as_dict()} if self.status is not None else {}),
+            **({"devices": [d.as_dict() for d in self.devices]} if self.devices is not None else {}),
             "request_id": b64e(self.request_id),
             "session_key": b64e(self.session_key) if self.session_key is not None else None,
             "tunneling_info": self.tunneling_info.as_dict() if self.tunneling_info is not None else None,
@@ -513,11 +664,13 @@ class Response:
     def parse(cls, body: bytes, *, kind: Kind) -> Response:
         obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
         _fields(obj, ("kind", "recipient", "request_id", "sender", "session_key", "ts", "tunneling_info", "via"),
-                ("device", "status"))
+                ("device", "devices", "status"))
         if obj["kind"] != kind.value:
             raise AgentRejected("signed kind differs from the header")
         if (kind is Kind.STATE) != ("status" in obj):
             raise AgentRejected("a state answer carries a status, nothing else does")
+        if (kind is Kind.DEVICE_LIST) != ("devices" in obj):
+            raise AgentRejected("a list of devices carries devices, nothing else does")
         has_tunnel = kind is Kind.RESPONSE
         device = obj.get("device")
         if has_tunnel != (obj["tunneling_info"] is not None) or (
@@ -535,6 +688,7 @@ class Response:
             host=_str(obj, "via"),
             timestamp=_int(obj, "ts", 0, 2**40),
             status=SessionStatus.from_dict(obj["status"]) if kind is Kind.STATE else None,
+            devices=_devices(obj, "devices") if kind is Kind.DEVICE_LIST else None,
         )
 
     def __repr__(self) -> str:  # never show the session key

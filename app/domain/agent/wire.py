@@ -40,6 +40,10 @@ class Kind(StrEnum):
     HANDOFF = "handoff"          # client -> host: a device's profile, for a one-time download link
     STATUS = "status"            # client -> host: what became of a ticket (a device's enrolment)
     STATE = "state"              # target -> client: the ticket's state, and why it ended
+    DEVICES = "devices"          # client -> host: the user's devices at a target
+    DEVICE_LIST = "device-list"  # target -> client: those devices, each with its state
+    USER_DEVICES = "user-devices"  # host -> target: a user's devices for the administrator (or revoke one)
+    USER_DEVICE_LIST = "user-device-list"  # target -> host: those devices
     PEER_OFFER = "peer-offer"    # a qoss to its peer: the suites it accepts for a tunnel, in its order
     PEER_ANSWER = "peer-answer"  # the peer's choice, its end and the tunnel's key
     PEER_CONFIRM = "peer-confirm"  # the initiator's end is up (or given up)
@@ -98,9 +102,11 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
 
 def limits(kinds: Sequence[Kind]) -> tuple[int, int]:
     """The largest wire message and sealed part accepted when expecting ``kinds``: Target's
-    answers (only a client opens them; a device's profile rides in them) and a client's handoff
+    answers (only a client, or Host for a list it asked for, opens them; a device's profile or a
+    list of devices rides in them) and a client's handoff
     of a profile (on a route of its own) may be larger than any other message."""
-    if set(kinds) <= {Kind.RESPONSE, Kind.CLOSED} or set(kinds) == {Kind.HANDOFF}:
+    if set(kinds) <= {Kind.RESPONSE, Kind.CLOSED, Kind.DEVICE_LIST, Kind.USER_DEVICE_LIST} or set(kinds) == {
+            Kind.HANDOFF}:
         return MAX_RESPONSE_WIRE_BYTES, MAX_RESPONSE_SEALED_BYTES
     return MAX_WIRE_BYTES, MAX_SEALED_BYTES
 

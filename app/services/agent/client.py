@@ -153,7 +153,8 @@ class AgentClient:
             AgentRejected: not sealed to this user, not signed by the target, not the answer to
                 this request (e.g. an old response replayed), or stale.
         """
-        want = {Kind.DISCONNECT: Kind.CLOSED, Kind.STATUS: Kind.STATE}.get(request.kind, Kind.RESPONSE)
+        want = {Kind.DISCONNECT: Kind.CLOSED, Kind.STATUS: Kind.STATE,
+                Kind.DEVICES: Kind.DEVICE_LIST}.get(request.kind, Kind.RESPONSE)
         kind, body, tag = self.keys.open_sealed(answer, kinds=[want])
         response = Response.parse(body, kind=kind)
         target = request.request_info.target

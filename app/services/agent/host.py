@@ -31,10 +31,11 @@ from app.domain.agent import (
     b64e,
     check_fresh,
 )
+from app.domain.agent.messages import UserDeviceList, UserDevices
 from app.domain.agent.platforms import PLATFORMS
 from app.domain.agent.ports import AgentCrypto, AgentKeys, AgentStore, PeerKeys, Post, WaitingHandoff
 from app.domain.agent.sealed_profile import read_sealed
-from app.domain.errors import InvalidInput, UnsupportedMediaType
+from app.domain.errors import GatewayError, InvalidInput, NotFound, QossError, UnsupportedMediaType
 from app.services.agent.config import AgentConfig, HostRole
 from app.services.agent.host_revocations import Revocations, RevocationTarget
 from app.services.agent.target import Outcome, TargetAgent
@@ -238,6 +239,74 @@ class HostAgent:
         results = self.revocations.revoked(user_id, user.sign_public_key)
         return {"user_id": user_id, "revoked": True, "targets": results}
 
+    # -- a user's devices, for the administrator ---------------------------------------------
+
+    def user_devices(self, user_id: str) -> dict[str, Any]:
+        """``user_id``'s device enrolments at every target, as each target says (Host keeps none):
+        ``devices`` (each with its ``target``: ticket, platform, state, reason, Objective-ID,
+        enrolled, expires, ended), and ``unanswered``: the targets that could not be asked, and why.
+
+        Raises:
+            NotFound: no such user.
+        """
+        self._known(user_id)
+        devices, unanswered = [], {}
+        for target in self.targets.values():
+            try:
+                listed = self._ask_target(target, user_id, revoke=None)
+            except (QossError, GatewayError, OSError) as exc:
+                unanswered[target.name] = (exc.message if isinstance(exc, QossError) else "no answer")[:200]
+                continue
+            devices += [{"target": target.name, **d.as_dict()} for d in listed.devices]
+        devices.sort(key=lambda d: -int(d["created"]))
+        return {"user_id": user_id, "devices": devices, "unanswered": unanswered}
+
+    def revoke_device(self, *, user_id: str, ticket: str) -> dict[str, Any]:
+        """Revoke one of ``user_id``'s devices (its ticket) for the administrator: the target that
+        holds it ends its live tunnel at once and unloads the conn that took only its certificate,
+        so the device cannot join again; its enrolment is recorded ``revoked``.
+
+        Raises:
+            NotFound: no such user, or no target holds that ticket as an active device of theirs.
+            GatewayError: a target that may hold it could not be asked (try again).
+        """
+        self._known(user_id)
+        failed: list[str] = []
+        for target in self.targets.values():
+            try:
+                listed = self._ask_target(target, user_id, revoke=ticket)
+            except (QossError, GatewayError, OSError) as exc:
+                failed.append(f"{target.name}: {exc.message if isinstance(exc, QossError) else 'no answer'}")
+                continue
+            if listed.revoked == ticket:
+                return {"user_id": user_id, "ticket": ticket, "target": target.name, "revoked": True}
+        if failed:
+            raise GatewayError(f"not every target could be asked: {'; '.join(failed)}"[:300])
+        raise NotFound(f"{user_id} has no active device {ticket} at any target")
+
+    def _known(self, user_id: str) -> None:
+        with self._store.unit() as uow:
+            if uow.users.find(user_id) is None:
+                raise NotFound(f"no user {user_id}")
+
+    def _ask_target(self, target: _Target, user_id: str, *, revoke: str | None) -> UserDeviceList:
+        """Ask ``target`` for ``user_id``'s devices (revoking ``revoke`` first): Host's question,
+        signed and sealed to the target; the answer, signed by the target and sealed to Host, checked."""
+        query = UserDevices(host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
+                            timestamp=int(self._clock()), user_id=user_id, revoke=revoke)
+        if target.url == "local" and self._local is not None:
+            return self._local.user_devices(query)[0]
+        wire = self.keys.seal(kind=Kind.USER_DEVICES, to=target.name, body=query.body(), recipient=target.keys.kem)
+        answer = self._post(f"{target.url}/v1/agent/target/requests", wire)
+        kind, body, tag = self.keys.open_sealed(answer, kinds=[Kind.USER_DEVICE_LIST])
+        self._crypto.verify(target.keys.sign, kind, body, tag)
+        listed = UserDeviceList.parse(body)
+        if (listed.target, listed.host, listed.user_id) != (target.name, self.keys.name, user_id) or (
+                not secrets.compare_digest(listed.nonce, query.nonce)):
+            raise AgentRejected("the target's answer is to another question")
+        check_fresh(listed.timestamp, self._clock())
+        return listed
+
     def retry_revocations(self) -> list[str]:
         """Send again the revocations a target has not confirmed whose next attempt is due
         (:meth:`Revocations.retry <app.services.agent.host_revocations.Revocations.retry>`);
@@ -263,7 +332,7 @@ class HostAgent:
         """
         now = self._clock()
         steps = Steps("host")
-        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT, Kind.STATUS])
+        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.CONNECT, Kind.DISCONNECT, Kind.STATUS, Kind.DEVICES])
         request = ClientRequest.parse(body, kind=kind)
         if request.host != self.keys.name:
             raise AgentRejected("signed for another host")
@@ -280,7 +349,8 @@ class HostAgent:
                 raise AgentRejected(f"revoked user {request.user_id}")
             self._crypto.verify(user.sign_public_key, kind, body, tag)
             check_fresh(request.timestamp, now)
-            if request.objective_id not in user.objectives:
+            # A list of the user's own devices asks for no protection: any Objective-ID names it.
+            if kind is not Kind.DEVICES and request.objective_id not in user.objectives:
                 raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
             target = self.targets.get(request.request_info.target)
             if target is None:

@@ -47,6 +47,7 @@ from app.domain.agent import (
     target_conn,
 )
 from app.domain.agent.conns import pool6_name
+from app.domain.agent.messages import MAX_DEVICES_LISTED, DeviceInfo, UserDeviceList, UserDevices, device_state
 from app.domain.agent.platforms import LABELS, PLATFORMS
 from app.domain.agent.ports import (
     AgentCrypto,
@@ -128,10 +129,10 @@ class TargetAgent:
 
     # -- messages -------------------------------------------------------------------------
 
-    def _open_endorsement(self, data: bytes, steps: Steps) -> Endorsement:
-        """Open a sealed endorsement and check its Host's signature (the Host must be trusted)."""
-        _, body, tag = self.keys.open_sealed(data, kinds=[Kind.ENDORSE])
-        steps.mark("open")
+    def _open_endorsement(self, kind: Kind, body: bytes, tag: bytes) -> Endorsement:
+        """Parse an opened endorsement and check its Host's signature (the Host must be trusted)."""
+        if kind is not Kind.ENDORSE:
+            raise AgentRejected("not an endorsement")
         endorsement = Endorsement.parse(body)
         self._crypto.verify(self._host_keys(endorsement.host).sign, Kind.ENDORSE, body, tag)
         return endorsement
@@ -164,7 +165,8 @@ class TargetAgent:
         if request.request_info.target != self.keys.name:
             raise AgentRejected("the client asked for another target")
         check_fresh(request.timestamp, now)
-        if request.objective_id not in user.objectives:
+        # A list of the user's own devices asks for no protection: any Objective-ID names it.
+        if request.kind is not Kind.DEVICES and request.objective_id not in user.objectives:
             raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
         steps.mark("verify")
         return request
@@ -186,7 +188,9 @@ class TargetAgent:
             raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
-        """Answer one endorsed request (connect or disconnect): the sealed response for the client.
+        """Answer one endorsed request (connect, disconnect, status, the user's devices): the sealed
+        response for the client; or a Host's own question about a user's devices
+        (:meth:`user_devices`): the sealed answer for that Host.
 
         Raises:
             AgentRejected: any check failed (nothing was configured).
@@ -194,7 +198,16 @@ class TargetAgent:
             GatewayError: charon failed or is unreachable (nothing left configured).
         """
         steps = Steps("target")
-        return self._answer(self._open_endorsement(data, steps), steps)
+        kind, body, tag = self.keys.open_sealed(data, kinds=[Kind.ENDORSE, Kind.USER_DEVICES])
+        steps.mark("open")
+        if kind is Kind.USER_DEVICES:
+            query = UserDevices.parse(body)
+            self._crypto.verify(self._host_keys(query.host).sign, Kind.USER_DEVICES, body, tag)
+            answer, audit = self.user_devices(query)
+            wire = self.keys.seal(kind=Kind.USER_DEVICE_LIST, to=answer.host, body=answer.body(),
+                                  recipient=self.hosts[answer.host].kem)
+            return Outcome(answer=wire, audit=audit)
+        return self._answer(self._open_endorsement(kind, body, tag), steps)
 
     def handle_local(self, endorsement: Endorsement) -> Outcome:
         """:meth:`handle` for an endorsement from the Host role of this same process (``url: local``).
@@ -239,6 +252,17 @@ class TargetAgent:
                 timestamp=int(self._clock()), status=status), endorsement)
             steps.mark("seal")
             audit = f"status user={request.user_id} ticket={ticket} state={row.state}"
+        elif request.kind is Kind.DEVICES:
+            with self._store.request() as transaction:
+                self._admit(transaction, endorsement, request, now)
+                transaction.commit()
+            devices = self._devices_of(request.user_id, endorsement.host)
+            answer = self._seal(Response(
+                kind=Kind.DEVICE_LIST, request_id=request.request_id, session_key=None, tunneling_info=None,
+                target=self.keys.name, user_id=request.user_id, host=endorsement.host,
+                timestamp=int(self._clock()), devices=devices), endorsement)
+            steps.mark("seal")
+            audit = f"devices user={request.user_id} listed={len(devices)}"
         else:
             platform = request.request_info.platform
             session_key = secrets.token_bytes(32) if platform is None else None
@@ -522,6 +546,57 @@ class TargetAgent:
         if companion is None:
             return ["pool"], [LoadPool(conn, host_prefix(vip))]
         return ["pool", "pool6"], [LoadPool(conn, host_prefix(vip)), LoadPool(pool6_name(conn), host_prefix(companion))]
+
+    # -- a user's devices ----------------------------------------------------------------
+
+    def _devices_of(self, user_id: str, host_id: str) -> tuple[DeviceInfo, ...]:
+        """``user_id``'s (of ``host_id``) device enrolments here, newest first (at most
+        :data:`~app.domain.agent.messages.MAX_DEVICES_LISTED`)."""
+        with self._store.unit() as uow:
+            rows = uow.sessions.select(user_id=user_id, limit=1000)
+        out: list[DeviceInfo] = []
+        for r in rows:
+            if r.platform is None or r.host_id != host_id:
+                continue
+            active = r.state == AgentSessionState.ACTIVE.value
+            out.append(DeviceInfo(
+                ticket=r.ticket, platform=r.platform, state=device_state(AgentSessionState(r.state), r.reason),
+                reason=r.reason[:500], objective_id=r.objective_id, created=int(r.created_at.timestamp()),
+                expires=int(r.expires_at.timestamp()),
+                ended=None if active else int((r.updated_at or r.created_at).timestamp())))
+        return tuple(out[:MAX_DEVICES_LISTED])
+
+    def user_devices(self, query: UserDevices) -> tuple[UserDeviceList, str]:
+        """A Host's question about one of its users' devices here (its signature already checked, or
+        from the Host role of this same process):
+        with ``revoke``, that device is revoked first if it is that user's and active (its live
+        tunnel ends at once and its conn, which takes only its certificate, is unloaded); the
+        answer lists the user's devices. (answer, audit detail).
+
+        Raises:
+            AgentRejected: addressed to another Target, not fresh, or replayed.
+        """
+        now = self._clock()
+        self._host_keys(query.host)
+        if query.target != self.keys.name:
+            raise AgentRejected("a question for another target")
+        check_fresh(query.timestamp, now)
+        with self._store.unit() as uow:
+            if not uow.nonces.claim("target", f"host:{query.host}", query.nonce, at(now + REPLAY_TTL)):
+                raise AgentRejected("replayed question")
+            row = uow.sessions.get(query.revoke) if query.revoke is not None else None
+            uow.commit()
+        revoked = None
+        if (row is not None and row.user_id == query.user_id and row.host_id == query.host
+                and row.platform is not None
+                and self._book.finish(row.ticket, AgentSessionState.REVOKED, "device revoked by an administrator")):
+            revoked = row.ticket
+        devices = self._devices_of(query.user_id, query.host)
+        audit = (f"admin-revoke-device user={query.user_id} ticket={query.revoke} revoked={revoked is not None}"
+                 if query.revoke is not None else f"admin-devices user={query.user_id} listed={len(devices)}")
+        return UserDeviceList(target=self.keys.name, host=query.host, nonce=query.nonce,
+                              timestamp=int(self._clock()), user_id=query.user_id, devices=devices,
+                              revoked=revoked), audit
 
     # -- revocation ---------------------------------------------------------------------
 
