@@ -93,6 +93,8 @@ def tunnel_up(
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    post_quantum: Annotated[int, typer.Option(min=0, max=10, help="post-quantum minimum (0: none; above 0 needs a "
+                                                               "post-quantum preshared key or ML-KEM)")] = 0,
     rating_table: Annotated[str | None, typer.Option(help="negotiating rating table")] = None,
     peer: Annotated[str | None, typer.Option(help="IKE address of an unmanaged peer (instead of RESPONDER)")] = None,
     peer_id: Annotated[str | None, typer.Option(help="the peer's IKE identity (default: its address)")] = None,
@@ -109,7 +111,7 @@ def tunnel_up(
 
     body: dict[str, Any] = {
         "initiator": initiator, "min_levels": {"confidentiality": confidentiality, "integrity": integrity,
-                                               "key_exchange": key_exchange},
+                                               "key_exchange": key_exchange, "post_quantum": post_quantum},
         **{k: v for k, v in {"responder": responder, "policy": policy, "rating_table": rating_table,
                              "remote_ts": remote_ts or None}.items() if v is not None}}
     if peer is not None:

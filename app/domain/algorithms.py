@@ -33,6 +33,7 @@ class Kind(StrEnum):
     INTEGRITY = "integrity"
     PRF = "prf"
     KEY_EXCHANGE = "key_exchange"
+    POST_QUANTUM = "post_quantum"
 
 
 class Protocol(StrEnum):

@@ -93,11 +93,16 @@ def ipsec_option(objectives: frozenset[str]) -> IpsecOption:
 
 @dataclass(frozen=True, slots=True)
 class Levels:
-    """Minimum (or reached) security levels, 0-10 each."""
+    """Minimum (or reached) security levels, 0-10 each.
+
+    ``post_quantum`` is the protection of the keys against a future quantum computer; 0 is none,
+    and a document without it means 0 (documents written before the level existed stay valid).
+    """
 
     confidentiality: int = 0
     integrity: int = 0
     key_exchange: int = 0
+    post_quantum: int = 0
 
     def get(self, dimension: str) -> int:
         value: int = getattr(self, dimension)
@@ -196,7 +201,8 @@ class Policy:
             self,
             min_levels=Levels(max(self.min_levels.confidentiality, asked.confidentiality),
                               max(self.min_levels.integrity, asked.integrity),
-                              max(self.min_levels.key_exchange, asked.key_exchange)),
+                              max(self.min_levels.key_exchange, asked.key_exchange),
+                              max(self.min_levels.post_quantum, asked.post_quantum)),
             objectives=self.objectives | objectives,
             objective_id=objective_id if objective_id is not None else self.objective_id,
             mode=self.mode if mode is None else Mode(mode),

@@ -28,8 +28,10 @@ __all__ = [
     "validate_name",
 ]
 
-#: The three security dimensions a policy states minimums for.
-LEVEL_DIMENSIONS: tuple[str, ...] = ("confidentiality", "integrity", "key_exchange")
+#: The four security dimensions a policy states minimums for. ``post_quantum`` rates the
+#: mechanisms that keep a tunnel's keys safe from a future quantum computer (a post-quantum
+#: preshared key, a hybrid ML-KEM exchange); 0 is none.
+LEVEL_DIMENSIONS: tuple[str, ...] = ("confidentiality", "integrity", "key_exchange", "post_quantum")
 
 _FAMILY = {
     Kind.ENCRYPTION: "cipher",
@@ -37,6 +39,7 @@ _FAMILY = {
     Kind.INTEGRITY: "integrity",
     Kind.PRF: "prf",
     Kind.KEY_EXCHANGE: "key_exchange",
+    Kind.POST_QUANTUM: "post_quantum",
 }
 
 _RELEVANT: dict[Kind, tuple[str, ...]] = {
@@ -45,11 +48,13 @@ _RELEVANT: dict[Kind, tuple[str, ...]] = {
     Kind.INTEGRITY: ("integrity",),
     Kind.PRF: ("key_exchange",),
     Kind.KEY_EXCHANGE: ("key_exchange",),
+    Kind.POST_QUANTUM: ("post_quantum",),
 }
 
 
 def kind_family(kind: Kind) -> str:
-    """The coverage family of a kind: ``cipher``, ``integrity``, ``prf`` or ``key_exchange``."""
+    """The coverage family of a kind: ``cipher``, ``integrity``, ``prf``, ``key_exchange`` or
+    ``post_quantum``."""
     return _FAMILY[kind]
 
 
@@ -120,6 +125,7 @@ class Rating:
     confidentiality: int | None = None
     integrity: int | None = None
     key_exchange: int | None = None
+    post_quantum: int | None = None
     performance: float = 0.0
     source: str = ""
     reason: str = ""
@@ -196,6 +202,7 @@ class Rating:
             confidentiality=levels["confidentiality"],
             integrity=levels["integrity"],
             key_exchange=levels["key_exchange"],
+            post_quantum=levels["post_quantum"],
             performance=performance,
             source=_text(data.get("source", ""), f"{where}.source", 500),
             reason=_text(data.get("reason", ""), f"{where}.reason", 2000),
@@ -214,9 +221,9 @@ class RatingTable:
     source: str = ""
     revision: int = 1
     families: frozenset[str] = field(init=False, compare=False)
-    #: keyword -> (confidentiality, integrity, key_exchange, 1/performance): built once per
-    #: table revision so that a negotiation reads plain tuples on its hot path.
-    index: Mapping[str, tuple[int | None, int | None, int | None, float]] = field(
+    #: keyword -> (confidentiality, integrity, key_exchange, post_quantum, 1/performance): built
+    #: once per table revision so that a negotiation reads plain tuples on its hot path.
+    index: Mapping[str, tuple[int | None, int | None, int | None, int | None, float]] = field(
         init=False, compare=False, repr=False
     )
 
@@ -225,7 +232,8 @@ class RatingTable:
             self, "families", frozenset(kind_family(lookup(k).kind) for k in self.ratings)
         )
         object.__setattr__(self, "index", {
-            k: (r.confidentiality, r.integrity, r.key_exchange, r.cost(None)) for k, r in self.ratings.items()
+            k: (r.confidentiality, r.integrity, r.key_exchange, r.post_quantum, r.cost(None))
+            for k, r in self.ratings.items()
         })
 
     def covers(self, kind: Kind) -> bool:

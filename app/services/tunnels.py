@@ -438,7 +438,7 @@ def result_from(record: TunnelRecord) -> NegotiationResult:
     suite = n["suite"]
     return NegotiationResult(
         suite=Suite(suite["protocol"], suite["encryption"], suite["integrity"], suite["key_exchange"],
-                    suite.get("aead", False)),
+                    suite.get("aead", False), suite.get("post_quantum")),
         proposals=dict(n["proposals"]),
         levels=Levels(**n["levels"]),
         cost=n["cost"],

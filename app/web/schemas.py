@@ -92,14 +92,16 @@ def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
 
 
 class MinLevelsIn(Strict):
-    """Minimum security levels (0-10); an absent level is 0."""
+    """Minimum security levels (0-10); an absent level is 0. ``post_quantum`` above 0 needs a
+    post-quantum mechanism (a post-quantum preshared key or a hybrid ML-KEM exchange)."""
 
     confidentiality: Level = 0
     integrity: Level = 0
     key_exchange: Level = 0
+    post_quantum: Level = 0
 
     def to_domain(self) -> Levels:
-        return Levels(self.confidentiality, self.integrity, self.key_exchange)
+        return Levels(self.confidentiality, self.integrity, self.key_exchange, self.post_quantum)
 
 
 class TrafficIn(Strict):

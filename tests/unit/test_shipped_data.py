@@ -239,7 +239,7 @@ def test_voip_is_small_packet_esp(policies: dict[str, Policy]) -> None:
 
 def test_bulk_backup_is_8_8_8_esp_at_1400_bytes(policies: dict[str, Policy]) -> None:
     bulk = policies["bulk-backup"]
-    assert bulk.min_levels.as_dict() == {"confidentiality": 8, "integrity": 8, "key_exchange": 8}
+    assert bulk.min_levels.as_dict() == {"confidentiality": 8, "integrity": 8, "key_exchange": 8, "post_quantum": 0}
     assert bulk.objective_id == 3
     assert bulk.traffic is not None
     assert bulk.traffic.packet_size == 1400
@@ -247,7 +247,7 @@ def test_bulk_backup_is_8_8_8_esp_at_1400_bytes(policies: dict[str, Policy]) -> 
 
 def test_mobile_default_is_8_7_6_esp(policies: dict[str, Policy]) -> None:
     mobile = policies["mobile-default"]
-    assert mobile.min_levels.as_dict() == {"confidentiality": 8, "integrity": 7, "key_exchange": 6}
+    assert mobile.min_levels.as_dict() == {"confidentiality": 8, "integrity": 7, "key_exchange": 6, "post_quantum": 0}
     assert mobile.objective_id == 3
 
 
@@ -260,5 +260,5 @@ def test_integrity_only_is_objective_2_ah(policies: dict[str, Policy]) -> None:
 
 def test_high_security_denies_the_broken_algorithms(policies: dict[str, Policy]) -> None:
     policy = policies["high-security"]
-    assert policy.min_levels.as_dict() == {"confidentiality": 10, "integrity": 9, "key_exchange": 9}
+    assert policy.min_levels.as_dict() == {"confidentiality": 10, "integrity": 9, "key_exchange": 9, "post_quantum": 0}
     assert {"3des", "des", "md5", "blowfish128", "blowfish192", "blowfish256"} <= policy.deny

@@ -15,7 +15,7 @@ from app.domain.ratings import Rating, RatingTable, relevant_dimensions
 
 __all__ = ["Context"]
 
-_DIM = {"confidentiality": 0, "integrity": 1, "key_exchange": 2}
+_DIM = {"confidentiality": 0, "integrity": 1, "key_exchange": 2, "post_quantum": 3}
 
 
 class Context:
@@ -38,7 +38,7 @@ class Context:
             base = peer.policy.min_levels
             conf = max(base.confidentiality, 1 if objectives & ESP_OBJECTIVES else 0)
             integ = max(base.integrity, 1 if objectives & AH_OBJECTIVES else 0)
-            self.mins[peer.name] = Levels(conf, integ, base.key_exchange)
+            self.mins[peer.name] = Levels(conf, integ, base.key_exchange, base.post_quantum)
             self.need_esp |= bool(objectives & ESP_OBJECTIVES) or conf > 0
             self.need_ah |= bool(objectives & AH_OBJECTIVES)
         self._borrowed: set[str] = set()
@@ -47,7 +47,8 @@ class Context:
         self._peer_tables: dict[tuple[str, Kind], RatingTable] = {}
         self._forbidden = [(p, p.forbids | p.policy.deny) for p in req.peers]
         self._needs = [
-            (p, (self.mins[p.name].confidentiality, self.mins[p.name].integrity, self.mins[p.name].key_exchange))
+            (p, (self.mins[p.name].confidentiality, self.mins[p.name].integrity, self.mins[p.name].key_exchange,
+                 self.mins[p.name].post_quantum))
             for p in req.peers
         ]
 

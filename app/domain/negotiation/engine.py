@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.domain.algorithms import Kind, Protocol, catalogue_order
 from app.domain.errors import NoFeasibleSuite
 from app.domain.negotiation.context import Context
 from app.domain.negotiation.data_plane import data_plane_options, suite_and_proposals, traffic_packet_size
 from app.domain.negotiation.ike import negotiate_ike
+from app.domain.negotiation.post_quantum import negotiate_post_quantum, with_post_quantum
 from app.domain.negotiation.protection import choose_mode, choose_option, effective_protocol
 from app.domain.negotiation.request import NegotiationRequest
 from app.domain.negotiation.result import NegotiationResult, Suite
@@ -41,7 +44,7 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
         return NegotiationResult(
             suite=Suite("none", None, None, None),
             proposals={"esp": None, "ah": None, "ike": None},
-            levels=Levels(0, 0, 0),
+            levels=Levels(),
             cost=0.0,
             cost_unit="none",
             mode=mode,
@@ -65,11 +68,14 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
             ctx.notes.append("each minimum can be met alone, but no combination meets them together")
         raise NoFeasibleSuite(unmet, ctx.notes)
     ike, ike_levels = negotiate_ike(ctx)
+    pq, pq_level = negotiate_post_quantum(ctx)
+    ike = with_post_quantum(ike, pq)
     ke = ike["key_exchange"] if pfs else None
     best = ranked[0]
 
     suite, proposals = suite_and_proposals(protocol, best, ke, ike)
-    levels = Levels(best.confidentiality, best.integrity_level, ike_levels)
+    suite = replace(suite, post_quantum=pq)
+    levels = Levels(best.confidentiality, best.integrity_level, ike_levels, pq_level)
     alternatives = []
     for alt in ranked[1:]:
         _, alt_proposals = suite_and_proposals(protocol, alt, ke, ike)
@@ -80,6 +86,8 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
                 "cost": round(alt.cost, 6),
             }
         )
+    if pq is not None:
+        ctx.notes.append(f"post-quantum protection: {pq}")
     if pfs:
         ctx.notes.append(f"PFS: CHILD_SA rekeying uses {ike['key_exchange']}")
     ctx.borrowed_note()

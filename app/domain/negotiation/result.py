@@ -24,13 +24,16 @@ class Rejection:
 
 @dataclass(frozen=True, slots=True)
 class Suite:
-    """The chosen protection. ``encryption`` holds the AEAD keyword for AEAD suites."""
+    """The chosen protection. ``encryption`` holds the AEAD keyword for AEAD suites;
+    ``post_quantum`` the post-quantum mechanism (``ppk``, ``mlkem768``, ...), None when none was
+    asked for."""
 
     protocol: str
     encryption: str | None
     integrity: str | None
     key_exchange: str | None
     aead: bool = False
+    post_quantum: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,7 @@ class Suite:
             "integrity": self.integrity,
             "key_exchange": self.key_exchange,
             "aead": self.aead,
+            "post_quantum": self.post_quantum,
         }
 
 

@@ -147,8 +147,8 @@ def test_measured_table_csv_round_trip_is_exact() -> None:
 def test_csv_header_is_the_documented_columns() -> None:
     header = dump_rating_table_csv(measured_table()).splitlines()[0].split(",")
     assert tuple(header) == CSV_COLUMNS
-    assert header[:8] == ["algorithm", "confidentiality", "integrity", "key_exchange", "performance",
-                          "requirement", "source", "reason"]
+    assert header[:9] == ["algorithm", "confidentiality", "integrity", "key_exchange", "post_quantum",
+                          "performance", "requirement", "source", "reason"]
 
 
 def test_csv_empty_cell_means_absent() -> None:

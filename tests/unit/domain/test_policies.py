@@ -104,7 +104,24 @@ def test_objectives_must_be_a_short_list(objectives: Any) -> None:
 def test_levels_default_to_zero_and_keep_what_is_given() -> None:
     policy = Policy.from_dict({"min_levels": {"integrity": 4}})
     assert policy.min_levels == Levels(confidentiality=0, integrity=4, key_exchange=0)
-    assert policy.min_levels.as_dict() == {"confidentiality": 0, "integrity": 4, "key_exchange": 0}
+    assert policy.min_levels.as_dict() == {"confidentiality": 0, "integrity": 4, "key_exchange": 0,
+                                           "post_quantum": 0}
+
+
+def test_policy_without_post_quantum_means_zero_and_with_it_keeps_it() -> None:
+    old = Policy.from_dict({"min_levels": {"confidentiality": 8, "integrity": 8, "key_exchange": 8}})
+    assert old.min_levels.post_quantum == 0
+    pq = Policy.from_dict({"min_levels": {"post_quantum": 6}})
+    assert pq.min_levels == Levels(post_quantum=6)
+    assert Policy.from_dict(pq.as_dict()).min_levels.post_quantum == 6
+    assert pq.for_peer(min_levels=Levels(post_quantum=3)).min_levels.post_quantum == 6
+    assert old.for_peer(min_levels=Levels(post_quantum=3)).min_levels.post_quantum == 3
+
+
+@pytest.mark.parametrize("value", [11, -1, 4.5, "4", True])
+def test_bad_post_quantum_level_is_refused_naming_it(value: Any) -> None:
+    with pytest.raises(InvalidPolicy, match=r"min_levels.post_quantum: a level is an integer from 0 to 10"):
+        Policy.from_dict({"min_levels": {"post_quantum": value}})
 
 
 @pytest.mark.parametrize("value", [11, -1, 4.5, "4", True, None])
