@@ -327,3 +327,25 @@ async def list_users(request: Request) -> list[dict[str, Any]]:
 async def revoke_user(user_id: UserId, request: Request) -> dict[str, Any]:
     """Host: revoke a user; every target is told to take the user's tunnels down (per-target outcome)."""
     return await in_worker_thread(_host(runtime(request)).revoke, user_id)
+
+
+#: A device's ticket in a path.
+_Ticket = Annotated[str, Path(min_length=32, max_length=32, pattern=r"^[0-9a-f]{32}$")]
+
+
+@router.get("/agent/users/{user_id}/devices", dependencies=[Depends(require("agent:enroll"))],
+            responses=error_responses(401, 403, 404))
+async def user_devices(user_id: UserId, request: Request) -> dict[str, Any]:
+    """Host: a user's devices at every target, each with its state (``active``, ``stale`` with the
+    reason, ``revoked``, ``expired``, ``ended``), as each target says; ``unanswered`` names the
+    targets that could not be asked, and why."""
+    return await in_worker_thread(_host(runtime(request)).user_devices, user_id)
+
+
+@router.delete("/agent/users/{user_id}/devices/{ticket}", dependencies=[Depends(require("agent:enroll"))],
+               responses=error_responses(401, 403, 404, 502, 503))
+async def revoke_user_device(user_id: UserId, ticket: _Ticket, request: Request) -> dict[str, Any]:
+    """Host: revoke one of a user's devices: its live tunnel ends at once and its certificate is
+    refused from then on. 404 when no target holds it as an active device of that user."""
+    request.state.audit_detail = f"revoke device user={user_id} ticket={ticket}"
+    return await in_worker_thread(_host(runtime(request)).revoke_device, user_id=user_id, ticket=ticket)

@@ -85,13 +85,15 @@ def device_identity(ticket: str, user_id: str) -> str:
 def device_conn(*, name: str, target_address: str, target_identity: str, device_identity: str,
                 local_ts: Sequence[str], pool: str, ike_proposal: str, esp_proposal: str, mode: str,
                 ike_lifetime: int, child_lifetime: int, gateway_cert: bytes, ca_cert: bytes,
-                pool6: str | None = None) -> dict[str, Any]:
+                pool6: str | None = None, ppk_id: str | None = None) -> dict[str, Any]:
     """Target's VICI ``load-conn`` body for one enrolled device: a road warrior that proves itself
     with the certificate issued for it (subject ``device_identity``, a DN, signed by ``ca_cert``)
     and gets only the negotiated proposals and a virtual IP from ``pool`` (and ``pool6``). Target
     proves itself with ``gateway_cert`` (its key loaded apart). MOBIKE on: a phone moves between
-    networks."""
+    networks. With ``ppk_id``, the device must use that post-quantum preshared key (RFC 8784,
+    ``ppk_required``: a device without it is refused; strongSwan >= 5.7), loaded apart."""
     return {
+        **({"ppk_id": ppk_id, "ppk_required": "yes"} if ppk_id is not None else {}),
         "version": "2",
         "local_addrs": [target_address],
         "remote_addrs": ["%any"],

@@ -433,6 +433,9 @@ class DeviceProfileRequest:
     child_lifetime: int
     remote_ts: tuple[str, ...]
     domains: tuple[str, ...]
+    #: A post-quantum preshared key (RFC 8784) the profile makes mandatory, and its PPK id.
+    ppk: bytes | None = field(default=None, repr=False)
+    ppk_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,4 +475,13 @@ class DeviceKit(Protocol):
     def issue(self, identity: str, lifetime: int, profile: DeviceProfileRequest) -> IssuedDevice:
         """A new key and certificate for one device, its PKCS#12 under a fresh passphrase, and its
         profile."""
+        ...
+
+    def seal_ppk(self, ppk: bytes, *, context: str) -> str:
+        """A device's PPK sealed under a key that only this Target holds and bound to ``context``
+        (its session): all a session keeps of it, to load it into charon again after a restart."""
+        ...
+
+    def open_ppk(self, sealed: str, *, context: str) -> bytes:
+        """A PPK :meth:`seal_ppk` sealed for ``context`` (``ValueError``: it was not, or was changed)."""
         ...

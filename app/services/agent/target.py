@@ -48,7 +48,7 @@ from app.domain.agent import (
 )
 from app.domain.agent.conns import pool6_name
 from app.domain.agent.messages import MAX_DEVICES_LISTED, DeviceInfo, UserDeviceList, UserDevices, device_state
-from app.domain.agent.platforms import LABELS, PLATFORMS
+from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.agent.ports import (
     AgentCrypto,
     AgentKeys,
@@ -81,6 +81,11 @@ from app.services.agent.timing import Steps
 __all__ = ["Outcome", "TargetAgent"]
 
 log = logging.getLogger("qoss.agent.target")
+
+
+def _ppk_context(ticket: str, ppk_id: str) -> str:
+    """What a device's sealed PPK is bound to: its session and its PPK id."""
+    return f"{ticket} {ppk_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,7 +319,8 @@ class TargetAgent:
                                 capabilities=capabilities)
         try:
             if platform is not None:
-                self._check_platform(platform, request.objective_id)
+                self._check_platform(platform, request.objective_id,
+                                     int(request.request_info.min_levels.get("post_quantum", 0)))
             with self._units() as uow:
                 result = self._negotiate(uow, inputs)
                 origin = (session_provenance(uow=uow, inputs=inputs, result=result)
@@ -356,6 +362,7 @@ class TargetAgent:
             if esp is None or ike is None:
                 raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
             device: IssuedDevice | None = None
+            stored_suite = suite
             if platform is None:
                 assert session_key is not None
                 first: list[CharonCommand] = [
@@ -365,8 +372,12 @@ class TargetAgent:
             else:
                 # A device: its certificate, key and profile are made before charon is touched (a
                 # platform that cannot express the suite is refused with nothing loaded).
-                device, first = self._device_loads(conn, platform, client_identity, ike, esp, result, lifetime)
-                first_sent = ["cert", "key", "conn"]
+                ppk = self._new_ppk(ticket, platform, result)
+                if ppk is not None:  # kept sealed with the session, to load it again if charon restarts
+                    stored_suite = {**suite, "ppk": {"id": ppk[0], "sealed": ppk[2]}}
+                device, first = self._device_loads(conn, platform, client_identity, ike, esp, result, lifetime,
+                                                   ppk[:2] if ppk is not None else None)
+                first_sent = ["cert", "key", *(["shared"] if ppk is not None else []), "conn"]
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
             # when a client asks for an address), all while the transaction commits. The loads go
@@ -392,7 +403,7 @@ class TargetAgent:
                             ticket=ticket, user_id=request.user_id, host_id=endorsement.host,
                             request_id=request.request_id.hex(), objective_id=request.objective_id,
                             protection="esp",
-                            conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=suite,
+                            conn=conn, pool=conn, virtual_ip=vip, client_identity=client_identity, suite=stored_suite,
                             state=AgentSessionState.ACTIVE.value, expires_at=at(expires), provenance=origin,
                             platform=platform,
                         ))
@@ -455,18 +466,42 @@ class TargetAgent:
                 f"{user_id} (of host {host}) has {tunnels} tunnels up at this target, the most its "
                 f"tunnels_per_user ({self.role.tunnels_per_user}) allows: close one of them first")
 
-    def _check_platform(self, platform: str, objective_id: int) -> None:
+    def _check_platform(self, platform: str, objective_id: int, post_quantum: int) -> None:
         if self._devices is None:
             raise InvalidInput("this Target enrols no devices")
         if platform not in PLATFORMS:
             raise InvalidInput(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
         if objective_id == 1:
             raise InvalidInput("a device profile is an IPsec tunnel: objective 1 (Native) has none")
+        cannot = post_quantum_refusal(platform, post_quantum)
+        if cannot is not None:
+            raise PlatformCannot(cannot)
+
+    def _new_ppk(self, ticket: str, platform: str, result: NegotiationResult) -> tuple[str, bytes, str] | None:
+        """A device's PPK when its negotiation chose one (a post-quantum minimum above 0): its id,
+        32 random bytes, and the PPK sealed for its session; None when none was asked for.
+
+        Raises:
+            PlatformCannot: the negotiation chose a post-quantum mechanism the platform's client
+                cannot take from a profile.
+        """
+        mechanism = result.suite.post_quantum
+        if mechanism is None:
+            return None
+        if mechanism not in PLATFORMS[platform].post_quantum:
+            raise PlatformCannot(f"{LABELS[platform]} ({platform}) cannot take {mechanism} from a profile: "
+                                 f"{PLATFORMS[platform].post_quantum_note}")
+        assert self._devices is not None
+        ppk_id = f"qoss-ppk-{secrets.token_hex(12)}"
+        ppk = secrets.token_bytes(32)
+        return ppk_id, ppk, self._devices.seal_ppk(ppk, context=_ppk_context(ticket, ppk_id))
 
     def _device_loads(self, conn: str, platform: str, client_identity: str, ike: str, esp: str,
-                      result: NegotiationResult, lifetime: int) -> tuple[IssuedDevice, list[CharonCommand]]:
+                      result: NegotiationResult, lifetime: int,
+                      ppk: tuple[str, bytes] | None) -> tuple[IssuedDevice, list[CharonCommand]]:
         """The device's credential and profile, and what Target's charon loads for it: the CA as a
-        trust anchor, the gateway's key, the conn that accepts this device's certificate only."""
+        trust anchor, the gateway's key, the conn that accepts this device's certificate only (and
+        with ``ppk``, its id and key, that PPK only)."""
         devices = self._devices
         assert devices is not None
         subject = devices.ike_identity(client_identity, platform)
@@ -476,13 +511,15 @@ class TargetAgent:
             platform=platform, name=f"qoss {self.identity}", remote_address=self.role.ike_address,
             remote_id=self.identity, local_id=subject, ike_proposal=ike, esp_proposal=esp,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
-            remote_ts=tuple(self.role.protected), domains=tuple(self.role.domains)))
-        return issued, self._device_charon(conn, subject, ike, esp, result.mode, result.lifetimes)
+            remote_ts=tuple(self.role.protected), domains=tuple(self.role.domains),
+            ppk=ppk[1] if ppk is not None else None, ppk_id=ppk[0] if ppk is not None else None))
+        return issued, self._device_charon(conn, subject, ike, esp, result.mode, result.lifetimes, ppk)
 
     def _device_charon(self, conn: str, subject: str, ike: str, esp: str, mode: str,
-                       lifetimes: dict[str, int]) -> list[CharonCommand]:
+                       lifetimes: dict[str, int], ppk: tuple[str, bytes] | None = None) -> list[CharonCommand]:
         """What Target's charon loads for one device: the CA as a trust anchor, the gateway's key,
-        the conn that accepts only that device's certificate with the negotiated proposals."""
+        the conn that accepts only that device's certificate with the negotiated proposals; with
+        ``ppk`` (its id and key), the PPK as a shared secret named as the conn and the conn requiring it."""
         devices = self._devices
         assert devices is not None
         ca = devices.ca_cert()
@@ -491,8 +528,9 @@ class TargetAgent:
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             device_identity=subject, local_ts=self.role.protected, pool=conn, ike_proposal=ike,
             esp_proposal=esp, mode=mode, ike_lifetime=lifetimes["ike"], child_lifetime=lifetimes["child"],
-            gateway_cert=gateway_cert, ca_cert=ca, pool6=self._pool6(conn))
-        return [LoadCert(ca, ca=True), LoadKey(gateway_key), LoadConn(conn, body)]
+            gateway_cert=gateway_cert, ca_cert=ca, pool6=self._pool6(conn), ppk_id=ppk[0] if ppk is not None else None)
+        shared: list[CharonCommand] = [LoadShared(conn, ppk[1], (ppk[0],), "PPK")] if ppk is not None else []
+        return [LoadCert(ca, ca=True), LoadKey(gateway_key), *shared, LoadConn(conn, body)]
 
     def _restore_device(self, session: AgentSession) -> bool:
         """Load an enrolled device's conn and pool again (charon restarted): True if charon took them."""
@@ -504,7 +542,7 @@ class TargetAgent:
         try:
             loads = self._device_charon(session.conn, self._devices.ike_identity(session.client_identity, platform),
                                         proposals["ike"], proposals["esp"], suite.get("mode", "tunnel"),
-                                        dict(lifetimes))
+                                        dict(lifetimes), self._stored_ppk(session))
             replies = self._charon.gateway().batch([*loads, *self._pools(session.conn, vip)[1]])
         except (GatewayError, ValueError, OSError) as exc:
             log.warning("device %s not loaded again: %s", session.ticket, getattr(exc, "message", exc))
@@ -516,6 +554,18 @@ class TargetAgent:
             return False
         log.info("device %s of %s loaded again into charon", session.ticket, session.user_id)
         return True
+
+    def _stored_ppk(self, session: AgentSession) -> tuple[str, bytes] | None:
+        """The PPK an enrolled device's session keeps sealed (its id and key), or None if it has none.
+
+        Raises:
+            ValueError: the sealed PPK does not open with this Target's key.
+        """
+        kept = session.suite.get("ppk")
+        if not kept or self._devices is None:
+            return None
+        ppk_id = str(kept["id"])
+        return ppk_id, self._devices.open_ppk(str(kept["sealed"]), context=_ppk_context(session.ticket, ppk_id))
 
     def _bundle(self, platform: str | None, device: IssuedDevice | None) -> DeviceBundle | None:
         if platform is None or device is None or self._devices is None:
@@ -662,5 +712,5 @@ class TargetAgent:
                 "tunnels_per_user": self.role.tunnels_per_user}
 
     def sessions(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Target's sessions, newest first (no key material: there is none stored)."""
+        """Target's sessions, newest first, without key material (a device's PPK, kept sealed, is named by its id)."""
         return self._book.listing(state=state, limit=limit)

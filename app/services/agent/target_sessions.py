@@ -258,12 +258,19 @@ class TargetSessions:
                             for (host, user), (devices, tunnels) in ranked]}
 
     def listing(self, *, state: AgentSessionState | None = None, limit: int = 100) -> list[dict[str, Any]]:
-        """Target's sessions, newest first (no key material: there is none stored)."""
+        """Target's sessions, newest first, without key material (a device's PPK, kept sealed, is named by its id)."""
         with self._store.unit() as uow:
             rows = uow.sessions.select(state=state, limit=limit)
             return [{
                 "ticket": r.ticket, "user_id": r.user_id, "host": r.host_id, "objective_id": r.objective_id,
                 "protection": r.protection, "conn": r.conn, "virtual_ip": r.virtual_ip, "state": r.state,
-                "reason": r.reason, "suite": r.suite, "expires_at": r.expires_at.isoformat(),
+                "reason": r.reason, "suite": _shown(r.suite), "expires_at": r.expires_at.isoformat(),
                 "created_at": r.created_at.isoformat(), "platform": r.platform,
             } for r in rows]
+
+
+def _shown(suite: dict[str, Any]) -> dict[str, Any]:
+    """A session's suite as listed: a device's PPK by its id alone (its sealed key stays in the store)."""
+    if "ppk" not in suite:
+        return suite
+    return {**suite, "ppk": {"id": (suite["ppk"] or {}).get("id")}}
