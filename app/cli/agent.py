@@ -184,6 +184,18 @@ def _client(config: Path) -> Any:
     return client
 
 
+_POST_QUANTUM = "post-quantum minimum (0 none; above 0 the tunnel needs a post-quantum mechanism)"
+_POST_QUANTUM_DEVICE = ("post-quantum minimum (0 none; above 0 the profile carries a post-quantum preshared key: "
+                        "apple and swanctl only)")
+
+
+def _levels(confidentiality: int, integrity: int, key_exchange: int, post_quantum: int) -> dict[str, int]:
+    """The minimums a request names; ``post_quantum`` only when asked for (a Target that predates it
+    then reads the request as before)."""
+    levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+    return {**levels, "post_quantum": post_quantum} if post_quantum else levels
+
+
 @agent_app.command("connect")
 def connect(
     config: ClientConfigOpt,
@@ -192,6 +204,7 @@ def connect(
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    post_quantum: Annotated[int, typer.Option(min=0, max=10, help=_POST_QUANTUM)] = 0,
     lifetime: Annotated[int, typer.Option(min=30, max=86_400, help="seconds")] = 600,
     refresh: Annotated[bool, typer.Option(
         "--refresh", help="read the local charon's algorithms and back end again instead of the cache")] = False,
@@ -204,7 +217,7 @@ def connect(
     try:
         report = _client(config).connect(
             target=target, objective_id=objective, lifetime=lifetime, refresh=refresh,
-            min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange},
+            min_levels=_levels(confidentiality, integrity, key_exchange, post_quantum),
         )
     except QossError as exc:
         _fail(exc)
@@ -229,6 +242,7 @@ def device_enrol(
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    post_quantum: Annotated[int, typer.Option(min=0, max=10, help=_POST_QUANTUM_DEVICE)] = 0,
     link: Annotated[bool, typer.Option(
         "--link", help="also leave the profile at Host for one download and show its link as a QR code "
         "(android, apple: the profiles that hold everything)")] = False,
@@ -252,7 +266,7 @@ def device_enrol(
         client = _client(config)
         report = client.enrol_device(
             target=target, objective_id=objective, platform=platform, out_dir=out,
-            min_levels={"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange})
+            min_levels=_levels(confidentiality, integrity, key_exchange, post_quantum))
     except QossError as exc:
         _fail(exc)
         return

@@ -184,6 +184,8 @@ def lab_device(
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    post_quantum: Annotated[int, typer.Option(
+        min=0, max=10, help="post-quantum minimum: above 0 the profile carries a PPK (apple, swanctl)")] = 0,
 ) -> None:
     """A user enrols a phone or laptop in the agent lab (`qoss lab up --agent`), as they would:
     `qoss agent device enrol` through the lab's Host and Target, the profile for --platform
@@ -208,7 +210,8 @@ def lab_device(
         else:
             if platform is None or out is None:
                 raise typer.BadParameter("--platform and --out (or --revoke)")
-            levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+            levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange,
+                      "post_quantum": post_quantum}
             result = device(lab, name, platform=platform, out_dir=str(out.resolve()), objective=objective,
                             min_levels={k: v for k, v in levels.items() if v}, link=link)
     except (LabError, ValueError) as exc:
