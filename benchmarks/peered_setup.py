@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Site:
     base: str
     headers: dict[str, str]
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None  # None: a server someone else runs
 
 
 def _serve(state: Path, name: str, lab_dir: Path) -> Site:
@@ -77,32 +77,49 @@ def _peer(site: Site, other: Site, other_name: str, gateway: str, networks: list
     r.raise_for_status()
 
 
+def _stop(site: Site) -> None:
+    if site.proc is None:
+        return
+    site.proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        site.proc.wait(timeout=10)
+    if site.proc.poll() is None:
+        site.proc.kill()
+
+
+@contextlib.contextmanager
+def far_site(a: Site, lab: Any, state: Path, *, a_gateway: str = "left") -> Iterator[Site]:
+    """Site B beside site A (``QOSS_PEER_NAME=site-a``) on A's lab: its own ``qoss serve`` on
+    SQLite under ``state/site-b``, driving the right charon as ``gw-b``; each registered as the
+    other's peer (A allows B its ``a_gateway``). Stopped on exit."""
+    right = lab.host("right")
+    b = _serve(state, "site-b", lab.state_dir)
+    try:
+        _gateway(b, "gw-b", right)
+        _peer(a, b, "site-b", a_gateway, ["10.0.0.0/8"])
+        _peer(b, a, "site-a", "gw-b", [f"{right.inside_address}/32"])
+        yield b
+    finally:
+        _stop(b)
+
+
 @contextlib.contextmanager
 def _sites() -> Iterator[tuple[Site, Site, Any]]:
     from app.lab.hosts import Lab
     state = Path(tempfile.mkdtemp(prefix="qoss-peered-", dir="/tmp"))
     lab = Lab(state / "lab", prefix=f"qp{os.getpid() % 10000}-{uuid.uuid4().hex[:3]}")
-    started: list[Site] = []
+    a: Site | None = None
     try:
         lab.up()
         left, right = lab.host("left"), lab.host("right")
         a = _serve(state, "site-a", state / "lab")
-        started.append(a)
-        b = _serve(state, "site-b", state / "lab")
-        started.append(b)
         _gateway(a, "left", left)
         _gateway(a, "right", right)
-        _gateway(b, "gw-b", right)
-        _peer(a, b, "site-b", "left", ["10.0.0.0/8"])
-        _peer(b, a, "site-a", "gw-b", [f"{right.inside_address}/32"])
-        yield a, b, lab
+        with far_site(a, lab, state) as b:
+            yield a, b, lab
     finally:
-        for site in started:
-            site.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                site.proc.wait(timeout=10)
-            if site.proc.poll() is None:
-                site.proc.kill()
+        if a is not None:
+            _stop(a)
         lab.down()
         shutil.rmtree(state, ignore_errors=True)
 

@@ -23,8 +23,14 @@ Same run, same lab (two charons, kernel-libipsec, network namespaces), same suit
   sessions opened beforehand (no connect per command), without HTTP, database or
   negotiation: no implementation of the API can be faster than this plus one HTTP round
   trip (measured too: ``GET /livez`` on the same server).
-Prints the medians and the ratios. Goal: qoss <= 2.0 x bare (the floor with one HTTP round
-trip is about 1.7 x on the lab).
+- peered: the same server is site A of a peering (``QOSS_PEER_NAME=site-a``); a second
+  ``qoss serve`` (site B, its own SQLite database, rating tables and policies) drives the right
+  charon as ``gw-b`` and each is registered as the other's peer. ``POST /v1/tunnels`` left ->
+  ``gw-b@site-b`` -> 201 by the minimal client (A's offer, B's choice and load, A's load,
+  initiate and verification, B's confirmation), in the same rounds as the local one, taking
+  turns with it; then DELETE (not timed).
+Prints the medians and the ratios. Goals: qoss <= 2.0 x bare (the floor with one HTTP round
+trip is about 1.7 x on the lab); peered <= 1.3 x local.
 """
 
 from __future__ import annotations
@@ -33,11 +39,16 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import secrets
+import shutil
 import statistics
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import vici
@@ -46,6 +57,7 @@ from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.session import unix_connect
 from app.domain.tunnels import TunnelEnd, conn_payload
 from benchmarks._harness import LeanConnection, UpWatch, lab_and_service, percentile
+from benchmarks.peered_setup import Site, far_site
 
 
 def _floor(sessions: tuple[Any, Any], pool: ThreadPoolExecutor, name: str, ends: tuple[TunnelEnd, TunnelEnd],
@@ -87,7 +99,20 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    with lab_and_service() as svc, httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client, \
+    state = Path(tempfile.mkdtemp(prefix="qoss-setup-", dir="/tmp"))  # the two sites' state directories
+    (state / "site-a").mkdir()
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, state, ignore_errors=True)
+        # Site A's state directory (its audit key, peering keys and pending loads) for the server
+        # and for the token made in its database before it starts.
+        stack.enter_context(mock.patch.dict(os.environ, {"QOSS_STATE_DIR": str(state / "site-a")}))
+        svc = stack.enter_context(lab_and_service(env={"QOSS_PEER_NAME": "site-a"}))
+        stack.enter_context(far_site(Site(svc.base_url, svc.headers, None), svc.lab, state))
+        _measure(svc, args.rounds)
+
+
+def _measure(svc: Any, rounds: int) -> None:
+    with httpx.Client(base_url=svc.base_url, timeout=30, headers=svc.headers) as client, \
             ThreadPoolExecutor(2) as pool, contextlib.closing(UpWatch(svc.lab.host("left").vici_socket)) as watch, \
             contextlib.ExitStack() as stack:
         left, right = svc.lab.host("left"), svc.lab.host("right")
@@ -95,6 +120,7 @@ def main() -> None:
         floor: list[float] = []
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []
+        peered: list[float] = []  # POST left -> gw-b@site-b by the minimal client
         deletes: list[float] = []  # DELETE /v1/tunnels/{id} by the minimal client
         bare_down: list[float] = []  # terminate on one end, unload conn and secret on both
         with_httpx: list[float] = []
@@ -105,6 +131,7 @@ def main() -> None:
         lean = loop.run_until_complete(LeanConnection.open(svc.base_url, svc.headers))
         stack.callback(lean.close)
         content = json.dumps(body).encode()
+        to_peer = json.dumps({**body, "responder": "gw-b@site-b"}).encode()
 
         def by_httpx() -> float:
             nonlocal proposals
@@ -129,13 +156,27 @@ def main() -> None:
                 raise RuntimeError(f"DELETE: {gone.status} {gone.body[:200]!r}")
             return elapsed, took
 
-        for i in range(args.rounds + 2):  # two warm-up rounds
-            # The two clients take turns going first: the first after the pause pays for waking the machine.
+        def by_peer() -> float:
+            t0 = time.perf_counter()
+            answer = loop.run_until_complete(lean.request("POST", "/v1/tunnels", to_peer))
+            elapsed = time.perf_counter() - t0
+            if answer.status != 201:
+                raise RuntimeError(f"peered: {answer.status} {answer.body[:200]!r}")
+            gone = loop.run_until_complete(lean.request("DELETE", f"/v1/tunnels/{json.loads(answer.body)['id']}"))
+            if gone.status != 204:
+                raise RuntimeError(f"peered DELETE: {gone.status} {gone.body[:200]!r}")
+            return elapsed
+
+        for i in range(rounds + 2):  # two warm-up rounds
+            # The clients and kinds take turns going first: the first after the pause pays for waking the machine.
             if i % 2:
+                elapsed_peered = by_peer()
                 (elapsed_lean, elapsed_delete), elapsed = by_lean(), by_httpx()
             else:
                 elapsed, (elapsed_lean, elapsed_delete) = by_httpx(), by_lean()
+                elapsed_peered = by_peer()
             if i >= 2:
+                peered.append(elapsed_peered * 1000)
                 with_httpx.append(elapsed * 1000)
                 ours.append(elapsed_lean * 1000)
                 deletes.append(elapsed_delete * 1000)
@@ -190,11 +231,14 @@ def main() -> None:
         http_med = statistics.median(http)
         ours_med, bare_med, floor_med = statistics.median(ours), statistics.median(bare), statistics.median(floor)
         print(f"suite: esp {proposals['esp'] if proposals else '?'}, ike {proposals['ike'] if proposals else '?'}; "
-              f"{args.rounds} rounds each, interleaved")
+              f"{rounds} rounds each, interleaved")
         print(f"POST /v1/tunnels -> verified up: median {ours_med:.1f} ms, p90 {percentile(ours, 90):.1f} ms")
         httpx_med = statistics.median(with_httpx)
         print(f"  the same, sent by httpx:       median {httpx_med:.1f} ms, p90 {percentile(with_httpx, 90):.1f} ms "
               f"(ratio {httpx_med / statistics.median(bare):.2f})")
+        peered_med = statistics.median(peered)
+        print(f"  peered (left -> gw-b@site-b): median {peered_med:.1f} ms, p90 {percentile(peered, 90):.1f} ms; "
+              f"peered / local = {peered_med / ours_med:.2f} (goal <= 1.3)")
         print(f"bare VICI initiate:             median {bare_med:.1f} ms, p90 {percentile(bare, 90):.1f} ms")
         detached_med = statistics.median(detached)
         print(f"  not waiting, until child-updown: median {detached_med:.1f} ms, "
