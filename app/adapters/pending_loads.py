@@ -1,13 +1,15 @@
 """Loads that end by themselves: what a responder loads for a peer is unloaded at its deadline
-unless released, even if the qoss process that loaded it is killed outright.
+unless released, even if the qoss process that loaded it is killed outright; what is loaded for
+a move of a running tunnel is replaced by the conn it replaced (the tunnel goes on as before).
 
 The process writes one small file per pending load (the charon's socket, the conn's name, the
 deadline) into a directory of its own before it loads, and removes it when the initiator
 confirms (or the tunnel is taken down). A janitor process, started detached (its own session)
 beside ``qoss serve``, reads the directory every half second and, for each file past its
-deadline, asks that charon to terminate and unload the conn and its secret, then removes the
-file. It outlives the server: killed, the server leaves the janitor to finish what it had
-pending; the janitor ends once its server is gone and nothing is pending.
+deadline, asks that charon to terminate and unload the conn and its secret (or, for a move, to
+load the old conn back), then removes the file. It outlives the server: killed, the server
+leaves the janitor to finish what it had pending; the janitor ends once its server is gone and
+nothing is pending.
 
     python -m app.adapters.pending_loads DIRECTORY SERVER_PID
 """
@@ -21,7 +23,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 __all__ = ["PendingLoads", "sweep"]
 
@@ -44,14 +48,18 @@ class PendingLoads:
             [sys.executable, "-m", "app.adapters.pending_loads", str(self.directory), str(os.getpid())],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
-    def hold(self, *, socket_path: str, conn: str, until: float) -> None:
+    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None:
         """Before loading ``conn`` into the charon at ``socket_path``: end it at ``until`` (epoch
-        seconds) unless released."""
+        seconds) unless released. With ``restore`` (the ``load-conn`` settings it replaces, no
+        secret in them), load those back at ``until`` instead: its running SAs stay."""
         path = self.directory / f"{conn}.json"
         temporary = path.with_suffix(".tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        entry: dict[str, Any] = {"socket": socket_path, "conn": conn, "until": until}
+        if restore is not None:
+            entry["restore"] = dict(restore)
         with os.fdopen(fd, "w") as out:
-            json.dump({"socket": socket_path, "conn": conn, "until": until}, out)
+            json.dump(entry, out)
         os.replace(temporary, path)
 
     def release(self, conn: str) -> None:
@@ -72,6 +80,9 @@ def sweep(directory: Path, now: float | None = None) -> int:
         try:
             entry = json.loads(path.read_text())
             socket_path, conn, until = str(entry["socket"]), str(entry["conn"]), float(entry["until"])
+            restore = entry.get("restore")
+            if restore is not None and not isinstance(restore, dict):
+                raise TypeError("restore is a conn's settings")
         except (OSError, ValueError, KeyError, TypeError):
             with contextlib.suppress(OSError):
                 path.unlink()
@@ -79,7 +90,10 @@ def sweep(directory: Path, now: float | None = None) -> int:
         if until > clock:
             continue
         try:
-            _unload(socket_path, conn)
+            if restore is not None:
+                _restore(socket_path, conn, restore)
+            else:
+                _unload(socket_path, conn)
         except OSError:
             continue  # the charon does not answer now: try again at the next look
         with contextlib.suppress(FileNotFoundError):
@@ -105,6 +119,19 @@ def _unload(socket_path: str, conn: str) -> None:
                         pass
             except vici.exception.CommandException:
                 pass  # nothing of that name: already gone
+    finally:
+        sock.close()
+
+
+def _restore(socket_path: str, conn: str, settings: dict[str, Any]) -> None:
+    import vici
+
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(5)
+    try:
+        sock.connect(socket_path)
+        with contextlib.suppress(vici.exception.CommandException):  # refused: nothing better to do than leave it
+            vici.Session(sock).load_conn({conn: settings})
     finally:
         sock.close()
 

@@ -10,6 +10,12 @@ cheaper or different choice follows the ``cheaper`` policy (``never`` by default
 A tunnel that cannot be brought into compliance is marked ``noncompliant`` with the reason
 (and torn down if so configured). Each move is audited and has its event; one tunnel's failure
 never holds up the others.
+
+A tunnel with another qoss (a peer) is judged by this side's own requirement alone (its gateway,
+its policy for the peer, the request as this side has it) and, when below it, moved with the
+peer's agreement (:meth:`app.services.peering.Peering.move_tunnel`): this side offers what it
+accepts now, the peer chooses, both charons take the new SA before the old one goes. A cheaper
+or different choice alone never moves it (the running suite is the two sides' joint choice).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
@@ -31,10 +37,12 @@ from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory,
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
 from app.services.events import kinds_after
+from app.services.peering.service import negotiate_peered
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
 
-__all__ = ["Cheaper", "Impact", "ImpactKind", "Rekeyer", "Verdict", "assess", "assess_one", "judge", "suite_keywords"]
+__all__ = ["Cheaper", "Impact", "ImpactKind", "PeeredMover", "Rekeyer", "Verdict", "assess", "assess_one", "judge",
+           "suite_keywords"]
 
 log = logging.getLogger("qoss.rekey")
 
@@ -66,6 +74,8 @@ class Impact:
     reason: str
     #: The new negotiation (when there is one), to move the tunnel to.
     result: NegotiationResult | None = None
+    #: A tunnel with a peer: moved only when noncompliant, and to what both sides agree on.
+    peered: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {"tunnel": self.tunnel, "kind": self.kind, "old": dict(self.old),
@@ -133,6 +143,10 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
     if record.provenance is None:
         return Impact(record.id, "unassessed", old, None, "made before qoss recorded what tunnels are negotiated "
                                                           "under: create it again to have it follow edits")
+    if record.peer is not None and record.peer.site is not None:
+        verdict = judge(result_from(record).proposals, lambda pinned: negotiate_peered(
+            uow=uow, record=record, default_table=default_table, pinned=pinned))
+        return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result, peered=True)
     inputs = record.provenance["request"]
     try:
         initiator = uow.gateways.get(record.initiator)
@@ -149,6 +163,12 @@ def assess(uow: UnitOfWork, *, default_table: str, tunnels: Iterable[TunnelRecor
     """:func:`assess_one` for every running tunnel (or ``tunnels``), in one unit of work."""
     records = list(tunnels) if tunnels is not None else [t for t in uow.tunnels.list() if t.state in _RUNNING]
     return [assess_one(uow, r, default_table=default_table) for r in records]
+
+
+class PeeredMover(Protocol):
+    """What moves a tunnel with a peer (:class:`app.services.peering.Peering`)."""
+
+    def move_tunnel(self, *, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]: ...
 
 
 class Rekeyer:
@@ -175,12 +195,16 @@ class Rekeyer:
             (default: keep it running, marked ``noncompliant``).
         metrics: moves counted (``qoss_rekey_moves_total``: moved, refused) and timed
             (``qoss_rekey_move_seconds``).
+        peering: what moves the tunnels with a peer (None: peering is off here, and such a
+            tunnel below its minimums is marked ``noncompliant``).
     """
 
     def __init__(self, *, units: UnitOfWorkFactory, vici: ViciFactory, default_table: str,
                  cheaper: Cheaper = "never", concurrency: int = 8, teardown_noncompliant: bool = False,
                  reads: UnitOfWorkFactory | None = None, drain: float = 2.0, retry: float = 60.0,
-                 attempts: int = _ATTEMPTS, watch: float | None = None, metrics: Metrics = NO_METRICS) -> None:
+                 attempts: int = _ATTEMPTS, watch: float | None = None, metrics: Metrics = NO_METRICS,
+                 peering: PeeredMover | None = None) -> None:
+        self._peering = peering
         self._metrics = metrics
         self._attempts = attempts
         self._watch = watch
@@ -297,9 +321,9 @@ class Rekeyer:
         with self._reads() as uow:
             impacts = assess(uow, default_table=self._default_table)
         todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different")
-                                                                     and self._cheaper == "now")]
+                                                                     and self._cheaper == "now" and not i.peered)]
         if self._cheaper == "on-next-rekey" and self._worker.started:  # the command line cannot wait
-            later = [i.tunnel for i in impacts if i.kind in ("cheaper", "different")]
+            later = [i.tunnel for i in impacts if i.kind in ("cheaper", "different") and not i.peered]
             list(self._pool.map(lambda tunnel: self._when_it_rekeys(tunnel, cause), later))  # each asks its charon
         refused = self.refused
         for future in [self._pool.submit(self._act, impact, cause) for impact in todo]:
@@ -342,7 +366,7 @@ class Rekeyer:
         except Exception:  # the database is away: they are tried again at the next run
             log.exception("rekey: assessing the tunnels due at their rekey failed")
             return
-        todo = [i for i in impacts if i.kind in ("noncompliant", "cheaper", "different")]
+        todo = [i for i in impacts if i.kind == "noncompliant" or (i.kind in ("cheaper", "different") and not i.peered)]
         for future in [self._pool.submit(self._act, i, f"{due[i.tunnel]} (at its rekey)") for i in todo]:
             future.result()
 
@@ -369,6 +393,9 @@ class Rekeyer:
             return
 
     def _move(self, impact: Impact, cause: str) -> None:
+        if impact.peered:
+            self._move_peered(impact, cause)
+            return
         started = time.monotonic()
         # Three steps, so that no transaction (on SQLite: the database's one write lock) is
         # open while charon works: read what the move needs, move, record the move.
@@ -391,6 +418,32 @@ class Rekeyer:
             uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
             uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),
                                                           "new": dict(impact.new or {})}, scope="tunnels:read")
+            uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
+                             source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
+                             detail=detail[:200])
+            uow.commit()
+        self._close_later(close_old)
+        self.moved += 1
+        self._metrics.count("qoss_rekey_moves_total", outcome="moved")
+        self._metrics.observe("qoss_rekey_move_seconds", time.monotonic() - started)
+        log.info("tunnel %s %s", impact.tunnel, detail)
+
+    def _move_peered(self, impact: Impact, cause: str) -> None:
+        """Move a tunnel with a peer to what both sides now accept (the peer agrees or nothing changes)."""
+        started = time.monotonic()
+        if self._peering is None:
+            raise GatewayError("its far end is another qoss and peering is off here: delete it and ask again")
+        new, close_old = self._peering.move_tunnel(tunnel_id=impact.tunnel)
+        with self._reads() as uow:
+            record = uow.tunnels.get(impact.tunnel)
+        old = result_from(record)
+        site = record.peer.site if record.peer is not None else None
+        detail = f"moved from {old.proposals['esp']} to {new.proposals['esp']} with {site} ({impact.kind}: {cause})"
+        origin = {k: v for k, v in (record.provenance or {}).items() if k != "moving"}
+        with self._units() as uow:
+            uow.tunnels.set_negotiation(record.id, new.as_dict(), origin, detail[:500])
+            uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),
+                                                          "new": _suite(new.as_dict())}, scope="tunnels:read")
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
                              detail=detail[:200])

@@ -44,7 +44,7 @@ class LeaderDuties:
                     units=parts.units, reads=parts.read_units, vici=parts.vici_factory, default_table=s.default_table,
                     cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
                     teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain, retry=s.rekey_retry,
-                    watch=s.rekey_watch, metrics=parts.metrics)
+                    watch=s.rekey_watch, metrics=parts.metrics, peering=parts.peering)
                 parts.rekeyer.start()
 
     def deposed(self) -> None:

@@ -28,7 +28,7 @@ import logging
 import secrets
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -55,6 +55,8 @@ from app.domain.peering import (
     PENDING_FOR,
     Answer,
     Confirm,
+    Move,
+    MoveAnswer,
     Offer,
     Peer,
     PeeredEnd,
@@ -65,7 +67,7 @@ from app.domain.peering import (
     valid_peer_name,
 )
 from app.domain.policies import Levels, TrafficProfile
-from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, ViciFactory, ViciPort
 from app.domain.proposals import parse as parse_proposal
 from app.domain.requests import NegotiationSpec, PeerSpec, TunnelSpec
 from app.domain.tunnels import (
@@ -93,13 +95,15 @@ from app.services.peering.messages import (
     refusal,
     seal_message,
 )
-from app.services.tunnel_setup import bring_up, observed_sa, teardown
+from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, observed_sa, teardown
 
-__all__ = ["Peering", "PeeringConfig", "PendingPort"]
+__all__ = ["Peering", "PeeringConfig", "PendingPort", "negotiate_peered"]
 
 log = logging.getLogger("qoss.peering")
 
-_INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN)
+_INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MOVE, Kind.PEER_MOVED)
+#: Where a record on the side asked to move keeps the move under way (in its provenance).
+_MOVING = "moving"
 
 
 @dataclass(frozen=True)
@@ -119,15 +123,16 @@ class PeeringConfig:
 
 class PendingPort(typing.Protocol):
     """Loads that end by themselves unless released (``app.adapters.pending_loads``): the
-    backstop for a responder's process killed between its load and the initiator's confirm."""
+    backstop for a responder's process killed between its load and the initiator's confirm
+    (with ``restore``, a move's: the conn it replaced is loaded back)."""
 
-    def hold(self, *, socket_path: str, conn: str, until: float) -> None: ...
+    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None: ...
 
     def release(self, conn: str) -> None: ...
 
 
 class _NoPending:
-    def hold(self, *, socket_path: str, conn: str, until: float) -> None:
+    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None:
         pass
 
     def release(self, conn: str) -> None:
@@ -316,7 +321,12 @@ class Peering:
         if received.kind is Kind.PEER_OFFER:
             answer = self._answer_offer(received)
             return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict())
-        if received.kind is Kind.PEER_CONFIRM:
+        if received.kind is Kind.PEER_MOVE:
+            moved = self._answer_move(received)
+            return seal_message(keys, received.peer, Kind.PEER_MOVE_ANSWER, moved.as_dict())
+        if received.kind is Kind.PEER_MOVED:
+            done = self._move_confirmed(received.peer, Confirm.from_dict(received.document))
+        elif received.kind is Kind.PEER_CONFIRM:
             done = self._confirmed(received.peer, Confirm.from_dict(received.document))
         else:
             done = self._torn_down(received.peer, Teardown.from_dict(received.document))
@@ -456,7 +466,7 @@ class Peering:
         for record in stale:
             log.info("tunnel %s: never confirmed by its initiator, unloading", record.id)
             self._forget(record, gateways[record.id], detail="never confirmed by the initiator")
-        return len(stale)
+        return len(stale) + self._sweep_moves()
 
     # ------------------------------------------------------------------ either side
     def delete_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, tunnel_id: str) -> None:
@@ -484,6 +494,215 @@ class Peering:
             gateway = reads.gateways.get(record.initiator)
         self._tell(peer, record.id, reason)
         self._forget(record, gateway, detail=reason)
+
+    # ------------------------------------------------------------------ moves
+    def move_tunnel(self, *, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:
+        """Move a running peered tunnel to a suite both sides accept now, make-before-break: an
+        edit on this side (its tables, its policy for the peer) left it below this side's
+        minimums. Either side may start it, whichever role it had in the set-up.
+
+        This side offers the peer the suites it accepts now, cheapest first by its own tables
+        (:class:`~app.domain.peering.Move`); the peer chooses under its own requirement by
+        :func:`~app.domain.peering.choose` and loads the choice beside the running SA
+        (:class:`~app.domain.peering.MoveAnswer`); this side loads it, initiates the new
+        CHILD_SA (in a new IKE_SA when the IKE proposal changes), verifies its end, and tells
+        the peer, which verifies its own end and records the move. Any failure loads the old
+        proposals back on both sides and closes whatever new SA came up: the tunnel runs on as
+        before, and the error says why. Nothing of this side's ratings is sent.
+
+        Returns:
+            The suite now running (for this side to record), and what closes the old SAs (call it
+            a little later: packets sealed with them are still on their way).
+
+        Raises:
+            NotFound: no such tunnel here, or not one with a peer.
+            Conflict: the peering is revoked.
+            NoFeasibleSuite: nothing meets this side's requirement now (nothing was sent).
+            PeerUnreachable, PeerTimeout: the peer does not answer (nothing changed here).
+            PeerNoFeasibleSuite: nothing this side offered meets the peer's requirements.
+            PeerRefused: the peer refused otherwise.
+            GatewayError, TunnelVerificationFailed: a charon failed (both sides are back as before).
+        """
+        with self._units() as reads:
+            record = reads.tunnels.get(tunnel_id)
+            if record.peer is None or record.peer.site is None:
+                raise NotFound(f"tunnel {tunnel_id!r} is not one with a peer")
+            gateway = reads.gateways.get(record.initiator)
+            peer = reads.peers.get(record.peer.site)
+            if peer.state is PeerState.REVOKED:
+                raise Conflict(f"the peering with {peer.name} is revoked")
+            peers, inputs = _requirement(record, gateway, peer)
+            result = self._negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
+            ours = _ranked(result)
+            ikes = self._ikes(reads, result, peers=peers, inputs=inputs, backends=[gateway.backend])
+        move = Move(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                    suites=tuple(ours), ikes=tuple(i.proposals["ike"] or "" for i in ikes))
+        reply = self._ask(peer, Kind.PEER_MOVE, move.as_dict(), Kind.PEER_MOVE_ANSWER)
+        try:
+            answer = MoveAnswer.from_dict(reply.document)
+            if answer.tunnel_id != record.id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
+                raise InvalidInput("the answer is not to this move")
+        except InvalidInput as exc:
+            self._moved(peer, record.id, up=False)
+            raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
+        new = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        old = local_tunnels.result_from(record)
+        name, v = record.conn, self._vici(gateway.vici_socket)
+        old_ikes, old_children = _sa_ids(v.list_sas(ike=name), name)
+        try:
+            v.load_conn(name, _peered_conn(record, gateway, new))
+            v.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
+            _check_new(v, gateway.name, name, new, old_children)
+            self._ask(peer, Kind.PEER_MOVED, Confirm(tunnel_id=record.id, sender=self.config.name,
+                                                     timestamp=self._clock(), nonce=new_nonce(), up=True).as_dict(),
+                      Kind.PEER_ACK)
+        except BaseException:
+            _back_to(v, record, gateway, old, old_ikes, old_children)
+            self._moved(peer, record.id, up=False)
+            raise
+        new_ike = new.proposals["ike"] != old.proposals["ike"]  # then the new CHILD_SA lives in a new IKE_SA
+
+        def close_old() -> None:
+            for ike_id in sorted(old_ikes) if new_ike else ():
+                with contextlib.suppress(GatewayError):
+                    v.terminate(ike_id=ike_id, timeout_ms=3000)
+            for child_id in () if new_ike else sorted(old_children):
+                with contextlib.suppress(GatewayError):
+                    v.terminate(child_id=child_id, timeout_ms=3000)
+        return new, close_old
+
+    def _moved(self, peer: Peer, tunnel_id: str, *, up: bool) -> None:
+        """Tell ``peer`` that this side gave up a move (``up`` false); one it does not hear goes
+        back to its old proposals by itself at its deadline."""
+        message = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                          up=up)
+        try:
+            self._ask(peer, Kind.PEER_MOVED, message.as_dict(), Kind.PEER_ACK)
+        except (PeerError, NotFound) as exc:
+            log.warning("tunnel %s: peer %s was not told that the move was given up: %s", tunnel_id, peer.name, exc)
+
+    def _answer_move(self, received: Received) -> MoveAnswer:
+        """The other side moves a tunnel both carry: choose under this side's requirement, load the
+        choice beside the running SA (back to the old one at the deadline unless confirmed)."""
+        peer = received.peer
+        move = Move.from_dict(received.document)
+        if move.sender != peer.name:
+            raise AgentRejected("the move names another sender")
+        record, gateway = self._ours(peer, move.tunnel_id)
+        if record.state not in (TunnelState.UP, TunnelState.NONCOMPLIANT):
+            raise AgentRejected("the tunnel is not running here")
+        if _moving(record) is not None:
+            raise AgentRejected("a move of this tunnel is under way")
+        why = peer.allows(gateway.name, record.local_ts)
+        if why is not None:
+            raise AgentRejected(why)
+        with self._units() as reads:
+            peers, inputs = _requirement(record, gateway, peer)
+            offered = {t for esp in move.suites for t in esp.split("-") if t in CATALOGUE}
+
+            def negotiate(supports: set[str]) -> NegotiationResult:
+                offered_here = PeerSpec(name="offered", supports=tuple(sorted(supports)))
+                return self._negotiate(reads, peers=(*peers, offered_here), inputs=inputs, backends=[gateway.backend])
+            keying: NegotiationResult | None = None
+            ike = index = None
+            for i, proposal in enumerate(move.ikes):  # the first offered that, alone, meets this side's requirement
+                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
+                    found = negotiate(_ike_keywords(proposal))
+                    if found.proposals["ike"] == proposal:
+                        keying, ike = found, i
+                        break
+            if keying is not None and ike is not None:
+                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
+                    result = negotiate(offered | _ike_keywords(move.ikes[ike]))
+                    index = choose(move.suites, _ranked(result))
+        if keying is None or ike is None or index is None:  # said without a level, an algorithm or a cost
+            raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(move.suites)} suites offered meets "
+                                                        "this side's requirements")
+        new = _with_ike(_entry(result, move.suites[index]), keying)
+        name, v = record.conn, self._vici(gateway.vici_socket)
+        _, children = _sa_ids(v.list_sas(ike=name), name)
+        expires = self._clock() + PENDING_FOR
+        with self._units() as uow:
+            uow.tunnels.set_negotiation(record.id, record.negotiation, {**(record.provenance or {}), _MOVING: {
+                "negotiation": new.as_dict(), "until": expires, "children": sorted(children),
+                "state": record.state.value, "detail": record.detail}},
+                f"moving to {new.proposals['esp']}, asked by {peer.name}"[:500])
+            uow.commit()
+        self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires,
+                           restore=_peered_conn(record, gateway, local_tunnels.result_from(record)))
+        try:
+            v.load_conn(name, _peered_conn(record, gateway, new))
+        except BaseException:
+            self._move_undone(record, gateway)
+            raise
+        return MoveAnswer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                          chosen=index, ike=ike, expires=expires)
+
+    def _move_confirmed(self, peer: Peer, confirm: Confirm) -> str:
+        """The moving side's word on its new SA: verify this side's end and record the move, or go back."""
+        record, gateway = self._ours(peer, confirm.tunnel_id)
+        moving = _moving(record)
+        if moving is None:
+            return record.id  # nothing under way (given up already): nothing to do
+        if not confirm.up:
+            self._move_undone(record, gateway, f"{peer.name} gave the move up")
+            return record.id
+        if float(moving["until"]) < self._clock():
+            self._move_undone(record, gateway, "the move was confirmed too late")
+            raise AgentRejected("the move was confirmed too late: this side is back on the old suite")
+        new = local_tunnels.result_from(dataclasses.replace(record, negotiation=moving["negotiation"]))
+        try:
+            _check_new(self._vici(gateway.vici_socket), gateway.name, record.conn, new,
+                       frozenset(moving["children"]))
+        except BaseException:
+            self._move_undone(record, gateway, "this side's end of the new SA did not check out")
+            raise
+        self._pending.release(record.conn)
+        old = record.negotiation.get("proposals", {}).get("esp")
+        detail = f"moved from {old} to {new.proposals['esp']} (asked by {peer.name})"
+        with self._units() as uow:
+            uow.tunnels.set_negotiation(record.id, moving["negotiation"], _without_moving(record), detail[:500])
+            uow.events.append("tunnel.moved", record.id, {"kind": "peer", "cause": f"asked by {peer.name}",
+                                                          "old": _suite_of(record.negotiation),
+                                                          "new": _suite_of(moving["negotiation"])},
+                              scope="tunnels:read")
+            uow.audit.append(request_id=f"peer-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
+                             source=peer.name, action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
+                             detail=detail[:200])
+            uow.commit()
+        return record.id
+
+    def _move_undone(self, record: TunnelRecord, gateway: Gateway, detail: str = "") -> None:
+        """Back to the suite ``record`` runs on: its conn loaded again (its SAs never left), the move forgotten."""
+        try:
+            self._vici(gateway.vici_socket).load_conn(record.conn, _peered_conn(record, gateway,
+                                                                               local_tunnels.result_from(record)))
+        except GatewayError as exc:  # the janitor loads it back at the deadline
+            log.warning("tunnel %s: loading its old proposals back failed: %s", record.id, exc.message)
+        else:
+            self._pending.release(record.conn)
+        moving = _moving(record) or {}
+        state = TunnelState(moving.get("state", TunnelState.UP.value))
+        before = str(moving.get("detail", record.detail))
+        with self._units() as uow, contextlib.suppress(NotFound):
+            uow.tunnels.set_negotiation(record.id, record.negotiation, _without_moving(record), before[:500])
+            if state is not TunnelState.UP:
+                uow.tunnels.set_state(record.id, state, before[:500])
+            if detail:
+                uow.events.append("tunnel.move_undone", record.id, {"detail": detail}, scope="tunnels:read")
+            uow.commit()
+
+    def _sweep_moves(self) -> int:
+        """Go back to the old suite of every move the moving side never confirmed in time; how many."""
+        now = self._clock()
+        with self._units() as reads:
+            stale = [r for r in reads.tunnels.list()
+                     if r.peer is not None and (m := _moving(r)) is not None and float(m["until"]) < now]
+            gateways = {r.id: reads.gateways.get(r.initiator) for r in stale}
+        for record in stale:
+            log.info("tunnel %s: a move never confirmed by its peer, back to the old suite", record.id)
+            self._move_undone(record, gateways[record.id], "the move was never confirmed")
+        return len(stale)
 
     # ------------------------------------------------------------------ messages
     def _ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind) -> Received:
@@ -550,6 +769,103 @@ class Peering:
             raise InvalidInput("a tunnel to a peer is protected by ESP: its requirement asks for "
                                f"{result.suite.protocol}")
         return result
+
+
+def negotiate_peered(*, uow: UnitOfWork, record: TunnelRecord, default_table: str,
+                     pinned: Sequence[str] | None = None) -> NegotiationResult:
+    """Negotiate a peered tunnel this side carries again, under this side's own requirement alone
+    (its gateway's algorithms, its policy for the peer, the request as this side has it) with the
+    tables and policies as ``uow`` sees them now. ``pinned``: only among these algorithms (is the
+    running suite still good enough here? :func:`app.services.rekey.judge`).
+
+    Raises:
+        NotFound: its gateway or its peer is gone.
+        NoFeasibleSuite: nothing meets this side's requirement.
+    """
+    if record.peer is None or record.peer.site is None:
+        raise NotFound(f"tunnel {record.id!r} is not one with a peer")
+    gateway = uow.gateways.get(record.initiator)
+    peers, inputs = _requirement(record, gateway, uow.peers.get(record.peer.site))
+    if pinned is not None:
+        peers = (*peers, PeerSpec(name="current-suite", supports=tuple(pinned)))
+    traffic = inputs.get("traffic")
+    spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=peers,
+                           traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
+                           backend=Backend.of_ends([gateway.backend]))
+    return run_negotiation(uow=uow, request=spec, default_table=default_table, check=True)
+
+
+def _requirement(record: TunnelRecord, gateway: Gateway, peer: Peer) -> tuple[tuple[PeerSpec, ...], dict[str, Any]]:
+    """What this side demands of a peered tunnel it carries, as the peers of a negotiation and its
+    inputs: its gateway's algorithms, its policy for the peer, and the request (the application's
+    whole request on the side it was made at; the minimums the offer carried on the other)."""
+    request = dict((record.provenance or {}).get("request") or {})
+    own = PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms)))
+    policy = PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)
+    if record.peer is not None and record.peer.role == "responder":
+        return (own, policy, PeerSpec(name="request", min_levels=Levels.from_dict(request.get("min_levels")))), {}
+    return (own, local_tunnels.request_peer(request), policy), request
+
+
+def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResult) -> dict[str, Any]:
+    """The ``load-conn`` settings of this side's end of the peered tunnel ``record`` on ``result``'s proposals."""
+    assert record.peer is not None
+    ike = result.proposals["ike"]
+    assert ike is not None
+    return conn_payload(name=record.conn, local=TunnelEnd(gateway.ike_address, record.peer.local_identity,
+                                                          record.local_ts),
+                        remote=TunnelEnd(record.peer.address, record.peer.identity, record.remote_ts),
+                        ike_proposal=ike, esp_proposal=result.proposals["esp"], ah_proposal=None, mode=result.mode,
+                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"])
+
+
+def _sa_ids(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
+    """The unique ids of conn ``name``'s IKE_SAs and CHILD_SAs in a ``list-sas`` answer."""
+    ikes = frozenset(sa.uniqueid for sa in sas if sa.name == name)
+    children = frozenset(c.uniqueid for sa in sas if sa.name == name for c in sa.children if c.name == name)
+    return ikes, children
+
+
+def _check_new(v: ViciPort, side: str, name: str, result: NegotiationResult, besides: frozenset[int]) -> None:
+    """A CHILD_SA of conn ``name`` other than ``besides`` (the old ones) runs exactly ``result``'s algorithms.
+
+    Raises:
+        TunnelVerificationFailed: none does (the message names the end and every difference).
+    """
+    expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
+                           integrity=result.suite.integrity)
+    seen = observed_sa(v.list_sas(ike=name), name, besides=besides)
+    wrong = [f"no new CHILD_SA {name}"] if seen is None else mismatches(expected, seen)
+    if wrong:
+        raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
+
+
+def _back_to(v: ViciPort, record: TunnelRecord, gateway: Gateway, old: NegotiationResult,
+             old_ikes: frozenset[int], old_children: frozenset[int]) -> None:
+    """Undo this side's part of a move: the old proposals loaded again, every new SA closed."""
+    with contextlib.suppress(GatewayError, ValueError):
+        v.load_conn(record.conn, _peered_conn(record, gateway, old))
+    with contextlib.suppress(GatewayError, ValueError):
+        now_ikes, now_children = _sa_ids(v.list_sas(ike=record.conn), record.conn)
+        for ike_id in sorted(now_ikes - old_ikes):
+            v.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
+        for child_id in sorted(now_children - old_children):
+            v.terminate(child_id=child_id, timeout_ms=3000, force=True)
+
+
+def _moving(record: TunnelRecord) -> Mapping[str, Any] | None:
+    """The move of ``record`` under way on the side asked to move, if any."""
+    moving = (record.provenance or {}).get(_MOVING)
+    return moving if isinstance(moving, Mapping) else None
+
+
+def _without_moving(record: TunnelRecord) -> dict[str, Any]:
+    return {k: v for k, v in (record.provenance or {}).items() if k != _MOVING}
+
+
+def _suite_of(negotiation: Mapping[str, Any]) -> dict[str, Any]:
+    return {"suite": negotiation.get("suite"), "proposals": negotiation.get("proposals"),
+            "cost": negotiation.get("cost")}
 
 
 def _ranked(result: NegotiationResult) -> list[str]:
