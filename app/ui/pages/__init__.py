@@ -12,6 +12,7 @@ from fastapi import APIRouter
 
 from app.ui.pages import (
     agent,
+    agent_devices,
     audit,
     device,
     gateways,
@@ -33,8 +34,8 @@ __all__ = ["navigation", "routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, device, handoff,
-    measurements, audit, tokens))
+    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, agent_devices, device,
+    handoff, measurements, audit, tokens))
 
 #: The navigation bar's links, in its order; ``base.html`` shows those the signed-in token may see.
 navigation: tuple[NavLink, ...] = (
