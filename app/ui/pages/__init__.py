@@ -19,6 +19,7 @@ from app.ui.pages import (
     handoff,
     measurements,
     oidc,
+    peers,
     playground,
     policies,
     signin,
@@ -34,8 +35,8 @@ __all__ = ["navigation", "routers"]
 
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
-    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, agent, agent_devices, device,
-    handoff, measurements, audit, tokens))
+    signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, peers, agent, agent_devices,
+    device, handoff, measurements, audit, tokens))
 
 #: The navigation bar's links, in its order; ``base.html`` shows those the signed-in token may see.
 navigation: tuple[NavLink, ...] = (
@@ -44,6 +45,7 @@ navigation: tuple[NavLink, ...] = (
     NavLink("policies", "/ui/policies", "Policies"),
     NavLink("tunnels", "/ui/tunnels", "Tunnels", ("tunnels:read",)),
     NavLink("gateways", "/ui/gateways", "Gateways", ("tunnels:read",)),
+    NavLink("peers", "/ui/peers", "Peers"),
     NavLink("agent", "/ui/agent", "Agent", ("agent:enroll", "tunnels:read")),
     NavLink("measurements", "/ui/measurements", "Measurements"),
     NavLink("audit", "/ui/audit", "Audit", ("audit:read",)),

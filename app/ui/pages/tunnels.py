@@ -20,6 +20,7 @@ from app.ui.render import page
 from app.ui.routing import is_htmx
 from app.ui.session import ConsoleDep
 from app.web.deps import MAX_DB_INT, ReadUnitDep, TunnelIdPath, UnitDep, ViciDep
+from app.web.runtime import runtime
 from app.web.streams import follow
 
 __all__ = ["TUNNEL_EVENTS", "router"]
@@ -95,19 +96,26 @@ def confirm_teardown(tunnel_id: TunnelId, who: ConsoleDep, uow: ReadUnitDep) -> 
     except NotFound:
         return RedirectResponse("/ui/tunnels", status_code=303)
     far = record.responder or (record.peer.address if record.peer else "")
+    told = (f" {record.peer.site}, the peer that owns the far end, is told to take down its end."
+            if record.peer is not None and record.peer.site else "")
     return page("confirm.html", {
         "console": who, "section": "tunnels", "title": f"Tear down tunnel {tunnel_id}?",
         "message": f"The tunnel from {record.initiator} to {far} is terminated and its connection and secret "
-                   "unloaded from both ends; traffic between them stops. This cannot be undone: a new tunnel "
-                   "is a new request.",
+                   f"unloaded from both ends; traffic between them stops.{told} This cannot be undone: a new "
+                   "tunnel is a new request.",
         "action": f"/ui/tunnels/{tunnel_id}/teardown", "fields": {},
         "button": f"Tear down {tunnel_id}", "cancel": f"/ui/tunnels/{tunnel_id}"})
 
 
 @router.post("/tunnels/{tunnel_id}/teardown")
 def teardown(tunnel_id: TunnelId, request: Request, who: TunnelsWriter, uow: UnitDep, vici: ViciDep) -> Response:
-    """Terminate and unload the tunnel on both ends (``DELETE /v1/tunnels/{id}``)."""
-    tunnel_svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
+    """Terminate and unload the tunnel on both ends (``DELETE /v1/tunnels/{id}``; a peered
+    tunnel's peer is told to take down its end, as the API does)."""
+    peering = runtime(request).peering
+    if peering is not None:
+        peering.delete_tunnel(uow=uow, reads=uow, tunnel_id=tunnel_id)
+    else:
+        tunnel_svc.delete_tunnel(uow=uow, vici=vici, tunnel_id=tunnel_id)
     request.state.audit_detail = f"tunnel {tunnel_id} torn down"
     return RedirectResponse("/ui/tunnels", status_code=303)
 
