@@ -58,13 +58,24 @@ def keygen(
     name: Annotated[str, typer.Argument(help="user or server id (a-z, 0-9, . _ -)")],
     directory: Annotated[Path, typer.Option("--dir", help="where the key files go")] = Path("var/agent"),
     force: Annotated[bool, typer.Option("--force", help="replace existing keys")] = False,
+    add_mlkem: Annotated[bool, typer.Option(
+        "--add-mlkem", help="keep the existing keys and add an ML-KEM-768 key beside them")] = False,
 ) -> None:
-    """Make an Ed25519 (signing) and an X25519 (sealing) key: private files 0600, public ``<name>.pub.json``."""
-    from app.adapters.agent.crypto import KeyPair, write_keys
+    """Make an Ed25519 (signing), an X25519 and an ML-KEM-768 (sealing, hybrid) key: private files
+    0600, public ``<name>.pub.json``. With --add-mlkem, keys made without an ML-KEM-768 key gain one
+    (enrol or register the new public file again)."""
+    from app.adapters.agent.crypto import KeyPair, load_keys, write_keys
+    from app.domain.errors import InvalidInput
 
     try:
-        keys = KeyPair.generate(name)
-        public_file = write_keys(keys, directory, overwrite=force)
+        if add_mlkem:
+            keys = load_keys(directory, name)
+            if keys.public.mlkem is not None:
+                raise InvalidInput(f"the keys of {name} in {directory} have an ML-KEM-768 key already")
+            keys = keys.with_mlkem()
+        else:
+            keys = KeyPair.generate(name)
+        public_file = write_keys(keys, directory, overwrite=force or add_mlkem)
     except QossError as exc:
         _fail(exc)
         return
@@ -92,7 +103,7 @@ def enroll(
         user_id, keys = load_public(public_key_file)
         factory, _ = _session_factory(ctx, database_url)
         user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
-                            objectives=frozenset(objective))
+                            objectives=frozenset(objective), mlkem_public_key=keys.mlkem)
         with factory() as session, session.begin():
             UserRepository(session).enroll(user)
     except QossError as exc:

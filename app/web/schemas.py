@@ -378,6 +378,8 @@ class EnrollIn(BaseModel):
     sign_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
     kem_public_key: Annotated[str, Field(min_length=43, max_length=43, pattern=r"^[A-Za-z0-9_-]+$")]
     objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)]
+    #: ML-KEM-768 (1,184 bytes): answers carrying a post-quantum preshared key are sealed to it and X25519.
+    mlkem_public_key: Annotated[str, Field(min_length=1579, max_length=1579, pattern=r"^[A-Za-z0-9_-]+$")] | None = None
 
 
 class TokenIn(BaseModel):

@@ -36,7 +36,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
-from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
+from app.domain.agent import MLKEM_PUBLIC_BYTES, AgentSessionState, EnrolledUser, b64d, b64e
 from app.domain.agent.ports import AgentSession, PendingRevocation, RevocationRecord, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
@@ -79,6 +79,8 @@ class AgentUserRow(Base):
     objectives: Mapped[list[int]] = mapped_column(Json)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    #: ML-KEM-768 (base64url); none for keys made without one.
+    mlkem_public_key: Mapped[str | None] = mapped_column(String(1579), nullable=True)
 
 
 class AgentNonceRow(Base):
@@ -204,18 +206,22 @@ def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> 
         return insert_new(cursor, table, values)
 
 
-def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None) -> EnrolledUser:
+def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None,
+              mlkem: str | None) -> EnrolledUser:
     return EnrolledUser(user_id=user_id, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
-                        objectives=frozenset(objectives), revoked=revoked_at is not None)
+                        objectives=frozenset(objectives), revoked=revoked_at is not None,
+                        mlkem_public_key=b64d(mlkem, size=MLKEM_PUBLIC_BYTES) if mlkem is not None else None)
 
 
 def _user(row: AgentUserRow) -> EnrolledUser:
-    return _enrolled(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at)
+    return _enrolled(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at,
+                     row.mlkem_public_key)
 
 
 _USERS = cast(Table, AgentUserRow.__table__)
 _FIND_USER = HotStatement(lambda _: select(
     _USERS.c.user_id, _USERS.c.sign_public_key, _USERS.c.kem_public_key, _USERS.c.objectives, _USERS.c.revoked_at,
+    _USERS.c.mlkem_public_key,
 ).where(_USERS.c.user_id == bindparam("user_id")))
 
 
@@ -251,6 +257,7 @@ class UserRepository:
             self.session.add(row)
         row.sign_public_key = b64e(user.sign_public_key)
         row.kem_public_key = b64e(user.kem_public_key)
+        row.mlkem_public_key = b64e(user.mlkem_public_key) if user.mlkem_public_key is not None else None
         row.objectives = sorted(user.objectives)
         row.revoked_at = None
         row.created_at = utcnow()

@@ -312,7 +312,8 @@ async def enroll_user(body: EnrollIn, request: Request) -> dict[str, Any]:
     """Host: enrol a user's public keys and the Objective-IDs they may ask for."""
     host = _host(runtime(request))
     return await in_worker_thread(host.enroll, user_id=body.user_id, sign_public_key=body.sign_public_key,
-                                   kem_public_key=body.kem_public_key, objectives=body.objectives)
+                                   kem_public_key=body.kem_public_key, objectives=body.objectives,
+                                   mlkem_public_key=body.mlkem_public_key)
 
 
 @router.get("/agent/users", dependencies=[Depends(require("agent:enroll"))],

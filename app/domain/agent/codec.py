@@ -20,13 +20,16 @@ __all__ = [
     "MAX_RESPONSE_WIRE_BYTES",
     "MAX_SEALED_BYTES",
     "MAX_WIRE_BYTES",
+    "MLKEM_PUBLIC_BYTES",
     "REPLAY_TTL",
     "SIGNATURE_CONTEXT",
     "VERSION",
+    "VERSION_HYBRID",
     "WINDOW_BACK",
     "WINDOW_SKEW",
     "AgentRejected",
     "DeviceQuotaExceeded",
+    "NoPostQuantumKey",
     "PoolExhausted",
     "TunnelQuotaExceeded",
     "b64d",
@@ -36,11 +39,18 @@ __all__ = [
     "valid_id",
 ]
 
+#: An ML-KEM-768 public (encapsulation) key's size (FIPS 203).
+MLKEM_PUBLIC_BYTES = 1184
+#: The wire version of a message sealed with X25519 alone (HPKE DHKEM-X25519).
 VERSION = 1
+#: The wire version of a message sealed hybrid: X-Wing (ML-KEM-768 + X25519) as HPKE's KEM.
+VERSION_HYBRID = 2
 #: A message on the wire (header + sealed part) is refused above this size, before any decryption.
-MAX_WIRE_BYTES = 16_384
+#: Room for the hybrid seal's 1,120-byte encapsulation and an enrolled user's 1,184-byte ML-KEM-768
+#: key in an endorsement (in base64url twice over: in the signed body, and that body in the sealed part).
+MAX_WIRE_BYTES = 24_576
 #: The sealed part, decoded.
-MAX_SEALED_BYTES = 12_288
+MAX_SEALED_BYTES = 16_384
 #: The same for Target's answers, which only a client opens and may carry a device's profile.
 MAX_RESPONSE_WIRE_BYTES = 131_072
 MAX_RESPONSE_SEALED_BYTES = 98_304
@@ -69,6 +79,20 @@ class AgentRejected(QossError, PermissionError):
 
     def detail(self) -> Any:
         return self.PUBLIC
+
+
+class NoPostQuantumKey(Conflict):
+    """A message carrying a post-quantum preshared key would go to a party whose keys have no
+    ML-KEM-768 key: such a message is only ever sealed hybrid (ML-KEM-768 + X25519), so it is not
+    sent (409). The party needs keys made with an ML-KEM-768 key (``qoss agent keygen``; a browser
+    enrolment has none) enrolled or registered again."""
+
+    def __init__(self, party: str) -> None:
+        super().__init__(
+            f"{party} has no ML-KEM-768 public key, and a post-quantum preshared key is sent only sealed with "
+            "ML-KEM-768 + X25519: enrol keys made by `qoss agent keygen` from the command line (a browser "
+            "enrolment has none), or register the peer again with its mlkem_public_key")
+        self.party = party
 
 
 class DeviceQuotaExceeded(Conflict):

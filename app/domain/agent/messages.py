@@ -13,6 +13,7 @@ from typing import Any
 from app.domain.agent.codec import *  # noqa: F403
 from app.domain.agent.codec import (
     MAX_SEALED_BYTES,
+    MLKEM_PUBLIC_BYTES,
     AgentRejected,
     _fields,
     _int,
@@ -188,19 +189,25 @@ class ClientRequest:
 
 @dataclass(frozen=True, slots=True)
 class EnrolledUser:
-    """A user as Host enrolled them: public keys and the Objective-IDs they may ask for."""
+    """A user as Host enrolled them: public keys and the Objective-IDs they may ask for.
+
+    ``mlkem_public_key`` (ML-KEM-768, 1,184 bytes) is None for keys made without one (a browser's):
+    Target's answers to such a user are sealed with X25519 alone and never carry a post-quantum
+    preshared key."""
 
     user_id: str
     sign_public_key: bytes
     kem_public_key: bytes
     objectives: frozenset[int]
     revoked: bool = False
+    mlkem_public_key: bytes | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "user_id": self.user_id,
             "sign_public_key": b64e(self.sign_public_key),
             "kem_public_key": b64e(self.kem_public_key),
+            **({"mlkem_public_key": b64e(self.mlkem_public_key)} if self.mlkem_public_key is not None else {}),
             "objectives": sorted(self.objectives),
         }
 
@@ -208,7 +215,7 @@ class EnrolledUser:
     def from_dict(cls, obj: Any) -> EnrolledUser:
         if not isinstance(obj, dict):
             raise AgentRejected("bad user")
-        _fields(obj, ("kem_public_key", "objectives", "sign_public_key", "user_id"))
+        _fields(obj, ("kem_public_key", "objectives", "sign_public_key", "user_id"), ("mlkem_public_key",))
         objectives = obj["objectives"]
         if not isinstance(objectives, list) or not all(
             isinstance(o, int) and not isinstance(o, bool) and 1 <= o <= 4 for o in objectives
@@ -219,6 +226,8 @@ class EnrolledUser:
             sign_public_key=b64d(obj["sign_public_key"], size=32),
             kem_public_key=b64d(obj["kem_public_key"], size=32),
             objectives=frozenset(objectives),
+            mlkem_public_key=b64d(obj["mlkem_public_key"], size=MLKEM_PUBLIC_BYTES) if "mlkem_public_key" in obj
+            else None,
         )
 
 

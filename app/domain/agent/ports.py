@@ -365,7 +365,8 @@ class AgentStore(Protocol):
 
 
 class PeerKeys(Protocol):
-    """Another party's public keys (32 bytes each): Ed25519 to verify, X25519 to seal to."""
+    """Another party's public keys: Ed25519 to verify and X25519 to seal to (32 bytes each), and
+    ML-KEM-768 (1,184 bytes; None for keys made without one), sealed to beside X25519."""
 
     @property
     def sign(self) -> bytes: ...
@@ -385,13 +386,19 @@ class AgentKeys(Protocol):
         """The public halves, which others verify with and seal to."""
         ...
 
-    def seal(self, *, kind: Kind, to: str, body: bytes, recipient: bytes) -> bytes:
-        """Sign ``body`` with these keys and seal it to ``recipient``'s X25519 key: the wire bytes."""
+    def seal(self, *, kind: Kind, to: str, body: bytes, recipient: bytes, recipient_mlkem: bytes | None = None,
+             post_quantum: bool = False) -> bytes:
+        """Sign ``body`` with these keys and seal it to the recipient: hybrid to its ML-KEM-768
+        (``recipient_mlkem``) and X25519 (``recipient``) keys, or to its X25519 key alone when it has
+        no ML-KEM-768 key; the wire bytes. ``post_quantum``: the message carries a post-quantum
+        preshared key, and is refused (``NoPostQuantumKey``) unless sealed hybrid."""
         ...
 
-    def open_sealed(self, data: bytes, *, kinds: Sequence[Kind]) -> tuple[Kind, bytes, bytes]:
+    def open_sealed(self, data: bytes, *, kinds: Sequence[Kind], hybrid_only: bool = False
+                    ) -> tuple[Kind, bytes, bytes]:
         """Check the header and open a message sealed to these keys: (kind, signed body, tag), not
-        yet verified (``AgentRejected``: malformed, not for these keys, or the seal does not open)."""
+        yet verified (``AgentRejected``: malformed, not for these keys, the seal does not open, or
+        sealed with X25519 alone where ``hybrid_only``)."""
         ...
 
 
@@ -403,8 +410,9 @@ class AgentCrypto(Protocol):
         """``AgentRejected`` unless ``tag`` is ``public_sign_key``'s signature of ``body`` as ``kind``."""
         ...
 
-    def public_keys(self, sign: str, kem: str) -> PeerKeys:
-        """From unpadded base64url text (``InvalidInput``: not 32-byte keys)."""
+    def public_keys(self, sign: str, kem: str, mlkem: str | None = None) -> PeerKeys:
+        """From unpadded base64url text (``InvalidInput``: not 32-byte keys, or ``mlkem`` not an
+        ML-KEM-768 key)."""
         ...
 
     def read_public(self, path: Path) -> PeerKeys:
@@ -453,6 +461,9 @@ class IssuedDevice:
 
 
 class DeviceKit(Protocol):
+    @property
+    def mlkem(self) -> bytes | None: ...
+
     """Target's certificate authority for devices and its profile writers.
 
     ``express`` raises ``ValueError`` (the domain's ``Inexpressible``) when the platform cannot say

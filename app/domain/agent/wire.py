@@ -16,6 +16,7 @@ from app.domain.agent.codec import (
     MAX_WIRE_BYTES,
     SIGNATURE_CONTEXT,
     VERSION,
+    VERSION_HYBRID,
     WINDOW_BACK,
     WINDOW_SKEW,
     AgentRejected,
@@ -57,19 +58,21 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Wire:
-    """A message on the wire: a cleartext header (kind, recipient) and the sealed part.
+    """A message on the wire: a cleartext header (kind, recipient, version) and the sealed part.
 
-    The header is bound to the seal (it is in the HPKE ``info``), so it cannot be changed
-    without the recipient's decryption failing.
+    The version says how it is sealed: 1 with X25519 alone, 2 hybrid (ML-KEM-768 + X25519). The
+    header is bound to the seal (it is in the HPKE ``info``), so it cannot be changed without the
+    recipient's decryption failing: a hybrid message cannot be passed off as a classic one.
     """
 
     kind: Kind
     to: str
     sealed: bytes
 
+    hybrid: bool = False
     @property
     def header(self) -> dict[str, Any]:
-        return {"kind": self.kind.value, "to": self.to, "v": VERSION}
+        return {"kind": self.kind.value, "to": self.to, "v": VERSION_HYBRID if self.hybrid else VERSION}
 
     def info(self) -> bytes:
         """The HPKE ``info`` of this message."""
@@ -90,14 +93,15 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
         raise AgentRejected("message too large")
     obj = decode_canonical(data, max_size=wire_limit)
     _fields(obj, ("kind", "sealed", "to", "v"))
-    if obj["v"] != VERSION or isinstance(obj["v"], bool):
+    if obj["v"] not in (VERSION, VERSION_HYBRID) or isinstance(obj["v"], bool):
         raise AgentRejected("unknown version")
     kind = obj["kind"]
     if kind not in {k.value for k in kinds}:
         raise AgentRejected("unexpected message kind")
     if obj["to"] != to:
         raise AgentRejected("wrong recipient")
-    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=sealed_limit))
+    return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=sealed_limit),
+                hybrid=obj["v"] == VERSION_HYBRID)
 
 
 def limits(kinds: Sequence[Kind]) -> tuple[int, int]:

@@ -143,7 +143,8 @@ class AgentClient:
         request = ClientRequest(kind=kind, request_id=secrets.token_bytes(16), user_id=self.config.user,
                                 objective_id=objective_id, request_info=info, host=self.host.id,
                                 timestamp=int(self._clock()))
-        wire = self.keys.seal(kind=kind, to=self.host.id, body=request.body(), recipient=self.host_keys.kem)
+        wire = self.keys.seal(kind=kind, to=self.host.id, body=request.body(), recipient=self.host_keys.kem,
+                              recipient_mlkem=self.host_keys.mlkem)
         return request, wire
 
     def accept(self, answer: bytes, request: ClientRequest) -> Response:
@@ -466,7 +467,8 @@ class AgentClient:
                           timestamp=int(self._clock()), profile_name=path.name, media_type=media_type,
                           profile=seal_profile(key, media_type=media_type, name=path.name, profile=path.read_bytes()),
                           ttl=ttl)
-        wire = self.keys.seal(kind=Kind.HANDOFF, to=self.host.id, body=handoff.body(), recipient=self.host_keys.kem)
+        wire = self.keys.seal(kind=Kind.HANDOFF, to=self.host.id, body=handoff.body(), recipient=self.host_keys.kem,
+                              recipient_mlkem=self.host_keys.mlkem)
         answer = self._post(f"{self.host.url}/v1/agent/handoffs", wire).decode("ascii")
         token = answer.removeprefix("/v1/agent/handoffs/")
         if token == answer or _LINK_SECRET.fullmatch(token) is None:

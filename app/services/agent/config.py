@@ -68,12 +68,16 @@ class Party(_Config):
     public_key_file: Path | None = None
     sign_public_key: str | None = None
     kem_public_key: str | None = None
+    #: Its ML-KEM-768 key (inline; a key file carries its own): messages to it are sealed hybrid.
+    mlkem_public_key: str | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Party:
         inline = self.sign_public_key is not None or self.kem_public_key is not None
         if inline == (self.public_key_file is not None):
             raise ValueError("give either public_key_file or sign_public_key + kem_public_key")
+        if self.mlkem_public_key is not None and not inline:
+            raise ValueError("mlkem_public_key goes with sign_public_key + kem_public_key (a key file carries its own)")
         return self
 
     def keys(self, base: Path, crypto: AgentCrypto) -> PeerKeys:
@@ -81,7 +85,7 @@ class Party(_Config):
         if self.public_key_file is not None:
             path = self.public_key_file if self.public_key_file.is_absolute() else base / self.public_key_file
             return crypto.read_public(path)
-        return crypto.public_keys(self.sign_public_key or "", self.kem_public_key or "")
+        return crypto.public_keys(self.sign_public_key or "", self.kem_public_key or "", self.mlkem_public_key)
 
 
 class HostRole(_Config):
@@ -198,10 +202,11 @@ class _HostRef(_Config):
     public_key_file: Path | None = None
     sign_public_key: str | None = None
     kem_public_key: str | None = None
+    mlkem_public_key: str | None = None
 
     def keys(self, base: Path, crypto: AgentCrypto) -> PeerKeys:
         return Party(public_key_file=self.public_key_file, sign_public_key=self.sign_public_key,
-                     kem_public_key=self.kem_public_key).keys(base, crypto)
+                     kem_public_key=self.kem_public_key, mlkem_public_key=self.mlkem_public_key).keys(base, crypto)
 
 
 def _load(path: Path) -> tuple[dict[str, Any], Path]:

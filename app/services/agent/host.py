@@ -183,18 +183,21 @@ class HostAgent:
     # -- users -------------------------------------------------------------------------
 
     def enroll(
-        self, *, user_id: str, sign_public_key: str, kem_public_key: str, objectives: list[int]
+        self, *, user_id: str, sign_public_key: str, kem_public_key: str, objectives: list[int],
+        mlkem_public_key: str | None = None,
     ) -> dict[str, Any]:
-        """Enrol a user (or re-enrol a revoked one with new keys).
+        """Enrol a user (or re-enrol a revoked one with new keys); with ``mlkem_public_key`` (keys
+        made by ``qoss agent keygen``), Target's answers to the user are sealed hybrid and may carry
+        a post-quantum preshared key.
 
         Raises:
             InvalidInput: bad keys or objectives. AlreadyExists: enrolled already.
         """
-        keys = self._crypto.public_keys(sign_public_key, kem_public_key)
+        keys = self._crypto.public_keys(sign_public_key, kem_public_key, mlkem_public_key)
         if not objectives or any(o not in (1, 2, 3, 4) for o in objectives):
             raise InvalidInput("objectives are Objective-IDs 1-4 (Liu et al. Table 2-2)")
         user = EnrolledUser(user_id=user_id, sign_public_key=keys.sign, kem_public_key=keys.kem,
-                            objectives=frozenset(objectives))
+                            objectives=frozenset(objectives), mlkem_public_key=keys.mlkem)
         with self._store.unit() as uow:
             uow.users.enroll(user)
             uow.commit()
@@ -296,7 +299,8 @@ class HostAgent:
                             timestamp=int(self._clock()), user_id=user_id, revoke=revoke)
         if target.url == "local" and self._local is not None:
             return self._local.user_devices(query)[0]
-        wire = self.keys.seal(kind=Kind.USER_DEVICES, to=target.name, body=query.body(), recipient=target.keys.kem)
+        wire = self.keys.seal(kind=Kind.USER_DEVICES, to=target.name, body=query.body(), recipient=target.keys.kem,
+                              recipient_mlkem=target.keys.mlkem)
         answer = self._post(f"{target.url}/v1/agent/target/requests", wire)
         kind, body, tag = self.keys.open_sealed(answer, kinds=[Kind.USER_DEVICE_LIST])
         self._crypto.verify(target.keys.sign, kind, body, tag)
@@ -376,7 +380,7 @@ class HostAgent:
                 answer, audit = outcome.answer, f"relayed {outcome.audit}"
             else:
                 wire = self.keys.seal(kind=Kind.ENDORSE, to=target.name, body=endorsement.body(),
-                                      recipient=target.keys.kem)
+                                      recipient=target.keys.kem, recipient_mlkem=target.keys.mlkem)
                 steps.mark("seal")
                 answer, audit = self._post(f"{target.url}/v1/agent/target/requests", wire), f"relayed {what}"
         except AgentRejected as exc:

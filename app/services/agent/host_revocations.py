@@ -119,7 +119,8 @@ class Revocations:
         next attempt's time."""
         revocation = Revocation(host=self._keys.name, target=target.name, nonce=secrets.token_bytes(16),
                                 timestamp=int(self._clock()), user_id=user_id, sign_public_key=sign_public_key)
-        wire = self._keys.seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(), recipient=target.keys.kem)
+        wire = self._keys.seal(kind=Kind.REVOKE, to=target.name, body=revocation.body(), recipient=target.keys.kem,
+                               recipient_mlkem=target.keys.mlkem)
         try:
             if target.url == "local" and self._local is not None:
                 answer = self._local(wire)

@@ -210,7 +210,7 @@ class TargetAgent:
             self._crypto.verify(self._host_keys(query.host).sign, Kind.USER_DEVICES, body, tag)
             answer, audit = self.user_devices(query)
             wire = self.keys.seal(kind=Kind.USER_DEVICE_LIST, to=answer.host, body=answer.body(),
-                                  recipient=self.hosts[answer.host].kem)
+                                  recipient=self.hosts[answer.host].kem, recipient_mlkem=self.hosts[answer.host].mlkem)
             return Outcome(answer=wire, audit=audit)
         return self._answer(self._open_endorsement(kind, body, tag), steps)
 
@@ -289,7 +289,8 @@ class TargetAgent:
     def _seal(self, response: Response, endorsement: Endorsement) -> bytes:
         """The response signed by Target and sealed to the client (only the client can open it)."""
         return self.keys.seal(kind=response.kind, to=response.user_id, body=response.body(),
-                              recipient=endorsement.user.kem_public_key)
+                              recipient=endorsement.user.kem_public_key,
+                              recipient_mlkem=endorsement.user.mlkem_public_key)
 
     # -- connect ------------------------------------------------------------------------
 

@@ -79,6 +79,7 @@ def _enrolment(form: dict[str, str]) -> EnrollIn:
     document: dict[str, Any] = {
         "user_id": form.get("user_id", "").strip() or keys.get("id"),
         "sign_public_key": keys.get("sign_public_key"), "kem_public_key": keys.get("kem_public_key"),
+        "mlkem_public_key": keys.get("mlkem_public_key"),
         "objectives": [i for i in (1, 2, 3, 4) if form.get(f"objective{i}")]}
     if not document["objectives"]:
         raise InvalidInput("tick at least one Objective-ID the user may ask for")
@@ -97,7 +98,8 @@ def enroll(request: Request, who: AgentWriter, form: FormDep) -> Response:
     try:
         body = _enrolment(form)
         user = host.enroll(user_id=body.user_id, sign_public_key=body.sign_public_key,
-                           kem_public_key=body.kem_public_key, objectives=body.objectives)
+                           kem_public_key=body.kem_public_key, objectives=body.objectives,
+                           mlkem_public_key=body.mlkem_public_key)
     except (InvalidInput, AlreadyExists) as exc:
         status = 409 if isinstance(exc, AlreadyExists) else 422
         failed(request, type(exc).__name__, status)
