@@ -35,6 +35,7 @@ from app.domain.agent import (
     DeviceQuotaExceeded,
     Endorsement,
     Kind,
+    NoPostQuantumKey,
     Response,
     Revocation,
     SessionStatus,
@@ -276,7 +277,8 @@ class TargetAgent:
                 return self._seal(Response(
                     kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
                     tunneling_info=info, target=self.keys.name, user_id=request.user_id, host=endorsement.host,
-                    timestamp=int(self._clock()), device=device), endorsement)
+                    timestamp=int(self._clock()), device=device), endorsement,
+                    post_quantum=device is not None and info.suite.get("post_quantum") is not None)
 
             info, answer = self._connect(endorsement, request, session_key, now, steps, answer_with)
             audit = (f"{'device' if platform else 'connect'} user={request.user_id} "
@@ -286,11 +288,12 @@ class TargetAgent:
         steps.done()
         return Outcome(answer=answer, audit=audit[:200])
 
-    def _seal(self, response: Response, endorsement: Endorsement) -> bytes:
-        """The response signed by Target and sealed to the client (only the client can open it)."""
+    def _seal(self, response: Response, endorsement: Endorsement, *, post_quantum: bool = False) -> bytes:
+        """The response signed by Target and sealed to the client (only the client can open it);
+        ``post_quantum``: it carries a PPK, so it is sealed hybrid or not at all."""
         return self.keys.seal(kind=response.kind, to=response.user_id, body=response.body(),
                               recipient=endorsement.user.kem_public_key,
-                              recipient_mlkem=endorsement.user.mlkem_public_key)
+                              recipient_mlkem=endorsement.user.mlkem_public_key, post_quantum=post_quantum)
 
     # -- connect ------------------------------------------------------------------------
 
@@ -374,6 +377,9 @@ class TargetAgent:
                 # A device: its certificate, key and profile are made before charon is touched (a
                 # platform that cannot express the suite is refused with nothing loaded).
                 ppk = self._new_ppk(ticket, platform, result)
+                if ppk is not None and endorsement.user.mlkem_public_key is None:
+                    # The answer carries the PPK in the profile: sealed hybrid or not at all.
+                    raise NoPostQuantumKey(f"user {request.user_id}")
                 if ppk is not None:  # kept sealed with the session, to load it again if charon restarts
                     stored_suite = {**suite, "ppk": {"id": ppk[0], "sealed": ppk[2]}}
                 device, first = self._device_loads(conn, platform, client_identity, ike, esp, result, lifetime,

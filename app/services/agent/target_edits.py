@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.domain.agent import AgentSessionState, ClientRequest
-from app.domain.agent.platforms import PLATFORMS
+from app.domain.agent.platforms import PLATFORMS, post_quantum_refusal
 from app.domain.agent.ports import AgentSession, AgentStore
 from app.domain.errors import QossError
 from app.domain.negotiation import Backend, NegotiationResult
@@ -164,7 +164,26 @@ def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str
     inputs = session.provenance["request"]
     verdict = judge(dict(suite.get("proposals") or {}), lambda pinned: negotiate_session(
         uow=uow, inputs=inputs, default_table=default_table, pinned=pinned, check=True))
+    platform = session.platform
+    if verdict.kind == "noncompliant" and platform is not None and platform in PLATFORMS:
+        # A device whose platform has no post-quantum setting cannot follow an edit that asks for one.
+        cannot = post_quantum_refusal(platform, _post_quantum_minimum(uow, inputs))
+        if cannot is not None:
+            return impact("noncompliant", None, f"its platform cannot follow: {cannot}", verdict.rejected)
     return impact(verdict.kind, verdict.new, verdict.reason, verdict.rejected)
+
+
+def _post_quantum_minimum(uow: UnitOfWork, inputs: Mapping[str, Any]) -> int:
+    """The post-quantum minimum a session's negotiation asks for now: the client's own, and its
+    Target's and platform's stored policies' as ``uow`` sees them (an uncommitted edit included)."""
+    levels = [int((inputs.get("min_levels") or {}).get("post_quantum", 0))]
+    names = [inputs.get("policy"), platform_policy(inputs["platform"]) if inputs.get("platform") else None]
+    for name in filter(None, names):
+        try:
+            levels.append(uow.policies.get(name)[0].min_levels.post_quantum)
+        except QossError:  # a policy deleted since: the negotiation says what that means
+            continue
+    return max(levels)
 
 
 def assess_sessions(uow: UnitOfWork, sessions: Iterable[AgentSession], *, default_table: str) -> list[SessionImpact]:
