@@ -26,7 +26,7 @@ def upgrade() -> None:
     op.create_table(
         "agent_invitations",
         sa.Column("id", sa.String(32), primary_key=True),
-        sa.Column("digest", sa.String(64), nullable=False, unique=True),
+        sa.Column("digest", sa.String(64), nullable=False),
         sa.Column("user_id", sa.String(63), nullable=False),
         sa.Column("platform", sa.String(24), nullable=False),
         sa.Column("objectives", _JSON, nullable=False),
@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("revoked_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("sign_public_key", sa.String(43), nullable=True),
         sa.Column("grant_spent_at", sa.DateTime(timezone=True), nullable=True),
+        sa.UniqueConstraint("digest", name=op.f("uq_agent_invitations_digest")),
     )
     op.create_index("ix_agent_invitations_user_id", "agent_invitations", ["user_id"])
     op.create_index("ix_agent_invitations_expires_at", "agent_invitations", ["expires_at"])

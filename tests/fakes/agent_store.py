@@ -16,7 +16,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
-from app.domain.agent.ports import AgentSession, PendingRevocation, RevocationRecord, UserListing, WaitingHandoff
+from app.domain.agent.ports import (
+    AgentSession,
+    DeviceGrant,
+    Invitation,
+    PendingRevocation,
+    RevocationRecord,
+    UserListing,
+    WaitingHandoff,
+)
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = ["FakeAgentRequest", "FakeAgentStore", "FakeAgentUnitOfWork"]
@@ -41,10 +49,12 @@ class _State:
     handoffs: dict[str, tuple[WaitingHandoff, datetime]] = field(default_factory=dict)
     #: (target id, user id) -> Host's revocation not confirmed yet
     pending: dict[tuple[str, str], PendingRevocation] = field(default_factory=dict)
+    #: id -> invitation
+    invitations: dict[str, Invitation] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(dict(self.users), dict(self.nonces), dict(self.sessions), dict(self.leases),
-                      dict(self.revocations), dict(self.handoffs), dict(self.pending))
+                      dict(self.revocations), dict(self.handoffs), dict(self.pending), dict(self.invitations))
 
 
 class FakeAgentStore:
@@ -278,6 +288,60 @@ class _Pending:
         self._tx.state.pending.pop((target_id, user_id), None)
 
 
+class _Invitations:
+    def __init__(self, tx: _Transaction) -> None:
+        self._tx = tx
+
+    def add(self, invitation: Invitation) -> None:
+        self._tx.state.invitations[invitation.id] = invitation
+
+    def by_digest(self, digest: str) -> Invitation | None:
+        return next((i for i in self._tx.state.invitations.values() if i.digest == digest), None)
+
+    def get(self, invitation_id: str) -> Invitation | None:
+        return self._tx.state.invitations.get(invitation_id)
+
+    def select(self, *, user_id: str | None = None, limit: int = 100) -> list[Invitation]:
+        found = [i for i in self._tx.state.invitations.values() if user_id is None or i.user_id == user_id]
+        return sorted(found, key=lambda i: (-i.created_at.timestamp(), i.id))[:limit]
+
+    def redeem(self, invitation_id: str, *, sign_public_key: str, now: datetime) -> bool:
+        found = self._tx.state.invitations.get(invitation_id)
+        if found is None or found.used_at or found.revoked_at or found.expires_at <= now:
+            return False
+        self._tx.state.invitations[invitation_id] = replace(found, used_at=now, sign_public_key=sign_public_key)
+        return True
+
+    def revoke(self, invitation_id: str, now: datetime) -> bool:
+        found = self._tx.state.invitations.get(invitation_id)
+        if found is None or found.used_at or found.revoked_at:
+            return False
+        self._tx.state.invitations[invitation_id] = replace(found, revoked_at=now)
+        return True
+
+    def invited(self, user_id: str, sign_public_key: str) -> bool:
+        return any(i.user_id == user_id and i.sign_public_key == sign_public_key
+                   for i in self._tx.state.invitations.values())
+
+    def restore_grant(self, invitation_id: str) -> None:
+        found = self._tx.state.invitations.get(invitation_id)
+        if found is not None:
+            self._tx.state.invitations[invitation_id] = replace(found, grant_spent_at=None)
+
+    def grants(self, user_id: str, sign_public_key: bytes) -> list[DeviceGrant]:
+        key = b64e(sign_public_key)
+        return [DeviceGrant(i.id, i.platform, dict(i.minimums), i.used_at, i.grant_spent_at)
+                for i in sorted(self._tx.state.invitations.values(), key=lambda i: i.used_at or i.created_at)
+                if i.user_id == user_id and i.sign_public_key == key and i.used_at is not None]
+
+    def spend(self, invitation_id: str, now: datetime) -> bool:
+        found = self._tx.state.invitations.get(invitation_id)
+        if found is None or found.used_at is None or found.grant_spent_at is not None:
+            return False
+        self._tx.state.invitations[invitation_id] = replace(found, grant_spent_at=now)
+        return True
+
+
 class FakeAgentUnitOfWork(_Transaction):
     """One transaction and the agent's stores."""
 
@@ -290,6 +354,7 @@ class FakeAgentUnitOfWork(_Transaction):
         self.revocations = _Revocations(self)
         self.handoffs = _Handoffs(self)
         self.pending_revocations = _Pending(self)
+        self.invitations = _Invitations(self)
 
     def __enter__(self) -> FakeAgentUnitOfWork:
         return self
@@ -303,6 +368,7 @@ class FakeAgentRequest(_Transaction):
         _ = self.state  # begun now
         self._users, self._nonces, self._sessions = _Users(self), _Nonces(self), _Sessions(self)
         self._leases, self._revocations = _Leases(self), _Revocations(self)
+        self._invitations = _Invitations(self)
 
     def find_user(self, user_id: str) -> EnrolledUser | None:
         return self._users.find(user_id)
@@ -339,6 +405,12 @@ class FakeAgentRequest(_Transaction):
 
     def release_lease(self, ticket: str) -> None:
         self._leases.release(ticket)
+
+    def device_grants(self, user_id: str, sign_public_key: bytes) -> list[DeviceGrant]:
+        return self._invitations.grants(user_id, sign_public_key)
+
+    def spend_grant(self, invitation_id: str, now: datetime) -> bool:
+        return self._invitations.spend(invitation_id, now)
 
     def __enter__(self) -> FakeAgentRequest:
         return self

@@ -37,16 +37,25 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import MLKEM_PUBLIC_BYTES, AgentSessionState, EnrolledUser, b64d, b64e
-from app.domain.agent.ports import AgentSession, PendingRevocation, RevocationRecord, WaitingHandoff
+from app.domain.agent.ports import (
+    AgentSession,
+    DeviceGrant,
+    Invitation,
+    PendingRevocation,
+    RevocationRecord,
+    WaitingHandoff,
+)
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = [
+    "AgentInvitationRow",
     "AgentLeaseRow",
     "AgentNonceRow",
     "AgentPendingRevocationRow",
     "AgentRevocationRow",
     "AgentSessionRow",
     "AgentUserRow",
+    "InvitationRepository",
     "LeaseRepository",
     "NonceRepository",
     "PendingRevocationRepository",
@@ -55,6 +64,7 @@ __all__ = [
     "UserRepository",
     "add_session",
     "claim_nonce",
+    "device_grants",
     "find_user",
     "finish_session",
     "get_session",
@@ -64,6 +74,7 @@ __all__ = [
     "leased_addresses",
     "release_leases",
     "revocation_pending",
+    "spend_grant",
     "take_lease",
 ]
 
@@ -169,6 +180,27 @@ class AgentHandoffRow(Base):
     media_type: Mapped[str] = mapped_column(String(80))
     profile: Mapped[bytes] = mapped_column(LargeBinary)
     expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
+class AgentInvitationRow(Base):
+    """A one-time invitation at Host (by its secret's SHA-256), the keys that redeemed it and the
+    device enrolment it granted them."""
+
+    __tablename__ = "agent_invitations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    user_id: Mapped[str] = mapped_column(String(63), index=True)
+    platform: Mapped[str] = mapped_column(String(24))
+    objectives: Mapped[list[int]] = mapped_column(Json)
+    minimums: Mapped[dict[str, int]] = mapped_column(Json)
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
+    sign_public_key: Mapped[str | None] = mapped_column(String(43), nullable=True)
+    grant_spent_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
 
 #: ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, columns), as hot statements
@@ -399,6 +431,64 @@ class HandoffRepository:
         return int(getattr(result, "rowcount", 0) or 0)
 
 
+def _invitation(row: AgentInvitationRow) -> Invitation:
+    return Invitation(id=row.id, digest=row.digest, user_id=row.user_id, platform=row.platform,
+                      objectives=tuple(row.objectives), minimums=dict(row.minimums), created_by=row.created_by,
+                      created_at=row.created_at, expires_at=row.expires_at, used_at=row.used_at,
+                      revoked_at=row.revoked_at, sign_public_key=row.sign_public_key,
+                      grant_spent_at=row.grant_spent_at)
+
+
+class InvitationRepository:
+    """Host's one-time invitations."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, invitation: Invitation) -> None:
+        self.session.add(AgentInvitationRow(
+            id=invitation.id, digest=invitation.digest, user_id=invitation.user_id, platform=invitation.platform,
+            objectives=list(invitation.objectives), minimums=dict(invitation.minimums),
+            created_by=invitation.created_by, created_at=invitation.created_at, expires_at=invitation.expires_at))
+        self.session.flush()
+
+    def by_digest(self, digest: str) -> Invitation | None:
+        row = self.session.scalars(select(AgentInvitationRow).where(AgentInvitationRow.digest == digest)).first()
+        return None if row is None else _invitation(row)
+
+    def get(self, invitation_id: str) -> Invitation | None:
+        row = self.session.get(AgentInvitationRow, invitation_id)
+        return None if row is None else _invitation(row)
+
+    def select(self, *, user_id: str | None = None, limit: int = 100) -> list[Invitation]:
+        query = select(AgentInvitationRow).order_by(AgentInvitationRow.created_at.desc(), AgentInvitationRow.id)
+        if user_id is not None:
+            query = query.where(AgentInvitationRow.user_id == user_id)
+        return [_invitation(r) for r in self.session.scalars(query.limit(limit))]
+
+    def redeem(self, invitation_id: str, *, sign_public_key: str, now: datetime) -> bool:
+        result = self.session.execute(update(AgentInvitationRow).where(
+            AgentInvitationRow.id == invitation_id, AgentInvitationRow.used_at.is_(None),
+            AgentInvitationRow.revoked_at.is_(None), AgentInvitationRow.expires_at > now,
+        ).values(used_at=now, sign_public_key=sign_public_key).execution_options(synchronize_session=False))
+        return int(getattr(result, "rowcount", 0) or 0) == 1
+
+    def revoke(self, invitation_id: str, now: datetime) -> bool:
+        result = self.session.execute(update(AgentInvitationRow).where(
+            AgentInvitationRow.id == invitation_id, AgentInvitationRow.used_at.is_(None),
+            AgentInvitationRow.revoked_at.is_(None),
+        ).values(revoked_at=now).execution_options(synchronize_session=False))
+        return int(getattr(result, "rowcount", 0) or 0) == 1
+
+    def invited(self, user_id: str, sign_public_key: str) -> bool:
+        return bool(self.session.scalar(select(exists().where(
+            AgentInvitationRow.user_id == user_id, AgentInvitationRow.sign_public_key == sign_public_key))))
+
+    def restore_grant(self, invitation_id: str) -> None:
+        self.session.execute(update(AgentInvitationRow).where(AgentInvitationRow.id == invitation_id)
+                             .values(grant_spent_at=None).execution_options(synchronize_session=False))
+
+
 class RevocationRepository:
     """Target's revocation list: the (Host, user, signing key) it no longer accepts."""
 
@@ -591,3 +681,27 @@ def leased_addresses(cursor: HotCursor) -> set[str]:
 def take_lease(cursor: HotCursor, address: str, ticket: str) -> bool:
     """Lease ``address`` to ``ticket``; False if someone else has it."""
     return insert_new(cursor, AgentLeaseRow, {"address": address, "ticket": ticket, "created_at": utcnow()})
+
+
+_INVITATIONS = cast(Table, AgentInvitationRow.__table__)
+_GRANTS = HotStatement(lambda _: select(
+    _INVITATIONS.c.id, _INVITATIONS.c.platform, _INVITATIONS.c.minimums, _INVITATIONS.c.used_at,
+    _INVITATIONS.c.grant_spent_at,
+).where(_INVITATIONS.c.user_id == bindparam("user_id"), _INVITATIONS.c.sign_public_key == bindparam("key"))
+    .order_by(_INVITATIONS.c.used_at))
+_SPEND_GRANT = HotStatement(lambda _: update(_INVITATIONS).where(  # no bind named as a column: see update()
+    _INVITATIONS.c.id == bindparam("which"), _INVITATIONS.c.used_at.is_not(None),
+    _INVITATIONS.c.grant_spent_at.is_(None),
+).values(grant_spent_at=bindparam("now")))
+
+
+def device_grants(cursor: HotCursor, user_id: str, sign_public_key: bytes) -> list[DeviceGrant]:
+    """The device enrolments invitations granted to this user's signing key (one hot query on the
+    invitations of one user; none for keys of the user's own)."""
+    return [DeviceGrant(invitation_id=r[0], platform=r[1], minimums=dict(r[2]), granted_at=r[3], spent_at=r[4])
+            for r in cursor.all(_GRANTS, {"user_id": user_id, "key": b64e(sign_public_key)})]
+
+
+def spend_grant(cursor: HotCursor, invitation_id: str, now: datetime) -> bool:
+    """Use an invitation's device enrolment; False if it was used already."""
+    return cursor.execute(_SPEND_GRANT, {"which": invitation_id, "now": now}) == 1

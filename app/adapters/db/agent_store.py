@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from app.adapters.db.agent import (
     HandoffRepository,
+    InvitationRepository,
     LeaseRepository,
     NonceRepository,
     PendingRevocationRepository,
@@ -22,6 +23,7 @@ from app.adapters.db.agent import (
     UserRepository,
     add_session,
     claim_nonce,
+    device_grants,
     find_user,
     finish_session,
     get_session,
@@ -30,12 +32,13 @@ from app.adapters.db.agent import (
     leased_addresses,
     release_leases,
     revocation_pending,
+    spend_grant,
     take_lease,
 )
 from app.adapters.db.hot import HotTransaction, engine_of
 from app.adapters.db.unit_of_work import SessionTransaction
 from app.domain.agent import AgentSessionState, EnrolledUser
-from app.domain.agent.ports import AgentSession
+from app.domain.agent.ports import AgentSession, DeviceGrant
 
 __all__ = ["SqlAgentRequest", "SqlAgentStore", "SqlAgentUnitOfWork"]
 
@@ -74,6 +77,10 @@ class SqlAgentUnitOfWork(SessionTransaction):
     @cached_property
     def pending_revocations(self) -> PendingRevocationRepository:
         return PendingRevocationRepository(self.session)
+
+    @cached_property
+    def invitations(self) -> InvitationRepository:
+        return InvitationRepository(self.session)
 
 
 class SqlAgentRequest:
@@ -119,6 +126,12 @@ class SqlAgentRequest:
 
     def release_lease(self, ticket: str) -> None:
         release_leases(self._cursor, ticket)
+
+    def device_grants(self, user_id: str, sign_public_key: bytes) -> list[DeviceGrant]:
+        return device_grants(self._cursor, user_id, sign_public_key)
+
+    def spend_grant(self, invitation_id: str, now: datetime) -> bool:
+        return spend_grant(self._cursor, invitation_id, now)
 
     def commit(self) -> None:
         self._transaction.commit()

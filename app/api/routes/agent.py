@@ -18,6 +18,7 @@ from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain.agent import AgentSessionState
 from app.domain.agent.ports import WaitingHandoff
@@ -25,13 +26,29 @@ from app.domain.errors import InvalidInput, NotFound
 from app.domain.ports import error_label
 from app.domain.ratelimit import RateLimited
 from app.services.agent.host import HostAgent, link_id
+from app.services.agent.invitations import (
+    INVITATION_DEFAULT_TTL,
+    INVITATION_MAX_TTL,
+    InvitationRefused,
+    invitation_link_id,
+)
 from app.services.agent.target import Outcome, TargetAgent
-from app.web.deps import UserIdPath, in_worker_thread, require
+from app.web.deps import Principal, UserIdPath, in_worker_thread, require
 from app.web.routing import QossRoute
 from app.web.runtime import Runtime, runtime
 from app.web.schemas import EnrollIn, MessageIn, MessageOut, error_responses
 
-__all__ = ["MESSAGE_PATHS", "answer_body", "handle_message", "refusal_kind", "refused_in_bulk", "router"]
+__all__ = [
+    "MESSAGE_PATHS",
+    "InvitationIn",
+    "RedeemIn",
+    "answer_body",
+    "handle_message",
+    "join_link",
+    "refusal_kind",
+    "refused_in_bulk",
+    "router",
+]
 
 router = APIRouter(tags=["agent"], route_class=QossRoute)
 
@@ -350,3 +367,115 @@ async def revoke_user_device(user_id: UserId, ticket: _Ticket, request: Request)
     refused from then on. 404 when no target holds it as an active device of that user."""
     request.state.audit_detail = f"revoke device user={user_id} ticket={ticket}"
     return await in_worker_thread(_host(runtime(request)).revoke_device, user_id=user_id, ticket=ticket)
+
+
+# --------------------------------------------------------------------------- invitations
+
+_ID_PATTERN = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class InvitationIn(BaseModel):
+    """A one-time invitation for a user's phone: whom, which platform, how long it lives (seconds),
+    optionally the Objective-IDs and minimums, and Host's address as the phone reaches it."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: Annotated[str, Field(min_length=1, max_length=63, pattern=_ID_PATTERN)]
+    platform: Annotated[str, Field(min_length=1, max_length=24, pattern=r"^[a-z]+$")]
+    expires_in: Annotated[int, Field(ge=60, le=INVITATION_MAX_TTL)] = INVITATION_DEFAULT_TTL
+    objectives: Annotated[list[Annotated[int, Field(ge=1, le=4)]], Field(min_length=1, max_length=4)] | None = None
+    minimums: Annotated[dict[Annotated[str, Field(max_length=16)], Annotated[int, Field(ge=0, le=10)]],
+                        Field(max_length=3)] | None = None
+    link_base: Annotated[str, Field(max_length=200, pattern=r"^https?://[^\s#?]+$")] | None = None
+
+
+class RedeemIn(BaseModel):
+    """A phone redeems an invitation: ``body`` is the canonical JSON it signed with its new Ed25519
+    key (``host``, ``invitation``, ``sign_public_key``, ``kem_public_key``, ``platform``, ``ts``),
+    ``signature`` that signature (unpadded base64url)."""
+
+    model_config = ConfigDict(extra="forbid")
+    body: Annotated[str, Field(min_length=2, max_length=1024)]
+    signature: Annotated[str, Field(min_length=86, max_length=86, pattern=r"^[A-Za-z0-9_-]+$")]
+
+
+def join_link(base: str, secret: str) -> str:
+    """The link an invitation is opened with: the phone's page, the secret in the fragment (a
+    browser never sends a fragment, so it reaches no log and no referrer)."""
+    return f"{base.rstrip('/')}/ui/join#i={secret}"
+
+
+_NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+
+@router.post("/agent/invitations", status_code=201, responses=error_responses(401, 403, 404, 409, 422))
+async def create_invitation(body: InvitationIn, request: Request, response: Response,
+                            who: Annotated[Principal, Depends(require("agent:enroll"))]) -> dict[str, Any]:
+    """Host: a one-time invitation for a user's phone. The answer carries its link once (the secret
+    in the link's fragment); Host keeps only the secret's SHA-256, so nobody can read it back.
+
+    409 when the user is enrolled with keys of their own (invite the phone under a user id of its
+    own); 422 for a platform other than android, apple, windows or networkmanager, or a lifetime
+    beyond 24 hours.
+    """
+    host = _host(runtime(request))
+    secret, listed = await in_worker_thread(
+        host.invitations.invite, user_id=body.user_id, platform=body.platform, ttl=body.expires_in,
+        created_by=who.name or "unknown", objectives=body.objectives, minimums=body.minimums)
+    request.state.audit_detail = (f"invitation id={listed['id']} user={body.user_id} platform={body.platform} "
+                                  f"ttl={body.expires_in} link={invitation_link_id(secret)}")
+    response.headers.update(_NO_STORE)
+    base = body.link_base or str(request.base_url)
+    return {"link": join_link(base, secret), "expires_at": listed["expires_at"], "id": listed["id"],
+            "user_id": listed["user_id"], "platform": listed["platform"]}
+
+
+@router.get("/agent/invitations", dependencies=[Depends(require("agent:enroll"))],
+            responses=error_responses(401, 403, 404))
+async def list_invitations(request: Request, user_id: Annotated[str | None, Query(max_length=63)] = None,
+                           limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+    """Host: the invitations, newest first, with their state (``waiting``, ``used``, ``expired``,
+    ``revoked``). No secret: Host keeps none."""
+    host = _host(runtime(request))
+    return await in_worker_thread(host.invitations.list, user_id=user_id, limit=limit)
+
+
+@router.delete("/agent/invitations/{invitation_id}", dependencies=[Depends(require("agent:enroll"))],
+               responses=error_responses(401, 403, 404, 409))
+async def revoke_invitation(invitation_id: Annotated[str, Path(min_length=1, max_length=32,
+                                                                pattern=r"^[0-9a-f]+$")],
+                            request: Request) -> dict[str, Any]:
+    """Host: revoke an invitation nobody redeemed yet (409 if it was used or revoked already)."""
+    host = _host(runtime(request))
+    return await in_worker_thread(host.invitations.revoke, invitation_id)
+
+
+@router.post("/agent/invitations/redeem", responses=error_responses(403, 404, 409, 422, 429))
+async def redeem_invitation(body: RedeemIn, request: Request, response: Response) -> dict[str, Any]:
+    """Host: a phone redeems an invitation with the keys it just made (no token: the invitation's
+    secret is the credential, and the body is signed by the new Ed25519 key).
+
+    Host spends the invitation, enrols the keys for the invitation's user and grants them one
+    device enrolment of its platform, in one transaction. 404 for an invitation unknown, used,
+    expired or revoked (the detail says which), each a failed authentication of the address
+    (429 once it has failed too often); 403 for a signature that is not the keys', a body for
+    another Host or not fresh; 409 for another platform than the invitation's, or a user enrolled
+    with other keys. Limited per address as the agent's messages are.
+    """
+    parts = runtime(request)
+    source = request.client.host if request.client else ""
+    request.state.audit_read = True  # a redemption spends the invitation: recorded like a change
+
+    def redeem() -> dict[str, Any]:
+        parts.auth_failures.check(source)  # before anything else
+        parts.agent_limiter.take(f"agent:{source}", who="this address")
+        host = _host(parts)
+        try:
+            redeemed = host.invitations.redeem(body.body.encode("utf-8"), body.signature)
+        except InvitationRefused as exc:
+            parts.auth_failures.failed(source)
+            request.state.audit_detail = f"invitation refused: {exc.state}"
+            raise
+        request.state.audit_detail = redeemed.audit
+        return {**redeemed.as_dict(), "host": host.published()}
+    response.headers.update(_NO_STORE)
+    return await in_worker_thread(redeem)

@@ -38,9 +38,12 @@ __all__ = [
     "AgentStore",
     "AgentUnitOfWork",
     "AgentUserStore",
+    "DeviceGrant",
     "DeviceKit",
     "DeviceProfileRequest",
     "HandoffStore",
+    "Invitation",
+    "InvitationStore",
     "IssuedDevice",
     "LeaseStore",
     "NonceStore",
@@ -122,6 +125,40 @@ class PendingRevocation:
     next_attempt_at: datetime
     last_error: str = ""
     created_at: datetime = field(default_factory=_now)
+
+
+@dataclass(frozen=True, slots=True)
+class Invitation:
+    """A one-time invitation at Host (its secret is never kept: only the secret's SHA-256, ``digest``):
+    who it is for, which platform it grants a device enrolment of, who made it and its life. Once
+    redeemed, ``sign_public_key`` (unpadded base64url) names the keys the phone registered with it,
+    and ``grant_spent_at`` says when the device enrolment it grants was used."""
+
+    id: str
+    digest: str = field(repr=False)
+    user_id: str
+    platform: str
+    objectives: tuple[int, ...]
+    minimums: dict[str, int]
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
+    revoked_at: datetime | None = None
+    sign_public_key: str | None = None
+    grant_spent_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """A device enrolment an invitation granted to the keys that redeemed it (``spent_at``: None
+    until an enrolment used it)."""
+
+    invitation_id: str
+    platform: str
+    minimums: dict[str, int]
+    granted_at: datetime
+    spent_at: datetime | None
 
 
 #: An enrolled user, when they were enrolled, and when revoked (None: they are not).
@@ -261,6 +298,37 @@ class HandoffStore(Protocol):
         ...
 
 
+class InvitationStore(Protocol):
+    """Host's one-time invitations, found by the SHA-256 of their secret."""
+
+    def add(self, invitation: Invitation) -> None: ...
+
+    def by_digest(self, digest: str) -> Invitation | None: ...
+
+    def get(self, invitation_id: str) -> Invitation | None: ...
+
+    def select(self, *, user_id: str | None = None, limit: int = 100) -> builtins.list[Invitation]:
+        """Newest first."""
+        ...
+
+    def redeem(self, invitation_id: str, *, sign_public_key: str, now: datetime) -> bool:
+        """Spend it for these keys if it is neither used, revoked nor expired; False otherwise
+        (one statement: two redemptions of one invitation never both succeed)."""
+        ...
+
+    def revoke(self, invitation_id: str, now: datetime) -> bool:
+        """Revoke it if it is neither used nor revoked yet; False otherwise."""
+        ...
+
+    def invited(self, user_id: str, sign_public_key: str) -> bool:
+        """Whether these are keys an invitation registered for this user."""
+        ...
+
+    def restore_grant(self, invitation_id: str) -> None:
+        """Give back a device enrolment whose enrolment failed."""
+        ...
+
+
 class AgentUnitOfWork(Transaction, Protocol):
     """One transaction over the agent's state, for what is not on a message's path (enrolment,
     listings, ending sessions, sweeps)."""
@@ -285,6 +353,9 @@ class AgentUnitOfWork(Transaction, Protocol):
 
     @property
     def pending_revocations(self) -> PendingRevocationStore: ...
+
+    @property
+    def invitations(self) -> InvitationStore: ...
 
     def __enter__(self) -> AgentUnitOfWork: ...
 
@@ -336,6 +407,15 @@ class AgentRequest(Protocol):
         """:meth:`LeaseStore.release` in this transaction."""
         ...
 
+    def device_grants(self, user_id: str, sign_public_key: bytes) -> builtins.list[DeviceGrant]:
+        """The device enrolments invitations granted to this user's keys, spent or not (empty:
+        keys of the user's own, not registered from an invitation)."""
+        ...
+
+    def spend_grant(self, invitation_id: str, now: datetime) -> bool:
+        """Use the device enrolment this invitation granted; False if it was used already."""
+        ...
+
     def commit(self) -> None:
         """Commit (after a failed commit the transaction is rolled back)."""
         ...
@@ -373,6 +453,9 @@ class PeerKeys(Protocol):
 
     @property
     def kem(self) -> bytes: ...
+
+    @property
+    def mlkem(self) -> bytes | None: ...
 
 
 class AgentKeys(Protocol):
@@ -461,9 +544,6 @@ class IssuedDevice:
 
 
 class DeviceKit(Protocol):
-    @property
-    def mlkem(self) -> bytes | None: ...
-
     """Target's certificate authority for devices and its profile writers.
 
     ``express`` raises ``ValueError`` (the domain's ``Inexpressible``) when the platform cannot say

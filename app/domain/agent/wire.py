@@ -53,6 +53,7 @@ class Kind(StrEnum):
     PEER_MOVE = "peer-move"      # either side: the suites it now accepts for a running tunnel, in its order
     PEER_MOVE_ANSWER = "peer-move-answer"  # the other side's choice for a move, loaded beside the running SA
     PEER_MOVED = "peer-moved"    # the moving side's new SA is up (or given up)
+    INVITATION = "invitation"    # a phone -> host: redeems a one-time invitation with its new keys (signed only)
 
 
 

@@ -38,6 +38,7 @@ from app.domain.agent.sealed_profile import read_sealed
 from app.domain.errors import GatewayError, InvalidInput, NotFound, QossError, UnsupportedMediaType
 from app.services.agent.config import AgentConfig, HostRole
 from app.services.agent.host_revocations import Revocations, RevocationTarget
+from app.services.agent.invitations import HostInvitations, take_grant
 from app.services.agent.target import Outcome, TargetAgent
 from app.services.agent.timing import Steps
 
@@ -103,6 +104,8 @@ class HostAgent:
             keys=keys, store=store, post=post, clock=clock,
             targets={n: RevocationTarget(t.name, t.url, t.keys) for n, t in self.targets.items()},
             local=(lambda wire: local_target.revoke(wire).answer) if local_target is not None else None)
+        #: One-time invitations: a phone registers its own keys and enrols one device.
+        self.invitations = HostInvitations(host_id=keys.name, store=store, crypto=crypto, clock=clock)
 
     def published(self) -> dict[str, Any]:
         """What a browser needs to enrol a device through this Host with its user's own keys (the
@@ -362,6 +365,9 @@ class HostAgent:
             if not transaction.claim_nonce("host", f"user:{user.user_id}", request.request_id,
                                            datetime.fromtimestamp(now + REPLAY_TTL, UTC)):
                 raise AgentRejected("replayed request")
+            granted = take_grant(transaction, user, platform=request.request_info.platform,
+                                 min_levels=request.request_info.min_levels, now=now) \
+                if kind is Kind.CONNECT else None
             if admit is not None:
                 admit(user.user_id)
             transaction.commit()
@@ -384,7 +390,15 @@ class HostAgent:
                 steps.mark("seal")
                 answer, audit = self._post(f"{target.url}/v1/agent/target/requests", wire), f"relayed {what}"
         except AgentRejected as exc:
+            if granted is not None:
+                self.invitations.give_back(granted)
             raise AgentRejected(f"target rejected: {exc.reason}") from exc
+        except Exception:
+            if granted is not None:  # nothing was enrolled: the phone may try again
+                self.invitations.give_back(granted)
+            raise
+        if granted is not None:
+            audit = f"{audit} invitation={granted}"
         steps.mark("target")
         steps.done()
         return Outcome(answer=answer, audit=audit[:200])
