@@ -7,6 +7,7 @@ import threading
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.mlkem import MLKEM768PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from app.adapters.agent.crypto import KeyPair
@@ -16,16 +17,21 @@ from app.domain.ports import UnitOfWork
 __all__ = ["HttpPeerLink", "peering_keys"]
 
 #: The server keys (``server_keys``) this side's peering key pair is kept under.
-_SIGN_KEY, _KEM_KEY = "peering-sign", "peering-kem"
+_SIGN_KEY, _KEM_KEY, _MLKEM_KEY = "peering-sign", "peering-kem", "peering-mlkem768"
 
 
 def peering_keys(uow: UnitOfWork, name: str) -> KeyPair:
-    """This side's peering key pair, named ``name`` (made by the first caller and kept in the
-    database's server keys, so every replica signs alike; never sent anywhere)."""
+    """This side's peering key pair, named ``name``: Ed25519, X25519 and ML-KEM-768 (its 64-byte
+    seed), each made by the first caller and kept in the database's server keys, so every replica
+    signs and opens alike; never sent anywhere. A database whose peering keys predate ML-KEM keys
+    gains one beside them (give the peer the identity again: it now has ``mlkem_public_key``)."""
     sign = uow.server_keys.get_or_create(_SIGN_KEY, lambda: Ed25519PrivateKey.generate().private_bytes_raw().hex())
     kem = uow.server_keys.get_or_create(_KEM_KEY, lambda: X25519PrivateKey.generate().private_bytes_raw().hex())
+    mlkem = uow.server_keys.get_or_create(_MLKEM_KEY,
+                                          lambda: MLKEM768PrivateKey.generate().private_bytes_raw().hex())
     return KeyPair(name, Ed25519PrivateKey.from_private_bytes(bytes.fromhex(sign)),
-                   X25519PrivateKey.from_private_bytes(bytes.fromhex(kem)))
+                   X25519PrivateKey.from_private_bytes(bytes.fromhex(kem)),
+                   MLKEM768PrivateKey.from_seed_bytes(bytes.fromhex(mlkem)))
 
 #: The largest answer read from a peer (a sealed message is a few kilobytes).
 _MAX_ANSWER = 256 * 1024

@@ -41,13 +41,16 @@ def peers_add(
     integrity: Annotated[int | None, typer.Option(min=0, max=10)] = None,
     key_exchange: Annotated[int | None, typer.Option("--key-exchange", min=0, max=10)] = None,
     post_quantum: Annotated[int | None, typer.Option("--post-quantum", min=0, max=10)] = None,
+    mlkem_key: Annotated[str | None, typer.Option(
+        "--mlkem-key", help="its mlkem_public_key (from its identity): messages to it are sealed hybrid")] = None,
     output: Output = None,
 ) -> None:
     """Register a peer with what it may ask for and the minimum levels we demand of its tunnels."""
     levels = {k: v for k, v in (("confidentiality", confidentiality), ("integrity", integrity),
                                 ("key_exchange", key_exchange), ("post_quantum", post_quantum)) if v is not None}
     body: dict[str, Any] = {"name": name, "url": url, "sign_public_key": sign_key, "kem_public_key": kem_key,
-                            "gateways": gateway, "networks": network, **({"min_levels": levels} if levels else {})}
+                            "gateways": gateway, "networks": network, **({"min_levels": levels} if levels else {}),
+                            **({"mlkem_public_key": mlkem_key} if mlkem_key else {})}
     with connect() as service:
         show(service.call("POST", "/v1/peers", json=body), output)
 

@@ -88,6 +88,9 @@ class Peer:
         url: its API's base URL, as this side reaches it.
         sign_key: its Ed25519 public key (32 bytes), exchanged out of band.
         kem_key: its X25519 public key (32 bytes), to seal messages to.
+        mlkem_key: its ML-KEM-768 public key (1,184 bytes), sealed to beside ``kem_key`` (None: the
+            peer registered none; messages to it are sealed with X25519 alone and never carry a
+            post-quantum preshared key).
         gateways: this side's gateways it may ask for.
         networks: this side's networks it may ask for (each tunnel's are inside one of them).
         min_levels: what this side demands of any tunnel with it, judged in this side's tables.
@@ -104,6 +107,7 @@ class Peer:
     state: PeerState = PeerState.ACTIVE
     created_at: str | None = None
     updated_at: str | None = None
+    mlkem_key: bytes | None = None
 
     def allows(self, gateway: str, networks: Sequence[str]) -> str | None:
         """Why this peer may not ask for ``networks`` behind ``gateway`` (None: it may)."""

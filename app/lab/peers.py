@@ -342,6 +342,8 @@ class PeersLab:
             body = {"name": other, "url": self.lab_url(other),
                     "sign_public_key": identities[other]["sign_public_key"],
                     "kem_public_key": identities[other]["kem_public_key"],
+                    **({"mlkem_public_key": identities[other]["mlkem_public_key"]}
+                       if "mlkem_public_key" in identities[other] else {}),
                     "gateways": [site], "networks": self.host(site).inside_networks, "min_levels": MIN_LEVELS}
             with self._client(site) as client:
                 _answer(client.post("/v1/peers", json=body), f"{site}: POST /v1/peers", 201)

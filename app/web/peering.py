@@ -27,6 +27,9 @@ class PeerIn(Strict):
     url: Annotated[str, Field(min_length=8, max_length=255)]
     sign_public_key: Annotated[str, Field(min_length=43, max_length=43)]
     kem_public_key: Annotated[str, Field(min_length=43, max_length=43)]
+    #: Its ML-KEM-768 key (from its identity): messages to it are sealed with ML-KEM-768 + X25519,
+    #: and only such a peer's tunnels may carry a post-quantum preshared key.
+    mlkem_public_key: Annotated[str, Field(min_length=1579, max_length=1579)] | None = None
     gateways: Annotated[list[Name], Field(min_length=1, max_length=16)]
     networks: Annotated[list[Cidr], Field(min_length=1, max_length=16)]
     min_levels: MinLevelsIn | None = None
@@ -55,13 +58,13 @@ class PeerIn(Strict):
             InvalidInput: a key is not 32 bytes in unpadded base64url, or the X25519 key is one no
                 message can be sealed to (a low-order point).
         """
-        keys = PublicKeys.from_text(self.sign_public_key, self.kem_public_key)
+        keys = PublicKeys.from_text(self.sign_public_key, self.kem_public_key, self.mlkem_public_key)
         try:
             X25519PrivateKey.generate().exchange(X25519PublicKey.from_public_bytes(keys.kem))
         except ValueError as exc:
             raise InvalidInput("kem_public_key is not an X25519 key a message can be sealed to") from exc
         levels = Levels.from_dict(self.min_levels.model_dump(exclude_none=True) if self.min_levels else None)
-        return Peer(name=self.name, url=self.url, sign_key=keys.sign, kem_key=keys.kem,
+        return Peer(name=self.name, url=self.url, sign_key=keys.sign, kem_key=keys.kem, mlkem_key=keys.mlkem,
                     gateways=tuple(self.gateways), networks=tuple(self.networks), min_levels=levels)
 
 
@@ -73,7 +76,7 @@ class PeerStateIn(Strict):
 
 def peer_out(peer: Peer) -> dict[str, Any]:
     """A registered peer as ``GET /v1/peers`` answers it (its public keys as text, never anything private)."""
-    return {"name": peer.name, "url": peer.url, **PublicKeys(peer.sign_key, peer.kem_key).as_dict(),
+    return {"name": peer.name, "url": peer.url, **PublicKeys(peer.sign_key, peer.kem_key, peer.mlkem_key).as_dict(),
             "gateways": list(peer.gateways), "networks": list(peer.networks),
             "min_levels": peer.min_levels.as_dict(), "state": peer.state.value,
             "created_at": peer.created_at, "updated_at": peer.updated_at}

@@ -356,6 +356,8 @@ class PeerRow(Base):
     url: Mapped[str] = mapped_column(String(255))
     sign_key: Mapped[str] = mapped_column(String(64))
     kem_key: Mapped[str] = mapped_column(String(64))
+    #: ML-KEM-768 (base64url); none for a peer that registered none.
+    mlkem_key: Mapped[str | None] = mapped_column(String(1579), nullable=True)
     gateways: Mapped[list[str]] = mapped_column(Json)
     networks: Mapped[list[str]] = mapped_column(Json)
     min_levels: Mapped[dict[str, int]] = mapped_column(Json)

@@ -1,8 +1,10 @@
 """Peers' messages on the wire: signed and sealed as the tunnel agent's are, sent over HTTP.
 
 A message is a canonical JSON document (``app.domain.peering``), signed with this side's
-Ed25519 key and sealed (HPKE) to the peer's X25519 key; its answer comes back the same way,
-sealed to the sender. Receiving, a message is opened, its sender looked up among the
+Ed25519 key and sealed (HPKE) to the peer: hybrid to its ML-KEM-768 and X25519 keys when it
+registered an ML-KEM-768 key (X-Wing, as the tunnel agent's messages), else to its X25519 key
+alone; its answer comes back the same way, sealed to the sender. A message that carries a
+post-quantum preshared key is only ever sealed hybrid. Receiving, a message is opened, its sender looked up among the
 registered peers, its signature checked with that peer's key, its time checked against the
 freshness window and its nonce against every nonce seen within it (a replay is refused).
 """
@@ -47,9 +49,16 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(18)
 
 
-def seal_message(keys: AgentKeys, peer: Peer, kind: Kind, document: dict[str, Any]) -> bytes:
-    """``document`` signed by ``keys`` and sealed to ``peer``: the wire bytes."""
-    return keys.seal(kind=kind, to=peer.name, body=canonical(document), recipient=peer.kem_key)
+def seal_message(keys: AgentKeys, peer: Peer, kind: Kind, document: dict[str, Any], *,
+                 post_quantum: bool = False) -> bytes:
+    """``document`` signed by ``keys`` and sealed to ``peer``: the wire bytes.
+
+    Raises:
+        NoPostQuantumKey: ``post_quantum`` (``document`` carries a post-quantum preshared key) and
+            the peer registered no ML-KEM-768 key.
+    """
+    return keys.seal(kind=kind, to=peer.name, body=canonical(document), recipient=peer.kem_key,
+                     recipient_mlkem=peer.mlkem_key, post_quantum=post_quantum)
 
 
 class Received:
@@ -62,15 +71,19 @@ class Received:
 
 
 def open_message(data: bytes, *, keys: AgentKeys, crypto: AgentCrypto, kinds: Sequence[Kind],
-                 find: Callable[[str], Peer], sender: str | None = None, now: float | None = None) -> Received:
+                 find: Callable[[str], Peer], sender: str | None = None, now: float | None = None,
+                 hybrid_only: bool = False) -> Received:
     """Open ``data`` with ``keys``, find its sender (``find``: a registered peer by name; with
     ``sender``, it must be that one) and check its signature and time. The nonce is the
     caller's to check (:func:`first_sight`), in the transaction that acts on the message.
+    ``hybrid_only``: the message is expected to carry a post-quantum preshared key, and one
+    sealed with X25519 alone is refused.
 
     Raises:
-        AgentRejected: malformed, not for this side, unknown sender, bad signature, not fresh.
+        AgentRejected: malformed, not for this side, sealed with X25519 alone where
+            ``hybrid_only``, unknown sender, bad signature, not fresh.
     """
-    kind, body, tag = keys.open_sealed(data, kinds=kinds)
+    kind, body, tag = keys.open_sealed(data, kinds=kinds, hybrid_only=hybrid_only)
     try:
         document = json.loads(body)
     except ValueError as exc:

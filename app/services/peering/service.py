@@ -169,7 +169,8 @@ class Peering:
     def identity(self) -> dict[str, str]:
         """What an administrator gives the other side's: this side's name and public keys."""
         public = self.keys().public
-        return {"name": self.config.name, "sign_public_key": b64e(public.sign), "kem_public_key": b64e(public.kem)}
+        return {"name": self.config.name, "sign_public_key": b64e(public.sign), "kem_public_key": b64e(public.kem),
+                **({"mlkem_public_key": b64e(public.mlkem)} if public.mlkem is not None else {})}
 
     def register(self, *, uow: UnitOfWork, peer: Peer) -> Peer:
         """Register a peer (both sides register each other), for ``POST /v1/peers`` and the console alike.

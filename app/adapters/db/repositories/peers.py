@@ -9,7 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
-from app.domain.agent import b64d, b64e
+from app.domain.agent import MLKEM_PUBLIC_BYTES, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.peering import Peer, PeerState
 from app.domain.policies import Levels
@@ -21,7 +21,8 @@ def _peer(row: PeerRow) -> Peer:
     return Peer(name=row.name, url=row.url, sign_key=b64d(row.sign_key, size=32), kem_key=b64d(row.kem_key, size=32),
                 gateways=tuple(row.gateways), networks=tuple(row.networks),
                 min_levels=Levels.from_dict(row.min_levels), state=PeerState(row.state),
-                created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat())
+                created_at=row.created_at.isoformat(), updated_at=row.updated_at.isoformat(),
+                mlkem_key=b64d(row.mlkem_key, size=MLKEM_PUBLIC_BYTES) if row.mlkem_key is not None else None)
 
 
 class PeerRepository:
@@ -46,6 +47,7 @@ class PeerRepository:
             raise AlreadyExists(f"peer {peer.name!r} exists already")
         now = utcnow()
         row = PeerRow(name=peer.name, url=peer.url, sign_key=b64e(peer.sign_key), kem_key=b64e(peer.kem_key),
+                      mlkem_key=b64e(peer.mlkem_key) if peer.mlkem_key is not None else None,
                       gateways=list(peer.gateways), networks=list(peer.networks),
                       min_levels=peer.min_levels.as_dict(), state=peer.state.value, created_at=now, updated_at=now)
         try:
