@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from app.adapters.vici.sa_events import SaEventHub
     from app.settings import Settings
 
-__all__ = ["agent_app"]
+__all__ = ["agent_app", "duration_seconds"]
 
 agent_app = typer.Typer(help="The tunnel agent: mobile users get tunnels on demand (Client / Host / Target).",
                         no_args_is_help=True)
@@ -110,6 +110,71 @@ def enroll(
         _fail(exc)
         return
     _emit(user.as_dict())
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def duration_seconds(text: str) -> int:
+    """``15m``, ``1h``, ``900s`` or ``900`` as seconds.
+
+    Raises:
+        InvalidInput: anything else.
+    """
+    from app.domain.errors import InvalidInput
+
+    value = text.strip().lower()
+    unit = _UNITS.get(value[-1:], 0)
+    number = value[:-1] if unit else value
+    if not number.isdigit() or len(number) > 6:
+        raise InvalidInput(f"{text!r} is not a duration: say 15m, 1h or 900s")
+    return int(number) * (unit or 1)
+
+
+@agent_app.command("invite")
+def invite(
+    ctx: typer.Context,
+    user_id: Annotated[str, typer.Argument(help="the user whose phone is invited (a-z, 0-9, . _ -)")],
+    platform: Annotated[str, typer.Option(help="the phone's or laptop's client: android, apple, windows, "
+                                                "networkmanager")],
+    expires: Annotated[str, typer.Option(help="how long it lives: 15m, 1h, 900s (60 s to 24 h)")] = "15m",
+    link_base: Annotated[str, typer.Option(help="Host's address as the phone reaches it")] = "http://localhost:8000",
+    objective: Annotated[list[int] | None, typer.Option(
+        "--objective", help="an Objective-ID 1-4 the user may ask for (default 3, ESP)")] = None,
+    database_url: DbUrl = None,
+) -> None:
+    """Host: a one-time invitation for a user's phone. Prints the link once (its secret is in the
+    fragment: Host keeps only its SHA-256) with its id and expiry, and draws the link as a QR
+    code on the terminal for the phone's camera. On the phone, the link's page makes the user's
+    keys, registers them for USER and enrols one device of --platform. A user enrolled with keys
+    of their own is refused: invite the phone under a user id of its own (e.g. USER-phone)."""
+    import getpass
+
+    from app.adapters.agent.crypto import CRYPTO
+    from app.adapters.db.agent_store import SqlAgentStore
+    from app.api.routes.agent import join_link
+    from app.domain.errors import InvalidInput
+    from app.services.agent.invitations import HostInvitations
+
+    try:
+        if not link_base.startswith(("http://", "https://")) or any(c in link_base for c in " #?"):
+            raise InvalidInput("--link-base is Host's http:// or https:// address, e.g. https://vpn.example.org")
+        ttl = duration_seconds(expires)
+        factory, _ = _session_factory(ctx, database_url)
+        # Host's id matters only to a redemption (signed for it), which the server checks.
+        invitations = HostInvitations(host_id="", store=SqlAgentStore(factory), crypto=CRYPTO)
+        secret, listed = invitations.invite(user_id=user_id, platform=platform, ttl=ttl,
+                                            created_by=f"cli:{getpass.getuser()}", objectives=objective)
+    except QossError as exc:
+        _fail(exc)
+        return
+    link = join_link(link_base, secret)
+    if sys.stderr.isatty():
+        import segno
+
+        segno.make(link, error="m").terminal(out=sys.stderr, compact=True)
+    _emit({"link": link, "id": listed["id"], "expires_at": listed["expires_at"], "user_id": user_id,
+           "platform": platform})
 
 
 @agent_app.command("users")

@@ -220,6 +220,32 @@ def lab_device(
     typer.echo(json.dumps(result, sort_keys=True))
 
 
+@lab_app.command("invite")
+def lab_invite(
+    name: Annotated[str, typer.Argument(help="the user whose phone is invited (a-z, 0-9, . _ -)")],
+    platform: Annotated[str, typer.Option(help="the phone's or laptop's client: android, apple, windows, "
+                                                "networkmanager")],
+    expires: Annotated[str, typer.Option(help="how long the invitation lives: 15m, 1h, 900s (at most 24h)")] = "15m",
+) -> None:
+    """A one-time invitation for NAME's phone at the agent lab's Host (`qoss lab up --agent`), as
+    `qoss agent invite` makes it. Prints one JSON line: link (Host's join page with the secret in
+    its fragment, reachable from this machine's browser as a phone on the lab network reaches
+    Host), id, expires_at, user_id, platform. Exit status 2 when it is refused or no lab is up.
+    """
+    from app.cli.agent import duration_seconds
+    from app.domain.errors import QossError
+    from app.lab.agent import AgentLab
+    from app.lab.processes import LabError
+
+    try:
+        lab = AgentLab(settings_for(None).lab_dir / "agent")
+        result = lab.invite(name, platform=platform, ttl=duration_seconds(expires))
+    except (LabError, QossError, ValueError) as exc:
+        typer.echo(f"lab invite failed: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(result, sort_keys=True))
+
+
 @lab_app.command("down")
 def lab_down(database_url: DbUrl = None) -> None:
     """Take down everything `lab up` built, also after a failed or partial `up`.

@@ -40,6 +40,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -440,6 +441,62 @@ class AgentLab:
             out["device"] = {"netns": device.netns, "ike_address": device.gateway_ike_address}
         out["users"] = list(state.get("users", []))
         return out
+
+    # -- a phone ------------------------------------------------------------------------
+
+    def phone_url(self) -> str:
+        """Host as a phone's browser on this machine reaches it: ``http://127.0.0.1:<port>``, a
+        relay (:mod:`app.lab.relay`) whose listening socket is in the root namespace and whose
+        connections are made inside Host's namespace, to Host's address on the lab network. Started
+        on first use; :meth:`down` stops it with everything else the lab started."""
+        relay = self._load().get("phone_relay")
+        if isinstance(relay, dict) and running_with_env(int(relay["pid"]), MARK, str(self.state_dir)):
+            return f"http://127.0.0.1:{int(relay['port'])}"
+        h = self.host(self.host_server)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(128)  # connections wait here until the relay takes them
+            port = int(listener.getsockname()[1])
+            address = h.gateway_ike_address
+            cmd = ["ip", "netns", "exec", h.netns, sys.executable, "-m", "app.lab.relay", "--fd",
+                   str(listener.fileno()), "--to", f"{f'[{address}]' if ':' in address else address}:{self.port}"]
+            with open_private_log(self.state_dir / "phone-relay.log") as log:
+                proc = subprocess.Popen(cmd, env=self.env(), stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                        pass_fds=(listener.fileno(),), start_new_session=True,
+                                        cwd=self.state_dir, umask=PRIVATE_UMASK)
+        self._servers["phone-relay"] = proc
+        self._update(phone_relay={"pid": proc.pid, "port": port})
+        return f"http://127.0.0.1:{port}"
+
+    def invite(self, user: str, *, platform: str, ttl: int = 900) -> dict[str, Any]:
+        """A one-time invitation at the lab's Host for ``user``'s phone (as ``POST
+        /v1/agent/invitations`` makes it), its link on :meth:`phone_url`.
+
+        Returns:
+            ``link`` (the secret in its fragment), ``id``, ``expires_at``, ``user_id``, ``platform``.
+
+        Raises:
+            AgentLabError: no lab is up. InvalidInput, AlreadyExists: as the API's.
+        """
+        from app.adapters.agent.crypto import CRYPTO
+        from app.adapters.db.agent_store import SqlAgentStore
+        from app.adapters.db.engine import make_session_factory
+        from app.api.routes.agent import join_link
+        from app.bootstrap import engine_for
+        from app.services.agent.invitations import HostInvitations
+        from app.settings import Settings
+
+        if not self.state_file.exists():
+            raise AgentLabError(f"no agent lab is up in {self.state_dir} (qoss lab up --agent)")
+        engine = engine_for(Settings(database_url=self.database_url(self.host_server)))
+        try:
+            invitations = HostInvitations(host_id=TARGET_ID if self.combined else HOST_ID,
+                                          store=SqlAgentStore(make_session_factory(engine)), crypto=CRYPTO)
+            secret, listed = invitations.invite(user_id=user, platform=platform, ttl=ttl, created_by="lab")
+        finally:
+            engine.dispose()
+        return {"link": join_link(self.phone_url(), secret), "id": listed["id"], "expires_at": listed["expires_at"],
+                "user_id": user, "platform": platform}
 
     # -- status / down ------------------------------------------------------------------
 
