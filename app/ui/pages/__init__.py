@@ -18,6 +18,7 @@ from app.ui.pages import (
     gateways,
     handoff,
     measurements,
+    my_devices,
     oidc,
     peers,
     playground,
@@ -36,7 +37,7 @@ __all__ = ["navigation", "routers"]
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
     signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, peers, agent, agent_devices,
-    device, handoff, measurements, audit, tokens))
+    device, my_devices, handoff, measurements, audit, tokens))
 
 #: The navigation bar's links, in its order; ``base.html`` shows those the signed-in token may see.
 navigation: tuple[NavLink, ...] = (
