@@ -335,11 +335,11 @@ def load_keys(directory: Path, name: str) -> KeyPair:
     """
     sign_path, kem_path, _ = _paths(directory, name)
     mlkem_path = _mlkem_path(directory, name)
+    pems = [_read_private(sign_path), _read_private(kem_path),
+            *((_read_private(mlkem_path),) if mlkem_path.exists() else ())]
     try:
-        sign = serialization.load_pem_private_key(_read_private(sign_path), password=None)
-        kem = serialization.load_pem_private_key(_read_private(kem_path), password=None)
-        mlkem = serialization.load_pem_private_key(_read_private(mlkem_path), password=None) \
-            if mlkem_path.exists() else None
+        sign, kem, *more = (serialization.load_pem_private_key(pem, password=None) for pem in pems)
+        mlkem = more[0] if more else None
     except ValueError as exc:
         raise InvalidInput(f"the key files of {name} in {directory} are not PEM private keys") from exc
     if not isinstance(sign, Ed25519PrivateKey) or not isinstance(kem, X25519PrivateKey):
