@@ -245,6 +245,17 @@ async def test_registering_a_peer_goes_through_the_api_service_and_is_audited(
                                                 "peer site-b registered (https://qoss.site-b.example)")]
 
 
+async def test_an_optional_key_left_empty_registers_the_peer_without_it(site: Site, token: Callable[..., str]) -> None:
+    optional = [k for k, f in PeerIn.model_fields.items() if k.endswith("_public_key") and not f.is_required()]
+    async with client_of(site.app) as client:
+        csrf = await sign_in(client, token("netadmin", ["peers:write"]))
+        answer = await client.post("/ui/peers", data=_form(csrf, **{k: "" for k in optional}))
+        assert answer.status_code == 303, answer.text
+    stored = (await site.api.get("/v1/peers/site-b")).json()
+    for key in optional:
+        assert stored.get(key) is None
+
+
 @pytest.mark.parametrize(("changes", "status", "field", "message"), [
     ({"url": "ftp://qoss.site-b.example"}, 422, "url", "an http(s) URL with a host"),
     ({"url": "https://admin:hunter2@qoss.site-b.example"}, 422, "url", "no query, fragment or user"),

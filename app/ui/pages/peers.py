@@ -42,7 +42,10 @@ PeersWriter = Annotated[Console, Depends(writer("peers:write"))]
 PEER_EVENTS = ("peer.registered", "peer.state", "tunnel.created", "tunnel.deleted")
 #: The public keys a peer's identity gives, as ``POST /v1/peers`` takes them.
 KEY_FIELDS = tuple(f for f in PeerIn.model_fields if f.endswith("_public_key"))
-_KEY_LABELS = {"sign_public_key": "Signing public key", "kem_public_key": "Sealing public key"}
+#: Those of them an identity may lack (a peer registered without one is registered without it).
+OPTIONAL_KEYS = tuple(f for f in KEY_FIELDS if not PeerIn.model_fields[f].is_required())
+_KEY_LABELS = {"sign_public_key": "Signing public key", "kem_public_key": "Sealing public key",
+               "mlkem_public_key": "Post-quantum sealing public key, ML-KEM-768"}
 #: The registration form's text fields, as ``POST /v1/peers`` takes them.
 FIELDS = ("name", "url", *KEY_FIELDS, "networks")
 #: The minimum levels the form offers, as ``min_levels`` takes them.
@@ -83,6 +86,7 @@ def _context(request: Request, who: Console, uow: UnitOfWork, **extra: Any) -> d
         "console": who, "enabled": peering is not None, "can_write": can_write, "peers": [],
         "identity": None, "identity_text": "", "our_gateways": [], "form": _empty_form(), "errors": {},
         "notice": None, "levels": LEVELS, "key_fields": KEY_FIELDS, "key_labels": _KEY_LABELS,
+        "optional_keys": OPTIONAL_KEYS,
         "shown_tunnels": SHOWN_TUNNELS, "events": " ".join(PEER_EVENTS),
         "may_see_tunnels": who.may("tunnels:read")}
     if peering is None:
@@ -123,6 +127,9 @@ def _document(form: dict[str, str]) -> dict[str, Any]:
     """The form as ``POST /v1/peers``'s body: the gateways ticked, the networks one to a line (or
     separated by commas or spaces)."""
     document: dict[str, Any] = {f: form.get(f, "").strip() for f in FIELDS if f != "networks"}
+    for key in OPTIONAL_KEYS:  # an optional key left empty is no key, as a JSON body without it
+        if not document[key]:
+            del document[key]
     document["gateways"] = sorted(k.split(":", 1)[1] for k, v in form.items() if k.startswith("gateway:") and v)
     document["networks"] = [n for n in re.split(r"[\s,]+", form.get("networks", "")) if n]
     levels = _levels(form)
