@@ -77,7 +77,8 @@ def enroll(lab: AgentLab, user: str, objectives: Sequence[int] = ALL_OBJECTIVES)
     try:
         with make_session_factory(engine)() as session, session.begin():
             UserRepository(session).enroll(EnrolledUser(user_id=user, sign_public_key=keys.sign,
-                                                        kem_public_key=keys.kem, objectives=frozenset(objectives)))
+                                                        kem_public_key=keys.kem, mlkem_public_key=keys.mlkem,
+                                                        objectives=frozenset(objectives)))
         enrolled = True
     except AlreadyExists:
         enrolled = False

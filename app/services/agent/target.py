@@ -61,7 +61,7 @@ from app.domain.agent.ports import (
     IssuedDevice,
     PeerKeys,
 )
-from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot
+from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot, UnsupportedProtection
 from app.domain.negotiation import NegotiationResult
 from app.domain.ports import (
     CharonCommand,
@@ -369,6 +369,12 @@ class TargetAgent:
             stored_suite = suite
             if platform is None:
                 assert session_key is not None
+                if result.suite.post_quantum is not None:
+                    # Its key would have to reach the client's charon too: only a device's profile carries one.
+                    raise UnsupportedProtection(
+                        f"post-quantum protection ({result.suite.post_quantum}) is given to enrolled devices "
+                        "(qoss agent device enrol --post-quantum, platforms apple and swanctl), not to a "
+                        "client's tunnel: connect without --post-quantum, or enrol this machine as a swanctl device")
                 first: list[CharonCommand] = [
                     LoadShared(conn, session_key, (self.identity, client_identity)),
                     LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result))]
