@@ -1,0 +1,206 @@
+"""A peer's move of a running tunnel, as a hostile peer would send it: a move is acted on only
+when it comes from the peer that shares the tunnel, signed, sealed, fresh and first seen; a move
+this side cannot agree to says nothing of its ratings and changes nothing; one it agrees to loads
+the choice beside the running SA and goes back to the old proposals when given up or never
+confirmed. Site B's app in-process, its gateway a fake charon speaking VICI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.adapters.agent.crypto import KeyPair, PublicKeys
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.vici.gateway import ViciGateway
+from app.domain.agent import Kind, b64e, canonical
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
+from app.main import create_app
+from app.services.tunnels import negotiate_tunnel
+from app.settings import Settings
+from tests.fakes.fake_charon import FakeCharon
+
+pytestmark = pytest.mark.anyio
+
+_A, _C = KeyPair.generate("site-a"), KeyPair.generate("site-c")
+#: What site-a's tunnel runs on at B, and what B's table ranks first for it.
+_ASK = {"confidentiality": 8, "integrity": 8}
+
+
+def _tunnel(uow: Any, tunnel_id: str, site: str) -> TunnelRecord:
+    gateway = uow.gateways.get("gw-b")
+    result = negotiate_tunnel(uow=uow, inputs={"min_levels": _ASK}, initiator=gateway, responder=None,
+                              default_table="standards-2026", pinned=["aes128gcm16", "prfsha256", "x25519"])
+    return TunnelRecord(id=tunnel_id, initiator="gw-b", responder=None, local_ts=("10.2.0.0/24",),
+                        remote_ts=("10.1.0.1/32",), state=TunnelState.UP, negotiation=result.as_dict(),
+                        peer=PeerEnd(address="10.99.0.1", identity=f"{tunnel_id}.gw-a",
+                                     local_identity=f"{tunnel_id}.gw-b", site=site, gateway=None, role="responder"),
+                        provenance={"request": {"min_levels": _ASK}, "peer": site, "offered": 1})
+
+
+@pytest.fixture
+async def site_b(settings: Settings, admin_token: str, tmp_path: Path
+                 ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient, FakeCharon, dict[str, Any]]]:
+    with FakeCharon(tmp_path / "charon.vici") as fake:
+        engine = make_engine(settings.database_url)
+        try:
+            with sql_units_of_work(make_session_factory(engine))() as uow:
+                uow.gateways.create(Gateway(name="gw-b", vici_socket=str(fake.socket_path), ike_address="10.99.0.2",
+                                            identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
+                                            algorithms=frozenset({"aes128gcm16", "aes256gcm16", "chacha20poly1305",
+                                                                  "x25519", "prfsha256"})))
+                uow.commit()
+        finally:
+            engine.dispose()
+        quiet = {"peer_name": "site-b", "monitor_tunnels": False, "reconcile_on_start": False, "sa_reports": False,
+                 "rekey": False}
+        app = create_app(settings.model_copy(update=quiet), vici_factory=lambda path: ViciGateway(path, 5.0, pool=None))
+        headers = {"Authorization": f"Bearer {admin_token}"}
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://q.test", headers=headers) as c:
+            for name, keys in (("site-a", _A), ("site-c", _C)):
+                r = await c.post("/v1/peers", json={
+                    "name": name, "url": "http://127.0.0.1:9", "sign_public_key": b64e(keys.public.sign),
+                    "kem_public_key": b64e(keys.public.kem), "gateways": ["gw-b"], "networks": ["10.2.0.0/24"],
+                    "min_levels": {"confidentiality": 5}})
+                assert r.status_code == 201, r.text
+            engine = make_engine(settings.database_url)
+            try:
+                with sql_units_of_work(make_session_factory(engine))() as uow:
+                    uow.tunnels.add(_tunnel(uow, "t-a", "site-a"))
+                    uow.tunnels.add(_tunnel(uow, "t-c", "site-c"))
+                    uow.commit()
+            finally:
+                engine.dispose()
+            identity = (await c.get("/v1/peering/identity")).json()
+            yield app, c, fake, identity
+
+
+def _move(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {"tunnel_id": "t-a", "sender": "site-a", "timestamp": int(time.time()),
+                           "nonce": secrets.token_urlsafe(18),
+                           "suites": ["aes256gcm16-x25519", "chacha20poly1305-x25519"],
+                           "ikes": ["aes256gcm16-prfsha256-x25519"]}
+    doc.update(changes)
+    return doc
+
+
+def _sealed(identity: dict[str, Any], doc: dict[str, Any], *, keys: KeyPair = _A, kind: Kind = Kind.PEER_MOVE) -> bytes:
+    kem = PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem
+    return keys.seal(kind=kind, to="site-b", body=canonical(doc), recipient=kem)
+
+
+async def _post(c: httpx.AsyncClient, data: bytes) -> httpx.Response:
+    return await c.post("/v1/peering/messages", content=data, headers={"content-type": "application/json",
+                                                                        "Authorization": ""})
+
+
+async def _esp(c: httpx.AsyncClient, tunnel_id: str) -> str:
+    return str((await c.get(f"/v1/tunnels/{tunnel_id}")).json()["proposals"]["esp"])
+
+
+async def test_a_peer_may_not_move_a_tunnel_it_does_not_share(site_b: Any) -> None:
+    _, c, fake, identity = site_b
+    before = await _esp(c, "t-c")
+    r = await _post(c, _sealed(identity, _move(tunnel_id="t-c")))  # site-c's tunnel, moved by site-a
+    assert r.status_code == 404, r.text
+    r = await _post(c, _sealed(identity, _move(tunnel_id="nothere")))
+    assert r.status_code == 404, r.text
+    assert await _esp(c, "t-c") == before
+    assert fake.count("load-conn") == 0
+
+
+@pytest.mark.parametrize("change", [
+    {"timestamp": int(time.time()) - 600},  # not fresh
+    {"sender": "site-c"},  # another peer's name inside
+])
+async def test_a_move_not_fresh_or_under_another_name_is_refused_with_nothing_loaded(
+        site_b: Any, change: dict[str, Any]) -> None:
+    _, c, fake, identity = site_b
+    r = await _post(c, _sealed(identity, _move(**change)))
+    assert r.status_code == 403, r.text
+    assert fake.count("load-conn") == 0
+
+
+async def test_a_move_signed_by_another_key_is_refused(site_b: Any) -> None:
+    _, c, fake, identity = site_b
+    r = await _post(c, _sealed(identity, _move(), keys=KeyPair.generate("site-a")))
+    assert r.status_code == 403, r.text
+    assert fake.count("load-conn") == 0
+
+
+async def test_a_move_nothing_of_which_this_side_accepts_is_refused_saying_nothing_of_its_ratings(
+        site_b: Any) -> None:
+    _, c, fake, identity = site_b
+    before = await _esp(c, "t-a")
+    data = _sealed(identity, _move(suites=["aes128gcm16-x25519"], ikes=["aes128gcm16-prfsha256-x25519"]))
+    revision = (await c.get("/v1/rating-tables/standards-2026")).json()["revision"]
+    r = await c.patch("/v1/rating-tables/standards-2026/ratings/aes128gcm16", headers={"If-Match": f'"{revision}"'},
+                      json={"confidentiality": 4, "reason": "this side's own judgement"})
+    assert r.status_code == 200, r.text
+    r = await _post(c, data)
+    assert r.status_code == 409, r.text
+    assert r.json() == {"error": "PeerNoFeasibleSuite",
+                        "detail": "peer site-b: none of the 1 suites offered meets this side's requirements"}
+    assert (await _post(c, data)).status_code == 403  # the same message again: a replay
+    assert fake.count("load-conn") == 0
+    assert await _esp(c, "t-a") == before
+
+
+async def test_a_move_agreed_to_is_loaded_beside_the_running_sa_and_undone_when_given_up(site_b: Any) -> None:
+    _, c, fake, identity = site_b
+    before = await _esp(c, "t-a")
+    r = await _post(c, _sealed(identity, _move()))
+    assert r.status_code == 200, r.text
+    kind, body, _ = _A.open_sealed(r.content, kinds=[Kind.PEER_MOVE_ANSWER])
+    assert kind is Kind.PEER_MOVE_ANSWER
+    answer = json.loads(body)
+    assert set(answer) == {"tunnel_id", "sender", "timestamp", "nonce", "chosen", "ike", "expires"}
+    chosen = _move()["suites"][answer["chosen"]]
+    loaded = fake.messages("load-conn")
+    assert len(loaded) == 1
+    ((name, conn),) = loaded[0].items()
+    assert conn["children"][name]["esp_proposals"] == [chosen]
+    record = (await c.get("/v1/tunnels/t-a")).json()
+    assert record["proposals"]["esp"] == before  # not moved until confirmed
+    assert "moving" in record["provenance"]
+    again = await _post(c, _sealed(identity, _move()))
+    assert again.status_code == 403, again.text  # one move at a time
+    given_up = {"tunnel_id": "t-a", "sender": "site-a", "timestamp": int(time.time()),
+                "nonce": secrets.token_urlsafe(18), "up": False}
+    r = await _post(c, _sealed(identity, given_up, kind=Kind.PEER_MOVED))
+    assert r.status_code == 200, r.text
+    loaded = fake.messages("load-conn")
+    assert len(loaded) == 2
+    ((name, conn),) = loaded[1].items()
+    assert conn["children"][name]["esp_proposals"] == [before]  # the old proposals, back
+    record = (await c.get("/v1/tunnels/t-a")).json()
+    assert record["proposals"]["esp"] == before
+    assert record["state"] == "up"
+    assert "moving" not in record["provenance"]
+
+
+async def test_a_move_never_confirmed_goes_back_to_the_old_proposals_by_itself(site_b: Any) -> None:
+    app, c, fake, identity = site_b
+    before = await _esp(c, "t-a")
+    assert (await _post(c, _sealed(identity, _move()))).status_code == 200
+    peering = app.state.runtime.peering
+    peering._clock = lambda: time.time() + 60  # past the move's deadline; the sweep runs every second
+    for _ in range(100):  # at most 10 s
+        if len(fake.messages("load-conn")) == 2:
+            break
+        await asyncio.sleep(0.1)
+    ((name, conn),) = fake.messages("load-conn")[1].items()
+    assert conn["children"][name]["esp_proposals"] == [before]
+    record = (await c.get("/v1/tunnels/t-a")).json()
+    assert "moving" not in record["provenance"]
+    assert record["proposals"]["esp"] == before
