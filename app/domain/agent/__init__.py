@@ -61,7 +61,16 @@ from app.domain.agent.messages import (
     SessionStatus,
     TunnelingInfo,
 )
-from app.domain.agent.wire import Kind, Wire, check_fresh, open_plaintext, parse_wire, seal_plaintext, signed_bytes
+from app.domain.agent.wire import (
+    Kind,
+    Wire,
+    check_fresh,
+    open_plaintext,
+    parse_wire,
+    seal_plaintext,
+    sealed_hybrid,
+    signed_bytes,
+)
 
 __all__ = [
     "AGENT_CONN_PREFIX",
@@ -104,6 +113,7 @@ __all__ = [
     "open_plaintext",
     "parse_wire",
     "seal_plaintext",
+    "sealed_hybrid",
     "signed_bytes",
     "target_conn",
     "valid_id",

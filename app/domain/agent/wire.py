@@ -27,7 +27,8 @@ from app.domain.agent.codec import (
     decode_canonical,
 )
 
-__all__ = ["Kind", "Wire", "check_fresh", "open_plaintext", "parse_wire", "seal_plaintext", "signed_bytes"]
+__all__ = ["Kind", "Wire", "check_fresh", "open_plaintext", "parse_wire", "seal_plaintext", "sealed_hybrid",
+           "signed_bytes"]
 
 class Kind(StrEnum):
     """What a sealed message is; part of the header and of what is signed."""
@@ -69,8 +70,8 @@ class Wire:
     kind: Kind
     to: str
     sealed: bytes
-
     hybrid: bool = False
+
     @property
     def header(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "to": self.to, "v": VERSION_HYBRID if self.hybrid else VERSION}
@@ -103,6 +104,12 @@ def parse_wire(data: bytes, *, kinds: Sequence[Kind], to: str) -> Wire:
         raise AgentRejected("wrong recipient")
     return Wire(kind=Kind(kind), to=to, sealed=b64d(obj["sealed"], max_size=sealed_limit),
                 hybrid=obj["v"] == VERSION_HYBRID)
+
+
+def sealed_hybrid(data: bytes) -> bool:
+    """Whether a wire message that was opened (so checked canonical: ``v`` is its last key) was
+    sealed hybrid (version 2: ML-KEM-768 + X25519)."""
+    return data.endswith(b',"v":%d}' % VERSION_HYBRID)
 
 
 def limits(kinds: Sequence[Kind]) -> tuple[int, int]:

@@ -12,6 +12,7 @@ end-to-end between Target and the client.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 import time
@@ -30,6 +31,7 @@ from app.domain.agent import (
     Kind,
     b64e,
     check_fresh,
+    sealed_hybrid,
 )
 from app.domain.agent.messages import UserDeviceList, UserDevices
 from app.domain.agent.platforms import PLATFORMS
@@ -372,6 +374,11 @@ class HostAgent:
                 admit(user.user_id)
             transaction.commit()
         steps.mark("checks")
+        if user.mlkem_public_key is not None and not sealed_hybrid(data):
+            # A client that sealed to Host with X25519 alone (the browser's page) may not open a hybrid
+            # answer: Target is given no ML-KEM key for it, so it answers X25519 alone and never with
+            # a post-quantum preshared key.
+            user = dataclasses.replace(user, mlkem_public_key=None)
         endorsement = Endorsement(
             kind=Kind.ENDORSE, host=self.keys.name, target=target.name, nonce=secrets.token_bytes(16),
             timestamp=int(self._clock()), user=user, client_kind=kind, client_body=body, client_tag=tag,

@@ -69,9 +69,12 @@ def _gateway(path: str) -> ViciGateway:
     return ViciGateway(path, timeout=2.0)
 
 
-def record_agent(database: FakeDatabase, tmp_path: Path) -> tuple[dict[str, Any], bytes]:
+def record_agent(database: FakeDatabase, tmp_path: Path, *, to_host_hybrid: bool = True
+                 ) -> tuple[dict[str, Any], bytes]:
     """Alice connects to Target ``far`` through Host ``hq`` (two processes' worth of roles):
-    the endorsement and the answer on the wire, the recipients' keys; and the session key alice got."""
+    the endorsement and the answer on the wire, the recipients' keys; and the session key alice got.
+    ``to_host_hybrid`` false: alice seals her request to Host's X25519 key alone, as the browser's
+    page does."""
     hq, far, alice = Keys("hq"), Keys("far"), Keys("alice")
     wires: dict[str, bytes] = {}
     with ExitStack() as stack:
@@ -94,8 +97,9 @@ def record_agent(database: FakeDatabase, tmp_path: Path) -> tuple[dict[str, Any]
             keys=hq.pair, crypto=CRYPTO, store=FakeAgentStore(), post=post)
         host.enroll(user_id="alice", objectives=[3], **alice.pair.public.as_dict())
         client = AgentClient(
-            config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
-                                                                      **hq.pair.public.as_dict()},
+            config=ClientConfig(user="alice", key_dir=tmp_path, host={
+                "id": "hq", "url": "http://127.0.0.1:9",
+                **{k: v for k, v in hq.pair.public.as_dict().items() if to_host_hybrid or k != "mlkem_public_key"}},
                                 targets={"far": Party(**far.pair.public.as_dict())},
                                 vici_socket=client_charon.socket_path, state_dir=tmp_path / "state"),
             keys=alice.pair, crypto=CRYPTO, vici=_gateway(client_charon.socket_path), post=post)
@@ -103,7 +107,7 @@ def record_agent(database: FakeDatabase, tmp_path: Path) -> tuple[dict[str, Any]
         request, wire = client.request(Kind.CONNECT, RequestInfo(target="far", supports=supports), 3)
         response = client.accept(host.handle(wire).answer, request)
     assert response.session_key is not None
-    return ({"endorse": b64e(wires["endorse"]), "answer": b64e(wires["answer"]),
+    return ({"request": b64e(wire), "endorse": b64e(wires["endorse"]), "answer": b64e(wires["answer"]),
              "far": far.kept(), "alice": alice.kept()}, response.session_key)
 
 
@@ -203,6 +207,21 @@ def test_a_fresh_recording_opens_to_its_secrets_with_both_halves(
         recording: tuple[dict[str, Any], bytes, bytes]) -> None:
     recorded, session_key, psk = recording
     assert check_both_halves_open(recorded) == (session_key, psk)
+
+
+def _version(recording: dict[str, Any], message: str) -> object:
+    return decode_canonical(_wire(recording, message), max_size=MAX_RESPONSE_WIRE_BYTES)["v"]
+
+
+def test_a_client_that_seals_to_host_with_x25519_alone_is_answered_so(database: FakeDatabase,
+                                                                      tmp_path: Path) -> None:
+    """The browser's page seals with X25519 alone and opens with it alone: Target answers it that
+    way (and so never with a post-quantum preshared key), though alice's enrolled keys have ML-KEM."""
+    recorded, session_key = record_agent(database, tmp_path, to_host_hybrid=False)
+    assert (_version(recorded, "request"), _version(recorded, "endorse"), _version(recorded, "answer")) == (1, 2, 1)
+    opened = KeyPair("alice", Ed25519PrivateKey.generate(), _x25519_alone(recorded, "alice")).open_sealed(
+        _wire(recorded, "answer"), kinds=[Kind.RESPONSE])
+    assert Response.parse(opened[1], kind=Kind.RESPONSE).session_key == session_key
 
 
 def test_the_stored_recording_gives_nothing_to_the_x25519_keys_alone() -> None:
