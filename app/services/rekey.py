@@ -432,7 +432,8 @@ class Rekeyer:
         """Move a tunnel with a peer to what both sides now accept (the peer agrees or nothing changes)."""
         started = time.monotonic()
         if self._peering is None:
-            raise GatewayError("its far end is another qoss and peering is off here: delete it and ask again")
+            raise GatewayError("its far end is another qoss: the running service (with QOSS_PEER_NAME) moves it "
+                               "with its peer")
         new, close_old = self._peering.move_tunnel(tunnel_id=impact.tunnel)
         with self._reads() as uow:
             record = uow.tunnels.get(impact.tunnel)
