@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from app.lab.network import IKE_INTERFACE
 from tests.integration.tunnels.test_peered import _ALL_BUT_AES128GCM16, Site, sites
 
@@ -21,11 +23,11 @@ __all__ = ["sites"]
 _ASK = {"min_levels": {"confidentiality": 8, "integrity": 8}}
 
 
-def _children(site: Site, conn: str) -> list[str]:
+def _children(site: Site, conn: str) -> list[tuple[str, str]]:
     """The CHILD_SAs of ``conn`` on the site's charon, as ``swanctl --list-sas`` prints them (state, algorithms)."""
     out = subprocess.run(["swanctl", "--list-sas", "--ike", conn, "--uri", f"unix://{site.host.vici_socket}"],
                          capture_output=True, text=True, timeout=10, check=True).stdout
-    return re.findall(r"(INSTALLED|REKEYING|DELETING|CREATED), TUNNEL[^,]*, (\S+)", out)  # type: ignore[return-value]
+    return re.findall(r"(INSTALLED|REKEYING|REKEYED|DELETING|CREATED), TUNNEL[^,]*, (\S+)", out)
 
 
 @contextlib.contextmanager
@@ -91,6 +93,8 @@ def _moved_everywhere(a: Site, b: Site, tunnel: dict[str, Any], old: str, within
         time.sleep(0.1)
 
 
+# No ping lost, and within 10 s: held with the machine to itself (the local move's test likewise).
+@pytest.mark.alone
 def test_an_edit_of_bs_table_moves_the_tunnel_on_both_charons_without_losing_a_ping(
         sites: tuple[Site, Site]) -> None:
     a, b = sites
