@@ -12,8 +12,10 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.domain.agent import AgentSessionState
+from app.domain.agent.platforms import PLATFORMS
 from app.domain.errors import AlreadyExists, InvalidInput
 from app.services.agent.host import HostAgent
+from app.services.agent.invitations import INVITATION_PLATFORMS, invitation_link_id
 from app.services.agent.target import TargetAgent
 from app.ui.pages.common import AgentWriter, console_router, failed, needs, problems
 from app.ui.render import page
@@ -43,14 +45,15 @@ def _target(request: Request) -> TargetAgent | None:
 
 
 def _page(request: Request, who: Console, *, notice: str | None = None, error: str | None = None,
-          status: int = 200) -> Response:
+          status: int = 200, invited: dict[str, Any] | None = None) -> Response:
     host, target = _host(request), _target(request)
     users = host.users() if host is not None and who.may("agent:enroll") else None
     sessions = (target.sessions(state=AgentSessionState.ACTIVE, limit=_SESSIONS)
                 if target is not None and who.may("tunnels:read") else None)
     return page("agent.html", {"console": who, "host": host is not None, "target": target is not None,
                                "users": users, "sessions": sessions, "notice": notice, "error": error,
-                               "events": " ".join(AGENT_EVENTS)},
+                               "events": " ".join(AGENT_EVENTS), "invited": invited,
+                               "invitation_platforms": [(p, PLATFORMS[p].label) for p in INVITATION_PLATFORMS]},
                 status=status)
 
 
@@ -132,3 +135,28 @@ def revoke(user_id: UserId, request: Request, who: AgentWriter) -> Response:
     request.state.audit_detail = f"revoked {user_id}"
     targets = "; ".join(f"{name}: {said}" for name, said in sorted(outcome["targets"].items())) or "no targets"
     return _page(request, who, notice=f"{user_id} is revoked ({targets}).")
+
+
+@router.post("/agent/invitations")
+def invite(request: Request, who: AgentWriter, form: FormDep) -> Response:
+    """Invite a user's phone: the link is shown once, with a QR code for the phone's camera (Host
+    keeps only its secret's SHA-256)."""
+    import segno
+
+    from app.api.routes.agent import join_link
+
+    host = _host(request)
+    if host is None:
+        return _page(request, who, error="This server does not play the agent's Host role.", status=404)
+    try:
+        secret, listed = host.invitations.invite(
+            user_id=form.get("user_id", "").strip(), platform=form.get("platform", ""), created_by=who.name)
+    except (InvalidInput, AlreadyExists) as exc:
+        status = 409 if isinstance(exc, AlreadyExists) else 422
+        failed(request, type(exc).__name__, status)
+        return _page(request, who, error=f"Not invited: {exc.message}", status=status)
+    link = join_link(str(request.base_url), secret)
+    request.state.audit_detail = (f"invitation id={listed['id']} user={listed['user_id']} "
+                                  f"platform={listed['platform']} link={invitation_link_id(secret)}")
+    return _page(request, who, status=201, invited={
+        **listed, "link": link, "qr": segno.make(link, error="m").svg_inline(scale=4, dark="#000", light="#fff")})
