@@ -18,13 +18,16 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app.adapters.agent.crypto import KeyPair, PublicKeys
+from app.adapters.agent.crypto import CRYPTO, KeyPair, PublicKeys
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
+from app.adapters.peering import peering_keys
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import Kind, b64e, canonical
+from app.domain.errors import GatewayError, TunnelVerificationFailed
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.main import create_app
+from app.services.peering import Peering, PeeringConfig
 from app.services.tunnels import negotiate_tunnel
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon
@@ -204,3 +207,51 @@ async def test_a_move_never_confirmed_goes_back_to_the_old_proposals_by_itself(s
     record = (await c.get("/v1/tunnels/t-a")).json()
     assert "moving" not in record["provenance"]
     assert record["proposals"]["esp"] == before
+
+
+class _SiteA:
+    """Site A as this side's link to it: opens what B sends, answers each move with its first suite
+    and IKE proposal and acknowledges the rest, and keeps every message it got."""
+
+    def __init__(self, b_kem: bytes) -> None:
+        self.b_kem = b_kem
+        self.got: list[tuple[Kind, dict[str, Any]]] = []
+
+    def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
+        kind, body, _ = _A.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
+        doc = json.loads(body)
+        self.got.append((kind, doc))
+        head = {"tunnel_id": doc["tunnel_id"], "sender": "site-a", "timestamp": int(time.time()),
+                "nonce": secrets.token_urlsafe(18)}
+        if kind is Kind.PEER_MOVE:
+            answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10}
+            return 200, _A.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer), recipient=self.b_kem)
+        return 200, _A.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
+
+
+@pytest.mark.parametrize("initiate", ["refused", "no new SA"])
+async def test_a_move_that_fails_on_this_side_goes_back_on_both_and_changes_no_record(
+        site_b: Any, settings: Settings, initiate: str) -> None:
+    _, c, fake, identity = site_b
+    before = await _esp(c, "t-a")
+    if initiate == "refused":
+        fake.fail("initiate", "establishing CHILD_SA failed")
+    # else: charon says yes, but no new CHILD_SA shows: this side's check refuses it.
+    site_a = _SiteA(PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem)
+    engine = make_engine(settings.database_url)
+    try:
+        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
+                          units=sql_units_of_work(make_session_factory(engine)),
+                          vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_a, keys=peering_keys,
+                          crypto=CRYPTO)
+        with pytest.raises((GatewayError, TunnelVerificationFailed)):
+            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-a")
+    finally:
+        engine.dispose()
+    assert [k for k, _ in site_a.got] == [Kind.PEER_MOVE, Kind.PEER_MOVED]
+    assert site_a.got[1][1]["up"] is False  # A was told to go back
+    assert set(site_a.got[0][1]) == {"tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes"}  # ranks only
+    loads = [conn["children"][name]["esp_proposals"] for m in fake.messages("load-conn") for name, conn in m.items()]
+    assert loads == [[site_a.got[0][1]["suites"][0]], [before]]  # the move's choice, then the old one back
+    record = (await c.get("/v1/tunnels/t-a")).json()
+    assert (record["state"], record["proposals"]["esp"]) == ("up", before)
