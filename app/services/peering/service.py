@@ -148,6 +148,8 @@ class Peering:
                  clock: Any = time.time) -> None:
         self.config = config
         self._pending = pending or _NoPending()
+        #: When the sweep next looks for moves never confirmed (0: at its first run; None: none pending here).
+        self._moves_due: float | None = 0.0
         self._keys_source = keys
         self._crypto = crypto
         self._units = units
@@ -592,7 +594,8 @@ class Peering:
         record, gateway = self._ours(peer, move.tunnel_id)
         if record.state not in (TunnelState.UP, TunnelState.NONCOMPLIANT):
             raise AgentRejected("the tunnel is not running here")
-        if _moving(record) is not None:
+        earlier = _moving(record)
+        if earlier is not None and float(earlier["until"]) >= self._clock():
             raise AgentRejected("a move of this tunnel is under way")
         why = peer.allows(gateway.name, record.local_ts)
         if why is not None:
@@ -623,12 +626,15 @@ class Peering:
         name, v = record.conn, self._vici(gateway.vici_socket)
         _, children = _sa_ids(v.list_sas(ike=name), name)
         expires = self._clock() + PENDING_FOR
+        was = earlier or {"state": record.state.value, "detail": record.detail}  # an earlier move's, never swept
         with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, record.negotiation, {**(record.provenance or {}), _MOVING: {
                 "negotiation": new.as_dict(), "until": expires, "children": sorted(children),
-                "state": record.state.value, "detail": record.detail}},
+                "state": was["state"], "detail": was["detail"]}},
                 f"moving to {new.proposals['esp']}, asked by {peer.name}"[:500])
             uow.commit()
+        due = self._moves_due
+        self._moves_due = expires if due is None else min(due, expires)
         self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires,
                            restore=_peered_conn(record, gateway, local_tunnels.result_from(record)))
         try:
@@ -694,12 +700,22 @@ class Peering:
             uow.commit()
 
     def _sweep_moves(self) -> int:
-        """Go back to the old suite of every move the moving side never confirmed in time; how many."""
+        """Go back to the old suite of every move the moving side never confirmed in time; how many.
+        The tunnels are read only when a move answered here is due (and at the first sweep, for the
+        moves a process before this one left)."""
         now = self._clock()
+        if self._moves_due is None or now < self._moves_due:
+            return 0
+        self._moves_due = None
         with self._units() as reads:
-            stale = [r for r in reads.tunnels.list()
-                     if r.peer is not None and (m := _moving(r)) is not None and float(m["until"]) < now]
+            moving = [(r, float(m["until"])) for r in reads.tunnels.list()
+                      if r.peer is not None and (m := _moving(r)) is not None]
+            stale = [r for r, until in moving if until < now]
             gateways = {r.id: reads.gateways.get(r.initiator) for r in stale}
+        later = [until for _, until in moving if until >= now]
+        if self._moves_due is not None:  # one answered meanwhile
+            later.append(self._moves_due)
+        self._moves_due = min(later, default=None)
         for record in stale:
             log.info("tunnel %s: a move never confirmed by its peer, back to the old suite", record.id)
             self._move_undone(record, gateways[record.id], "the move was never confirmed")
