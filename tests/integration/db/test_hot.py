@@ -138,7 +138,7 @@ def test_a_duplicate_key_is_sqlalchemys_integrity_error_without_the_values(
     users = cast(Table, AgentUserRow.__table__)
     plain_insert = HotStatement(lambda _: users.insert())  # no ON CONFLICT: a duplicate fails
     values = {"user_id": "alice", "sign_public_key": "secret-looking-value", "kem_public_key": "k", "objectives": [1],
-              "created_at": datetime.now(UTC), "revoked_at": None}
+              "created_at": datetime.now(UTC), "revoked_at": None, "mlkem_public_key": None}
     with hot_transaction(engine) as cursor:
         cursor.execute(plain_insert, values)
     with pytest.raises(IntegrityError) as caught, hot_transaction(engine) as cursor:
@@ -280,7 +280,7 @@ def test_a_handle_error_listener_sees_a_hot_statements_error(engine: Engine) -> 
     users = cast(Table, AgentUserRow.__table__)
     plain_insert = HotStatement(lambda _: users.insert())
     values = {"user_id": "alice", "sign_public_key": "s", "kem_public_key": "k", "objectives": [1],
-              "created_at": datetime.now(UTC), "revoked_at": None}
+              "created_at": datetime.now(UTC), "revoked_at": None, "mlkem_public_key": None}
     errors: list[type[BaseException]] = []
     event.listen(engine, "handle_error", lambda context: errors.append(type(context.sqlalchemy_exception)))
     with hot_transaction(engine) as cursor:
@@ -344,7 +344,8 @@ def test_the_hot_and_the_public_path_give_the_same_rows_and_errors(
                     users.c.user_id == bindparam("who")).values(kem_public_key=bindparam("kem"))),
                     [{"who": "alice", "kem": b64e(b"k" * 32)}, {"who": "bob", "kem": b64e(b"k" * 32)}])
             values = {"user_id": "alice", "sign_public_key": "secret-looking-value", "kem_public_key": "k",
-                      "objectives": [1], "created_at": datetime.now(UTC), "revoked_at": None}
+                      "objectives": [1], "created_at": datetime.now(UTC), "revoked_at": None,
+                      "mlkem_public_key": None}
             with pytest.raises(IntegrityError) as caught, hot_transaction(engine) as cursor:
                 cursor.execute(plain_insert, values)
             assert "secret-looking-value" not in str(caught.value)
