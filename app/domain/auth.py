@@ -36,7 +36,7 @@ __all__ = [
 #: Every scope; ``admin`` implies all others.
 SCOPES: frozenset[str] = frozenset({
     "ratings:write", "policies:write", "tunnels:write", "tunnels:read", "gateways:write", "agent:enroll",
-    "audit:read", "metrics:read", "peers:write", "admin",
+    "audit:read", "metrics:read", "peers:write", "agent:enroll-device", "admin",
 })
 
 #: A token's name (who or what it is for, shown in token lists, the audit log and the console):

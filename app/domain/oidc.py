@@ -42,6 +42,7 @@ from app.domain.auth import SCOPES
 from app.domain.errors import QossError
 
 __all__ = [
+    "DEVICE_SCOPE",
     "FLOW_TTL",
     "USER_NAME_MAX_LENGTH",
     "USER_NAME_PREFIX",
@@ -53,6 +54,7 @@ __all__ = [
     "ScopeMapping",
     "SignInRefused",
     "UsedStates",
+    "agent_user_id",
     "email_key",
     "mapped_scopes",
     "mapping_fingerprint",
@@ -72,6 +74,10 @@ FLOW_TTL = 600
 USER_NAME_MAX_LENGTH = 64
 #: What every name of the provider's users starts with: no API token's name has a ``:``.
 USER_NAME_PREFIX = "oidc:"
+#: The scope that lets a person signed in with the provider enrol a device of their own from the
+#: phone's page (as one invitation for their own user id would: :func:`agent_user_id`).
+DEVICE_SCOPE = "agent:enroll-device"
+_AGENT_USER = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 _FLOW_CONTEXT = b"qoss console oidc flow\x00"
 _MAX_CLAIM = 255
@@ -215,6 +221,21 @@ def user_name(claims: Mapping[str, Any]) -> str:
             if cleaned:
                 return USER_NAME_PREFIX + cleaned[:room]
     return USER_NAME_PREFIX + "unknown"
+
+
+def agent_user_id(claims: Mapping[str, Any]) -> str | None:
+    """The tunnel agent's user id a person signed in with the provider enrols their devices as:
+    their ``preferred_username``, else the part before the ``@`` of a verified email address, in
+    lower case, if it is an agent user id (1-63 of ``a-z 0-9 . _ -``, starting with a letter or a
+    digit); None if neither is one."""
+    email = claims.get("email") if claims.get("email_verified") is True else None
+    local = email.rpartition("@")[0] if isinstance(email, str) and "@" in email else None
+    for candidate in (claims.get("preferred_username"), local):
+        if isinstance(candidate, str) and candidate.isascii():
+            lowered = candidate.strip().translate(_ASCII_LOWER)
+            if _AGENT_USER.fullmatch(lowered):
+                return lowered
+    return None
 
 
 def valid_binding(binding: str) -> bool:

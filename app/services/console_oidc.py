@@ -38,6 +38,7 @@ from app.domain.oidc import (
     ScopeMapping,
     SignInRefused,
     UsedStates,
+    agent_user_id,
     mapped_scopes,
     new_flow,
     open_flow,
@@ -141,12 +142,15 @@ class ProviderUser:
         name: the name they go by here (:func:`app.domain.oidc.user_name`: ``oidc:...``).
         scopes: what the mapping gives them (never empty).
         token_expires: when the ID token expires.
+        agent_user: the tunnel agent's user id they enrol devices as
+            (:func:`app.domain.oidc.agent_user_id`; None: their claims name none).
     """
 
     subject: str
     name: str
     scopes: frozenset[str]
     token_expires: datetime
+    agent_user: str | None = None
 
 
 def verify(*, config: OidcSignIn, key: bytes, cookie: str | None, binding: str, answer: Mapping[str, str],
@@ -192,7 +196,8 @@ def verify(*, config: OidcSignIn, key: bytes, cookie: str | None, binding: str, 
     if not scopes:
         raise NoScopeMapped(name)
     return ProviderUser(subject=subject, name=name, scopes=scopes,
-                        token_expires=datetime.fromtimestamp(int(claims["exp"]), UTC))
+                        token_expires=datetime.fromtimestamp(int(claims["exp"]), UTC),
+                        agent_user=agent_user_id(merged))
 
 
 def open_session(*, uow: UnitOfWork, config: OidcSignIn, user: ProviderUser, now: datetime | None = None) -> SignedIn:

@@ -9,12 +9,16 @@
  * form to this console. A page of another origin can neither read nor write this origin's
  * sessionStorage, so a flow cookie planted in the browser from a sibling origin comes without
  * its binding and signs no one in.
+ * A phone's sign-in to enrol a device (/ui/join/sign-in, join-sign-in.js) keeps its binding and
+ * platform under keys of its own: its answer is posted on to /ui/join/oidc/callback instead.
  * Served from 'self': the page's CSP allows no inline script.
  */
 (function () {
   "use strict";
 
   var KEY = "qoss-oidc-binding";
+  var JOIN_KEY = "qoss-join-binding";
+  var JOIN_PLATFORM = "qoss-join-platform";
 
   function binding() {
     var bytes = new Uint8Array(32);
@@ -30,6 +34,7 @@
   if (start) {
     start.addEventListener("submit", function () {
       var made = binding();
+      window.sessionStorage.removeItem(JOIN_KEY);
       window.sessionStorage.setItem(KEY, made);
       start.elements.namedItem("binding").value = made;
     });
@@ -37,8 +42,19 @@
 
   var finish = document.getElementById("oidc-finish");
   if (finish) {
-    var kept = window.sessionStorage.getItem(KEY) || "";
+    var joining = window.sessionStorage.getItem(JOIN_KEY);
+    var kept = joining || window.sessionStorage.getItem(KEY) || "";
     window.sessionStorage.removeItem(KEY);
+    window.sessionStorage.removeItem(JOIN_KEY);
+    if (joining) {
+      var platform = document.createElement("input");
+      platform.type = "hidden";
+      platform.name = "platform";
+      platform.value = window.sessionStorage.getItem(JOIN_PLATFORM) || "";
+      window.sessionStorage.removeItem(JOIN_PLATFORM);
+      finish.appendChild(platform);
+      finish.action = "/ui/join/oidc/callback";
+    }
     finish.elements.namedItem("binding").value = kept;
     finish.submit();
   }
