@@ -17,6 +17,7 @@ from app.ui.pages import (
     device,
     gateways,
     handoff,
+    join,
     join_sso,
     measurements,
     my_devices,
@@ -38,7 +39,7 @@ __all__ = ["navigation", "routers"]
 #: Every area's router, in the order their routes are matched.
 routers: tuple[APIRouter, ...] = tuple(area.router for area in (
     signin, oidc, table_changes, tables, playground, policies, tunnels, gateways, peers, agent, agent_devices,
-    device, my_devices, join_sso, handoff, measurements, audit, tokens))
+    device, my_devices, join_sso, handoff, join, measurements, audit, tokens))
 
 #: The navigation bar's links, in its order; ``base.html`` shows those the signed-in token may see.
 navigation: tuple[NavLink, ...] = (
