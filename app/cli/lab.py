@@ -140,6 +140,8 @@ def lab_join(
     confidentiality: Annotated[int, typer.Option(min=0, max=10)] = 0,
     integrity: Annotated[int, typer.Option(min=0, max=10)] = 0,
     key_exchange: Annotated[int, typer.Option(min=0, max=10)] = 0,
+    post_quantum: Annotated[int, typer.Option(
+        min=0, max=10, help="post-quantum minimum: above 0 the tunnel gets a PPK at both ends")] = 0,
 ) -> None:
     """A user joins the agent lab (`qoss lab up --agent`): a tunnel on demand, then a ping through it.
 
@@ -161,7 +163,8 @@ def lab_join(
         lab = AgentLab(settings_for(None).lab_dir / "agent")
         if not lab.state_file.exists():
             raise LabError(f"no agent lab is up in {lab.state_dir}: run 'qoss lab up --agent' first")
-        levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange}
+        levels = {"confidentiality": confidentiality, "integrity": integrity, "key_exchange": key_exchange,
+                  "post_quantum": post_quantum}
         result = join(lab, name, objective=objective, min_levels={k: v for k, v in levels.items() if v})
     except (LabError, ValueError) as exc:
         typer.echo(f"lab join failed: {exc}", err=True)

@@ -282,3 +282,15 @@ async def test_invited_keys_enrol_their_granted_device_only(roles: Roles) -> Non
         assert granted.status_code == 503, granted.text
     listed = (await c.get("/v1/agent/invitations")).json()
     assert listed[0]["enrolled_at"] is None
+
+
+async def test_revoking_a_user_withdraws_their_waiting_invitations(roles: Roles) -> None:
+    c, _, _ = roles
+    first, _ = await invite(c, "lou")
+    phone = phone_keys("lou")
+    assert (await redeem(c, redemption(first, phone))).status_code == 200
+    waiting, _ = await invite(c, "lou")
+    assert (await c.delete("/v1/agent/users/lou")).status_code == 200
+    r = await redeem(c, redemption(waiting, phone_keys("lou")))
+    assert (r.status_code, r.json()["detail"]) == (404, "this invitation was revoked")
+    assert [i["state"] for i in (await c.get("/v1/agent/invitations")).json()] == ["revoked", "used"]

@@ -323,6 +323,13 @@ class _Invitations:
         return any(i.user_id == user_id and i.sign_public_key == sign_public_key
                    for i in self._tx.state.invitations.values())
 
+    def withdraw_user(self, user_id: str, now: datetime) -> int:
+        invitations = self._tx.state.invitations
+        waiting = [i for i in invitations.values() if i.user_id == user_id and not i.used_at and not i.revoked_at]
+        for i in waiting:
+            invitations[i.id] = replace(i, revoked_at=now)
+        return len(waiting)
+
     def restore_grant(self, invitation_id: str) -> None:
         found = self._tx.state.invitations.get(invitation_id)
         if found is not None:

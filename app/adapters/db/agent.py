@@ -484,6 +484,13 @@ class InvitationRepository:
         return bool(self.session.scalar(select(exists().where(
             AgentInvitationRow.user_id == user_id, AgentInvitationRow.sign_public_key == sign_public_key))))
 
+    def withdraw_user(self, user_id: str, now: datetime) -> int:
+        result = self.session.execute(update(AgentInvitationRow).where(
+            AgentInvitationRow.user_id == user_id, AgentInvitationRow.used_at.is_(None),
+            AgentInvitationRow.revoked_at.is_(None),
+        ).values(revoked_at=now).execution_options(synchronize_session=False))
+        return int(getattr(result, "rowcount", 0) or 0)
+
     def restore_grant(self, invitation_id: str) -> None:
         self.session.execute(update(AgentInvitationRow).where(AgentInvitationRow.id == invitation_id)
                              .values(grant_spent_at=None).execution_options(synchronize_session=False))

@@ -19,6 +19,7 @@ __all__ = [
     "device_conn",
     "device_identity",
     "pool6_name",
+    "ppk_name",
     "target_conn",
     "virtual_ip_requests",
 ]
@@ -43,17 +44,30 @@ def pool6_name(conn: str) -> str:
     return f"{conn}-6"
 
 
+def ppk_name(conn: str) -> str:
+    """The id of the post-quantum preshared key a client's session ``conn`` has beside its PSK
+    (a device's PPK is named as its conn: it has no PSK)."""
+    return f"{conn}-ppk"
+
+
+def _ppk(ppk_id: str | None) -> dict[str, str]:
+    """A conn's settings for a post-quantum preshared key it requires (RFC 8784, strongSwan >= 5.7)."""
+    return {"ppk_id": ppk_id, "ppk_required": "yes"} if ppk_id is not None else {}
+
+
 def target_conn(*, name: str, target_address: str, target_identity: str, client_identity: str,
                 client_address: str | None, local_ts: Sequence[str], pool: str, ike_proposal: str,
                 esp_proposal: str, mode: str, ike_lifetime: int, child_lifetime: int,
-                pool6: str | None = None) -> dict[str, Any]:
+                pool6: str | None = None, ppk_id: str | None = None) -> dict[str, Any]:
     """Target's VICI ``load-conn`` body for one client (road warrior with a virtual IP from ``pool``,
     and one from ``pool6`` too if given: charon hands out one of each family the client asks for).
 
     The remote identity is this session's client identity, so the session key (the PSK
-    loaded for exactly these two identities) admits this client and no one else.
+    loaded for exactly these two identities) admits this client and no one else. With
+    ``ppk_id`` the client must also use that post-quantum preshared key.
     """
     return {
+        **_ppk(ppk_id),
         "version": "2",
         "local_addrs": [target_address],
         "remote_addrs": [client_address or "%any"],
@@ -93,7 +107,7 @@ def device_conn(*, name: str, target_address: str, target_identity: str, device_
     networks. With ``ppk_id``, the device must use that post-quantum preshared key (RFC 8784,
     ``ppk_required``: a device without it is refused; strongSwan >= 5.7), loaded apart."""
     return {
-        **({"ppk_id": ppk_id, "ppk_required": "yes"} if ppk_id is not None else {}),
+        **_ppk(ppk_id),
         "version": "2",
         "local_addrs": [target_address],
         "remote_addrs": ["%any"],
@@ -124,10 +138,12 @@ def virtual_ip_requests(remote_ts: Sequence[str]) -> list[str]:
 
 def client_conn(*, name: str, info: TunnelingInfo, client_address: str | None) -> dict[str, Any]:
     """The client's VICI ``load-conn`` body: asks for a virtual IP of each family among Target's
-    protected networks (:func:`virtual_ip_requests`), reaches those networks."""
+    protected networks (:func:`virtual_ip_requests`), reaches those networks; requires the
+    post-quantum preshared key Target named (``info.ppk_id``), if any."""
     if info.ike_proposal is None or info.esp_proposal is None:
         raise AgentRejected("no IPsec to configure")
     conn: dict[str, Any] = {
+        **_ppk(info.ppk_id),
         "version": "2",
         "remote_addrs": [info.target_address],
         "vips": virtual_ip_requests(info.remote_ts),

@@ -58,6 +58,8 @@ class AgentSessionState(StrEnum):
 
 
 _NONCE = 16
+#: A post-quantum preshared key's id, as a conn's ``ppk_id`` names it.
+_PPK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,7 +319,11 @@ class Revocation:
 
 @dataclass(frozen=True, slots=True)
 class TunnelingInfo:
-    """Liu et al.'s "Tunneling Info": everything the client needs to bring the tunnel up."""
+    """Liu et al.'s "Tunneling Info": everything the client needs to bring the tunnel up.
+
+    ``ppk_id`` names the post-quantum preshared key (RFC 8784) the tunnel requires, whose key is
+    the response's ``ppk``; None: the tunnel has none.
+    """
 
     ticket: str
     protection: str                 # "esp" or "native" (Objective-ID 1: no IPsec)
@@ -331,6 +337,7 @@ class TunnelingInfo:
     suite: Mapping[str, Any]
     notes: tuple[str, ...]
     expires: int
+    ppk_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -338,6 +345,7 @@ class TunnelingInfo:
             "target_identity": self.target_identity, "client_identity": self.client_identity,
             "remote_ts": list(self.remote_ts), "ike_proposal": self.ike_proposal, "esp_proposal": self.esp_proposal,
             "mode": self.mode, "suite": dict(self.suite), "notes": list(self.notes), "expires": self.expires,
+            **({"ppk_id": self.ppk_id} if self.ppk_id is not None else {}),
         }
 
     @classmethod
@@ -345,7 +353,7 @@ class TunnelingInfo:
         if not isinstance(obj, dict):
             raise AgentRejected("bad tunneling_info")
         _fields(obj, ("client_identity", "esp_proposal", "expires", "ike_proposal", "mode", "notes", "protection",
-                      "remote_ts", "suite", "target_address", "target_identity", "ticket"))
+                      "remote_ts", "suite", "target_address", "target_identity", "ticket"), ("ppk_id",))
         if not isinstance(obj["suite"], dict):
             raise AgentRejected("bad suite")
         if obj["protection"] not in ("esp", "native") or obj["mode"] not in ("tunnel", "transport"):
@@ -366,6 +374,7 @@ class TunnelingInfo:
             suite=obj["suite"],
             notes=_str_list(obj, "notes", max_items=16, max_len=300),
             expires=_int(obj, "expires", 0, 2**40),
+            ppk_id=_str(obj, "ppk_id", max_len=64, pattern=_PPK_ID) if "ppk_id" in obj else None,
         )
 
 
@@ -640,6 +649,8 @@ class Response:
     A disconnect is answered with kind CLOSED, no session key and no tunneling info; a status
     query with kind STATE and ``status`` alone (the ticket's state and why it ended); a list of
     devices with kind DEVICE_LIST and ``devices`` alone (the user's devices at that Target).
+    A tunnel with a post-quantum preshared key has it as ``ppk`` (32 bytes; its id is the
+    tunneling info's ``ppk_id``): such a response is only ever sealed hybrid.
     """
 
     kind: Kind
@@ -653,10 +664,12 @@ class Response:
     device: DeviceBundle | None = None
     status: SessionStatus | None = None
     devices: tuple[DeviceInfo, ...] | None = None
+    ppk: bytes | None = None
 
     def body(self) -> bytes:
         return canonical({
             **({"device": self.device.as_dict()} if self.device is not None else {}),
+            **({"ppk": b64e(self.ppk)} if self.ppk is not None else {}),
             **({"status": self.status.as_dict()} if self.status is not None else {}),
             **({"devices": [d.as_dict() for d in self.devices]} if self.devices is not None else {}),
             "request_id": b64e(self.request_id),
@@ -673,7 +686,7 @@ class Response:
     def parse(cls, body: bytes, *, kind: Kind) -> Response:
         obj = decode_canonical(body, max_size=MAX_RESPONSE_BYTES)
         _fields(obj, ("kind", "recipient", "request_id", "sender", "session_key", "ts", "tunneling_info", "via"),
-                ("device", "devices", "status"))
+                ("device", "devices", "ppk", "status"))
         if obj["kind"] != kind.value:
             raise AgentRejected("signed kind differs from the header")
         if (kind is Kind.STATE) != ("status" in obj):
@@ -686,20 +699,24 @@ class Response:
                 has_tunnel and device is None) != (obj["session_key"] is not None) or (
                 device is not None and not has_tunnel):
             raise AgentRejected("a response carries tunneling info and a session key or a device, a close neither")
+        info = TunnelingInfo.from_dict(obj["tunneling_info"]) if has_tunnel else None
+        if ("ppk" in obj) != (info is not None and info.ppk_id is not None) or ("ppk" in obj and device is not None):
+            raise AgentRejected("a client's tunnel that names a PPK id carries its PPK, nothing else does")
         return cls(
             kind=kind,
             device=DeviceBundle.from_dict(device, max_size=MAX_RESPONSE_BYTES) if device is not None else None,
             request_id=b64d(obj["request_id"], size=_NONCE),
             session_key=b64d(obj["session_key"], size=32) if obj["session_key"] is not None else None,
-            tunneling_info=TunnelingInfo.from_dict(obj["tunneling_info"]) if has_tunnel else None,
+            tunneling_info=info,
             target=_str(obj, "sender"),
             user_id=_str(obj, "recipient"),
             host=_str(obj, "via"),
             timestamp=_int(obj, "ts", 0, 2**40),
             status=SessionStatus.from_dict(obj["status"]) if kind is Kind.STATE else None,
             devices=_devices(obj, "devices") if kind is Kind.DEVICE_LIST else None,
+            ppk=b64d(obj["ppk"], size=32) if "ppk" in obj else None,
         )
 
-    def __repr__(self) -> str:  # never show the session key
+    def __repr__(self) -> str:  # never show the session key or the PPK
         return f"Response(kind={self.kind.value}, target={self.target}, user_id={self.user_id})"
 

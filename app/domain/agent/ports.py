@@ -324,6 +324,10 @@ class InvitationStore(Protocol):
         """Whether these are keys an invitation registered for this user."""
         ...
 
+    def withdraw_user(self, user_id: str, now: datetime) -> int:
+        """Revoke every invitation of this user nobody has used yet (the user was revoked); how many."""
+        ...
+
     def restore_grant(self, invitation_id: str) -> None:
         """Give back a device enrolment whose enrolment failed."""
         ...

@@ -41,6 +41,7 @@ from app.domain.agent import (
     check_fresh,
     client_conn,
 )
+from app.domain.agent.conns import ppk_name
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
 from app.domain.agent.sealed_profile import KEY_BYTES, NONCE_BYTES, header
 from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
@@ -298,8 +299,10 @@ class AgentClient:
         tunnel = response.tunneling_info
         assert tunnel is not None
         assert response.session_key is not None
+        ppk: list[CharonCommand] = [] if tunnel.ppk_id is None or response.ppk is None else [
+            LoadShared(ppk_name(name), response.ppk, (tunnel.ppk_id,), "PPK")]  # Response.parse: both or neither
         commands: list[CharonCommand] = [
-            LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)),
+            LoadShared(name, response.session_key, (tunnel.client_identity, tunnel.target_identity)), *ppk,
             LoadConn(name, client_conn(name=name, info=tunnel, client_address=self.config.ike_address)),
         ]
         with contextlib.ExitStack() as stack:
@@ -369,7 +372,7 @@ class AgentClient:
         # One pipelined batch; nothing up, or what was not loaded, is refused: nothing to do.
         with contextlib.suppress(GatewayError):
             self.vici.batch([Terminate(name), Unload("conn", name),
-                             Unload("shared", name)])
+                             Unload("shared", name), Unload("shared", ppk_name(name))])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
         info = RequestInfo(target=target, ticket=ticket)

@@ -222,8 +222,8 @@ class HostAgent:
                     for u, created, revoked in uow.users.all()]
 
     def revoke(self, user_id: str) -> dict[str, Any]:
-        """Revoke a user, forget the profiles they left for one-time links, and tell every target to
-        take their tunnels down.
+        """Revoke a user, forget the profiles they left for one-time links, withdraw the invitations
+        of theirs nobody used, and tell every target to take their tunnels down.
 
         The revocation is kept for each target, in the same transaction, until that target
         confirms it (:class:`~app.services.agent.host_revocations.Revocations`): one that is down
@@ -240,6 +240,7 @@ class HostAgent:
             user = uow.users.find(user_id)
             assert user is not None  # revoke raised NotFound otherwise
             uow.handoffs.forget_user(user_id)  # a link made before cannot hand their profile to anyone
+            uow.invitations.withdraw_user(user_id, now)  # nor an invitation made before enrol them again
             for target in self.targets.values():
                 uow.pending_revocations.add(target_id=target.name, user_id=user_id,
                                             sign_public_key=user.sign_public_key, now=now)

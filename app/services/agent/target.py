@@ -47,7 +47,7 @@ from app.domain.agent import (
     device_identity,
     target_conn,
 )
-from app.domain.agent.conns import pool6_name
+from app.domain.agent.conns import pool6_name, ppk_name
 from app.domain.agent.messages import MAX_DEVICES_LISTED, DeviceInfo, UserDeviceList, UserDevices, device_state
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.agent.ports import (
@@ -61,7 +61,7 @@ from app.domain.agent.ports import (
     IssuedDevice,
     PeerKeys,
 )
-from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot, UnsupportedProtection
+from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot
 from app.domain.negotiation import NegotiationResult
 from app.domain.ports import (
     CharonCommand,
@@ -273,12 +273,13 @@ class TargetAgent:
             platform = request.request_info.platform
             session_key = secrets.token_bytes(32) if platform is None else None
 
-            def answer_with(info: TunnelingInfo, device: DeviceBundle | None = None) -> bytes:
+            def answer_with(info: TunnelingInfo, device: DeviceBundle | None = None, ppk: bytes | None = None) -> bytes:
+                # A PPK, the client's or in a device's profile, is sealed hybrid or not at all.
                 return self._seal(Response(
                     kind=Kind.RESPONSE, request_id=request.request_id, session_key=session_key,
                     tunneling_info=info, target=self.keys.name, user_id=request.user_id, host=endorsement.host,
-                    timestamp=int(self._clock()), device=device), endorsement,
-                    post_quantum=device is not None and info.suite.get("post_quantum") is not None)
+                    timestamp=int(self._clock()), device=device, ppk=ppk), endorsement,
+                    post_quantum=ppk is not None or (device is not None and info.suite.get("post_quantum") is not None))
 
             info, answer = self._connect(endorsement, request, session_key, now, steps, answer_with)
             audit = (f"{'device' if platform else 'connect'} user={request.user_id} "
@@ -367,18 +368,23 @@ class TargetAgent:
                 raise AgentRejected("the negotiated protection is not an ESP tunnel")  # AH is never chosen
             device: IssuedDevice | None = None
             stored_suite = suite
+            client_ppk: tuple[str, bytes] | None = None
             if platform is None:
                 assert session_key is not None
-                if result.suite.post_quantum is not None:
-                    # Its key would have to reach the client's charon too: only a device's profile carries one.
-                    raise UnsupportedProtection(
-                        f"post-quantum protection ({result.suite.post_quantum}) is given to enrolled devices "
-                        "(qoss agent device enrol --post-quantum, platforms apple and swanctl), not to a "
-                        "client's tunnel: connect without --post-quantum, or enrol this machine as a swanctl device")
+                if result.suite.post_quantum == "ppk":
+                    # The client's charon gets it in the answer, beside the session key; it is not
+                    # kept (a client's session is not loaded again after a restart).
+                    if endorsement.user.mlkem_public_key is None:
+                        raise NoPostQuantumKey(f"user {request.user_id}")
+                    client_ppk = (f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32))
+                    stored_suite = {**suite, "ppk": {"id": client_ppk[0]}}
+                ppk_loads: list[CharonCommand] = [] if client_ppk is None else [
+                    LoadShared(ppk_name(conn), client_ppk[1], (client_ppk[0],), "PPK")]
                 first: list[CharonCommand] = [
-                    LoadShared(conn, session_key, (self.identity, client_identity)),
-                    LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result))]
-                first_sent = ["shared", "conn"]
+                    LoadShared(conn, session_key, (self.identity, client_identity)), *ppk_loads,
+                    LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result,
+                                                   client_ppk[0] if client_ppk is not None else None))]
+                first_sent = ["shared", *(["ppk"] if client_ppk is not None else []), "conn"]
             else:
                 # A device: its certificate, key and profile are made before charon is touched (a
                 # platform that cannot express the suite is refused with nothing loaded).
@@ -426,10 +432,12 @@ class TargetAgent:
                         self._charon.finish_load(v, conn, loads, sent, undo=True)
                         raise
                     steps.mark("commit")
-                    info = TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp, **base)
+                    info = TunnelingInfo(protection="esp", ike_proposal=ike, esp_proposal=esp,
+                                         ppk_id=client_ppk[0] if client_ppk is not None else None, **base)
                     try:
                         try:
-                            answer = answer_with(info, self._bundle(platform, device))  # while charon loads
+                            answer = answer_with(info, self._bundle(platform, device),  # while charon loads
+                                                 client_ppk[1] if client_ppk is not None else None)
                             steps.mark("seal")
                         finally:
                             self._charon.finish_load(v, conn, loads, sent)  # waited for even if sealing failed
@@ -588,13 +596,15 @@ class TargetAgent:
                             ca_cert=self._devices.ca_cert(), not_after=int(device.not_after.timestamp()))
 
     def _conn_body(self, conn: str, client_identity: str, request: ClientRequest, ike: str, esp: str,
-                   result: NegotiationResult) -> dict[str, Any]:
-        """Target's side of the road warrior: the client's identity, the negotiated suite, the pool."""
+                   result: NegotiationResult, ppk_id: str | None = None) -> dict[str, Any]:
+        """Target's side of the road warrior: the client's identity, the negotiated suite, the pool
+        (and the PPK it requires, by its id)."""
         return target_conn(
             name=conn, target_address=self.role.ike_address, target_identity=self.identity,
             client_identity=client_identity, client_address=request.request_info.ike_address,
             local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
             ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], pool6=self._pool6(conn),
+            ppk_id=ppk_id,
         )
 
     def _pool6(self, conn: str) -> str | None:

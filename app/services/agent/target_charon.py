@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from app.domain.agent.conns import pool6_name
+from app.domain.agent.conns import pool6_name, ppk_name
 from app.domain.errors import GatewayError
 from app.domain.ports import CharonCommand, CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
@@ -76,18 +76,19 @@ class TargetCharon:
             raise errors[0]
 
     @staticmethod
-    def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0, terminate: bool = False) -> None:
-        """Unload (one pipelined batch) what of conn, secret, pool and pool6 is in ``loaded``; with
-        ``terminate``, the conn's SAs are terminated first in the same batch (nothing up is no
-        error). A pool charon still counts a lease in (its IKE_SA being torn down) is tried again
-        for up to ``settle`` seconds; any other refusal is logged."""
-        what = [w for w in ("conn", "shared", "pool", "pool6") if w in loaded]
+    def unload(v: ViciPort, conn: str, loaded: Sequence[str], *, settle: float = 0.0, terminate: bool = False,
+               maybe: Sequence[str] = ()) -> None:
+        """Unload (one pipelined batch) what of conn, secret, PPK, pool and pool6 is in ``loaded``;
+        with ``terminate``, the conn's SAs are terminated first in the same batch (nothing up is
+        no error). A pool charon still counts a lease in (its IKE_SA being torn down) is tried
+        again for up to ``settle`` seconds; any other refusal is logged, except for what is in
+        ``maybe`` (what may never have been loaded)."""
+        what = [w for w in ("conn", "shared", "ppk", "pool", "pool6") if w in loaded]
         first: list[CharonCommand] = [Terminate(conn)] if terminate else []
         deadline = time.monotonic() + settle
         while what:
             try:
-                replies = v.batch([*first, *(Unload("pool", pool6_name(conn)) if w == "pool6" else Unload(w, conn)
-                                             for w in what)])
+                replies = v.batch([*first, *(_unload(w, conn) for w in what)])
             except GatewayError as exc:
                 log.warning("could not unload %s: %s", conn, exc.message)
                 return
@@ -95,7 +96,7 @@ class TargetCharon:
             again = ([w for w, r in refused if w in ("pool", "pool6") and "online leases" in r.message]
                      if time.monotonic() < deadline else [])
             for w, reply in refused:
-                if w not in again:
+                if w not in again and w not in maybe:
                     log.warning("could not unload %s %s: %s", w, conn, reply.message)
             if not again:
                 return
@@ -104,7 +105,18 @@ class TargetCharon:
 
 
     def teardown(self, conn: str) -> None:
-        """Terminate ``conn``'s SAs and unload its conn, secret and pool in one pipelined batch
-        (:meth:`unload`); charon gone: logged only (reconcile cleans up if it comes back)."""
-        self.unload(self.gateway(), conn, ["conn", "shared", "pool", *(["pool6"] if self._dual_pool else [])],
-                    settle=_SETTLE, terminate=True)
+        """Terminate ``conn``'s SAs and unload its conn, secret, PPK (a client's, if it has one) and
+        pool in one pipelined batch (:meth:`unload`); charon gone: logged only (reconcile cleans up
+        if it comes back)."""
+        self.unload(self.gateway(), conn, ["conn", "shared", "ppk", "pool", *(["pool6"] if self._dual_pool else [])],
+                    settle=_SETTLE, terminate=True, maybe=("ppk",))
+
+
+def _unload(what: str, conn: str) -> Unload:
+    """The unload of one of ``conn``'s parts: its conn, secret, pool, or its IPv6 pool and PPK
+    (:func:`~app.domain.agent.conns.pool6_name`, :func:`~app.domain.agent.conns.ppk_name`)."""
+    if what == "pool6":
+        return Unload("pool", pool6_name(conn))
+    if what == "ppk":
+        return Unload("shared", ppk_name(conn))
+    return Unload(what, conn)

@@ -44,7 +44,7 @@ log = logging.getLogger("qoss.agent.target")
 #: The events of edits a session's negotiation may depend on, and how a reason names them.
 _EDITS = {"rating_table.revision": "rating table", "rating_table.deleted": "rating table",
           "policy.revision": "policy", "policy.deleted": "policy"}
-_SUITE_FIELDS = ("protocol", "encryption", "integrity", "key_exchange", "aead")
+_SUITE_FIELDS = ("protocol", "encryption", "integrity", "key_exchange", "aead", "post_quantum")
 
 
 # --------------------------------------------------------------------------- provenance
@@ -162,8 +162,12 @@ def assess_session(uow: UnitOfWork, session: AgentSession, *, default_table: str
         return impact("unassessed", None, "made before qoss recorded what sessions are negotiated under: it "
                                           "follows edits from its next connect")
     inputs = session.provenance["request"]
+    # A post-quantum mechanism is in no proposal string (a PPK is the conn's ppk_id): it is part of
+    # the running suite all the same.
+    mechanism = suite.get("post_quantum")
     verdict = judge(dict(suite.get("proposals") or {}), lambda pinned: negotiate_session(
-        uow=uow, inputs=inputs, default_table=default_table, pinned=pinned, check=True))
+        uow=uow, inputs=inputs, default_table=default_table, check=True,
+        pinned=[*pinned, mechanism] if pinned is not None and mechanism else pinned))
     platform = session.platform
     if verdict.kind == "noncompliant" and platform is not None and platform in PLATFORMS:
         # A device whose platform has no post-quantum setting cannot follow an edit that asks for one.

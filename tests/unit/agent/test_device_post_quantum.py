@@ -12,7 +12,7 @@ import pytest
 
 from app.adapters.agent.profiles import Inexpressible, parse_swanctl, write_profile
 from app.adapters.vici.commands import ENTRIES
-from app.domain.agent import AgentRejected
+from app.domain.agent import AgentRejected, Kind, Response, TunnelingInfo, b64e
 from app.domain.agent.messages import RequestInfo
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.errors import InvalidInput, PlatformCannot
@@ -148,3 +148,41 @@ def test_a_ppk_goes_to_charon_as_a_shared_secret_of_type_ppk_owned_by_its_id() -
     assert PPK not in repr(LoadShared("qoss-agent-0a1b", PPK, (PPK_ID,), "PPK")).encode()
     ike = ENTRIES[LoadShared].command(LoadShared("qoss-t1", PPK, ("left", "right")))
     assert (ike.message or {})["type"] == "IKE"
+
+
+# --------------------------------------------------------------------------- a client's tunnel
+
+
+def _tunnel(ppk_id: str | None) -> TunnelingInfo:
+    return TunnelingInfo(ticket="a" * 32, protection="esp", target_address="10.0.0.1", target_identity="t",
+                         client_identity="c", remote_ts=("10.2.0.1/32",), ike_proposal="aes128-sha256-x25519",
+                         esp_proposal="aes128gcm16", mode="tunnel", suite={"post_quantum": "ppk"}, notes=(),
+                         expires=1, ppk_id=ppk_id)
+
+
+def _response(ppk_id: str | None, ppk: bytes | None) -> Response:
+    return Response(kind=Kind.RESPONSE, request_id=b"\x01" * 16, session_key=b"\x42" * 32,
+                    tunneling_info=_tunnel(ppk_id), target="t", user_id="alice", host="h", timestamp=1, ppk=ppk)
+
+
+def test_a_response_carries_a_clients_ppk_with_its_id_and_never_shows_it() -> None:
+    response = _response(PPK_ID, PPK)
+    parsed = Response.parse(response.body(), kind=Kind.RESPONSE)
+    assert parsed.ppk == PPK
+    assert parsed.tunneling_info is not None
+    assert parsed.tunneling_info.ppk_id == PPK_ID
+    assert PPK.hex() not in repr(response)
+    assert b64e(PPK) not in repr(response)
+    assert Response.parse(_response(None, None).body(), kind=Kind.RESPONSE).ppk is None
+
+
+@pytest.mark.parametrize(("ppk_id", "ppk"), [(PPK_ID, None), (None, PPK)])
+def test_a_ppk_without_its_id_or_an_id_without_its_ppk_is_rejected(ppk_id: str | None, ppk: bytes | None) -> None:
+    with pytest.raises(AgentRejected) as rejected:
+        Response.parse(_response(ppk_id, ppk).body(), kind=Kind.RESPONSE)
+    assert "PPK" in rejected.value.reason
+
+
+def test_a_ppk_id_that_cannot_be_a_conns_is_rejected() -> None:
+    with pytest.raises(AgentRejected):
+        Response.parse(_response("bad id\n", PPK).body(), kind=Kind.RESPONSE)
