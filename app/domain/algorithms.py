@@ -1,4 +1,6 @@
-"""The algorithm catalogue: every keyword strongSwan 5.9 negotiates for ESP, AH and IKE.
+"""The algorithm catalogue: every keyword strongSwan 5.9 negotiates for ESP, AH and IKE, and the
+post-quantum mechanisms of IKEv2 (a post-quantum preshared key, strongSwan 5.7 and later; ML-KEM
+as an additional key exchange, strongSwan 6.0 and later).
 
 Keywords are strongSwan's own (``proposal_keywords_static.txt``), so a suite made of
 them is a valid proposal string as it stands. ``sa_name`` is the name strongSwan prints
@@ -51,7 +53,8 @@ class Algorithm:
     Attributes:
         keyword: strongSwan's canonical keyword.
         kind: what it does.
-        key_size: key length in bits (group size for key exchange), 0 for ``null``.
+        key_size: key length in bits (group size for key exchange, the parameter set for
+            ML-KEM), 0 for ``null``.
         block_size: cipher block size in bits, None where not a block cipher.
         icv_length: integrity check value length in bits, None where there is none.
         protocols: where strongSwan accepts it.
@@ -212,6 +215,23 @@ def _build() -> tuple[Algorithm, ...]:
                   description="2048-bit MODP, 224-bit subgroup (group 23)"),
         Algorithm("modp1024s160", ke, 1024, None, None, _ALL, "MODP_1024_160",
                   description="1024-bit MODP, 160-bit subgroup (group 22)"),
+    )
+
+    # Post-quantum mechanisms (IKEv2 only). ``ppk`` is a post-quantum preshared key (RFC 8784):
+    # no proposal keyword, a conn's ``ppk_id`` and a secret of type PPK, strongSwan 5.7 and
+    # later; ``list-sas`` shows ``/PPK`` after the IKE SA's algorithms. ML-KEM (FIPS 203) is an
+    # additional key exchange (RFC 9370): ``ke1_mlkem768`` after the IKE proposal's group,
+    # strongSwan 6.0 and later, whose ``get-algorithms`` lists it under ``ke``.
+    pq = Kind.POST_QUANTUM
+    add(
+        Algorithm("ppk", pq, 256, None, None, _IKE, "PPK",
+                  description="post-quantum preshared key (RFC 8784), 256 random bits per tunnel"),
+        Algorithm("mlkem512", pq, 512, None, None, _IKE, "ML_KEM_512",
+                  description="ML-KEM-512 (FIPS 203) as an additional key exchange (RFC 9370)"),
+        Algorithm("mlkem768", pq, 768, None, None, _IKE, "ML_KEM_768",
+                  description="ML-KEM-768 (FIPS 203) as an additional key exchange (RFC 9370)"),
+        Algorithm("mlkem1024", pq, 1024, None, None, _IKE, "ML_KEM_1024",
+                  description="ML-KEM-1024 (FIPS 203) as an additional key exchange (RFC 9370)"),
     )
     return tuple(algs)
 

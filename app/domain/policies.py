@@ -111,6 +111,15 @@ class Levels:
     def as_dict(self) -> dict[str, int]:
         return {d: self.get(d) for d in LEVEL_DIMENSIONS}
 
+    def stored(self) -> dict[str, int]:
+        """The levels as a stored request keeps them (a tunnel's provenance, an idempotency
+        fingerprint): ``post_quantum`` only when asked for, so a document written before the
+        level existed and one written after without it read the same."""
+        out = self.as_dict()
+        if not self.post_quantum:
+            del out["post_quantum"]
+        return out
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, where: str = "min_levels") -> Levels:
         if data is None:

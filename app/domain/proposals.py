@@ -4,7 +4,8 @@ Grammar (strongSwan 5.9,):
 
 - ESP: ``encr-integ[-ke]`` or ``aead[-ke]``; AH: ``integ[-ke]``; the key exchange in a
   CHILD_SA proposal only applies to rekeying (PFS).
-- IKE: ``encr-integ-ke`` (PRF implied by the integrity algorithm) or ``aead-prf-ke``.
+- IKE: ``encr-integ-ke`` (PRF implied by the integrity algorithm) or ``aead-prf-ke``, either
+  followed by ``ke1_mlkemNNN`` for a hybrid exchange (RFC 9370, strongSwan 6.0 and later).
 - AEAD and non-AEAD never mix in one proposal; ``default`` is never emitted.
 """
 
@@ -32,11 +33,17 @@ class ParsedProposal:
     integrity: str | None = None
     prf: str | None = None
     key_exchange: str | None = None
+    additional_key_exchange: str | None = None
 
     def to_string(self) -> str:
         """The proposal string in strongSwan's order."""
-        parts = [self.aead or self.encryption, self.integrity, self.prf, self.key_exchange]
+        extra = f"{_KE1}{self.additional_key_exchange}" if self.additional_key_exchange else None
+        parts = [self.aead or self.encryption, self.integrity, self.prf, self.key_exchange, extra]
         return "-".join(p for p in parts if p)
+
+
+#: The prefix of the first additional key exchange in a proposal (RFC 9370; strongSwan 6.0).
+_KE1 = "ke1_"
 
 
 def build(
@@ -47,6 +54,7 @@ def build(
     integrity: str | None = None,
     prf: str | None = None,
     key_exchange: str | None = None,
+    additional_key_exchange: str | None = None,
     allow_encryption_only: bool = False,
 ) -> str:
     """A checked proposal string for ``protocol`` from canonical keywords.
@@ -59,7 +67,7 @@ def build(
     Raises:
         InvalidProposal: the combination breaks strongSwan's grammar.
     """
-    parsed = ParsedProposal(protocol, encryption, aead, integrity, prf, key_exchange)
+    parsed = ParsedProposal(protocol, encryption, aead, integrity, prf, key_exchange, additional_key_exchange)
     _check(parsed, allow_encryption_only=allow_encryption_only)
     return parsed.to_string()
 
@@ -76,11 +84,15 @@ def parse(text: str, protocol: Protocol, *, allow_encryption_only: bool = False)
         raise InvalidProposal("'default' is never used: strongSwan's default list contains 3DES and SHA-1")
     roles: dict[str, str] = {}
     for token in text.split("-"):
+        additional = token.lower().startswith(_KE1)
         try:
-            alg = lookup(token)
+            alg = lookup(token[len(_KE1):] if additional else token)
         except UnknownAlgorithm as exc:
             raise InvalidProposal(f"proposal {text[:64]!r}: {exc.message}") from exc
-        role = "aead" if alg.kind is Kind.AEAD else alg.kind.value
+        if alg.kind is Kind.POST_QUANTUM and not additional:
+            raise InvalidProposal(f"proposal {text[:64]!r}: {alg.keyword} is a post-quantum mechanism, not a "
+                                  f"proposal keyword (ML-KEM goes after the group as {_KE1}mlkemNNN)")
+        role = "additional_key_exchange" if additional else "aead" if alg.kind is Kind.AEAD else alg.kind.value
         if role in roles:
             raise InvalidProposal(f"proposal {text[:64]!r}: more than one {role} algorithm")
         roles[role] = alg.keyword
@@ -91,12 +103,16 @@ def parse(text: str, protocol: Protocol, *, allow_encryption_only: bool = False)
         integrity=roles.get("integrity"),
         prf=roles.get("prf"),
         key_exchange=roles.get("key_exchange"),
+        additional_key_exchange=roles.get("additional_key_exchange"),
     )
     _check(parsed, allow_encryption_only=allow_encryption_only)
     return parsed
 
 
 def _check(p: ParsedProposal, *, allow_encryption_only: bool) -> None:
+    extra = p.additional_key_exchange
+    if extra is not None and (p.protocol is not Protocol.IKE or not extra.startswith("mlkem")):
+        raise InvalidProposal(f"{_KE1}{extra}: an additional key exchange is ML-KEM in an IKE proposal")
     for keyword in (p.encryption, p.aead, p.integrity, p.prf, p.key_exchange):
         if keyword is not None and not lookup(keyword).usable_in(p.protocol):
             raise InvalidProposal(f"{keyword} cannot be used in an {p.protocol.value.upper()} proposal")
@@ -106,6 +122,8 @@ def _check(p: ParsedProposal, *, allow_encryption_only: bool) -> None:
         raise InvalidProposal(f"{p.aead} is not an AEAD algorithm")
     if p.integrity and lookup(p.integrity).kind is not Kind.INTEGRITY:
         raise InvalidProposal(f"{p.integrity} is not an integrity algorithm")
+    if p.key_exchange and lookup(p.key_exchange).kind is not Kind.KEY_EXCHANGE:
+        raise InvalidProposal(f"{p.key_exchange} is not a key-exchange group")
     if p.aead and (p.encryption or p.integrity):
         raise InvalidProposal("AEAD and non-AEAD algorithms never mix in one proposal")
     if p.protocol is Protocol.AH:

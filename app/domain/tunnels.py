@@ -9,6 +9,7 @@ and the tunnel id are made by the caller).
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -32,10 +33,13 @@ __all__ = [
     "conn_name",
     "conn_payload",
     "expected_sa",
+    "gateway_capabilities",
+    "has_ppk",
     "is_tunnel_conn",
     "keywords_from_charon",
     "mismatches",
     "parse_traffic_selectors",
+    "ppk_secret_name",
 ]
 
 #: Every conn and secret qoss loads into a charon starts with this.
@@ -234,11 +238,13 @@ def conn_payload(
     mode: str,
     ike_lifetime: int,
     child_lifetime: int,
+    ppk_id: str | None = None,
 ) -> dict[str, Any]:
     """The VICI ``load-conn`` settings of connection ``name`` for one end (IKEv2, PSK, one proposal each).
 
     The responder gets the same single proposals as the initiator, so strongSwan can only
-    agree on what qoss chose (never ``default``).
+    agree on what qoss chose (never ``default``). ``ppk_id``: the post-quantum preshared key
+    both ends must use (RFC 8784, ``ppk_required``: an end without it is refused; strongSwan 5.7).
     """
     child: dict[str, Any] = {
         "local_ts": list(local.traffic_selectors),
@@ -261,7 +267,15 @@ def conn_payload(
         **psk_ends(local.identity, remote.identity),
         "children": {name: child},
     }
+    if ppk_id is not None:
+        conn.update(ppk_id=ppk_id, ppk_required="yes")
     return conn
+
+
+def ppk_secret_name(conn: str) -> str:
+    """The id under which a tunnel's post-quantum preshared key is loaded into charon (beside
+    its PSK, loaded as ``conn``), so it is unloaded with the tunnel."""
+    return f"{conn}-ppk"
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +291,10 @@ class ExpectedSa:
     child_encr: str | None
     child_encr_keysize: int | None
     child_integ: str | None
+    #: a post-quantum preshared key mixed into the IKE_SA's keys (and none where none was chosen)
+    ike_ppk: bool = False
+    #: the IKE_SA's additional key exchange (ML-KEM), in strongSwan's name
+    ike_additional_ke: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +312,8 @@ class ObservedSa:
     child_encr: str | None
     child_encr_keysize: int | None
     child_integ: str | None
+    ike_ppk: bool = False
+    ike_additional_ke: str | None = None
 
 
 _VARIABLE_KEY = ("AES_", "CAMELLIA_", "BLOWFISH_", "NULL_AES_GMAC")
@@ -305,8 +325,9 @@ def _keysize(keyword: str) -> int | None:
 
 
 def expected_sa(*, ike: Mapping[str, str | None], protocol: str, encryption: str | None,
-                integrity: str | None) -> ExpectedSa:
-    """The names ``list-sas`` reports for a negotiated IKE proposal and ESP/AH suite."""
+                integrity: str | None, post_quantum: str | None = None) -> ExpectedSa:
+    """The names ``list-sas`` reports for a negotiated IKE proposal and ESP/AH suite, and its
+    post-quantum mechanism (``ppk``, an ML-KEM keyword, or None)."""
     ike_encr = ike["encryption"]
     ike_prf = ike["prf"]
     ike_dh = ike["key_exchange"]
@@ -323,6 +344,8 @@ def expected_sa(*, ike: Mapping[str, str | None], protocol: str, encryption: str
         child_encr=CATALOGUE[encryption].sa_name if encryption else None,
         child_encr_keysize=_keysize(encryption) if encryption else None,
         child_integ=CATALOGUE[integrity].sa_name if integrity else None,
+        ike_ppk=post_quantum == "ppk",
+        ike_additional_ke=CATALOGUE[post_quantum].sa_name if post_quantum and post_quantum != "ppk" else None,
     )
 
 
@@ -342,6 +365,11 @@ def mismatches(expected: ExpectedSa, observed: ObservedSa) -> list[str]:
         ("CHILD_SA encryption", expected.child_encr, observed.child_encr),
         ("CHILD_SA integrity", expected.child_integ, observed.child_integ),
     ]
+    if expected.ike_ppk != observed.ike_ppk:
+        out.append("IKE post-quantum preshared key: " + ("none negotiated, chosen ppk" if expected.ike_ppk
+                                                         else "negotiated, none chosen"))
+    if expected.ike_additional_ke != observed.ike_additional_ke:
+        pairs.append(("IKE additional key exchange", expected.ike_additional_ke, observed.ike_additional_ke))
     if expected.ike_encr_keysize is not None:
         pairs.append(("IKE key size", expected.ike_encr_keysize, observed.ike_encr_keysize))
     if expected.child_encr_keysize is not None:
@@ -352,20 +380,22 @@ def mismatches(expected: ExpectedSa, observed: ObservedSa) -> list[str]:
     return out
 
 
-def keywords_from_charon(sections: Mapping[str, Mapping[str, str]]) -> frozenset[str]:
-    """Catalogue keywords a charon can use, from VICI ``get-algorithms`` sections.
+def keywords_from_charon(sections: Mapping[str, Mapping[str, str]], *, version: str | None = None) -> frozenset[str]:
+    """Catalogue keywords a charon can use, from VICI ``get-algorithms`` sections and its version.
 
     ``get-algorithms`` names algorithms without key sizes (``AES_CBC``), so every key
     size of a listed algorithm counts; the 5.9 ``dh`` and 6.0 ``ke`` sections are both
-    read. Names qoss does not know are ignored.
+    read, ML-KEM (``ML_KEM_768``, strongSwan 6.0) among them. Names qoss does not know are
+    ignored. A post-quantum preshared key (``ppk``) is no algorithm charon lists: a charon
+    has it from strongSwan 5.7 (``version``, as VICI ``version`` answers it, e.g. ``5.9.8``).
     """
     by_section = {
         "encryption": (Kind.ENCRYPTION, Kind.AEAD),
         "aead": (Kind.AEAD,),
         "integrity": (Kind.INTEGRITY,),
         "prf": (Kind.PRF,),
-        "dh": (Kind.KEY_EXCHANGE,),
-        "ke": (Kind.KEY_EXCHANGE,),
+        "dh": (Kind.KEY_EXCHANGE, Kind.POST_QUANTUM),
+        "ke": (Kind.KEY_EXCHANGE, Kind.POST_QUANTUM),
     }
     found: set[str] = set()
     for section, kinds in by_section.items():
@@ -375,7 +405,29 @@ def keywords_from_charon(sections: Mapping[str, Mapping[str, str]]) -> frozenset
                 found.add(alg.keyword)
     if "NULL" in set(sections.get("encryption", {})):
         found.add(lookup("null").keyword)
+    if has_ppk(version):
+        found.add("ppk")
     return frozenset(found)
+
+
+#: The first strongSwan release with post-quantum preshared keys (RFC 8784).
+PPK_SINCE: tuple[int, int] = (5, 7)
+
+
+def has_ppk(version: str | None) -> bool:
+    """Whether a charon of this version (``5.9.8``, or ``charon 5.9.8`` as a gateway records it)
+    does RFC 8784 post-quantum preshared keys; an unreadable version does not."""
+    if not version:
+        return False
+    found = re.search(r"(\d+)\.(\d+)", version)
+    return found is not None and (int(found.group(1)), int(found.group(2))) >= PPK_SINCE
+
+
+def gateway_capabilities(gateway: Gateway) -> frozenset[str]:
+    """What a registered gateway's charon can use: the algorithms read at registration, and a
+    post-quantum preshared key where its recorded version has one (a gateway registered before
+    qoss knew of them gains it without a refresh)."""
+    return gateway.algorithms | ({"ppk"} if has_ppk(gateway.version) else frozenset())
 
 
 def _charon_name_matches(sa_name: str, names: set[str]) -> bool:

@@ -87,7 +87,7 @@ def _read_capabilities(gateway: Gateway, vici: ViciFactory, socket_path: str) ->
         if not (version.daemon.strip() and version.version.strip()):
             raise _NotACharon("its version reply names no daemon or no version")
         stats = v.stats()
-        algorithms = keywords_from_charon(v.get_algorithms().as_sections())
+        algorithms = keywords_from_charon(v.get_algorithms().as_sections(), version=version.version)
     except GatewayError as exc:
         raise _NotACharon(exc.message) from exc
     return Gateway(

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.domain.errors import Conflict, InvalidInput
+from app.domain.policies import Levels
 from app.domain.ports import StoredAnswer, UnitOfWork, UnitOfWorkFactory
 from app.domain.requests import Secret, TunnelSpec
 
@@ -58,6 +59,8 @@ def _sealed(value: Any, key: bytes) -> Any:
     if isinstance(value, Secret):
         data = value.get_secret_value().encode("utf-8")
         return {"hmac-sha256": hmac.new(key, data, hashlib.sha256).hexdigest()}
+    if isinstance(value, Levels):
+        return value.stored()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _sealed(getattr(value, f.name), key) for f in dataclasses.fields(value)}
     if isinstance(value, dict):

@@ -8,7 +8,7 @@ from typing import Any
 
 from app.domain.errors import GatewayError, GatewayRejected
 from app.domain.ports import UnitOfWork, ViciFactory
-from app.domain.tunnels import TunnelState, is_tunnel_conn
+from app.domain.tunnels import TunnelState, is_tunnel_conn, ppk_secret_name
 from app.services.tunnel_setup import bring_up, established, teardown
 from app.services.tunnels import result_from
 
@@ -53,7 +53,7 @@ def reconcile(*, uow: UnitOfWork, vici: ViciFactory, default_table: str) -> Reco
     gateways = {g.name: g for g in uow.gateways.list()}
     tunnels = uow.tunnels
     records = tunnels.list()
-    known = {r.conn for r in records}
+    known = {r.conn for r in records} | {ppk_secret_name(r.conn) for r in records}
     conns: dict[str, set[str]] = {}
     for name, gw in gateways.items():
         v = vici(gw.vici_socket)

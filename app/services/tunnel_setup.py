@@ -6,7 +6,10 @@ ends must show exactly the chosen algorithms: in charon's own report of the CHIL
 coming up (``child-updown``), or else in their ``list-sas``. Any failure on the way
 unloads everything that was loaded, on both ends, before the error reaches the caller.
 The PSK is 32 fresh random bytes per tunnel, handed to charon and otherwise forgotten:
-never stored, logged or returned.
+never stored, logged or returned. A tunnel whose negotiation chose a post-quantum preshared key
+(RFC 8784) gets one the same way, on every load: 32 fresh random bytes under a random PPK id,
+loaded into both charons beside the PSK (``load-shared`` of type PPK), the conns naming the id
+with ``ppk_required`` (an end without the key is refused), unloaded with the tunnel.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed
+from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed, UnsupportedProtection
 from app.domain.negotiation import NegotiationResult
 from app.domain.ports import (
     CharonCommand,
@@ -43,6 +46,7 @@ from app.domain.tunnels import (
     conn_payload,
     expected_sa,
     mismatches,
+    ppk_secret_name,
 )
 
 __all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "move", "observed_sa",
@@ -88,6 +92,8 @@ def observed_sa(sas: Sequence[Any], name: str, *, besides: frozenset[int] = froz
             ike_integ=sa.integ_alg,
             ike_prf=sa.prf_alg,
             ike_dh=sa.dh_group,
+            ike_ppk=sa.ppk,
+            ike_additional_ke=sa.additional_ke,
             child_state=child.state if child else None,
             child_protocol=child.protocol if child else None,
             child_encr=child.encr_alg if child else None,
@@ -98,20 +104,55 @@ def observed_sa(sas: Sequence[Any], name: str, *, besides: frozenset[int] = froz
 
 
 def _rollback(name: str, initiator: ViciPort, responder: ViciPort | None,
-              loaded: list[tuple[str, ViciPort]]) -> None:
+              loaded: list[tuple[str, str, ViciPort]]) -> None:
     """Undo a partial set-up: terminate, then unload every conn and secret that was loaded."""
     for v in (initiator, responder):
         if v is not None:
             with contextlib.suppress(GatewayError, ValueError):
                 v.terminate(ike=name, timeout_ms=3000, force=True)
-    for what, v in reversed(loaded):
+    for what, loaded_id, v in reversed(loaded):
         try:
             if what == "conn":
-                v.unload_conn(name)
+                v.unload_conn(loaded_id)
             else:
-                v.unload_shared(name)
+                v.unload_shared(loaded_id)
         except GatewayError as exc:
-            log.warning("rollback of %s %s on %s failed: %s", what, name, v.socket_path, exc.message)
+            log.warning("rollback of %s %s on %s failed: %s", what, loaded_id, v.socket_path, exc.message)
+
+
+def _new_ppk(result: NegotiationResult, far: Gateway | PeerEnd) -> tuple[str, bytes] | None:
+    """A fresh post-quantum preshared key and its id (random) where the negotiation chose one.
+
+    Raises:
+        UnsupportedProtection: the far end is not a charon qoss loads (qoss could not hand it the key).
+    """
+    if result.suite.post_quantum != "ppk":
+        return None
+    if isinstance(far, PeerEnd):
+        raise UnsupportedProtection(
+            "post_quantum: a post-quantum preshared key must reach both ends, and qoss loads only its own "
+            "gateways: a tunnel to an unmanaged peer cannot have one")
+    return f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32)
+
+
+def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
+    """Load (or replace) conn ``name``'s post-quantum preshared key into one charon.
+
+    Raises:
+        GatewayError: charon refused it or did not answer.
+    """
+    reply = v.batch([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")])[0]
+    if isinstance(reply, GatewayError):
+        raise reply
+
+
+def _secret_loads(name: str, psk: bytes, local: TunnelEnd, remote: TunnelEnd,
+                  ppk: tuple[str, bytes] | None) -> list[CharonCommand]:
+    """One end's secrets: the PSK for the two identities, and the PPK (owned by its id) if any."""
+    out: list[CharonCommand] = [LoadShared(name, psk, (local.identity, remote.identity))]
+    if ppk is not None:
+        out.append(LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK"))
+    return out
 
 
 def bring_up(
@@ -127,8 +168,13 @@ def bring_up(
     ``reports``: charon's reports of SAs coming up. An end whose report (within
     :data:`REPORT_WAIT` seconds) shows exactly the expected algorithms is verified by it;
     any other end by its ``list-sas``, as without ``reports``.
+
+    Raises:
+        UnsupportedProtection: a post-quantum preshared key was chosen for a tunnel to an
+            unmanaged peer (nothing was loaded).
     """
     name = conn_name(tunnel_id)
+    ppk = _new_ppk(result, far)
     v_init = vici(initiator.vici_socket)
     v_resp = None if isinstance(far, PeerEnd) else vici(far.vici_socket)
     left, right = _ends(tunnel_id, initiator, far, local_ts, remote_ts)
@@ -136,7 +182,7 @@ def bring_up(
     assert ike_proposal is not None
     if psk is None:
         psk = secrets.token_bytes(32)
-    loaded: list[tuple[str, ViciPort]] = []
+    loaded: list[tuple[str, str, ViciPort]] = []
     try:
         # Both ends' secrets and conns are independent of each other and nothing starts
         # before ``initiate`` (start_action none): each end's two loads go out at once on a
@@ -148,8 +194,9 @@ def bring_up(
                 name=name, local=local, remote=remote, ike_proposal=ike_proposal,
                 esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
                 ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+                ppk_id=ppk[0] if ppk is not None else None,
             )
-            loads.append((v, [LoadShared(name, psk, (local.identity, remote.identity)), LoadConn(name, conn)]))
+            loads.append((v, [*_secret_loads(name, psk, local, remote, ppk), LoadConn(name, conn)]))
         _load_together(loaded, loads)
         sides = [(v_init, initiator.name)]
         if v_resp is not None:
@@ -157,15 +204,17 @@ def bring_up(
         with contextlib.ExitStack() as stack:
             waits = [stack.enter_context(reports.expect(v.socket_path, name)) if reports is not None else None
                      for v, _ in sides]
-            # Between two managed charons whose reports arrive, charon is asked to initiate without
-            # waiting: none of its worker threads is held and no log is streamed while the IKE_SA is
-            # negotiated, and the reports say when the SAs are up. To an unmanaged peer (whose
-            # refusals need charon's log to be told), charon waits and answers with the outcome.
-            detached = reports is not None and v_resp is not None and reports.detached(v_init.socket_path)
+            # Between two managed charons (here, or a peer qoss's) whose reports arrive, charon is asked
+            # to initiate without waiting: none of its worker threads is held and no log is streamed
+            # while the IKE_SA is negotiated, and the reports say when the SAs are up. To an unmanaged
+            # peer (whose refusals need charon's log to be told), charon waits and answers with the outcome.
+            managed = v_resp is not None or (isinstance(far, PeerEnd) and far.site is not None)
+            detached = reports is not None and managed and reports.detached(v_init.socket_path)
             until = time.monotonic() + INITIATE_TIMEOUT_MS / 1000
             v_init.initiate(child=name, ike=name, timeout_ms=-1 if detached else INITIATE_TIMEOUT_MS)
             expected = expected_sa(ike=result.ike, protocol=result.suite.protocol,
-                                   encryption=result.suite.encryption, integrity=result.suite.integrity)
+                                   encryption=result.suite.encryption, integrity=result.suite.integrity,
+                                   post_quantum=result.suite.post_quantum)
             # What charon reported as it installed the SAs, if it matches; otherwise (no report
             # in time, or a report that does not match) what list-sas says now decides. One
             # REPORT_WAIT for both ends together, not one after the other.
@@ -241,7 +290,7 @@ def _verify(side: str, sas: Sequence[Any], name: str, expected: ExpectedSa, *,
         raise TunnelVerificationFailed(f"{side}: " + "; ".join(wrong))
 
 
-def _load_together(loaded: list[tuple[str, ViciPort]], loads: Sequence[tuple[ViciPort, Sequence[CharonCommand]]],
+def _load_together(loaded: list[tuple[str, str, ViciPort]], loads: Sequence[tuple[ViciPort, Sequence[CharonCommand]]],
                    ) -> None:
     """Write each charon's loads at once on a pipeline of its own, then read every reply: the
     charons work side by side and no thread waits for either. Each load charon accepted is
@@ -266,8 +315,10 @@ def _load_together(loaded: list[tuple[str, ViciPort]], loads: Sequence[tuple[Vic
             for command, reply in zip(commands, replies, strict=True):
                 if isinstance(reply, GatewayError):
                     first = first or reply
-                else:
-                    loaded.append(("shared" if isinstance(command, LoadShared) else "conn", v))
+                elif isinstance(command, LoadShared):
+                    loaded.append(("shared", command.name, v))
+                elif isinstance(command, LoadConn):
+                    loaded.append(("conn", command.name, v))
     if first is not None:
         raise first
 
@@ -286,6 +337,8 @@ def teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None
     name = record.conn
     commands: list[CharonCommand] = [Terminate(name), Unload("conn", name),
                                      Unload("shared", name)]
+    if _uses_ppk(record):
+        commands.append(Unload("shared", ppk_secret_name(name)))
     errors: list[GatewayError] = []
     with contextlib.ExitStack() as stack:
         sent: list[CharonPipeline] = []
@@ -305,12 +358,18 @@ def teardown(record: TunnelRecord, initiator: Gateway, responder: Gateway | None
             except GatewayError as exc:
                 errors.append(exc)
                 continue
-            _, conn, shared = replies  # terminate refused ("no matching SAs"): nothing was up
+            _, conn, *shared = replies  # terminate refused ("no matching SAs"): nothing was up
             if isinstance(conn, GatewayRejected) and "not found" in conn.message:
                 conn = None
-            errors += [r for r in (conn, shared) if isinstance(r, GatewayRejected)]
+            errors += [r for r in (conn, *shared) if isinstance(r, GatewayRejected)]
     if errors and strict:
         raise errors[0]
+
+
+def _uses_ppk(record: TunnelRecord) -> bool:
+    """Whether a tunnel's recorded negotiation chose a post-quantum preshared key."""
+    suite = record.negotiation.get("suite")
+    return isinstance(suite, Mapping) and suite.get("post_quantum") == "ppk"
 
 
 def established_everywhere(vici: ViciFactory, gateways: Sequence[Gateway], name: str) -> bool:
@@ -337,12 +396,14 @@ def established(vici: ViciFactory, gateway: Gateway, name: str) -> bool:
         return False
 
 
-def _conn(name: str, local: TunnelEnd, remote: TunnelEnd, result: NegotiationResult) -> dict[str, Any]:
+def _conn(name: str, local: TunnelEnd, remote: TunnelEnd, result: NegotiationResult,
+          ppk_id: str | None = None) -> dict[str, Any]:
     ike_proposal = result.proposals["ike"]
     assert ike_proposal is not None
     return conn_payload(name=name, local=local, remote=remote, ike_proposal=ike_proposal,
                         esp_proposal=result.proposals["esp"], ah_proposal=result.proposals["ah"], mode=result.mode,
-                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"])
+                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
+                        ppk_id=ppk_id)
 
 
 def _ours(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
@@ -358,7 +419,9 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
 
     Both ends get the conn with the new proposals (responder first); the initiator then
     initiates the CHILD_SA again: charon negotiates it beside the old one (inside the same
-    IKE_SA, or in a new IKE_SA when the IKE proposal changed), and both ends' ``list-sas``
+    IKE_SA, or in a new IKE_SA when the IKE proposal changed or either suite has a post-quantum
+    preshared key: a PPK is mixed into an IKE_SA's keys as it is made, so a new suite with one
+    gets a fresh PPK on both ends and a new IKE_SA), and both ends' ``list-sas``
     must show the new CHILD_SA with exactly the new algorithms. Only then may the old
     CHILD_SAs (or the old IKE_SA) be closed: traffic always has an installed SA. If anything
     fails before that, the old proposals are loaded back and whatever new SA came up is
@@ -376,21 +439,31 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
     left, right = _ends(record.id, initiator, responder, record.local_ts, record.remote_ts)
     sides = [(v_init, initiator.name), (v_resp, responder.name)]
     before = [_ours(v.list_sas(ike=name), name) for v, _ in sides]
+    ppk = _new_ppk(new, responder)
 
-    def load(result: NegotiationResult) -> None:
+    def load(result: NegotiationResult, ppk_id: str | None = None) -> None:
         for v, local, remote in ((v_resp, right, left), (v_init, left, right)):
-            v.load_conn(name, _conn(name, local, remote, result))
+            v.load_conn(name, _conn(name, local, remote, result, ppk_id))
 
     try:
-        load(new)
+        if ppk is not None:  # the same id replaces the old tunnel's PPK, if it had one
+            for v in (v_resp, v_init):
+                _load_ppk(v, name, ppk)
+        load(new, ppk[0] if ppk is not None else None)
         v_init.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
         expected = expected_sa(ike=new.ike, protocol=new.suite.protocol, encryption=new.suite.encryption,
-                               integrity=new.suite.integrity)
+                               integrity=new.suite.integrity, post_quantum=new.suite.post_quantum)
         for (v, side_name), (_, old_children) in zip(sides, before, strict=True):
             _verify(side_name, v.list_sas(ike=name), name, expected, besides=old_children)
     except BaseException:
         with contextlib.suppress(GatewayError, ValueError):
-            load(old)
+            # An old suite with a PPK is loaded back with a fresh one on both ends (its key is
+            # never kept, and a new one may have replaced it): the running IKE_SA needs none.
+            restore = _new_ppk(old, responder)
+            if restore is not None:
+                for v in (v_resp, v_init):
+                    _load_ppk(v, name, restore)
+            load(old, restore[0] if restore is not None else None)
         with contextlib.suppress(GatewayError, ValueError):
             old_ikes, old_children = before[0]
             now_ikes, now_children = _ours(v_init.list_sas(ike=name), name)
@@ -400,7 +473,8 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
                 v_init.terminate(child_id=child_id, timeout_ms=3000, force=True)
         raise
     old_ikes, old_children = before[0]
-    new_ike = new.proposals["ike"] != old.proposals["ike"]  # then the new CHILD_SA lives in a new IKE_SA
+    # then the new CHILD_SA lives in a new IKE_SA
+    new_ike = new.proposals["ike"] != old.proposals["ike"] or "ppk" in (new.suite.post_quantum, old.suite.post_quantum)
 
     def close_old() -> None:
         for ike_id in sorted(old_ikes) if new_ike else ():
@@ -409,5 +483,9 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
         for child_id in () if new_ike else sorted(old_children):
             with contextlib.suppress(GatewayError):
                 v_init.terminate(child_id=child_id, timeout_ms=3000)
+        if old.suite.post_quantum == "ppk" and ppk is None:  # the new suite has none: its key goes too
+            for v in (v_resp, v_init):
+                with contextlib.suppress(GatewayError):
+                    v.unload_shared(ppk_secret_name(name))
 
     return close_old

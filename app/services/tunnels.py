@@ -37,7 +37,14 @@ from app.domain.ports import (
     error_label,
 )
 from app.domain.requests import NegotiationSpec, PeerSpec, TunnelPeerSpec, TunnelSpec
-from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, parse_traffic_selectors
+from app.domain.tunnels import (
+    Gateway,
+    PeerEnd,
+    TunnelRecord,
+    TunnelState,
+    gateway_capabilities,
+    parse_traffic_selectors,
+)
 from app.services import idempotency as idem
 from app.services.negotiation import run_negotiation
 from app.services.tunnel_setup import bring_up, teardown
@@ -66,7 +73,7 @@ def negotiation_inputs(request: TunnelSpec) -> dict[str, Any]:
     peer_supports = request.peer.supports if request.peer is not None else None
     return {
         "policy": request.policy,
-        "min_levels": dataclasses.asdict(request.min_levels) if request.min_levels is not None else None,
+        "min_levels": request.min_levels.stored() if request.min_levels is not None else None,
         "objective_id": request.objective_id,
         "objectives": list(request.objectives) if request.objectives is not None else None,
         "forbids": list(request.forbids),
@@ -102,11 +109,13 @@ def negotiate_tunnel(
         NoFeasibleSuite: nothing meets the minimums (409).
         UnsupportedProtection: the request asks for no IPsec.
     """
-    peers = [PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms)))]
+    peers = [PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(gateway_capabilities(initiator))))]
     if responder is not None:
-        peers.append(PeerSpec(name=f"gw-{responder.name}"[:64], supports=tuple(sorted(responder.algorithms))))
+        peers.append(PeerSpec(name=f"gw-{responder.name}"[:64],
+                              supports=tuple(sorted(gateway_capabilities(responder)))))
     elif inputs.get("peer_supports") is not None:
-        peers.append(PeerSpec(name="peer", supports=tuple(inputs["peer_supports"])))
+        # qoss cannot hand an unmanaged peer a post-quantum preshared key, whatever it declares
+        peers.append(PeerSpec(name="peer", supports=tuple(k for k in inputs["peer_supports"] if k != "ppk")))
     if pinned is not None:
         peers.append(PeerSpec(name="current-suite", supports=tuple(pinned)))
     peers.append(request_peer(inputs))
@@ -392,7 +401,7 @@ def tunnel_status(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> dict
         if sa.name != record.conn:
             continue
         live.update(ike_state=sa.state, encr_alg=sa.encr_alg, integ_alg=sa.integ_alg, prf_alg=sa.prf_alg,
-                    dh_group=sa.dh_group)
+                    dh_group=sa.dh_group, ppk=sa.ppk)
         for child in sa.children:
             if child.name == record.conn:
                 live.update(child_state=child.state, esp_encr_alg=child.encr_alg,

@@ -56,9 +56,9 @@ async def test_contract_example_two_peers(client: httpx.AsyncClient) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["suite"] == {"protocol": "esp", "encryption": "aes128", "integrity": "sha1",
-                             "key_exchange": "modp2048", "aead": False}
+                             "key_exchange": "modp2048", "aead": False, "post_quantum": None}
     assert body["proposals"] == {"esp": "aes128-sha1-modp2048", "ah": None, "ike": "aes128-sha256-modp2048"}
-    assert body["levels"] == {"confidentiality": 8, "integrity": 5, "key_exchange": 6}
+    assert body["levels"] == {"confidentiality": 8, "integrity": 5, "key_exchange": 6, "post_quantum": 0}
     assert body["cost"] == pytest.approx(0.29, abs=0.005)
     md5 = [x for x in body["rejected"] if x["algorithm"] == "md5"]
     assert md5

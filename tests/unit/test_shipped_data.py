@@ -125,6 +125,7 @@ PROPOSED: dict[str, dict[str, int]] = {
         "modp6144": 8, "modp8192": 9, "modp1024s160": 1, "modp2048s224": 4, "modp2048s256": 4,
         "ecp192": 3, "ecp224": 5, "ecp256": 8, "ecp384": 9, "ecp521": 10, "ecp224bp": 5, "ecp256bp": 8,
         "ecp384bp": 9, "ecp512bp": 10, "x25519": 8, "x448": 9}.items()},
+    **{k: {"post_quantum": v} for k, v in {"ppk": 9, "mlkem512": 8, "mlkem768": 9, "mlkem1024": 10}.items()},
 }
 
 

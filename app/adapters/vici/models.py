@@ -200,6 +200,11 @@ class IkeSa:
     initiator: bool = False
     local_vips: tuple[str, ...] = ()
     remote_vips: tuple[str, ...] = ()
+    #: whether a post-quantum preshared key was mixed into its keys (RFC 8784; ``ppk`` yes,
+    #: strongSwan 5.7 and later; ``swanctl --list-sas`` prints ``/PPK``)
+    ppk: bool = False
+    #: its first additional key exchange (RFC 9370; ``ake1``, strongSwan 6.0), e.g. ``ML_KEM_768``
+    additional_ke: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,6 +331,8 @@ def parse_ike_sa(name: str, msg: Mapping[str, Any]) -> IkeSa:
         initiator=_str(msg, "initiator") == "yes",
         local_vips=_strs(msg, "local-vips"),
         remote_vips=_strs(msg, "remote-vips"),
+        ppk=_str(msg, "ppk") == "yes",
+        additional_ke=_str(msg, "ake1"),
     )
 
 

@@ -14,7 +14,14 @@ from app.domain.errors import NoFeasibleSuite, UnmetRequirement
 from app.domain.negotiation.context import Context
 from app.domain.ratings import Rating
 
-__all__ = ["negotiate_post_quantum", "with_post_quantum"]
+__all__ = ["PEERED_POST_QUANTUM", "negotiate_post_quantum", "with_post_quantum"]
+
+#: Why a tunnel with a peer (another qoss) is refused a post-quantum minimum: its preshared key
+#: would have to cross to the peer, and only a quantum-resistant channel may carry it.
+PEERED_POST_QUANTUM = (
+    "post_quantum: a tunnel with a peer cannot have post-quantum protection yet: its preshared key would "
+    "have to cross to the peer, and the peering channel is not quantum-resistant; ask for post_quantum 0 "
+    "or use a tunnel between this service's own gateways")
 
 
 def negotiate_post_quantum(ctx: Context) -> tuple[str | None, int]:

@@ -10,10 +10,10 @@ ranking of every feasible suite), never from a second set of rules:
 - *not rated*: the table that prices X's kind has no row for it;
 - *costlier*: X passes every check, and the cheapest suite the engine ranks with X in it
   costs this much more than the chosen one (in the negotiation's own cost unit); for a
-  key-exchange group, the group's cost beside the chosen group's;
+  key-exchange group or a post-quantum mechanism, its cost beside the chosen one's;
 - *unused*: X passes every check but cannot take part in the suite the peers need (an
   encryption algorithm when AH was negotiated, a PRF the IKE proposal did not need, a
-  combination ruled out by a throughput need).
+  combination ruled out by a throughput need, a post-quantum mechanism nobody asked for).
 
 :func:`explain` is pure: the service (``app/services/why_not.py``) runs the negotiations and
 hands it the pricing table and, when asked, the ranking of every suite.
@@ -34,7 +34,7 @@ __all__ = ["EVERY_SUITE", "WhyNot", "explain"]
 
 #: Enough alternatives for the engine to rank every feasible suite of a full catalogue.
 EVERY_SUITE = 10_000
-_BELOW = re.compile(r"^(?P<level>confidentiality|integrity|key_exchange) (?P<have>\S+) < (?P<need>\d+) "
+_BELOW = re.compile(r"^(?P<level>confidentiality|integrity|key_exchange|post_quantum) (?P<have>\S+) < (?P<need>\d+) "
                     r"required by (?P<peer>.+)$")
 
 
@@ -44,7 +44,7 @@ class WhyNot:
 
     Attributes:
         algorithm: X, as its canonical keyword.
-        kind: X's kind (encryption, aead, integrity, prf, key_exchange).
+        kind: X's kind (encryption, aead, integrity, prf, key_exchange, post_quantum).
         verdict: ``chosen``, ``rejected``, ``not_rated``, ``costlier`` or ``unused``.
         reason: one sentence that says why.
         peer: the peer whose policy or table rejected X, if one did.
@@ -115,6 +115,8 @@ def explain(result: NegotiationResult, keyword: str, *, pricing: Callable[[Kind]
         return WhyNot(kw, kind.value, "not_rated", f"{kw} is not in the rating table {prices.name}")
     if kind is Kind.KEY_EXCHANGE:
         return _group(result, kw, prices)
+    if kind is Kind.POST_QUANTUM:
+        return _mechanism(result, kw, prices)
     if kind is Kind.PRF:
         return WhyNot(kw, kind.value, "unused", f"{kw} passes every check, but the cheapest IKE proposal "
                                                 f"({result.ike.get('proposal')}) uses {result.ike.get('prf')}")
@@ -123,6 +125,8 @@ def explain(result: NegotiationResult, keyword: str, *, pricing: Callable[[Kind]
 
 def _chosen_as(result: NegotiationResult, kw: str) -> str | None:
     suite = result.suite
+    if kw == suite.post_quantum:
+        return f"it is the tunnel's post-quantum protection (level {result.levels.post_quantum})"
     if kw in (suite.encryption, suite.integrity):
         proposal = result.proposals.get("esp") or result.proposals.get("ah")
         return f"it is in the {suite.protocol.upper()} proposal {proposal}"
@@ -145,6 +149,25 @@ def _group(result: NegotiationResult, kw: str, table: RatingTable) -> WhyNot:
         reason = (f"{kw} meets every minimum and costs as much as {chosen} ({cost}); {chosen} has the higher "
                   "key-exchange level or comes first in the catalogue")
     return WhyNot(kw, "key_exchange", "costlier", reason, suite=kw, cost=cost, chosen_cost=chosen_cost,
+                  cost_unit="1/performance")
+
+
+def _mechanism(result: NegotiationResult, kw: str, table: RatingTable) -> WhyNot:
+    chosen = result.suite.post_quantum
+    if chosen is None:
+        return WhyNot(kw, "post_quantum", "unused", f"{kw} passes every check, but no peer asks for post-quantum "
+                                                    "protection (post_quantum 0), and none is paid for unasked")
+    mine, theirs = table.get(kw), table.get(chosen)
+    if mine is None or theirs is None:
+        return WhyNot(kw, "post_quantum", "unused", f"{kw} passes every check, but {chosen} was chosen")
+    cost, chosen_cost = round(mine.cost(None), 6), round(theirs.cost(None), 6)
+    if cost > chosen_cost:
+        reason = (f"{kw} meets every minimum but costs more: {cost} against {chosen_cost} for {chosen}, "
+                  f"the post-quantum mechanism chosen ({_more(cost, chosen_cost)})")
+    else:
+        reason = (f"{kw} meets every minimum and costs as much as {chosen} ({cost}); {chosen} has the higher "
+                  "post-quantum level or comes first in the catalogue")
+    return WhyNot(kw, "post_quantum", "costlier", reason, suite=kw, cost=cost, chosen_cost=chosen_cost,
                   cost_unit="1/performance")
 
 

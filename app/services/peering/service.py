@@ -47,8 +47,10 @@ from app.domain.errors import (
     PeerNoFeasibleSuite,
     PeerRefused,
     TunnelVerificationFailed,
+    UnsupportedProtection,
 )
 from app.domain.negotiation import Backend, NegotiationResult, Suite
+from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM
 from app.domain.peering import (
     MAX_IKES,
     MAX_SUITES,
@@ -244,6 +246,8 @@ class Peering:
             local_tunnels.request_peer(inputs),
             PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
             inputs=inputs, backends=[initiator.backend])
+        if result.suite.post_quantum is not None:
+            raise UnsupportedProtection(PEERED_POST_QUANTUM)
         ours = _ranked(result)
         ikes = self._ikes(reads, result, peers=(
             PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms))),
