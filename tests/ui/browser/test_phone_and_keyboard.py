@@ -205,7 +205,8 @@ PAGES = ["/ui/tables", "/ui/tables/esaf-2006", "/ui/tables/esaf-2006/revisions",
          "/ui/policies/voip/revert?revision=1",
          "/ui/negotiate", "/ui/negotiate?run=true&p1=a&p1c=5&p2=b&p2i=4&why=sha1",
          "/ui/negotiate?run=true&p1=a&p1c=11", "/ui/policies", "/ui/policies/voip", "/ui/policies/voip/revisions",
-         "/ui/tunnels", "/ui/gateways", "/ui/agent", "/ui/measurements", "/ui/audit", "/ui/audit?outcome=409",
+         "/ui/tunnels", "/ui/gateways", "/ui/peers", "/ui/agent", "/ui/measurements", "/ui/audit",
+         "/ui/audit?outcome=409",
          "/ui/tokens", "/ui/no-such-page"]
 
 
