@@ -1,0 +1,121 @@
+"""My devices on the phone (``/ui/my-devices``), in headless chromium as a phone (390 by 844, touch,
+a phone's user agent), against a served Host and Target over a fake charon.
+
+The phone joins from an invitation (the join page keeps its keys in this browser through its own
+module, phone-keys.js); My devices then lists the device as active, revokes it once the user
+confirms (touch), and shows it revoked, as the administrator's listing does; the confirmation
+is kept back with the keyboard (Escape) and the focus returns to the button. A browser with no
+keys is told to ask for a new invitation; a request that fails or takes too long is told in the
+user's words. Every request goes to Host alone and none carries a private key. Against real
+charons and a stock client: ``tests/integration/agent/test_my_devices.py``.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from playwright.sync_api import Page, Route, expect
+
+from tests.fixtures.agent_roles import SERVER_ID
+from tests.ui.browser.conftest import NewContext, no_trouble
+from tests.ui.browser.test_phone_join import (
+    Host,
+    host,  # the served Host over a fake charon, shared
+    join,
+    kept_keys,
+    nothing_leaves,
+    passphrase,
+    phone,
+)
+
+__all__ = ["host"]
+
+
+@pytest.fixture
+def joined(host: Host, new_context: NewContext) -> tuple[Page, list[bytes], str]:
+    """A phone that joined from an invitation: its page, its private keys, the user."""
+    page, _, _ = phone(new_context)
+    user = f"mia{len(host.base) % 7}{id(page) % 10_000}"
+    link, _ = host.invite(user, "android")
+    join(page, link)
+    passphrase(page)
+    _, private = kept_keys(page, SERVER_ID)
+    return page, private, user
+
+
+def devices(host: Host, user: str) -> dict[str, str]:
+    """ticket -> state, as the administrator's listing says."""
+    r = httpx.get(f"{host.base}/v1/agent/users/{user}/devices", headers={"Authorization": f"Bearer {host.admin}"},
+                  timeout=30)
+    assert r.status_code == 200, r.text
+    return {d["ticket"]: d["state"] for d in r.json()["devices"]}
+
+
+def test_the_phone_lists_its_device_and_revokes_it_after_confirming(
+        host: Host, joined: tuple[Page, list[bytes], str]) -> None:
+    page, private, user = joined
+    sent: list[str] = []
+    bodies: list[bytes] = []
+    page.on("request", lambda r: (sent.append(r.url), bodies.append(r.post_data_buffer or b"")))
+    page.goto(f"{host.base}/ui/my-devices")
+    (ticket,) = devices(host, user)
+    row = page.locator(f"#device-{ticket}")
+    expect(row).to_have_attribute("data-state", "active")
+    expect(row).to_contain_text("Active: it can connect.")
+    expect(page.locator("#devices-status")).to_contain_text("1 of your devices can connect")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # no sideways scrolling
+    row.get_by_role("button", name="Revoke").tap()
+    expect(page.locator("#confirm")).to_be_visible()
+    expect(page.locator("#confirm-what")).to_contain_text("loses its VPN connection now")
+    assert devices(host, user) == {ticket: "active"}  # nothing happens before the user confirms
+    page.locator("#confirm-revoke").tap()
+    expect(page.locator(f"#device-{ticket}")).to_have_attribute("data-state", "revoked")
+    expect(page.locator("#devices-status")).to_contain_text("The device is revoked")
+    expect(page.locator(f"#device-{ticket}")).to_contain_text("device revoked by its user")
+    assert page.locator(f"#device-{ticket} button").count() == 0
+    assert devices(host, user) == {ticket: "revoked"}
+    assert sent
+    assert all(url.startswith(f"{host.base}/") for url in sent), sent
+    assert not any(key in body for key in private for body in bodies)
+
+
+def test_the_confirmation_is_kept_back_with_the_keyboard(host: Host, joined: tuple[Page, list[bytes], str]) -> None:
+    page, _, user = joined
+    page.goto(f"{host.base}/ui/my-devices")
+    (ticket,) = devices(host, user)
+    button = page.locator(f"#device-{ticket}").get_by_role("button", name="Revoke")
+    button.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#confirm-revoke")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(page.locator("#confirm")).to_be_hidden()
+    expect(button).to_be_focused()
+    assert devices(host, user) == {ticket: "active"}
+
+
+def test_a_browser_without_keys_is_told_to_ask_for_a_new_invitation(host: Host, new_context: NewContext) -> None:
+    page, watched, sent = phone(new_context)
+    page.goto(f"{host.base}/ui/my-devices")
+    expect(page.locator("#no-keys")).to_be_visible()
+    expect(page.locator("#no-keys")).to_contain_text("ask your administrator for a new invitation")
+    assert page.locator("#devices").is_hidden()
+    assert not [r for r in sent if r.url.endswith("/v1/agent/requests")]  # nothing to sign with: nothing sent
+    nothing_leaves(host.base, sent)
+    no_trouble(watched)
+
+
+def test_a_request_that_fails_or_never_ends_is_told_in_the_users_words(
+        host: Host, joined: tuple[Page, list[bytes], str]) -> None:
+    page, _, _ = joined
+    page.route("**/v1/agent/requests", lambda route: route.abort())
+    page.goto(f"{host.base}/ui/my-devices")
+    expect(page.locator("#devices-error")).to_contain_text("cannot be reached. Check this phone's connection")
+    page.unroute("**/v1/agent/requests")
+    held: list[Route] = []
+    page.route("**/v1/agent/requests", lambda route: held.append(route))  # never answered
+    page.clock.install()
+    page.goto(f"{host.base}/ui/my-devices")
+    expect(page.locator("#devices-status")).to_contain_text("Asking the network")
+    page.clock.run_for(16_000)
+    expect(page.locator("#devices-error")).to_contain_text("did not answer within 15 seconds")
+    assert "/ui/" not in page.locator("#devices-error").inner_text()  # no internal path
