@@ -28,6 +28,7 @@ from app.domain.errors import GatewayError, TunnelVerificationFailed
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.main import create_app
 from app.services.peering import Peering, PeeringConfig
+from app.services.rekey import Rekeyer
 from app.services.tunnels import negotiate_tunnel
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon
@@ -255,3 +256,52 @@ async def test_a_move_that_fails_on_this_side_goes_back_on_both_and_changes_no_r
     assert loads == [[site_a.got[0][1]["suites"][0]], [before]]  # the move's choice, then the old one back
     record = (await c.get("/v1/tunnels/t-a")).json()
     assert (record["state"], record["proposals"]["esp"]) == ("up", before)
+
+
+class _Mover:
+    """Stands in for the peering: records which tunnels the rekeyer asks it to move."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def move_tunnel(self, *, tunnel_id: str) -> Any:
+        self.asked.append(tunnel_id)
+        raise GatewayError("not moved in this test")
+
+
+async def test_the_rekeyer_moves_a_peered_tunnel_only_below_this_sides_minimums(
+        site_b: Any, settings: Settings) -> None:
+    _, c, _, _ = site_b
+    revision = (await c.get("/v1/rating-tables/standards-2026")).json()["revision"]
+    engine = make_engine(settings.database_url)
+    try:
+        units = sql_units_of_work(make_session_factory(engine))
+        mover = _Mover()
+        rekeyer = Rekeyer(units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None),
+                          default_table="standards-2026", cheaper="now", peering=mover)
+        try:
+            with units() as uow:  # t-c now runs on a dearer suite than this side would choose: still good enough
+                record = uow.tunnels.get("t-c")
+                gateway = uow.gateways.get("gw-b")
+                dearer = negotiate_tunnel(uow=uow, inputs={"min_levels": _ASK}, initiator=gateway, responder=None,
+                                          default_table="standards-2026", pinned=["aes256gcm16", "prfsha256", "x25519"])
+                uow.tunnels.set_negotiation("t-c", dearer.as_dict(), record.provenance, "")
+                uow.commit()
+            impacts = {i.tunnel: i for i in await asyncio.to_thread(rekeyer.run_once, "test")}
+            assert impacts["t-c"].kind in ("cheaper", "different")
+            assert impacts["t-c"].peered
+            assert mover.asked == []  # never moved for a cheaper choice alone
+            r = await c.patch("/v1/rating-tables/standards-2026/ratings/aes128gcm16",
+                              headers={"If-Match": f'"{revision}"'},
+                              json={"confidentiality": 4, "reason": "this side's own judgement"})
+            assert r.status_code == 200, r.text
+            impacts = {i.tunnel: i for i in await asyncio.to_thread(rekeyer.run_once, "test")}
+            assert impacts["t-a"].kind == "noncompliant"
+            assert mover.asked == ["t-a"]
+            record_a = (await c.get("/v1/tunnels/t-a")).json()
+            assert record_a["state"] == "noncompliant"  # not moved: as it was, with the reason
+            assert "not moved: not moved in this test" in record_a["detail"]
+        finally:
+            rekeyer.stop()
+    finally:
+        engine.dispose()
