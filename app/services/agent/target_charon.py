@@ -104,12 +104,13 @@ class TargetCharon:
             time.sleep(_SETTLE_STEP)
 
 
-    def teardown(self, conn: str) -> None:
-        """Terminate ``conn``'s SAs and unload its conn, secret, PPK (a client's, if it has one) and
-        pool in one pipelined batch (:meth:`unload`); charon gone: logged only (reconcile cleans up
-        if it comes back)."""
-        self.unload(self.gateway(), conn, ["conn", "shared", "ppk", "pool", *(["pool6"] if self._dual_pool else [])],
-                    settle=_SETTLE, terminate=True, maybe=("ppk",))
+    def teardown(self, conn: str, *, ppk: bool | None = None) -> None:
+        """Terminate ``conn``'s SAs and unload its conn, secret, pool and (``ppk``: a client's session
+        has one; None: it may have one) its PPK in one pipelined batch (:meth:`unload`); charon
+        gone: logged only (reconcile cleans up if it comes back)."""
+        self.unload(self.gateway(), conn, ["conn", "shared", *(["ppk"] if ppk is not False else []), "pool",
+                                           *(["pool6"] if self._dual_pool else [])],
+                    settle=_SETTLE, terminate=True, maybe=("ppk",) if ppk is None else ())
 
 
 def _unload(what: str, conn: str) -> Unload:

@@ -149,8 +149,8 @@ class TargetSessions:
 
     def let_go(self, row: AgentSession) -> None:
         """An ended session's conn out of charon, then its lease freed (no transaction held)."""
-        if row.protection == "esp":
-            self._charon.teardown(row.conn)
+        if row.protection == "esp":  # a client's PPK has a secret of its own (a device's is its conn's)
+            self._charon.teardown(row.conn, ppk=row.platform is None and "ppk" in row.suite)
         self._release(row.ticket)  # only once charon has let go of the address
 
     def close(self, transaction: AgentRequest, ticket: str, *, user_id: str, host_id: str) -> AgentSession:

@@ -700,7 +700,8 @@ class Peering:
             if state is not TunnelState.UP:
                 uow.tunnels.set_state(record.id, state, before[:500])
             if detail:
-                uow.events.append("tunnel.move_undone", record.id, {"detail": detail}, scope="tunnels:read")
+                uow.events.append("tunnel.state", record.id, {"state": state.value, "detail": f"not moved: {detail}"},
+                                  scope="tunnels:read")
             uow.commit()
 
     def _sweep_moves(self) -> int:
