@@ -267,7 +267,7 @@ class AgentClient:
             vip = self._bring_up(name, response, steps, report, objective_id,
                                  detached=detached is not None and detached.result())
         except BaseException:
-            self._teardown(name)
+            self._teardown(name, ppk=tunnel.ppk_id is not None)
             with contextlib.suppress(Exception):
                 self._disconnect_remote(target, tunnel.ticket, objective_id)
             raise
@@ -368,11 +368,11 @@ class AgentClient:
         vips = next((sa.local_vips for sa in sas if sa.name == name), ())
         return vips[0] if vips else None
 
-    def _teardown(self, name: str) -> None:
+    def _teardown(self, name: str, *, ppk: bool) -> None:
         # One pipelined batch; nothing up, or what was not loaded, is refused: nothing to do.
         with contextlib.suppress(GatewayError):
-            self.vici.batch([Terminate(name), Unload("conn", name),
-                             Unload("shared", name), Unload("shared", ppk_name(name))])
+            self.vici.batch([Terminate(name), Unload("conn", name), Unload("shared", name),
+                             *([Unload("shared", ppk_name(name))] if ppk else [])])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
         info = RequestInfo(target=target, ticket=ticket)
@@ -394,7 +394,7 @@ class AgentClient:
             raise InvalidInput(f"no tunnel with ticket {ticket} in {self.config.state_dir}")
         closed = []
         for t in chosen:
-            self._teardown(t["conn"])
+            self._teardown(t["conn"], ppk=_has_ppk(t))
             try:
                 self._disconnect_remote(t["target"], t["ticket"], int(t["objective_id"]))
             except AgentRejected:
@@ -564,7 +564,7 @@ class AgentClient:
                 up = sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
                 out.append({**t, "in_charon": up})
                 continue
-            self._teardown(str(t["conn"]))
+            self._teardown(str(t["conn"]), ppk=_has_ppk(t))
             self._forget(str(t["ticket"]))
             out.append({**t, "in_charon": False,
                         "closed": "charon has no IKE_SA for it: closed by the target (the ticket expired, the "
@@ -585,3 +585,8 @@ class AgentClient:
             with contextlib.suppress(OSError, ValueError):
                 out.append(json.loads(path.read_text()))
         return out
+
+
+def _has_ppk(record: Mapping[str, Any]) -> bool:
+    """Whether a tunnel this client keeps has a post-quantum preshared key (its suite's mechanism)."""
+    return (record.get("suite") or {}).get("post_quantum") == "ppk"

@@ -72,7 +72,7 @@
     }
     const platform = /^this invitation is for ([a-z]+)/.exec(detail);
     if (answer.status === 409 && platform) {
-      return `This invitation is for ${label(platform[1])}. Choose ${label(platform[1])} above and join again, ` +
+      return `This invitation is for ${label(platform[1])}. Choose ${label(platform[1])} below and join again, ` +
         "or ask your administrator for an invitation for this kind of device.";
     }
     if (answer.status === 409) {
@@ -246,6 +246,12 @@
     const fragment = new URLSearchParams(window.location.hash.slice(1));
     const secret = fragment.get("i") || "";
     Object.assign(state, { secret: null, keys: null, grant: null });
+    for (const url of urls.splice(0)) URL.revokeObjectURL(url);
+    $("join-downloads").replaceChildren();
+    $("join-passphrase").textContent = "";
+    $("join-passphrase-box").hidden = false;
+    $("join-passphrase-gone").hidden = true;
+    $("join-result").hidden = true;
     fail("");
     $("join-button").textContent = "Join";
     if (!SECRET.test(secret)) {
@@ -259,7 +265,7 @@
     const radio = $(`platform-${guess}`);
     if (radio) radio.checked = true;
     $("join-form").hidden = false;
-    status(`Ready. This looks like ${label(guess)}: change it above if it is not, then join.`);
+    status(`Ready. This looks like ${label(guess)}: if it is not, choose yours below, then join.`);
   }
 
   $("join-form").addEventListener("submit", join);

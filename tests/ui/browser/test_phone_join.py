@@ -225,10 +225,12 @@ def test_the_phone_pages_profiles_are_the_command_lines(host: Host, new_context:
     no_trouble(watched)
 
 
-def test_the_page_joins_with_the_keyboard_and_says_what_it_is(host: Host, new_context: NewContext) -> None:
+def test_the_page_joins_with_the_keyboard_and_says_what_it_is(host: Host, new_context: NewContext,
+                                                              screenshots: Path) -> None:
     page, watched, _ = phone(new_context)
     link, _ = host.invite("kbd", "android")
     page.goto(link)
+    page.screenshot(path=str(screenshots / "join-phone.png"), full_page=True)
     expect(page.locator("#platform-android")).to_be_checked()
     expect(page.locator("#storage-note")).to_contain_text("clear this browser's data")
     assert "#i=" not in page.evaluate("document.referrer")
@@ -240,6 +242,15 @@ def test_the_page_joins_with_the_keyboard_and_says_what_it_is(host: Host, new_co
     page.keyboard.press("Enter")
     expect(page.locator("#join-passphrase-gone")).to_be_visible()
     expect(page.locator("[data-passphrase]")).to_be_empty()
+    page.screenshot(path=str(screenshots / "join-phone-done.png"), full_page=True)
+    # The same phone, invited again: it redeems with the keys it kept, for one more device.
+    kept, _ = kept_keys(page, SERVER_ID)
+    second, _ = host.invite("kbd", "android")
+    join(page, second)
+    expect(page.locator("[data-passphrase]")).to_be_visible()
+    passphrase(page)
+    again, _ = kept_keys(page, SERVER_ID)
+    assert again.public.sign == kept.public.sign
     no_trouble(watched)
 
 
