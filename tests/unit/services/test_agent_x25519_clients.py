@@ -1,0 +1,69 @@
+"""A client that seals to Host with X25519 alone, as the browser's device page does (it opens
+Target's answer with its X25519 key alone): its enrolment asking for a post-quantum minimum is
+refused with the message to enrol from the command line, nothing issued or loaded, even though the
+user's enrolled keys have an ML-KEM-768 key; the same enrolment without the minimum is answered
+with X25519 alone. On the fakes of ``test_agent_roles``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from app.adapters import files
+from app.adapters.agent.crypto import CRYPTO
+from app.adapters.agent.devices import LocalDeviceKit
+from app.domain.agent import Kind, NoPostQuantumKey, RequestInfo, decode_canonical
+from app.services import policies
+from app.services.agent.client import AgentClient
+from app.services.agent.config import ClientConfig
+from app.settings import SHIPPED_POLICIES_DIR
+from tests.fakes.uow import FakeDatabase
+from tests.unit.services.test_agent_roles import ALICE, SERVER, Roles, empty, gateway
+
+
+@pytest.fixture
+def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
+    with database.unit() as uow:
+        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
+        uow.commit()
+    with ExitStack() as stack:
+        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
+                                                                     gateway_addresses=["10.99.0.3"]))
+
+
+def x25519_client(roles: Roles, tmp_path: Path) -> AgentClient:
+    """Alice's client knowing Host by its Ed25519 and X25519 keys only (as the device page does)."""
+    host = {k: v for k, v in SERVER.public.as_dict().items() if k != "mlkem_public_key"}
+    return AgentClient(
+        config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9", **host},
+                            targets={"hq": {"sign_public_key": host["sign_public_key"],
+                                            "kem_public_key": host["kem_public_key"]}},
+                            vici_socket=roles.client_charon.socket_path, state_dir=tmp_path / "x25519-state"),
+        keys=ALICE, crypto=CRYPTO, vici=gateway(roles.client_charon.socket_path), post=roles._unreachable,
+        clock=roles.clock)
+
+
+def test_an_x25519_client_asking_for_post_quantum_is_told_to_enrol_from_the_command_line(
+        roles: Roles, tmp_path: Path) -> None:
+    assert ALICE.public.mlkem is not None  # enrolled with one: it is how she asked that counts
+    client = x25519_client(roles, tmp_path)
+    _, wire = client.request(Kind.CONNECT, RequestInfo(target="hq", min_levels={"post_quantum": 5},
+                                                       platform="apple"), 3)
+    assert decode_canonical(wire, max_size=len(wire))["v"] == 1
+    with pytest.raises(NoPostQuantumKey) as refused:
+        roles.host.handle(wire)
+    assert "from the command line" in refused.value.message
+    assert empty(roles.charon)
+
+
+def test_an_x25519_client_without_a_post_quantum_minimum_is_answered_with_x25519_alone(
+        roles: Roles, tmp_path: Path) -> None:
+    client = x25519_client(roles, tmp_path)
+    request, wire = client.request(Kind.CONNECT, RequestInfo(target="hq", platform="apple"), 3)
+    answer = roles.host.handle(wire).answer
+    assert decode_canonical(answer, max_size=len(answer))["v"] == 1
+    response = client.accept(answer, request)
+    assert response.device is not None
