@@ -163,3 +163,20 @@ def test_register_suspend_and_revoke_a_peer_from_the_keyboard(
     expect(page.get_by_role("link", name=f"Revoke {name}")).to_have_count(0)
     _no_sideways_scroll(page)
     no_trouble(watched)
+
+
+def test_a_peer_registered_elsewhere_shows_without_a_reload(peered: PeeredConsole, new_context: NewContext) -> None:
+    page = new_context(**DESKTOP).new_page()
+    watched = Watched(page)
+    sign_in(page, peered.base, peered.admin)
+    page.goto(f"{peered.base}/ui/peers")
+    expect(page.locator("html")).to_have_attribute("data-live", "on")
+    page.wait_for_timeout(700)  # the stream is open before the peer comes
+    keys = {k: v for k, v in KeyPair.generate("elsewhere").public.as_dict().items() if k in PeerIn.model_fields}
+    r = httpx.post(f"{peered.base}/v1/peers", headers={"Authorization": f"Bearer {peered.admin}"}, timeout=30, json={
+        "name": "elsewhere", "url": "https://elsewhere.example", **keys, "gateways": ["left"],
+        "networks": ["10.1.0.0/24"]})
+    assert r.status_code == 201, r.text
+    expect(page.locator("#peer-elsewhere")).to_contain_text("https://elsewhere.example", timeout=10_000)
+    expect(page.locator("#peer-elsewhere")).to_have_class(re.compile("changed"))
+    no_trouble(watched)
