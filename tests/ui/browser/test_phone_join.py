@@ -254,6 +254,20 @@ def test_the_page_joins_with_the_keyboard_and_says_what_it_is(host: Host, new_co
     no_trouble(watched)
 
 
+def test_the_wrong_device_is_told_which_to_choose_and_nothing_is_spent(host: Host, new_context: NewContext) -> None:
+    page, watched, _ = phone(new_context)  # an Android phone, invited as an Apple device
+    link, _ = host.invite("wes", "apple")
+    join(page, link)
+    expect(page.locator("#join-error")).to_contain_text("This invitation is for Apple iOS/iPadOS/macOS built-in IKEv2")
+    page.locator("#platform-apple").check()
+    page.locator("#join-button").tap()
+    passphrase(page)
+    (name,) = downloads(page)
+    assert name.endswith(".mobileconfig")
+    watched.problems = [p for p in watched.problems if "status of 409" not in p]
+    no_trouble(watched)
+
+
 def test_a_link_cut_short_and_an_unknown_one_say_what_to_do(host: Host, new_context: NewContext) -> None:
     page, watched, _ = phone(new_context)
     page.goto(f"{host.base}/ui/join#i=short")
