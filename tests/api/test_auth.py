@@ -87,9 +87,10 @@ def test_every_route_is_either_protected_or_a_known_open_one() -> None:
     assert {m for m, _ in open_routes} <= {"GET", "POST"}
     posts = sorted(p for m, p in open_routes if m == "POST")
     # negotiations compute without changing state; the agent messages (a device profile's handoff
-    # included) are signed and sealed; a handed-off profile is fetched with the link's secret.
-    assert posts == ["/v1/agent/handoffs", "/v1/agent/requests", "/v1/agent/target/requests",
-                     "/v1/agent/target/revocations", "/v1/negotiations"]
+    # included) are signed and sealed; a handed-off profile is fetched with the link's secret, and an
+    # invitation is redeemed with its secret, signed by the keys it registers.
+    assert posts == ["/v1/agent/handoffs", "/v1/agent/invitations/redeem", "/v1/agent/requests",
+                     "/v1/agent/target/requests", "/v1/agent/target/revocations", "/v1/negotiations"]
     assert ("GET", "/v1/agent/handoffs/{token}") in open_routes
 
 
