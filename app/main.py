@@ -36,6 +36,7 @@ from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import MESSAGE_ROUTES
 from app.api.docs import install as install_api_docs
+from app.api.peering_fast import PEER_ROUTES
 from app.api.routes import (
     admin,
     agent,
@@ -368,9 +369,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
             pending_loads.start()
             parts.peering = Peering(
                 config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
-                                     default_table=resolved.default_table),
+                                     default_table=resolved.default_table,
+                                     confirm_early=resolved.peer_confirm_early),
                 units=units, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO,
-                pending=pending_loads)
+                pending=pending_loads, reports=parts.sa_events if resolved.sa_reports else None)
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)
         leadership = parts.leadership = Leadership(resolved.database_url, on_elected=duties.elected,
@@ -430,7 +432,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
 
     app.add_middleware(_GuardAndAudit, settings=settings)
     # The routes answered around the middleware stack on their happy path (app.web.bypass).
-    app.state.bypass = BypassRoutes((*MESSAGE_ROUTES, *TUNNEL_ROUTES))
+    app.state.bypass = BypassRoutes((*MESSAGE_ROUTES, *TUNNEL_ROUTES, *PEER_ROUTES))
     # Outermost: a request over the in-flight limit is answered before anything else runs. The
     # routes that bypass the stack go through the same door.
     app.state.door = Door(settings)

@@ -519,6 +519,11 @@ class PeeringSettings(_Section):
         default=5.0, gt=0, le=60,
         description="seconds a peer has to answer one message of a tunnel's exchange; beyond it the request "
                     "is answered 504 naming the peer, with nothing loaded here")
+    peer_confirm_early: bool = Field(
+        default=True,
+        description="asking a peer for a tunnel, its confirm is sent as this side initiates (the peer answers "
+                    "once its own end is up, the tunnel kept only when both ends are); false: sent once this "
+                    "side's own end is verified, one exchange after the other (slower)")
 
 
 class TuningSettings(_Section):

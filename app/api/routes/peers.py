@@ -16,21 +16,22 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.peering import PeerState
+from app.domain.ports import UnitOfWork
 from app.services.peering import Peering
-from app.web.deps import UnitDep, in_worker_thread, reader, require
+from app.web.deps import UnitDep, in_unit, in_worker_thread, reader, require
 from app.web.peering import PeerIn, PeerStateIn, peer_out
 from app.web.routing import QossRoute
 from app.web.runtime import runtime
 from app.web.schemas import Name, error_responses
 
-__all__ = ["router"]
+__all__ = ["MAX_MESSAGE", "answer_message", "router"]
 
 router = APIRouter(tags=["peers"], route_class=QossRoute)
 _WRITE = [Depends(require("peers:write"))]
 _READ = [Depends(reader)]
 _ERRORS = error_responses(404, 409, 422)
 #: The largest message a peer may send.
-_MAX_MESSAGE = 64 * 1024
+MAX_MESSAGE = 64 * 1024
 
 
 def _peering(request: Request) -> Peering:
@@ -78,21 +79,28 @@ def set_peer_state(name: Name, body: PeerStateIn, request: Request, uow: UnitDep
 async def peer_message(request: Request) -> Response:
     """A peer's signed and sealed message; the answer is sealed to it. Anonymous at the HTTP level:
     the message itself says who sent it, and only a registered peer's is acted on."""
-    peering = _peering(request)
-    parts = runtime(request)
-    source = request.client.host if request.client else "unknown"
+    _peering(request)
     declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > _MAX_MESSAGE):
-        raise InvalidInput(f"a peer's message is at most {_MAX_MESSAGE} bytes")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_MESSAGE):
+        raise InvalidInput(f"a peer's message is at most {MAX_MESSAGE} bytes")
     data = b""
     async for chunk in request.stream():
         data += chunk
-        if len(data) > _MAX_MESSAGE:
-            raise InvalidInput(f"a peer's message is at most {_MAX_MESSAGE} bytes")
+        if len(data) > MAX_MESSAGE:
+            raise InvalidInput(f"a peer's message is at most {MAX_MESSAGE} bytes")
+    return Response(await answer_message(request, data), media_type="application/json")
 
-    def act() -> bytes:
+
+async def answer_message(request: Request, data: bytes) -> bytes:
+    """A peer's message's work, for this route and its fast path (:mod:`app.api.peering_fast`): the
+    source's rate, then the message acted on in one worker thread with the request's units of work
+    (:func:`in_unit`: a confirm's change and the request's audit record in one commit)."""
+    peering = _peering(request)
+    parts = runtime(request)
+    source = request.client.host if request.client else "unknown"
+
+    def act(uow: UnitOfWork, reads: UnitOfWork) -> bytes:
         # In the worker thread: on PostgreSQL the limit asks the database.
         parts.agent_limiter.take(f"peer:{source}", who="this address")
-        return peering.receive(data)
-    answer = await in_worker_thread(act)
-    return Response(answer, media_type="application/json")
+        return peering.receive(data, uow=uow, reads=reads)
+    return await in_unit(request, act)

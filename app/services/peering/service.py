@@ -26,9 +26,11 @@ import contextlib
 import dataclasses
 import logging
 import secrets
+import threading
 import time
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -69,7 +71,7 @@ from app.domain.peering import (
     valid_peer_name,
 )
 from app.domain.policies import Levels, TrafficProfile
-from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, ViciFactory, ViciPort
+from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory, ViciPort
 from app.domain.proposals import parse as parse_proposal
 from app.domain.requests import NegotiationSpec, PeerSpec, TunnelSpec
 from app.domain.tunnels import (
@@ -106,6 +108,17 @@ log = logging.getLogger("qoss.peering")
 _INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MOVE, Kind.PEER_MOVED)
 #: Where a record on the side asked to move keeps the move under way (in its provenance).
 _MOVING = "moving"
+#: The initiator's confirms sent while its own end comes up (``PeeringConfig.confirm_early``).
+_CONFIRMS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="qoss-peer-confirm")
+
+
+@dataclass
+class _Awaiting:
+    """A responder's load waiting for charon's report of its CHILD_SA coming up (until the confirm)."""
+
+    close: Callable[[], None]
+    wait: Callable[[float], Any]
+    until: float
 
 
 @dataclass(frozen=True)
@@ -116,11 +129,14 @@ class PeeringConfig:
         name: this service's name as its peers know it (``QOSS_PEER_NAME``).
         timeout: seconds one message may take to be answered (``QOSS_PEER_TIMEOUT``).
         default_table: the rating table of last resort.
+        confirm_early: the initiator sends its confirm as it initiates (the responder answers it once
+            its own end is up) rather than after its own end is verified (``QOSS_PEER_CONFIRM_EARLY``).
     """
 
     name: str
     timeout: float
     default_table: str
+    confirm_early: bool = True
 
 
 class PendingPort(typing.Protocol):
@@ -147,8 +163,12 @@ class Peering:
 
     def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory,
                  link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, pending: PendingPort | None = None,
-                 clock: Any = time.time) -> None:
+                 clock: Any = time.time, reports: UpReports | None = None) -> None:
         self.config = config
+        #: Charon's reports of SAs coming up (None: list-sas alone), and the responder's loads waiting for theirs.
+        self._reports = reports
+        self._awaiting: dict[str, _Awaiting] = {}
+        self._awaiting_lock = threading.Lock()
         self._pending = pending or _NoPending()
         #: When the sweep next looks for moves never confirmed (0: at its first run; None: none pending here).
         self._moves_due: float | None = 0.0
@@ -274,9 +294,16 @@ class Peering:
         chosen = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
         far = PeerEnd(address=answer.responder.address, identity=answer.responder.identity,
                       local_identity=identity, site=peer.name, gateway=far_gateway, role="initiator")
+        confirm = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
+                          up=True)
+        # Early, the peer is asked to confirm while this side initiates: it answers once its own end is
+        # up, and the tunnel is kept only when both ends are (either failing, both are undone).
+        confirming: Future[Received] | None = _CONFIRMS.submit(
+            self._ask, peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK) if self.config.confirm_early else None
         try:
             bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
-                     remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk)
+                     remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk,
+                     reports=self._reports)
         except BaseException:
             self._tell(peer, tunnel_id, "the initiator's end did not come up")
             raise
@@ -285,9 +312,10 @@ class Peering:
                               negotiation=chosen.as_dict(), peer=far,
                               provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours)})
         try:
-            confirm = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(),
-                              nonce=new_nonce(), up=True)
-            self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
+            if confirming is None:
+                self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
+            else:
+                confirming.result()
 
             def keep(unit: UnitOfWork) -> TunnelRecord:
                 stored = unit.tunnels.add(record, keep_transaction=False)
@@ -303,8 +331,13 @@ class Peering:
             raise
 
     # ------------------------------------------------------------------ the responder
-    def receive(self, data: bytes) -> bytes:
+    def receive(self, data: bytes, *, uow: UnitOfWork | None = None, reads: UnitOfWork | None = None) -> bytes:
         """A peer's message, acted on; the sealed answer.
+
+        ``uow``, ``reads``: the request's units of work, if it has them (else this side's own). A
+        confirm's change, its nonce with it, is committed in ``uow`` (so is the request's audit
+        record, when the request has one); an offer records its tunnel in a transaction of its
+        own, before its load, and every other message keeps its nonce alone before it is acted on.
 
         Raises:
             AgentRejected: not a message of a registered, active peer, or a replay (403).
@@ -314,69 +347,84 @@ class Peering:
             GatewayError: this side's charon failed (nothing stays loaded).
         """
         keys = self.keys()
-
-        def find(name: str) -> Peer:
-            with self._units() as reads:
-                return reads.peers.get(name)
-        received = open_message(data, keys=keys, crypto=self._crypto, kinds=_INBOUND, find=find, now=self._clock())
-        if received.peer.state is PeerState.REVOKED or (
-                received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
-            raise AgentRejected(f"the peering is {received.peer.state.value}")
-        with self._units() as uow:
-            first_sight(uow, received)
-            uow.commit()
-        if received.kind is Kind.PEER_OFFER:
-            answer = self._answer_offer(received)
-            return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict())
+        with contextlib.ExitStack() as stack:
+            reads = reads or stack.enter_context(self._units())
+            received = open_message(data, keys=keys, crypto=self._crypto, kinds=_INBOUND, find=reads.peers.get,
+                                    now=self._clock())
+            if received.peer.state is PeerState.REVOKED or (
+                    received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
+                raise AgentRejected(f"the peering is {received.peer.state.value}")
+            if received.kind is Kind.PEER_OFFER:
+                answer = self._answer_offer(received, reads)
+                return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict())
+            confirm = Confirm.from_dict(received.document) if received.kind is Kind.PEER_CONFIRM else None
+            if confirm is not None and confirm.up:
+                done = self._confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
+                ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()),
+                       "nonce": new_nonce()}
+                return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
+            reads.rollback()
+        with self._units() as own:  # not the request's: what follows may still fail
+            first_sight(own, received)
+            own.commit()
         if received.kind is Kind.PEER_MOVE:
             moved = self._answer_move(received)
             return seal_message(keys, received.peer, Kind.PEER_MOVE_ANSWER, moved.as_dict())
         if received.kind is Kind.PEER_MOVED:
             done = self._move_confirmed(received.peer, Confirm.from_dict(received.document))
-        elif received.kind is Kind.PEER_CONFIRM:
-            done = self._confirmed(received.peer, Confirm.from_dict(received.document))
+        elif confirm is not None:  # the initiator gave up
+            record, gateway = self._ours(received.peer, confirm.tunnel_id)
+            if record.state is TunnelState.CONFIGURING:
+                self._forget(record, gateway)
+            done = record.id
         else:
             done = self._torn_down(received.peer, Teardown.from_dict(received.document))
         ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()), "nonce": new_nonce()}
         return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
 
-    def _answer_offer(self, received: Received) -> Answer:
+    def _answer_offer(self, received: Received, reads: UnitOfWork) -> Answer:
+        """Choose (reading in ``reads``), record and load this side's end of an offer; the answer.
+        The offer's nonce is kept in the transaction that records the tunnel (a refusal for want of
+        a suite keeps it alone)."""
         peer = received.peer
         offer = Offer.from_dict(received.document)
         if offer.sender != peer.name:
             raise AgentRejected("the offer names another sender")
-        with self._units() as reads:
-            if offer.gateway not in peer.gateways:
-                raise AgentRejected(f"gateway {offer.gateway!r} is not one this peering allows")
-            gateway = reads.gateways.get(offer.gateway)
-            wanted = offer.networks or gateway.inside_networks
-            why = peer.allows(offer.gateway, wanted)
-            if why is not None:
-                raise AgentRejected(why)
-            offered = {t for esp in offer.suites for t in esp.split("-") if t in CATALOGUE}
+        if offer.gateway not in peer.gateways:
+            raise AgentRejected(f"gateway {offer.gateway!r} is not one this peering allows")
+        gateway = reads.gateways.get(offer.gateway)
+        wanted = offer.networks or gateway.inside_networks
+        why = peer.allows(offer.gateway, wanted)
+        if why is not None:
+            raise AgentRejected(why)
+        offered = {t for esp in offer.suites for t in esp.split("-") if t in CATALOGUE}
 
-            def negotiate(supports: set[str]) -> NegotiationResult:
-                return self._negotiate(reads, peers=(
-                    PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms))),
-                    PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)),
-                             min_levels=peer.min_levels),
-                    PeerSpec(name="request", min_levels=offer.min_levels)),
-                    inputs={}, backends=[gateway.backend])
-            keying: NegotiationResult | None = None
-            ike = index = None
-            # The first offered IKE proposal that, alone, meets this side's requirement.
-            for i, proposal in enumerate(offer.ikes):
-                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
-                    tokens = _ike_keywords(proposal)
-                    found = negotiate(tokens)
-                    if found.proposals["ike"] == proposal:
-                        keying, ike = found, i
-                        break
-            if keying is not None:
-                with contextlib.suppress(NoFeasibleSuite):
-                    result = negotiate(offered | _ike_keywords(offer.ikes[ike or 0]))
-                    index = choose(offer.suites, _ranked(result))
+        def negotiate(supports: set[str]) -> NegotiationResult:
+            return self._negotiate(reads, peers=(
+                PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms))),
+                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)),
+                         min_levels=peer.min_levels),
+                PeerSpec(name="request", min_levels=offer.min_levels)),
+                inputs={}, backends=[gateway.backend])
+        keying: NegotiationResult | None = None
+        ike = index = None
+        # The first offered IKE proposal that, alone, meets this side's requirement.
+        for i, proposal in enumerate(offer.ikes):
+            with contextlib.suppress(NoFeasibleSuite, InvalidInput):
+                tokens = _ike_keywords(proposal)
+                found = negotiate(tokens)
+                if found.proposals["ike"] == proposal:
+                    keying, ike = found, i
+                    break
+        if keying is not None:
+            with contextlib.suppress(NoFeasibleSuite):
+                result = negotiate(offered | _ike_keywords(offer.ikes[ike or 0]))
+                index = choose(offer.suites, _ranked(result))
+        reads.rollback()
         if keying is None or ike is None or index is None:  # said without a level, an algorithm or a cost
+            with self._units() as uow:
+                first_sight(uow, received)  # replayed, the offer is refused unread
+                uow.commit()
             raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(offer.suites)} suites offered meets "
                                                         "this side's requirements")
         chosen = _with_ike(_entry(result, offer.suites[index]), keying)
@@ -390,6 +438,7 @@ class Peering:
             provenance={"request": {"min_levels": offer.min_levels.as_dict()}, "peer": peer.name,
                         "offered": len(offer.suites)})
         with self._units() as uow:
+            first_sight(uow, received)
             try:
                 uow.tunnels.add(record)
             except AlreadyExists as exc:
@@ -412,6 +461,7 @@ class Peering:
                 for reply in pipe.finish():
                     if isinstance(reply, GatewayError):
                         raise reply
+            self._await_up(record.id, gateway.vici_socket, name)
         except BaseException:
             self._forget(record, gateway)
             raise
@@ -426,27 +476,81 @@ class Peering:
                 raise NotFound(f"tunnel {tunnel_id!r} does not exist")
             return record, reads.gateways.get(record.initiator)
 
-    def _confirmed(self, peer: Peer, confirm: Confirm) -> str:
-        record, gateway = self._ours(peer, confirm.tunnel_id)
+    def _confirmed(self, received: Received, confirm: Confirm, reads: UnitOfWork, uow: UnitOfWork) -> str:
+        """The initiator's end is up (or coming up, confirmed early): once this side's own end is up
+        with the chosen algorithms, it is marked ``up`` in ``uow``, the confirm's nonce in the same commit.
+
+        Raises:
+            TunnelVerificationFailed: this side's end did not come up as chosen in time (it is undone).
+        """
+        record = reads.tunnels.get(confirm.tunnel_id)
+        if record.peer is None or record.peer.site != received.peer.name:
+            raise NotFound(f"tunnel {confirm.tunnel_id!r} does not exist")
+        gateway = reads.gateways.get(record.initiator)
+        reads.rollback()  # nothing is held while this side's charon is asked
         if record.state is not TunnelState.CONFIGURING:
+            first_sight(uow, received)
+            uow.commit()
             return record.id
-        if not confirm.up:
-            self._forget(record, gateway)
-            return record.id
-        result = local_tunnels.result_from(record)
-        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
-                               integrity=result.suite.integrity)
-        seen = observed_sa(self._vici(gateway.vici_socket).list_sas(ike=record.conn), record.conn)
-        wrong = ["no IKE_SA"] if seen is None else mismatches(expected, seen)
+        wrong = self._own_end(record, gateway)
         if wrong:
             self._forget(record, gateway)
             raise TunnelVerificationFailed(f"{gateway.name}: " + "; ".join(wrong))
+        first_sight(uow, received)
+        uow.tunnels.set_state(record.id, TunnelState.UP, "")
+        uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
+        uow.commit()
         self._pending.release(record.conn)
-        with self._units() as uow:
-            uow.tunnels.set_state(record.id, TunnelState.UP, "")
-            uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
-            uow.commit()
         return record.id
+
+    def _await_up(self, tunnel_id: str, socket_path: str, conn: str) -> None:
+        """Listen for charon's report of ``conn`` coming up here, for the confirm to read (a load
+        never confirmed has its listening ended by the next load's, past its expiry)."""
+        if self._reports is None:
+            return
+        stack = contextlib.ExitStack()
+        wait = stack.enter_context(self._reports.expect(socket_path, conn))
+        now = time.monotonic()
+        with self._awaiting_lock:
+            stale = [k for k, v in self._awaiting.items() if v.until < now]
+            ended = [self._awaiting.pop(k) for k in stale]
+            self._awaiting[tunnel_id] = _Awaiting(stack.close, wait, now + 2 * PENDING_FOR)
+        for gone in ended:
+            gone.close()
+
+    def _own_end(self, record: TunnelRecord, gateway: Gateway) -> list[str]:
+        """What is wrong with this side's end of ``record`` once it is up (charon's report, else
+        ``list-sas`` asked until its CHILD_SA is installed), waiting at most :meth:`_up_wait`
+        seconds; empty: up with exactly the chosen algorithms."""
+        result = local_tunnels.result_from(record)
+        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
+                               integrity=result.suite.integrity)
+        until = time.monotonic() + self._up_wait()
+        with self._awaiting_lock:
+            awaiting = self._awaiting.pop(record.id, None)
+        if awaiting is not None:
+            try:
+                sa = awaiting.wait(max(0.0, until - time.monotonic()))
+            finally:
+                awaiting.close()
+            seen = observed_sa([sa], record.conn) if sa is not None else None
+            if seen is not None and not mismatches(expected, seen):
+                return []
+        v = self._vici(gateway.vici_socket)
+        pause = 0.005
+        while True:
+            seen = observed_sa(v.list_sas(ike=record.conn), record.conn)
+            now = time.monotonic()
+            if (seen is not None and seen.ike_state == "ESTABLISHED" and seen.child_state == "INSTALLED") \
+                    or now >= until:
+                return ["no IKE_SA"] if seen is None else mismatches(expected, seen)
+            time.sleep(min(pause, until - now))
+            pause = min(2 * pause, 0.2)
+
+    def _up_wait(self) -> float:
+        """Seconds a confirm waits for this side's end to come up: within an initiator's timeout
+        like this side's own, and well within :data:`PENDING_FOR`."""
+        return max(0.5, min(self.config.timeout - 1.0, PENDING_FOR / 2))
 
     def _torn_down(self, peer: Peer, message: Teardown) -> str:
         record, gateway = self._ours(peer, message.tunnel_id)
