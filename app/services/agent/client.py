@@ -216,7 +216,8 @@ class AgentClient:
             cached = self._cached_capabilities(key)
             if cached is not None:
                 return cached
-        algorithms = tuple(sorted(keywords_from_charon(self.vici.get_algorithms().as_sections())))
+        algorithms = tuple(sorted(keywords_from_charon(self.vici.get_algorithms().as_sections(),
+                                                       version=self.vici.version().version)))
         native = self.vici.stats().backend != "kernel-libipsec"
         if key is not None and key == self._charon_key():
             now = self._clock()
@@ -358,7 +359,8 @@ class AgentClient:
         """
         suite = tunnel.suite
         expected = expected_sa(ike=suite.get("ike", {}), protocol=str(suite.get("protocol")),
-                               encryption=suite.get("encryption"), integrity=suite.get("integrity"))
+                               encryption=suite.get("encryption"), integrity=suite.get("integrity"),
+                               post_quantum=suite.get("post_quantum"))
         seen = observed_sa(sas, name)
         if seen is None:
             raise TunnelVerificationFailed(f"no IKE_SA {name} after initiate")

@@ -45,12 +45,14 @@ class TargetCharon:
         return self._vici(self._socket)
 
     def capabilities(self) -> tuple[frozenset[str], str | None]:
-        """The algorithm keywords charon offers and its back end (``kernel-libipsec``, ...)."""
+        """The algorithm keywords charon offers (a PPK, ``ppk``, from its version) and its back end
+        (``kernel-libipsec``, ...)."""
         with self._caps_lock:
             now = time.monotonic()
             if self._caps is None or now - self._caps[0] > _CAPS_TTL:
                 v = self.gateway()
-                self._caps = (now, keywords_from_charon(v.get_algorithms().as_sections()), v.stats().backend)
+                keywords = keywords_from_charon(v.get_algorithms().as_sections(), version=v.version().version)
+                self._caps = (now, keywords, v.stats().backend)
             return self._caps[1], self._caps[2]
 
     def finish_load(self, v: ViciPort, conn: str, loads: CharonPipeline, sent: Sequence[str], *,
