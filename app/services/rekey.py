@@ -86,9 +86,19 @@ def _suite(document: Mapping[str, Any]) -> dict[str, Any]:
     return {"suite": document.get("suite"), "proposals": document.get("proposals"), "cost": document.get("cost")}
 
 
-def suite_keywords(proposals: Mapping[str, str | None]) -> list[str]:
-    """The algorithm keywords of a suite's proposals (``aes128gcm16-prfsha1-x25519`` -> three)."""
-    found = {part for proposal in proposals.values() if proposal for part in proposal.split("-")}
+def _shown(result: NegotiationResult) -> str:
+    """A suite as a move's detail names it: its ESP (or AH) proposal, and its post-quantum mechanism."""
+    shown = result.proposals["esp"] or result.proposals["ah"] or "?"
+    return f"{shown} with {result.suite.post_quantum}" if result.suite.post_quantum else shown
+
+
+def suite_keywords(proposals: Mapping[str, str | None], post_quantum: str | None = None) -> list[str]:
+    """The algorithm keywords of a suite's proposals (``aes128gcm16-prfsha1-x25519`` -> three; an
+    additional exchange ``ke1_mlkem768`` -> ``mlkem768``) and its post-quantum mechanism, if any
+    (a preshared key is in no proposal)."""
+    found = {part.removeprefix("ke1_") for proposal in proposals.values() if proposal for part in proposal.split("-")}
+    if post_quantum is not None:
+        found.add(post_quantum)
     return sorted(k for k in found if k in CATALOGUE)
 
 
@@ -108,12 +118,14 @@ class Verdict:
         return _suite(self.result.as_dict()) if self.result is not None else None
 
 
-def judge(current: Mapping[str, str | None],
-          negotiate: Callable[[Sequence[str] | None], NegotiationResult]) -> Verdict:
-    """Whether the suite whose proposals are ``current`` is still what ``negotiate`` (the same
-    inputs as it was made with, the tables and policies as they are now) gives: ``negotiate(None)``
-    chooses freely, ``negotiate(keywords)`` only among the running suite's algorithms."""
-    keywords = suite_keywords(current)
+def judge(current: Mapping[str, str | None], negotiate: Callable[[Sequence[str] | None], NegotiationResult],
+          *, post_quantum: str | None = None) -> Verdict:
+    """Whether the suite whose proposals are ``current`` (and post-quantum mechanism
+    ``post_quantum``) is still what ``negotiate`` (the same inputs as it was made with, the tables
+    and policies as they are now) gives: ``negotiate(None)`` chooses freely, ``negotiate(keywords)``
+    only among the running suite's algorithms. A suite without a post-quantum mechanism under a
+    minimum that now asks for one is noncompliant."""
+    keywords = suite_keywords(current, post_quantum)
     try:
         pinned: NegotiationResult | None = negotiate(keywords)
     except NegotiationError as exc:
@@ -153,9 +165,10 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
         responder = uow.gateways.get(record.responder) if record.responder is not None else None
     except NotFound as exc:
         return Impact(record.id, "unassessed", old, None, exc.message)
-    verdict = judge(result_from(record).proposals, lambda pinned: negotiate_tunnel(
+    running = result_from(record)
+    verdict = judge(running.proposals, lambda pinned: negotiate_tunnel(
         uow=uow, inputs=inputs, initiator=initiator, responder=responder, default_table=default_table, check=True,
-        pinned=pinned))
+        pinned=pinned), post_quantum=running.suite.post_quantum)
     return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result)
 
 
@@ -412,8 +425,7 @@ class Rekeyer:
         old = result_from(record)
         close_old = move(record=record, initiator=initiator, responder=responder, old=old, new=impact.result,
                          vici=self._vici)
-        detail = (f"moved from {old.proposals['esp'] or old.proposals['ah']} to "
-                  f"{impact.result.proposals['esp'] or impact.result.proposals['ah']} ({impact.kind}: {cause})")
+        detail = f"moved from {_shown(old)} to {_shown(impact.result)} ({impact.kind}: {cause})"
         with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
             uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),

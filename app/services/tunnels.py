@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from app.domain.algorithms import CATALOGUE
 from app.domain.errors import (
     AlreadyExists,
     Conflict,
@@ -113,9 +114,12 @@ def negotiate_tunnel(
     if responder is not None:
         peers.append(PeerSpec(name=f"gw-{responder.name}"[:64],
                               supports=tuple(sorted(gateway_capabilities(responder)))))
-    elif inputs.get("peer_supports") is not None:
-        # qoss cannot hand an unmanaged peer a post-quantum preshared key, whatever it declares
-        peers.append(PeerSpec(name="peer", supports=tuple(k for k in inputs["peer_supports"] if k != "ppk")))
+    else:
+        # What the unmanaged peer declared (else anything), never a post-quantum preshared key:
+        # qoss cannot hand it one.
+        declared = inputs.get("peer_supports")
+        supports = tuple(declared) if declared is not None else tuple(CATALOGUE)
+        peers.append(PeerSpec(name="peer", supports=tuple(k for k in supports if k != "ppk")))
     if pinned is not None:
         peers.append(PeerSpec(name="current-suite", supports=tuple(pinned)))
     peers.append(request_peer(inputs))
