@@ -180,3 +180,11 @@ async def test_without_a_provider_the_page_points_to_an_invitation(settings: Set
         page = await client.get("/ui/join/sign-in")
     assert page.status_code == 404
     assert "Ask your administrator for an invitation link" in page.text
+
+
+async def test_my_devices_offers_the_sign_in_where_a_provider_is_configured(
+        phone: tuple[httpx.AsyncClient, Any, _Provider]) -> None:
+    client, _, _ = phone
+    page = await client.get("/ui/my-devices")
+    assert page.status_code == 200
+    assert '<a href="/ui/join/sign-in">sign in with Example ID</a>' in page.text

@@ -30,4 +30,6 @@ def my_devices(request: Request) -> Response:
     host = runtime(request).agent_host
     if host is None:
         raise NotFound("this server does not play the agent's Host role: there are no devices here")
-    return page("my_devices.html", {"console": None, "host": host.published(), "labels": dict(LABELS)})
+    sign_in = runtime(request).oidc
+    return page("my_devices.html", {"console": None, "host": host.published(), "labels": dict(LABELS),
+                                    "sign_in": sign_in.name if sign_in is not None else None})
