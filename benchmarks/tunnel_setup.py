@@ -29,6 +29,10 @@ Same run, same lab (two charons, kernel-libipsec, network namespaces), same suit
   ``gw-b@site-b`` -> 201 by the minimal client (A's offer, B's choice and load, A's load,
   initiate and verification, B's confirmation), in the same rounds as the local one, taking
   turns with it; then DELETE (not timed).
+- post-quantum: the local ``POST /v1/tunnels`` with a post-quantum minimum (``post_quantum`` 5:
+  a fresh PPK loaded into both charons beside the PSK, conns with ``ppk_id`` and
+  ``ppk_required``, ``/PPK`` verified on both ends; then DELETE, not timed), by the minimal
+  client in the same rounds, taking turns with the local one: what a PPK adds to a set-up.
 Prints the medians and the ratios. Goals: qoss <= 2.0 x bare (the floor with one HTTP round
 trip is about 1.7 x on the lab); peered <= 1.3 x local.
 """
@@ -120,6 +124,7 @@ def _measure(svc: Any, rounds: int) -> None:
         floor: list[float] = []
         body = {"initiator": "left", "responder": "right", "min_levels": {"confidentiality": 8, "integrity": 8}}
         ours: list[float] = []
+        with_ppk: list[float] = []  # POST left -> right with a post-quantum minimum, by the minimal client
         peered: list[float] = []  # POST left -> gw-b@site-b by the minimal client
         deletes: list[float] = []  # DELETE /v1/tunnels/{id} by the minimal client
         bare_down: list[float] = []  # terminate on one end, unload conn and secret on both
@@ -132,6 +137,8 @@ def _measure(svc: Any, rounds: int) -> None:
         stack.callback(lean.close)
         content = json.dumps(body).encode()
         to_peer = json.dumps({**body, "responder": "gw-b@site-b"}).encode()
+        post_quantum = json.dumps({**body, "min_levels": {"confidentiality": 8, "integrity": 8,
+                                                           "post_quantum": 5}}).encode()
 
         def by_httpx() -> float:
             nonlocal proposals
@@ -156,6 +163,18 @@ def _measure(svc: Any, rounds: int) -> None:
                 raise RuntimeError(f"DELETE: {gone.status} {gone.body[:200]!r}")
             return elapsed, took
 
+        def by_lean_ppk() -> float:
+            t0 = time.perf_counter()
+            answer = loop.run_until_complete(lean.request("POST", "/v1/tunnels", post_quantum))
+            elapsed = time.perf_counter() - t0
+            made = json.loads(answer.body)
+            if answer.status != 201 or made["suite"]["post_quantum"] != "ppk":
+                raise RuntimeError(f"post-quantum: {answer.status} {answer.body[:200]!r}")
+            gone = loop.run_until_complete(lean.request("DELETE", f"/v1/tunnels/{made['id']}"))
+            if gone.status != 204:
+                raise RuntimeError(f"post-quantum DELETE: {gone.status} {gone.body[:200]!r}")
+            return elapsed
+
         def by_peer() -> float:
             t0 = time.perf_counter()
             answer = loop.run_until_complete(lean.request("POST", "/v1/tunnels", to_peer))
@@ -171,11 +190,14 @@ def _measure(svc: Any, rounds: int) -> None:
             # The clients and kinds take turns going first: the first after the pause pays for waking the machine.
             if i % 2:
                 elapsed_peered = by_peer()
+                elapsed_ppk = by_lean_ppk()
                 (elapsed_lean, elapsed_delete), elapsed = by_lean(), by_httpx()
             else:
                 elapsed, (elapsed_lean, elapsed_delete) = by_httpx(), by_lean()
+                elapsed_ppk = by_lean_ppk()
                 elapsed_peered = by_peer()
             if i >= 2:
+                with_ppk.append(elapsed_ppk * 1000)
                 peered.append(elapsed_peered * 1000)
                 with_httpx.append(elapsed * 1000)
                 ours.append(elapsed_lean * 1000)
@@ -236,6 +258,10 @@ def _measure(svc: Any, rounds: int) -> None:
         httpx_med = statistics.median(with_httpx)
         print(f"  the same, sent by httpx:       median {httpx_med:.1f} ms, p90 {percentile(with_httpx, 90):.1f} ms "
               f"(ratio {httpx_med / statistics.median(bare):.2f})")
+        ppk_med = statistics.median(with_ppk)
+        print(f"  with a post-quantum minimum (a PPK on both ends): median {ppk_med:.1f} ms, "
+              f"p90 {percentile(with_ppk, 90):.1f} ms; the PPK adds {ppk_med - ours_med:+.1f} ms "
+              f"({100 * (ppk_med - ours_med) / ours_med:+.0f} %)")
         peered_med = statistics.median(peered)
         print(f"  peered (left -> gw-b@site-b): median {peered_med:.1f} ms, p90 {percentile(peered, 90):.1f} ms; "
               f"peered / local = {peered_med / ours_med:.2f} (goal <= 1.3)")
