@@ -61,7 +61,8 @@ _MESSAGE_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 #: What an accepted message's audit detail starts with: the ``kind`` label of ``qoss_agent_joins_total``.
-_KINDS = frozenset({"connect", "disconnect", "revoke", "device", "revoke-device"})
+_KINDS = frozenset({"connect", "disconnect", "revoke", "device", "revoke-device", "devices", "admin-devices",
+                    "admin-revoke-device"})
 
 #: The message routes (path -> what answers), for :func:`handle_message` and the app's fast path.
 MESSAGE_PATHS = {

@@ -26,6 +26,9 @@ from app.services.agent.host import HostAgent
 from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
 from tests.unit.services.test_agent_roles import SERVER, Roles, gateway
+from tests.unit.services.test_agent_trust import FAR, HQ, World, world
+
+__all__ = ["world"]  # the two Hosts and one Target of test_agent_trust, shared
 
 BOB = KeyPair.generate("bob")
 
@@ -215,3 +218,27 @@ def test_host_asks_a_remote_target_signed_and_sealed_and_a_replay_is_refused(rol
     assert refused.value.reason == "replayed question"
     assert remote.revoke_device(user_id="alice", ticket=phone)["revoked"] is True
     assert agent_conn_name(phone) not in roles.charon.conns
+
+
+def test_another_hosts_user_of_the_same_id_and_an_untrusted_host_get_nothing(world: World) -> None:
+    """Two Hosts trusted by one Target each have an ``alice``: neither sees nor revokes the other's
+    devices, by her own request or by her Host's question; a Host the Target does not trust, or one
+    that signs a question as another, is refused."""
+    device = world.alice.enrol()
+    theirs = world.other_alice.send(Kind.DEVICES, RequestInfo(target="far")).devices
+    assert theirs == ()
+    mine = world.alice.send(Kind.DEVICES, RequestInfo(target="far")).devices
+    assert mine is not None
+    assert [(d.ticket, d.state) for d in mine] == [(device, DeviceState.ACTIVE)]
+    branch = world.hosts["branch"]
+    assert branch.user_devices("alice")["devices"] == []
+    with pytest.raises(NotFound):
+        branch.revoke_device(user_id="alice", ticket=device)
+    for signer, sender in ((KeyPair.generate("stranger"), "stranger"), (HQ, "branch")):
+        question = UserDevices(host=sender, target="far", nonce=signer.public.sign[:16],
+                               timestamp=int(world.clock()), user_id="alice", revoke=device)
+        with pytest.raises(AgentRejected):
+            world.target.handle(signer.seal(kind=Kind.USER_DEVICES, to="far", body=question.body(),
+                                            recipient=FAR.public.kem))
+    assert world.session(device)[0] == "active"
+    assert world.alice.status(device) == "active"
