@@ -11,6 +11,8 @@ NAME --platform P --post-quantum N`` enrols through the lab's Host and Target as
   Apple client, configured from the profile's values (its identity, its PKCS#12, its PPK), joins
   with ``/PPK`` and a ping crosses, and with any other PPK it is refused.
 - android: the same minimum is refused naming the platform and why, and nothing is written.
+- a user's own tunnel (``qoss lab join NAME --post-quantum 5``): the PPK at both ends, a ping
+  crosses; without the minimum, none.
 """
 
 from __future__ import annotations
