@@ -84,6 +84,8 @@ def ratings_edit(
     confidentiality: Annotated[int | None, typer.Option(min=0, max=10)] = None,
     integrity: Annotated[int | None, typer.Option(min=0, max=10)] = None,
     key_exchange: Annotated[int | None, typer.Option("--key-exchange", min=0, max=10)] = None,
+    post_quantum: Annotated[int | None, typer.Option("--post-quantum", min=0, max=10,
+                                                     help="a post-quantum mechanism's level")] = None,
     performance: Annotated[float | None, typer.Option(min=0, max=10)] = None,
     reason: Annotated[str | None, typer.Option(help="why, kept with the rating")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="change nothing: print the impact on running tunnels "
@@ -98,11 +100,12 @@ def ratings_edit(
     (make-before-break); the answer says what it found.
     """
     changes = {k: v for k, v in {"confidentiality": confidentiality, "integrity": integrity,
-                                 "key_exchange": key_exchange, "performance": performance,
+                                 "key_exchange": key_exchange, "post_quantum": post_quantum,
+                                 "performance": performance,
                                  "reason": reason}.items() if v is not None}
     if not changes:
-        raise typer.BadParameter("give at least one of --confidentiality --integrity --key-exchange --performance "
-                                 "--reason")
+        raise typer.BadParameter("give at least one of --confidentiality --integrity --key-exchange --post-quantum "
+                                 "--performance --reason")
     with connect() as service:
         base = service.revision(_table_path(name))
         answer = service.call("PATCH", f"{_table_path(name)}/ratings/{algorithm}", json=changes,
@@ -295,6 +298,8 @@ def policies_edit(
     integrity: Annotated[int | None, typer.Option(min=0, max=10, help="minimum integrity level")] = None,
     key_exchange: Annotated[int | None, typer.Option("--key-exchange", min=0, max=10,
                                                      help="minimum key exchange level")] = None,
+    post_quantum: Annotated[int | None, typer.Option("--post-quantum", min=0, max=10,
+                                                     help="minimum post-quantum level (0: none)")] = None,
     assignments: Annotated[list[str] | None, typer.Option(
         "--set", metavar="FIELD=VALUE", help="set a field to a YAML value (repeat for more), e.g. mode=transport, "
         "traffic.packet_size=200, pfs=false, a list in YAML's flow form; FIELD= removes it")] = None,
@@ -318,7 +323,7 @@ def policies_edit(
 
     changes = _settings(assignments or [])
     for level, value in (("confidentiality", confidentiality), ("integrity", integrity),
-                         ("key_exchange", key_exchange)):
+                         ("key_exchange", key_exchange), ("post_quantum", post_quantum)):
         if value is not None:
             changes[("min_levels", level)] = value
     with connect() as service:

@@ -280,6 +280,7 @@ class RatingIn(Strict):
     confidentiality: Level | None = None
     integrity: Level | None = None
     key_exchange: Level | None = None
+    post_quantum: Level | None = None
     performance: Annotated[float, Field(ge=0, le=10)] = 0
     source: Annotated[str, Field(max_length=500, pattern=NO_NUL)] = ""
     reason: Text = ""
@@ -293,6 +294,7 @@ class RatingPatch(Strict):
     confidentiality: Level | None = None
     integrity: Level | None = None
     key_exchange: Level | None = None
+    post_quantum: Level | None = None
     performance: Annotated[float, Field(ge=0, le=10)] | None = None
     source: Annotated[str, Field(max_length=500, pattern=NO_NUL)] | None = None
     reason: Text | None = None

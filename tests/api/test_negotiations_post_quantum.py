@@ -55,3 +55,24 @@ async def test_a_bad_post_quantum_level_is_422(client: httpx.AsyncClient, value:
     r = await negotiate(client, {"peers": [{"name": "a", "min_levels": {"post_quantum": value}}]})
     assert r.status_code == 422, r.text
     assert "post_quantum" in r.text
+
+
+async def test_a_table_rates_the_mechanisms_like_any_algorithm(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/rating-tables", json={"name": "pq-strict", "ratings": [
+        {"algorithm": "ppk", "post_quantum": 4, "performance": 6, "reason": "test: distribution not trusted"}]})
+    assert r.status_code == 201, r.text
+    body = {"rating_table": "pq-strict", "peers": [{"name": "left", "supports": [*CLASSICAL, "ppk"],
+                                                    "min_levels": {"post_quantum": 5}}]}
+    refused = await negotiate(client, body)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["detail"]["unmet"] == [
+        {"peer": "left", "requirement": "post_quantum", "level": 5, "best_available": 4}]
+    etag = (await client.get("/v1/rating-tables/pq-strict")).headers["ETag"]
+    r = await client.patch("/v1/rating-tables/pq-strict/ratings/ppk", json={"post_quantum": 9, "reason": "test"},
+                           headers={"If-Match": etag})
+    assert r.status_code == 200, r.text
+    assert (await negotiate(client, body)).json()["suite"]["post_quantum"] == "ppk"
+    r = await client.post("/v1/rating-tables", json={"name": "pq-wrong", "ratings": [
+        {"algorithm": "aes128", "confidentiality": 8, "post_quantum": 9, "performance": 8}]})
+    assert r.status_code == 422, r.text
+    assert "no post_quantum level" in r.text
