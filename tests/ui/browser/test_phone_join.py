@@ -268,6 +268,30 @@ def test_the_wrong_device_is_told_which_to_choose_and_nothing_is_spent(host: Hos
     no_trouble(watched)
 
 
+def test_a_network_or_gateway_failure_is_told_to_the_user_and_joining_again_works(
+        host: Host, new_context: NewContext) -> None:
+    page, watched, _ = phone(new_context)
+    link, _ = host.invite("vic", "android")
+    page.route("**/v1/agent/invitations/redeem", lambda route: route.abort("internetdisconnected"))
+    join(page, link)
+    expect(page.locator("#join-error")).to_contain_text("could not be reached")
+    expect(page.locator("#join-error")).to_contain_text("The invitation was not used.")
+    page.unroute("**/v1/agent/invitations/redeem")
+    page.route("**/v1/agent/requests", lambda route: route.fulfill(
+        status=503, content_type="application/json", headers={"X-Request-ID": "ref-42"},
+        body=json.dumps({"error": "GatewayUnreachable", "detail": "strongSwan unreachable at /run/qoss/t.vici"})))
+    page.locator("#join-button").tap()
+    expect(page.locator("#join-error")).to_contain_text("not answering")
+    expect(page.locator("#join-error")).to_contain_text("ref-42")
+    assert "/run/" not in page.locator("#join-error").inner_text()
+    expect(page.locator("#join-button")).to_have_text("Try again")
+    page.unroute("**/v1/agent/requests")
+    page.locator("#join-button").tap()
+    passphrase(page)
+    watched.problems = [p for p in watched.problems if "status of 503" not in p and "ERR_INTERNET" not in p]
+    no_trouble(watched)
+
+
 def test_a_link_cut_short_and_an_unknown_one_say_what_to_do(host: Host, new_context: NewContext) -> None:
     page, watched, _ = phone(new_context)
     page.goto(f"{host.base}/ui/join#i=short")
