@@ -13,8 +13,8 @@ stack, its body replayed, so refusals and validation errors have one implementat
 
 The ``fast_paths`` setting (``QOSS_FAST_PATHS``) turns the registry on; off, every request
 takes the full stack. The twin tests (``tests/api/test_agent_fast_path.py``,
-``tests/api/test_tunnels_fast_path.py``) send each case through both and compare what a
-client and the audit log see.
+``tests/api/test_tunnels_fast_path.py``, ``tests/api/test_peering_fast_path.py``) send each case
+through both and compare what a client and the audit log see.
 """
 
 from __future__ import annotations

@@ -1,0 +1,153 @@
+"""One answer for one peer's message whichever path serves it: each case is sent through the
+application (the bypass registry takes a message sent as JSON within the limit) and straight into
+the full stack, and what the sender and the audit log see must agree; what the registry does not
+take (another content type, an empty or oversized body) reaches the full stack."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
+
+from app.adapters.db.engine import make_engine, make_session_factory
+from app.adapters.db.unit_of_work import sql_units_of_work
+from app.domain.tunnels import Gateway
+from app.main import create_app
+from app.settings import Settings
+from tests.api.test_peering_messages import Calls, _offer, _register, _sealed
+from tests.api.test_tunnels_fast_path import _audit, _entries, _seen
+
+pytestmark = pytest.mark.anyio
+
+#: The application, its full stack alone (each an ASGI app), an admin's client, the requests
+#: that reached the full stack, the charon that must never be reached.
+Twins = tuple[Any, Any, httpx.AsyncClient, list[str], Calls]
+_SOURCES = iter(range(1, 250))
+
+
+def _from(app: Any, headers: dict[str, str]) -> httpx.AsyncClient:
+    """A client from an address of its own: its first refusal of a kind has a record of its own
+    (later ones from the same source are counted in that record's window)."""
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(f"192.0.2.{next(_SOURCES)}", 4000)),
+                             base_url="http://q.test", headers=headers)
+
+
+@pytest.fixture
+async def twins(settings: Settings, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Twins]:
+    engine = make_engine(settings.database_url)
+    try:
+        with sql_units_of_work(make_session_factory(engine))() as uow:
+            uow.gateways.create(Gateway(name="gw-b", vici_socket="/run/qoss/none.vici", ike_address="10.99.0.2",
+                                        identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
+                                        algorithms=frozenset({"aes128gcm16", "x25519", "prfsha256"})))
+            uow.commit()
+    finally:
+        engine.dispose()
+    entered = _entries(monkeypatch)
+    calls = Calls()
+    app = create_app(settings.model_copy(update={"peer_name": "site-b", "monitor_tunnels": False,
+                                                 "reconcile_on_start": False, "sa_reports": False}),
+                     vici_factory=calls)
+
+    async def full_stack(scope: Scope, receive: Receive, send: Send) -> None:
+        await FastAPI.__call__(app, scope, receive, send)
+
+    headers = {"Authorization": f"Bearer {admin_token}"}
+    async with app.router.lifespan_context(app), _from(app, headers) as admin:
+        yield app, full_stack, admin, entered, calls
+
+
+async def _both(twins: Twins, label: str, body: Any, *, fast_path: bool,
+                content_type: str | None = "application/json") -> tuple[httpx.Response, httpx.Response]:
+    """Send one message (``body``: the same bytes, or a function of 0 or 1) through the
+    application, then the full stack; check the registry took it (or not) and that both agree."""
+    fast, full, admin, entered, calls = twins
+    answers = []
+    for i, (target, side) in enumerate(((fast, "fast"), (full, "full"))):
+        entered.clear()
+        headers = {"X-Request-ID": f"{side}-{label}"}
+        if content_type is not None:
+            headers["content-type"] = content_type
+        async with _from(target, {}) as c:
+            r = await c.post("/v1/peering/messages", content=body(i) if callable(body) else body, headers=headers)
+        if i == 0:
+            assert entered == ([] if fast_path else ["POST /v1/peering/messages"]), label
+        answers.append(r)
+    a, b = answers
+    assert _seen(a) == _seen(b), label
+    records = await _audit(admin, f"fast-{label}")
+    assert records == await _audit(admin, f"full-{label}"), label
+    assert len(records) == 1, label
+    assert calls.asked == []
+    return a, b
+
+
+async def test_a_message_of_an_unregistered_sender_is_refused_alike(twins: Twins) -> None:
+    identity = (await twins[2].get("/v1/peering/identity")).json()
+    a, _ = await _both(twins, "unregistered", lambda i: _sealed(identity, _offer()), fast_path=True)
+    assert a.status_code == 403, a.text
+
+
+async def test_an_offer_beyond_the_peering_is_refused_alike(twins: Twins) -> None:
+    identity = await _register(twins[2])
+    a, _ = await _both(twins, "beyond", lambda i: _sealed(identity, _offer(gateway="gw-other")), fast_path=True)
+    assert a.status_code == 403, a.text
+
+
+async def test_an_offer_nothing_meets_is_refused_alike_with_one_record_each(twins: Twins) -> None:
+    identity = await _register(twins[2])
+    a, _ = await _both(twins, "infeasible", lambda i: _sealed(
+        identity, _offer(min_levels={"confidentiality": 10, "integrity": 10})), fast_path=True)
+    assert a.status_code == 409, a.text
+    assert len(await _audit(twins[2], "fast-infeasible")) == 1
+
+
+async def test_a_replayed_offer_is_refused_alike(twins: Twins) -> None:
+    identity = await _register(twins[2])
+    sent = [_sealed(identity, _offer(min_levels={"confidentiality": 10, "integrity": 10})) for _ in range(2)]
+    for target, data in ((twins[0], sent[0]), (twins[1], sent[1])):  # each seen once
+        async with _from(target, {}) as c:
+            r = await c.post("/v1/peering/messages", content=data, headers={"content-type": "application/json"})
+        assert r.status_code == 409, r.text
+    a, _ = await _both(twins, "replayed", lambda i: sent[i], fast_path=True)
+    assert a.status_code == 403, a.text
+
+
+@pytest.mark.parametrize("data", [b"not json", b"{}", b"\xff" * 100])
+async def test_garbage_sent_as_json_is_refused_alike(twins: Twins, data: bytes) -> None:
+    await _register(twins[2])
+    a, _ = await _both(twins, "garbage", data, fast_path=True)
+    assert a.status_code in (403, 422), a.text
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/octet-stream"])
+async def test_a_message_sent_as_another_content_type_reaches_the_full_stack(twins: Twins,
+                                                                            content_type: str | None) -> None:
+    identity = (await twins[2].get("/v1/peering/identity")).json()
+    a, _ = await _both(twins, "other-type", lambda i: _sealed(identity, _offer()), fast_path=False,
+                       content_type=content_type)
+    assert a.status_code == 403, a.text
+
+
+@pytest.mark.parametrize("data", [b"", b"x" * (64 * 1024 + 1)])
+async def test_an_empty_or_oversized_message_reaches_the_full_stack(twins: Twins, data: bytes) -> None:
+    await _register(twins[2])
+    a, _ = await _both(twins, "size", data, fast_path=False)
+    assert a.status_code in (403, 413, 422), a.text
+
+
+async def test_with_the_fast_paths_off_every_message_takes_the_full_stack(settings: Settings,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    entered = _entries(monkeypatch)
+    app = create_app(settings.model_copy(update={"peer_name": "site-b", "fast_paths": False,
+                                                 "monitor_tunnels": False, "reconcile_on_start": False}))
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://q.test") as c:
+        entered.clear()
+        r = await c.post("/v1/peering/messages", content=b"{}", headers={"content-type": "application/json"})
+    assert r.status_code in (403, 422), r.text
+    assert entered == ["POST /v1/peering/messages"]
