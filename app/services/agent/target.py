@@ -464,6 +464,10 @@ class TargetAgent:
                                   inputs={k: v for k, v in inputs.items() if k != "platform"})
             except NoFeasibleSuite:
                 raise exc from None
+            for unmet in exc.unmet:  # a post-quantum minimum (e.g. Target's policy's) it has no setting for
+                cannot = post_quantum_refusal(platform, unmet.level) if unmet.requirement == "post_quantum" else None
+                if cannot is not None:
+                    raise PlatformCannot(cannot) from None
             lacks = "; ".join(
                 f"no {u.requirement} at level {u.level} (the best it can negotiate here: "
                 f"{'none' if u.best_available is None else u.best_available})" for u in exc.unmet)

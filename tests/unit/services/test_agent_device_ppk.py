@@ -229,3 +229,19 @@ def test_a_device_with_a_ppk_stays_when_nothing_it_runs_on_changed(roles: Roles,
     with database.unit() as uow:
         [impact] = assess_sessions(uow, active_sessions(roles.store), default_table=TABLE)
     assert (impact.ticket, impact.kind) == (info.ticket, "stays"), impact.reason
+
+
+def test_a_post_quantum_minimum_of_a_stored_policy_refuses_a_platform_without_one_by_its_reason(
+        roles: Roles, database: FakeDatabase) -> None:
+    with database.unit() as uow:
+        current, revision = policies.get_policy(uow=uow, name="platform-windows")
+        document = current.as_dict()
+        document["min_levels"] = {**document.get("min_levels", {}), "post_quantum": 4}
+        policies.replace_policy(uow=uow, name="platform-windows", document=document, expected_revision=revision,
+                                author="test")
+        uow.commit()
+    with pytest.raises(PlatformCannot) as refused:
+        enrol(roles, "windows")  # the user asks for none; the platform's own table does
+    assert refused.value.message.startswith("Windows 10/11 built-in IKEv2 (windows): no post-quantum protection "
+                                            "at level 4: the built-in client has no post-quantum setting")
+    assert not roles.charon.conns
