@@ -36,7 +36,8 @@ def _negotiation_document(query: dict[str, str]) -> dict[str, Any]:
             continue
         peer: dict[str, Any] = {"name": name}
         levels = {}
-        for short, level in (("c", "confidentiality"), ("i", "integrity"), ("k", "key_exchange")):
+        for short, level in (("c", "confidentiality"), ("i", "integrity"), ("k", "key_exchange"),
+                             ("q", "post_quantum")):
             text = query.get(f"p{i}{short}", "").strip()
             if text:
                 try:

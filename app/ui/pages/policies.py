@@ -40,7 +40,8 @@ router = console_router()
 
 #: The form's fields, in order, with their labels (the conflict view compares them one by one).
 FIELDS = (("description", "Description"), ("confidentiality", "Confidentiality ≥"),
-          ("integrity", "Integrity ≥"), ("key_exchange", "Key exchange ≥"), ("objective_id", "Objective-ID"),
+          ("integrity", "Integrity ≥"), ("key_exchange", "Key exchange ≥"), ("post_quantum", "Post-quantum ≥"),
+          ("objective_id", "Objective-ID"),
           ("objectives", "Objectives"), ("allow", "Allow only"), ("deny", "Deny"), ("mode", "Mode"),
           ("pfs", "PFS"), ("strict", "Strict"), ("rating_table", "Rating table"),
           ("packet_size", "Packet size"), ("min_throughput_mbps", "Minimum throughput (Mbit/s)"),
@@ -95,7 +96,8 @@ def _document(name: str, mine: dict[str, str]) -> dict[str, Any]:
 
     doc: dict[str, Any] = {
         "name": name, "description": mine["description"],
-        "min_levels": {k: number(k, int) or 0 for k in ("confidentiality", "integrity", "key_exchange")},
+        "min_levels": {k: number(k, int) or 0 for k in ("confidentiality", "integrity", "key_exchange",
+                                                        "post_quantum")},
         "objective_id": number("objective_id", int), "objectives": _words(mine["objectives"]) or None,
         "allow": _words(mine["allow"]) or None, "deny": _words(mine["deny"]) or None,
         "mode": mine["mode"] or "tunnel", "pfs": bool(mine["pfs"]), "strict": bool(mine["strict"]),

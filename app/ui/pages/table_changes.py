@@ -37,7 +37,7 @@ from app.web.edits import count_revision
 __all__ = ["router"]
 
 router = console_router()
-_ROW_FIELDS = ("algorithm", "confidentiality", "integrity", "key_exchange", "performance", "reason")
+_ROW_FIELDS = ("algorithm", "confidentiality", "integrity", "key_exchange", "post_quantum", "performance", "reason")
 
 
 def _stale(request: Request, uow: UnitOfWork, name: str, current: int, since: int) -> str:

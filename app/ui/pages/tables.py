@@ -49,7 +49,7 @@ __all__ = ["grid_row", "list_page", "rating_patch", "router", "table_page"]
 router = console_router()
 
 #: The editable fields of a row, in the grid's order.
-_LEVELS = ("confidentiality", "integrity", "key_exchange")
+_LEVELS = ("confidentiality", "integrity", "key_exchange", "post_quantum")
 _FIELDS = (*_LEVELS, "performance", "reason")
 
 
@@ -75,7 +75,7 @@ def grid_row(rating: Rating) -> dict[str, Any]:
     an AEAD confidentiality and integrity, a cipher confidentiality alone, ...), its measured time
     per byte."""
     measured = rating.measurement.a_ns_per_byte if rating.measurement is not None else None
-    blank = {"confidentiality": None, "integrity": None, "key_exchange": None, "reason": ""}
+    blank = {"confidentiality": None, "integrity": None, "key_exchange": None, "post_quantum": None, "reason": ""}
     kind = lookup(rating.algorithm).kind
     return {**blank, **rating.as_dict(), "kind": kind, "levels": relevant_dimensions(kind), "ns_per_byte": measured}
 

@@ -2,7 +2,7 @@
  *
  * A filter box (an element with data-filter-for="<tbody id>", hidden in the page: without this
  * script the whole grid shows) holds a search field and a polite status region. Typing hides the
- * rows none of whose cells named in data-filter-columns ("0 1 7": a rating's algorithm, kind and
+ * rows none of whose cells named in data-filter-columns ("0 1 8": a rating's algorithm, kind and
  * reason) contains what is typed, ignoring case; the region says "12 of 80 shown". A row with
  * fewer cells (a message across the row) or one the admin is working in (an edit
  * form open, its preview or conflict) is never hidden. Escape in the field empties it.

@@ -206,7 +206,7 @@ def test_the_grid_filters_as_one_types_under_a_sticky_header(served: Served, new
     sign_in(page, served.base, served.editor)
     page.goto(f"{served.base}/ui/tables/standards-2026")
     count = page.locator("#grid-filter-count")
-    expect(count).to_have_text("80 of 80 shown")
+    expect(count).to_have_text("84 of 84 shown")
     shown = page.locator("#grid-rows > tr:visible")
     # the header row stays at the top of the grid's box while the rows scroll under it
     box = page.locator(".grid-box")
@@ -222,7 +222,7 @@ def test_the_grid_filters_as_one_types_under_a_sticky_header(served: Served, new
     expect(page.get_by_label("Filter by algorithm, kind or reason")).to_be_focused()
     page.keyboard.type("GCM")
     gcm = _matching(served, "standards-2026", "gcm")
-    expect(count).to_have_text(f"{len(gcm)} of 80 shown")
+    expect(count).to_have_text(f"{len(gcm)} of 84 shown")
     expect(shown).to_have_count(len(gcm))
     assert sorted(shown.evaluate_all("rows => rows.map(r => r.id.slice(4))")) == sorted(gcm)
     # an htmx swap of a row (edit, then cancel with Escape) keeps the filter
@@ -230,7 +230,7 @@ def test_the_grid_filters_as_one_types_under_a_sticky_header(served: Served, new
     expect(page.locator("#row-aes128gcm16.editing")).to_be_visible()
     page.keyboard.press("Escape")
     expect(page.locator("#row-aes128gcm16.editing")).to_have_count(0)
-    expect(count).to_have_text(f"{len(gcm)} of 80 shown")
+    expect(count).to_have_text(f"{len(gcm)} of 84 shown")
     expect(page.locator("#row-x25519")).to_be_hidden()
     # a row changed elsewhere (live.js replaces it) is filtered as it comes: x25519 now matches
     expect(page.locator("html")).to_have_attribute("data-live", "on")
@@ -241,9 +241,9 @@ def test_the_grid_filters_as_one_types_under_a_sticky_header(served: Served, new
                          json={"reason": "Curve25519, as common as AES-GCM"})
     assert edited.status_code == 200, edited.text
     expect(page.locator("#row-x25519.changed")).to_be_visible(timeout=10_000)
-    expect(count).to_have_text(f"{len(gcm) + 1} of 80 shown")
+    expect(count).to_have_text(f"{len(gcm) + 1} of 84 shown")
     page.get_by_label("Filter by algorithm, kind or reason").press("Escape")  # Escape empties the filter
-    expect(count).to_have_text("80 of 80 shown")
+    expect(count).to_have_text("84 of 84 shown")
     no_trouble(watched)
 
 
