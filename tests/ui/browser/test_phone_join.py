@@ -168,6 +168,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     socket_path = where / "sockets" / "charon.vici"
     doc = yaml.safe_load(config.read_text())
     doc["target"]["vici_socket"] = str(socket_path)
+    doc["target"]["pool"] = "10.3.8.0/26"  # an address for every device this module enrols
     config.write_text(yaml.safe_dump(doc))
     env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_AGENT_CONFIG": str(config), "QOSS_STATE_DIR": str(where / "state"),
