@@ -24,7 +24,7 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.peering import peering_keys
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import Kind, b64e, canonical
-from app.domain.errors import GatewayError, TunnelVerificationFailed
+from app.domain.errors import GatewayError, TunnelVerificationFailed, UnsupportedProtection
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.main import create_app
 from app.services.peering import Peering, PeeringConfig
@@ -61,7 +61,7 @@ async def site_b(settings: Settings, admin_token: str, tmp_path: Path
                 uow.gateways.create(Gateway(name="gw-b", vici_socket=str(fake.socket_path), ike_address="10.99.0.2",
                                             identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
                                             algorithms=frozenset({"aes128gcm16", "aes256gcm16", "chacha20poly1305",
-                                                                  "x25519", "prfsha256"})))
+                                                                  "x25519", "prfsha256", "mlkem768"})))
                 uow.commit()
         finally:
             engine.dispose()
@@ -305,3 +305,27 @@ async def test_the_rekeyer_moves_a_peered_tunnel_only_below_this_sides_minimums(
             rekeyer.stop()
     finally:
         engine.dispose()
+
+
+async def test_a_move_to_post_quantum_protection_is_refused_before_anything_is_sent(
+        site_b: Any, settings: Settings) -> None:
+    _, _, fake, identity = site_b
+    engine = make_engine(settings.database_url)
+    try:
+        units = sql_units_of_work(make_session_factory(engine))
+        with units() as uow:  # t-a as if its request now asked for post-quantum protection
+            record = uow.tunnels.get("t-a")
+            asks = {**_ASK, "post_quantum": 1}
+            uow.tunnels.set_negotiation("t-a", record.negotiation, {**(record.provenance or {}),
+                                                                    "request": {"min_levels": asks}}, "")
+            uow.commit()
+        site_a = _SiteA(PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem)
+        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
+                          units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_a,
+                          keys=peering_keys, crypto=CRYPTO)
+        with pytest.raises(UnsupportedProtection, match="post-quantum"):
+            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-a")
+    finally:
+        engine.dispose()
+    assert site_a.got == []
+    assert fake.count("load-conn") == 0

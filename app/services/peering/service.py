@@ -629,6 +629,7 @@ class Peering:
             NotFound: no such tunnel here, or not one with a peer.
             Conflict: the peering is revoked.
             NoFeasibleSuite: nothing meets this side's requirement now (nothing was sent).
+            UnsupportedProtection: this side's requirement now asks for post-quantum protection.
             PeerUnreachable, PeerTimeout: the peer does not answer (nothing changed here).
             PeerNoFeasibleSuite: nothing this side offered meets the peer's requirements.
             PeerRefused: the peer refused otherwise.
@@ -644,6 +645,8 @@ class Peering:
                 raise Conflict(f"the peering with {peer.name} is revoked")
             peers, inputs = _requirement(record, gateway, peer)
             result = self._negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
+            if result.suite.post_quantum is not None:  # as for a new tunnel with a peer
+                raise UnsupportedProtection(PEERED_POST_QUANTUM)
             ours = _ranked(result)
             ikes = self._ikes(reads, result, peers=peers, inputs=inputs, backends=[gateway.backend])
         move = Move(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
