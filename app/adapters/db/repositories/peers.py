@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -14,7 +15,11 @@ from app.domain.errors import AlreadyExists, NotFound
 from app.domain.peering import Peer, PeerState
 from app.domain.policies import Levels
 
-__all__ = ["PeerRepository"]
+__all__ = ["PRUNE_EVERY", "PeerRepository"]
+
+#: Seconds between two prunings of the nonces past their time, per process.
+PRUNE_EVERY = 5.0
+_next_prune = 0.0
 
 
 def _peer(row: PeerRow) -> Peer:
@@ -82,13 +87,16 @@ class PeerRepository:
 
     def first_sight(self, peer: str, nonce: str, *, keep_until: datetime) -> bool:
         """Whether ``peer``'s ``nonce`` is seen here for the first time (it is then kept until
-        ``keep_until``); False: a replay. Nonces past their time are dropped on the way."""
-        now = datetime.now(UTC)
-        self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < now))
+        ``keep_until``); False: a replay. Nonces past their time are dropped on the way, at most
+        once every :data:`PRUNE_EVERY` seconds per process (a message that old is refused as not
+        fresh before its nonce is looked at)."""
+        global _next_prune
+        if time.monotonic() >= _next_prune:
+            _next_prune = time.monotonic() + PRUNE_EVERY
+            self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < datetime.now(UTC)))
         try:
             with self.session.begin_nested():
-                self.session.add(PeerNonceRow(peer=peer, nonce=nonce, expires_at=keep_until))
-                self.session.flush()
+                self.session.execute(insert(PeerNonceRow).values(peer=peer, nonce=nonce, expires_at=keep_until))
         except IntegrityError:
             return False
         return True
