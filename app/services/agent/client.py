@@ -86,6 +86,8 @@ def ca_fingerprint(ca_cert_der: bytes) -> str:
     return ":".join(f"{b:02X}" for b in hashlib.sha256(ca_cert_der).digest())
 
 _CAPS_FILE = "capabilities.json"
+#: What a capabilities file holds: 2 counts a PPK from charon's version (a file of 1 is read again).
+_CAPS_FORMAT = 2
 #: Cached charon capabilities are read again after this many seconds (and whenever charon restarts).
 CAPABILITIES_TTL = 3600.0
 
@@ -194,7 +196,8 @@ class AgentClient:
             return self._caps[2], self._caps[3]
         try:
             raw = json.loads(self._caps_path().read_text())
-            if (raw["key"] == key and 0 <= now - float(raw["at"]) < CAPABILITIES_TTL
+            if (raw.get("format") == _CAPS_FORMAT and raw["key"] == key
+                    and 0 <= now - float(raw["at"]) < CAPABILITIES_TTL
                     and isinstance(raw["native"], bool) and isinstance(raw["algorithms"], list)
                     and all(isinstance(a, str) for a in raw["algorithms"])):
                 self._caps = (key, float(raw["at"]), tuple(raw["algorithms"]), raw["native"])
@@ -225,7 +228,7 @@ class AgentClient:
             with contextlib.suppress(OSError):
                 self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
                 _write_private(self._caps_path(), json.dumps(
-                    {"key": key, "at": now, "algorithms": list(algorithms), "native": native}))
+                    {"format": _CAPS_FORMAT, "key": key, "at": now, "algorithms": list(algorithms), "native": native}))
         return algorithms, native
 
     def connect(self, *, target: str, objective_id: int, min_levels: Mapping[str, int] | None = None,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from app.adapters import files
+from app.adapters.agent.crypto import CRYPTO
 from app.adapters.agent.devices import PPK_KEY_FILE, LocalDeviceKit
 from app.adapters.agent.profiles import parse_swanctl
 from app.domain.agent import Kind, RequestInfo, Response, agent_conn_name
@@ -23,12 +24,13 @@ from app.domain.agent.conns import client_conn, ppk_name
 from app.domain.errors import PlatformCannot
 from app.domain.tunnels import keywords_from_charon
 from app.services import policies
+from app.services.agent.client import AgentClient
 from app.services.agent.target_edits import active_sessions, assess_sessions
 from app.services.agent.target_sessions import RECONCILE_GRACE
 from app.services.impact import preview
 from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
-from tests.unit.services.test_agent_roles import Roles
+from tests.unit.services.test_agent_roles import ALICE, Roles, gateway
 
 TABLE = "standards-2026"
 
@@ -245,3 +247,15 @@ def test_a_post_quantum_minimum_of_a_stored_policy_refuses_a_platform_without_on
     assert refused.value.message.startswith("Windows 10/11 built-in IKEv2 (windows): no post-quantum protection "
                                             "at level 4: the built-in client has no post-quantum setting")
     assert not roles.charon.conns
+
+
+def test_the_clients_charon_counts_a_ppk_and_a_cache_from_before_is_read_again(roles: Roles) -> None:
+    algorithms, _ = roles.client.capabilities()
+    assert "ppk" in algorithms  # charon 5.9.8: a PPK, though get-algorithms lists none
+    path = roles.client.config.state_dir / "capabilities.json"
+    raw = json.loads(path.read_text())
+    old = {k: v for k, v in raw.items() if k != "format"}
+    path.write_text(json.dumps({**old, "algorithms": [a for a in algorithms if a != "ppk"]}))
+    again = AgentClient(config=roles.client.config, keys=ALICE, crypto=CRYPTO,  # the next qoss agent connect
+                        vici=gateway(roles.client_charon.socket_path), post=lambda url, wire: b"", clock=roles.clock)
+    assert "ppk" in again.capabilities()[0]
