@@ -116,7 +116,8 @@ PLATFORMS: Mapping[str, DevicePlatform] = MappingProxyType({p.name: p for p in (
               offer=".mobileconfig profile: open it in Settings (iPhone, iPad) or System Settings (Mac)",
               post_quantum=("ppk",),
               post_quantum_note="a PPK in the IKEv2 payload (PPK, PPKIdentifier, PPKMandatory) from iOS 18, "
-                                "iPadOS 18 and macOS 15; an older system ignores it and the gateway refuses it"),
+                                "iPadOS 18 and macOS 15 (an older system connects without it, which the gateway "
+                                "refuses)"),
     _platform("windows", "Windows 10/11 built-in IKEv2", names="windows", writer="powershell",
               media_type=_TEXT, suffix=".ps1", beside=("PKCS#12", "CA (DER)"), ca_suffix="cer",
               offer="PowerShell script, with the CA and the PKCS#12 beside it", post_quantum=(),
