@@ -32,7 +32,9 @@ Same run, same lab (two charons, kernel-libipsec, network namespaces), same suit
 - post-quantum: the local ``POST /v1/tunnels`` with a post-quantum minimum (``post_quantum`` 5:
   a fresh PPK loaded into both charons beside the PSK, conns with ``ppk_id`` and
   ``ppk_required``, ``/PPK`` verified on both ends; then DELETE, not timed), by the minimal
-  client in the same rounds, taking turns with the local one: what a PPK adds to a set-up.
+  client in the same rounds, taking turns with the local one: what a PPK adds to a set-up; and
+  the bare VICI initiate of the same conn with a PPK on both ends (loaded beforehand, not timed):
+  what it adds to charon's own work.
 Prints the medians and the ratios. Goals: qoss <= 2.0 x bare (the floor with one HTTP round
 trip is about 1.7 x on the lab); peered <= 1.3 x local.
 """
@@ -130,6 +132,7 @@ def _measure(svc: Any, rounds: int) -> None:
         bare_down: list[float] = []  # terminate on one end, unload conn and secret on both
         with_httpx: list[float] = []
         bare: list[float] = []
+        bare_ppk: list[float] = []  # the bare initiate of a conn with a PPK on both ends
         proposals: dict[str, Any] | None = None
         loop = asyncio.new_event_loop()
         stack.callback(loop.close)
@@ -237,6 +240,26 @@ def _measure(svc: Any, rounds: int) -> None:
             if i >= 2:
                 bare_down.append((time.perf_counter() - t0) * 1000)
 
+            pq = f"bare-pq-{i}"  # the same, with a PPK on both ends
+            ppk_id, ppk = f"{pq}-id", secrets.token_bytes(32)
+            pq_ends = (TunnelEnd(left.ike_address, f"{pq}.left", (f"{left.inside_address}/32",)),
+                       TunnelEnd(right.ike_address, f"{pq}.right", (f"{right.inside_address}/32",)))
+            for gw, (local, remote) in ((gws[1], (pq_ends[1], pq_ends[0])), (gws[0], pq_ends)):
+                gw.load_shared(pq, psk, [local.identity, remote.identity])
+                gw.load_shared(f"{pq}-ppk", ppk, [ppk_id], "PPK")
+                gw.load_conn(pq, conn_payload(name=pq, local=local, remote=remote, ike_proposal=proposals["ike"],
+                                              esp_proposal=proposals["esp"], ah_proposal=None, mode="tunnel",
+                                              ike_lifetime=14400, child_lifetime=3600, ppk_id=ppk_id))
+            t0 = time.perf_counter()
+            gws[0].initiate(child=pq, ike=pq)
+            if i >= 2:
+                bare_ppk.append((time.perf_counter() - t0) * 1000)
+            gws[0].terminate(ike=pq, force=True)
+            for gw in gws:
+                gw.unload_conn(pq)
+                gw.unload_shared(pq)
+                gw.unload_shared(f"{pq}-ppk")
+
             with unix_connect(left.vici_socket, 30) as s_left, unix_connect(right.vici_socket, 30) as s_right:
                 f_name = f"floor-{i}"
                 f_ends = (TunnelEnd(left.ike_address, f"{f_name}.left", (f"{left.inside_address}/32",)),
@@ -266,6 +289,9 @@ def _measure(svc: Any, rounds: int) -> None:
         print(f"  peered (left -> gw-b@site-b): median {peered_med:.1f} ms, p90 {percentile(peered, 90):.1f} ms; "
               f"peered / local = {peered_med / ours_med:.2f} (goal <= 1.3)")
         print(f"bare VICI initiate:             median {bare_med:.1f} ms, p90 {percentile(bare, 90):.1f} ms")
+        bare_ppk_med = statistics.median(bare_ppk)
+        print(f"  with a PPK on both ends:      median {bare_ppk_med:.1f} ms, p90 {percentile(bare_ppk, 90):.1f} ms; "
+              f"the PPK adds {bare_ppk_med - bare_med:+.1f} ms to charon's work")
         detached_med = statistics.median(detached)
         print(f"  not waiting, until child-updown: median {detached_med:.1f} ms, "
               f"p90 {percentile(detached, 90):.1f} ms (qoss / this: {ours_med / detached_med:.2f})")
