@@ -12,10 +12,15 @@ charons and a stock client: ``tests/integration/agent/test_my_devices.py``.
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
+from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import SERVER_ID
 from tests.ui.browser.conftest import NewContext, no_trouble
 from tests.ui.browser.test_phone_join import (
@@ -119,3 +124,60 @@ def test_a_request_that_fails_or_never_ends_is_told_in_the_users_words(
     page.clock.run_for(16_000)
     expect(page.locator("#devices-error")).to_contain_text("did not answer within 15 seconds")
     assert "/ui/" not in page.locator("#devices-error").inner_text()  # no internal path
+
+
+# --------------------------------------------------------------------------- the lab, a stock client
+
+
+@pytest.mark.charon
+def test_revoking_the_phone_from_its_own_page_ends_its_tunnel_and_its_next_join(
+        new_context: NewContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The issue's own test: in the agent lab a phone joins from an invitation, its ``.sswan`` joins
+    with the stock ``charon-cmd``; revoking it on My devices ends its tunnel at Target's charon within
+    5 s, its next join is refused, and the administrator's listing shows it revoked."""
+    from app.adapters.vici.gateway import ViciGateway
+    from app.lab.agent import AgentLab
+    from tests.fixtures.stock_client import CharonCmd
+    from tests.integration.agent.test_device_join import agent_lab, ping, wait_for
+    from tests.ui.browser.test_phone_join import _stock, downloads
+
+    with agent_lab("qy") as (cli, up):
+        invited = json.loads(cli.run("invite", "uma", "--platform", "android").stdout)
+        base = invited["link"].split("/ui/join#", 1)[0]
+        page, watched, sent = phone(new_context)
+        join(page, invited["link"])
+        secret = passphrase(page)
+        ((_, (data, _)),) = downloads(page).items()
+        _, private = kept_keys(page, "host-1")
+        netns, target = up["device"]["netns"], up["target"]
+        inside = target["protected"][0].split("/")[0]
+        gateway = ViciGateway(target["vici_socket"], 10.0)
+        stock = _stock(json.loads(data), secret, tmp_path / "device")
+        with CharonCmd(netns, tmp_path / "joined", stock, limit=90) as joined:
+            joined.type_passphrase()
+            assert wait_for(lambda: ping(netns, inside), 20, 0.2), joined.log()[-3000:]
+
+            page.goto(f"{base}/ui/my-devices")
+            active = page.locator("#device-list [data-state=active]")
+            expect(active).to_have_count(1)
+            active.get_by_role("button", name="Revoke").tap()
+            started = time.monotonic()
+            page.locator("#confirm-revoke").tap()
+            assert wait_for(lambda: not any(s.remote_id == stock.identity for s in gateway.list_sas()), 5.0)
+            assert time.monotonic() - started <= 5.0
+            expect(page.locator("#device-list [data-state=revoked]")).to_have_count(1)
+            assert wait_for(lambda: not joined.alive() or joined.virtual_ip() is None, 5.0), joined.log()[-2000:]
+        assert not ping(netns, inside)
+        again = CharonCmd(netns, tmp_path / "again", stock, limit=30)
+        with again:
+            again.type_passphrase()
+            assert again.wait_exit(20) not in (None, 0), again.log()[-2000:]
+
+        agent = AgentLab(cli.root / "lab" / "agent")
+        monkeypatch.setenv("QOSS_STATE_DIR", str(agent.state_dir / "var"))  # Host's audit chain key
+        admin = make_token(agent.database_url(agent.host_server), "lab-admin", ["agent:enroll"])
+        listed = httpx.get(f"{base}/v1/agent/users/uma/devices", headers={"Authorization": f"Bearer {admin}"},
+                           timeout=30).json()
+        assert [d["state"] for d in listed["devices"]] == ["revoked"]
+        nothing_leaves(base, sent, *private, secret.encode())
+        no_trouble(watched)
