@@ -165,7 +165,9 @@
         "off by more than a minute). Check the key files and the user id, or ask Host's administrator.");
     }
     if (answer.status === 429) throw new Error(`Too many requests: ${detail || "try again in a minute"}.`);
-    if (answer.status === 409) throw new Error(`No suite fits: ${detail}`);
+    // 409: nothing meets the minimums (detail: an object), or a refusal that says what to do
+    // (e.g. a post-quantum minimum, which needs keys from `qoss agent keygen`: enrol from the command line).
+    if (answer.status === 409) throw new Error(detail ? `Refused: ${detail}` : "No suite fits the minimums asked.");
     if (answer.status >= 500) throw new Error(A.serverTrouble(answer.status, answer.reference));
     throw new Error(`Host answered ${answer.status}${detail ? ": " + detail : ""}.`);
   }
