@@ -23,8 +23,8 @@ from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.peering import peering_keys
 from app.adapters.vici.gateway import ViciGateway
-from app.domain.agent import Kind, b64e, canonical
-from app.domain.errors import GatewayError, TunnelVerificationFailed, UnsupportedProtection
+from app.domain.agent import AgentRejected, Kind, b64e, canonical
+from app.domain.errors import Conflict, GatewayError, QossError, TunnelVerificationFailed, UnsupportedProtection
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.main import create_app
 from app.services.peering import Peering, PeeringConfig
@@ -329,3 +329,65 @@ async def test_a_move_to_post_quantum_protection_is_refused_before_anything_is_s
         engine.dispose()
     assert site_a.got == []
     assert fake.count("load-conn") == 0
+
+
+class _Crossing:
+    """A peer that moves the same tunnel at the moment this side's move reaches it: it sends its own
+    move to this side first (``peering.receive``, as this side's route would), then answers this side's
+    move as its name says it should (the lesser name's move goes on, the other is refused)."""
+
+    def __init__(self, keys: KeyPair, name: str, b_kem: bytes, tunnel_id: str) -> None:
+        self.keys, self.name, self.b_kem, self.tunnel_id = keys, name, b_kem, tunnel_id
+        self.peering: Peering | None = None
+        self.theirs: str = ""  # what became of this peer's own move at B
+
+    def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
+        assert self.peering is not None
+        kind, _, _ = self.keys.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
+        head = {"tunnel_id": self.tunnel_id, "sender": self.name, "timestamp": int(time.time()),
+                "nonce": secrets.token_urlsafe(18)}
+        if kind is not Kind.PEER_MOVE:
+            return 200, self.keys.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
+        own = {**head, "suites": ["chacha20poly1305-x25519"], "ikes": ["aes256gcm16-prfsha256-x25519"]}
+        try:
+            self.peering.receive(self.keys.seal(kind=Kind.PEER_MOVE, to="site-b", body=canonical(own),
+                                                recipient=self.b_kem))
+            self.theirs = "answered"
+        except AgentRejected:
+            self.theirs = "refused"
+        if self.name < "site-b":  # this peer's own move goes on: it refuses B's
+            return 403, b'{"error": "AgentRejected", "detail": "the request was rejected"}'
+        answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10}
+        return 200, self.keys.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer),
+                                   recipient=self.b_kem)
+
+
+@pytest.mark.parametrize(("name", "keys", "tunnel_id", "goes_on"), [
+    ("site-a", _A, "t-a", "site-a's"),  # site-a < site-b: site-a's move goes on, B's is refused
+    ("site-c", _C, "t-c", "B's"),  # site-b < site-c: B's goes on, site-c's is refused
+])
+async def test_when_both_sides_move_a_tunnel_at_once_the_lesser_names_move_goes_on(
+        site_b: Any, settings: Settings, name: str, keys: KeyPair, tunnel_id: str, goes_on: str) -> None:
+    _, c, fake, identity = site_b
+    crossing = _Crossing(keys, name, PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem,
+                         tunnel_id)
+    engine = make_engine(settings.database_url)
+    try:
+        units = sql_units_of_work(make_session_factory(engine))
+        peering = crossing.peering = Peering(
+            config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"), units=units,
+            vici=lambda path: ViciGateway(path, 5.0, pool=None), link=crossing, keys=peering_keys, crypto=CRYPTO)
+        with pytest.raises(QossError):  # B's move: refused by site-a, or (the fake charon) not up on B's side
+            await asyncio.to_thread(peering.move_tunnel, tunnel_id=tunnel_id)
+        record = (await c.get(f"/v1/tunnels/{tunnel_id}")).json()
+        if goes_on == "site-a's":
+            assert crossing.theirs == "answered"
+            assert fake.count("load-conn") == 1  # site-a's choice, loaded by B as the side asked; B loaded nothing
+            assert "moving" in record["provenance"]
+            with pytest.raises(Conflict, match="site-a is moving the tunnel itself"):  # and B does not start one
+                await asyncio.to_thread(peering.move_tunnel, tunnel_id=tunnel_id)
+        else:
+            assert crossing.theirs == "refused"
+            assert "moving" not in record["provenance"]
+    finally:
+        engine.dispose()

@@ -172,6 +172,9 @@ class Peering:
         self._pending = pending or _NoPending()
         #: When the sweep next looks for moves never confirmed (0: at its first run; None: none pending here).
         self._moves_due: float | None = 0.0
+        #: The tunnels this process is moving now (the moving side's part), and its lock.
+        self._moving_out: set[str] = set()
+        self._moves_lock = threading.Lock()
         self._keys_source = keys
         self._crypto = crypto
         self._units = units
@@ -634,7 +637,19 @@ class Peering:
             PeerNoFeasibleSuite: nothing this side offered meets the peer's requirements.
             PeerRefused: the peer refused otherwise.
             GatewayError, TunnelVerificationFailed: a charon failed (both sides are back as before).
+            Conflict: also when the peer's own move of the tunnel is under way, or this side's.
         """
+        with self._moves_lock:
+            if tunnel_id in self._moving_out:
+                raise Conflict(f"a move of tunnel {tunnel_id!r} is under way")
+            self._moving_out.add(tunnel_id)
+        try:
+            return self._move_out(tunnel_id)
+        finally:
+            with self._moves_lock:
+                self._moving_out.discard(tunnel_id)
+
+    def _move_out(self, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:
         with self._units() as reads:
             record = reads.tunnels.get(tunnel_id)
             if record.peer is None or record.peer.site is None:
@@ -643,6 +658,9 @@ class Peering:
             peer = reads.peers.get(record.peer.site)
             if peer.state is PeerState.REVOKED:
                 raise Conflict(f"the peering with {peer.name} is revoked")
+            earlier = _moving(record)
+            if earlier is not None and float(earlier["until"]) >= self._clock():
+                raise Conflict(f"{peer.name} is moving the tunnel itself: this side's move waits for its next try")
             peers, inputs = _requirement(record, gateway, peer)
             result = self._negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
             if result.suite.post_quantum is not None:  # as for a new tunnel with a peer
@@ -705,6 +723,10 @@ class Peering:
         record, gateway = self._ours(peer, move.tunnel_id)
         if record.state not in (TunnelState.UP, TunnelState.NONCOMPLIANT):
             raise AgentRejected("the tunnel is not running here")
+        with self._moves_lock:
+            moving_out = move.tunnel_id in self._moving_out
+        if moving_out and self.config.name < peer.name:  # both sides move it at once: the lesser name's goes on
+            raise AgentRejected("this side is moving the tunnel itself")
         earlier = _moving(record)
         if earlier is not None and float(earlier["until"]) >= self._clock():
             raise AgentRejected("a move of this tunnel is under way")
