@@ -40,6 +40,7 @@ from app.domain.agent import (
     b64e,
     check_fresh,
     client_conn,
+    sealed_hybrid,
 )
 from app.domain.agent.conns import ppk_name
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
@@ -155,7 +156,8 @@ class AgentClient:
 
         Raises:
             AgentRejected: not sealed to this user, not signed by the target, not the answer to
-                this request (e.g. an old response replayed), or stale.
+                this request (e.g. an old response replayed), stale, or carrying a post-quantum
+                preshared key sealed with X25519 alone.
         """
         want = {Kind.DISCONNECT: Kind.CLOSED, Kind.STATUS: Kind.STATE,
                 Kind.DEVICES: Kind.DEVICE_LIST}.get(request.kind, Kind.RESPONSE)
@@ -163,6 +165,9 @@ class AgentClient:
         response = Response.parse(body, kind=kind)
         target = request.request_info.target
         self._crypto.verify(self.targets[target].sign, kind, body, tag)
+        if response.tunneling_info is not None and response.tunneling_info.suite.get("post_quantum") \
+                and not sealed_hybrid(answer):
+            raise AgentRejected("a post-quantum preshared key sealed with X25519 alone")
         if response.target != target or response.user_id != self.config.user or response.host != self.host.id:
             raise AgentRejected("the response is for another party")
         if not secrets.compare_digest(response.request_id, request.request_id):

@@ -2,7 +2,8 @@
 Target's answer with its X25519 key alone): its enrolment asking for a post-quantum minimum is
 refused with the message to enrol from the command line, nothing issued or loaded, even though the
 user's enrolled keys have an ML-KEM-768 key; the same enrolment without the minimum is answered
-with X25519 alone. On the fakes of ``test_agent_roles``."""
+with X25519 alone. And a client takes an answer carrying a post-quantum preshared key only sealed
+hybrid. On the fakes of ``test_agent_roles``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from app.adapters import files
 from app.adapters.agent.crypto import CRYPTO
 from app.adapters.agent.devices import LocalDeviceKit
-from app.domain.agent import Kind, NoPostQuantumKey, RequestInfo, decode_canonical
+from app.domain.agent import AgentRejected, Kind, NoPostQuantumKey, RequestInfo, decode_canonical
 from app.services import policies
 from app.services.agent.client import AgentClient
 from app.services.agent.config import ClientConfig
@@ -67,3 +68,17 @@ def test_an_x25519_client_without_a_post_quantum_minimum_is_answered_with_x25519
     assert decode_canonical(answer, max_size=len(answer))["v"] == 1
     response = client.accept(answer, request)
     assert response.device is not None
+
+
+def test_a_client_refuses_a_post_quantum_answer_sealed_with_x25519_alone(roles: Roles) -> None:
+    """Target never seals so; were an answer carrying a PPK resealed with X25519 alone (by anyone
+    holding Target's signing key), the client would not take it."""
+    request, wire = roles.client.request(Kind.CONNECT, RequestInfo(target="hq", min_levels={"post_quantum": 5},
+                                                                   platform="apple"), 3)
+    answer = roles.host.handle(wire).answer
+    kind, body, _ = ALICE.open_sealed(answer, kinds=[Kind.RESPONSE])
+    classic = SERVER.seal(kind=kind, to="alice", body=body, recipient=ALICE.public.kem)
+    with pytest.raises(AgentRejected) as refused:
+        roles.client.accept(classic, request)
+    assert refused.value.reason == "a post-quantum preshared key sealed with X25519 alone"
+    assert roles.client.accept(answer, request).device is not None
