@@ -84,6 +84,12 @@ __all__ = ["Outcome", "TargetAgent"]
 log = logging.getLogger("qoss.agent.target")
 
 
+def _fresh_ppk() -> tuple[str, bytes]:
+    """A new post-quantum preshared key: a random id (``qoss-ppk-`` and 24 hex digits) and 32
+    random bytes (RFC 8784 asks for at least 256 bits of entropy)."""
+    return f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32)
+
+
 def _ppk_context(ticket: str, ppk_id: str) -> str:
     """What a device's sealed PPK is bound to: its session and its PPK id."""
     return f"{ticket} {ppk_id}"
@@ -376,7 +382,7 @@ class TargetAgent:
                     # kept (a client's session is not loaded again after a restart).
                     if endorsement.user.mlkem_public_key is None:
                         raise NoPostQuantumKey(f"user {request.user_id}")
-                    client_ppk = (f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32))
+                    client_ppk = _fresh_ppk()
                     stored_suite = {**suite, "ppk": {"id": client_ppk[0]}}
                 ppk_loads: list[CharonCommand] = [] if client_ppk is None else [
                     LoadShared(ppk_name(conn), client_ppk[1], (client_ppk[0],), "PPK")]
@@ -517,8 +523,7 @@ class TargetAgent:
             raise PlatformCannot(f"{LABELS[platform]} ({platform}) cannot take {mechanism} from a profile: "
                                  f"{PLATFORMS[platform].post_quantum_note}")
         assert self._devices is not None
-        ppk_id = f"qoss-ppk-{secrets.token_hex(12)}"
-        ppk = secrets.token_bytes(32)
+        ppk_id, ppk = _fresh_ppk()
         return ppk_id, ppk, self._devices.seal_ppk(ppk, context=_ppk_context(ticket, ppk_id))
 
     def _device_loads(self, conn: str, platform: str, client_identity: str, ike: str, esp: str,
