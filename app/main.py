@@ -371,7 +371,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
                                      default_table=resolved.default_table,
                                      confirm_early=resolved.peer_confirm_early),
-                units=units, vici=vici, link=HttpPeerLink(), keys=peering_keys, crypto=CRYPTO,
+                units=units, vici=vici, link=HttpPeerLink(plain=resolved.fast_paths), keys=peering_keys, crypto=CRYPTO,
                 pending=pending_loads, reports=parts.sa_events if resolved.sa_reports else None)
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)

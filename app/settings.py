@@ -530,9 +530,10 @@ class TuningSettings(_Section):
     """Tuning: the fast paths, and the memory a process gives back after a burst."""
 
     fast_paths: bool = Field(
-        default=True, description="the fast paths (the agent's message routes and a tunnel's create and delete "
-        "answered without the framework, database "
-        "statements on the DBAPI cursor, agent HTTP on kept sockets); false: each through its library's public API, "
+        default=True, description="the fast paths (the agent's message routes, a peer's messages and a tunnel's create "
+        "and delete answered without the framework, database "
+        "statements on the DBAPI cursor, agent and peer HTTP on kept sockets); false: each through its library's "
+        "public API, "
         "slower (docs/performance.md)")
     memory_release: Annotated[list[Literal["threads", "pool", "trim"]], NoDecode] = Field(
         default=["threads", "pool", "trim"], description="what the process gives back after a burst, once no "

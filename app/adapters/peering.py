@@ -1,16 +1,18 @@
-"""Peering's edges: a peer's API over HTTP (httpx: one connection pool per process, bounded
-timeouts, every transport failure an error naming the peer), and this side's peering keys."""
+"""Peering's edges: a peer's API over HTTP (kept-alive connections, bounded timeouts, every
+transport failure an error naming the peer), and this side's peering keys."""
 
 from __future__ import annotations
 
 import threading
 
+import httptools
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.mlkem import MLKEM768PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from app.adapters.agent.crypto import KeyPair
+from app.adapters.agent.transport import RemoteRefused, plain_post
 from app.domain.errors import PeerTimeout, PeerUnreachable
 from app.domain.ports import UnitOfWork
 
@@ -38,10 +40,19 @@ _MAX_ANSWER = 256 * 1024
 
 
 class HttpPeerLink:
-    """Posts sealed messages to peers' ``/v1/peering/messages``."""
+    """Posts sealed messages to peers' ``/v1/peering/messages``.
 
-    def __init__(self, client: httpx.Client | None = None) -> None:
+    Args:
+        client: the httpx client to send with (else one shared by this link, made on first use).
+        plain: a plain ``http://`` peer is reached over kept-alive connections written and read
+            directly (:func:`app.adapters.agent.transport.plain_post`, as the agent's messages go:
+            a fraction of httpx's work per message); the ``fast_paths`` setting. Else, and for
+            ``https://`` or a proxy from the environment, httpx.
+    """
+
+    def __init__(self, client: httpx.Client | None = None, *, plain: bool = False) -> None:
         self._client = client
+        self._plain = plain and client is None
         self._lock = threading.Lock()
 
     def _shared(self) -> httpx.Client:
@@ -57,15 +68,29 @@ class HttpPeerLink:
             PeerTimeout: no answer within ``timeout`` seconds (connecting, sending or reading).
             PeerUnreachable: the connection failed, or the answer was too large.
         """
+        if self._plain:
+            try:
+                answer = plain_post(url, data, timeout)
+            except TimeoutError as exc:
+                raise PeerTimeout(peer, f"no answer from {url} within {timeout:g} s") from exc
+            except RemoteRefused as exc:
+                raise PeerUnreachable(peer, "answered with more than a message") from exc
+            except (OSError, httptools.HttpParserError) as exc:
+                raise PeerUnreachable(peer, f"{url} does not answer ({type(exc).__name__})") from exc
+            if answer is not None:
+                status, body = answer
+                if len(body) > _MAX_ANSWER:
+                    raise PeerUnreachable(peer, "answered with more than a message")
+                return status, body
         try:
             with self._shared().stream("POST", url, content=data, timeout=timeout,
-                                       headers={"content-type": "application/json"}) as answer:
+                                       headers={"content-type": "application/json"}) as answer_stream:
                 body = b""
-                for chunk in answer.iter_bytes():
+                for chunk in answer_stream.iter_bytes():
                     body += chunk
                     if len(body) > _MAX_ANSWER:
                         raise PeerUnreachable(peer, "answered with more than a message")
-                return answer.status_code, body
+                return answer_stream.status_code, body
         except httpx.TimeoutException as exc:
             raise PeerTimeout(peer, f"no answer from {url} within {timeout:g} s") from exc
         except httpx.HTTPError as exc:

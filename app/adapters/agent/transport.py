@@ -36,7 +36,7 @@ from app.adapters.sockets import idle_and_open
 from app.domain.agent import MAX_RESPONSE_WIRE_BYTES, AgentRejected
 from app.domain.errors import GatewayUnreachable, QossError
 
-__all__ = ["PeerUnreachable", "RemoteRefused", "post_message"]
+__all__ = ["PeerUnreachable", "RemoteRefused", "plain_post", "post_message"]
 
 
 class PeerUnreachable(GatewayUnreachable):
@@ -219,6 +219,22 @@ def _plain_post(url: str, parts: urllib.parse.SplitResult, body: bytes, timeout:
             conn.close()
         return status, content
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def plain_post(url: str, body: bytes, timeout: float) -> tuple[int, bytes] | None:
+    """POST ``body`` (JSON) to a plain ``http://`` URL over this process's kept-alive connections,
+    as the agent's messages go; (status, answer), or None where that path does not apply
+    (``https://``, or a proxy from the environment: send it with httpx).
+
+    Raises:
+        RemoteRefused: the answer's body is over the cap (502).
+        OSError, httptools.HttpParserError: the network or the answer failed (``TimeoutError``:
+            no answer within ``timeout`` seconds, connecting or reading).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or _proxied():
+        return None
+    return _plain_post(url, parts, body, timeout)
 
 
 @functools.cache
