@@ -612,7 +612,7 @@ class Peering:
     # ------------------------------------------------------------------ moves
     def move_tunnel(self, *, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:
         """Move a running peered tunnel to a suite both sides accept now, make-before-break: an
-        edit on this side (its tables, its policy for the peer) left it below this side's
+        edit on this side (its rating tables, its policies, its gateway) left it below this side's
         minimums. Either side may start it, whichever role it had in the set-up.
 
         This side offers the peer the suites it accepts now, cheapest first by its own tables
@@ -630,14 +630,14 @@ class Peering:
 
         Raises:
             NotFound: no such tunnel here, or not one with a peer.
-            Conflict: the peering is revoked.
+            Conflict: the peering is revoked, the peer's own move of the tunnel is pending, or this
+                side's is under way.
             NoFeasibleSuite: nothing meets this side's requirement now (nothing was sent).
             UnsupportedProtection: this side's requirement now asks for post-quantum protection.
             PeerUnreachable, PeerTimeout: the peer does not answer (nothing changed here).
             PeerNoFeasibleSuite: nothing this side offered meets the peer's requirements.
             PeerRefused: the peer refused otherwise.
             GatewayError, TunnelVerificationFailed: a charon failed (both sides are back as before).
-            Conflict: also when the peer's own move of the tunnel is under way, or this side's.
         """
         with self._moves_lock:
             if tunnel_id in self._moving_out:
