@@ -14,7 +14,7 @@ import pytest
 from app.adapters.agent.crypto import CRYPTO, seal
 from app.adapters.agent.transport import post_message
 from app.adapters.db.refusals import more_refusals
-from app.domain.agent import AgentRejected, ClientRequest, Kind, RequestInfo
+from app.domain.agent import MAX_WIRE_BYTES, AgentRejected, ClientRequest, Kind, RequestInfo
 from app.services.agent.client import AgentClient
 from app.services.agent.host import HostAgent
 from tests.integration.agent.conftest import AgentEnv
@@ -205,7 +205,7 @@ def test_response_replayed_to_client(agent_env: AgentEnv, alice: AgentClient) ->
 
 
 def test_oversized_and_garbage_messages(agent_env: AgentEnv) -> None:
-    r = httpx.post(f"{agent_env.url}/v1/agent/requests", json={"message": "x" * 20_000}, timeout=10)
+    r = httpx.post(f"{agent_env.url}/v1/agent/requests", json={"message": "x" * (MAX_WIRE_BYTES + 1)}, timeout=10)
     assert r.status_code == 422
     for junk in ("{}", "not json", '{"kind":"connect","sealed":"","to":"hq","v":1}', "\u00e9" * 10):
         r = httpx.post(f"{agent_env.url}/v1/agent/requests", json={"message": junk}, timeout=10)
