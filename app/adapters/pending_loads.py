@@ -6,7 +6,7 @@ The process writes one small file per pending load (the charon's socket, the con
 deadline) into a directory of its own before it loads, and removes it when the initiator
 confirms (or the tunnel is taken down). A janitor process, started detached (its own session)
 beside ``qoss serve``, reads the directory every half second and, for each file past its
-deadline, asks that charon to terminate and unload the conn and its secret (or, for a move, to
+deadline, asks that charon to terminate and unload the conn and its secrets (or, for a move, to
 load the old conn back), then removes the file. It outlives the server: killed, the server
 leaves the janitor to finish what it had pending; the janitor ends once its server is gone and
 nothing is pending.
@@ -26,6 +26,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from app.domain.tunnels import ppk_secret_name
 
 __all__ = ["PendingLoads", "sweep"]
 
@@ -111,7 +113,8 @@ def _unload(socket_path: str, conn: str) -> None:
         sock.connect(socket_path)
         session = vici.Session(sock)
         for command, args in ((session.terminate, {"ike": conn, "timeout": 2000, "force": "yes"}),
-                              (session.unload_conn, {"name": conn}), (session.unload_shared, {"id": conn})):
+                              (session.unload_conn, {"name": conn}), (session.unload_shared, {"id": conn}),
+                              (session.unload_shared, {"id": ppk_secret_name(conn)})):
             try:
                 result = command(args)
                 if hasattr(result, "__iter__") and not isinstance(result, (dict, bytes)):

@@ -22,10 +22,11 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.errors import InvalidInput
 from app.domain.policies import Levels
 
@@ -153,7 +154,10 @@ class Offer:
 
     ``suites`` are ESP proposal strings and ``ikes`` IKE proposal strings, each cheapest first
     by the initiator's own table: a rank, nothing of its ratings or costs. ``min_levels`` are the
-    application's.
+    application's (an offer without ``post_quantum`` in them means 0). ``post_quantum``: the
+    post-quantum mechanisms this side can take with the tunnel, in its order (``ppk``: a
+    post-quantum preshared key the responder makes and sends in its answer, sealed hybrid); empty
+    (and absent from the document, which older peers read as before) when none is asked for.
     """
 
     tunnel_id: str
@@ -168,17 +172,20 @@ class Offer:
     ikes: tuple[str, ...]
     mode: str
     lifetimes: tuple[int, int]  # ike, child (seconds)
+    post_quantum: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
                 "gateway": self.gateway, "initiator": self.initiator.as_dict(), "networks": list(self.networks),
-                "min_levels": self.min_levels.as_dict(), "suites": list(self.suites), "ikes": list(self.ikes),
-                "mode": self.mode, "lifetimes": list(self.lifetimes)}
+                "min_levels": self.min_levels.stored(), "suites": list(self.suites), "ikes": list(self.ikes),
+                "mode": self.mode, "lifetimes": list(self.lifetimes),
+                **({"post_quantum": list(self.post_quantum)} if self.post_quantum else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> Offer:
         doc = _mapping(data, "offer", ("tunnel_id", "sender", "timestamp", "nonce", "gateway", "initiator",
-                                       "networks", "min_levels", "suites", "ikes", "mode", "lifetimes"))
+                                       "networks", "min_levels", "suites", "ikes", "mode", "lifetimes",
+                                       "post_quantum"))
         suites = _proposals(doc.get("suites"), "offer.suites", MAX_SUITES)
         ikes = _proposals(doc.get("ikes"), "offer.ikes", MAX_IKES)
         mode = _text(doc, "mode", "offer")
@@ -194,14 +201,17 @@ class Offer:
             initiator=PeeredEnd.from_dict(doc.get("initiator"), "offer.initiator"),
             networks=_networks(doc.get("networks"), "offer.networks", empty=True),
             min_levels=Levels.from_dict(doc.get("min_levels"), "offer.min_levels"),
-            suites=suites, ikes=ikes, mode=mode, lifetimes=(lifetimes[0], lifetimes[1]))
+            suites=suites, ikes=ikes, mode=mode, lifetimes=(lifetimes[0], lifetimes[1]),
+            post_quantum=_mechanisms(doc.get("post_quantum"), "offer.post_quantum"))
 
 
 @dataclass(frozen=True)
 class Answer:
     """The responding side's answer: the chosen suite and IKE proposal (indexes into the offer's), its own end,
     and the tunnel's key (32 bytes, only ever inside the seal). ``expires`` is the responder's
-    clock by which it unloads what it loaded unless the initiator confirms."""
+    clock by which it unloads what it loaded unless the initiator confirms. ``ppk``: where the
+    chosen suite has a post-quantum preshared key, its id and its 32 bytes (the answer is then
+    only ever sealed hybrid)."""
 
     tunnel_id: str
     sender: str
@@ -212,16 +222,18 @@ class Answer:
     responder: PeeredEnd
     psk: bytes
     expires: float
+    ppk: tuple[str, bytes] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
                 "chosen": self.chosen, "ike": self.ike, "responder": self.responder.as_dict(), "psk": self.psk.hex(),
-                "expires": int(self.expires)}
+                "expires": int(self.expires),
+                **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> Answer:
         doc = _mapping(data, "answer", ("tunnel_id", "sender", "timestamp", "nonce", "chosen", "ike", "responder",
-                                        "psk", "expires"))
+                                        "psk", "expires", "ppk_id", "ppk"))
         chosen, ike = doc.get("chosen"), doc.get("ike")
         if not isinstance(chosen, int) or isinstance(chosen, bool) or not 0 <= chosen < MAX_SUITES:
             raise InvalidInput("answer.chosen is an index into the offer's suites")
@@ -236,7 +248,7 @@ class Answer:
         return cls(tunnel_id=_id(doc, "tunnel_id", "answer"), sender=_name(doc, "sender", "answer"),
                    timestamp=_time(doc, "answer"), nonce=_nonce(doc, "answer"), chosen=chosen, ike=ike,
                    responder=PeeredEnd.from_dict(doc.get("responder"), "answer.responder"), psk=bytes.fromhex(psk),
-                   expires=float(expires))
+                   expires=float(expires), ppk=_ppk(doc))
 
 
 @dataclass(frozen=True)
@@ -387,6 +399,35 @@ def _mapping(data: Any, where: str, keys: tuple[str, ...]) -> Mapping[str, Any]:
     if unknown:
         raise InvalidInput(f"{where}: unknown fields {sorted(unknown)[:5]}")
     return data
+
+
+_PPK_ID = re.compile(r"qoss-ppk-[0-9a-f]{8,64}")
+
+
+def _mechanisms(data: Any, where: str) -> tuple[str, ...]:
+    """An offer's post-quantum mechanisms: catalogue keywords of that kind, each once (absent: none)."""
+    if data is None:
+        return ()
+    if not isinstance(data, list) or len(data) > 8 or not all(isinstance(m, str) for m in data) \
+            or len(set(data)) != len(data):
+        raise InvalidInput(f"{where} is a list of post-quantum mechanisms")
+    for m in data:
+        alg = CATALOGUE.get(m)
+        if alg is None or alg.kind is not Kind.POST_QUANTUM:
+            raise InvalidInput(f"{where}: {m[:32]!r} is not a post-quantum mechanism")
+    return tuple(data)
+
+
+def _ppk(doc: Mapping[str, Any]) -> tuple[str, bytes] | None:
+    """An answer's post-quantum preshared key (its id and 32 bytes), None when it carries none."""
+    if doc.get("ppk_id") is None and doc.get("ppk") is None:
+        return None
+    ppk_id, ppk = doc.get("ppk_id"), doc.get("ppk")
+    if not isinstance(ppk_id, str) or not _PPK_ID.fullmatch(ppk_id):
+        raise InvalidInput("answer.ppk_id is a PPK id qoss makes")
+    if not isinstance(ppk, str) or not re.fullmatch(r"[0-9a-f]{64}", ppk):
+        raise InvalidInput("answer.ppk is 32 bytes in hex")
+    return ppk_id, bytes.fromhex(ppk)
 
 
 def _proposals(data: Any, where: str, most: int) -> tuple[str, ...]:

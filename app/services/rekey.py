@@ -156,8 +156,10 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
         return Impact(record.id, "unassessed", old, None, "made before qoss recorded what tunnels are negotiated "
                                                           "under: create it again to have it follow edits")
     if record.peer is not None and record.peer.site is not None:
-        verdict = judge(result_from(record).proposals, lambda pinned: negotiate_peered(
-            uow=uow, record=record, default_table=default_table, pinned=pinned))
+        peered = result_from(record)
+        verdict = judge(peered.proposals, lambda pinned: negotiate_peered(
+            uow=uow, record=record, default_table=default_table, pinned=pinned),
+            post_quantum=peered.suite.post_quantum)
         return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result, peered=True)
     inputs = record.provenance["request"]
     try:

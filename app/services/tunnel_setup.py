@@ -49,8 +49,8 @@ from app.domain.tunnels import (
     ppk_secret_name,
 )
 
-__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "move", "observed_sa",
-           "teardown"]
+__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "move", "new_ppk",
+           "observed_sa", "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
@@ -120,19 +120,28 @@ def _rollback(name: str, initiator: ViciPort, responder: ViciPort | None,
             log.warning("rollback of %s %s on %s failed: %s", what, loaded_id, v.socket_path, exc.message)
 
 
-def _new_ppk(result: NegotiationResult, far: Gateway | PeerEnd) -> tuple[str, bytes] | None:
-    """A fresh post-quantum preshared key and its id (random) where the negotiation chose one.
+def new_ppk() -> tuple[str, bytes]:
+    """A fresh post-quantum preshared key for one tunnel: a random PPK id and 32 random bytes."""
+    return f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32)
+
+
+def _new_ppk(result: NegotiationResult, far: Gateway | PeerEnd,
+             given: tuple[str, bytes] | None = None) -> tuple[str, bytes] | None:
+    """The post-quantum preshared key of a set-up where the negotiation chose one: a fresh one
+    between two gateways qoss loads, else the one the far end's qoss sent (``given``).
 
     Raises:
-        UnsupportedProtection: the far end is not a charon qoss loads (qoss could not hand it the key).
+        UnsupportedProtection: an unmanaged far end (qoss could not hand it the key).
     """
     if result.suite.post_quantum != "ppk":
         return None
     if isinstance(far, PeerEnd):
+        if given is not None and far.site is not None:
+            return given
         raise UnsupportedProtection(
             "post_quantum: a post-quantum preshared key must reach both ends, and qoss loads only its own "
             "gateways: a tunnel to an unmanaged peer cannot have one")
-    return f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32)
+    return new_ppk()
 
 
 def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
@@ -158,12 +167,14 @@ def _secret_loads(name: str, psk: bytes, local: TunnelEnd, remote: TunnelEnd,
 def bring_up(
     *, tunnel_id: str, initiator: Gateway, far: Gateway | PeerEnd, local_ts: tuple[str, ...],
     remote_ts: tuple[str, ...], result: NegotiationResult, vici: ViciFactory, psk: bytes | None = None,
-    reports: UpReports | None = None,
+    reports: UpReports | None = None, ppk: tuple[str, bytes] | None = None,
 ) -> None:
     """Load, initiate, verify; on any failure unload what was loaded (stage -> verify -> commit).
 
     ``far`` is a managed gateway (both ends loaded and verified, fresh PSK) or an unmanaged
-    peer (only the initiator loaded and verified, with the peer's write-only ``psk``).
+    peer (only the initiator loaded and verified, with the peer's write-only ``psk``), or the far
+    end of a tunnel with another qoss (``psk`` and, where the suite has one, the post-quantum
+    preshared key ``ppk`` as its id and bytes, both sent by that qoss).
 
     ``reports``: charon's reports of SAs coming up. An end whose report (within
     :data:`REPORT_WAIT` seconds) shows exactly the expected algorithms is verified by it;
@@ -174,7 +185,7 @@ def bring_up(
             unmanaged peer (nothing was loaded).
     """
     name = conn_name(tunnel_id)
-    ppk = _new_ppk(result, far)
+    ppk = _new_ppk(result, far, ppk)
     v_init = vici(initiator.vici_socket)
     v_resp = None if isinstance(far, PeerEnd) else vici(far.vici_socket)
     left, right = _ends(tunnel_id, initiator, far, local_ts, remote_ts)

@@ -14,14 +14,21 @@ from app.domain.errors import NoFeasibleSuite, UnmetRequirement
 from app.domain.negotiation.context import Context
 from app.domain.ratings import Rating
 
-__all__ = ["PEERED_POST_QUANTUM", "negotiate_post_quantum", "with_post_quantum"]
+__all__ = ["PEERED_POST_QUANTUM", "negotiate_post_quantum", "peer_without_mlkem", "with_post_quantum"]
 
-#: Why a tunnel with a peer (another qoss) is refused a post-quantum minimum: its preshared key
-#: would have to cross to the peer, and only a quantum-resistant channel may carry it.
+#: Why a tunnel with a peer (another qoss) is refused post-quantum protection other than a
+#: preshared key made for a new tunnel (ML-KEM, or a move of a running tunnel onto one).
 PEERED_POST_QUANTUM = (
-    "post_quantum: a tunnel with a peer cannot have post-quantum protection yet: its preshared key would "
-    "have to cross to the peer, and the peering channel is not quantum-resistant; ask for post_quantum 0 "
-    "or use a tunnel between this service's own gateways")
+    "post_quantum: with a peer, post-quantum protection is a preshared key one side makes for a new tunnel "
+    "and sends sealed hybrid (ML-KEM-768 + X25519); moving a running tunnel onto one, or ML-KEM with a peer, "
+    "is not offered: create the tunnel again, or ask for post_quantum 0")
+
+
+def peer_without_mlkem(peer: str) -> str:
+    """Why a tunnel with ``peer`` cannot have a post-quantum preshared key: a key may only cross to
+    a peer sealed hybrid, and this one registered no ML-KEM-768 key."""
+    return (f"post_quantum: a preshared key may only cross to a peer sealed hybrid (ML-KEM-768 + X25519), and "
+            f"{peer} registered no ML-KEM-768 key: register its mlkem_public_key, or ask for post_quantum 0")
 
 
 def negotiate_post_quantum(ctx: Context) -> tuple[str | None, int]:

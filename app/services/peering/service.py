@@ -52,7 +52,7 @@ from app.domain.errors import (
     UnsupportedProtection,
 )
 from app.domain.negotiation import Backend, NegotiationResult, Suite
-from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM
+from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.peering import (
     MAX_IKES,
     MAX_SUITES,
@@ -83,8 +83,10 @@ from app.domain.tunnels import (
     conn_name,
     conn_payload,
     expected_sa,
+    gateway_capabilities,
     mismatches,
     parse_traffic_selectors,
+    ppk_secret_name,
 )
 from app.services import tunnels as local_tunnels
 from app.services.negotiation import run_negotiation
@@ -99,7 +101,7 @@ from app.services.peering.messages import (
     refusal,
     seal_message,
 )
-from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, observed_sa, teardown
+from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, new_ppk, observed_sa, teardown
 
 __all__ = ["Peering", "PeeringConfig", "PendingPort", "negotiate_peered"]
 
@@ -265,15 +267,17 @@ class Peering:
         wanted = parse_traffic_selectors(list(request.remote_ts), "remote_ts") if request.remote_ts else ()
         inputs = local_tunnels.negotiation_inputs(request)
         result = self._negotiate(reads, peers=(
-            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms))),
+            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(gateway_capabilities(initiator)))),
             local_tunnels.request_peer(inputs),
             PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
             inputs=inputs, backends=[initiator.backend])
-        if result.suite.post_quantum is not None:
+        if result.suite.post_quantum not in (None, "ppk"):
             raise UnsupportedProtection(PEERED_POST_QUANTUM)
+        if result.suite.post_quantum == "ppk" and peer.mlkem_key is None:
+            raise UnsupportedProtection(peer_without_mlkem(peer.name))
         ours = _ranked(result)
         ikes = self._ikes(reads, result, peers=(
-            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(initiator.algorithms))),
+            PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(gateway_capabilities(initiator)))),
             local_tunnels.request_peer(inputs),
             PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
             inputs=inputs, backends=[initiator.backend])
@@ -285,8 +289,11 @@ class Peering:
                       gateway=far_gateway, initiator=PeeredEnd(initiator.ike_address, identity, local_ts),
                       networks=wanted, min_levels=Levels.from_dict(inputs.get("min_levels")), suites=tuple(ours),
                       ikes=tuple(i.proposals["ike"] or "" for i in ikes), mode=result.mode,
-                      lifetimes=(result.lifetimes["ike"], result.lifetimes["child"]))
-        reply = self._ask(peer, Kind.PEER_OFFER, offer.as_dict(), Kind.PEER_ANSWER)
+                      lifetimes=(result.lifetimes["ike"], result.lifetimes["child"]),
+                      post_quantum=("ppk",) if result.suite.post_quantum == "ppk" else ())
+        # An answer that carries a post-quantum preshared key is only taken sealed hybrid.
+        reply = self._ask(peer, Kind.PEER_OFFER, offer.as_dict(), Kind.PEER_ANSWER,
+                          hybrid_only=bool(offer.post_quantum))
         try:
             answer = Answer.from_dict(reply.document)
             if answer.tunnel_id != tunnel_id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
@@ -295,6 +302,9 @@ class Peering:
             self._tell(peer, tunnel_id, "the answer could not be used")
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
         chosen = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        if chosen.suite.post_quantum == "ppk" and answer.ppk is None:
+            self._tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
+            raise PeerRefused(peer.name, "answered without the post-quantum preshared key the tunnel needs")
         far = PeerEnd(address=answer.responder.address, identity=answer.responder.identity,
                       local_identity=identity, site=peer.name, gateway=far_gateway, role="initiator")
         confirm = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
@@ -306,7 +316,7 @@ class Peering:
         try:
             bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
                      remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk,
-                     reports=self._reports)
+                     reports=self._reports, ppk=answer.ppk)
         except BaseException:
             self._tell(peer, tunnel_id, "the initiator's end did not come up")
             raise
@@ -359,7 +369,8 @@ class Peering:
                 raise AgentRejected(f"the peering is {received.peer.state.value}")
             if received.kind is Kind.PEER_OFFER:
                 answer = self._answer_offer(received, reads)
-                return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict())
+                return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict(),
+                                    post_quantum=answer.ppk is not None)
             confirm = Confirm.from_dict(received.document) if received.kind is Kind.PEER_CONFIRM else None
             if confirm is not None and confirm.up:
                 done = self._confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
@@ -404,8 +415,8 @@ class Peering:
 
         def negotiate(supports: set[str]) -> NegotiationResult:
             return self._negotiate(reads, peers=(
-                PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms))),
-                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)),
+                PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway)))),
+                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports | set(offer.post_quantum))),
                          min_levels=peer.min_levels),
                 PeerSpec(name="request", min_levels=offer.min_levels)),
                 inputs={}, backends=[gateway.backend])
@@ -431,8 +442,15 @@ class Peering:
             raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(offer.suites)} suites offered meets "
                                                         "this side's requirements")
         chosen = _with_ike(_entry(result, offer.suites[index]), keying)
+        if chosen.suite.post_quantum not in (None, "ppk") or (chosen.suite.post_quantum and peer.mlkem_key is None):
+            with self._units() as uow:
+                first_sight(uow, received)
+                uow.commit()
+            raise PeerNoFeasibleSuite(self.config.name, "this side's post-quantum minimum needs a preshared key sent "
+                                                        "sealed hybrid, to a peer with an ML-KEM-768 key")
         identity = f"{offer.tunnel_id}.{gateway.identity}"
         psk = secrets.token_bytes(32)
+        ppk = new_ppk() if chosen.suite.post_quantum == "ppk" else None
         record = TunnelRecord(
             id=offer.tunnel_id, initiator=gateway.name, responder=None, local_ts=tuple(wanted),
             remote_ts=offer.initiator.networks, state=TunnelState.CONFIGURING, negotiation=chosen.as_dict(),
@@ -455,12 +473,15 @@ class Peering:
         conn = conn_payload(name=name, local=local, remote=remote, ike_proposal=offer.ikes[ike],
                             esp_proposal=offer.suites[index], ah_proposal=None, mode=offer.mode,
                             ike_lifetime=min(offer.lifetimes[0], chosen.lifetimes["ike"]),
-                            child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]))
+                            child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]),
+                            ppk_id=ppk[0] if ppk is not None else None)
         expires = self._clock() + PENDING_FOR
         self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires)
         try:
             with self._vici(gateway.vici_socket).pipeline() as pipe:
-                pipe.send([LoadShared(name, psk, (local.identity, remote.identity)), LoadConn(name, conn)])
+                pipe.send([LoadShared(name, psk, (local.identity, remote.identity)),
+                           *([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")] if ppk is not None else []),
+                           LoadConn(name, conn)])
                 for reply in pipe.finish():
                     if isinstance(reply, GatewayError):
                         raise reply
@@ -470,7 +491,7 @@ class Peering:
             raise
         return Answer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                       chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
-                      expires=expires)
+                      expires=expires, ppk=ppk)
 
     def _ours(self, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
         with self._units() as reads:
@@ -527,7 +548,7 @@ class Peering:
         seconds; empty: up with exactly the chosen algorithms."""
         result = local_tunnels.result_from(record)
         expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
-                               integrity=result.suite.integrity)
+                               integrity=result.suite.integrity, post_quantum=result.suite.post_quantum)
         until = time.monotonic() + self._up_wait()
         with self._awaiting_lock:
             awaiting = self._awaiting.pop(record.id, None)
@@ -856,8 +877,10 @@ class Peering:
         return len(stale)
 
     # ------------------------------------------------------------------ messages
-    def _ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind) -> Received:
-        """Send ``document`` to ``peer``; its answer, opened and checked.
+    def _ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind, *,
+             hybrid_only: bool = False) -> Received:
+        """Send ``document`` to ``peer``; its answer, opened and checked (``hybrid_only``: an answer
+        sealed with X25519 alone is refused, as one that carries a post-quantum preshared key must be).
 
         Raises:
             PeerUnreachable, PeerTimeout, PeerRefused, PeerNoFeasibleSuite.
@@ -873,7 +896,7 @@ class Peering:
             raise PeerRefused(peer.name, "answered with more than a message")
         try:
             return open_message(body, keys=keys, crypto=self._crypto, kinds=(expect,), find=lambda _: peer,
-                                sender=peer.name, now=self._clock())
+                                sender=peer.name, now=self._clock(), hybrid_only=hybrid_only)
         except AgentRejected as exc:
             raise PeerRefused(peer.name, f"its answer does not check out ({exc.message})") from exc
 
@@ -951,7 +974,7 @@ def _requirement(record: TunnelRecord, gateway: Gateway, peer: Peer) -> tuple[tu
     inputs: its gateway's algorithms, its policy for the peer, and the request (the application's
     whole request on the side it was made at; the minimums the offer carried on the other)."""
     request = dict((record.provenance or {}).get("request") or {})
-    own = PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway.algorithms)))
+    own = PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway))))
     policy = PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)
     if record.peer is not None and record.peer.role == "responder":
         return (own, policy, PeerSpec(name="request", min_levels=Levels.from_dict(request.get("min_levels")))), {}
@@ -1059,9 +1082,10 @@ def _entry(result: NegotiationResult, esp: str) -> NegotiationResult:
     aead = parsed.aead is not None
     return dataclasses.replace(
         result, suite=Suite("esp", parsed.aead or parsed.encryption, None if aead else parsed.integrity,
-                            result.suite.key_exchange, aead=aead),
+                            result.suite.key_exchange, aead=aead, post_quantum=result.suite.post_quantum),
         proposals={**result.proposals, "esp": esp},
-        levels=Levels(alt["levels"]["confidentiality"], alt["levels"]["integrity"], result.levels.key_exchange),
+        levels=Levels(alt["levels"]["confidentiality"], alt["levels"]["integrity"], result.levels.key_exchange,
+                      result.levels.post_quantum),
         cost=alt["cost"], alternatives=[])
 
 

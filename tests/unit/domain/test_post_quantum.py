@@ -6,7 +6,7 @@ import pytest
 
 from app.adapters.files import load_rating_table
 from app.domain.algorithms import CATALOGUE, Kind, Protocol
-from app.domain.errors import NoFeasibleSuite
+from app.domain.errors import InvalidInput, NoFeasibleSuite
 from app.domain.negotiation import Backend, NegotiationRequest, Peer, negotiate
 from app.domain.negotiation.why_not import explain
 from app.domain.policies import Levels, Policy
@@ -198,3 +198,55 @@ def test_why_not_a_costlier_mechanism_and_one_nobody_asked_for() -> None:
     unasked = _why(run({"confidentiality": 8}, CHARON_598, CHARON_598), "ppk")
     assert unasked.verdict == "unused"
     assert "post_quantum 0" in unasked.reason
+
+
+# --------------------------------------------------------------------------- peering messages
+
+_OFFER: dict[str, object] = {
+    "tunnel_id": "abc123", "sender": "site-a", "timestamp": 1_700_000_000, "nonce": "n" * 24, "gateway": "gw-b",
+    "initiator": {"address": "10.99.0.1", "identity": "abc123.gw-a.qoss", "networks": ["10.1.0.1/32"]},
+    "networks": [], "min_levels": {"confidentiality": 5}, "suites": ["aes128gcm16-x25519"],
+    "ikes": ["aes128gcm16-prfsha256-x25519"], "mode": "tunnel", "lifetimes": [3600, 1200]}
+_ANSWER: dict[str, object] = {
+    "tunnel_id": "abc123", "sender": "site-b", "timestamp": 1_700_000_000, "nonce": "a" * 24, "chosen": 0, "ike": 0,
+    "responder": {"address": "10.99.0.2", "identity": "abc123.gw-b.qoss", "networks": ["10.2.0.1/32"]},
+    "psk": "11" * 32, "expires": 1_700_000_010}
+
+
+def test_an_offer_without_a_post_quantum_ask_reads_as_an_older_peer_wrote_it() -> None:
+    from app.domain.peering import Offer
+
+    offer = Offer.from_dict(_OFFER)
+    assert offer.post_quantum == ()
+    assert offer.min_levels.post_quantum == 0
+    doc = offer.as_dict()
+    assert "post_quantum" not in doc
+    assert doc["min_levels"] == {"confidentiality": 5, "integrity": 0, "key_exchange": 0}
+
+
+def test_an_offer_names_the_mechanisms_the_initiator_takes() -> None:
+    from app.domain.peering import Offer
+
+    offer = Offer.from_dict({**_OFFER, "min_levels": {"post_quantum": 5}, "post_quantum": ["ppk"]})
+    assert offer.post_quantum == ("ppk",)
+    assert Offer.from_dict(offer.as_dict()) == offer
+    for bad in (["aes128"], ["ppk", "ppk"], "ppk", [5]):
+        with pytest.raises(InvalidInput, match="post_quantum"):
+            Offer.from_dict({**_OFFER, "post_quantum": bad})
+
+
+def test_an_answer_carries_the_ppk_only_when_there_is_one_and_never_shows_it() -> None:
+    from app.domain.peering import Answer
+
+    plain = Answer.from_dict(_ANSWER)
+    assert plain.ppk is None
+    assert "ppk" not in plain.as_dict()
+    key = bytes(range(32))
+    carrying = Answer.from_dict({**_ANSWER, "ppk_id": "qoss-ppk-" + "ab" * 12, "ppk": key.hex()})
+    assert carrying.ppk == ("qoss-ppk-" + "ab" * 12, key)
+    assert Answer.from_dict(carrying.as_dict()) == carrying
+    assert key.hex() not in repr(carrying)
+    for bad in ({"ppk": key.hex()}, {"ppk_id": "qoss-ppk-" + "ab" * 12}, {"ppk_id": "x", "ppk": key.hex()},
+                {"ppk_id": "qoss-ppk-" + "ab" * 12, "ppk": "00"}):
+        with pytest.raises(InvalidInput, match="ppk"):
+            Answer.from_dict({**_ANSWER, **bad})
