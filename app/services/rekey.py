@@ -33,6 +33,7 @@ from typing import Any, Literal, Protocol
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
+from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
@@ -160,6 +161,11 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
         verdict = judge(peered.proposals, lambda pinned: negotiate_peered(
             uow=uow, record=record, default_table=default_table, pinned=pinned),
             post_quantum=peered.suite.post_quantum)
+        wanted = verdict.result.suite.post_quantum if verdict.result is not None else None
+        if verdict.kind == "noncompliant" and wanted is not None and wanted != peered.suite.post_quantum:
+            # A running tunnel with a peer cannot be moved onto post-quantum protection: it cannot follow.
+            return Impact(record.id, "noncompliant", old, None, f"it cannot follow: {PEERED_POST_QUANTUM}",
+                          peered=True)
         return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result, peered=True)
     inputs = record.provenance["request"]
     try:
