@@ -365,16 +365,27 @@ def device_enrol(
 
 @device_app.command("list")
 def device_list(config: ClientConfigOpt, offline: Annotated[bool, typer.Option(
-        "--offline", help="only what this machine kept: do not ask each device's Target")] = False) -> None:
+        "--offline", help="only what this machine kept: do not ask each device's Target")] = False,
+        everywhere: Annotated[bool, typer.Option(
+            "--everywhere", help="every device of yours at every target, wherever it was enrolled from "
+                                 "(the phone's page too), as each Target says")] = False) -> None:
     """The devices enrolled from here (no passphrases), each with what its Target says of it now:
     ``state`` (``active``; ``revoked``, ``expired`` or ``closed`` with the ``reason``: a profile an
-    edit left below its minimums says "its profile is stale: enrol the device again")."""
-    _emit(_client(config).devices(ask=not offline))
+    edit left below its minimums says "its profile is stale: enrol the device again"). With
+    ``--everywhere``: every device of yours, as each Target lists it (``active``, ``stale``,
+    ``revoked``, ``expired``, ``ended``)."""
+    if everywhere and offline:
+        from app.domain.errors import InvalidInput
+
+        _fail(InvalidInput("--everywhere asks the targets: it cannot be --offline"))
+    client = _client(config)
+    _emit(client.devices_everywhere() if everywhere else client.devices(ask=not offline))
 
 
 @device_app.command("revoke")
 def device_revoke(config: ClientConfigOpt, ticket: Annotated[str, typer.Argument(help="the device's ticket")]) -> None:
-    """Revoke a device: its live tunnel ends and its certificate is accepted no more."""
+    """Revoke a device (one enrolled from here, or any active one of yours at a target, such as the
+    phone that joined from its own page): its live tunnel ends and its certificate is accepted no more."""
     try:
         _emit(_client(config).revoke_device(ticket))
     except QossError as exc:

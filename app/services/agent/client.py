@@ -515,20 +515,47 @@ class AgentClient:
             return {"state_unknown": "the target's answer names another ticket"}
         return {"state": status.state.value, **({"reason": status.reason} if status.reason else {})}
 
+    def devices_everywhere(self) -> list[dict[str, Any]]:
+        """Every device of this user at every target this client knows, wherever it was enrolled
+        from (this machine, the phone's page, another computer), as each Target says: ticket,
+        ``target``, platform, ``state`` (``active``, ``stale``, ``revoked``, ``expired``,
+        ``ended``), ``reason``, Objective-ID and times (seconds since the epoch). Each target is
+        asked through Host with the user's signed ``devices`` request; one that cannot be asked is
+        listed as ``{"target": ..., "state_unknown": why}``."""
+        out: list[dict[str, Any]] = []
+        for target in sorted(self.targets):
+            try:
+                request, wire = self.request(Kind.DEVICES, RequestInfo(target=target), 3)
+                listed = self._send(request, wire).devices or ()
+            except (QossError, GatewayError) as exc:
+                out.append({"target": target, "state_unknown": exc.message})
+                continue
+            out += [{"target": target, **d.as_dict()} for d in listed]
+        return out
+
     def revoke_device(self, ticket: str) -> dict[str, Any]:
-        """Revoke a device enrolled from here: Target ends its live tunnel and accepts its
-        certificate no more.
+        """Revoke a device: Target ends its live tunnel and accepts its certificate no more. A
+        device enrolled from here is found in this machine's records; any other of this user's
+        active devices (say, the phone that joined from its own page) is found by asking the
+        targets (:meth:`devices_everywhere`).
 
         Raises:
-            InvalidInput: no device with that ticket here. AgentRejected: Target no longer knew it.
+            InvalidInput: no device of this user's with that ticket is active anywhere.
+            AgentRejected: Target no longer knew it.
         """
         path = self.config.state_dir / "devices" / f"{ticket}.json"
-        if not ticket.isalnum() or not path.is_file():
-            raise InvalidInput(f"no device with ticket {ticket} in {self.config.state_dir / 'devices'}")
-        record = json.loads(path.read_text())
-        self._disconnect_remote(str(record["target"]), ticket, int(record["objective_id"]))
-        path.unlink()
-        return {"ticket": ticket, "platform": record.get("platform"), "revoked": True}
+        if not re.fullmatch(r"[0-9a-f]{32}", ticket):
+            raise InvalidInput(f"{ticket!r} is not a device's ticket (32 hex digits)")
+        if path.is_file():
+            record = json.loads(path.read_text())
+            self._disconnect_remote(str(record["target"]), ticket, int(record["objective_id"]))
+            path.unlink()
+            return {"ticket": ticket, "platform": record.get("platform"), "revoked": True}
+        found = [d for d in self.devices_everywhere() if d.get("ticket") == ticket and d.get("state") == "active"]
+        if not found:
+            raise InvalidInput(f"no active device with ticket {ticket} at any target")
+        self._disconnect_remote(str(found[0]["target"]), ticket, int(found[0]["objective_id"]))
+        return {"ticket": ticket, "platform": found[0]["platform"], "revoked": True}
 
     # -- local state --------------------------------------------------------------------
 

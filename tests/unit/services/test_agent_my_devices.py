@@ -18,7 +18,7 @@ from app.adapters.agent.crypto import CRYPTO, KeyPair
 from app.adapters.agent.devices import LocalDeviceKit
 from app.domain.agent import AgentRejected, Kind, RequestInfo, Response, agent_conn_name
 from app.domain.agent.messages import DeviceInfo, DeviceState, UserDeviceList, UserDevices
-from app.domain.errors import NotFound
+from app.domain.errors import InvalidInput, NotFound
 from app.services import policies
 from app.services.agent.client import AgentClient
 from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party
@@ -242,3 +242,22 @@ def test_another_hosts_user_of_the_same_id_and_an_untrusted_host_get_nothing(wor
                                             recipient=FAR.public.kem))
     assert world.session(device)[0] == "active"
     assert world.alice.status(device) == "active"
+
+
+def test_the_command_line_lists_and_revokes_a_device_enrolled_elsewhere(roles: Roles) -> None:
+    """``qoss agent device list --everywhere`` and ``device revoke`` for a device this machine has
+    no record of (the phone that joined from its own page)."""
+    phone = enrol(roles, "android")  # not through this machine's enrol_device: no record here
+    cli = AgentClient(config=roles.client.config, keys=roles.client.keys, crypto=CRYPTO, vici=roles.client.vici,
+                      post=lambda url, wire: roles.host.handle(wire).answer, clock=roles.clock)
+    assert cli.devices() == []
+    listed = cli.devices_everywhere()
+    assert [(d["ticket"], d["target"], d["platform"], d["state"]) for d in listed] == [
+        (phone, "hq", "android", "active")]
+    assert cli.revoke_device(phone) == {"ticket": phone, "platform": "android", "revoked": True}
+    assert agent_conn_name(phone) not in roles.charon.conns
+    assert [d["state"] for d in cli.devices_everywhere()] == ["revoked"]
+    with pytest.raises(InvalidInput, match="no active device"):
+        cli.revoke_device(phone)
+    with pytest.raises(InvalidInput, match="not a device's ticket"):
+        cli.revoke_device("../devices/x")
