@@ -204,7 +204,8 @@ def measured_table(
             )
         rows.append(Rating(
             algorithm=rated.algorithm, confidentiality=rated.confidentiality, integrity=rated.integrity,
-            key_exchange=rated.key_exchange, performance=performance, source="measurement",
+            key_exchange=rated.key_exchange, post_quantum=rated.post_quantum, performance=performance,
+            source="measurement",
             reason=f"levels from {base.name}; performance measured ({result.method})",
             requirement=rated.requirement, measurement=measurement,
         ))

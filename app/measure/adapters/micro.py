@@ -14,6 +14,10 @@ is kept (see ``scoring.low_estimate``) and ``ns = a*bytes + b`` fitted; an algor
 done when its run-to-run spread is at most half of ``target_spread`` (a margin, so the
 figure kept is well within it) or the sweep's time is up.
 
+Post-quantum: ML-KEM-768 and -1024 (FIPS 203, the parameter sets the library offers) as one
+key generation + encapsulation + decapsulation, both ends' work of an additional key exchange,
+timed as a key exchange.
+
 Key exchange: key generation + shared secret per group (an IKE_SA_INIT's DH work on one
 side): X25519/X448, every NIST and Brainpool curve the library offers, and the MODP groups
 from their published primes (``app.measure.domain.modp_groups``; OpenSSL picks a short private
@@ -32,11 +36,12 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.decrepit.ciphers.algorithms import CAST5, Blowfish, Camellia, TripleDES
 from cryptography.hazmat.primitives import cmac, hashes, hmac
-from cryptography.hazmat.primitives.asymmetric import dh, ec, x448, x25519
+from cryptography.hazmat.primitives.asymmetric import dh, ec, mlkem, x448, x25519
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.ciphers.aead import AESCCM, AESGCM, ChaCha20Poly1305
 from cryptography.utils import CryptographyDeprecationWarning
@@ -217,9 +222,22 @@ def _curve_offered(curve: ec.EllipticCurve) -> bool:
     return True
 
 
+#: ML-KEM parameter sets the library offers, by catalogue keyword.
+_MLKEM: dict[str, Callable[[], Any]] = {"mlkem768": mlkem.MLKEM768PrivateKey.generate,
+                                        "mlkem1024": mlkem.MLKEM1024PrivateKey.generate}
+
+
+def _mlkem(generate: Callable[[], Any]) -> Callable[[], object]:
+    def op() -> object:
+        key = generate()
+        _, ciphertext = key.public_key().encapsulate()
+        return key.decapsulate(ciphertext)
+    return op
+
+
 def _kex_keywords() -> list[str]:
     offered = [k for k, curve in _CURVES.items() if _curve_offered(curve())]
-    return ["x25519", "x448", *offered, *MODP_GROUPS]
+    return ["x25519", "x448", *offered, *MODP_GROUPS, *_MLKEM]
 
 
 def _kex_op(keyword: str) -> Callable[[], object]:
@@ -232,6 +250,8 @@ def _kex_op(keyword: str) -> Callable[[], object]:
         return lambda: x448.X448PrivateKey.generate().exchange(x448_peer)
     if keyword in _CURVES:
         return _ecdh(_CURVES[keyword]())
+    if keyword in _MLKEM:
+        return _mlkem(_MLKEM[keyword])
     return _modp(MODP_GROUPS[keyword])
 
 
@@ -303,7 +323,9 @@ def _prepare(keyword: str) -> _Task:
     else:
         op = _kex_op(keyword)
         kernel, payloads = (lambda _data: op()), {0: b""}
-        method, kex = "key generation + shared secret", True
+        method = ("key generation + encapsulation + decapsulation" if keyword in _MLKEM
+                  else "key generation + shared secret")
+        kex = True
     batch = {}
     for size, data in payloads.items():
         kernel(data)  # warm-up
