@@ -96,11 +96,14 @@
       throw new Error("not signed by the target");
     }
     const answer = decodeCanonical(body);
-    const now = Math.floor(Date.now() / 1000);
     if (answer.kind !== kind || answer.sender !== target.name || answer.recipient !== keys.user ||
-        answer.via !== host || !equal(A.b64d(answer.request_id, 16), requestId) ||
-        !(answer.ts >= now - WINDOW_BACK && answer.ts <= now + WINDOW_SKEW)) {
+        answer.via !== host || !equal(A.b64d(answer.request_id, 16), requestId)) {
       throw new Error("not the answer to this request");
+    }
+    const now = Math.floor(Date.now() / 1000);
+    if (!(answer.ts >= now - WINDOW_BACK && answer.ts <= now + WINDOW_SKEW)) {
+      throw new Told("The answer's time does not match this phone's clock. Set this phone's date and time " +
+                     "to be set automatically, then try again.");
     }
     return answer;
   }
@@ -123,8 +126,9 @@
       clearTimeout(timer);
     }
     if (answer.status === 403) {
-      throw new Told(`${host} did not accept this phone's keys: you may have been revoked or enrolled again ` +
-                     "elsewhere. Ask your administrator for a new invitation.");
+      throw new Told(`${host} did not accept this request. Check that this phone's date and time are set ` +
+                     "automatically; if they are, your keys may have been revoked: ask your administrator for a " +
+                     "new invitation.");
     }
     if (answer.status === 429) throw new Told("Too many requests from here: wait a minute, then try again.");
     if (!answer.ok) {
@@ -144,6 +148,7 @@
     try {
       return accept(text, answerKind, requestId, keys, target);
     } catch (e) {
+      if (e instanceof Told) throw e;
       throw new Told(`The answer did not come from ${target.name} for this phone, so it was not used. Try ` +
                      "again; if this keeps happening, tell your administrator.");
     }

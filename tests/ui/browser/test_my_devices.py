@@ -126,6 +126,20 @@ def test_a_request_that_fails_or_never_ends_is_told_in_the_users_words(
     assert "/ui/" not in page.locator("#devices-error").inner_text()  # no internal path
 
 
+@pytest.mark.parametrize(("off", "says"), [(3600, "date and time are set automatically"),
+                                           (-45, "does not match this phone's clock")],
+                         ids=["an-hour-ahead", "behind"])
+def test_a_phone_whose_clock_is_wrong_is_told_to_set_it(host: Host, joined: tuple[Page, list[bytes], str],
+                                                        off: int, says: str) -> None:
+    """An hour ahead, Host refuses the request (as any refusal: the page names the clock first);
+    45 s behind, Host takes it but the answer looks as if from the future."""
+    page, _, _ = joined
+    page.clock.install(time=time.time() + off)
+    page.goto(f"{host.base}/ui/my-devices")
+    expect(page.locator("#devices-error")).to_contain_text(says)
+    assert page.locator("#device-list [data-state]").count() == 0
+
+
 # --------------------------------------------------------------------------- the lab, a stock client
 
 
