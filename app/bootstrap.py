@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from app.adapters.db.notices import NoticeListener
     from app.adapters.db.repositories.access import TokenCache
     from app.adapters.db.repositories.network import GatewayCache
+    from app.adapters.db.repositories.peers import PeerCache
     from app.adapters.db.repositories.revisioned import TableCache
     from app.adapters.vici.events import EventListener, SaEvent
     from app.adapters.vici.gateway import ViciGateway
@@ -83,14 +84,17 @@ class ReadCaches:
     gateways: GatewayCache
     tables: TableCache
     notices: NoticeListener | None
+    peers: PeerCache | None = None
 
     def session_info(self) -> dict[str, Any]:
         """What every session's ``info`` holds, so its repositories use the caches."""
         from app.adapters.db.repositories.access import TOKEN_CACHE
         from app.adapters.db.repositories.network import GATEWAY_CACHE
+        from app.adapters.db.repositories.peers import PEER_CACHE
         from app.adapters.db.repositories.revisioned import TABLE_CACHE
 
-        return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens, TABLE_CACHE: self.tables}
+        return {GATEWAY_CACHE: self.gateways, TOKEN_CACHE: self.tokens, TABLE_CACHE: self.tables,
+                **({PEER_CACHE: self.peers} if self.peers is not None else {})}
 
     def close(self) -> None:
         if self.notices is not None:
@@ -105,6 +109,7 @@ def read_caches(settings: Settings) -> ReadCaches:
     from app.adapters.db.notices import NoticeListener
     from app.adapters.db.repositories.access import TokenCache
     from app.adapters.db.repositories.network import GatewayCache
+    from app.adapters.db.repositories.peers import PeerCache
     from app.adapters.db.repositories.revisioned import TableCache
 
     replicas = settings.database_url.startswith("postgresql")
@@ -113,11 +118,13 @@ def read_caches(settings: Settings) -> ReadCaches:
     ttls = {kind: ttl if ttl is not None else (REPLICA_TTL if replicas else 1.0) for kind, ttl in chosen.items()}
     tokens, gateways, tables = TokenCache(ttl=ttls["token"]), GatewayCache(ttl=ttls["gateway"]), \
         TableCache(ttl=ttls["table"])
+    peers = PeerCache(ttl=ttls["gateway"])  # peers, like gateways: registrations an administrator changes
+    ttls["peer"] = ttls["gateway"]
     notices = None
     if replicas and any(ttl > 0 for ttl in ttls.values()):
-        notices = NoticeListener(settings.database_url, {"token": tokens, "gateway": gateways, "table": tables},
-                                 ttls).start()
-    return ReadCaches(tokens, gateways, tables, notices)
+        notices = NoticeListener(settings.database_url, {"token": tokens, "gateway": gateways, "table": tables,
+                                                         "peer": peers}, ttls).start()
+    return ReadCaches(tokens, gateways, tables, notices, peers)
 
 
 @dataclass(frozen=True)

@@ -223,8 +223,8 @@ class DatabaseSettings(_Section):
                                                "its revision (default: 1 on SQLite; 30 on PostgreSQL while the "
                                                "replicas' change notices are followed, else 0); 0: always ask")
     gateway_cache_ttl: float | None = Field(
-        default=None, ge=0, le=60, description="seconds a registered gateway read is trusted without reading it "
-                                               "again (default: 1 on SQLite; 30 on PostgreSQL while the replicas' "
+        default=None, ge=0, le=60, description="seconds a registered gateway or peer read is trusted without reading "
+                                               "it again (default: 1 on SQLite; 30 on PostgreSQL while the replicas' "
                                                "change notices are followed, else 0); changes are seen at once")
     token_cache_ttl: float | None = Field(
         default=None, ge=0, le=60, description="seconds an API token read is trusted without reading it again "

@@ -1,21 +1,32 @@
-"""Peers (other qoss services) and the nonces of their messages."""
+"""Peers (other qoss services) and the nonces of their messages.
+
+A peer is read on every message it sends and every tunnel asked of it: its registration is kept
+in the process's :class:`PeerCache` (the session factory's, as the gateways' and tokens' are),
+forgotten by this repository's own writes at once and by another replica's within the cache's
+TTL (at once on PostgreSQL, by its change notice).
+"""
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, event, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
+from app.adapters.db.notices import publish
+from app.adapters.db.read_cache import ReadCache
 from app.domain.agent import MLKEM_PUBLIC_BYTES, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
 from app.domain.peering import Peer, PeerState
 from app.domain.policies import Levels
 
-__all__ = ["PRUNE_EVERY", "PeerRepository"]
+__all__ = ["PEER_CACHE", "PRUNE_EVERY", "PeerCache", "PeerRepository"]
+
+#: Where a session factory's ``info`` holds the process's :class:`PeerCache`.
+PEER_CACHE = "qoss.peer_cache"
 
 #: Seconds between two prunings of the nonces past their time, per process.
 PRUNE_EVERY = 5.0
@@ -30,11 +41,41 @@ def _peer(row: PeerRow) -> Peer:
                 mlkem_key=b64d(row.mlkem_key, size=MLKEM_PUBLIC_BYTES) if row.mlkem_key is not None else None)
 
 
+_CHANGED = "qoss.peers_changed"
+
+
+def _forget_changed(session: Session) -> None:
+    cache: PeerCache | None = session.info.get(PEER_CACHE)
+    for name in session.info.pop(_CHANGED, ()):
+        if cache is not None:
+            cache.forget(name)
+
+
+class PeerCache(ReadCache[str, Peer]):
+    """Registered peers by name (:class:`~app.adapters.db.read_cache.ReadCache`): a peer's message
+    and a tunnel asked of a peer normally read none."""
+
+
 class PeerRepository:
     """Registered peers; flushes, never commits."""
 
     def __init__(self, session: Session) -> None:
+        """Bind the repository to ``session``; its factory's :class:`PeerCache`, if it has one, spares reads."""
         self.session = session
+        self._cache: PeerCache | None = session.info.get(PEER_CACHE)
+
+    def _changed(self, name: str) -> None:
+        """This session wrote ``name``: forgotten now and again when it commits (a read another
+        session made between the change and its commit may have kept the peer before)."""
+        publish(self.session, "peer", name)
+        if self._cache is None:
+            return
+        self._cache.forget(name)
+        changed: set[str] | None = self.session.info.get(_CHANGED)
+        if changed is None:
+            changed = self.session.info[_CHANGED] = set()
+            event.listen(self.session, "after_commit", _forget_changed, once=True)
+        changed.add(name)
 
     def _row(self, name: str) -> PeerRow:
         row = self.session.get(PeerRow, name)
@@ -61,6 +102,7 @@ class PeerRepository:
                 self.session.flush()
         except IntegrityError as exc:
             raise AlreadyExists(f"peer {peer.name!r} exists already") from exc
+        self._changed(peer.name)
         return _peer(row)
 
     def get(self, name: str) -> Peer:
@@ -69,7 +111,13 @@ class PeerRepository:
         Raises:
             NotFound: none of that name.
         """
-        return _peer(self._row(name))
+        cached = self._cache.fresh(name) if self._cache is not None else None
+        if cached is not None:
+            return cached
+        peer = _peer(self._row(name))
+        if self._cache is not None:
+            self._cache.keep(name, peer)
+        return peer
 
     def list(self) -> list[Peer]:
         return [_peer(r) for r in self.session.scalars(select(PeerRow).order_by(PeerRow.name))]
@@ -83,6 +131,7 @@ class PeerRepository:
         row = self._row(name)
         row.state, row.updated_at = state.value, utcnow()
         self.session.flush()
+        self._changed(name)
         return _peer(row)
 
     def first_sight(self, peer: str, nonce: str, *, keep_until: datetime) -> bool:
