@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from app.adapters.db.repositories.network import GatewayCache
     from app.adapters.db.repositories.peers import PeerCache
     from app.adapters.db.repositories.revisioned import TableCache
+    from app.adapters.peering import HttpPeerLink
     from app.adapters.vici.events import EventListener, SaEvent
     from app.adapters.vici.gateway import ViciGateway
 
@@ -60,6 +61,14 @@ def agent_post(settings: Settings) -> Callable[..., bytes]:
     from app.adapters.agent.transport import post_message
 
     return functools.partial(post_message, fast_paths=settings.fast_paths)
+
+
+def peer_link(settings: Settings) -> HttpPeerLink:
+    """How peering sends its messages to other qoss services (:class:`~app.adapters.peering.HttpPeerLink`:
+    plain HTTP on kept sockets with the fast paths, else httpx)."""
+    from app.adapters.peering import HttpPeerLink
+
+    return HttpPeerLink(plain=settings.fast_paths)
 
 
 def sa_listener(settings: Settings) -> Callable[[str, Callable[[SaEvent], None]], EventListener]:

@@ -30,7 +30,7 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
-from app.adapters.peering import HttpPeerLink, peering_keys
+from app.adapters.peering import peering_keys
 from app.adapters.pending_loads import PendingLoads
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
@@ -53,7 +53,7 @@ from app.api.routes import (
     tunnels,
 )
 from app.api.tunnels_fast import TUNNEL_ROUTES
-from app.bootstrap import agent_post, charons, engine_for, read_caches, sa_listener
+from app.bootstrap import agent_post, charons, engine_for, peer_link, read_caches, sa_listener
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -371,7 +371,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
                                      default_table=resolved.default_table,
                                      confirm_early=resolved.peer_confirm_early),
-                units=units, vici=vici, link=HttpPeerLink(plain=resolved.fast_paths), keys=peering_keys, crypto=CRYPTO,
+                units=units, vici=vici, link=peer_link(resolved), keys=peering_keys, crypto=CRYPTO,
                 pending=pending_loads, reports=parts.sa_events if resolved.sa_reports else None)
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)
