@@ -100,11 +100,11 @@ def test_each_site_lists_the_other_as_its_peer_once(peers_lab: dict[str, Any]) -
         assert identity.status_code == 200, identity.text
         r = httpx.get(f"{site['url']}/v1/peers", headers=admin(site), timeout=10, trust_env=False)
         assert r.status_code == 200, r.text
-        assert [(p["name"], p["url"], p["sign_public_key"], p["kem_public_key"], p["gateways"], p["networks"],
-                 p["min_levels"], p["state"]) for p in r.json()] == [
+        assert [(p["name"], p["url"], p["sign_public_key"], p["kem_public_key"], p.get("mlkem_public_key"),
+                 p["gateways"], p["networks"], p["min_levels"], p["state"]) for p in r.json()] == [
             (other_name, other["lab_url"], identity.json()["sign_public_key"], identity.json()["kem_public_key"],
-             [site["gateway"]], [f"{site['inside']}/32"],
-             {"confidentiality": 1, "integrity": 1, "key_exchange": 1}, "active")]
+             identity.json()["mlkem_public_key"], [site["gateway"]], [f"{site['inside']}/32"],
+             {"confidentiality": 1, "integrity": 1, "key_exchange": 1, "post_quantum": 0}, "active")]
 
 
 def test_the_sites_reach_each_other_over_the_lab_network(peers_lab: dict[str, Any]) -> None:
