@@ -208,3 +208,28 @@ async def test_a_policy_edit_raising_the_minimum_moves_the_tunnel_onto_a_ppk(cli
     assert ping(lab).returncode == 0
     assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
     assert nothing_left(lab), leftovers(lab)
+
+
+async def test_reconcile_keeps_a_healthy_tunnels_ppk_and_gives_a_restarted_charon_a_new_one(
+        client: httpx.AsyncClient, lab: Lab, calls: Calls) -> None:
+    r = await client.post("/v1/tunnels", json={"initiator": "left", "responder": "right",
+                                               "min_levels": {**LEVELS, "post_quantum": 5}})
+    assert r.status_code == 201, r.text
+    tunnel = r.json()
+    report = (await client.post("/v1/tunnels/reconcile")).json()
+    assert report["healthy"] == [tunnel["id"]]
+    assert report["orphans_removed"] == []  # its PPK is the tunnel's, not an orphan
+    for host in lab.hosts:
+        assert f"{tunnel['conn']}-ppk" in ViciGateway(host.vici_socket, 5.0).get_shared(), host.name
+    first = {s for s in calls.secrets if len(s) == 32}
+    lab.stop_charon("right")
+    lab.start_charon("right")
+    # The restarted charon knows nothing: reconcile restores the tunnel with a fresh PSK and PPK.
+    report = (await client.post("/v1/tunnels/reconcile")).json()
+    assert report["restored"] == [tunnel["id"]]
+    assert {s for s in calls.secrets if len(s) == 32} - first  # new keys were loaded
+    for host, shown in swanctl_sas(lab, tunnel["conn"]).items():
+        assert ike_line(shown).rstrip().endswith("/PPK"), (host, shown)
+    assert ping(lab).returncode == 0
+    assert (await client.delete(f"/v1/tunnels/{tunnel['id']}")).status_code == 204
+    assert nothing_left(lab), leftovers(lab)
