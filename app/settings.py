@@ -313,7 +313,8 @@ class GatewaySettings(_Section):
                                   "(one event connection per charon), asking list-sas only where a report is "
                                   "missing or differs; false: always list-sas")
     detached_initiate: bool = Field(
-        default=True, description="a tunnel between two managed gateways is initiated without waiting in charon "
+        default=True, description="a tunnel between two managed gateways (one of them may be a peer qoss's) is "
+                                  "initiated without waiting in charon "
                                   "(none of charon's worker threads held, no log streamed) and known up by charon's "
                                   "report (sa_reports); false: charon answers the initiate once the SAs are up")
     vici_socket_dirs: list[Path] = Field(
