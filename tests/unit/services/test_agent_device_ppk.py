@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 import logging
 import plistlib
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from app.adapters import files
 from app.adapters.agent.crypto import CRYPTO
 from app.adapters.agent.devices import PPK_KEY_FILE, LocalDeviceKit
 from app.adapters.agent.profiles import parse_swanctl
@@ -28,27 +25,13 @@ from app.services.agent.client import AgentClient
 from app.services.agent.target_edits import active_sessions, assess_sessions
 from app.services.agent.target_sessions import RECONCILE_GRACE
 from app.services.impact import preview
-from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
-from tests.unit.services.test_agent_roles import ALICE, Roles, gateway
+from tests.unit.services.test_agent_roles import ALICE, Roles, enrol_device, gateway
+from tests.unit.services.test_agent_roles import device_roles as roles
+
+__all__ = ["roles"]  # the roles whose Target enrols devices, shared
 
 TABLE = "standards-2026"
-
-
-@pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
-    with database.unit() as uow:
-        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
-        uow.commit()
-    with ExitStack() as stack:
-        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
-                                                                     gateway_addresses=["10.99.0.3"]))
-
-
-def enrol(roles: Roles, platform: str, **levels: int) -> Response:
-    info = RequestInfo(target="hq", min_levels=levels, platform=platform)
-    request, wire = roles.client.request(Kind.CONNECT, info, 3)
-    return roles.client.accept(roles.host.handle(wire).answer, request)
 
 
 def _ppk_secret(roles: Roles, conn: str) -> dict[str, object]:
@@ -67,7 +50,7 @@ def _as_sent(loaded: dict[str, object]) -> dict[str, object]:
 def test_an_apple_enrolment_with_a_post_quantum_minimum_carries_the_ppk_target_loaded(
         roles: Roles, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    response = enrol(roles, "apple", post_quantum=5)
+    response = enrol_device(roles, "apple", post_quantum=5)
     device, info = response.device, response.tunneling_info
     assert device is not None
     assert info is not None
@@ -94,7 +77,7 @@ def test_an_apple_enrolment_with_a_post_quantum_minimum_carries_the_ppk_target_l
 
 
 def test_two_devices_get_two_ppks(roles: Roles) -> None:
-    first, second = (enrol(roles, "apple", post_quantum=3).device for _ in range(2))
+    first, second = (enrol_device(roles, "apple", post_quantum=3).device for _ in range(2))
     assert first is not None
     assert second is not None
     a, b = (plistlib.loads(d.profile)["PayloadContent"][2]["IKEv2"] for d in (first, second))
@@ -103,7 +86,7 @@ def test_two_devices_get_two_ppks(roles: Roles) -> None:
 
 
 def test_a_swanctl_enrolment_requires_the_ppk_in_its_conf(roles: Roles) -> None:
-    response = enrol(roles, "swanctl", post_quantum=5)
+    response = enrol_device(roles, "swanctl", post_quantum=5)
     assert response.device is not None
     assert response.tunneling_info is not None
     conf = parse_swanctl(response.device.profile.decode())
@@ -114,7 +97,7 @@ def test_a_swanctl_enrolment_requires_the_ppk_in_its_conf(roles: Roles) -> None:
 
 
 def test_without_a_post_quantum_minimum_there_is_no_ppk(roles: Roles) -> None:
-    response = enrol(roles, "apple")
+    response = enrol_device(roles, "apple")
     assert response.device is not None
     assert response.tunneling_info is not None
     assert "PPK" not in plistlib.loads(response.device.profile)["PayloadContent"][2]["IKEv2"]
@@ -128,7 +111,7 @@ def test_without_a_post_quantum_minimum_there_is_no_ppk(roles: Roles) -> None:
 def test_a_platform_without_post_quantum_is_refused_by_name_with_nothing_loaded(roles: Roles, platform: str,
                                                                                 label: str) -> None:
     with pytest.raises(PlatformCannot, match="no post-quantum setting") as refused:
-        enrol(roles, platform, post_quantum=5)
+        enrol_device(roles, platform, post_quantum=5)
     assert label in refused.value.message
     assert not roles.charon.conns
     assert not roles.charon.certs
@@ -138,7 +121,7 @@ def test_a_platform_without_post_quantum_is_refused_by_name_with_nothing_loaded(
 
 
 def test_a_charon_restart_loads_the_device_and_its_ppk_again(roles: Roles) -> None:
-    info = enrol(roles, "apple", post_quantum=5).tunneling_info
+    info = enrol_device(roles, "apple", post_quantum=5).tunneling_info
     assert info is not None
     conn = agent_conn_name(info.ticket)
     first = _ppk_secret(roles, conn)
@@ -172,7 +155,7 @@ def test_a_sealed_ppk_opens_only_with_its_targets_key_for_its_own_session(tmp_pa
 
 def test_the_preview_of_an_edit_raising_the_post_quantum_minimum_names_the_devices_that_cannot_follow(
         roles: Roles, database: FakeDatabase) -> None:
-    android = enrol(roles, "android").tunneling_info
+    android = enrol_device(roles, "android").tunneling_info
     assert android is not None
     with database.unit() as uow:
         current, revision = policies.get_policy(uow=uow, name="platform-android")
@@ -226,7 +209,7 @@ def test_a_clients_tunnel_without_a_minimum_has_no_ppk(roles: Roles) -> None:
 
 
 def test_a_device_with_a_ppk_stays_when_nothing_it_runs_on_changed(roles: Roles, database: FakeDatabase) -> None:
-    info = enrol(roles, "apple", post_quantum=5).tunneling_info
+    info = enrol_device(roles, "apple", post_quantum=5).tunneling_info
     assert info is not None
     with database.unit() as uow:
         [impact] = assess_sessions(uow, active_sessions(roles.store), default_table=TABLE)
@@ -243,7 +226,7 @@ def test_a_post_quantum_minimum_of_a_stored_policy_refuses_a_platform_without_on
                                 author="test")
         uow.commit()
     with pytest.raises(PlatformCannot) as refused:
-        enrol(roles, "windows")  # the user asks for none; the platform's own table does
+        enrol_device(roles, "windows")  # the user asks for none; the platform's own table does
     assert refused.value.message.startswith("Windows 10/11 built-in IKEv2 (windows): no post-quantum protection "
                                             "at level 4: the built-in client has no post-quantum setting")
     assert not roles.charon.conns

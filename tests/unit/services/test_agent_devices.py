@@ -8,15 +8,11 @@ The same against real charons and the stock client: ``tests/integration/agent/te
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from app.adapters import files
-from app.adapters.agent.devices import LocalDeviceKit
 from app.domain.agent import (
     AgentRejected,
     AgentSessionState,
@@ -30,30 +26,16 @@ from app.domain.agent import (
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
 from app.services.agent.target_sessions import RECONCILE_GRACE
-from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
 from tests.fixtures.handoff import link_parts, open_sealed_profile
-from tests.unit.services.test_agent_roles import Roles
+from tests.unit.services.test_agent_roles import Roles, enrol_device
+from tests.unit.services.test_agent_roles import device_roles as roles
 
-
-@pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
-    with database.unit() as uow:
-        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
-        uow.commit()
-    with ExitStack() as stack:
-        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
-                                                                     gateway_addresses=["10.99.0.3"]))
-
-
-def enrol(roles: Roles, platform: str, **levels: int) -> Response:
-    info = RequestInfo(target="hq", min_levels=levels, platform=platform)
-    request, wire = roles.client.request(Kind.CONNECT, info, 3)
-    return roles.client.accept(roles.host.handle(wire).answer, request)
+__all__ = ["roles"]  # the roles whose Target enrols devices, shared
 
 
 def test_an_enrolment_gives_a_profile_and_loads_a_conn_for_that_certificate_only(roles: Roles) -> None:
-    response = enrol(roles, "android", confidentiality=8)
+    response = enrol_device(roles, "android", confidentiality=8)
     device, info = response.device, response.tunneling_info
     assert device is not None
     assert info is not None
@@ -83,27 +65,27 @@ def test_an_enrolment_gives_a_profile_and_loads_a_conn_for_that_certificate_only
 def test_a_platform_that_cannot_meet_the_minimums_is_refused_by_name_with_nothing_loaded(roles: Roles) -> None:
     # Of what this (fake) charon offers, Windows's client has no key exchange above modp2048 (level 6).
     with pytest.raises(PlatformCannot, match=r"Windows 10/11 built-in IKEv2: no .*key_exchange.* 8 .*: 6\)"):
-        enrol(roles, "windows", key_exchange=8)
+        enrol_device(roles, "windows", key_exchange=8)
     assert not roles.charon.conns
     assert not roles.charon.pools
     assert not roles.charon.certs
     with roles.store.unit() as uow:
         assert uow.sessions.select() == []
-    assert enrol(roles, "android", key_exchange=8).device is not None  # strongSwan's app can (x25519)
+    assert enrol_device(roles, "android", key_exchange=8).device is not None  # strongSwan's app can (x25519)
 
 
 @pytest.mark.parametrize(("platform", "why"), [("symbian", "unknown platform"), ("apple", None)])
 def test_an_unknown_platform_is_refused_and_a_known_one_served(roles: Roles, platform: str, why: str | None) -> None:
     if why is None:
-        assert enrol(roles, platform).device is not None
+        assert enrol_device(roles, platform).device is not None
         return
     with pytest.raises(InvalidInput, match=why):
-        enrol(roles, platform)
+        enrol_device(roles, platform)
     assert not roles.charon.conns
 
 
 def test_revoking_a_device_ends_it_and_unloads_its_conn(roles: Roles) -> None:
-    info = enrol(roles, "android").tunneling_info
+    info = enrol_device(roles, "android").tunneling_info
     assert info is not None
     assert roles.disconnect(info.ticket) is Kind.CLOSED
     with roles.store.unit() as uow:
@@ -115,7 +97,7 @@ def test_revoking_a_device_ends_it_and_unloads_its_conn(roles: Roles) -> None:
 
 
 def test_a_charon_restart_loads_the_device_again(roles: Roles) -> None:
-    info = enrol(roles, "android").tunneling_info
+    info = enrol_device(roles, "android").tunneling_info
     assert info is not None
     conn = agent_conn_name(info.ticket)
     before = dict(roles.charon.conns[conn])
@@ -133,7 +115,7 @@ def test_a_charon_restart_loads_the_device_again(roles: Roles) -> None:
 
 def test_a_platform_table_edit_below_the_minimums_makes_the_profile_stale(roles: Roles,
                                                                           database: FakeDatabase) -> None:
-    info = enrol(roles, "android", confidentiality=8).tunneling_info
+    info = enrol_device(roles, "android", confidentiality=8).tunneling_info
     assert info is not None
     esp = str(info.esp_proposal).split("-")[0]
     follower = roles.target.follower()
@@ -164,7 +146,7 @@ def status(roles: Roles, ticket: str) -> SessionStatus:
 
 def test_the_user_asks_what_became_of_a_device_and_learns_its_profile_is_stale(
         roles: Roles, database: FakeDatabase) -> None:
-    info = enrol(roles, "android", confidentiality=8).tunneling_info
+    info = enrol_device(roles, "android", confidentiality=8).tunneling_info
     assert info is not None
     assert status(roles, info.ticket) == SessionStatus(info.ticket, AgentSessionState.ACTIVE, "", "android")
     esp = str(info.esp_proposal).split("-")[0]
@@ -183,7 +165,7 @@ def test_the_user_asks_what_became_of_a_device_and_learns_its_profile_is_stale(
 
 
 def test_a_revoked_device_says_so_and_a_ticket_of_no_one_is_refused(roles: Roles) -> None:
-    info = enrol(roles, "apple").tunneling_info
+    info = enrol_device(roles, "apple").tunneling_info
     assert info is not None
     assert roles.disconnect(info.ticket) is Kind.CLOSED
     assert status(roles, info.ticket) == SessionStatus(info.ticket, AgentSessionState.REVOKED,

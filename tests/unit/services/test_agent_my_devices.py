@@ -7,53 +7,32 @@ The same against the lab's real charons and a stock client: ``tests/integration/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from app.adapters import files
 from app.adapters.agent.crypto import CRYPTO, KeyPair
-from app.adapters.agent.devices import LocalDeviceKit
 from app.domain.agent import AgentRejected, Kind, RequestInfo, Response, agent_conn_name
 from app.domain.agent.messages import DeviceInfo, DeviceState, UserDeviceList, UserDevices
 from app.domain.errors import InvalidInput, NotFound
 from app.services import policies
 from app.services.agent.client import AgentClient
-from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party
+from app.services.agent.config import AgentConfig, HostRole, Party
 from app.services.agent.host import HostAgent
-from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.uow import FakeDatabase
-from tests.unit.services.test_agent_roles import SERVER, Roles, gateway
+from tests.unit.services.test_agent_roles import SERVER, Roles
+from tests.unit.services.test_agent_roles import device_roles as roles
 from tests.unit.services.test_agent_trust import FAR, HQ, World, world
 
-__all__ = ["world"]  # the two Hosts and one Target of test_agent_trust, shared
+__all__ = ["roles", "world"]  # the roles whose Target enrols devices; the two Hosts and one Target of test_agent_trust
 
 BOB = KeyPair.generate("bob")
 
 
-@pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
-    with database.unit() as uow:
-        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
-        uow.commit()
-    with ExitStack() as stack:
-        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
-                                                                     gateway_addresses=["10.99.0.3"]))
-
-
-def client_of(roles: Roles, user: str, keys: KeyPair, tmp_path: Path) -> AgentClient:
+def client_of(roles: Roles, user: str, keys: KeyPair) -> AgentClient:
     """Another user of the same Host, enrolled with their own keys."""
     roles.host.enroll(user_id=user, objectives=[3], **keys.public.as_dict())
-    me = Party(**SERVER.public.as_dict())
-    return AgentClient(
-        config=ClientConfig(user=user, key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
-                                                               **SERVER.public.as_dict()},
-                            targets={"hq": me}, vici_socket=roles.client_charon.socket_path,
-                            state_dir=tmp_path / f"state-{user}"),
-        keys=keys, crypto=CRYPTO, vici=gateway(roles.client_charon.socket_path), post=roles._unreachable,
-        clock=roles.clock)
+    return roles.client_of(user, keys, state=f"state-{user}")
 
 
 def enrol(roles: Roles, platform: str, client: AgentClient | None = None) -> str:
@@ -125,7 +104,7 @@ def test_an_expired_device_and_a_stale_one_say_so(roles: Roles, database: FakeDa
 
 def test_another_user_neither_sees_nor_revokes_my_devices(roles: Roles, tmp_path: Path) -> None:
     mine = enrol(roles, "android")
-    bob = client_of(roles, "bob", BOB, tmp_path)
+    bob = client_of(roles, "bob", BOB)
     theirs = enrol(roles, "apple", bob)
     assert set(my_devices(roles, bob)) == {theirs}
     with pytest.raises(AgentRejected) as refused:
@@ -178,7 +157,7 @@ def test_a_list_names_no_platform_and_answers_only_with_devices() -> None:
 
 def test_the_administrator_lists_a_users_devices_and_revokes_one(roles: Roles, tmp_path: Path) -> None:
     phone, laptop = enrol(roles, "android"), enrol(roles, "apple")
-    bob = client_of(roles, "bob", BOB, tmp_path)
+    bob = client_of(roles, "bob", BOB)
     theirs = enrol(roles, "android", bob)
     listed = roles.host.user_devices("alice")
     assert [d["ticket"] for d in listed["devices"]] == [laptop, phone] or {

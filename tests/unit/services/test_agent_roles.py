@@ -13,18 +13,22 @@ from pathlib import Path
 
 import pytest
 
+from app.adapters import files
 from app.adapters.agent.crypto import CRYPTO, KeyPair
+from app.adapters.agent.devices import LocalDeviceKit
 from app.adapters.vici.gateway import ViciGateway
-from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, agent_conn_name
+from app.domain.agent import AgentRejected, AgentSessionState, Kind, RequestInfo, Response, agent_conn_name
 from app.domain.agent.messages import Endorsement
 from app.domain.agent.ports import DeviceKit
 from app.domain.errors import GatewayRejected
 from app.domain.tunnels import keywords_from_charon
+from app.services import policies
 from app.services.agent.client import AgentClient
 from app.services.agent.config import AgentConfig, ClientConfig, HostRole, Party, TargetRole
 from app.services.agent.host import HostAgent
 from app.services.agent.target import Outcome, TargetAgent
 from app.services.agent.target_sessions import RECONCILE_GRACE
+from app.settings import SHIPPED_POLICIES_DIR
 from tests.fakes.agent_store import FakeAgentStore
 from tests.fakes.fake_charon import FakeCharon
 from tests.fakes.uow import FakeDatabase
@@ -63,6 +67,7 @@ class Roles:
     def __init__(self, database: FakeDatabase, tmp_path: Path, stack: ExitStack,
                  devices: DeviceKit | None = None) -> None:
         self.clock = Clock()
+        self.tmp_path = tmp_path
         self.store = FakeAgentStore()
         self.charon = stack.enter_context(FakeCharon(tmp_path / "target.vici"))
         self.client_charon = stack.enter_context(FakeCharon(tmp_path / "client.vici"))
@@ -76,14 +81,21 @@ class Roles:
                                   clock=self.clock, devices=devices)
         self.host = HostAgent(config=config, keys=SERVER, crypto=CRYPTO, store=self.store, local_target=self.target,
                               post=self._unreachable, clock=self.clock)
-        self.client = AgentClient(
-            config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
-                                                                      **SERVER.public.as_dict()},
-                                targets={"hq": me}, vici_socket=self.client_charon.socket_path,
-                                state_dir=tmp_path / "state"),
-            keys=ALICE, crypto=CRYPTO, vici=gateway(self.client_charon.socket_path), post=self._unreachable,
-            clock=self.clock)
+        self.client = self.client_of("alice", ALICE, state="state")
         self.host.enroll(user_id="alice", objectives=[1, 3], **ALICE.public.as_dict())
+
+    def client_of(self, user: str, keys: KeyPair, *, state: str, host: dict[str, str] | None = None,
+                  target: dict[str, str] | None = None) -> AgentClient:
+        """A client of ``user`` with ``keys`` on the client charon, knowing Host (and Target ``hq``)
+        by ``host``'s (``target``'s) public keys, by default all of Host's; its state under ``state``."""
+        host = host if host is not None else SERVER.public.as_dict()
+        return AgentClient(
+            config=ClientConfig(user=user, key_dir=self.tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9",
+                                                                        **host},
+                                targets={"hq": Party(**(target if target is not None else SERVER.public.as_dict()))},
+                                vici_socket=self.client_charon.socket_path, state_dir=self.tmp_path / state),
+            keys=keys, crypto=CRYPTO, vici=gateway(self.client_charon.socket_path), post=self._unreachable,
+            clock=self.clock)
 
     @staticmethod
     def _unreachable(url: str, wire: bytes) -> bytes:
@@ -121,6 +133,24 @@ def rejected(reason: str) -> Iterator[None]:
 def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
     with ExitStack() as stack:
         yield Roles(database, tmp_path, stack)
+
+
+@pytest.fixture
+def device_roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
+    """:class:`Roles` whose Target enrols devices: the shipped policies, a local CA for ``hq.qoss``."""
+    with database.unit() as uow:
+        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
+        uow.commit()
+    with ExitStack() as stack:
+        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
+                                                                     gateway_addresses=["10.99.0.3"]))
+
+
+def enrol_device(roles: Roles, platform: str, **levels: int) -> Response:
+    """Alice's enrolment of a ``platform`` device through Host with minimum ``levels``: the answer."""
+    info = RequestInfo(target="hq", min_levels=levels, platform=platform)
+    request, wire = roles.client.request(Kind.CONNECT, info, 3)
+    return roles.client.accept(roles.host.handle(wire).answer, request)
 
 
 def writes(caplog: pytest.LogCaptureFixture) -> list[list[str]]:

@@ -7,50 +7,29 @@ hybrid. On the fakes of ``test_agent_roles``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from app.adapters import files
-from app.adapters.agent.crypto import CRYPTO
-from app.adapters.agent.devices import LocalDeviceKit
 from app.domain.agent import AgentRejected, Kind, NoPostQuantumKey, RequestInfo, decode_canonical
-from app.services import policies
 from app.services.agent.client import AgentClient
-from app.services.agent.config import ClientConfig
-from app.settings import SHIPPED_POLICIES_DIR
-from tests.fakes.uow import FakeDatabase
-from tests.unit.services.test_agent_roles import ALICE, SERVER, Roles, empty, gateway
+from tests.unit.services.test_agent_roles import ALICE, SERVER, Roles, empty
+from tests.unit.services.test_agent_roles import device_roles as roles
+
+__all__ = ["roles"]  # the roles whose Target enrols devices, shared
 
 
-@pytest.fixture
-def roles(database: FakeDatabase, tmp_path: Path) -> Iterator[Roles]:
-    with database.unit() as uow:
-        policies.load_shipped_policies(uow=uow, policies=files.load_policies(SHIPPED_POLICIES_DIR))
-        uow.commit()
-    with ExitStack() as stack:
-        yield Roles(database, tmp_path, stack, devices=LocalDeviceKit(tmp_path / "ca", owner="hq.qoss",
-                                                                     gateway_addresses=["10.99.0.3"]))
-
-
-def x25519_client(roles: Roles, tmp_path: Path) -> AgentClient:
+def x25519_client(roles: Roles) -> AgentClient:
     """Alice's client knowing Host by its Ed25519 and X25519 keys only (as the device page does)."""
     host = {k: v for k, v in SERVER.public.as_dict().items() if k != "mlkem_public_key"}
-    return AgentClient(
-        config=ClientConfig(user="alice", key_dir=tmp_path, host={"id": "hq", "url": "http://127.0.0.1:9", **host},
-                            targets={"hq": {"sign_public_key": host["sign_public_key"],
-                                            "kem_public_key": host["kem_public_key"]}},
-                            vici_socket=roles.client_charon.socket_path, state_dir=tmp_path / "x25519-state"),
-        keys=ALICE, crypto=CRYPTO, vici=gateway(roles.client_charon.socket_path), post=roles._unreachable,
-        clock=roles.clock)
+    return roles.client_of("alice", ALICE, state="x25519-state", host=host,
+                           target={k: host[k] for k in ("sign_public_key", "kem_public_key")})
 
 
 def test_an_x25519_client_asking_for_post_quantum_is_told_to_enrol_from_the_command_line(
         roles: Roles, tmp_path: Path) -> None:
     assert ALICE.public.mlkem is not None  # enrolled with one: it is how she asked that counts
-    client = x25519_client(roles, tmp_path)
+    client = x25519_client(roles)
     _, wire = client.request(Kind.CONNECT, RequestInfo(target="hq", min_levels={"post_quantum": 5},
                                                        platform="apple"), 3)
     assert decode_canonical(wire, max_size=len(wire))["v"] == 1
@@ -62,7 +41,7 @@ def test_an_x25519_client_asking_for_post_quantum_is_told_to_enrol_from_the_comm
 
 def test_an_x25519_client_without_a_post_quantum_minimum_is_answered_with_x25519_alone(
         roles: Roles, tmp_path: Path) -> None:
-    client = x25519_client(roles, tmp_path)
+    client = x25519_client(roles)
     request, wire = client.request(Kind.CONNECT, RequestInfo(target="hq", platform="apple"), 3)
     answer = roles.host.handle(wire).answer
     assert decode_canonical(answer, max_size=len(answer))["v"] == 1
