@@ -162,8 +162,8 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
             uow=uow, record=record, default_table=default_table, pinned=pinned),
             post_quantum=peered.suite.post_quantum)
         wanted = verdict.result.suite.post_quantum if verdict.result is not None else None
-        if verdict.kind == "noncompliant" and wanted is not None and wanted != peered.suite.post_quantum:
-            # A running tunnel with a peer cannot be moved onto post-quantum protection: it cannot follow.
+        if verdict.kind == "noncompliant" and wanted is not None:
+            # A running tunnel with a peer is not moved onto (or while on) post-quantum protection.
             return Impact(record.id, "noncompliant", old, None, f"it cannot follow: {PEERED_POST_QUANTUM}",
                           peered=True)
         return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result, peered=True)
