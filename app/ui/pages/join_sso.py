@@ -26,23 +26,21 @@ made. Every outcome is in the audit log under the signed-in name, never a code, 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-
 from fastapi import Request
 from starlette.responses import Response
 
 from app.domain.agent.platforms import LABELS
 from app.domain.errors import AlreadyExists, InvalidInput
-from app.domain.oidc import DEVICE_SCOPE, FLOW_TTL, NoScopeMapped, ProviderUnavailable, SignInRefused
-from app.services import console_oidc
+from app.domain.oidc import DEVICE_SCOPE, NoScopeMapped, ProviderUnavailable, SignInRefused
 from app.services.agent.host import HostAgent
 from app.services.agent.invitations import INVITATION_PLATFORMS
-from app.services.console_oidc import OidcSignIn, ProviderUser
+from app.services.console_oidc import OidcSignIn
+from app.ui.pages import oidc_flow
 from app.ui.pages.common import console_router, failed
+from app.ui.pages.oidc_flow import FlowCookie, signed_in_at
 from app.ui.render import page
-from app.ui.session import LoginFormDep, origin
-from app.web.deps import Principal, in_worker_thread, write_place
+from app.ui.session import LoginFormDep
+from app.web.deps import Principal, in_worker_thread
 from app.web.runtime import runtime
 
 __all__ = ["JOIN_FLOW_COOKIE", "JOIN_FLOW_COOKIE_TLS", "SIGN_IN_INVITATION_TTL", "router"]
@@ -54,12 +52,10 @@ JOIN_FLOW_COOKIE = "qoss_join_oidc"
 JOIN_FLOW_COOKIE_TLS = "__Host-qoss_join_oidc"
 #: Seconds the invitation a sign-in makes lives: the phone's page redeems it at once.
 SIGN_IN_INVITATION_TTL = 300
+#: The phone's sign-in flows are under the console's flow key derived for them only (a console
+#: sign-in's cookie opens no phone sign-in, and the other way round).
 _LABEL = b"qoss phone sign-in\x00"
-_CALLBACK = "/ui/oidc/callback"
-
-
-def _flow_cookie(request: Request) -> tuple[str, str]:
-    return (JOIN_FLOW_COOKIE_TLS, "/") if request.url.scheme == "https" else (JOIN_FLOW_COOKIE, "/ui/join/oidc")
+_COOKIE = FlowCookie(JOIN_FLOW_COOKIE, "/ui/join/oidc")
 
 
 def _said(request: Request, status: int, error: str, title: str, message: str, *, forget: bool = True) -> Response:
@@ -68,8 +64,7 @@ def _said(request: Request, status: int, error: str, title: str, message: str, *
     response = page("join_refused.html", {"title": title, "message": message},
                     status=status)
     if forget:
-        name, path = _flow_cookie(request)
-        response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
+        _COOKIE.forget(response, request)
     return response
 
 
@@ -84,35 +79,11 @@ def _none_here(request: Request) -> Response:
                  "This server offers no sign-in to enrol a phone. Ask your administrator for an invitation link.")
 
 
-def _from_console(request: Request, config: OidcSignIn) -> bool:
-    sent = request.headers.get("origin") or request.headers.get("referer")
-    return sent is not None and origin(sent) == origin(config.redirect_url)
-
-
 def _elsewhere(request: Request, config: OidcSignIn) -> Response:
-    where = config.redirect_url.removesuffix(_CALLBACK)
+    where = signed_in_at(config)
     return _said(request, 403, "CsrfRefused", "Sign-in refused",
                  f"This sign-in was not sent by this server's page. Open {where}/ui/join/sign-in and sign in there.",
                  forget=False)
-
-
-async def _join_key(request: Request, config: OidcSignIn) -> bytes:
-    """The key of the phone's sign-in flows: the console's flow key, derived for this purpose only
-    (a console sign-in's cookie opens no phone sign-in, and the other way round)."""
-    found = config.keys.get("flow")
-    if found is None:
-        parts = runtime(request)
-
-        def read() -> bytes:
-            with parts.units() as uow:
-                key = console_oidc.flow_key(uow)
-                uow.commit()
-            return key
-
-        async with write_place(request):
-            found = await in_worker_thread(read)
-        config.keys.keep("flow", found)
-    return hmac.new(found, _LABEL, hashlib.sha256).digest()
 
 
 @router.get("/join/sign-in")
@@ -135,24 +106,17 @@ async def start(request: Request, form: LoginFormDep) -> Response:
     if found is None:
         return _none_here(request)
     config, _ = found
-    if not _from_console(request, config):
+    if not oidc_flow.from_console(request, config):
         return _elsewhere(request, config)
-    key = await _join_key(request, config)
+    key = await oidc_flow.flow_key(request, config, label=_LABEL)
     try:
-        cookie, url = await in_worker_thread(console_oidc.begin, config=config, key=key,
-                                             binding=form.get("binding", ""), redirect_uri=config.redirect_url)
+        cookie, url = await oidc_flow.begin(config, key=key, binding=form.get("binding", ""))
     except SignInRefused:
         return _said(request, 400, "SignInRefused", "Sign-in refused",
                      "This sign-in did not start from this server's page. Go back to the page and sign in again.")
     except ProviderUnavailable:
-        return _said(request, 502, "ProviderUnavailable", "Sign-in not available",
-                     f"{config.name} does not answer just now. Try again in a few minutes.")
-    response = page("oidc_start.html", {"authorization_url": url, "provider": config.name})
-    response.headers["Cache-Control"] = "no-store"
-    name, path = _flow_cookie(request)
-    response.set_cookie(name, cookie, max_age=FLOW_TTL, path=path, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")
-    return response
+        return _unavailable(request, config)
+    return oidc_flow.to_provider(request, config, cookie=_COOKIE, value=cookie, url=url)
 
 
 @router.post("/join/oidc/callback")
@@ -164,20 +128,17 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
     if found is None:
         return _none_here(request)
     config, host = found
-    if not _from_console(request, config):
+    if not oidc_flow.from_console(request, config):
         return _elsewhere(request, config)
     platform = form.get("platform", "")
     if platform not in INVITATION_PLATFORMS:
         return _said(request, 422, "InvalidInput", "Which device?",
                      "This sign-in names no device type. Go back to the sign-in page, choose your device and sign "
                      "in again.")
-    key = await _join_key(request, config)
-    answer = {k: form.get(k, "") for k in ("state", "code", "error")}
+    key = await oidc_flow.flow_key(request, config, label=_LABEL)
     again = "Go back to the sign-in page and sign in again."
     try:
-        user: ProviderUser = await in_worker_thread(
-            console_oidc.verify, config=config, key=key, cookie=request.cookies.get(_flow_cookie(request)[0]),
-            binding=form.get("binding", ""), answer=answer, redirect_uri=config.redirect_url)
+        user = await oidc_flow.verify(request, config, key=key, cookie=_COOKIE, form=form)
     except NoScopeMapped as exc:
         request.state.principal = Principal(None, exc.user, frozenset())
         request.state.audit_detail = "phone sign-in refused: no scope mapped"
@@ -185,8 +146,7 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
     except SignInRefused as exc:
         return _said(request, 401, type(exc).__name__, "Sign-in refused", f"{exc.message} {again}")
     except ProviderUnavailable:
-        return _said(request, 502, "ProviderUnavailable", "Sign-in not available",
-                     f"{config.name} does not answer just now. Try again in a few minutes.")
+        return _unavailable(request, config)
     request.state.principal = Principal(None, user.name, user.scopes)
     if not ({DEVICE_SCOPE, "admin"} & user.scopes):
         request.state.audit_detail = "phone sign-in refused: agent:enroll-device not mapped"
@@ -213,9 +173,13 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
     response = page("join_signed_in.html", {"next_url": f"/ui/join#i={secret}", "name": user.name})
     response.headers["Cache-Control"] = "no-store"
     response.headers["Referrer-Policy"] = "no-referrer"
-    name, path = _flow_cookie(request)
-    response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
+    _COOKIE.forget(response, request)
     return response
+
+
+def _unavailable(request: Request, config: OidcSignIn) -> Response:
+    return _said(request, 502, "ProviderUnavailable", "Sign-in not available",
+                 f"{config.name} does not answer just now. Try again in a few minutes.")
 
 
 def _not_allowed(request: Request, who: str) -> Response:

@@ -32,21 +32,16 @@ from fastapi import Request
 from starlette.responses import RedirectResponse, Response
 
 from app.adapters.oidc import OidcProvider
-from app.domain.oidc import (
-    FLOW_TTL,
-    NoScopeMapped,
-    ProviderUnavailable,
-    SignInRefused,
-    mapping_fingerprint,
-    parse_mapping,
-)
+from app.domain.oidc import NoScopeMapped, ProviderUnavailable, SignInRefused, mapping_fingerprint, parse_mapping
 from app.services import console_oidc
-from app.services.console_oidc import OidcSignIn, ProviderUser, SignedIn
+from app.services.console_oidc import OidcSignIn, SignedIn
 from app.settings import Settings
+from app.ui.pages import oidc_flow
 from app.ui.pages.common import console_router, failed
+from app.ui.pages.oidc_flow import ANSWER_FIELDS, FlowCookie, signed_in_at
 from app.ui.render import page
-from app.ui.session import LoginFormDep, origin, set_session_cookie
-from app.web.deps import Principal, in_unit, in_worker_thread, write_place
+from app.ui.session import LoginFormDep, set_session_cookie
+from app.web.deps import Principal, in_unit
 from app.web.runtime import runtime
 
 __all__ = ["FLOW_COOKIE", "FLOW_COOKIE_TLS", "configured", "post_logout_url", "router"]
@@ -56,7 +51,7 @@ router = console_router()
 #: The flow cookie over plain HTTP (path ``/ui/oidc``) and over TLS (``__Host-``: path ``/``).
 FLOW_COOKIE = "qoss_oidc"
 FLOW_COOKIE_TLS = "__Host-qoss_oidc"
-CALLBACK = "/ui/oidc/callback"
+_COOKIE = FlowCookie(FLOW_COOKIE, "/ui/oidc")
 
 
 def configured(settings: Settings, *, provider: OidcProvider | None = None) -> OidcSignIn | None:
@@ -96,11 +91,7 @@ def _config(request: Request) -> OidcSignIn | None:
 def post_logout_url(request: Request, config: OidcSignIn) -> str:
     """Where the provider sends the browser after signing out there: this console's sign-in page,
     at the configured redirect URL's origin (never from the request)."""
-    return f"{config.redirect_url.removesuffix(CALLBACK)}/ui/login"
-
-
-def _flow_cookie(request: Request) -> tuple[str, str]:
-    return (FLOW_COOKIE_TLS, "/") if request.url.scheme == "https" else (FLOW_COOKIE, "/ui/oidc")
+    return f"{signed_in_at(config)}/ui/login"
 
 
 def _refused(request: Request, status: int, error: str, message: str, *, forget: bool = True) -> Response:
@@ -108,48 +99,16 @@ def _refused(request: Request, status: int, error: str, message: str, *, forget:
     failed(request, error, status)
     response = page("error.html", {"title": "Sign-in refused", "message": message, "console": None,
                                    "section": "login"}, status=status)
-    if not forget:
-        return response
-    name, path = _flow_cookie(request)
-    response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
+    if forget:
+        _COOKIE.forget(response, request)
     return response
-
-
-_FLOW_KEY = "flow"
-
-
-async def _flow_key(request: Request, config: OidcSignIn) -> bytes:
-    """The database's key for the sign-in flows: from this process's memory, or (the first time)
-    one short transaction of its own."""
-    found = config.keys.get(_FLOW_KEY)
-    if found is not None:
-        return found
-    parts = runtime(request)
-
-    def read() -> bytes:
-        with parts.units() as uow:
-            key = console_oidc.flow_key(uow)
-            uow.commit()
-        return key
-
-    async with write_place(request):
-        key = await in_worker_thread(read)
-    config.keys.keep(_FLOW_KEY, key)
-    return key
-
-
-def _from_console(request: Request, config: OidcSignIn) -> bool:
-    """Whether the browser says this post comes from the console's public origin (the redirect
-    URL's): its ``Origin``, or without one its ``Referer``; a post with neither is refused."""
-    sent = request.headers.get("origin") or request.headers.get("referer")
-    return sent is not None and origin(sent) == origin(config.redirect_url)
 
 
 def _elsewhere(request: Request, config: OidcSignIn) -> Response:
     """A post from another origin: refused, and the flow cookie left alone (another site cannot
     so end a sign-in in progress)."""
     return _refused(request, 403, "CsrfRefused", "This sign-in was not sent by this console's sign-in page. "
-                                                 f"Sign in at {config.redirect_url.removesuffix(CALLBACK)}/ui/login.",
+                                                 f"Sign in at {signed_in_at(config)}/ui/login.",
                     forget=False)
 
 
@@ -172,22 +131,16 @@ async def start(request: Request, form: LoginFormDep) -> Response:
     config = _config(request)
     if config is None:
         return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
-    if not _from_console(request, config):
+    if not oidc_flow.from_console(request, config):
         return _elsewhere(request, config)
-    key = await _flow_key(request, config)
+    key = await oidc_flow.flow_key(request, config)
     try:
-        cookie, url = await in_worker_thread(console_oidc.begin, config=config, key=key,
-                                             binding=form.get("binding", ""), redirect_uri=config.redirect_url)
+        cookie, url = await oidc_flow.begin(config, key=key, binding=form.get("binding", ""))
     except SignInRefused as exc:
         return _refused(request, 400, "SignInRefused", exc.message)
     except ProviderUnavailable as exc:
         return _unavailable(request, exc)
-    response = page("oidc_start.html", {"authorization_url": url, "provider": config.name})
-    response.headers["Cache-Control"] = "no-store"
-    name, path = _flow_cookie(request)
-    response.set_cookie(name, cookie, max_age=FLOW_TTL, path=path, httponly=True, samesite="lax",
-                        secure=request.url.scheme == "https")
-    return response
+    return oidc_flow.to_provider(request, config, cookie=_COOKIE, value=cookie, url=url)
 
 
 @router.get("/oidc/callback")
@@ -197,7 +150,7 @@ def callback_page(request: Request) -> Response:
     stored here)."""
     if _config(request) is None:
         return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
-    fields = {k: request.query_params.get(k, "")[:2048] for k in ("state", "code", "error")}
+    fields = {k: request.query_params.get(k, "")[:2048] for k in ANSWER_FIELDS}
     response = page("oidc_callback.html", {"console": None, "section": "login", **fields})
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -211,14 +164,11 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
     config = _config(request)
     if config is None:
         return _refused(request, 404, "NotFound", "This console has no identity provider to sign in with.")
-    if not _from_console(request, config):
+    if not oidc_flow.from_console(request, config):
         return _elsewhere(request, config)
-    key = await _flow_key(request, config)
-    answer = {k: form.get(k, "") for k in ("state", "code", "error")}
+    key = await oidc_flow.flow_key(request, config)
     try:
-        user: ProviderUser = await in_worker_thread(
-            console_oidc.verify, config=config, key=key, cookie=request.cookies.get(_flow_cookie(request)[0]),
-            binding=form.get("binding", ""), answer=answer, redirect_uri=config.redirect_url)
+        user = await oidc_flow.verify(request, config, key=key, cookie=_COOKIE, form=form)
     except NoScopeMapped as exc:
         request.state.principal = Principal(None, exc.user, frozenset())
         request.state.audit_detail = "console sign-in with the identity provider refused: no scope mapped"
@@ -234,6 +184,5 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
         uow=uow, config=config, user=user))
     response = page("signed_in.html", {"console": None, "section": "login", "name": user.name})
     set_session_cookie(response, request, signed_in.session_id, signed_in.record.expires_at)
-    name, path = _flow_cookie(request)
-    response.delete_cookie(name, path=path, httponly=True, samesite="lax", secure=request.url.scheme == "https")
+    _COOKIE.forget(response, request)
     return response
