@@ -168,7 +168,8 @@ def test_replace_from_files_made_on_one_revision_merges_or_names_the_field(servi
     assert carol.exit_code == 2
     assert [c["field"] for c in json.loads(carol.stderr)["detail"]["conflicts"]] == ["min_levels.integrity"]
     policy, revision = _policy(service, "replace-me")
-    assert (revision, policy["min_levels"]) == (3, {"confidentiality": 6, "integrity": 7, "key_exchange": 7, "post_quantum": 0})
+    assert (revision, policy["min_levels"]) == (
+        3, {"confidentiality": 6, "integrity": 7, "key_exchange": 7, "post_quantum": 0})
     current = service.cli("policies", "replace", str(tmp_path / "carol.yaml"))  # on the current revision
     assert (current.exit_code, json.loads(current.stdout)["revision"]) == (0, 4), current.stderr
     assert _policy(service, "replace-me")[0]["min_levels"]["key_exchange"] == 6  # the file as it stands
