@@ -4,8 +4,8 @@ Where the console's OpenID provider is configured, a person with only a phone si
 and enrols one device of their own, as an invitation for their own user id would let them:
 
 1. ``GET /ui/join/sign-in``: the platform (recognised from the browser, changeable) and the
-   provider's button. Its script (``join-sign-in.js``) makes a random *binding*, keeps it and the
-   platform in this tab's ``sessionStorage`` and posts the binding to ``POST
+   provider's button. Its script (``oidc.js``, the console's sign-in's) makes a random *binding*,
+   keeps it and the platform in this tab's ``sessionStorage`` and posts the binding to ``POST
    /ui/join/oidc/start`` from this console's own origin (``Origin`` checked).
 2. The console's own sign-in flow (:mod:`app.services.console_oidc`) under a key of its own:
    state, nonce and PKCE, the flow cookie (``qoss_join_oidc``) bound to the binding. The provider
