@@ -215,34 +215,51 @@
     return [b64d(plain.body), b64d(plain.tag, 64)];
   }
 
-  /** The user's connect request for a device (what ``AgentClient.request`` signs for ``enrol_device``). */
-  function deviceRequest({ user, host, target, objective, levels, platform, now }) {
+  /** The user's request of ``kind`` to ``target`` through ``host`` (what ``AgentClient.request`` signs):
+   * {requestId, body}; ``info`` adds to or replaces the request's defaults. */
+  function agentRequest({ kind, user, host, target, objective, info, now }) {
     const requestId = V.randomBytes(16);
     const body = canonicalBytes({
       request_id: b64e(requestId), user_id: user, objective_id: objective,
-      request_info: { target, min_levels: levels, supports: [], ah: false, transport: false, lifetime: 600,
-                      platform },
-      kind: "connect", sender: user, recipient: host, via: host, target, ts: now,
+      request_info: { target, min_levels: {}, supports: [], ah: false, transport: false, lifetime: 600, ...info },
+      kind, sender: user, recipient: host, via: host, target, ts: now,
     });
     return { requestId, body };
   }
 
-  /** Check Target's answer to ``request`` (``AgentClient.accept``): the response body, parsed. */
-  function acceptDevice(wireText, request, keys, ctx) {
-    const [body, tag] = openSealed(wireText, "response", keys);
-    if (!V.ed25519.verify(tag, signedBytes("response", body), ctx.targetSign, { zip215: false })) {
+  /** The user's connect request for a device (what ``AgentClient.request`` signs for ``enrol_device``). */
+  function deviceRequest({ user, host, target, objective, levels, platform, now }) {
+    return agentRequest({ kind: "connect", user, host, target, objective, info: { min_levels: levels, platform },
+                          now });
+  }
+
+  /** Open Target's answer of ``kind`` to ``request`` (``AgentClient.accept``) with ``ctx`` {host, target,
+   * targetSign}: signed by Target, from it to this user via Host, answering this very request. The
+   * answer's body, parsed; whether it is fresh is for the caller to ask (:func:`fresh`). */
+  function openAnswer(wireText, kind, request, keys, ctx) {
+    const [body, tag] = openSealed(wireText, kind, keys);
+    if (!V.ed25519.verify(tag, signedBytes(kind, body), ctx.targetSign, { zip215: false })) {
       throw new Rejected("the answer is not signed by the target");
     }
-    const response = decodeCanonical(body);
-    if (response.kind !== "response" || response.sender !== ctx.target || response.recipient !== keys.user ||
-        response.via !== ctx.host) {
+    const answer = decodeCanonical(body);
+    if (answer.kind !== kind || answer.sender !== ctx.target || answer.recipient !== keys.user ||
+        answer.via !== ctx.host) {
       throw new Rejected("the answer is for another party");
     }
-    if (!equal(b64d(response.request_id, 16), request.requestId)) throw new Rejected("the answer is to another request");
+    if (!equal(b64d(answer.request_id, 16), request.requestId)) throw new Rejected("the answer is to another request");
+    return answer;
+  }
+
+  /** Whether a message's time ``ts`` is within the agent's window around this device's clock. */
+  function fresh(ts) {
     const now = Math.floor(Date.now() / 1000);
-    if (!Number.isSafeInteger(response.ts) || response.ts < now - WINDOW_BACK || response.ts > now + WINDOW_SKEW) {
-      throw new Rejected("the answer is not fresh (is this computer's clock right?)");
-    }
+    return Number.isSafeInteger(ts) && ts >= now - WINDOW_BACK && ts <= now + WINDOW_SKEW;
+  }
+
+  /** Check Target's answer to ``request`` (``AgentClient.accept``): the response body, parsed. */
+  function acceptDevice(wireText, request, keys, ctx) {
+    const response = openAnswer(wireText, "response", request, keys, ctx);
+    if (!fresh(response.ts)) throw new Rejected("the answer is not fresh (is this computer's clock right?)");
     const device = response.device;
     const tunnel = response.tunneling_info;
     if (!device || !tunnel || device.platform !== ctx.platform || response.session_key !== null) {
@@ -390,7 +407,8 @@
   }
 
   window.qossAgent = {
-    ID, Rejected, Unreachable, V, b64d, b64e, canonical, downloadItem, enrolDevice, fingerprint, handoffWire,
-    hpkeOpen, hpkeSeal, invitationRedemption, newKeys, postJson, sealProfile, serverTrouble, signedBytes,
+    ID, Rejected, Unreachable, V, agentRequest, b64d, b64e, canonical, downloadItem, enrolDevice, fingerprint, fresh,
+    handoffWire, hpkeOpen, hpkeSeal, invitationRedemption, newKeys, openAnswer, postJson, seal, sealProfile,
+    serverTrouble, signedBytes,
   };
 })();

@@ -3,7 +3,7 @@
  *
  * For each target Host names, the page signs the agent's "devices" request with the user's Ed25519
  * key and seals it to Host's X25519 key (the same canonical body, signature and HPKE seal as every
- * agent request: device.js's primitives), posts it to /v1/agent/requests, opens the target's answer
+ * agent request: agent-client.js's), posts it to /v1/agent/requests, opens the target's answer
  * with the user's X25519 key and checks the target's signature, that it answers this request, for
  * this user, via this Host, and is fresh. Revoking a device is the agent's disconnect of its ticket,
  * sent the same way once the user confirms. Every request has a time limit and a message; nothing is
@@ -14,12 +14,6 @@
 
   const V = window.qossVendor;
   const A = window.qossAgent;
-  const TEXT = new TextEncoder();
-  const ENVELOPE_INFO = TEXT.encode("qoss-agent/v1 envelope\0");
-  const EMPTY = new Uint8Array(0);
-  const VERSION = 1;
-  const WINDOW_BACK = 60;
-  const WINDOW_SKEW = 30;
   const TIMEOUT_MS = 15000;
 
   const page = document.getElementById("my-devices");
@@ -37,71 +31,17 @@
 
   // ------------------------------------------------------------------ messages
 
-  function concat(...parts) {
-    const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
-    let at = 0;
-    for (const p of parts) {
-      out.set(p, at);
-      at += p.length;
-    }
-    return out;
-  }
-
-  function equal(a, b) {
-    if (a.length !== b.length) return false;
-    let diff = 0;
-    for (let i = 0; i < a.length; i++) diff |= a[i] ^ b[i];
-    return diff === 0;
-  }
-
-  const canonicalBytes = (value) => TEXT.encode(A.canonical(value));
-  const header = (kind, to) => ({ kind, to, v: VERSION });
-
-  /** Parse canonical JSON, refusing any other encoding of it. */
-  function decodeCanonical(bytes) {
-    const text = new TextDecoder("ascii", { fatal: true }).decode(bytes);
-    const value = JSON.parse(text);
-    if (value === null || typeof value !== "object" || Array.isArray(value) || A.canonical(value) !== text) {
-      throw new Error("not canonical JSON");
-    }
-    return value;
-  }
-
-  /** A request of ``kind`` from the user to ``target`` through Host: [request id, wire text]. */
+  /** A request of ``kind`` from the user to ``target`` through Host: [the request, its wire text]. */
   function request(keys, kind, target, info, objective) {
-    const requestId = V.randomBytes(16);
-    const now = Math.floor(Date.now() / 1000);
-    const body = canonicalBytes({
-      request_id: A.b64e(requestId), user_id: keys.user, objective_id: objective,
-      request_info: { target, min_levels: {}, supports: [], ah: false, transport: false, lifetime: 600, ...info },
-      kind, sender: keys.user, recipient: host, via: host, target, ts: now,
-    });
-    const tag = V.ed25519.sign(A.signedBytes(kind, body), keys.sign);
-    const plaintext = canonicalBytes({ body: A.b64e(body), tag: A.b64e(tag) });
-    const sealed = A.hpkeSeal(hostKem, concat(ENVELOPE_INFO, canonicalBytes(header(kind, host))), EMPTY, plaintext);
-    return [requestId, A.canonical({ ...header(kind, host), sealed: A.b64e(sealed) })];
+    const made = A.agentRequest({ kind, user: keys.user, host, target, objective, info,
+                                  now: Math.floor(Date.now() / 1000) });
+    return [made, A.seal(kind, host, made.body, keys, hostKem)];
   }
 
-  /** The target's answer of ``kind`` to ``requestId``, opened and checked: its body. */
-  function accept(wireText, kind, requestId, keys, target) {
-    const wire = decodeCanonical(TEXT.encode(wireText));
-    if (Object.keys(wire).sort().join(",") !== "kind,sealed,to,v" || wire.v !== VERSION ||
-        wire.kind !== kind || wire.to !== keys.user) {
-      throw new Error("not an answer for this user");
-    }
-    const info = concat(ENVELOPE_INFO, canonicalBytes(header(kind, keys.user)));
-    const plain = decodeCanonical(A.hpkeOpen(keys.kem, info, EMPTY, A.b64d(wire.sealed)));
-    const body = A.b64d(plain.body);
-    if (!V.ed25519.verify(A.b64d(plain.tag, 64), A.signedBytes(kind, body), target.sign, { zip215: false })) {
-      throw new Error("not signed by the target");
-    }
-    const answer = decodeCanonical(body);
-    if (answer.kind !== kind || answer.sender !== target.name || answer.recipient !== keys.user ||
-        answer.via !== host || !equal(A.b64d(answer.request_id, 16), requestId)) {
-      throw new Error("not the answer to this request");
-    }
-    const now = Math.floor(Date.now() / 1000);
-    if (!(answer.ts >= now - WINDOW_BACK && answer.ts <= now + WINDOW_SKEW)) {
+  /** The target's answer of ``kind`` to ``made``, opened and checked: its body. */
+  function accept(wireText, kind, made, keys, target) {
+    const answer = A.openAnswer(wireText, kind, made, keys, { host, target: target.name, targetSign: target.sign });
+    if (!A.fresh(answer.ts)) {
       throw new Told("The answer's time does not match this phone's clock. Set this phone's date and time " +
                      "to be set automatically, then try again.");
     }
@@ -143,10 +83,10 @@
   }
 
   async function ask(keys, kind, target, info, objective, answerKind) {
-    const [requestId, wire] = request(keys, kind, target.name, info, objective);
+    const [made, wire] = request(keys, kind, target.name, info, objective);
     const text = await post(wire);
     try {
-      return accept(text, answerKind, requestId, keys, target);
+      return accept(text, answerKind, made, keys, target);
     } catch (e) {
       if (e instanceof Told) throw e;
       throw new Told(`The answer did not come from ${target.name} for this phone, so it was not used. Try ` +
