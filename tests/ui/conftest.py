@@ -12,16 +12,19 @@ from typing import Any
 import httpx
 import pytest
 
+from app.adapters.agent.crypto import KeyPair
 from app.bootstrap import prepare_database
+from app.domain.agent import b64e
 from app.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
+from tests.fixtures.agent_roles import SERVER_ID, agent_server_config
 from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.secrets import register
 from tests.unit.services.test_tunnels_service import up_on_initiate
 
-__all__ = ["HTMX", "client_of", "csrf_of", "gateway_app", "sign_in"]
+__all__ = ["HTMX", "assert_users_page", "client_of", "csrf_of", "gateway_app", "sign_in"]
 
 HTMX = {"HX-Request": "true"}
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -55,6 +58,31 @@ async def app(settings: Settings) -> AsyncIterator[Any]:
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         yield application
+
+
+@pytest.fixture
+async def host_app(settings: Settings, tmp_path: Path) -> AsyncIterator[tuple[Any, KeyPair]]:
+    """An app that plays the agent's Host (and Target, in one process): the app and Host's keys."""
+    config, keys = agent_server_config(tmp_path)
+    application = create_app(settings.model_copy(update={"agent_config": config}))
+    async with application.router.lifespan_context(application):
+        yield application, keys
+
+
+def assert_users_page(page: httpx.Response, keys: KeyPair) -> None:
+    """``page`` is a page of Host's for a user: served without a console session, under the
+    console's CSP (scripts and requests to this server alone), never cached, with Host's public
+    keys and none of its private ones."""
+    assert page.status_code == 200
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp
+    assert "connect-src 'self'" in csp
+    assert page.headers["cache-control"] == "no-store"
+    assert f'data-host="{SERVER_ID}"' in page.text
+    assert f'data-host-kem="{b64e(keys.public.kem)}"' in page.text
+    assert "Sign out" not in page.text  # no console session here
+    for name, pem in zip(("sign", "kem"), keys.private_pem(), strict=True):
+        assert b"".join(pem.splitlines()[1:-1]).decode() not in page.text, name
 
 
 @pytest.fixture

@@ -8,32 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.main import create_app
-from app.settings import Settings
+from app.adapters.agent.crypto import KeyPair
 from tests import REPO_ROOT
-from tests.fixtures.agent_roles import agent_server_config
 from tests.ui.conftest import client_of
 
 pytestmark = pytest.mark.anyio
 STATIC = REPO_ROOT / "app" / "ui" / "static"
 
 
-@pytest.fixture
-async def host_app(settings: Settings, tmp_path: Path) -> AsyncIterator[Any]:
-    config, _ = agent_server_config(tmp_path)
-    app = create_app(settings.model_copy(update={"agent_config": config}))
-    async with app.router.lifespan_context(app):
-        yield app
-
-
-async def test_host_serves_one_static_page_for_every_link_without_sign_in(host_app: Any) -> None:
-    async with client_of(host_app) as client:
+async def test_host_serves_one_static_page_for_every_link_without_sign_in(host_app: tuple[Any, KeyPair]) -> None:
+    async with client_of(host_app[0]) as client:
         page = await client.get("/ui/handoff")
         other = await client.get("/ui/handoff", params={"t": "anything"})
         for name in ("qoss-aes.min.js", "handoff.js"):
