@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
-from app.domain.tunnels import Gateway
+from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_peering_messages import Calls, _offer, _register, _sealed
@@ -151,3 +151,23 @@ async def test_with_the_fast_paths_off_every_message_takes_the_full_stack(settin
         r = await c.post("/v1/peering/messages", content=b"{}", headers={"content-type": "application/json"})
     assert r.status_code in (403, 422), r.text
     assert entered == ["POST /v1/peering/messages"]
+
+
+async def test_an_offer_for_a_tunnel_id_this_side_has_is_refused_with_nothing_loaded(
+        twins: Twins, settings: Settings) -> None:
+    identity = await _register(twins[2])
+    engine = make_engine(settings.database_url)
+    try:
+        with sql_units_of_work(make_session_factory(engine))() as uow:
+            for tunnel_id in ("abc123", "abc124"):
+                uow.tunnels.add(TunnelRecord(id=tunnel_id, initiator="gw-b", responder="gw-b",
+                                             local_ts=("10.2.0.0/24",), remote_ts=("10.1.0.1/32",),
+                                             state=TunnelState.UP, negotiation={}))
+            uow.commit()
+    finally:
+        engine.dispose()
+    a, _ = await _both(twins, "taken", lambda i: _sealed(identity, _offer(tunnel_id=f"abc12{3 + i}")),
+                       fast_path=True)
+    assert a.status_code == 403, a.text
+    (record,) = await _audit(twins[2], "fast-taken")
+    assert record[3] == "AgentRejected: a tunnel of that id exists here"

@@ -460,8 +460,8 @@ class Peering:
                         "offered": len(offer.suites)})
         with self._units() as uow:
             first_sight(uow, received)
-            try:
-                uow.tunnels.add(record)
+            try:  # refused, the unit is rolled back: no savepoint needed around the insert
+                uow.tunnels.add(record, keep_transaction=False)
             except AlreadyExists as exc:
                 raise AgentRejected("a tunnel of that id exists here") from exc
             uow.events.append("tunnel.created", record.id, {"state": "configuring", "peer": peer.name},
