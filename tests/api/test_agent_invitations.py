@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,24 +24,12 @@ from app.domain.agent import ClientRequest, Kind, RequestInfo, b64e, canonical
 from app.main import create_app
 from app.settings import Settings
 from tests.api.conftest import make_token
-from tests.api.test_handoff_revoked import everything_recorded
+from tests.api.test_handoff_revoked import Roles, everything_recorded, roles
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
 
+__all__ = ["roles"]  # Host and Target with an administrator's client, shared
+
 pytestmark = pytest.mark.anyio
-
-Roles = tuple[httpx.AsyncClient, KeyPair, Settings]
-
-
-@pytest.fixture
-async def roles(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[Roles]:
-    config, server_keys = agent_server_config(tmp_path)
-    configured = settings.model_copy(update={"agent_config": config})
-    app = create_app(configured)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-        headers={"Authorization": f"Bearer {admin_token}"},
-    ) as c:
-        yield c, server_keys, configured
 
 
 async def invite(c: httpx.AsyncClient, user: str, platform: str = "android", **more: object) -> tuple[str, str]:

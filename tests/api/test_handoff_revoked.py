@@ -42,6 +42,8 @@ Roles = tuple[httpx.AsyncClient, KeyPair, Settings]
 
 @pytest.fixture
 async def roles(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[Roles]:
+    """An app that plays Host and Target, with an administrator's API client on it: (the client,
+    Host's keys, the app's settings)."""
     config, server_keys = agent_server_config(tmp_path)
     configured = settings.model_copy(update={"agent_config": config})
     app = create_app(configured)

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import httpx
 import pytest
 from cryptography.exceptions import InvalidTag
 
@@ -18,13 +15,13 @@ from app.adapters.agent.crypto import KeyPair, seal
 from app.adapters.db.agent import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import Handoff, Kind
-from app.main import create_app
 from app.services.agent.client import seal_profile
-from app.settings import Settings
 from tests.api.test_agent_roles import enroll
-from tests.api.test_handoff_revoked import Roles, waiting
-from tests.fixtures.agent_roles import SERVER_ID, agent_server_config
+from tests.api.test_handoff_revoked import Roles, roles, waiting
+from tests.fixtures.agent_roles import SERVER_ID
 from tests.fixtures.handoff import open_sealed_profile
+
+__all__ = ["roles"]  # Host and Target with an administrator's client, shared
 
 pytestmark = pytest.mark.anyio
 
@@ -32,18 +29,6 @@ GATEWAY = "10.99.0.3"
 PROFILE = (b'{"uuid":"5c1e","name":"hq","type":"ikev2-cert","remote":{"addr":"' + GATEWAY.encode()
            + b'","id":"hq.qoss","cert":"MIIB"},"local":{"id":"CN=dev","p12":"MIIC"}}')
 SSWAN = "application/vnd.strongswan.profile"
-
-
-@pytest.fixture
-async def roles(settings: Settings, admin_token: str, tmp_path: Path) -> AsyncIterator[Roles]:
-    config, server_keys = agent_server_config(tmp_path)
-    configured = settings.model_copy(update={"agent_config": config})
-    app = create_app(configured)
-    async with app.router.lifespan_context(app), httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-        headers={"Authorization": f"Bearer {admin_token}"},
-    ) as c:
-        yield c, server_keys, configured
 
 
 def handoff_of(user: KeyPair, server: KeyPair, profile: bytes, *, name: str = "hq.sswan") -> dict[str, str]:
