@@ -5,31 +5,16 @@ redeemed it, and spend its device enrolment once, until it is given back."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-import pytest
-
-from app.adapters.db.agent_store import SqlAgentStore
 from app.domain.agent import b64e
 from app.domain.agent.ports import AgentStore, Invitation
-from tests.contract.databases import migrated_sessions
-from tests.fakes.agent_store import FakeAgentStore
+from tests.contract.agent_stores import at_once, store
+
+__all__ = ["store"]  # an agent store of every kind, shared
 
 NOW = datetime.now(UTC)
 KEY = b"\x07" * 32
-
-
-@pytest.fixture(params=["fake", "sqlite", "sqlite-public", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentStore]:
-    if request.param == "fake":
-        yield FakeAgentStore()
-        return
-    kind, _, public = request.param.partition("-")
-    with migrated_sessions(kind, tmp_path, fast_paths=not public) as sessions:
-        yield SqlAgentStore(sessions)
 
 
 def invitation(invitation_id: str, *, user: str = "amy", created: datetime = NOW,
@@ -60,19 +45,13 @@ def test_an_invitation_is_found_by_its_digest_and_listed_newest_first(store: Age
 def test_ten_concurrent_redemptions_of_one_invitation_one_wins(store: AgentStore) -> None:
     added(store, invitation("c3"))
     results: list[bool] = []
-    barrier = threading.Barrier(10)
 
     def redeem(n: int) -> None:
-        barrier.wait()
         with store.unit() as uow:
             results.append(uow.invitations.redeem("c3", sign_public_key=b64e(bytes([n]) * 32), now=NOW))
             uow.commit()
 
-    threads = [threading.Thread(target=redeem, args=(n,)) for n in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    at_once(10, redeem)
     assert sorted(results) == [False] * 9 + [True]
 
 

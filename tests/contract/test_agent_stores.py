@@ -6,35 +6,20 @@ under concurrency), Target's revocation list, single-use tickets, enrolled users
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-from app.adapters.db.agent_store import SqlAgentStore
 from app.domain.agent import AgentSessionState, EnrolledUser, b64e
 from app.domain.agent.ports import AgentSession, AgentStore, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
-from tests.contract.databases import migrated_sessions
-from tests.fakes.agent_store import FakeAgentStore
+from tests.contract.agent_stores import at_once, store
+
+__all__ = ["store"]  # an agent store of every kind, shared
 
 LATER = datetime.now(UTC) + timedelta(days=1)  # not expired whenever in the run a test uses it
 KEY_A, KEY_B = b"\x01" * 32, b"\x02" * 32
-
-
-@pytest.fixture(params=["fake", "sqlite", "sqlite-public", pytest.param("postgresql", marks=pytest.mark.postgres),
-                        pytest.param("postgresql-public", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AgentStore]:
-    """An agent store on an empty, migrated database of each kind; ``-public``: with fast paths
-    off, its hot statements on SQLAlchemy's public path."""
-    if request.param == "fake":
-        yield FakeAgentStore()
-        return
-    kind, _, public = request.param.partition("-")
-    with migrated_sessions(kind, tmp_path, fast_paths=not public) as sessions:
-        yield SqlAgentStore(sessions)
 
 
 def _session(ticket: str, **changes: object) -> AgentSession:
@@ -63,19 +48,13 @@ def test_a_nonce_is_claimed_once_and_a_clash_leaves_the_transaction_usable(store
 
 def test_twenty_concurrent_claims_of_one_nonce_one_wins(store: AgentStore) -> None:
     results: list[bool] = []
-    barrier = threading.Barrier(20)
 
-    def claim() -> None:
-        barrier.wait()
+    def claim(_: int) -> None:
         with store.request() as transaction:
             results.append(transaction.claim_nonce("host", "user:c", b"c" * 16, LATER))
             transaction.commit()
 
-    threads = [threading.Thread(target=claim) for _ in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    at_once(20, claim)
     assert sorted(results) == [False] * 19 + [True]
 
 
