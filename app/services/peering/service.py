@@ -349,8 +349,9 @@ class Peering:
 
         ``uow``, ``reads``: the request's units of work, if it has them (else this side's own). A
         confirm's change, its nonce with it, is committed in ``uow`` (so is the request's audit
-        record, when the request has one); an offer records its tunnel in a transaction of its
-        own, before its load, and every other message keeps its nonce alone before it is acted on.
+        record, when the request has one); an offer's nonce goes with its tunnel's record, in a
+        transaction of its own before the load; every other message keeps its nonce alone before
+        it is acted on.
 
         Raises:
             AgentRejected: not a message of a registered, active peer, or a replay (403).
