@@ -19,12 +19,14 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+import yaml
 from playwright.sync_api import Browser, BrowserContext, Page, Request, sync_playwright
 
 from app.bootstrap import prepare_database
 from app.settings import Settings
 from tests import REPO_ROOT
 from tests.api.conftest import make_token
+from tests.fixtures.agent_roles import agent_server_config
 from tests.fixtures.oidc_provider import OidcUser, RunningProvider, build_provider, running_provider
 from tests.fixtures.secrets import keep_log, register
 from tests.fixtures.served import free_port, serving
@@ -48,25 +50,58 @@ class Served:
         self.admin = make_token(database_url, "admin", ["admin"])
 
 
+def database_at(where: Path) -> str:
+    """The URL of a migrated SQLite database under ``where``."""
+    url = f"sqlite:///{where / 'qoss.db'}"
+    prepare_database(Settings(database_url=url))
+    return url
+
+
+def serve_env(where: Path, **more: str) -> dict[str, str]:
+    """The environment of a served qoss: no tunnel monitor, no reconcile at the start, its state
+    under ``where``, the code under test on the path; ``more`` besides."""
+    return {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
+            "QOSS_STATE_DIR": str(where / "state"),
+            # the code under test, wherever the interpreter's own install of qoss points
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p), **more}
+
+
+@contextlib.contextmanager
+def serving_qoss(where: Path, database_url: str, env: Mapping[str, str], name: str) -> Iterator[str]:
+    """``qoss serve`` on ``database_url`` with ``env``: its base URL. Its log and database are kept
+    (``<name>-serve.log``, ``<name>-qoss.db``) however it ends."""
+    try:
+        with serving([str(QOSS), "serve", "--database-url", database_url], env=env,
+                     log=where / "serve.log") as (base, _):
+            yield base
+    finally:
+        keep_log(where / "serve.log", f"{name}-serve.log")
+        keep_log(where / "qoss.db", f"{name}-qoss.db")
+
+
+def host_config(where: Path, *, pool: str | None = None) -> tuple[Path, Path]:
+    """An ``agent.yaml`` under ``where`` for Host and Target in one process, Target's charon at
+    ``where/sockets/charon.vici`` (and its address pool ``pool``): the config and the socket."""
+    config, _ = agent_server_config(where)
+    socket_path = where / "sockets" / "charon.vici"
+    doc = yaml.safe_load(config.read_text())
+    doc["target"]["vici_socket"] = str(socket_path)
+    if pool is not None:
+        doc["target"]["pool"] = pool
+    config.write_text(yaml.safe_dump(doc))
+    return config, socket_path
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("served-console")
-    url = f"sqlite:///{where / 'qoss.db'}"
-    prepare_database(Settings(database_url=url))
+    url = database_at(where)
     bench = where / "bench"
     bench.mkdir()
     shutil.copy(REPO_ROOT / "docs" / "measurements" / "micro.json", bench / "micro.json")
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_MEASUREMENTS_DIR": str(bench), "QOSS_STATE_DIR": str(where / "state"),
-           "QOSS_EVENT_STREAM_SECONDS": "30",
-           # the code under test, wherever the interpreter's own install of qoss points
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    try:
-        with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
-            yield Served(base, url)
-    finally:
-        keep_log(where / "serve.log", "console-serve.log")
-        keep_log(where / "qoss.db", "console-qoss.db")
+    env = serve_env(where, QOSS_MEASUREMENTS_DIR=str(bench), QOSS_EVENT_STREAM_SECONDS="30")
+    with serving_qoss(where, url, env, "console") as base:
+        yield Served(base, url)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from pathlib import Path
 import httpx
 import pytest
 import segno
-import yaml
 from cryptography.hazmat.primitives import hpke, serialization
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.serialization import pkcs12
@@ -32,19 +30,15 @@ from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import Page, Request, expect
 
 from app.adapters.agent.crypto import KeyPair, write_keys
-from app.bootstrap import prepare_database
 from app.domain.agent import agent_conn_name
 from app.domain.agent.platforms import check_names, express
 from app.services.agent.client import ca_fingerprint
-from app.settings import Settings
-from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
-from tests.fixtures.agent_roles import agent_server_config, register_keys
+from tests.fixtures.agent_roles import register_keys
 from tests.fixtures.handoff import link_parts, open_sealed_profile
-from tests.fixtures.secrets import keep_log, register
-from tests.fixtures.served import serving
-from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
+from tests.fixtures.secrets import register
+from tests.ui.browser.conftest import NewContext, Watched, database_at, host_config, no_trouble, serve_env, serving_qoss
 
 #: RFC 9180 A.2.1: DHKEM(X25519, HKDF-SHA256), HKDF-SHA256, ChaCha20Poly1305, base mode, sequence 0.
 RFC9180_A21 = {
@@ -98,34 +92,22 @@ def _private_texts(keys: KeyPair) -> list[bytes]:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     where = tmp_path_factory.mktemp("device-page")
-    url = f"sqlite:///{where / 'qoss.db'}"
-    prepare_database(Settings(database_url=url))
-    config, _ = agent_server_config(where)
-    socket_path = where / "sockets" / "charon.vici"
-    doc = yaml.safe_load(config.read_text())
-    doc["target"]["vici_socket"] = str(socket_path)
-    config.write_text(yaml.safe_dump(doc))
+    url = database_at(where)
+    config, socket_path = host_config(where)
     user, files = _user_keys(where / "user", "dana")
     impostor, wrong = _user_keys(where / "impostor", "dana")  # same name, keys never enrolled
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_AGENT_CONFIG": str(config), "QOSS_STATE_DIR": str(where / "state"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    with FakeCharon(socket_path) as charon:
+    with FakeCharon(socket_path) as charon, serving_qoss(
+            where, url, serve_env(where, QOSS_AGENT_CONFIG=str(config)), "device-page") as base:
+        admin = make_token(url, "admin", ["admin"])
+        r = httpx.post(f"{base}/v1/agent/users", headers={"Authorization": f"Bearer {admin}"}, json={
+            "user_id": "dana", **user.public.as_dict(), "objectives": [3]})
+        assert r.status_code == 201, r.text
+        served = Host(base, charon, files, wrong, _private_texts(user) + _private_texts(impostor),
+                      socket_path, where / "serve.log")
         try:
-            with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
-                admin = make_token(url, "admin", ["admin"])
-                r = httpx.post(f"{base}/v1/agent/users", headers={"Authorization": f"Bearer {admin}"}, json={
-                    "user_id": "dana", **user.public.as_dict(), "objectives": [3]})
-                assert r.status_code == 201, r.text
-                served = Host(base, charon, files, wrong, _private_texts(user) + _private_texts(impostor),
-                              socket_path, where / "serve.log")
-                try:
-                    yield served
-                finally:
-                    served.charon.stop()  # a test may have started another in its place
+            yield served
         finally:
-            keep_log(where / "serve.log", "device-page-serve.log")
-            keep_log(where / "qoss.db", "device-page-qoss.db")
+            served.charon.stop()  # a test may have started another in its place
 
 
 def _open_page(new_context: NewContext, host: Host) -> tuple[Page, Watched, list[Request]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import plistlib
 import re
 import secrets
@@ -36,16 +35,12 @@ from app.adapters.agent.crypto import KeyPair, seal, write_keys
 from app.adapters.db.agent import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow
-from app.bootstrap import prepare_database
 from app.domain.agent import Handoff, Kind, b64e
 from app.services.agent.client import ca_fingerprint, seal_profile
-from app.settings import Settings
-from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
-from tests.fixtures.secrets import keep_log, register
-from tests.fixtures.served import serving
-from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
+from tests.fixtures.secrets import register
+from tests.ui.browser.conftest import NewContext, Watched, database_at, no_trouble, serve_env, serving_qoss
 
 SSWAN = "application/vnd.strongswan.profile"
 APPLE = "application/x-apple-aspen-config"
@@ -100,25 +95,17 @@ def _profile(media_type: str) -> tuple[str, bytes]:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     where = tmp_path_factory.mktemp("handoff-page")
-    url = f"sqlite:///{where / 'qoss.db'}"
-    prepare_database(Settings(database_url=url))
+    url = database_at(where)
     config, server = agent_server_config(where)
     user = KeyPair.generate("dana")
     register_keys(user)
     write_keys(user, where / "user")
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_AGENT_CONFIG": str(config), "QOSS_STATE_DIR": str(where / "state"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    try:
-        with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
-            admin = make_token(url, "admin", ["admin"])
-            r = httpx.post(f"{base}/v1/agent/users", headers={"Authorization": f"Bearer {admin}"}, json={
-                "user_id": "dana", **user.public.as_dict(), "objectives": [3]})
-            assert r.status_code == 201, r.text
-            yield Host(base, url, user, server, where / "serve.log")
-    finally:
-        keep_log(where / "serve.log", "handoff-page-serve.log")
-        keep_log(where / "qoss.db", "handoff-page-qoss.db")
+    with serving_qoss(where, url, serve_env(where, QOSS_AGENT_CONFIG=str(config)), "handoff-page") as base:
+        admin = make_token(url, "admin", ["admin"])
+        r = httpx.post(f"{base}/v1/agent/users", headers={"Authorization": f"Bearer {admin}"}, json={
+            "user_id": "dana", **user.public.as_dict(), "objectives": [3]})
+        assert r.status_code == 201, r.text
+        yield Host(base, url, user, server, where / "serve.log")
 
 
 def _link(host: Host, media_type: str) -> tuple[str, bytes, str, bytes]:

@@ -18,17 +18,23 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from playwright.sync_api import Page, expect
 
-from app.bootstrap import prepare_database
-from app.settings import Settings
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
-from tests.fixtures.agent_roles import SERVER_ID, agent_server_config
+from tests.fixtures.agent_roles import SERVER_ID
 from tests.fixtures.oidc_provider import OidcUser, RunningProvider
 from tests.fixtures.secrets import keep_log
-from tests.ui.browser.conftest import BOB, CAROL, NewContext, Watched, no_trouble, serve_with_provider
+from tests.ui.browser.conftest import (
+    BOB,
+    CAROL,
+    NewContext,
+    Watched,
+    database_at,
+    host_config,
+    no_trouble,
+    serve_with_provider,
+)
 from tests.ui.browser.test_phone_join import ANDROID, PHONE, downloads, kept_keys, passphrase
 
 #: The provider's group ``staff`` (alice and bob) may enrol devices; carol's ``contractors`` nothing.
@@ -51,13 +57,8 @@ class Served:
 @pytest.fixture(scope="module")
 def served(provider: RunningProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     where = tmp_path_factory.mktemp("join-sign-in")
-    url = f"sqlite:///{where / 'qoss.db'}"
-    prepare_database(Settings(database_url=url))
-    config, _ = agent_server_config(where)
-    socket_path = where / "sockets" / "charon.vici"
-    doc = yaml.safe_load(config.read_text())
-    doc["target"]["vici_socket"] = str(socket_path)
-    config.write_text(yaml.safe_dump(doc))
+    url = database_at(where)
+    config, socket_path = host_config(where)
     with FakeCharon(socket_path):
         try:
             with serve_with_provider(provider, where, url, MAPPING, "serve",

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import configparser
 import json
-import os
 import plistlib
 import re
 import shutil
@@ -28,7 +27,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from playwright.sync_api import Page, Request, expect
@@ -37,16 +35,12 @@ from sqlalchemy import update
 from app.adapters.agent.crypto import KeyPair
 from app.adapters.db.agent import AgentInvitationRow
 from app.adapters.db.engine import make_engine, make_session_factory
-from app.bootstrap import prepare_database
 from app.domain.agent import Kind, Response
-from app.settings import Settings
-from tests import REPO_ROOT
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
-from tests.fixtures.agent_roles import SERVER_ID, agent_server_config
-from tests.fixtures.secrets import keep_log, register
-from tests.fixtures.served import serving
-from tests.ui.browser.conftest import QOSS, NewContext, Watched, no_trouble
+from tests.fixtures.agent_roles import SERVER_ID
+from tests.fixtures.secrets import register
+from tests.ui.browser.conftest import NewContext, Watched, database_at, host_config, no_trouble, serve_env, serving_qoss
 
 ANDROID = ("Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
            "Chrome/120.0.0.0 Mobile Safari/537.36")
@@ -162,24 +156,11 @@ class Host:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     where = tmp_path_factory.mktemp("phone-join")
-    url = f"sqlite:///{where / 'qoss.db'}"
-    prepare_database(Settings(database_url=url))
-    config, _ = agent_server_config(where)
-    socket_path = where / "sockets" / "charon.vici"
-    doc = yaml.safe_load(config.read_text())
-    doc["target"]["vici_socket"] = str(socket_path)
-    doc["target"]["pool"] = "10.3.8.0/26"  # an address for every device this module enrols
-    config.write_text(yaml.safe_dump(doc))
-    env = {**os.environ, "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
-           "QOSS_AGENT_CONFIG": str(config), "QOSS_STATE_DIR": str(where / "state"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    with FakeCharon(socket_path):
-        try:
-            with serving([str(QOSS), "serve", "--database-url", url], env=env, log=where / "serve.log") as (base, _):
-                yield Host(base, url, make_token(url, "admin", ["admin"]))
-        finally:
-            keep_log(where / "serve.log", "phone-join-serve.log")
-            keep_log(where / "qoss.db", "phone-join-qoss.db")
+    url = database_at(where)
+    config, socket_path = host_config(where, pool="10.3.8.0/26")  # an address for every device this module enrols
+    with FakeCharon(socket_path), serving_qoss(where, url, serve_env(where, QOSS_AGENT_CONFIG=str(config)),
+                                               "phone-join") as base:
+        yield Host(base, url, make_token(url, "admin", ["admin"]))
 
 
 def cli_files(keys: KeyPair, answer: str) -> dict[str, bytes]:
