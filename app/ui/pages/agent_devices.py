@@ -13,11 +13,10 @@ from starlette.responses import Response
 from app.domain.agent.platforms import LABELS
 from app.domain.errors import GatewayError, NotFound
 from app.services.agent.host import HostAgent
-from app.ui.pages.common import AgentWriter, console_router, failed, needs
+from app.ui.pages.common import AgentWriter, console_router, failed, host_here, needs
 from app.ui.render import page
 from app.ui.session import Console, ConsoleDep
 from app.web.deps import UserIdPath
-from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -27,10 +26,7 @@ Ticket = Annotated[str, Path(min_length=32, max_length=32, pattern=r"^[0-9a-f]{3
 
 
 def _host(request: Request) -> HostAgent:
-    host = runtime(request).agent_host
-    if host is None:
-        raise NotFound("this server does not play the agent's Host role: it has no users or devices")
-    return host
+    return host_here(request, nothing="it has no users or devices")
 
 
 def _moments(device: dict[str, Any]) -> dict[str, Any]:

@@ -12,15 +12,17 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from app.domain.auth import Forbidden
-from app.domain.errors import InvalidInput
+from app.domain.errors import InvalidInput, NotFound
 from app.domain.ports import UnitOfWork
 from app.services import impact
+from app.services.agent.host import HostAgent
 from app.settings import Settings
 from app.ui.render import page
 from app.ui.routing import ConsoleRoute
 from app.ui.session import Console, writer
 from app.web.deps import NamePath
 from app.web.edits import sessions_of
+from app.web.runtime import runtime
 
 __all__ = [
     "AgentWriter",
@@ -35,6 +37,7 @@ __all__ = [
     "failed",
     "form_revision",
     "history_page",
+    "host_here",
     "impact_of",
     "needs",
     "problems",
@@ -52,6 +55,19 @@ AnyWriter = Annotated[Console, Depends(writer(None))]
 def console_router() -> APIRouter:
     """A router of console pages: under ``/ui``, errors as pages, not in the OpenAPI schema."""
     return APIRouter(prefix="/ui", route_class=ConsoleRoute, include_in_schema=False)
+
+
+def host_here(request: Request, *, nothing: str) -> HostAgent:
+    """The agent's Host this server plays.
+
+    Raises:
+        NotFound: this server does not play Host; the message ends with ``nothing`` (what there
+            is not here, in the page's words).
+    """
+    host = runtime(request).agent_host
+    if host is None:
+        raise NotFound(f"this server does not play the agent's Host role: {nothing}")
+    return host
 
 
 def needs(who: Console, scope: str) -> None:

@@ -14,10 +14,8 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.domain.agent.platforms import PLATFORMS
-from app.domain.errors import NotFound
-from app.ui.pages.common import console_router
+from app.ui.pages.common import console_router, host_here
 from app.ui.render import page
-from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -27,9 +25,7 @@ router = console_router()
 @router.get("/device")
 def device(request: Request) -> Response:
     """The device enrolment page of this Host (404 where this server does not play Host)."""
-    host = runtime(request).agent_host
-    if host is None:
-        raise NotFound("this server does not play the agent's Host role: there is no device enrolment here")
+    host = host_here(request, nothing="there is no device enrolment here")
     published = host.published()
     platforms = [(p.name, p.label, p.offer) for p in PLATFORMS.values()]
     return page("device.html", {"console": None, "host": published, "platforms": platforms})

@@ -14,10 +14,8 @@ from __future__ import annotations
 from fastapi import Request
 from starlette.responses import Response
 
-from app.domain.errors import NotFound
-from app.ui.pages.common import console_router
+from app.ui.pages.common import console_router, host_here
 from app.ui.render import page
-from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -27,6 +25,5 @@ router = console_router()
 @router.get("/handoff")
 def handoff(request: Request) -> Response:
     """The one-time link's page of this Host (404 where this server does not play Host)."""
-    if runtime(request).agent_host is None:
-        raise NotFound("this server does not play the agent's Host role: there are no one-time links here")
+    host_here(request, nothing="there are no one-time links here")
     return page("handoff.html", {}, headers={"Referrer-Policy": "no-referrer"})

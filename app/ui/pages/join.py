@@ -17,11 +17,9 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.domain.agent.platforms import PLATFORMS
-from app.domain.errors import NotFound
 from app.services.agent.invitations import INVITATION_PLATFORMS
-from app.ui.pages.common import console_router
+from app.ui.pages.common import console_router, host_here
 from app.ui.render import page
-from app.web.runtime import runtime
 
 __all__ = ["router"]
 
@@ -31,9 +29,7 @@ router = console_router()
 @router.get("/join")
 def join(request: Request) -> Response:
     """The invitation's page of this Host (404 where this server does not play Host)."""
-    host = runtime(request).agent_host
-    if host is None:
-        raise NotFound("this server does not play the agent's Host role: there are no invitations here")
+    host = host_here(request, nothing="there are no invitations here")
     platforms = [(name, PLATFORMS[name].label, PLATFORMS[name].offer, PLATFORMS[name].media_type)
                  for name in INVITATION_PLATFORMS]
     return page("join.html", {"host": host.published(), "platforms": platforms},

@@ -14,8 +14,7 @@ from fastapi import Request
 from starlette.responses import Response
 
 from app.domain.agent.platforms import LABELS
-from app.domain.errors import NotFound
-from app.ui.pages.common import console_router
+from app.ui.pages.common import console_router, host_here
 from app.ui.render import page
 from app.web.runtime import runtime
 
@@ -27,9 +26,7 @@ router = console_router()
 @router.get("/my-devices")
 def my_devices(request: Request) -> Response:
     """The user's devices page of this Host (404 where this server does not play Host)."""
-    host = runtime(request).agent_host
-    if host is None:
-        raise NotFound("this server does not play the agent's Host role: there are no devices here")
+    host = host_here(request, nothing="there are no devices here")
     sign_in = runtime(request).oidc
     return page("my_devices.html", {"console": None, "host": host.published(), "labels": dict(LABELS),
                                     "sign_in": sign_in.name if sign_in is not None else None})
