@@ -68,10 +68,16 @@ def _said(request: Request, status: int, error: str, title: str, message: str, *
     return response
 
 
-def _parts(request: Request) -> tuple[OidcSignIn, HostAgent] | None:
+def _here(request: Request, *, posted: bool = True) -> tuple[OidcSignIn, HostAgent] | Response:
+    """The provider and Host of the phone's sign-in, or the page saying why not: neither is here,
+    or (``posted``) the post comes from another origin."""
     parts = runtime(request)
     config, host = parts.oidc, parts.agent_host
-    return (config, host) if config is not None and host is not None else None
+    if config is None or host is None:
+        return _none_here(request)
+    if posted and not oidc_flow.from_console(request, config):
+        return _elsewhere(request, config)
+    return config, host
 
 
 def _none_here(request: Request) -> Response:
@@ -89,9 +95,9 @@ def _elsewhere(request: Request, config: OidcSignIn) -> Response:
 @router.get("/join/sign-in")
 def sign_in_page(request: Request) -> Response:
     """The phone's sign-in with the identity provider, to enrol a device without an invitation."""
-    found = _parts(request)
-    if found is None:
-        return _none_here(request)
+    found = _here(request, posted=False)
+    if isinstance(found, Response):
+        return found
     config, _ = found
     response = page("join_sign_in.html", {"provider": config.name,
                                           "platforms": [(p, LABELS[p]) for p in INVITATION_PLATFORMS]})
@@ -102,12 +108,10 @@ def sign_in_page(request: Request) -> Response:
 @router.post("/join/oidc/start")
 async def start(request: Request, form: LoginFormDep) -> Response:
     """Send the phone to the provider, the flow bound to the binding this tab keeps."""
-    found = _parts(request)
-    if found is None:
-        return _none_here(request)
+    found = _here(request)
+    if isinstance(found, Response):
+        return found
     config, _ = found
-    if not oidc_flow.from_console(request, config):
-        return _elsewhere(request, config)
     key = await oidc_flow.flow_key(request, config, label=_LABEL)
     try:
         cookie, url = await oidc_flow.begin(config, key=key, binding=form.get("binding", ""))
@@ -124,12 +128,10 @@ async def callback(request: Request, form: LoginFormDep) -> Response:
     """The provider's answer, posted on by the callback page with this tab's binding and platform:
     an invitation of the signed-in person's own user id for that platform, and on to the join page;
     or a page saying why not (nothing made)."""
-    found = _parts(request)
-    if found is None:
-        return _none_here(request)
+    found = _here(request)
+    if isinstance(found, Response):
+        return found
     config, host = found
-    if not oidc_flow.from_console(request, config):
-        return _elsewhere(request, config)
     platform = form.get("platform", "")
     if platform not in INVITATION_PLATFORMS:
         return _said(request, 422, "InvalidInput", "Which device?",
