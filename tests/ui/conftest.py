@@ -6,11 +6,13 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 
 from app.adapters.agent.crypto import KeyPair
 from app.bootstrap import prepare_database
@@ -24,7 +26,8 @@ from tests.fixtures.loop_guard import no_database_on_the_loop
 from tests.fixtures.secrets import register
 from tests.unit.services.test_tunnels_service import up_on_initiate
 
-__all__ = ["HTMX", "assert_users_page", "client_of", "csrf_of", "gateway_app", "sign_in"]
+__all__ = ["HTMX", "Site", "assert_users_page", "client_of", "csrf_of", "gateway_app", "gateway_site", "rows",
+           "sign_in"]
 
 HTMX = {"HX-Request": "true"}
 _CSRF = re.compile(r'name="csrf" value="([^"]+)"')
@@ -126,15 +129,26 @@ def client_of(app: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://qoss.test")
 
 
+@dataclass
+class Site:
+    """An app with one gateway: the app, an admin's API client on it, the gateway's fake charon
+    and the app's settings."""
+
+    app: Any
+    api: httpx.AsyncClient
+    charon: FakeCharon
+    settings: Settings
+
+
 @asynccontextmanager
-async def gateway_app(settings: Settings, tmp_path: Path,
-                      **updates: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+async def gateway_site(settings: Settings, tmp_path: Path, *, up: bool = True, **updates: Any) -> AsyncIterator[Site]:
     """An app (``settings`` with ``updates``, no tunnel monitor) with one gateway, ``left``, on a
-    fake charon that brings every conn up; yields the app and an admin's API client on it."""
+    fake charon (``up``: that brings every conn up)."""
     with FakeCharon(tmp_path / "left.vici") as fake:
-        up_on_initiate(fake)
-        app = create_app(settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                                      **updates}))
+        if up:
+            up_on_initiate(fake)
+        changed = settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False, **updates})
+        app = create_app(changed)
         admin = make_token(settings.database_url, "admin", ["admin"])
         async with app.router.lifespan_context(app), httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
@@ -142,4 +156,22 @@ async def gateway_app(settings: Settings, tmp_path: Path,
             r = await api.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
                                                      "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
             assert r.status_code == 201, r.text
-            yield app, api
+            yield Site(app, api, fake, changed)
+
+
+@asynccontextmanager
+async def gateway_app(settings: Settings, tmp_path: Path,
+                      **updates: Any) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
+    """:func:`gateway_site` whose charon brings every conn up: the app and an admin's API client on it."""
+    async with gateway_site(settings, tmp_path, **updates) as site:
+        yield site.app, site.api
+
+
+def rows(settings: Settings, query: str, **params: Any) -> list[tuple[Any, ...]]:
+    """The rows ``query`` (with ``params``) reads from the database of ``settings``."""
+    engine = create_engine(settings.database_url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(query), params)]
+    finally:
+        engine.dispose()

@@ -13,12 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.secrets import register
-from tests.ui.conftest import client_of, gateway_app, sign_in
+from tests.ui.conftest import client_of, gateway_app, rows, sign_in
 
 pytestmark = pytest.mark.anyio
 PSK = "a-pre-shared-key-of-32-characters-or-more"
@@ -31,17 +30,8 @@ async def served(settings: Settings, tmp_path: Path) -> AsyncIterator[tuple[Any,
         yield app, api
 
 
-def _rows(settings: Settings, query: str) -> list[tuple[Any, ...]]:
-    engine = create_engine(settings.database_url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(query))]
-    finally:
-        engine.dispose()
-
-
 def _names(settings: Settings) -> list[str]:
-    return [str(r[0]) for r in _rows(settings, "SELECT name FROM gateways ORDER BY name")]
+    return [str(r[0]) for r in rows(settings, "SELECT name FROM gateways ORDER BY name")]
 
 
 def _text(answer: httpx.Response) -> str:
@@ -100,10 +90,10 @@ async def test_registering_checks_the_charon_first_and_bad_input_keeps_nothing(
             assert "10.2.0.0/24, 10.3.0.0/24" in listing.text
             assert right.count("version") == 2
     assert _names(settings) == ["left", "right"]
-    assert _rows(settings, "SELECT kind, subject FROM events WHERE kind LIKE 'gateway.%' ORDER BY id") == [
+    assert rows(settings, "SELECT kind, subject FROM events WHERE kind LIKE 'gateway.%' ORDER BY id") == [
         ("gateway.registered", "left"), ("gateway.registered", "right")]
     await asyncio.to_thread(app.state.runtime.auditor.flush)
-    audit = _rows(settings, "SELECT object, outcome, token_name FROM audit_events WHERE object = '/ui/gateways' "
+    audit = rows(settings, "SELECT object, outcome, token_name FROM audit_events WHERE object = '/ui/gateways' "
                             "AND outcome = 303")
     assert audit == [("/ui/gateways", 303, "netadmin")]
 
@@ -131,7 +121,7 @@ async def test_checking_shows_the_charons_answer_or_why_there_is_none(
             assert "no charon answered on that socket" in _text(gone)
             assert (await client.post("/ui/gateways/nowhere/check", data={"csrf": csrf})).status_code == 404
             assert (await client.post("/ui/gateways/right/check", data={})).status_code == 403  # no CSRF token
-    refreshed = _rows(settings, "SELECT subject FROM events WHERE kind = 'gateway.refreshed'")
+    refreshed = rows(settings, "SELECT subject FROM events WHERE kind = 'gateway.refreshed'")
     assert refreshed == [("right",)]
 
 
@@ -163,7 +153,7 @@ async def test_removing_asks_first_and_says_why_a_gateway_in_use_stays(
         assert "Gateway right is removed." in (await client.get(removed.headers["location"])).text
     assert _names(settings) == ["left"]
     await asyncio.to_thread(app.state.runtime.auditor.flush)
-    audit = _rows(settings, "SELECT object, outcome, token_name, detail FROM audit_events "
+    audit = rows(settings, "SELECT object, outcome, token_name, detail FROM audit_events "
                             "WHERE object LIKE '/ui/gateways/%/remove' AND outcome <> 403 ORDER BY id")
     assert audit == [("/ui/gateways/left/remove", 409, "netadmin", "Conflict"),
                      ("/ui/gateways/right/remove", 303, "netadmin", "")]

@@ -11,26 +11,20 @@ import asyncio
 import html
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from app.adapters.agent.crypto import KeyPair
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.tunnels import PeerEnd, TunnelRecord, TunnelState
-from app.main import create_app
 from app.settings import Settings
 from app.web.peering import PeerIn
-from tests.api.conftest import make_token
-from tests.fakes.fake_charon import FakeCharon
-from tests.ui.conftest import client_of, sign_in
+from tests.ui.conftest import Site, client_of, gateway_site, rows, sign_in
 
 pytestmark = pytest.mark.anyio
 
@@ -83,31 +77,11 @@ def recorder() -> Iterator[Recorder]:
         thread.join(timeout=5)
 
 
-@dataclass
-class Site:
-    app: Any
-    api: httpx.AsyncClient
-    charon: FakeCharon
-    settings: Settings
-
-
-@asynccontextmanager
-async def _site(settings: Settings, tmp_path: Path, **updates: Any) -> AsyncIterator[Site]:
+def _site(settings: Settings, tmp_path: Path, **updates: Any) -> AbstractAsyncContextManager[Site]:
     """An app (``site-a`` unless told otherwise) with the gateway ``left`` on a fake charon, and an
     admin's API client."""
-    with FakeCharon(tmp_path / "left.vici") as fake:
-        changed = settings.model_copy(update={"vici_socket_dirs": [tmp_path], "monitor_tunnels": False,
-                                              "reconcile_on_start": False, "peer_name": "site-a",
-                                              "peer_timeout": 2.0, **updates})
-        app = create_app(changed)
-        admin = make_token(settings.database_url, "admin", ["admin"])
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://qoss.test",
-                headers={"Authorization": f"Bearer {admin}"}) as api:
-            r = await api.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
-                                                     "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
-            assert r.status_code == 201, r.text
-            yield Site(app, api, fake, changed)
+    return gateway_site(settings, tmp_path, up=False, **{"reconcile_on_start": False, "peer_name": "site-a",
+                                                         "peer_timeout": 2.0, **updates})
 
 
 @pytest.fixture
@@ -116,22 +90,13 @@ async def site(settings: Settings, tmp_path: Path) -> AsyncIterator[Site]:
         yield s
 
 
-def _rows(settings: Settings, query: str, **params: Any) -> list[tuple[Any, ...]]:
-    engine = create_engine(settings.database_url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(query), params)]
-    finally:
-        engine.dispose()
-
-
 def _peers(settings: Settings) -> list[tuple[Any, ...]]:
-    return _rows(settings, "SELECT name, state FROM peers ORDER BY name")
+    return rows(settings, "SELECT name, state FROM peers ORDER BY name")
 
 
 async def _audit(site: Site, like: str) -> list[tuple[Any, ...]]:
     await asyncio.to_thread(site.app.state.runtime.auditor.flush)
-    return await asyncio.to_thread(_rows, site.settings, "SELECT action, object, outcome, token_name, detail "
+    return await asyncio.to_thread(rows, site.settings, "SELECT action, object, outcome, token_name, detail "
                                    "FROM audit_events WHERE object LIKE :like ORDER BY id", like=like)
 
 

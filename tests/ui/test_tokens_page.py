@@ -12,29 +12,19 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from app.settings import Settings
 from tests.fixtures.secrets import register
-from tests.ui.conftest import sign_in
+from tests.ui.conftest import rows, sign_in
 
 pytestmark = pytest.mark.anyio
 Browser = Callable[[], httpx.AsyncClient]
 _SECRET = re.compile(r'id="new-token"[^>]*value="(qoss_[0-9a-f]{12}_[A-Za-z0-9_-]{43})"')
 
 
-def _rows(settings: Settings, query: str, **params: Any) -> list[tuple[Any, ...]]:
-    engine = create_engine(settings.database_url)
-    try:
-        with engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(text(query), params)]
-    finally:
-        engine.dispose()
-
-
 async def _audit(app: Any, settings: Settings, path: str) -> list[tuple[Any, ...]]:
     await asyncio.to_thread(app.state.runtime.auditor.flush)  # never on the event loop
-    return await asyncio.to_thread(_rows, settings, "SELECT action, object, outcome, token_name, detail "
+    return await asyncio.to_thread(rows, settings, "SELECT action, object, outcome, token_name, detail "
                                    "FROM audit_events WHERE object LIKE :path ORDER BY id", path=path)
 
 
@@ -86,7 +76,7 @@ async def test_a_new_token_is_shown_once_listed_without_its_secret_and_audited(
     audit = await _audit(app, settings, "/ui/tokens")
     assert audit == [("POST", "/ui/tokens", 201, "root",
                       f"token {token_id} created, scopes ratings:write,tunnels:read")]
-    assert _rows(settings, "SELECT created_by FROM api_tokens WHERE id = :id", id=token_id) == [("root",)]
+    assert rows(settings, "SELECT created_by FROM api_tokens WHERE id = :id", id=token_id) == [("root",)]
 
 
 _BAD = [
@@ -104,7 +94,7 @@ async def test_bad_input_gets_the_form_back_with_a_message_and_keeps_nothing(
         browser: Browser, token: Callable[..., str], settings: Settings) -> None:
     client = browser()
     csrf = await sign_in(client, token("root", ["admin"]))
-    before = _rows(settings, "SELECT id FROM api_tokens")
+    before = rows(settings, "SELECT id FROM api_tokens")
     for fields, message in _BAD:
         sent = _form(csrf, **{"scope:tunnels:read": "on", **fields})
         answer = await client.post("/ui/tokens", data=sent)
@@ -115,7 +105,7 @@ async def test_bad_input_gets_the_form_back_with_a_message_and_keeps_nothing(
         assert ticked == bool(sent["scope:tunnels:read"]), fields
         assert 'name="name"' in answer.text
         assert f'value="{html.escape(sent["name"])}"' in answer.text
-    assert _rows(settings, "SELECT id FROM api_tokens") == before
+    assert rows(settings, "SELECT id FROM api_tokens") == before
 
 
 async def test_making_a_token_needs_the_csrf_token_and_admin(browser: Browser, token: Callable[..., str],
@@ -123,10 +113,10 @@ async def test_making_a_token_needs_the_csrf_token_and_admin(browser: Browser, t
     admin, other = browser(), browser()
     await sign_in(admin, token("root", ["admin"]))
     other_csrf = await sign_in(other, token("auditor", ["audit:read", "tunnels:read"]))
-    before = _rows(settings, "SELECT id FROM api_tokens")
+    before = rows(settings, "SELECT id FROM api_tokens")
     assert (await admin.post("/ui/tokens", data={**_form(""), "csrf": "forged"})).status_code == 403
     assert (await other.post("/ui/tokens", data=_form(other_csrf))).status_code == 403
-    assert _rows(settings, "SELECT id FROM api_tokens") == before
+    assert rows(settings, "SELECT id FROM api_tokens") == before
 
 
 async def test_revoking_asks_first_then_ends_the_token_and_is_audited(
