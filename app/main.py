@@ -346,6 +346,7 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                                               resolved.negotiation_total_burst),
             agent_limiter=limiter("agent", resolved.agent_rate, resolved.agent_burst),
             agent_user_limiter=limiter("agent-user", resolved.agent_user_rate, resolved.agent_user_burst),
+            peer_limiter=limiter("peer", resolved.peer_rate, resolved.peer_burst),
             auth_failures=FailureLimit(limiter("auth-failures", resolved.auth_failure_rate,
                                                resolved.auth_failure_burst)),
             benchmarks=BenchmarkJobs(

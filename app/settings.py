@@ -525,6 +525,10 @@ class PeeringSettings(_Section):
         description="asking a peer for a tunnel, its confirm is sent as this side initiates (the peer answers "
                     "once its own end is up, the tunnel kept only when both ends are); false: sent once this "
                     "side's own end is verified, one exchange after the other (slower)")
+    peer_rate: float = Field(
+        default=5.0, gt=0, description="messages per second per peer, counted once a message's signature checks "
+                                       "out (beside QOSS_AGENT_RATE per source address)")
+    peer_burst: int = Field(default=20, ge=1, description="messages a peer may send at once")
 
 
 class TuningSettings(_Section):

@@ -56,7 +56,8 @@ def _serve(state: Path, name: str, lab_dir: Path) -> Site:
     env = {**os.environ, "QOSS_DATABASE_URL": db_url, "QOSS_LOG_LEVEL": "warning", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_TUNNEL_RATE": "100000", "QOSS_TUNNEL_BURST": "100000",
            "QOSS_VICI_SOCKET_DIRS": f'["{lab_dir}"]', "QOSS_PEER_NAME": name, "QOSS_STATE_DIR": str(where / "state"),
-           "QOSS_AGENT_RATE": "100000", "QOSS_AGENT_BURST": "100000"}
+           "QOSS_AGENT_RATE": "100000", "QOSS_AGENT_BURST": "100000", "QOSS_PEER_RATE": "100000",
+           "QOSS_PEER_BURST": "100000"}
     base, proc = serve_qoss(env, where / "server.log")
     token = prepared_database(db_url, env={"QOSS_STATE_DIR": str(where / "state")})
     return Site(base, {"Authorization": f"Bearer {token}"}, proc)

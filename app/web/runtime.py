@@ -93,6 +93,7 @@ class Runtime:
     negotiation_total_limiter: Limiter
     agent_limiter: Limiter
     agent_user_limiter: Limiter
+    peer_limiter: Limiter
     auth_failures: FailureLimit
     benchmarks: object
     agent_store: SqlAgentStore

@@ -5,6 +5,7 @@ take (another content type, an empty or oversized body) reaches the full stack."
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,6 +39,21 @@ def _from(app: Any, headers: dict[str, str]) -> httpx.AsyncClient:
 
 @pytest.fixture
 async def twins(settings: Settings, admin_token: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Twins]:
+    async with _twins(settings, admin_token, monkeypatch) as made:
+        yield made
+
+
+@pytest.fixture
+async def limited_twins(settings: Settings, admin_token: str, monkeypatch: pytest.MonkeyPatch,
+                        ) -> AsyncIterator[Twins]:
+    """The twins, each peer held to 3 messages (refilled at one per 100 s)."""
+    async with _twins(settings, admin_token, monkeypatch, peer_burst=3, peer_rate=0.01) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def _twins(settings: Settings, admin_token: str, monkeypatch: pytest.MonkeyPatch,
+                 **limits: Any) -> AsyncIterator[Twins]:
     engine = make_engine(settings.database_url)
     try:
         with sql_units_of_work(make_session_factory(engine))() as uow:
@@ -50,7 +66,7 @@ async def twins(settings: Settings, admin_token: str, monkeypatch: pytest.Monkey
     entered = _entries(monkeypatch)
     calls = Calls()
     app = create_app(settings.model_copy(update={"peer_name": "site-b", "monitor_tunnels": False,
-                                                 "reconcile_on_start": False, "sa_reports": False}),
+                                                 "reconcile_on_start": False, "sa_reports": False, **limits}),
                      vici_factory=calls)
 
     async def full_stack(scope: Scope, receive: Receive, send: Send) -> None:
@@ -171,3 +187,31 @@ async def test_an_offer_for_a_tunnel_id_this_side_has_is_refused_with_nothing_lo
     assert a.status_code == 403, a.text
     (record,) = await _audit(twins[2], "fast-taken")
     assert record[3] == "AgentRejected: a tunnel of that id exists here"
+
+
+async def test_a_peer_past_its_rate_is_refused_alike_with_one_record_each(limited_twins: Twins) -> None:
+    fast, full, admin, entered, calls = limited_twins
+    identity = await _register(admin)
+    infeasible = {"confidentiality": 10, "integrity": 10}
+    async with _from(fast, {}) as flooding:
+        for _ in range(3):
+            r = await flooding.post("/v1/peering/messages", content=_sealed(identity, _offer(min_levels=infeasible)),
+                                    headers={"content-type": "application/json"})
+            assert r.status_code == 409, r.text
+    answers = []
+    for i, (target, side) in enumerate(((fast, "fast"), (full, "full"))):
+        entered.clear()
+        async with _from(target, {}) as c:
+            answers.append(await c.post("/v1/peering/messages", content=_sealed(identity, _offer()), headers={
+                "content-type": "application/json", "X-Request-ID": f"{side}-limited"}))
+        assert entered == ([] if i == 0 else ["POST /v1/peering/messages"])
+    a, b = answers
+    assert a.status_code == b.status_code == 429, a.text
+    assert a.json() == b.json() == {"error": "RateLimited", "detail": "rate limit exceeded for this peer"}
+    # One refill of 100 s: the same wait, give or take the second that may have passed between them.
+    assert 99 <= int(b.headers["retry-after"]) <= int(a.headers["retry-after"]) <= 100
+    assert [k for k in a.headers if k != "retry-after"] == [k for k in b.headers if k != "retry-after"]
+    records = await _audit(admin, "fast-limited")
+    assert records == await _audit(admin, "full-limited")
+    assert records == [("POST", "/v1/peering/messages", 429, "rate limited: peer=site-a", None, [])]
+    assert calls.asked == []

@@ -14,9 +14,11 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
+from app.api.routes.agent import refusal_kind as agent_refusal_kind
 from app.domain.errors import InvalidInput, NotFound
 from app.domain.peering import PeerState
 from app.domain.ports import UnitOfWork
+from app.domain.ratelimit import RateLimited
 from app.services.peering import Peering
 from app.web.deps import UnitDep, in_unit, in_worker_thread, reader, require
 from app.web.peering import PeerIn, PeerStateIn, peer_out
@@ -24,7 +26,7 @@ from app.web.routing import QossRoute
 from app.web.runtime import runtime
 from app.web.schemas import Name, error_responses
 
-__all__ = ["MAX_MESSAGE", "answer_message", "router"]
+__all__ = ["MAX_MESSAGE", "answer_message", "refusal_kind", "router"]
 
 router = APIRouter(tags=["peers"], route_class=QossRoute)
 _WRITE = [Depends(require("peers:write"))]
@@ -32,6 +34,8 @@ _READ = [Depends(reader)]
 _ERRORS = error_responses(404, 409, 422)
 #: The largest message a peer may send.
 MAX_MESSAGE = 64 * 1024
+#: The audit detail of a message refused for its sender's rate, before the sender's name.
+_RATE_LIMITED = "rate limited: peer="
 
 
 def _peering(request: Request) -> Peering:
@@ -94,13 +98,35 @@ async def peer_message(request: Request) -> Response:
 async def answer_message(request: Request, data: bytes) -> bytes:
     """A peer's message's work, for this route and its fast path (:mod:`app.api.peering_fast`): the
     source's rate, then the message acted on in one worker thread with the request's units of work
-    (:func:`in_unit`: a confirm's change and the request's audit record in one commit)."""
+    (:func:`in_unit`: a confirm's change and the request's audit record in one commit), its
+    sender held to its own rate once the message shows who sent it (``peer_rate``/``peer_burst``;
+    a refusal's audit detail names the peer, :func:`refusal_kind` counts each peer's apart)."""
     peering = _peering(request)
     parts = runtime(request)
     source = request.client.host if request.client else "unknown"
 
+    def admit(peer: str) -> None:
+        try:
+            parts.peer_limiter.take(peer, who="this peer")
+        except RateLimited:
+            request.state.audit_detail = f"{_RATE_LIMITED}{peer}"
+            raise
+
     def act(uow: UnitOfWork, reads: UnitOfWork) -> bytes:
-        # In the worker thread: on PostgreSQL the limit asks the database.
+        # In the worker thread: on PostgreSQL the limits ask the database.
         parts.agent_limiter.take(f"peer:{source}", who="this address")
-        return peering.receive(data, uow=uow, reads=reads)
+        return peering.receive(data, uow=uow, reads=reads, admit=admit)
     return await in_unit(request, act)
+
+
+def refusal_kind(route: str, detail: str) -> str:
+    """What a refusal of a peer's message is counted under: a peer held to its rate under its own
+    name (``rate limited: peer=site-a``: registered peers only, so the kinds stay few), so that
+    one peer's flood is one entry per window and another peer's refusals behind the same address
+    have their own; any other refusal as the agent's are (:func:`app.api.routes.agent.refusal_kind`).
+    Which refusals are counted so is the agent's rule too (:func:`app.api.routes.agent.refused_in_bulk`:
+    any 4xx but 409, which only a registered peer's offer or move gets)."""
+    if detail.startswith(_RATE_LIMITED):
+        return f"{route} {detail[:120]}"
+    return agent_refusal_kind(route, detail)
+

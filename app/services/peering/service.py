@@ -344,16 +344,19 @@ class Peering:
             raise
 
     # ------------------------------------------------------------------ the responder
-    def receive(self, data: bytes, *, uow: UnitOfWork | None = None, reads: UnitOfWork | None = None) -> bytes:
+    def receive(self, data: bytes, *, uow: UnitOfWork | None = None, reads: UnitOfWork | None = None,
+                admit: Callable[[str], None] | None = None) -> bytes:
         """A peer's message, acted on; the sealed answer.
 
         ``uow``, ``reads``: the request's units of work, if it has them (else this side's own). A
         confirm's change, its nonce with it, is committed in ``uow`` (so is the request's audit
         record, when the request has one); an offer's nonce goes with its tunnel's record, in a
         transaction of its own before the load; every other message keeps its nonce alone before
-        it is acted on.
+        it is acted on. ``admit``: called with the sender's name once the message is opened and its
+        signature and time check out, before anything is read or done for it (the peer's rate).
 
         Raises:
+            RateLimited: from ``admit`` (nothing was done for the message).
             AgentRejected: not a message of a registered, active peer, or a replay (403).
             PeerNoFeasibleSuite: nothing offered meets this side's requirements (409).
             InvalidInput: a malformed document (422).
@@ -365,6 +368,8 @@ class Peering:
             reads = reads or stack.enter_context(self._units())
             received = open_message(data, keys=keys, crypto=self._crypto, kinds=_INBOUND, find=reads.peers.get,
                                     now=self._clock())
+            if admit is not None:
+                admit(received.peer.name)
             if received.peer.state is PeerState.REVOKED or (
                     received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
                 raise AgentRejected(f"the peering is {received.peer.state.value}")
