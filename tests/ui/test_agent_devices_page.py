@@ -6,9 +6,8 @@ charon behind it); the same against real charons: ``tests/integration/agent/test
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +16,8 @@ from app.adapters.agent.crypto import KeyPair
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent.ports import AgentSession
-from app.main import create_app
 from app.settings import Settings
-from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
+from tests.fixtures.agent_roles import SERVER_ID, register_keys
 from tests.ui.conftest import client_of, sign_in
 
 pytestmark = pytest.mark.anyio
@@ -42,14 +40,13 @@ def record_device(settings: Settings, ticket: str, *, platform: str, state: str 
 
 
 @pytest.fixture
-async def agent_app(settings: Settings, tmp_path: Path) -> AsyncIterator[Any]:
-    config, _ = agent_server_config(tmp_path)
-    app = create_app(settings.model_copy(update={"agent_config": config}))
-    async with app.router.lifespan_context(app):
-        user = KeyPair.generate("alice")
-        register_keys(user)
-        app.state.runtime.agent_host.enroll(user_id="alice", objectives=[3], **user.public.as_dict())
-        yield app
+def agent_app(host_app: tuple[Any, KeyPair]) -> Any:
+    """The app that plays Host (tests/ui/conftest.py's ``host_app``), alice enrolled."""
+    app, _ = host_app
+    user = KeyPair.generate("alice")
+    register_keys(user)
+    app.state.runtime.agent_host.enroll(user_id="alice", objectives=[3], **user.public.as_dict())
+    return app
 
 
 async def test_a_users_devices_are_listed_with_their_states_and_one_is_revoked_after_asking(

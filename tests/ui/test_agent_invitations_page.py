@@ -5,26 +5,21 @@ their own is refused with what to do instead; a reader cannot invite."""
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from app.main import create_app
-from app.settings import Settings
-from tests.fixtures.agent_roles import agent_server_config
+from app.adapters.agent.crypto import KeyPair
 from tests.ui.conftest import client_of, sign_in
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def agent_app(settings: Settings, tmp_path: Path) -> AsyncIterator[Any]:
-    config, _ = agent_server_config(tmp_path)
-    app = create_app(settings.model_copy(update={"agent_config": config}))
-    async with app.router.lifespan_context(app):
-        yield app
+def agent_app(host_app: tuple[Any, KeyPair]) -> Any:
+    """The app that plays Host (tests/ui/conftest.py's ``host_app``)."""
+    return host_app[0]
 
 
 async def test_an_enroller_invites_a_phone_and_sees_the_link_once(agent_app: Any, token: Callable[..., str]) -> None:

@@ -14,11 +14,10 @@ import httpx
 import pytest
 
 from app.adapters.agent.crypto import KeyPair
-from app.main import create_app
 from app.settings import Settings
 from app.ui.pages.tunnels import PAGE_ROWS
 from tests.api.conftest import make_token
-from tests.fixtures.agent_roles import agent_server_config, register_keys
+from tests.fixtures.agent_roles import register_keys
 from tests.fixtures.secrets import register
 from tests.fixtures.tunnel_records import add_tunnel_records
 from tests.ui.conftest import HTMX, client_of, gateway_app, sign_in
@@ -114,11 +113,9 @@ async def test_the_sessions_event_stream_shows_what_its_scopes_allow(
 
 
 @pytest.fixture
-async def agent_app(settings: Settings, tmp_path: Path) -> AsyncIterator[Any]:
-    config, _ = agent_server_config(tmp_path)
-    app = create_app(settings.model_copy(update={"agent_config": config}))
-    async with app.router.lifespan_context(app):
-        yield app
+def agent_app(host_app: tuple[Any, KeyPair]) -> Any:
+    """The app that plays Host (tests/ui/conftest.py's ``host_app``)."""
+    return host_app[0]
 
 
 def _key_file(user: KeyPair) -> bytes:
