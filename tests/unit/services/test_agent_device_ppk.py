@@ -23,15 +23,22 @@ from app.domain.tunnels import keywords_from_charon
 from app.services import policies
 from app.services.agent.client import AgentClient
 from app.services.agent.target_edits import active_sessions, assess_sessions
-from app.services.agent.target_sessions import RECONCILE_GRACE
 from app.services.impact import preview
-from tests.fakes.uow import FakeDatabase
+from tests.fakes.uow import FakeDatabase, FakeUnitOfWork
 from tests.unit.services.test_agent_roles import ALICE, Roles, enrol_device, gateway
 from tests.unit.services.test_agent_roles import device_roles as roles
 
 __all__ = ["roles"]  # the roles whose Target enrols devices, shared
 
 TABLE = "standards-2026"
+
+
+def _require_post_quantum(uow: FakeUnitOfWork, policy: str, level: int) -> None:
+    """An edit of the stored ``policy`` raising its post-quantum minimum to ``level`` (not committed)."""
+    current, revision = policies.get_policy(uow=uow, name=policy)
+    document = current.as_dict()
+    document["min_levels"] = {**document.get("min_levels", {}), "post_quantum": level}
+    policies.replace_policy(uow=uow, name=policy, document=document, expected_revision=revision, author="test")
 
 
 def _ppk_secret(roles: Roles, conn: str) -> dict[str, object]:
@@ -126,10 +133,7 @@ def test_a_charon_restart_loads_the_device_and_its_ppk_again(roles: Roles) -> No
     conn = agent_conn_name(info.ticket)
     first = _ppk_secret(roles, conn)
     before = dict(roles.charon.conns[conn])
-    roles.charon.conns.clear()
-    roles.charon.shared.clear()
-    roles.charon.pools.clear()
-    roles.clock.now += RECONCILE_GRACE + 1
+    roles.restart_charon()
     assert roles.target.reconcile().vanished == []
     assert roles.charon.conns[conn] == before
     assert conn in roles.charon.shared
@@ -158,11 +162,7 @@ def test_the_preview_of_an_edit_raising_the_post_quantum_minimum_names_the_devic
     android = enrol_device(roles, "android").tunneling_info
     assert android is not None
     with database.unit() as uow:
-        current, revision = policies.get_policy(uow=uow, name="platform-android")
-        document = current.as_dict()
-        document["min_levels"] = {**document.get("min_levels", {}), "post_quantum": 5}
-        policies.replace_policy(uow=uow, name="platform-android", document=document, expected_revision=revision,
-                                author="test")
+        _require_post_quantum(uow, "platform-android", 5)
         report = preview(uow, default_table=TABLE, sessions=active_sessions(roles.store))
     (impact,) = [s for s in report.sessions_list() if s["ticket"] == android.ticket]
     assert impact["kind"] == "noncompliant"
@@ -219,11 +219,7 @@ def test_a_device_with_a_ppk_stays_when_nothing_it_runs_on_changed(roles: Roles,
 def test_a_post_quantum_minimum_of_a_stored_policy_refuses_a_platform_without_one_by_its_reason(
         roles: Roles, database: FakeDatabase) -> None:
     with database.unit() as uow:
-        current, revision = policies.get_policy(uow=uow, name="platform-windows")
-        document = current.as_dict()
-        document["min_levels"] = {**document.get("min_levels", {}), "post_quantum": 4}
-        policies.replace_policy(uow=uow, name="platform-windows", document=document, expected_revision=revision,
-                                author="test")
+        _require_post_quantum(uow, "platform-windows", 4)
         uow.commit()
     with pytest.raises(PlatformCannot) as refused:
         enrol_device(roles, "windows")  # the user asks for none; the platform's own table does

@@ -25,7 +25,6 @@ from app.domain.agent import (
 )
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.services import policies
-from app.services.agent.target_sessions import RECONCILE_GRACE
 from tests.fakes.uow import FakeDatabase
 from tests.fixtures.handoff import link_parts, open_sealed_profile
 from tests.unit.services.test_agent_roles import Roles, enrol_device
@@ -101,9 +100,7 @@ def test_a_charon_restart_loads_the_device_again(roles: Roles) -> None:
     assert info is not None
     conn = agent_conn_name(info.ticket)
     before = dict(roles.charon.conns[conn])
-    roles.charon.conns.clear()
-    roles.charon.pools.clear()
-    roles.clock.now += RECONCILE_GRACE + 1
+    roles.restart_charon()
     assert roles.target.reconcile().vanished == []
     assert roles.charon.conns[conn] == before
     assert conn in roles.charon.pools

@@ -113,6 +113,14 @@ class Roles:
         request, wire = self.client.request(Kind.DISCONNECT, RequestInfo(target="hq", ticket=ticket), 3)
         return self.client.accept(self.host.handle(wire).answer, request).kind
 
+    def restart_charon(self) -> None:
+        """Target's charon restarted (its conns, secrets and pools gone), and the reconcile's grace
+        for what it lost passed."""
+        self.charon.conns.clear()
+        self.charon.shared.clear()
+        self.charon.pools.clear()
+        self.clock.now += RECONCILE_GRACE + 1
+
     def session(self, ticket: str) -> tuple[str, str | None, set[str]]:
         """The session's state, virtual IP, and the addresses leased now."""
         with self.store.unit() as uow:
