@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -31,7 +30,8 @@ from tests.fixtures.served import free_port
 from tests.fixtures.stock_client import CharonCmd
 from tests.integration.agent.test_device_join import ping, wait_for
 from tests.ui.browser.conftest import BOB, CAROL, CLIENT_SECRET, NewContext
-from tests.ui.browser.test_phone_join import ANDROID, PHONE, _stock, downloads, passphrase
+from tests.ui.browser.test_join_sign_in import phone_sign_in
+from tests.ui.browser.test_phone_join import _stock, downloads, passphrase
 
 pytestmark = pytest.mark.charon
 
@@ -104,14 +104,7 @@ def test_a_phone_signs_in_gets_a_profile_and_it_joins_with_charon_cmd(
             base = f"http://127.0.0.1:{web}"
             assert wait_for(lambda: _answers(f"http://localhost:{idp}/.well-known/openid-configuration"), 20, 0.2)
 
-            page = new_context(**PHONE, user_agent=ANDROID).new_page()
-            page.context.route(re.compile(r"^http://localhost:\d+/favicon\.ico$"), lambda r: r.fulfill(status=204))
-            page.goto(f"{base}/ui/join/sign-in")
-            page.get_by_role("button", name="Sign in with Test IdP").tap()
-            page.wait_for_url(re.compile(r"^http://localhost:\d+/login/username"))
-            page.get_by_label("Username:").fill(BOB.username)
-            page.get_by_label("Password:").fill(BOB.password)
-            page.get_by_role("button", name="Login").tap()
+            page, _ = phone_sign_in(new_context, base, BOB)
             expect(page.locator("#join-status")).to_contain_text("Ready", timeout=30_000)
             page.locator("#join-button").tap()
             secret = passphrase(page)
@@ -126,15 +119,7 @@ def test_a_phone_signs_in_gets_a_profile_and_it_joins_with_charon_cmd(
                 assert wait_for(lambda: ping(netns, inside), 20, 0.2), joined.log()[-3000:]
                 assert joined.virtual_ip() is not None
 
-            outsider = new_context(**PHONE, user_agent=ANDROID).new_page()
-            outsider.context.route(re.compile(r"^http://localhost:\d+/favicon\.ico$"),
-                                   lambda r: r.fulfill(status=204))
-            outsider.goto(f"{base}/ui/join/sign-in")
-            outsider.get_by_role("button", name="Sign in with Test IdP").tap()
-            outsider.wait_for_url(re.compile(r"^http://localhost:\d+/login/username"))
-            outsider.get_by_label("Username:").fill(CAROL.username)
-            outsider.get_by_label("Password:").fill(CAROL.password)
-            outsider.get_by_role("button", name="Login").tap()
+            outsider, _ = phone_sign_in(new_context, base, CAROL)
             expect(outsider.locator("#refused-title")).to_have_text("Not allowed to enrol devices")
     finally:
         for log in (root / "agent" / "host.log", root / "agent" / "target.log"):
