@@ -61,6 +61,14 @@ async def redeem(c: httpx.AsyncClient, payload: dict[str, str]) -> httpx.Respons
     return await c.post("/v1/agent/invitations/redeem", json=payload, headers={"Authorization": ""})
 
 
+async def joined(c: httpx.AsyncClient, user: str) -> KeyPair:
+    """The keys of a phone that redeemed a new invitation for ``user``."""
+    secret, _ = await invite(c, user)
+    phone = phone_keys(user)
+    assert (await redeem(c, redemption(secret, phone))).status_code == 200
+    return phone
+
+
 def device_request(user: KeyPair, server: KeyPair, *, platform: str | None) -> dict[str, str]:
     request = ClientRequest(kind=Kind.CONNECT, request_id=secrets.token_bytes(16), user_id=user.name, objective_id=3,
                             request_info=RequestInfo(target=SERVER_ID, platform=platform), host=SERVER_ID,
@@ -243,9 +251,7 @@ async def test_a_user_with_keys_of_their_own_is_not_invited(roles: Roles) -> Non
 
 async def test_a_second_invitation_is_for_the_same_phone_only(roles: Roles) -> None:
     c, _, _ = roles
-    first, _ = await invite(c, "jo")
-    phone = phone_keys("jo")
-    assert (await redeem(c, redemption(first, phone))).status_code == 200
+    phone = await joined(c, "jo")
     second, _ = await invite(c, "jo")
     other = await redeem(c, redemption(second, phone_keys("jo")))
     assert other.status_code == 409
@@ -255,9 +261,7 @@ async def test_a_second_invitation_is_for_the_same_phone_only(roles: Roles) -> N
 
 async def test_invited_keys_enrol_their_granted_device_only(roles: Roles) -> None:
     c, server, _ = roles
-    secret, _ = await invite(c, "kim")
-    phone = phone_keys("kim")
-    assert (await redeem(c, redemption(secret, phone))).status_code == 200
+    phone = await joined(c, "kim")
     tunnel = await c.post("/v1/agent/requests", json=device_request(phone, server, platform=None))
     assert tunnel.status_code == 403, tunnel.text
     other = await c.post("/v1/agent/requests", json=device_request(phone, server, platform="apple"))
@@ -273,9 +277,7 @@ async def test_invited_keys_enrol_their_granted_device_only(roles: Roles) -> Non
 
 async def test_revoking_a_user_withdraws_their_waiting_invitations(roles: Roles) -> None:
     c, _, _ = roles
-    first, _ = await invite(c, "lou")
-    phone = phone_keys("lou")
-    assert (await redeem(c, redemption(first, phone))).status_code == 200
+    await joined(c, "lou")
     waiting, _ = await invite(c, "lou")
     assert (await c.delete("/v1/agent/users/lou")).status_code == 200
     r = await redeem(c, redemption(waiting, phone_keys("lou")))
