@@ -417,43 +417,23 @@ class Peering:
         why = peer.allows(offer.gateway, wanted)
         if why is not None:
             raise AgentRejected(why)
-        offered = {t for esp in offer.suites for t in esp.split("-") if t in CATALOGUE}
 
         def negotiate(supports: set[str]) -> NegotiationResult:
             return self._negotiate(reads, peers=(
                 PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway)))),
-                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports | set(offer.post_quantum))),
-                         min_levels=peer.min_levels),
+                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)), min_levels=peer.min_levels),
                 PeerSpec(name="request", min_levels=offer.min_levels)),
                 inputs={}, backends=[gateway.backend])
-        keying: NegotiationResult | None = None
-        ike = index = None
-        # The first offered IKE proposal that, alone, meets this side's requirement.
-        for i, proposal in enumerate(offer.ikes):
-            with contextlib.suppress(NoFeasibleSuite, InvalidInput):
-                tokens = _ike_keywords(proposal)
-                found = negotiate(tokens)
-                if found.proposals["ike"] == proposal:
-                    keying, ike = found, i
-                    break
-        if keying is not None:
-            with contextlib.suppress(NoFeasibleSuite):
-                result = negotiate(offered | _ike_keywords(offer.ikes[ike or 0]))
-                index = choose(offer.suites, _ranked(result))
-        reads.rollback()
-        if keying is None or ike is None or index is None:  # said without a level, an algorithm or a cost
+        try:
+            chosen, ike, index = self._choose(negotiate, peer, suites=offer.suites, ikes=offer.ikes,
+                                              mechanisms=offer.post_quantum)
+        except PeerNoFeasibleSuite:
+            reads.rollback()
             with self._units() as uow:
                 first_sight(uow, received)  # replayed, the offer is refused unread
                 uow.commit()
-            raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(offer.suites)} suites offered meets "
-                                                        "this side's requirements")
-        chosen = _with_ike(_entry(result, offer.suites[index]), keying)
-        if chosen.suite.post_quantum not in (None, "ppk") or (chosen.suite.post_quantum and peer.mlkem_key is None):
-            with self._units() as uow:
-                first_sight(uow, received)
-                uow.commit()
-            raise PeerNoFeasibleSuite(self.config.name, "this side's post-quantum minimum needs a preshared key sent "
-                                                        "sealed hybrid, to a peer with an ML-KEM-768 key")
+            raise
+        reads.rollback()
         identity = f"{offer.tunnel_id}.{gateway.identity}"
         psk = secrets.token_bytes(32)
         ppk = new_ppk() if chosen.suite.post_quantum == "ppk" else None
@@ -762,27 +742,11 @@ class Peering:
             raise AgentRejected(why)
         with self._units() as reads:
             peers, inputs = _requirement(record, gateway, peer)
-            offered = {t for esp in move.suites for t in esp.split("-") if t in CATALOGUE}
 
             def negotiate(supports: set[str]) -> NegotiationResult:
-                offered_here = PeerSpec(name="offered", supports=tuple(sorted(supports)))
-                return self._negotiate(reads, peers=(*peers, offered_here), inputs=inputs, backends=[gateway.backend])
-            keying: NegotiationResult | None = None
-            ike = index = None
-            for i, proposal in enumerate(move.ikes):  # the first offered that, alone, meets this side's requirement
-                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
-                    found = negotiate(_ike_keywords(proposal))
-                    if found.proposals["ike"] == proposal:
-                        keying, ike = found, i
-                        break
-            if keying is not None and ike is not None:
-                with contextlib.suppress(NoFeasibleSuite, InvalidInput):
-                    result = negotiate(offered | _ike_keywords(move.ikes[ike]))
-                    index = choose(move.suites, _ranked(result))
-        if keying is None or ike is None or index is None:  # said without a level, an algorithm or a cost
-            raise PeerNoFeasibleSuite(self.config.name, f"none of the {len(move.suites)} suites offered meets "
-                                                        "this side's requirements")
-        new = _with_ike(_entry(result, move.suites[index]), keying)
+                offered = PeerSpec(name="offered", supports=tuple(sorted(supports)))
+                return self._negotiate(reads, peers=(*peers, offered), inputs=inputs, backends=[gateway.backend])
+            new, ike, index = self._choose(negotiate, peer, suites=move.suites, ikes=move.ikes)
         name, v = record.conn, self._vici(gateway.vici_socket)
         _, children = _sa_ids(v.list_sas(ike=name), name)
         expires = self._clock() + PENDING_FOR
@@ -937,6 +901,55 @@ class Peering:
                 break
             found.append(more)
         return found
+
+    def _choose(self, negotiate: Callable[[set[str]], NegotiationResult], peer: Peer, *, suites: Sequence[str],
+                ikes: Sequence[str], mechanisms: Sequence[str] = ()) -> tuple[NegotiationResult, int, int]:
+        """What this side takes of what ``peer`` offers, in an offer or a move: of its IKE proposals the
+        first that, alone, meets this side's requirement; of its ESP proposals (``suites``) the one of
+        least combined rank (:func:`~app.domain.peering.choose`), ties to this side's own order.
+
+        Args:
+            negotiate: this side's negotiation under its own requirement, the peer supporting only
+                the algorithms given.
+            mechanisms: the post-quantum mechanisms the peer offers (``ppk``), with every proposal.
+
+        Returns:
+            The chosen suite on the chosen IKE proposal, the IKE proposal's index and the suite's.
+
+        Raises:
+            PeerNoFeasibleSuite: nothing offered meets this side's requirement, or it needs a
+                post-quantum preshared key that cannot be sent to ``peer`` (said without a level, an
+                algorithm or a cost of this side's).
+        """
+        nothing = PeerNoFeasibleSuite(self.config.name, f"none of the {len(suites)} suites offered meets this "
+                                                        "side's requirements")
+        extra = set(mechanisms)
+        first: tuple[int, set[str], NegotiationResult] | None = None
+        for i, proposal in enumerate(ikes):
+            try:
+                words = _ike_keywords(proposal)
+                found = negotiate(words | extra)
+            except (NoFeasibleSuite, InvalidInput):
+                continue
+            if found.proposals["ike"] == proposal:
+                first = i, words, found
+                break
+        if first is None:
+            raise nothing
+        ike, keywords, keying = first
+        offered = {t for esp in suites for t in esp.split("-") if t in CATALOGUE}
+        try:
+            result = negotiate(offered | keywords | extra)
+        except (NoFeasibleSuite, InvalidInput) as exc:
+            raise nothing from exc
+        index = choose(suites, _ranked(result))
+        if index is None:
+            raise nothing
+        chosen = _with_ike(_entry(result, suites[index]), keying)
+        if chosen.suite.post_quantum not in (None, "ppk") or (chosen.suite.post_quantum and peer.mlkem_key is None):
+            raise PeerNoFeasibleSuite(self.config.name, "this side's post-quantum minimum needs a preshared key sent "
+                                                        "sealed hybrid, to a peer with an ML-KEM-768 key")
+        return chosen, ike, index
 
     def _negotiate(self, reads: UnitOfWork, *, peers: Sequence[PeerSpec], inputs: dict[str, Any],
                    backends: Sequence[str | None]) -> NegotiationResult:
