@@ -136,7 +136,7 @@ def test_zz_enough_requests_were_generated(server: Server) -> None:
            f"{sum(1 for s in statuses if s >= 500)} server errors, 0 schema violations")
     assert len(OPERATIONS) >= 30
     assert len(statuses) >= MIN_REQUESTS[server.backend], f"only {len(statuses)} generated requests"
-    assert len(agent) == 11  # the agent's routes, each generated for
+    assert len(agent) == 17  # the agent's routes, each generated for
     assert no_role == []  # the agent routes were answered by the Host and Target roles
     assert all(s < 500 for s in statuses)
     assert httpx.get(f"{server.url}/healthz", timeout=5).status_code == 200

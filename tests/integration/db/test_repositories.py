@@ -260,7 +260,7 @@ def test_policy_list_summarises_every_policy_by_name(session_factory: sessionmak
     with session_factory() as s:
         summary = PolicyRepository(s).list()
     assert [(p["name"], p["revision"]) for p in summary] == [("a-first", 1), ("p", 1)]
-    assert summary[1]["min_levels"] == {"confidentiality": 8, "integrity": 4, "key_exchange": 0}
+    assert summary[1]["min_levels"] == {"confidentiality": 8, "integrity": 4, "key_exchange": 0, "post_quantum": 0}
     assert summary[1]["objectives"] == sorted(POLICY.objectives)
 
 
