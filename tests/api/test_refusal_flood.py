@@ -153,7 +153,7 @@ async def test_the_count_of_a_window_is_written_when_it_closes(settings: Setting
 
 
 async def test_the_metrics_token_check_is_held_back_too(settings: Settings, admin_token: str) -> None:
-    async with served(settings.model_copy(update={"auth_failure_burst": 3})) as client:
+    async with served(settings.model_copy(update={"auth_failure_burst": 3, "auth_failure_rate": 0.01})) as client:
         attacker, other = client(ATTACKER), client("198.51.100.9")
         statuses = [(await attacker.get("/metrics", headers=BAD)).status_code for _ in range(10)]
         assert statuses[:3] == [401] * 3
