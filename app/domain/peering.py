@@ -303,8 +303,10 @@ class Teardown:
 class Move:
     """Either side's offer to move a running tunnel both sides carry: the ESP and IKE proposals
     that side accepts now, each cheapest first by its own tables (ranks, as in :class:`Offer`:
-    nothing of its ratings or costs). Everything else of the tunnel (its ends, networks, mode,
-    key) stays as it is."""
+    nothing of its ratings or costs). ``post_quantum``: the post-quantum mechanisms the new SA is
+    to have, as in an offer (``ppk``: the other side makes a new preshared key for the new SA and
+    sends it in its answer, sealed hybrid); empty (and absent from the document) when none is
+    wanted. Everything else of the tunnel (its ends, networks, mode, key) stays as it is."""
 
     tunnel_id: str
     sender: str
@@ -312,18 +314,21 @@ class Move:
     nonce: str
     suites: tuple[str, ...]
     ikes: tuple[str, ...]
+    post_quantum: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
-                "suites": list(self.suites), "ikes": list(self.ikes)}
+                "suites": list(self.suites), "ikes": list(self.ikes),
+                **({"post_quantum": list(self.post_quantum)} if self.post_quantum else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> Move:
-        doc = _mapping(data, "move", ("tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes"))
+        doc = _mapping(data, "move", ("tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes", "post_quantum"))
         return cls(tunnel_id=_id(doc, "tunnel_id", "move"), sender=_name(doc, "sender", "move"),
                    timestamp=_time(doc, "move"), nonce=_nonce(doc, "move"),
                    suites=_proposals(doc.get("suites"), "move.suites", MAX_SUITES),
-                   ikes=_proposals(doc.get("ikes"), "move.ikes", MAX_IKES))
+                   ikes=_proposals(doc.get("ikes"), "move.ikes", MAX_IKES),
+                   post_quantum=_mechanisms(doc.get("post_quantum"), "move.post_quantum"))
 
 
 @dataclass(frozen=True)
@@ -331,7 +336,8 @@ class MoveAnswer:
     """The other side's choice for a :class:`Move` (indexes into its suites and IKE proposals),
     made under its own requirement by :func:`choose`. It has loaded the chosen proposals beside the
     running SA; ``expires`` is its clock by which it goes back to the old ones unless the moving side
-    confirms."""
+    confirms. ``ppk``: where the move asked for a post-quantum preshared key, the new SA's (its id and
+    32 bytes; the answer is then only ever sealed hybrid)."""
 
     tunnel_id: str
     sender: str
@@ -340,14 +346,17 @@ class MoveAnswer:
     chosen: int
     ike: int
     expires: float
+    ppk: tuple[str, bytes] | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
-                "chosen": self.chosen, "ike": self.ike, "expires": int(self.expires)}
+                "chosen": self.chosen, "ike": self.ike, "expires": int(self.expires),
+                **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> MoveAnswer:
-        doc = _mapping(data, "move answer", ("tunnel_id", "sender", "timestamp", "nonce", "chosen", "ike", "expires"))
+        doc = _mapping(data, "move answer", ("tunnel_id", "sender", "timestamp", "nonce", "chosen", "ike", "expires",
+                                             "ppk_id", "ppk"))
         chosen, ike, expires = doc.get("chosen"), doc.get("ike"), doc.get("expires")
         if not isinstance(chosen, int) or isinstance(chosen, bool) or not 0 <= chosen < MAX_SUITES:
             raise InvalidInput("move answer.chosen is an index into the move's suites")
@@ -357,7 +366,7 @@ class MoveAnswer:
             raise InvalidInput("move answer.expires is a time")
         return cls(tunnel_id=_id(doc, "tunnel_id", "move answer"), sender=_name(doc, "sender", "move answer"),
                    timestamp=_time(doc, "move answer"), nonce=_nonce(doc, "move answer"), chosen=chosen, ike=ike,
-                   expires=float(expires))
+                   expires=float(expires), ppk=_ppk(doc))
 
 
 def _head(tunnel_id: str, sender: str, timestamp: float, nonce: str) -> dict[str, Any]:
@@ -419,7 +428,8 @@ def _mechanisms(data: Any, where: str) -> tuple[str, ...]:
 
 
 def _ppk(doc: Mapping[str, Any]) -> tuple[str, bytes] | None:
-    """An answer's post-quantum preshared key (its id and 32 bytes), None when it carries none."""
+    """An answer's (or a move answer's) post-quantum preshared key (its id and 32 bytes), None when it
+    carries none."""
     if doc.get("ppk_id") is None and doc.get("ppk") is None:
         return None
     ppk_id, ppk = doc.get("ppk_id"), doc.get("ppk")

@@ -154,3 +154,39 @@ def test_a_malformed_move_answer_is_refused_saying_what(change: dict[str, object
                               "nonce": "m" * 24, "chosen": 0, "ike": 0, "expires": 1_700_000_010, **change}
     with pytest.raises(InvalidInput, match=says):
         MoveAnswer.from_dict(doc)
+
+
+def test_a_move_asking_for_a_ppk_and_its_answer_with_one_round_trip() -> None:
+    move = Move.from_dict(_move(post_quantum=["ppk"]))
+    assert move.post_quantum == ("ppk",)
+    assert Move.from_dict(move.as_dict()) == move
+    assert "post_quantum" not in Move.from_dict(_move()).as_dict()  # none asked: as before
+    answer = MoveAnswer(tunnel_id="abc123", sender="site-a", timestamp=1_700_000_000, nonce="m" * 24, chosen=0, ike=0,
+                        expires=1_700_000_010, ppk=("qoss-ppk-" + "ab" * 12, b"\x07" * 32))
+    doc = answer.as_dict()
+    assert doc["ppk_id"] == "qoss-ppk-" + "ab" * 12
+    assert doc["ppk"] == "07" * 32
+    assert MoveAnswer.from_dict(doc) == answer
+    assert "\\x07" not in repr(answer)  # never in a log line
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"post_quantum": ["aes128"]}, "move.post_quantum: 'aes128' is not a post-quantum mechanism"),
+    ({"post_quantum": "ppk"}, "move.post_quantum is a list"),
+    ({"post_quantum": ["ppk", "ppk"]}, "move.post_quantum is a list"),
+])
+def test_a_moves_post_quantum_is_a_list_of_mechanisms(change: dict[str, object], says: str) -> None:
+    with pytest.raises(InvalidInput, match=says.replace(".", r"\.")):
+        Move.from_dict(_move(**change))
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"ppk_id": "qoss-ppk-" + "ab" * 12}, "answer.ppk is 32 bytes"),
+    ({"ppk_id": "mine", "ppk": "00" * 32}, "answer.ppk_id is a PPK id qoss makes"),
+    ({"ppk_id": "qoss-ppk-" + "ab" * 12, "ppk": "00" * 16}, "answer.ppk is 32 bytes"),
+])
+def test_a_move_answers_ppk_is_an_id_and_32_bytes(change: dict[str, object], says: str) -> None:
+    doc: dict[str, object] = {"tunnel_id": "abc123", "sender": "site-a", "timestamp": 1_700_000_000,
+                              "nonce": "m" * 24, "chosen": 0, "ike": 0, "expires": 1_700_000_010, **change}
+    with pytest.raises(InvalidInput, match=says):
+        MoveAnswer.from_dict(doc)
