@@ -4,7 +4,8 @@ A real lab (two charons in network namespaces), two ``qoss serve`` processes on 
 database, rating tables and policies each: site A drives the left charon, site B the right one,
 and each is registered as the other's peer as an administrator would (identities read from each
 side's API). Site A is asked for a tunnel to ``gw-b@site-b``; each charon is checked against its
-own VICI socket.
+own VICI socket. The two sites registered each other without ML-KEM-768 keys: a tunnel between
+them with a post-quantum minimum is refused before anything is sent or loaded.
 """
 
 from __future__ import annotations
@@ -158,6 +159,23 @@ def test_a_tunnel_asked_at_a_for_bs_gateway_comes_up_with_one_suite_on_both_char
     with b.client() as c:
         assert c.get("/v1/tunnels").json() == []
 
+
+
+def test_a_post_quantum_minimum_with_a_peer_without_an_mlkem_key_is_refused(sites: tuple[Site, Site]) -> None:
+    """A peer registered without an ML-KEM-768 key gets no post-quantum preshared key: a tunnel
+    with it and a post-quantum minimum is refused before anything is sent or loaded, saying why."""
+    a, b = sites
+    with a.client() as c:
+        r = c.post("/v1/tunnels", json={"initiator": "gw-a", "responder": "gw-b@site-b",
+                                        "min_levels": {"confidentiality": 5, "post_quantum": 5}})
+        assert r.status_code == 409, r.text
+        assert r.json()["error"] == "UnsupportedProtection"
+        assert "site-b registered no ML-KEM-768 key" in r.json()["detail"]
+        assert c.get("/v1/tunnels").json() == []
+    with b.client() as c:
+        assert c.get("/v1/tunnels").json() == []
+    assert _sas(a) == _sas(b) == []
+    assert _conns(a) == _conns(b) == []
 
 #: Every confidentiality algorithm of the shipped tables but AES-128-GCM-16.
 _ALL_BUT_AES128GCM16 = [
