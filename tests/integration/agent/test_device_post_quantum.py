@@ -11,8 +11,9 @@ NAME --platform P --post-quantum N`` enrols through the lab's Host and Target as
   Apple client, configured from the profile's values (its identity, its PKCS#12, its PPK), joins
   with ``/PPK`` and a ping crosses, and with any other PPK it is refused.
 - android: the same minimum is refused naming the platform and why, and nothing is written.
-- a user's own tunnel (``qoss lab join NAME --post-quantum 5``): the PPK at both ends, a ping
-  crosses; without the minimum, none.
+- a user's own tunnel (``qoss lab join NAME --post-quantum 5``, run in-process: the same group and
+  exit path as the script; its ``qoss agent connect`` is a real process in the client's namespace):
+  the PPK at both ends, a ping crosses; without the minimum, none.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.serialization import pkcs12
+from typer.testing import CliRunner
 
 from app.adapters.agent.devices import LocalDeviceKit
 from app.adapters.agent.profiles import parse_swanctl
 from app.adapters.vici.gateway import ViciGateway
+from app.cli.main import app
 from app.lab.agent import TARGET_ID
 from app.lab.charon import start_charon, wait_for_charon
 from app.lab.processes import private_dir
@@ -269,19 +272,27 @@ def _list_sas(vici_socket: str, conn: str) -> str:
                           capture_output=True, text=True, timeout=20, check=False).stdout
 
 
+def _joined(cli: LabCli, *args: str) -> dict[str, Any]:
+    """``qoss lab join ARGS`` on ``cli``'s lab, in-process; what it printed."""
+    done = CliRunner().invoke(app, ["lab", "join", *args], env={"QOSS_LAB_DIR": str(cli.root / "lab")})
+    assert done.exit_code == 0, (done.exit_code, done.stdout, done.stderr[-3000:])
+    printed: dict[str, Any] = json.loads(done.stdout)
+    return printed
+
+
 def test_a_users_tunnel_with_a_post_quantum_minimum_has_the_ppk_at_both_ends(lab: tuple[LabCli, dict[str, Any]]
                                                                              ) -> None:
     """``qoss lab join NAME --post-quantum 5`` (``qoss agent connect --post-quantum 5``): Target makes
     the PPK, loads it, and hands it to the client sealed hybrid; both charons list ``/PPK`` and the
     ping crosses. Without the minimum, no PPK."""
     cli, up = lab
-    joined = json.loads(cli.run("join", "sam", "--post-quantum", "5").stdout)
+    joined = _joined(cli, "sam", "--post-quantum", "5")
     assert joined["ping"]["crossed"], joined
     for role in ("client", "target"):
         listing = _list_sas(up[role]["vici_socket"], joined["conn"])
         assert joined["conn"] in listing
         assert _ppk_sa(listing), listing
-    plain = json.loads(cli.run("join", "tara").stdout)
+    plain = _joined(cli, "tara")
     assert plain["ping"]["crossed"], plain
     for role in ("client", "target"):
         listing = _list_sas(up[role]["vici_socket"], plain["conn"])
