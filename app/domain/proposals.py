@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.domain.algorithms import Kind, Protocol, lookup
+from app.domain.algorithms import Algorithm, Kind, Protocol, lookup
 from app.domain.errors import InvalidInput, UnknownAlgorithm
 
 __all__ = ["InvalidProposal", "ParsedProposal", "build", "parse"]
@@ -113,16 +113,19 @@ def _check(p: ParsedProposal, *, allow_encryption_only: bool) -> None:
     extra = p.additional_key_exchange
     if extra is not None and (p.protocol is not Protocol.IKE or not extra.startswith("mlkem")):
         raise InvalidProposal(f"{_KE1}{extra}: an additional key exchange is ML-KEM in an IKE proposal")
+    found: dict[str, Algorithm] = {}  # each keyword looked up once (a negotiation builds many proposals)
     for keyword in (p.encryption, p.aead, p.integrity, p.prf, p.key_exchange):
-        if keyword is not None and not lookup(keyword).usable_in(p.protocol):
-            raise InvalidProposal(f"{keyword} cannot be used in an {p.protocol.value.upper()} proposal")
-    if p.encryption and lookup(p.encryption).kind is not Kind.ENCRYPTION:
+        if keyword is not None:
+            alg = found[keyword] = lookup(keyword)
+            if not alg.usable_in(p.protocol):
+                raise InvalidProposal(f"{keyword} cannot be used in an {p.protocol.value.upper()} proposal")
+    if p.encryption and found[p.encryption].kind is not Kind.ENCRYPTION:
         raise InvalidProposal(f"{p.encryption} is not an encryption algorithm")
-    if p.aead and lookup(p.aead).kind is not Kind.AEAD:
+    if p.aead and found[p.aead].kind is not Kind.AEAD:
         raise InvalidProposal(f"{p.aead} is not an AEAD algorithm")
-    if p.integrity and lookup(p.integrity).kind is not Kind.INTEGRITY:
+    if p.integrity and found[p.integrity].kind is not Kind.INTEGRITY:
         raise InvalidProposal(f"{p.integrity} is not an integrity algorithm")
-    if p.key_exchange and lookup(p.key_exchange).kind is not Kind.KEY_EXCHANGE:
+    if p.key_exchange and found[p.key_exchange].kind is not Kind.KEY_EXCHANGE:
         raise InvalidProposal(f"{p.key_exchange} is not a key-exchange group")
     if p.aead and (p.encryption or p.integrity):
         raise InvalidProposal("AEAD and non-AEAD algorithms never mix in one proposal")

@@ -74,7 +74,8 @@ def negotiate(request: NegotiationRequest) -> NegotiationResult:
     best = ranked[0]
 
     suite, proposals = suite_and_proposals(protocol, best, ke, ike)
-    suite = replace(suite, post_quantum=pq)
+    if pq is not None:
+        suite = replace(suite, post_quantum=pq)
     levels = Levels(best.confidentiality, best.integrity_level, ike_levels, pq_level)
     alternatives = []
     for alt in ranked[1:]:
