@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -31,16 +31,21 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from playwright.sync_api import Page, Request, expect
 from sqlalchemy import update
+from typer.testing import CliRunner
 
 from app.adapters.agent.crypto import KeyPair
 from app.adapters.db.agent import AgentInvitationRow
 from app.adapters.db.engine import make_engine, make_session_factory
+from app.cli.main import app
 from app.domain.agent import Kind, Response
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import SERVER_ID
 from tests.fixtures.secrets import register
 from tests.ui.browser.conftest import NewContext, Watched, database_at, host_config, no_trouble, serve_env, serving_qoss
+
+if TYPE_CHECKING:
+    from tests.integration.agent.test_device_join import LabCli
 
 ANDROID = ("Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
            "Chrome/120.0.0.0 Mobile Safari/537.36")
@@ -288,6 +293,17 @@ def test_a_link_cut_short_and_an_unknown_one_say_what_to_do(host: Host, new_cont
 _CHARON_CMD = shutil.which("charon-cmd") or "/usr/sbin/charon-cmd"
 
 
+def lab_invite(cli: LabCli, user: str, platform: str) -> dict[str, Any]:
+    """``qoss lab invite USER --platform P`` on ``cli``'s lab, in-process (the same group and exit
+    path as the script); what it printed. For a lab whose phone relay is running already (the
+    first ``qoss lab invite``, a real process, starts it and leaves it to ``qoss lab down``)."""
+    done = CliRunner().invoke(app, ["lab", "invite", user, "--platform", platform],
+                              env={"QOSS_LAB_DIR": str(cli.root / "lab")})
+    assert done.exit_code == 0, (done.exit_code, done.stdout, done.stderr[-3000:])
+    printed: dict[str, Any] = json.loads(done.stdout)
+    return printed
+
+
 @pytest.mark.charon
 def test_a_phone_joins_from_an_invitation_and_its_sswan_joins_with_charon_cmd(
         new_context: NewContext, tmp_path: Path) -> None:
@@ -325,11 +341,11 @@ def test_a_phone_joins_from_an_invitation_and_its_sswan_joins_with_charon_cmd(
         # The same link again, an expired one and a revoked one: each page says so.
         again, again_watched, _ = phone(new_context)
         refused(again, link, "used already")
-        expired_link = json.loads(cli.run("invite", "quinn", "--platform", "android").stdout)
+        expired_link = lab_invite(cli, "quinn", "android")
         host_db = cli.describe()["servers"]["host"]["database_url"]
         set_invitation(host_db, expired_link["id"], expires_at=datetime.now(UTC) - timedelta(seconds=1))
         refused(again, expired_link["link"], "expired")
-        revoked_link = json.loads(cli.run("invite", "rae", "--platform", "android").stdout)
+        revoked_link = lab_invite(cli, "rae", "android")
         set_invitation(host_db, revoked_link["id"], revoked_at=datetime.now(UTC))
         refused(again, revoked_link["link"], "withdrawn")
         no_trouble_but_refusals(again_watched)
