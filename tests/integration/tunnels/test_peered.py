@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,15 +53,45 @@ class Site:
 
 
 def _site(stack: Any, lab: Lab, where: Path, name: str, host: LabHost, gateway: str) -> Site:
+    url = _prepare(where)
+    return _register(_serve(stack, lab, url, name), url, name, host, gateway)
+
+
+def _two_sites(stack: Any, lab: Lab, where: Path) -> tuple[Site, Site]:
+    """Site A (``gw-a`` on the lab's left host) and site B (``gw-b`` on its right one), their two
+    ``qoss serve`` processes starting side by side; each stops when ``stack`` closes."""
+    urls = [_prepare(where / "a"), _prepare(where / "b")]  # one at a time: migrations are not run in threads
+    own = [stack.enter_context(contextlib.ExitStack()) for _ in urls]
+    with ThreadPoolExecutor(2) as pool:
+        served = [pool.submit(_serve, own[i], lab, urls[i], name) for i, name in enumerate(("site-a", "site-b"))]
+        a, b = (future.result() for future in served)
+    return (_register(a, urls[0], "site-a", lab.host("left"), "gw-a"),
+            _register(b, urls[1], "site-b", lab.host("right"), "gw-b"))
+
+
+def _prepare(where: Path) -> str:
+    """A migrated SQLite database in ``where`` (made here); its URL."""
     where.mkdir()
     url = f"sqlite:///{where / 'qoss.db'}"
     prepare_database(Settings(database_url=url))
+    return url
+
+
+def _serve(stack: Any, lab: Lab, url: str, name: str) -> tuple[str, Any]:
+    """``qoss serve`` as peer ``name`` on ``url``'s database, in the database's folder; its base URL and process."""
+    where = Path(url.removeprefix("sqlite:///")).parent
     env = {**os.environ, "QOSS_PEER_NAME": name, "QOSS_STATE_DIR": str(where / "state"),
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_VICI_SOCKET_DIRS": json.dumps([str(lab.state_dir)]), "QOSS_PEER_TIMEOUT": "3",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
-    base, proc = stack.enter_context(serving([str(QOSS), "serve", "--database-url", url], env=env,
-                                             log=where / "serve.log", cwd=where))
+    served: tuple[str, Any] = stack.enter_context(serving([str(QOSS), "serve", "--database-url", url], env=env,
+                                                          log=where / "serve.log", cwd=where))
+    return served
+
+
+def _register(served: tuple[str, Any], url: str, name: str, host: LabHost, gateway: str) -> Site:
+    """The served site (on ``url``'s database) with an administrator's token and its gateway on ``host``."""
+    base, proc = served
     token = make_token(url, f"{name}-admin", ["admin"])  # once the server has made its audit key
     site = Site(name, base, token, host, gateway, proc, url)
     with site.client() as c:
@@ -87,8 +118,7 @@ def _peer(site: Site, other: Site, *, min_levels: dict[str, int] | None = None) 
 def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, Site]]:
     where = tmp_path_factory.mktemp("peered")
     with temporary_lab("pe") as lab, contextlib.ExitStack() as stack:
-        a = _site(stack, lab, where / "a", "site-a", lab.host("left"), "gw-a")
-        b = _site(stack, lab, where / "b", "site-b", lab.host("right"), "gw-b")
+        a, b = _two_sites(stack, lab, where)
         _peer(a, b)
         _peer(b, a)
         yield a, b

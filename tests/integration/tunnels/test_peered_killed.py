@@ -24,7 +24,7 @@ import pytest
 
 from app.domain.peering import PENDING_FOR
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.tunnels.test_peered import Site, _conns, _peer, _sas, _site
+from tests.integration.tunnels.test_peered import Site, _conns, _peer, _sas, _two_sites
 
 
 class _Relay(ThreadingHTTPServer):
@@ -76,8 +76,7 @@ class _Pass(BaseHTTPRequestHandler):
 @pytest.fixture
 def sites(tmp_path: Path) -> Iterator[tuple[Site, Site, _Relay]]:
     with temporary_lab("pk") as lab, contextlib.ExitStack() as stack:
-        a = _site(stack, lab, tmp_path / "a", "site-a", lab.host("left"), "gw-a")
-        b = _site(stack, lab, tmp_path / "b", "site-b", lab.host("right"), "gw-b")
+        a, b = _two_sites(stack, lab, tmp_path)
         _peer(b, a)
         relay = _Relay(b, kill_at=2)
         thread = threading.Thread(target=relay.serve_forever, daemon=True)
