@@ -33,7 +33,7 @@ from typing import Any, Literal, Protocol
 from app.domain.algorithms import CATALOGUE
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
-from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM
+from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
@@ -162,10 +162,12 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
             uow=uow, record=record, default_table=default_table, pinned=pinned),
             post_quantum=peered.suite.post_quantum)
         wanted = verdict.result.suite.post_quantum if verdict.result is not None else None
-        if verdict.kind == "noncompliant" and wanted is not None:
-            # A running tunnel with a peer is not moved onto (or while on) post-quantum protection.
-            return Impact(record.id, "noncompliant", old, None, f"it cannot follow: {PEERED_POST_QUANTUM}",
-                          peered=True)
+        # A tunnel with a peer moves onto a PPK the other side makes and sends sealed hybrid (to a
+        # peer registered with its ML-KEM-768 key), never onto ML-KEM.
+        why = (PEERED_POST_QUANTUM if wanted != "ppk" else _without_mlkem(uow, record.peer.site)) \
+            if verdict.kind == "noncompliant" and wanted is not None else None
+        if why is not None:
+            return Impact(record.id, "noncompliant", old, None, f"it cannot follow: {why}", peered=True)
         return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result, peered=True)
     inputs = record.provenance["request"]
     try:
@@ -178,6 +180,15 @@ def assess_one(uow: UnitOfWork, record: TunnelRecord, *, default_table: str) -> 
         uow=uow, inputs=inputs, initiator=initiator, responder=responder, default_table=default_table, check=True,
         pinned=pinned), post_quantum=running.suite.post_quantum)
     return Impact(record.id, verdict.kind, old, verdict.new, verdict.reason, verdict.result)
+
+
+def _without_mlkem(uow: UnitOfWork, site: str) -> str | None:
+    """Why a post-quantum preshared key cannot reach peer ``site`` (it registered no ML-KEM-768 key), or None."""
+    try:
+        peer = uow.peers.get(site)
+    except NotFound:
+        return None
+    return peer_without_mlkem(site) if peer.mlkem_key is None else None
 
 
 def assess(uow: UnitOfWork, *, default_table: str, tunnels: Iterable[TunnelRecord] | None = None) -> list[Impact]:

@@ -28,7 +28,7 @@ from app.domain.errors import Conflict, GatewayError, QossError, TunnelVerificat
 from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.main import create_app
 from app.services.peering import Peering, PeeringConfig
-from app.services.rekey import Rekeyer
+from app.services.rekey import Rekeyer, assess_one
 from app.services.tunnels import negotiate_tunnel
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon
@@ -61,7 +61,7 @@ async def site_b(settings: Settings, admin_token: str, tmp_path: Path
                 uow.gateways.create(Gateway(name="gw-b", vici_socket=str(fake.socket_path), ike_address="10.99.0.2",
                                             identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
                                             algorithms=frozenset({"aes128gcm16", "aes256gcm16", "chacha20poly1305",
-                                                                  "x25519", "prfsha256", "mlkem768"})))
+                                                                  "x25519", "prfsha256", "ppk"})))
                 uow.commit()
         finally:
             engine.dispose()
@@ -307,28 +307,139 @@ async def test_the_rekeyer_moves_a_peered_tunnel_only_below_this_sides_minimums(
         engine.dispose()
 
 
-async def test_a_move_to_post_quantum_protection_is_refused_before_anything_is_sent(
+def _asking_for_post_quantum(units: Any, tunnel_id: str) -> None:
+    """``tunnel_id`` as if its request now asked for post-quantum protection (an edit raised it)."""
+    with units() as uow:
+        record = uow.tunnels.get(tunnel_id)
+        asks = {**_ASK, "post_quantum": 1}
+        uow.tunnels.set_negotiation(tunnel_id, record.negotiation, {**(record.provenance or {}),
+                                                                    "request": {"min_levels": asks}}, "")
+        uow.commit()
+
+
+async def test_a_move_onto_a_ppk_with_a_peer_without_an_mlkem_key_is_refused_before_anything_is_sent(
         site_b: Any, settings: Settings) -> None:
     _, _, fake, identity = site_b
     engine = make_engine(settings.database_url)
     try:
         units = sql_units_of_work(make_session_factory(engine))
-        with units() as uow:  # t-a as if its request now asked for post-quantum protection
-            record = uow.tunnels.get("t-a")
-            asks = {**_ASK, "post_quantum": 1}
-            uow.tunnels.set_negotiation("t-a", record.negotiation, {**(record.provenance or {}),
-                                                                    "request": {"min_levels": asks}}, "")
-            uow.commit()
+        _asking_for_post_quantum(units, "t-a")
         site_a = _SiteA(PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem)
         peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
                           units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_a,
                           keys=peering_keys, crypto=CRYPTO)
-        with pytest.raises(UnsupportedProtection, match="post-quantum"):
+        with pytest.raises(UnsupportedProtection, match="site-a registered no ML-KEM-768 key"):
             await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-a")
     finally:
         engine.dispose()
     assert site_a.got == []
     assert fake.count("load-conn") == 0
+
+
+_D = KeyPair.generate("site-d")
+
+
+async def _site_d(c: httpx.AsyncClient, settings: Settings) -> None:
+    """Site D registered with its ML-KEM-768 key, and its tunnel t-d at B."""
+    r = await c.post("/v1/peers", json={"name": "site-d", "url": "http://127.0.0.1:9", **_D.public.as_dict(),
+                                        "gateways": ["gw-b"], "networks": ["10.2.0.0/24"],
+                                        "min_levels": {"confidentiality": 5}})
+    assert r.status_code == 201, r.text
+    engine = make_engine(settings.database_url)
+    try:
+        with sql_units_of_work(make_session_factory(engine))() as uow:
+            uow.tunnels.add(_tunnel(uow, "t-d", "site-d"))
+            uow.commit()
+    finally:
+        engine.dispose()
+
+
+class _PpkAnswers:
+    """Site D as this side's link to it: answers a move with its first suite and IKE proposal and
+    ``ppk`` (None: none), sealed hybrid or with X25519 alone, and keeps every message it got."""
+
+    def __init__(self, identity: dict[str, Any], *, ppk: tuple[str, bytes] | None, hybrid: bool = True) -> None:
+        keys = PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"],
+                                    identity["mlkem_public_key"])
+        self.b_kem, self.b_mlkem = keys.kem, keys.mlkem if hybrid else None
+        self.ppk = ppk
+        self.got: list[tuple[Kind, dict[str, Any]]] = []
+
+    def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
+        kind, body, _ = _D.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
+        doc = json.loads(body)
+        self.got.append((kind, doc))
+        head = {"tunnel_id": doc["tunnel_id"], "sender": "site-d", "timestamp": int(time.time()),
+                "nonce": secrets.token_urlsafe(18)}
+        if kind is not Kind.PEER_MOVE:
+            return 200, _D.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
+        answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10,
+                  **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
+        return 200, _D.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer), recipient=self.b_kem,
+                            recipient_mlkem=self.b_mlkem, post_quantum=self.b_mlkem is not None)
+
+
+@pytest.mark.parametrize(("ppk", "hybrid", "says"), [
+    (None, True, "answered without the post-quantum preshared key the move needs"),
+    (("qoss-ppk-" + "cd" * 12, b"\x05" * 32), False, "its answer does not check out"),
+])
+async def test_a_move_onto_a_ppk_takes_no_answer_without_one_or_not_sealed_hybrid(
+        site_b: Any, settings: Settings, ppk: tuple[str, bytes] | None, hybrid: bool, says: str) -> None:
+    _, c, fake, identity = site_b
+    await _site_d(c, settings)
+    before = await _esp(c, "t-d")
+    engine = make_engine(settings.database_url)
+    try:
+        units = sql_units_of_work(make_session_factory(engine))
+        _asking_for_post_quantum(units, "t-d")
+        site_d = _PpkAnswers(identity, ppk=ppk, hybrid=hybrid)
+        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
+                          units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_d,
+                          keys=peering_keys, crypto=CRYPTO)
+        with pytest.raises(QossError, match=says):
+            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-d")
+    finally:
+        engine.dispose()
+    assert site_d.got[0][1]["post_quantum"] == ["ppk"]  # the move asked for one
+    if ppk is None:  # an answer that checked out: D is told the move is given up
+        assert [(k, d.get("up")) for k, d in site_d.got[1:]] == [(Kind.PEER_MOVED, False)]
+    assert fake.count("load-conn") == 0
+    assert fake.count("load-shared") == 0
+    assert await _esp(c, "t-d") == before
+
+
+async def test_a_move_asking_for_a_ppk_gets_a_new_one_sealed_hybrid_and_loaded_with_the_new_conn(
+        site_b: Any, settings: Settings) -> None:
+    _, c, fake, identity = site_b
+    await _site_d(c, settings)
+    before = await _esp(c, "t-d")
+    r = await _post(c, _sealed(identity, _move(tunnel_id="t-d", sender="site-d", post_quantum=["ppk"]), keys=_D))
+    assert r.status_code == 200, r.text
+    # Only ever sealed hybrid (one sealed with X25519 alone would be refused here): the key is inside.
+    _, body, _ = _D.open_sealed(r.content, kinds=[Kind.PEER_MOVE_ANSWER], hybrid_only=True)
+    answer = json.loads(body)
+    assert answer["ppk_id"].startswith("qoss-ppk-")
+    key = bytes.fromhex(answer["ppk"])
+    assert len(key) == 32
+    (secret,) = [m for m in fake.messages("load-shared") if m.get("type") == "PPK"]
+    assert secret["owners"] == [answer["ppk_id"]]
+    data = secret["data"]  # the fake charon's decoding of the raw bytes
+    assert (data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data) == key
+    ((name, conn),) = fake.messages("load-conn")[0].items()
+    assert secret["id"] == f"{name}-ppk"
+    assert (conn["ppk_id"], conn["ppk_required"]) == (answer["ppk_id"], "yes")
+    assert conn["children"][name]["esp_proposals"] == [_move()["suites"][answer["chosen"]]]
+    record = (await c.get("/v1/tunnels/t-d")).json()
+    assert record["proposals"]["esp"] == before  # not moved until confirmed
+    assert record["provenance"]["moving"]["ppk_id"] == answer["ppk_id"]  # its id, never the key
+    assert answer["ppk"] not in json.dumps(record)
+    given_up = {"tunnel_id": "t-d", "sender": "site-d", "timestamp": int(time.time()),
+                "nonce": secrets.token_urlsafe(18), "up": False}
+    assert (await _post(c, _sealed(identity, given_up, keys=_D, kind=Kind.PEER_MOVED))).status_code == 200
+    ((name, conn),) = fake.messages("load-conn")[1].items()
+    assert conn["children"][name]["esp_proposals"] == [before]  # the old proposals, without a PPK
+    assert "ppk_id" not in conn
+    assert fake.messages("unload-shared") == [{"id": f"{name}-ppk"}]  # the old suite had none: the key goes
 
 
 class _Crossing:
@@ -391,3 +502,26 @@ async def test_when_both_sides_move_a_tunnel_at_once_the_lesser_names_move_goes_
             assert "moving" not in record["provenance"]
     finally:
         engine.dispose()
+
+
+async def test_an_edits_preview_moves_a_peered_tunnel_onto_a_ppk_unless_the_peer_has_no_mlkem_key(
+        site_b: Any, settings: Settings) -> None:
+    _, c, _, _ = site_b
+    await _site_d(c, settings)
+    engine = make_engine(settings.database_url)
+    try:
+        units = sql_units_of_work(make_session_factory(engine))
+        for tunnel_id in ("t-a", "t-d"):
+            _asking_for_post_quantum(units, tunnel_id)
+        with units() as uow:
+            with_mlkem = assess_one(uow, uow.tunnels.get("t-d"), default_table="standards-2026")
+            without = assess_one(uow, uow.tunnels.get("t-a"), default_table="standards-2026")
+    finally:
+        engine.dispose()
+    assert with_mlkem.kind == "noncompliant"
+    assert with_mlkem.result is not None
+    assert with_mlkem.result.suite.post_quantum == "ppk"  # it follows: the move asks site-d for a PPK
+    assert without.kind == "noncompliant"
+    assert without.result is None
+    assert without.reason.startswith("it cannot follow: post_quantum: a preshared key may only cross to a peer")
+    assert "site-a registered no ML-KEM-768 key" in without.reason

@@ -17,11 +17,11 @@ from app.domain.ratings import Rating
 __all__ = ["PEERED_POST_QUANTUM", "negotiate_post_quantum", "peer_without_mlkem", "with_post_quantum"]
 
 #: Why a tunnel with a peer (another qoss) is refused post-quantum protection other than a
-#: preshared key made for a new tunnel (ML-KEM, or a move of a running tunnel onto one).
+#: preshared key (ML-KEM).
 PEERED_POST_QUANTUM = (
-    "post_quantum: with a peer, post-quantum protection is a preshared key one side makes for a new tunnel "
-    "and sends sealed hybrid (ML-KEM-768 + X25519); moving a running tunnel onto one, or ML-KEM with a peer, "
-    "is not offered: create the tunnel again, or ask for post_quantum 0")
+    "post_quantum: with a peer, post-quantum protection is a preshared key one side makes for each new SA "
+    "and sends sealed hybrid (ML-KEM-768 + X25519); ML-KEM with a peer is not offered: ask for a post_quantum "
+    "minimum a preshared key meets, or 0")
 
 
 def peer_without_mlkem(peer: str) -> str:

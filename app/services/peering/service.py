@@ -323,7 +323,8 @@ class Peering:
         record = TunnelRecord(id=tunnel_id, initiator=initiator.name, responder=None, local_ts=local_ts,
                               remote_ts=answer.responder.networks, state=TunnelState.UP,
                               negotiation=chosen.as_dict(), peer=far,
-                              provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours)})
+                              provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours),
+                                          **_ppk_kept(answer.ppk)})
         try:
             if confirming is None:
                 self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
@@ -389,7 +390,8 @@ class Peering:
             own.commit()
         if received.kind is Kind.PEER_MOVE:
             moved = self._answer_move(received)
-            return seal_message(keys, received.peer, Kind.PEER_MOVE_ANSWER, moved.as_dict())
+            return seal_message(keys, received.peer, Kind.PEER_MOVE_ANSWER, moved.as_dict(),
+                                post_quantum=moved.ppk is not None)
         if received.kind is Kind.PEER_MOVED:
             done = self._move_confirmed(received.peer, Confirm.from_dict(received.document))
         elif confirm is not None:  # the initiator gave up
@@ -418,11 +420,11 @@ class Peering:
         if why is not None:
             raise AgentRejected(why)
 
-        def negotiate(supports: set[str]) -> NegotiationResult:
+        def negotiate(supports: set[str], asked: Sequence[PeerSpec]) -> NegotiationResult:
             return self._negotiate(reads, peers=(
                 PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway)))),
                 PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)), min_levels=peer.min_levels),
-                PeerSpec(name="request", min_levels=offer.min_levels)),
+                PeerSpec(name="request", min_levels=offer.min_levels), *asked),
                 inputs={}, backends=[gateway.backend])
         try:
             chosen, ike, index = self._choose(negotiate, peer, suites=offer.suites, ikes=offer.ikes,
@@ -443,7 +445,7 @@ class Peering:
             peer=PeerEnd(address=offer.initiator.address, identity=offer.initiator.identity, local_identity=identity,
                          site=peer.name, gateway=None, role="responder"),
             provenance={"request": {"min_levels": offer.min_levels.as_dict()}, "peer": peer.name,
-                        "offered": len(offer.suites)})
+                        "offered": len(offer.suites), **_ppk_kept(ppk)})
         with self._units() as uow:
             first_sight(uow, received)
             try:  # refused, the unit is rolled back: no savepoint needed around the insert
@@ -640,7 +642,8 @@ class Peering:
             Conflict: the peering is revoked, the peer's own move of the tunnel is pending, or this
                 side's is under way.
             NoFeasibleSuite: nothing meets this side's requirement now (nothing was sent).
-            UnsupportedProtection: this side's requirement now asks for post-quantum protection.
+            UnsupportedProtection: this side's requirement now asks for post-quantum protection other
+                than a preshared key, or for one and the peer registered no ML-KEM-768 key.
             PeerUnreachable, PeerTimeout: the peer does not answer (nothing changed here).
             PeerNoFeasibleSuite: nothing this side offered meets the peer's requirements.
             PeerRefused: the peer refused otherwise.
@@ -670,13 +673,18 @@ class Peering:
                 raise Conflict(f"{peer.name} is moving the tunnel itself: this side's move waits for its next try")
             peers, inputs = _requirement(record, gateway, peer)
             result = self._negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
-            if result.suite.post_quantum is not None:  # as for a new tunnel with a peer
+            if result.suite.post_quantum not in (None, "ppk"):  # as for a new tunnel with a peer
                 raise UnsupportedProtection(PEERED_POST_QUANTUM)
+            if result.suite.post_quantum == "ppk" and peer.mlkem_key is None:
+                raise UnsupportedProtection(peer_without_mlkem(peer.name))
             ours = _ranked(result)
             ikes = self._ikes(reads, result, peers=peers, inputs=inputs, backends=[gateway.backend])
         move = Move(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
-                    suites=tuple(ours), ikes=tuple(i.proposals["ike"] or "" for i in ikes))
-        reply = self._ask(peer, Kind.PEER_MOVE, move.as_dict(), Kind.PEER_MOVE_ANSWER)
+                    suites=tuple(ours), ikes=tuple(i.proposals["ike"] or "" for i in ikes),
+                    post_quantum=("ppk",) if result.suite.post_quantum == "ppk" else ())
+        # An answer that carries a post-quantum preshared key is only taken sealed hybrid.
+        reply = self._ask(peer, Kind.PEER_MOVE, move.as_dict(), Kind.PEER_MOVE_ANSWER,
+                          hybrid_only=bool(move.post_quantum))
         try:
             answer = MoveAnswer.from_dict(reply.document)
             if answer.tunnel_id != record.id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
@@ -685,21 +693,33 @@ class Peering:
             self._moved(peer, record.id, up=False)
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
         new = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        ppk = answer.ppk if new.suite.post_quantum == "ppk" else None
+        if new.suite.post_quantum == "ppk" and ppk is None:
+            self._moved(peer, record.id, up=False)
+            raise PeerRefused(peer.name, "answered without the post-quantum preshared key the move needs")
         old = local_tunnels.result_from(record)
         name, v = record.conn, self._vici(gateway.vici_socket)
         old_ikes, old_children = _sa_ids(v.list_sas(ike=name), name)
         try:
-            v.load_conn(name, _peered_conn(record, gateway, new))
+            if ppk is not None:  # the new SA's key replaces the old one's (a PPK enters only an IKE_SA's making)
+                _load_ppk(v, name, ppk)
+            v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
             v.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
             _check_new(v, gateway.name, name, new, old_children)
             self._ask(peer, Kind.PEER_MOVED, Confirm(tunnel_id=record.id, sender=self.config.name,
                                                      timestamp=self._clock(), nonce=new_nonce(), up=True).as_dict(),
                       Kind.PEER_ACK)
         except BaseException:
-            _back_to(v, record, gateway, old, old_ikes, old_children)
+            _back_to(v, record, gateway, old, old_ikes, old_children, ppk)
+            if ppk is not None and old.suite.post_quantum == "ppk":  # the restored conn names the new key
+                self._kept_ppk(record, ppk)
             self._moved(peer, record.id, up=False)
             raise
-        new_ike = new.proposals["ike"] != old.proposals["ike"]  # then the new CHILD_SA lives in a new IKE_SA
+        self._kept_ppk(record, ppk)
+        # A new IKE proposal, or a PPK on either suite (it is mixed into an IKE_SA's keys as it is
+        # made): the new CHILD_SA lives in a new IKE_SA.
+        new_ike = new.proposals["ike"] != old.proposals["ike"] or "ppk" in (new.suite.post_quantum,
+                                                                            old.suite.post_quantum)
 
         def close_old() -> None:
             for ike_id in sorted(old_ikes) if new_ike else ():
@@ -708,7 +728,21 @@ class Peering:
             for child_id in () if new_ike else sorted(old_children):
                 with contextlib.suppress(GatewayError):
                     v.terminate(child_id=child_id, timeout_ms=3000)
+            if old.suite.post_quantum == "ppk" and ppk is None:  # the new suite has none: the old key goes too
+                with contextlib.suppress(GatewayError):
+                    v.unload_shared(ppk_secret_name(name))
         return new, close_old
+
+    def _kept_ppk(self, record: TunnelRecord, ppk: tuple[str, bytes] | None) -> None:
+        """Keep the id of the PPK ``record``'s conn now names (none: forget it) with its record (the
+        caller records the new suite itself)."""
+        provenance = {key: value for key, value in (record.provenance or {}).items() if key != "ppk_id"}
+        provenance.update(_ppk_kept(ppk))
+        if provenance == (record.provenance or {}):
+            return
+        with self._units() as uow, contextlib.suppress(NotFound):
+            uow.tunnels.set_negotiation(record.id, record.negotiation, provenance, record.detail)
+            uow.commit()
 
     def _moved(self, peer: Peer, tunnel_id: str, *, up: bool) -> None:
         """Tell ``peer`` that this side gave up a move (``up`` false); one it does not hear goes
@@ -743,31 +777,39 @@ class Peering:
         with self._units() as reads:
             peers, inputs = _requirement(record, gateway, peer)
 
-            def negotiate(supports: set[str]) -> NegotiationResult:
+            def negotiate(supports: set[str], asked: Sequence[PeerSpec]) -> NegotiationResult:
                 offered = PeerSpec(name="offered", supports=tuple(sorted(supports)))
-                return self._negotiate(reads, peers=(*peers, offered), inputs=inputs, backends=[gateway.backend])
-            new, ike, index = self._choose(negotiate, peer, suites=move.suites, ikes=move.ikes)
+                return self._negotiate(reads, peers=(*peers, offered, *asked), inputs=inputs,
+                                       backends=[gateway.backend])
+            new, ike, index = self._choose(negotiate, peer, suites=move.suites, ikes=move.ikes,
+                                           mechanisms=move.post_quantum)
         name, v = record.conn, self._vici(gateway.vici_socket)
         _, children = _sa_ids(v.list_sas(ike=name), name)
         expires = self._clock() + PENDING_FOR
+        ppk = new_ppk() if new.suite.post_quantum == "ppk" else None  # the new SA's, made here as for a new tunnel
         was = earlier or {"state": record.state.value, "detail": record.detail}  # an earlier move's, never swept
         with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, record.negotiation, {**(record.provenance or {}), _MOVING: {
                 "negotiation": new.as_dict(), "until": expires, "children": sorted(children),
-                "state": was["state"], "detail": was["detail"]}},
+                "state": was["state"], "detail": was["detail"], **_ppk_kept(ppk)}},
                 f"moving to {new.proposals['esp']}, asked by {peer.name}"[:500])
             uow.commit()
         due = self._moves_due
         self._moves_due = expires if due is None else min(due, expires)
+        old = local_tunnels.result_from(record)
+        # Back at the deadline, an old suite with a PPK names the key loaded now (the new one replaces it).
         self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires,
-                           restore=_peered_conn(record, gateway, local_tunnels.result_from(record)))
+                           restore=_peered_conn(record, gateway, old, ppk_id=ppk[0] if ppk is not None else None))
         try:
-            v.load_conn(name, _peered_conn(record, gateway, new))
+            if ppk is not None:
+                _load_ppk(v, name, ppk)
+            v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
         except BaseException:
-            self._move_undone(record, gateway)
+            self._move_undone(dataclasses.replace(record, provenance={**(record.provenance or {}), _MOVING: {
+                **was, **_ppk_kept(ppk)}}), gateway)
             raise
         return MoveAnswer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
-                          chosen=index, ike=ike, expires=expires)
+                          chosen=index, ike=ike, expires=expires, ppk=ppk)
 
     def _move_confirmed(self, peer: Peer, confirm: Confirm) -> str:
         """The moving side's word on its new SA: verify this side's end and record the move, or go back."""
@@ -782,17 +824,24 @@ class Peering:
             self._move_undone(record, gateway, "the move was confirmed too late")
             raise AgentRejected("the move was confirmed too late: this side is back on the old suite")
         new = local_tunnels.result_from(dataclasses.replace(record, negotiation=moving["negotiation"]))
+        v = self._vici(gateway.vici_socket)
         try:
-            _check_new(self._vici(gateway.vici_socket), gateway.name, record.conn, new,
-                       frozenset(moving["children"]))
+            _check_new(v, gateway.name, record.conn, new, frozenset(moving["children"]))
         except BaseException:
             self._move_undone(record, gateway, "this side's end of the new SA did not check out")
             raise
         self._pending.release(record.conn)
+        old_ppk = local_tunnels.result_from(record).suite.post_quantum == "ppk"
+        if old_ppk and new.suite.post_quantum != "ppk":  # the new SA has none: the old one's key goes
+            with contextlib.suppress(GatewayError):
+                v.unload_shared(ppk_secret_name(record.conn))
         old = record.negotiation.get("proposals", {}).get("esp")
         detail = f"moved from {old} to {new.proposals['esp']} (asked by {peer.name})"
         with self._units() as uow:
-            uow.tunnels.set_negotiation(record.id, moving["negotiation"], _without_moving(record), detail[:500])
+            kept = {key: value for key, value in _without_moving(record).items() if key != "ppk_id"}
+            uow.tunnels.set_negotiation(record.id, moving["negotiation"],
+                                        {**kept, **({"ppk_id": moving["ppk_id"]} if "ppk_id" in moving else {})},
+                                        detail[:500])
             uow.events.append("tunnel.moved", record.id, {"kind": "peer", "cause": f"asked by {peer.name}",
                                                           "old": _suite_of(record.negotiation),
                                                           "new": _suite_of(moving["negotiation"])},
@@ -804,19 +853,29 @@ class Peering:
         return record.id
 
     def _move_undone(self, record: TunnelRecord, gateway: Gateway, detail: str = "") -> None:
-        """Back to the suite ``record`` runs on: its conn loaded again (its SAs never left), the move forgotten."""
+        """Back to the suite ``record`` runs on: its conn loaded again (its SAs never left), the move
+        forgotten. A PPK the move loaded stays, named by the old conn if its suite has one (the new key
+        replaced the old one, and the running IKE_SA needs neither), else unloaded."""
+        moving = _moving(record) or {}
+        old = local_tunnels.result_from(record)
+        moved_ppk = moving.get("ppk_id") if isinstance(moving.get("ppk_id"), str) else None
+        v = self._vici(gateway.vici_socket)
         try:
-            self._vici(gateway.vici_socket).load_conn(record.conn, _peered_conn(record, gateway,
-                                                                               local_tunnels.result_from(record)))
+            v.load_conn(record.conn, _peered_conn(record, gateway, old, ppk_id=moved_ppk))
         except GatewayError as exc:  # the janitor loads it back at the deadline
             log.warning("tunnel %s: loading its old proposals back failed: %s", record.id, exc.message)
         else:
             self._pending.release(record.conn)
-        moving = _moving(record) or {}
+        if moved_ppk is not None and old.suite.post_quantum != "ppk":
+            with contextlib.suppress(GatewayError):
+                v.unload_shared(ppk_secret_name(record.conn))
         state = TunnelState(moving.get("state", TunnelState.UP.value))
         before = str(moving.get("detail", record.detail))
         with self._units() as uow, contextlib.suppress(NotFound):
-            uow.tunnels.set_negotiation(record.id, record.negotiation, _without_moving(record), before[:500])
+            kept = _without_moving(record)
+            if moved_ppk is not None and old.suite.post_quantum == "ppk":
+                kept["ppk_id"] = moved_ppk
+            uow.tunnels.set_negotiation(record.id, record.negotiation, kept, before[:500])
             if state is not TunnelState.UP:
                 uow.tunnels.set_state(record.id, state, before[:500])
             if detail:
@@ -902,16 +961,18 @@ class Peering:
             found.append(more)
         return found
 
-    def _choose(self, negotiate: Callable[[set[str]], NegotiationResult], peer: Peer, *, suites: Sequence[str],
-                ikes: Sequence[str], mechanisms: Sequence[str] = ()) -> tuple[NegotiationResult, int, int]:
+    def _choose(self, negotiate: Callable[[set[str], Sequence[PeerSpec]], NegotiationResult], peer: Peer, *,
+                suites: Sequence[str], ikes: Sequence[str],
+                mechanisms: Sequence[str] = ()) -> tuple[NegotiationResult, int, int]:
         """What this side takes of what ``peer`` offers, in an offer or a move: of its IKE proposals the
         first that, alone, meets this side's requirement; of its ESP proposals (``suites``) the one of
         least combined rank (:func:`~app.domain.peering.choose`), ties to this side's own order.
 
         Args:
-            negotiate: this side's negotiation under its own requirement, the peer supporting only
-                the algorithms given.
-            mechanisms: the post-quantum mechanisms the peer offers (``ppk``), with every proposal.
+            negotiate: this side's negotiation under its own requirement and the parties given, the
+                peer supporting only the algorithms given.
+            mechanisms: the post-quantum mechanisms the peer asks for (``ppk``: this side makes a
+                preshared key whatever its own requirement, as the asking side's needs one).
 
         Returns:
             The chosen suite on the chosen IKE proposal, the IKE proposal's index and the suite's.
@@ -924,11 +985,12 @@ class Peering:
         nothing = PeerNoFeasibleSuite(self.config.name, f"none of the {len(suites)} suites offered meets this "
                                                         "side's requirements")
         extra = set(mechanisms)
+        asked = (PeerSpec(name="asked", min_levels=Levels(post_quantum=1)),) if extra else ()
         first: tuple[int, set[str], NegotiationResult] | None = None
         for i, proposal in enumerate(ikes):
             try:
                 words = _ike_keywords(proposal)
-                found = negotiate(words | extra)
+                found = negotiate(words | extra, asked)
             except (NoFeasibleSuite, InvalidInput):
                 continue
             if found.proposals["ike"] == proposal:
@@ -939,7 +1001,7 @@ class Peering:
         ike, keywords, keying = first
         offered = {t for esp in suites for t in esp.split("-") if t in CATALOGUE}
         try:
-            result = negotiate(offered | keywords | extra)
+            result = negotiate(offered | keywords | extra, asked)
         except (NoFeasibleSuite, InvalidInput) as exc:
             raise nothing from exc
         index = choose(suites, _ranked(result))
@@ -1000,16 +1062,40 @@ def _requirement(record: TunnelRecord, gateway: Gateway, peer: Peer) -> tuple[tu
     return (own, local_tunnels.request_peer(request), policy), request
 
 
-def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResult) -> dict[str, Any]:
-    """The ``load-conn`` settings of this side's end of the peered tunnel ``record`` on ``result``'s proposals."""
+def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResult,
+                 ppk_id: str | None = None) -> dict[str, Any]:
+    """The ``load-conn`` settings of this side's end of the peered tunnel ``record`` on ``result``'s
+    proposals; with a post-quantum preshared key where ``result`` has one: ``ppk_id`` (else the
+    one ``record`` keeps)."""
     assert record.peer is not None
+    if result.suite.post_quantum == "ppk":
+        kept = (record.provenance or {}).get("ppk_id")
+        ppk_id = ppk_id or (kept if isinstance(kept, str) else None)
+    else:
+        ppk_id = None
     ike = result.proposals["ike"]
     assert ike is not None
     return conn_payload(name=record.conn, local=TunnelEnd(gateway.ike_address, record.peer.local_identity,
                                                           record.local_ts),
                         remote=TunnelEnd(record.peer.address, record.peer.identity, record.remote_ts),
                         ike_proposal=ike, esp_proposal=result.proposals["esp"], ah_proposal=None, mode=result.mode,
-                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"])
+                        ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], ppk_id=ppk_id)
+
+
+def _ppk_kept(ppk: tuple[str, bytes] | None) -> dict[str, str]:
+    """What a record keeps of a tunnel's post-quantum preshared key: its id (never the key)."""
+    return {"ppk_id": ppk[0]} if ppk is not None else {}
+
+
+def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
+    """Load (or replace) conn ``name``'s post-quantum preshared key.
+
+    Raises:
+        GatewayError: charon refused it or did not answer.
+    """
+    reply = v.batch([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")])[0]
+    if isinstance(reply, GatewayError):
+        raise reply
 
 
 def _sa_ids(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
@@ -1026,7 +1112,7 @@ def _check_new(v: ViciPort, side: str, name: str, result: NegotiationResult, bes
         TunnelVerificationFailed: none does (the message names the end and every difference).
     """
     expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
-                           integrity=result.suite.integrity)
+                           integrity=result.suite.integrity, post_quantum=result.suite.post_quantum)
     seen = observed_sa(v.list_sas(ike=name), name, besides=besides)
     wrong = [f"no new CHILD_SA {name}"] if seen is None else mismatches(expected, seen)
     if wrong:
@@ -1034,10 +1120,18 @@ def _check_new(v: ViciPort, side: str, name: str, result: NegotiationResult, bes
 
 
 def _back_to(v: ViciPort, record: TunnelRecord, gateway: Gateway, old: NegotiationResult,
-             old_ikes: frozenset[int], old_children: frozenset[int]) -> None:
-    """Undo this side's part of a move: the old proposals loaded again, every new SA closed."""
+             old_ikes: frozenset[int], old_children: frozenset[int], ppk: tuple[str, bytes] | None = None) -> None:
+    """Undo this side's part of a move: the old proposals loaded again, every new SA closed. ``ppk``: the
+    move's new PPK, which stays (loaded, so that both sides hold the same) named by the old conn if its
+    suite has one, else goes."""
     with contextlib.suppress(GatewayError, ValueError):
-        v.load_conn(record.conn, _peered_conn(record, gateway, old))
+        if ppk is not None and old.suite.post_quantum == "ppk":
+            _load_ppk(v, record.conn, ppk)
+        v.load_conn(record.conn, _peered_conn(record, gateway, old,
+                                              ppk_id=ppk[0] if ppk is not None else None))
+    if ppk is not None and old.suite.post_quantum != "ppk":
+        with contextlib.suppress(GatewayError, ValueError):
+            v.unload_shared(ppk_secret_name(record.conn))
     with contextlib.suppress(GatewayError, ValueError):
         now_ikes, now_children = _sa_ids(v.list_sas(ike=record.conn), record.conn)
         for ike_id in sorted(now_ikes - old_ikes):
