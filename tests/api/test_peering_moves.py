@@ -525,3 +525,26 @@ async def test_an_edits_preview_moves_a_peered_tunnel_onto_a_ppk_unless_the_peer
     assert without.result is None
     assert without.reason.startswith("it cannot follow: post_quantum: a preshared key may only cross to a peer")
     assert "site-a registered no ML-KEM-768 key" in without.reason
+
+
+async def test_an_offer_asking_for_a_ppk_gets_one_whatever_this_sides_own_minimum(
+        site_b: Any, settings: Settings) -> None:
+    _, c, fake, identity = site_b
+    await _site_d(c, settings)  # its peering asks for no post-quantum protection here
+    offer = {"tunnel_id": "new123", "sender": "site-d", "timestamp": int(time.time()),
+             "nonce": secrets.token_urlsafe(18), "gateway": "gw-b",
+             "initiator": {"address": "10.99.0.4", "identity": "new123.gw-d", "networks": ["10.4.0.1/32"]},
+             "networks": [], "min_levels": _ASK, "suites": ["aes128gcm16-x25519"],
+             "ikes": ["aes128gcm16-prfsha256-x25519"], "mode": "tunnel", "lifetimes": [3600, 1200],
+             "post_quantum": ["ppk"]}
+    r = await _post(c, _sealed(identity, offer, keys=_D, kind=Kind.PEER_OFFER))
+    assert r.status_code == 200, r.text
+    _, body, _ = _D.open_sealed(r.content, kinds=[Kind.PEER_ANSWER], hybrid_only=True)
+    answer = json.loads(body)
+    assert len(bytes.fromhex(answer["ppk"])) == 32
+    ((name, conn),) = fake.messages("load-conn")[0].items()
+    assert (conn["ppk_id"], conn["ppk_required"]) == (answer["ppk_id"], "yes")
+    assert {m["id"] for m in fake.messages("load-shared") if m.get("type") == "PPK"} == {f"{name}-ppk"}
+    record = (await c.get("/v1/tunnels/new123")).json()
+    assert record["suite"]["post_quantum"] == "ppk"
+    assert record["provenance"]["ppk_id"] == answer["ppk_id"]
