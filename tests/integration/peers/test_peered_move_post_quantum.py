@@ -17,7 +17,7 @@ import pytest
 
 from app.adapters.vici.gateway import ViciGateway
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.peers.test_peered_move import _ping, _record
+from tests.integration.peers.test_peered_move import _ping, _record, _weakened
 from tests.integration.tunnels.test_peered import Site, _site
 
 _POLICY = {"name": "pq-branch", "min_levels": {"confidentiality": 8, "integrity": 8}}
@@ -116,6 +116,37 @@ def test_a_policy_edit_at_b_raising_post_quantum_moves_the_tunnel_onto_a_ppk_on_
             assert sa.ppk, site.name
     finally:
         with b.client() as c:
+            assert c.delete(f"/v1/tunnels/{tunnel['id']}").status_code == 204
+    for site in (a, b):
+        assert f"{tunnel['conn']}-ppk" not in ViciGateway(site.host.vici_socket, 5.0).get_shared(), site.name
+
+
+def test_a_tunnel_with_a_ppk_moves_onto_a_new_ppk_when_bs_table_edit_leaves_its_suite_short(
+        sites: tuple[Site, Site]) -> None:
+    a, b = sites
+    with a.client() as c:
+        r = c.post("/v1/tunnels", json={"initiator": "gw-a", "responder": "gw-b@site-b", "min_levels": {
+            "confidentiality": 8, "integrity": 8, "post_quantum": 5}})
+        assert r.status_code == 201, r.text
+        tunnel = r.json()
+    try:
+        old = tunnel["proposals"]["esp"]
+        assert old.startswith("aes128gcm16"), tunnel["proposals"]
+        keys = {s.name: _record(s, tunnel["id"])["provenance"]["ppk_id"] for s in (a, b)}
+        assert keys["site-a"] == keys["site-b"]
+        with _weakened(b, "aes128gcm16"):
+            deadline = time.monotonic() + 15
+            while _record(a, tunnel["id"])["proposals"]["esp"] == old or \
+                    _record(b, tunnel["id"])["proposals"]["esp"] == old:
+                assert time.monotonic() < deadline, (_record(a, tunnel["id"]), _record(b, tunnel["id"]))
+                time.sleep(0.1)
+            seen = _on_ppk_everywhere(a, b, tunnel, within=15)
+        moved = {s.name: _record(s, tunnel["id"]) for s in (a, b)}
+        assert moved["site-a"]["proposals"] == moved["site-b"]["proposals"], seen
+        assert moved["site-a"]["provenance"]["ppk_id"] == moved["site-b"]["provenance"]["ppk_id"]
+        assert moved["site-a"]["provenance"]["ppk_id"] != keys["site-a"]  # a new key for the new SA
+    finally:
+        with a.client() as c:
             assert c.delete(f"/v1/tunnels/{tunnel['id']}").status_code == 204
     for site in (a, b):
         assert f"{tunnel['conn']}-ppk" not in ViciGateway(site.host.vici_socket, 5.0).get_shared(), site.name
