@@ -20,6 +20,13 @@ _LONGEST_FIRST = (
     "tests/fuzz/test_openapi.py",
     "tests/integration/test_negotiation_bench_smoke.py",
     "tests/ui/browser/test_oidc.py",
+    "tests/integration/peers/test_hub_and_spokes.py",
+    "tests/integration/agent/test_device_post_quantum.py",
+    "tests/integration/agent/test_my_devices.py",
+    "tests/ui/browser/test_my_devices.py",
+    "tests/ui/browser/test_phone_join.py",
+    "tests/integration/tunnels/test_peered_killed.py",
+    "tests/integration/peers/test_peered_move_killed.py",
 )
 
 
