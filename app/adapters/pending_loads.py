@@ -96,6 +96,8 @@ def sweep(directory: Path, now: float | None = None) -> int:
                 _restore(socket_path, conn, restore)
             else:
                 _unload(socket_path, conn)
+        except (FileNotFoundError, ConnectionRefusedError):
+            pass  # no charon listens there: a charon that stopped took its loaded conns with it
         except OSError:
             continue  # the charon does not answer now: try again at the next look
         with contextlib.suppress(FileNotFoundError):
