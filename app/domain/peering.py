@@ -228,7 +228,7 @@ class Answer:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
                 "chosen": self.chosen, "ike": self.ike, "responder": self.responder.as_dict(), "psk": self.psk.hex(),
                 "expires": int(self.expires),
-                **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
+                **_ppk_fields(self.ppk)}
 
     @classmethod
     def from_dict(cls, data: Any) -> Answer:
@@ -351,7 +351,7 @@ class MoveAnswer:
     def as_dict(self) -> dict[str, Any]:
         return {**_head(self.tunnel_id, self.sender, self.timestamp, self.nonce),
                 "chosen": self.chosen, "ike": self.ike, "expires": int(self.expires),
-                **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
+                **_ppk_fields(self.ppk)}
 
     @classmethod
     def from_dict(cls, data: Any) -> MoveAnswer:
@@ -425,6 +425,11 @@ def _mechanisms(data: Any, where: str) -> tuple[str, ...]:
         if alg is None or alg.kind is not Kind.POST_QUANTUM:
             raise InvalidInput(f"{where}: {m[:32]!r} is not a post-quantum mechanism")
     return tuple(data)
+
+
+def _ppk_fields(ppk: tuple[str, bytes] | None) -> dict[str, str]:
+    """An answer's PPK as its document carries it (none: no fields); :func:`_ppk` reads it back."""
+    return {} if ppk is None else {"ppk_id": ppk[0], "ppk": ppk[1].hex()}
 
 
 def _ppk(doc: Mapping[str, Any]) -> tuple[str, bytes] | None:
