@@ -139,17 +139,10 @@ def _chosen_as(result: NegotiationResult, kw: str) -> str | None:
 def _group(result: NegotiationResult, kw: str, table: RatingTable) -> WhyNot:
     chosen = result.ike.get("key_exchange")
     mine, theirs = table.get(kw), table.get(chosen) if chosen else None
-    if mine is None or theirs is None:
+    if mine is None or theirs is None or not chosen:
         return WhyNot(kw, "key_exchange", "unused", f"{kw} passes every check, but IKE chose {chosen}")
-    cost, chosen_cost = round(mine.cost(None), 6), round(theirs.cost(None), 6)
-    if cost > chosen_cost:
-        reason = (f"{kw} meets every minimum but costs more: {cost} against {chosen_cost} for {chosen}, "
-                  f"the group chosen ({_more(cost, chosen_cost)})")
-    else:
-        reason = (f"{kw} meets every minimum and costs as much as {chosen} ({cost}); {chosen} has the higher "
-                  "key-exchange level or comes first in the catalogue")
-    return WhyNot(kw, "key_exchange", "costlier", reason, suite=kw, cost=cost, chosen_cost=chosen_cost,
-                  cost_unit="1/performance")
+    return _dearer_than_chosen(kw, mine.cost(None), chosen, theirs.cost(None), "key_exchange", "the group chosen",
+                               "key-exchange")
 
 
 def _mechanism(result: NegotiationResult, kw: str, table: RatingTable) -> WhyNot:
@@ -160,14 +153,21 @@ def _mechanism(result: NegotiationResult, kw: str, table: RatingTable) -> WhyNot
     mine, theirs = table.get(kw), table.get(chosen)
     if mine is None or theirs is None:
         return WhyNot(kw, "post_quantum", "unused", f"{kw} passes every check, but {chosen} was chosen")
-    cost, chosen_cost = round(mine.cost(None), 6), round(theirs.cost(None), 6)
+    return _dearer_than_chosen(kw, mine.cost(None), chosen, theirs.cost(None), "post_quantum",
+                               "the post-quantum mechanism chosen", "post-quantum")
+
+
+def _dearer_than_chosen(kw: str, its_cost: float, chosen: str, chosen_cost: float, kind: str, what: str,
+                        level: str) -> WhyNot:
+    """``kw`` met every minimum but lost to ``chosen`` on cost, or on a tie: the level named decided."""
+    cost, chosen_cost = round(its_cost, 6), round(chosen_cost, 6)
     if cost > chosen_cost:
         reason = (f"{kw} meets every minimum but costs more: {cost} against {chosen_cost} for {chosen}, "
-                  f"the post-quantum mechanism chosen ({_more(cost, chosen_cost)})")
+                  f"{what} ({_more(cost, chosen_cost)})")
     else:
         reason = (f"{kw} meets every minimum and costs as much as {chosen} ({cost}); {chosen} has the higher "
-                  "post-quantum level or comes first in the catalogue")
-    return WhyNot(kw, "post_quantum", "costlier", reason, suite=kw, cost=cost, chosen_cost=chosen_cost,
+                  f"{level} level or comes first in the catalogue")
+    return WhyNot(kw, kind, "costlier", reason, suite=kw, cost=cost, chosen_cost=chosen_cost,
                   cost_unit="1/performance")
 
 
