@@ -152,9 +152,8 @@ def invite(
 
     from app.adapters.agent.crypto import CRYPTO
     from app.adapters.db.agent_store import SqlAgentStore
-    from app.api.routes.agent import join_link
     from app.domain.errors import InvalidInput
-    from app.services.agent.invitations import HostInvitations
+    from app.services.agent.invitations import HostInvitations, join_link
 
     try:
         if not link_base.startswith(("http://", "https://")) or any(c in link_base for c in " #?"):

@@ -481,9 +481,8 @@ class AgentLab:
         from app.adapters.agent.crypto import CRYPTO
         from app.adapters.db.agent_store import SqlAgentStore
         from app.adapters.db.engine import make_session_factory
-        from app.api.routes.agent import join_link
         from app.bootstrap import engine_for
-        from app.services.agent.invitations import HostInvitations
+        from app.services.agent.invitations import HostInvitations, join_link
         from app.settings import Settings
 
         if not self.state_file.exists():

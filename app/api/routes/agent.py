@@ -31,6 +31,7 @@ from app.services.agent.invitations import (
     INVITATION_MAX_TTL,
     InvitationRefused,
     invitation_link_id,
+    join_link,
 )
 from app.services.agent.target import Outcome, TargetAgent
 from app.web.deps import Principal, UserIdPath, in_worker_thread, require
@@ -44,7 +45,6 @@ __all__ = [
     "RedeemIn",
     "answer_body",
     "handle_message",
-    "join_link",
     "refusal_kind",
     "refused_in_bulk",
     "router",
@@ -397,12 +397,6 @@ class RedeemIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     body: Annotated[str, Field(min_length=2, max_length=1024)]
     signature: Annotated[str, Field(min_length=86, max_length=86, pattern=r"^[A-Za-z0-9_-]+$")]
-
-
-def join_link(base: str, secret: str) -> str:
-    """The link an invitation is opened with: the phone's page, the secret in the fragment (a
-    browser never sends a fragment, so it reaches no log and no referrer)."""
-    return f"{base.rstrip('/')}/ui/join#i={secret}"
 
 
 _NO_STORE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}

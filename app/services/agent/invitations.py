@@ -41,6 +41,7 @@ __all__ = [
     "InvitationRefused",
     "Redeemed",
     "invitation_link_id",
+    "join_link",
     "take_grant",
 ]
 
@@ -307,3 +308,9 @@ def take_grant(transaction: AgentRequest, user: EnrolledUser, *, platform: str |
         if transaction.spend_grant(grant.invitation_id, datetime.fromtimestamp(now, UTC)):
             return grant.invitation_id
     raise AgentRejected(f"no device enrolment granted: user={user.user_id} platform={platform}")
+
+
+def join_link(base: str, secret: str) -> str:
+    """The link an invitation is opened with: the phone's page, the secret in the fragment (a
+    browser never sends a fragment, so it reaches no log and no referrer)."""
+    return f"{base.rstrip('/')}/ui/join#i={secret}"

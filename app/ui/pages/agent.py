@@ -143,7 +143,7 @@ def invite(request: Request, who: AgentWriter, form: FormDep) -> Response:
     keeps only its secret's SHA-256)."""
     import segno
 
-    from app.api.routes.agent import join_link
+    from app.services.agent.invitations import join_link
 
     host = _host(request)
     if host is None:
