@@ -15,13 +15,14 @@ the headings of docs/configuration.md. :class:`Settings` inherits them all, so e
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 from importlib.resources import files
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal, Self, TypeVar
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = [
@@ -59,11 +60,20 @@ SHIPPED_POLICIES_DIR = _shipped("policies")
 MIGRATIONS_DIR = _shipped("migrations")
 
 
-def _comma_list(value: object) -> object:
-    """A comma-separated value from the environment, as a list of its non-empty parts."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    return value
+def _comma_list(value: object, *, spaces: bool = False) -> object:
+    """A comma-separated value from the environment (with ``spaces``, separated by white space
+    too), as a list of its non-empty parts; a value that is not text, as it is."""
+    if not isinstance(value, str):
+        return value
+    parts = value.replace(",", " ").split() if spaces else value.split(",")
+    return [part.strip() for part in parts if part.strip()]
+
+
+_T = TypeVar("_T")
+#: A list that the environment gives as one comma-separated value (not JSON).
+_CommaList = Annotated[list[_T], NoDecode, BeforeValidator(_comma_list)]
+#: The same, its parts separated by commas or white space.
+_WordList = Annotated[list[_T], NoDecode, BeforeValidator(functools.partial(_comma_list, spaces=True))]
 
 
 class _Section(BaseSettings):
@@ -121,7 +131,7 @@ class ConnectionSettings(_Section):
                     "next is answered 503 with Retry-After and closed. The address is the socket's peer: "
                     "trusted_proxies and loopback addresses (a proxy on the same host) are not counted. Applies "
                     "with max_connections above 0; 0: no limit")
-    trusted_proxies: Annotated[list[str], NoDecode] = Field(
+    trusted_proxies: _CommaList[str] = Field(
         default=[], description="addresses or networks of the reverse proxies whose forwarded header names the "
         "client (comma-separated in the environment); none by default: the peer's address is the client's")
     forwarded_header: Literal["x-forwarded-for", "forwarded"] = Field(
@@ -181,11 +191,6 @@ class ConnectionSettings(_Section):
         keep the cores busy with many set-ups at once (docs/performance.md, "How many set-ups
         at once")."""
         return self.max_writes_in_flight or max(1, self.worker_threads // 2)
-
-    @field_validator("trusted_proxies", mode="before")
-    @classmethod
-    def _proxies_split(cls, value: object) -> object:
-        return _comma_list(value)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -364,30 +369,27 @@ class ConsoleSettings(_Section):
     ui_session_ttl: int = Field(
         default=8 * 3600, ge=60, le=7 * 86400,
         description="seconds a console sign-in lasts (never longer than its token)")
-    console_origins: Annotated[list[str], NoDecode] = Field(
+    console_origins: _CommaList[str] = Field(
         default=[], description="origins (scheme://host[:port], comma-separated in the environment) a browser may "
         "post the console's sign-in form from besides the one the request itself names (its scheme and Host "
         "header): the console's public address when a reverse proxy rewrites Host; a sign-in whose Origin is "
         "neither is 403")
 
-    @field_validator("console_origins", mode="before")
+    @field_validator("console_origins")
     @classmethod
-    def _console_origins(cls, value: object) -> object:
+    def _console_origins(cls, value: list[str]) -> list[str]:
         from urllib.parse import urlsplit  # only this validator parses URLs
 
-        items = [p.strip() for p in value.split(",") if p.strip()] if isinstance(value, str) else value
-        if not isinstance(items, list):
-            return value
         origins = []
-        for item in items:
-            parts = urlsplit(str(item))
+        for item in value:
+            parts = urlsplit(item)
             try:
                 port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
             except ValueError:
                 port = None
             if parts.scheme.lower() not in ("http", "https") or not parts.hostname or port is None or (
                     parts.path not in ("", "/") or parts.query or parts.fragment or parts.username):
-                raise ValueError(f"console_origins: {str(item)[:64]!r} is not an origin (scheme://host[:port])")
+                raise ValueError(f"console_origins: {item[:64]!r} is not an origin (scheme://host[:port])")
             host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
             origins.append(f"{parts.scheme.lower()}://{host}:{port}")
         return origins
@@ -435,7 +437,7 @@ class OidcSettings(_Section):
     oidc_provider_name: str | None = Field(
         default=None, max_length=40, description="the provider's name on the sign-in button (default: the "
         "issuer's host)")
-    oidc_request_scopes: Annotated[list[str], NoDecode] = Field(
+    oidc_request_scopes: _WordList[str] = Field(
         default=["openid", "email", "profile"], description="the OpenID scopes asked of the provider "
         "(comma-separated in the environment; openid among them)")
     oidc_session_ttl: int | None = Field(
@@ -480,12 +482,10 @@ class OidcSettings(_Section):
             raise ValueError("QOSS_OIDC_ISSUER is not set")
         return value
 
-    @field_validator("oidc_request_scopes", mode="before")
+    @field_validator("oidc_request_scopes")
     @classmethod
-    def _oidc_request_scopes(cls, value: object) -> object:
-        if isinstance(value, str):
-            value = [part for part in value.replace(",", " ").split() if part]
-        if isinstance(value, list) and "openid" not in value:
+    def _oidc_request_scopes(cls, value: list[str]) -> list[str]:
+        if "openid" not in value:
             raise ValueError("openid must be among them")
         return value
 
@@ -540,7 +540,7 @@ class TuningSettings(_Section):
         "statements on the DBAPI cursor, agent and peer HTTP on kept sockets); false: each through its library's "
         "public API, "
         "slower (docs/performance.md)")
-    memory_release: Annotated[list[Literal["threads", "pool", "trim"]], NoDecode] = Field(
+    memory_release: _CommaList[Literal["threads", "pool", "trim"]] = Field(
         default=["threads", "pool", "trim"], description="what the process gives back after a burst, once no "
         "request has come for memory_release_after seconds (comma-separated in the environment; 'off' or empty: "
         "nothing): the idle worker threads end (threads), the pooled database connections are closed (pool), "
@@ -551,9 +551,8 @@ class TuningSettings(_Section):
 
     @field_validator("memory_release", mode="before")
     @classmethod
-    def _memory_release_split(cls, value: object) -> object:
-        value = _comma_list(value)
-        return [] if value == ["off"] else value  # its word for none
+    def _memory_release_off(cls, value: object) -> object:
+        return [] if _comma_list(value) == ["off"] else value  # its word for none
 
 
 class Settings(
