@@ -33,6 +33,7 @@ __all__ = [
     "RatingsWriter",
     "TunnelsWriter",
     "changed_by",
+    "confirm_revert_page",
     "console_router",
     "failed",
     "form_revision",
@@ -139,6 +140,23 @@ def history_page(who: Console, name: str, history: list[dict[str, Any]], *, base
                                    "events": f"{kind}.revision {kind}.deleted",
                                    "section": section, "can_revert": can_revert, "by_algorithm": by_algorithm,
                                    "revisions": list(reversed(history))})
+
+
+def confirm_revert_page(request: Request, who: Console, uow: UnitOfWork, settings: Settings, *, section: str,
+                        name: str, revision: int, current: int, changes: list[dict[str, Any]],
+                        by_algorithm: bool) -> Response:
+    """Ask before going back to ``revision`` of a table (``section`` "tables") or a policy: what it
+    changes against the ``current`` revision, which the form names, and the impact of the revert
+    made in ``uow`` (:func:`impact_of`: rolled back, nothing kept)."""
+    base = f"/ui/{section}/{name}"
+    return page("confirm.html", {
+        "console": who, "section": section, "title": f"Revert {name} to revision {revision}?",
+        "message": f"{name} becomes as it was in revision {revision}: a new revision {current + 1}, "
+                   f"the history kept. Against revision {current}, the current one:",
+        "changes": changes, "by_algorithm": by_algorithm,
+        "action": f"{base}/revert", "fields": {"revision": revision, "expected": current},
+        "button": f"Revert to revision {revision}", "cancel": f"{base}/revisions",
+        "impact": impact_of(request, uow, settings)})
 
 
 #: What the service does, once an edit is saved, with a tunnel still compliant but with another choice.

@@ -20,6 +20,7 @@ from app.ui.pages.common import (
     Name,
     PoliciesWriter,
     changed_by,
+    confirm_revert_page,
     console_router,
     failed,
     form_revision,
@@ -228,14 +229,9 @@ def confirm_revert_policy(name: Name, request: Request, who: ConsoleDep, uow: Un
     needs(who, "policies:write")
     current, at = policy_svc.get_policy(uow=uow, name=name)
     reverted, _ = policy_svc.revert_policy(uow=uow, name=name, revision=revision, expected_revision=at, author=actor)
-    return page("confirm.html", {
-        "console": who, "section": "policies", "title": f"Revert {name} to revision {revision}?",
-        "message": f"{name} becomes as it was in revision {revision}: a new revision {at + 1}, the history kept. "
-                   f"Against revision {at}, the current one:",
-        "changes": diff_policies(current.as_dict(), reverted.as_dict()), "by_algorithm": False,
-        "action": f"/ui/policies/{name}/revert", "fields": {"revision": revision, "expected": at},
-        "button": f"Revert to revision {revision}", "cancel": f"/ui/policies/{name}/revisions",
-        "impact": impact_of(request, uow, settings)})
+    return confirm_revert_page(request, who, uow, settings, section="policies", name=name, revision=revision,
+                               current=at, changes=diff_policies(current.as_dict(), reverted.as_dict()),
+                               by_algorithm=False)
 
 
 @router.post("/policies/{name}/revert")

@@ -29,6 +29,7 @@ from app.ui.pages.common import (
     Keyword,
     RatingsWriter,
     changed_by,
+    confirm_revert_page,
     console_router,
     failed,
     form_revision,
@@ -379,15 +380,9 @@ def confirm_revert(name: TableName, request: Request, who: ConsoleDep, uow: Unit
     current = svc.get_table(uow=uow, name=name)
     reverted = svc.revert_table(uow=uow, name=name, revision=revision, expected_revision=current.revision,
                                 author=actor)
-    changes = diff_tables(current.as_dict(), reverted.as_dict())
-    return page("confirm.html", {
-        "console": who, "section": "tables", "title": f"Revert {name} to revision {revision}?",
-        "message": f"{name} becomes as it was in revision {revision}: a new revision {current.revision + 1}, "
-                   f"the history kept. Against revision {current.revision}, the current one:",
-        "changes": changes, "by_algorithm": True,
-        "action": f"/ui/tables/{name}/revert", "fields": {"revision": revision, "expected": current.revision},
-        "button": f"Revert to revision {revision}", "cancel": f"/ui/tables/{name}/revisions",
-        "impact": impact_of(request, uow, settings)})
+    return confirm_revert_page(request, who, uow, settings, section="tables", name=name, revision=revision,
+                               current=current.revision, changes=diff_tables(current.as_dict(), reverted.as_dict()),
+                               by_algorithm=True)
 
 
 @router.post("/tables/{name}/revert")
