@@ -445,19 +445,8 @@ class Rekeyer:
         close_old = move(record=record, initiator=initiator, responder=responder, old=old, new=impact.result,
                          vici=self._vici)
         detail = f"moved from {_shown(old)} to {_shown(impact.result)} ({impact.kind}: {cause})"
-        with self._units() as uow:
-            uow.tunnels.set_negotiation(record.id, impact.result.as_dict(), origin, detail[:500])
-            uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),
-                                                          "new": dict(impact.new or {})}, scope="tunnels:read")
-            uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
-                             source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
-                             detail=detail[:200])
-            uow.commit()
-        self._close_later(close_old)
-        self.moved += 1
-        self._metrics.count("qoss_rekey_moves_total", outcome="moved")
-        self._metrics.observe("qoss_rekey_move_seconds", time.monotonic() - started)
-        log.info("tunnel %s %s", impact.tunnel, detail)
+        self._moved(impact, cause, record=record, negotiation=impact.result.as_dict(), origin=origin,
+                    new=dict(impact.new or {}), detail=detail, close_old=close_old, started=started)
 
     def _move_peered(self, impact: Impact, cause: str) -> None:
         """Move a tunnel with a peer to what both sides now accept (the peer agrees or nothing changes)."""
@@ -472,10 +461,18 @@ class Rekeyer:
         site = record.peer.site if record.peer is not None else None
         detail = f"moved from {old.proposals['esp']} to {new.proposals['esp']} with {site} ({impact.kind}: {cause})"
         origin = {k: v for k, v in (record.provenance or {}).items() if k != "moving"}
+        self._moved(impact, cause, record=record, negotiation=new.as_dict(), origin=origin,
+                    new=_suite(new.as_dict()), detail=detail, close_old=close_old, started=started)
+
+    def _moved(self, impact: Impact, cause: str, *, record: TunnelRecord, negotiation: Mapping[str, Any],
+               origin: Mapping[str, Any] | None, new: Mapping[str, Any], detail: str,
+               close_old: Callable[[], None], started: float) -> None:
+        """Record a tunnel moved to ``negotiation`` (its record, the ``tunnel.moved`` event with
+        the ``new`` suite, the audit entry), close its old SAs after the drain time, and count it."""
         with self._units() as uow:
-            uow.tunnels.set_negotiation(record.id, new.as_dict(), origin, detail[:500])
+            uow.tunnels.set_negotiation(record.id, negotiation, origin, detail[:500])
             uow.events.append("tunnel.moved", record.id, {"kind": impact.kind, "cause": cause, "old": dict(impact.old),
-                                                          "new": _suite(new.as_dict())}, scope="tunnels:read")
+                                                          "new": new}, scope="tunnels:read")
             uow.audit.append(request_id=f"rekey-{secrets.token_hex(6)}", token_id=None, token_name=None, scopes=[],
                              source="local", action="POST", object=f"/v1/tunnels/{record.id}", outcome=200,
                              detail=detail[:200])
