@@ -14,13 +14,13 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.unit_of_work import sql_units_of_work
-from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.domain.tunnels import TunnelRecord, TunnelState
 from app.main import create_app
 from app.settings import Settings
 from tests.api.test_peering_messages import Calls, _offer, _register, _sealed
 from tests.api.test_tunnels_fast_path import _audit, _entries, _seen
+from tests.fixtures.peering import site_b_app
+from tests.fixtures.tunnel_records import unit_on
 
 pytestmark = pytest.mark.anyio
 
@@ -54,26 +54,13 @@ async def limited_twins(settings: Settings, admin_token: str, monkeypatch: pytes
 @contextlib.asynccontextmanager
 async def _twins(settings: Settings, admin_token: str, monkeypatch: pytest.MonkeyPatch,
                  **limits: Any) -> AsyncIterator[Twins]:
-    engine = make_engine(settings.database_url)
-    try:
-        with sql_units_of_work(make_session_factory(engine))() as uow:
-            uow.gateways.create(Gateway(name="gw-b", vici_socket="/run/qoss/none.vici", ike_address="10.99.0.2",
-                                        identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
-                                        algorithms=frozenset({"aes128gcm16", "x25519", "prfsha256"})))
-            uow.commit()
-    finally:
-        engine.dispose()
     entered = _entries(monkeypatch)
     calls = Calls()
-    app = create_app(settings.model_copy(update={"peer_name": "site-b", "monitor_tunnels": False,
-                                                 "reconcile_on_start": False, "sa_reports": False, **limits}),
-                     vici_factory=calls)
-
-    async def full_stack(scope: Scope, receive: Receive, send: Send) -> None:
-        await FastAPI.__call__(app, scope, receive, send)
-
     headers = {"Authorization": f"Bearer {admin_token}"}
-    async with app.router.lifespan_context(app), _from(app, headers) as admin:
+    async with site_b_app(settings, vici_factory=calls, **limits) as app, _from(app, headers) as admin:
+        async def full_stack(scope: Scope, receive: Receive, send: Send) -> None:
+            await FastAPI.__call__(app, scope, receive, send)
+
         yield app, full_stack, admin, entered, calls
 
 
@@ -172,16 +159,11 @@ async def test_with_the_fast_paths_off_every_message_takes_the_full_stack(settin
 async def test_an_offer_for_a_tunnel_id_this_side_has_is_refused_with_nothing_loaded(
         twins: Twins, settings: Settings) -> None:
     identity = await _register(twins[2])
-    engine = make_engine(settings.database_url)
-    try:
-        with sql_units_of_work(make_session_factory(engine))() as uow:
-            for tunnel_id in ("abc123", "abc124"):
-                uow.tunnels.add(TunnelRecord(id=tunnel_id, initiator="gw-b", responder="gw-b",
-                                             local_ts=("10.2.0.0/24",), remote_ts=("10.1.0.1/32",),
-                                             state=TunnelState.UP, negotiation={}))
-            uow.commit()
-    finally:
-        engine.dispose()
+    with unit_on(settings.database_url) as uow:
+        for tunnel_id in ("abc123", "abc124"):
+            uow.tunnels.add(TunnelRecord(id=tunnel_id, initiator="gw-b", responder="gw-b", local_ts=("10.2.0.0/24",),
+                                         remote_ts=("10.1.0.1/32",), state=TunnelState.UP, negotiation={}))
+        uow.commit()
     a, _ = await _both(twins, "taken", lambda i: _sealed(identity, _offer(tunnel_id=f"abc12{3 + i}")),
                        fast_path=True)
     assert a.status_code == 403, a.text

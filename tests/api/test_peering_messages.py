@@ -14,12 +14,10 @@ import pytest
 from fastapi import FastAPI
 
 from app.adapters.agent.crypto import KeyPair, PublicKeys
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.agent import Kind, canonical
-from app.domain.tunnels import Gateway
 from app.main import create_app
 from app.settings import Settings
+from tests.fixtures.peering import site_b_app
 
 pytestmark = pytest.mark.anyio
 
@@ -42,19 +40,8 @@ class Calls:
 
 @pytest.fixture
 async def site_b(settings: Settings, admin_token: str) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient, Calls]]:
-    engine = make_engine(settings.database_url)
-    try:
-        with sql_units_of_work(make_session_factory(engine))() as uow:
-            uow.gateways.create(Gateway(name="gw-b", vici_socket="/run/qoss/none.vici", ike_address="10.99.0.2",
-                                        identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
-                                        algorithms=frozenset({"aes128gcm16", "x25519", "prfsha256"})))
-            uow.commit()
-    finally:
-        engine.dispose()
     calls = Calls()
-    quiet = {"peer_name": "site-b", "monitor_tunnels": False, "reconcile_on_start": False, "sa_reports": False}
-    app = create_app(settings.model_copy(update=quiet), vici_factory=calls)
-    async with app.router.lifespan_context(app), asgi_client(app, admin_token) as c:
+    async with site_b_app(settings, vici_factory=calls) as app, asgi_client(app, admin_token) as c:
         yield app, c, calls
 
 

@@ -7,10 +7,11 @@ confirmed. Site B's app in-process, its gateway a fake charon speaking VICI."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,15 @@ from app.adapters.peering import peering_keys
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import AgentRejected, Kind, b64e, canonical
 from app.domain.errors import Conflict, GatewayError, QossError, TunnelVerificationFailed, UnsupportedProtection
-from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
-from app.main import create_app
+from app.domain.ports import UnitOfWorkFactory
+from app.domain.tunnels import PeerEnd, TunnelRecord, TunnelState
 from app.services.peering import Peering, PeeringConfig
 from app.services.rekey import Rekeyer, assess_one
 from app.services.tunnels import negotiate_tunnel
 from app.settings import Settings
 from tests.fakes.fake_charon import FakeCharon
+from tests.fixtures.peering import site_b_app
+from tests.fixtures.tunnel_records import unit_on
 
 pytestmark = pytest.mark.anyio
 
@@ -55,38 +58,45 @@ def _tunnel(uow: Any, tunnel_id: str, site: str) -> TunnelRecord:
 async def site_b(settings: Settings, admin_token: str, tmp_path: Path
                  ) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient, FakeCharon, dict[str, Any]]]:
     with FakeCharon(tmp_path / "charon.vici") as fake:
-        engine = make_engine(settings.database_url)
-        try:
-            with sql_units_of_work(make_session_factory(engine))() as uow:
-                uow.gateways.create(Gateway(name="gw-b", vici_socket=str(fake.socket_path), ike_address="10.99.0.2",
-                                            identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
-                                            algorithms=frozenset({"aes128gcm16", "aes256gcm16", "chacha20poly1305",
-                                                                  "x25519", "prfsha256", "ppk"})))
-                uow.commit()
-        finally:
-            engine.dispose()
-        quiet = {"peer_name": "site-b", "monitor_tunnels": False, "reconcile_on_start": False, "sa_reports": False,
-                 "rekey": False}
-        app = create_app(settings.model_copy(update=quiet), vici_factory=lambda path: ViciGateway(path, 5.0, pool=None))
+        algorithms = frozenset({"aes128gcm16", "aes256gcm16", "chacha20poly1305", "x25519", "prfsha256", "ppk"})
         headers = {"Authorization": f"Bearer {admin_token}"}
-        async with app.router.lifespan_context(app), httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://q.test", headers=headers) as c:
+        async with (site_b_app(settings, vici_factory=_vici, vici_socket=str(fake.socket_path), algorithms=algorithms,
+                               rekey=False) as app,
+                    httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://q.test",
+                                      headers=headers) as c):
             for name, keys in (("site-a", _A), ("site-c", _C)):
                 r = await c.post("/v1/peers", json={
                     "name": name, "url": "http://127.0.0.1:9", "sign_public_key": b64e(keys.public.sign),
                     "kem_public_key": b64e(keys.public.kem), "gateways": ["gw-b"], "networks": ["10.2.0.0/24"],
                     "min_levels": {"confidentiality": 5}})
                 assert r.status_code == 201, r.text
-            engine = make_engine(settings.database_url)
-            try:
-                with sql_units_of_work(make_session_factory(engine))() as uow:
-                    uow.tunnels.add(_tunnel(uow, "t-a", "site-a"))
-                    uow.tunnels.add(_tunnel(uow, "t-c", "site-c"))
-                    uow.commit()
-            finally:
-                engine.dispose()
+            with unit_on(settings.database_url) as uow:
+                uow.tunnels.add(_tunnel(uow, "t-a", "site-a"))
+                uow.tunnels.add(_tunnel(uow, "t-c", "site-c"))
+                uow.commit()
             identity = (await c.get("/v1/peering/identity")).json()
             yield app, c, fake, identity
+
+
+def _vici(path: str) -> ViciGateway:
+    """gw-b's charon: the fake one, reached over its socket."""
+    return ViciGateway(path, 5.0, pool=None)
+
+
+@contextlib.contextmanager
+def _units(settings: Settings) -> Iterator[UnitOfWorkFactory]:
+    """Units of work on site B's database, its engine disposed after."""
+    engine = make_engine(settings.database_url)
+    try:
+        yield sql_units_of_work(make_session_factory(engine))
+    finally:
+        engine.dispose()
+
+
+def _peering(units: UnitOfWorkFactory, link: Any) -> Peering:
+    """Site B's peering on ``units``, reaching its peers through ``link``."""
+    return Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"), units=units,
+                   vici=_vici, link=link, keys=peering_keys, crypto=CRYPTO)
 
 
 def _move(**changes: Any) -> dict[str, Any]:
@@ -210,24 +220,33 @@ async def test_a_move_never_confirmed_goes_back_to_the_old_proposals_by_itself(s
     assert record["proposals"]["esp"] == before
 
 
-class _SiteA:
-    """Site A as this side's link to it: opens what B sends, answers each move with its first suite
-    and IKE proposal and acknowledges the rest, and keeps every message it got."""
+class _Answers:
+    """A peer as this side's link to it: opens what B sends, answers each move with its first suite
+    and IKE proposal and ``ppk`` (None: none), sealed hybrid (``hybrid``) or with X25519 alone, and
+    acknowledges the rest; keeps every message it got."""
 
-    def __init__(self, b_kem: bytes) -> None:
-        self.b_kem = b_kem
+    def __init__(self, keys: KeyPair, name: str, identity: dict[str, Any], *, hybrid: bool = False,
+                 ppk: tuple[str, bytes] | None = None) -> None:
+        b = PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"],
+                                 identity["mlkem_public_key"] if hybrid else None)
+        self.keys, self.name = keys, name
+        self.b_kem, self.b_mlkem = b.kem, b.mlkem
+        self.ppk = ppk
         self.got: list[tuple[Kind, dict[str, Any]]] = []
 
     def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
-        kind, body, _ = _A.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
+        kind, body, _ = self.keys.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
         doc = json.loads(body)
         self.got.append((kind, doc))
-        head = {"tunnel_id": doc["tunnel_id"], "sender": "site-a", "timestamp": int(time.time()),
+        head = {"tunnel_id": doc["tunnel_id"], "sender": self.name, "timestamp": int(time.time()),
                 "nonce": secrets.token_urlsafe(18)}
-        if kind is Kind.PEER_MOVE:
-            answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10}
-            return 200, _A.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer), recipient=self.b_kem)
-        return 200, _A.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
+        if kind is not Kind.PEER_MOVE:
+            return 200, self.keys.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
+        answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10,
+                  **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
+        return 200, self.keys.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer),
+                                   recipient=self.b_kem, recipient_mlkem=self.b_mlkem,
+                                   post_quantum=self.b_mlkem is not None)
 
 
 @pytest.mark.parametrize("initiate", ["refused", "no new SA"])
@@ -238,17 +257,9 @@ async def test_a_move_that_fails_on_this_side_goes_back_on_both_and_changes_no_r
     if initiate == "refused":
         fake.fail("initiate", "establishing CHILD_SA failed")
     # else: charon says yes, but no new CHILD_SA shows: this side's check refuses it.
-    site_a = _SiteA(PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem)
-    engine = make_engine(settings.database_url)
-    try:
-        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
-                          units=sql_units_of_work(make_session_factory(engine)),
-                          vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_a, keys=peering_keys,
-                          crypto=CRYPTO)
-        with pytest.raises((GatewayError, TunnelVerificationFailed)):
-            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-a")
-    finally:
-        engine.dispose()
+    site_a = _Answers(_A, "site-a", identity)
+    with _units(settings) as units, pytest.raises((GatewayError, TunnelVerificationFailed)):
+        await asyncio.to_thread(_peering(units, site_a).move_tunnel, tunnel_id="t-a")
     assert [k for k, _ in site_a.got] == [Kind.PEER_MOVE, Kind.PEER_MOVED]
     assert site_a.got[1][1]["up"] is False  # A was told to go back
     assert set(site_a.got[0][1]) == {"tunnel_id", "sender", "timestamp", "nonce", "suites", "ikes"}  # ranks only
@@ -273,12 +284,9 @@ async def test_the_rekeyer_moves_a_peered_tunnel_only_below_this_sides_minimums(
         site_b: Any, settings: Settings) -> None:
     _, c, _, _ = site_b
     revision = (await c.get("/v1/rating-tables/standards-2026")).json()["revision"]
-    engine = make_engine(settings.database_url)
-    try:
-        units = sql_units_of_work(make_session_factory(engine))
+    with _units(settings) as units:
         mover = _Mover()
-        rekeyer = Rekeyer(units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None),
-                          default_table="standards-2026", cheaper="now", peering=mover)
+        rekeyer = Rekeyer(units=units, vici=_vici, default_table="standards-2026", cheaper="now", peering=mover)
         try:
             with units() as uow:  # t-c now runs on a dearer suite than this side would choose: still good enough
                 record = uow.tunnels.get("t-c")
@@ -303,8 +311,6 @@ async def test_the_rekeyer_moves_a_peered_tunnel_only_below_this_sides_minimums(
             assert "not moved: not moved in this test" in record_a["detail"]
         finally:
             rekeyer.stop()
-    finally:
-        engine.dispose()
 
 
 def _asking_for_post_quantum(units: Any, tunnel_id: str) -> None:
@@ -320,18 +326,11 @@ def _asking_for_post_quantum(units: Any, tunnel_id: str) -> None:
 async def test_a_move_onto_a_ppk_with_a_peer_without_an_mlkem_key_is_refused_before_anything_is_sent(
         site_b: Any, settings: Settings) -> None:
     _, _, fake, identity = site_b
-    engine = make_engine(settings.database_url)
-    try:
-        units = sql_units_of_work(make_session_factory(engine))
+    site_a = _Answers(_A, "site-a", identity)
+    with _units(settings) as units:
         _asking_for_post_quantum(units, "t-a")
-        site_a = _SiteA(PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem)
-        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
-                          units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_a,
-                          keys=peering_keys, crypto=CRYPTO)
         with pytest.raises(UnsupportedProtection, match="site-a registered no ML-KEM-768 key"):
-            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-a")
-    finally:
-        engine.dispose()
+            await asyncio.to_thread(_peering(units, site_a).move_tunnel, tunnel_id="t-a")
     assert site_a.got == []
     assert fake.count("load-conn") == 0
 
@@ -345,38 +344,9 @@ async def _site_d(c: httpx.AsyncClient, settings: Settings) -> None:
                                         "gateways": ["gw-b"], "networks": ["10.2.0.0/24"],
                                         "min_levels": {"confidentiality": 5}})
     assert r.status_code == 201, r.text
-    engine = make_engine(settings.database_url)
-    try:
-        with sql_units_of_work(make_session_factory(engine))() as uow:
-            uow.tunnels.add(_tunnel(uow, "t-d", "site-d"))
-            uow.commit()
-    finally:
-        engine.dispose()
-
-
-class _PpkAnswers:
-    """Site D as this side's link to it: answers a move with its first suite and IKE proposal and
-    ``ppk`` (None: none), sealed hybrid or with X25519 alone, and keeps every message it got."""
-
-    def __init__(self, identity: dict[str, Any], *, ppk: tuple[str, bytes] | None, hybrid: bool = True) -> None:
-        keys = PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"],
-                                    identity["mlkem_public_key"])
-        self.b_kem, self.b_mlkem = keys.kem, keys.mlkem if hybrid else None
-        self.ppk = ppk
-        self.got: list[tuple[Kind, dict[str, Any]]] = []
-
-    def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
-        kind, body, _ = _D.open_sealed(data, kinds=[Kind.PEER_MOVE, Kind.PEER_MOVED, Kind.PEER_TEARDOWN])
-        doc = json.loads(body)
-        self.got.append((kind, doc))
-        head = {"tunnel_id": doc["tunnel_id"], "sender": "site-d", "timestamp": int(time.time()),
-                "nonce": secrets.token_urlsafe(18)}
-        if kind is not Kind.PEER_MOVE:
-            return 200, _D.seal(kind=Kind.PEER_ACK, to="site-b", body=canonical(head), recipient=self.b_kem)
-        answer = {**head, "chosen": 0, "ike": 0, "expires": int(time.time()) + 10,
-                  **({"ppk_id": self.ppk[0], "ppk": self.ppk[1].hex()} if self.ppk is not None else {})}
-        return 200, _D.seal(kind=Kind.PEER_MOVE_ANSWER, to="site-b", body=canonical(answer), recipient=self.b_kem,
-                            recipient_mlkem=self.b_mlkem, post_quantum=self.b_mlkem is not None)
+    with unit_on(settings.database_url) as uow:
+        uow.tunnels.add(_tunnel(uow, "t-d", "site-d"))
+        uow.commit()
 
 
 @pytest.mark.parametrize(("ppk", "hybrid", "says"), [
@@ -388,18 +358,11 @@ async def test_a_move_onto_a_ppk_takes_no_answer_without_one_or_not_sealed_hybri
     _, c, fake, identity = site_b
     await _site_d(c, settings)
     before = await _esp(c, "t-d")
-    engine = make_engine(settings.database_url)
-    try:
-        units = sql_units_of_work(make_session_factory(engine))
+    site_d = _Answers(_D, "site-d", identity, hybrid=hybrid, ppk=ppk)
+    with _units(settings) as units:
         _asking_for_post_quantum(units, "t-d")
-        site_d = _PpkAnswers(identity, ppk=ppk, hybrid=hybrid)
-        peering = Peering(config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"),
-                          units=units, vici=lambda path: ViciGateway(path, 5.0, pool=None), link=site_d,
-                          keys=peering_keys, crypto=CRYPTO)
         with pytest.raises(QossError, match=says):
-            await asyncio.to_thread(peering.move_tunnel, tunnel_id="t-d")
-    finally:
-        engine.dispose()
+            await asyncio.to_thread(_peering(units, site_d).move_tunnel, tunnel_id="t-d")
     assert site_d.got[0][1]["post_quantum"] == ["ppk"]  # the move asked for one
     if ppk is None:  # an answer that checked out: D is told the move is given up
         assert [(k, d.get("up")) for k, d in site_d.got[1:]] == [(Kind.PEER_MOVED, False)]
@@ -482,12 +445,8 @@ async def test_when_both_sides_move_a_tunnel_at_once_the_lesser_names_move_goes_
     _, c, fake, identity = site_b
     crossing = _Crossing(keys, name, PublicKeys.from_text(identity["sign_public_key"], identity["kem_public_key"]).kem,
                          tunnel_id)
-    engine = make_engine(settings.database_url)
-    try:
-        units = sql_units_of_work(make_session_factory(engine))
-        peering = crossing.peering = Peering(
-            config=PeeringConfig(name="site-b", timeout=3, default_table="standards-2026"), units=units,
-            vici=lambda path: ViciGateway(path, 5.0, pool=None), link=crossing, keys=peering_keys, crypto=CRYPTO)
+    with _units(settings) as units:
+        peering = crossing.peering = _peering(units, crossing)
         with pytest.raises(QossError):  # B's move: refused by site-a, or (the fake charon) not up on B's side
             await asyncio.to_thread(peering.move_tunnel, tunnel_id=tunnel_id)
         record = (await c.get(f"/v1/tunnels/{tunnel_id}")).json()
@@ -500,24 +459,18 @@ async def test_when_both_sides_move_a_tunnel_at_once_the_lesser_names_move_goes_
         else:
             assert crossing.theirs == "refused"
             assert "moving" not in record["provenance"]
-    finally:
-        engine.dispose()
 
 
 async def test_an_edits_preview_moves_a_peered_tunnel_onto_a_ppk_unless_the_peer_has_no_mlkem_key(
         site_b: Any, settings: Settings) -> None:
     _, c, _, _ = site_b
     await _site_d(c, settings)
-    engine = make_engine(settings.database_url)
-    try:
-        units = sql_units_of_work(make_session_factory(engine))
+    with _units(settings) as units:
         for tunnel_id in ("t-a", "t-d"):
             _asking_for_post_quantum(units, tunnel_id)
         with units() as uow:
             with_mlkem = assess_one(uow, uow.tunnels.get("t-d"), default_table="standards-2026")
             without = assess_one(uow, uow.tunnels.get("t-a"), default_table="standards-2026")
-    finally:
-        engine.dispose()
     assert with_mlkem.kind == "noncompliant"
     assert with_mlkem.result is not None
     assert with_mlkem.result.suite.post_quantum == "ppk"  # it follows: the move asks site-d for a PPK

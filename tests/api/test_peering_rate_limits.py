@@ -13,14 +13,11 @@ import httpx
 import pytest
 
 from app.adapters.agent.crypto import KeyPair
-from app.adapters.db.engine import make_engine, make_session_factory
-from app.adapters.db.unit_of_work import sql_units_of_work
-from app.domain.tunnels import Gateway
-from app.main import create_app
 from app.services.peering import Peering
 from app.settings import Settings
 from tests.api.test_peering_messages import _A, Calls, _offer, _register, _sealed
 from tests.api.test_refusal_flood import ATTACKER, counted, rows
+from tests.fixtures.peering import site_b_app
 
 pytestmark = pytest.mark.anyio
 
@@ -35,20 +32,9 @@ async def site_b(settings: Settings, admin_token: str, *, full_stack: bool,
                  **limits: Any) -> AsyncIterator[tuple[Callable[[str], httpx.AsyncClient], dict[str, Any]]]:
     """Site B (``full_stack``: with ``fast_paths`` off) with site-a and site-c registered, under
     ``limits``; a client per source address, and B's identity. No message may reach a charon."""
-    engine = make_engine(settings.database_url)
-    try:
-        with sql_units_of_work(make_session_factory(engine))() as uow:
-            uow.gateways.create(Gateway(name="gw-b", vici_socket="/run/qoss/none.vici", ike_address="10.99.0.2",
-                                        identity="gw-b.qoss", inside_networks=("10.2.0.0/24",),
-                                        algorithms=frozenset({"aes128gcm16", "x25519", "prfsha256"})))
-            uow.commit()
-    finally:
-        engine.dispose()
     calls = Calls()
-    app = create_app(settings.model_copy(update={
-        "peer_name": "site-b", "monitor_tunnels": False, "reconcile_on_start": False, "sa_reports": False,
-        "fast_paths": not full_stack, **limits}), vici_factory=calls)
-    async with app.router.lifespan_context(app), contextlib.AsyncExitStack() as open_clients:
+    async with (site_b_app(settings, vici_factory=calls, fast_paths=not full_stack, **limits) as app,
+                contextlib.AsyncExitStack() as open_clients):
         def client(address: str) -> httpx.AsyncClient:
             made = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(address, 40_000)),
                                      base_url="http://q.test")
