@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
+from fastapi.types import DecoratedCallable
 
 from app.adapters import files
 from app.domain.ratings import RatingTable
@@ -55,35 +57,34 @@ def _out(table: RatingTable, response: Response) -> dict[str, Any]:
     return {**table.as_dict(), "revision": table.revision}
 
 
+def _creating(path: str) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """``POST path``: a change that makes a table, answered 201 with it (:func:`_created`)."""
+    return router.post(path, dependencies=_RATINGS_WRITE, status_code=201, response_model=RatingTableOut,
+                       responses=_ERRORS)
+
+
+def _created(table: RatingTable, request: Request, response: Response) -> dict[str, Any]:
+    """The answer of a :func:`_creating` route: the new table, its revision as ETag (counted)."""
+    count_revision(request, "rating_table")
+    return _out(table, response)
+
+
 @router.get("/rating-tables", dependencies=_READ)
 def list_tables(uow: ReadUnitDep) -> list[dict[str, Any]]:
     """Every table with its current revision."""
     return svc.list_tables(uow=uow)
 
 
-@router.post(
-    "/rating-tables",
-    dependencies=_RATINGS_WRITE,
-    status_code=201,
-    response_model=RatingTableOut,
-    responses=_ERRORS,
-)
+@_creating("/rating-tables")
 def create_table(
     body: RatingTableIn, uow: UnitDep, actor: ActorDep, response: Response, request: Request,
 ) -> dict[str, Any]:
     """Create a table (revision 1)."""
     table = svc.create_table(uow=uow, document=body.model_dump(exclude_none=True), author=actor)
-    count_revision(request, "rating_table")
-    return _out(table, response)
+    return _created(table, request, response)
 
 
-@router.post(
-    "/rating-tables/import",
-    dependencies=_RATINGS_WRITE,
-    status_code=201,
-    response_model=RatingTableOut,
-    responses=_ERRORS,
-)
+@_creating("/rating-tables/import")
 def import_table(
     request: Request,
     uow: UnitDep,
@@ -100,25 +101,17 @@ def import_table(
     """
     table = svc.import_table(uow=uow, table=files.parse_rating_table(text, format, name=name), fmt=format,
                              author=actor, expected_revision=revision)
-    count_revision(request, "rating_table")
-    return _out(table, response)
+    return _created(table, request, response)
 
 
-@router.post(
-    "/rating-tables/{name}/restore",
-    dependencies=_RATINGS_WRITE,
-    status_code=201,
-    response_model=RatingTableOut,
-    responses=_ERRORS,
-)
+@_creating("/rating-tables/{name}/restore")
 def restore_shipped_table(name: TableName, uow: UnitDep, actor: ActorDep, settings: SettingsDep, response: Response,
                           request: Request) -> dict[str, Any]:
     """Put the shipped table ``name`` (from the service's ``ratings/``) back at revision 1 after it
     was deleted: 404 if none is shipped by that name, 409 if the database has a table of that name."""
     table = svc.restore_shipped_table(uow=uow, tables=files.load_rating_tables(settings.ratings_dir), name=name,
                                       author=actor)
-    count_revision(request, "rating_table")
-    return _out(table, response)
+    return _created(table, request, response)
 
 
 @router.get("/rating-tables/{name}", dependencies=_READ, response_model=RatingTableOut, responses=_ERRORS)
