@@ -154,18 +154,25 @@ class Algorithms:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ChildSa:
-    """One CHILD_SA as ``list-sas`` reports it (byte and packet counters as ints)."""
+class _Sa:
+    """What ``list-sas`` reports alike of an IKE_SA and a CHILD_SA: its name, id, state and
+    algorithms (:func:`_sa_fields`)."""
 
     name: str
     uniqueid: int
     state: str
-    protocol: str
-    mode: str
     encr_alg: str | None
     encr_keysize: int | None
     integ_alg: str | None
     dh_group: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildSa(_Sa):
+    """One CHILD_SA as ``list-sas`` reports it (byte and packet counters as ints)."""
+
+    protocol: str
+    mode: str
     bytes_in: int
     bytes_out: int
     packets_in: int
@@ -180,19 +187,12 @@ class ChildSa:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class IkeSa:
+class IkeSa(_Sa):
     """One IKE_SA as ``list-sas`` reports it, with its CHILD_SAs."""
 
-    name: str
-    uniqueid: int
-    state: str
     local_host: str
     remote_host: str
-    encr_alg: str | None
-    encr_keysize: int | None
-    integ_alg: str | None
     prf_alg: str | None
-    dh_group: str | None
     children: tuple[ChildSa, ...]
     version: int | None = None
     local_id: str | None = None
@@ -281,18 +281,25 @@ def parse_algorithms(msg: Mapping[str, Any]) -> Algorithms:
     )
 
 
+def _sa_fields(msg: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The fields of :class:`_Sa` from a decoded IKE_SA or CHILD_SA section named ``name``."""
+    return {
+        "name": name,
+        "uniqueid": _int(msg, "uniqueid") or 0,
+        "state": _req_str(msg, "state"),
+        "encr_alg": _str(msg, "encr-alg"),
+        "encr_keysize": _int(msg, "encr-keysize"),
+        "integ_alg": _str(msg, "integ-alg"),
+        "dh_group": _str(msg, "dh-group"),
+    }
+
+
 def parse_child_sa(msg: Mapping[str, Any], key: str = "") -> ChildSa:
     """One decoded CHILD_SA section (``key`` is its section name, used if ``name`` is absent)."""
     return ChildSa(
-        name=_str(msg, "name") or key,
-        uniqueid=_int(msg, "uniqueid") or 0,
-        state=_req_str(msg, "state"),
+        **_sa_fields(msg, _str(msg, "name") or key),
         protocol=_req_str(msg, "protocol"),
         mode=_req_str(msg, "mode"),
-        encr_alg=_str(msg, "encr-alg"),
-        encr_keysize=_int(msg, "encr-keysize"),
-        integ_alg=_str(msg, "integ-alg"),
-        dh_group=_str(msg, "dh-group"),
         bytes_in=_int(msg, "bytes-in") or 0,
         bytes_out=_int(msg, "bytes-out") or 0,
         packets_in=_int(msg, "packets-in") or 0,
@@ -314,16 +321,10 @@ def parse_ike_sa(name: str, msg: Mapping[str, Any]) -> IkeSa:
         if isinstance(body, Mapping)
     )
     return IkeSa(
-        name=name,
-        uniqueid=_int(msg, "uniqueid") or 0,
-        state=_req_str(msg, "state"),
+        **_sa_fields(msg, name),
         local_host=_req_str(msg, "local-host"),
         remote_host=_req_str(msg, "remote-host"),
-        encr_alg=_str(msg, "encr-alg"),
-        encr_keysize=_int(msg, "encr-keysize"),
-        integ_alg=_str(msg, "integ-alg"),
         prf_alg=_str(msg, "prf-alg"),
-        dh_group=_str(msg, "dh-group"),
         children=children,
         version=_int(msg, "version"),
         local_id=_str(msg, "local-id"),
