@@ -58,13 +58,13 @@ from app.lab.network import guard_inside
 from app.lab.processes import (
     PRIVATE_UMASK,
     LabError,
+    LabRecord,
     open_private_log,
     private_dir,
     private_umask,
     processes_with_env,
     running_with_env,
-    stop_processes,
-    write_private,
+    stop_started,
 )
 
 __all__ = [
@@ -160,7 +160,8 @@ class AgentLab:
                  server_env: Mapping[str, str] | None = None, client_env: Mapping[str, str] | None = None,
                  startup_timeout: float = 60.0) -> None:
         self.state_dir = Path(state_dir).resolve()
-        recorded = self._load()
+        self._state = LabRecord(self.state_dir / "agent.json")
+        recorded = self._state.load()
         self.prefix = str(recorded.get("prefix", prefix))
         self.port = int(recorded.get("port", port))
         self.families = tuple(int(f) for f in recorded.get("families", families))
@@ -195,26 +196,12 @@ class AgentLab:
     @property
     def state_file(self) -> Path:
         """``state_dir/agent.json``."""
-        return self.state_dir / "agent.json"
+        return self._state.path
 
     @property
     def recorded(self) -> bool:
         """Whether a lab (or what is left of one) is recorded in ``state_dir``."""
         return self.state_file.exists() or self.lab.state_file.exists()
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            raw = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
-
-    def _save(self, state: Mapping[str, Any]) -> None:
-        private_dir(self.state_dir)
-        write_private(self.state_file, json.dumps(state, indent=2))
-
-    def _update(self, **changes: Any) -> None:
-        self._save({**self._load(), **changes})
 
     # -- where things are ---------------------------------------------------------------
 
@@ -261,13 +248,13 @@ class AgentLab:
 
     def record_user(self, user: str) -> None:
         """Record ``user`` among the lab's users (once)."""
-        users = self._load().get("users", [])
+        users = self._state.load().get("users", [])
         if user not in users:
-            self._update(users=[*users, user])
+            self._state.update(users=[*users, user])
 
     def server_pids(self) -> dict[str, int]:
         """Each running server's pid, by role."""
-        return {role: int(s["pid"]) for role, s in self._load().get("servers", {}).items()}
+        return {role: int(s["pid"]) for role, s in self._state.load().get("servers", {}).items()}
 
     # -- processes ----------------------------------------------------------------------
 
@@ -316,7 +303,7 @@ class AgentLab:
         if self.recorded:
             raise AgentLabError(f"an agent lab is recorded in {self.state_dir}: take it down first (qoss lab down)")
         started = time.monotonic()
-        self._save({"prefix": self.prefix, "port": self.port, "pool": self.pool, "combined": self.combined,
+        self._state.save({"prefix": self.prefix, "port": self.port, "pool": self.pool, "combined": self.combined,
                     **({"families": list(self.families)} if self.ipv6 else {}),
                     **({"pool6": self.pool6} if self.pool6 is not None else {}),
                     "servers": {}, "users": []})
@@ -383,10 +370,10 @@ class AgentLab:
                 cwd=self.state_dir, umask=PRIVATE_UMASK,
             )
         self._servers[role] = proc
-        servers = self._load().get("servers", {})
+        servers = self._state.load().get("servers", {})
         servers[role] = {"pid": proc.pid, "netns": h.netns, "url": self.url(role), "log": str(log_path),
                          "config": str(self.config_path(role)), "database_url": self.database_url(role)}
-        self._update(servers=servers)
+        self._state.update(servers=servers)
 
     def _wait_ready(self) -> None:
         urls = [f"{self.url(role)}/healthz" for role in self.roles]
@@ -411,7 +398,7 @@ class AgentLab:
 
     def describe(self) -> dict[str, Any]:
         """Where each part is: namespaces, addresses, URLs, pids, logs, configs, databases."""
-        state = self._load()
+        state = self._state.load()
         servers = state.get("servers", {})
         charons = self.lab.pids
         out: dict[str, Any] = {"prefix": self.prefix, "state_dir": str(self.state_dir), "pool": self.pool}
@@ -449,7 +436,7 @@ class AgentLab:
         relay (:mod:`app.lab.relay`) whose listening socket is in the root namespace and whose
         connections are made inside Host's namespace, to Host's address on the lab network. Started
         on first use; :meth:`down` stops it with everything else the lab started."""
-        relay = self._load().get("phone_relay")
+        relay = self._state.load().get("phone_relay")
         if isinstance(relay, dict) and running_with_env(int(relay["pid"]), MARK, str(self.state_dir)):
             return f"http://127.0.0.1:{int(relay['port'])}"
         h = self.host(self.host_server)
@@ -465,7 +452,7 @@ class AgentLab:
                                         pass_fds=(listener.fileno(),), start_new_session=True,
                                         cwd=self.state_dir, umask=PRIVATE_UMASK)
         self._servers["phone-relay"] = proc
-        self._update(phone_relay={"pid": proc.pid, "port": port})
+        self._state.update(phone_relay={"pid": proc.pid, "port": port})
         return f"http://127.0.0.1:{port}"
 
     def invite(self, user: str, *, platform: str, ttl: int = 900) -> dict[str, Any]:
@@ -501,7 +488,7 @@ class AgentLab:
 
     def status(self) -> AgentLabStatus:
         """The lab's namespaces, charons and sockets, whether each server runs, the users."""
-        state = self._load()
+        state = self._state.load()
         servers = {role: running_with_env(int(s["pid"]), "QOSS_AGENT_CONFIG", str(s["config"]))
                    for role, s in state.get("servers", {}).items()}
         return AgentLabStatus(lab=self.lab.status(), servers=servers, users=list(state.get("users", [])),
@@ -516,15 +503,10 @@ class AgentLab:
             LabError: a namespace could not be deleted (the state is kept, to try again).
         """
         victims = set(processes_with_env(MARK, self.state_dir, exact=True))
-        for s in self._load().get("servers", {}).values():
+        for s in self._state.load().get("servers", {}).values():
             if running_with_env(int(s["pid"]), "QOSS_AGENT_CONFIG", str(s["config"])):
                 victims.add(int(s["pid"]))
-        victims.update(p.pid for p in self._servers.values() if p.poll() is None)
-        stop_processes(sorted(victims), grace)
-        for proc in self._servers.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace)
-        self._servers.clear()
+        stop_started(self._servers, victims, grace)
         self.lab.down()
         if self.state_file.exists() or (self.state_dir / "lab").exists():  # a directory this lab made
             shutil.rmtree(self.state_dir, ignore_errors=True)

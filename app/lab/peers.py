@@ -51,12 +51,12 @@ from app.lab.hosts import Lab, LabHost
 from app.lab.processes import (
     PRIVATE_UMASK,
     LabError,
+    LabRecord,
     open_private_log,
     private_dir,
     processes_with_env,
     running_with_env,
-    stop_processes,
-    write_private,
+    stop_started,
 )
 
 __all__ = ["MARK", "NETWORK", "PORT", "SITES", "PeersLab", "PeersLabError"]
@@ -108,7 +108,8 @@ class PeersLab:
     def __init__(self, state_dir: Path, prefix: str = "qoss", *, port: int = PORT,
                  server_env: Mapping[str, str] | None = None, startup_timeout: float = 60.0) -> None:
         self.state_dir = Path(state_dir).resolve()
-        recorded = self._load()
+        self._state = LabRecord(self.state_dir / "peers.json")
+        recorded = self._state.load()
         self.prefix = str(recorded.get("prefix", prefix))
         self.port = int(recorded.get("port", port))
         self.server_env = dict(server_env or {})
@@ -122,29 +123,18 @@ class PeersLab:
     @property
     def state_file(self) -> Path:
         """``state_dir/peers.json``."""
-        return self.state_dir / "peers.json"
+        return self._state.path
 
     @property
     def recorded(self) -> bool:
         """Whether a lab (or what is left of one) is recorded in ``state_dir``."""
         return self.state_file.exists() or self.lab.state_file.exists()
 
-    def _load(self) -> dict[str, Any]:
-        try:
-            raw = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
-
-    def _save(self, state: Mapping[str, Any]) -> None:
-        private_dir(self.state_dir)
-        write_private(self.state_file, json.dumps(state, indent=2))
-
     def _record(self, site: str, **changes: Any) -> None:
-        state = self._load()
+        state = self._state.load()
         sites = state.setdefault("sites", {})
         sites[site] = {**sites.get(site, {}), **changes}
-        self._save(state)
+        self._state.save(state)
 
     # -- where things are ---------------------------------------------------------------
 
@@ -174,7 +164,7 @@ class PeersLab:
         Raises:
             KeyError: the site has no relay (the lab is not up).
         """
-        return f"http://127.0.0.1:{int(self._load()['sites'][site]['relay_port'])}"
+        return f"http://127.0.0.1:{int(self._state.load()['sites'][site]['relay_port'])}"
 
     @staticmethod
     def other(site: str) -> str:
@@ -214,7 +204,7 @@ class PeersLab:
         """
         if self.recorded:
             raise PeersLabError(f"a peers lab is recorded in {self.state_dir}: take it down first (qoss lab down)")
-        self._save({"prefix": self.prefix, "port": self.port, "sites": {}})
+        self._state.save({"prefix": self.prefix, "port": self.port, "sites": {}})
         try:
             self.build()
             self.peer()
@@ -352,7 +342,7 @@ class PeersLab:
         """Each site: ``url`` (from the root namespace), ``token`` (known to the process that
         made it, else None), ``gateway``, ``inside``, ``netns``, ``vici``, ``pid``, and ``lab_url``
         (from the lab network)."""
-        recorded = self._load().get("sites", {})
+        recorded = self._state.load().get("sites", {})
         sites = {}
         for site in SITES:
             with contextlib.suppress(KeyError):
@@ -367,7 +357,7 @@ class PeersLab:
     def running(self) -> dict[str, bool]:
         """Whether each recorded service and relay still runs (``"site-a serve"``, ``"site-a relay"``, ...)."""
         out = {}
-        for site, s in self._load().get("sites", {}).items():
+        for site, s in self._state.load().get("sites", {}).items():
             for kind, key in (("serve", "pid"), ("relay", "relay_pid")):
                 if key in s:
                     out[f"{site} {kind}"] = running_with_env(int(s[key]), MARK, str(self.state_dir))
@@ -382,16 +372,11 @@ class PeersLab:
             LabError: a namespace could not be deleted (the state is kept, to try again).
         """
         victims = set(processes_with_env(MARK, self.state_dir, exact=True))
-        for s in self._load().get("sites", {}).values():
+        for s in self._state.load().get("sites", {}).values():
             for key in ("pid", "relay_pid"):
                 if key in s and running_with_env(int(s[key]), MARK, str(self.state_dir)):
                     victims.add(int(s[key]))
-        victims.update(p.pid for p in self._procs.values() if p.poll() is None)
-        stop_processes(sorted(victims), grace)
-        for proc in self._procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace)
-        self._procs.clear()
+        stop_started(self._procs, victims, grace)
         self._tokens.clear()
         self.lab.down()
         if self.recorded or (self.state_dir / "lab").exists():  # a directory this lab made

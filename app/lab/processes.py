@@ -8,21 +8,24 @@ name keys and users. Every process a lab starts runs with :data:`PRIVATE_UMASK`,
 creates is 0600 (directories 0700); the lab's own files are written 0600
 (:func:`write_private`, :func:`open_private_log`) in directories made 0700
 (:func:`private_dir`), and what the lab writes through other code while it builds runs under
-:func:`private_umask`."""
+:func:`private_umask`. What a lab started is kept in its :class:`LabRecord`, so that another
+process can find it and take it down."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-__all__ = ["PRIVATE_UMASK", "LabError", "open_private_log", "private_dir", "private_umask", "processes_with_env",
-           "run_command", "running", "running_with_env", "stop_processes", "write_private"]
+__all__ = ["PRIVATE_UMASK", "LabError", "LabRecord", "open_private_log", "private_dir", "private_umask",
+           "processes_with_env", "run_command", "running", "running_with_env", "stop_processes", "stop_started",
+           "write_private"]
 
 #: The umask of every process a lab starts: what they create is for their owner alone.
 PRIVATE_UMASK = 0o077
@@ -70,6 +73,32 @@ def write_private(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
     tmp.replace(path)
+
+
+class LabRecord:
+    """A lab's record of what it started: one JSON object in ``path`` (indented), written whole
+    and 0600 in a directory only its owner may enter. A record that is missing, unreadable or not
+    an object reads as empty."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self) -> dict[str, Any]:
+        """The record, or ``{}``."""
+        try:
+            raw = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return raw if isinstance(raw, dict) else {}
+
+    def save(self, state: Mapping[str, Any]) -> None:
+        """Write ``state`` as the whole record (its directory made 0700 first)."""
+        private_dir(self.path.parent)
+        write_private(self.path, json.dumps(state, indent=2))
+
+    def update(self, **changes: Any) -> None:
+        """The record with the top-level keys of ``changes`` set to their values."""
+        self.save({**self.load(), **changes})
 
 
 def open_private_log(path: Path) -> BinaryIO:
@@ -133,3 +162,16 @@ def stop_processes(pids: Sequence[int], grace: float = 3.0, *, group: bool = Fal
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 kill(pid, signal.SIGKILL)
 
+
+def stop_started(started: MutableMapping[str, subprocess.Popen[bytes]], victims: Iterable[int],
+                 grace: float) -> None:
+    """Stop ``victims`` and each process of ``started`` that still runs (:func:`stop_processes`),
+    wait up to ``grace`` s for each of ``started`` to be reaped, and forget them (``started`` is
+    emptied)."""
+    pids = set(victims)
+    pids.update(p.pid for p in started.values() if p.poll() is None)
+    stop_processes(sorted(pids), grace)
+    for proc in started.values():
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    started.clear()
