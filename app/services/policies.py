@@ -83,10 +83,8 @@ def revert_policy(*, uow: UnitOfWork, name: str, revision: int, expected_revisio
         StaleRevision: ``expected_revision`` is not the current revision.
         InvalidInput: ``revision`` is the current revision.
     """
-    past, new = revert(uow.policies, name=name, revision=revision, expected_revision=expected_revision,
-                       author=author, message=message)
-    tell(uow, "policy", name, new, author)
-    return past, new
+    return revert(uow, uow.policies, kind="policy", name=name, revision=revision,
+                  expected_revision=expected_revision, author=author, message=message)
 
 
 def delete_policy(*, uow: UnitOfWork, name: str) -> None:
@@ -107,7 +105,7 @@ SHIPPED_KIND = "policy"
 def load_shipped_policies(*, uow: UnitOfWork, policies: list[Policy], author: str = "shipped") -> list[str]:
     """Insert the shipped policies this database was never offered, each name once
     (see :func:`app.services.revisions.load_shipped`); returns the names inserted."""
-    return load_shipped(uow.policies, uow.shipped, kind=SHIPPED_KIND, documents=policies, name_of=_name,
+    return load_shipped(uow, uow.policies, kind=SHIPPED_KIND, documents=policies, name_of=_name,
                         author=author, message="created")
 
 
@@ -119,11 +117,8 @@ def restore_shipped_policy(*, uow: UnitOfWork, policies: list[Policy], name: str
         NotFound: no shipped policy has that name.
         AlreadyExists: the database has a policy of that name.
     """
-    policy, revision = restore_shipped(uow.policies, uow.shipped, kind=SHIPPED_KIND, noun="policy",
-                                       documents=policies, name_of=_name, name=name, author=author,
-                                       message="restored from policies/")
-    tell(uow, "policy", name, revision, author)
-    return policy, revision
+    return restore_shipped(uow, uow.policies, kind=SHIPPED_KIND, noun="policy", documents=policies,
+                           name_of=_name, name=name, author=author, message="restored from policies/")
 
 
 def _name(policy: Policy) -> str:

@@ -54,9 +54,8 @@ def table_revisions(*, uow: UnitOfWork, name: str) -> list[dict[str, Any]]:
 def revert_table(*, uow: UnitOfWork, name: str, revision: int, expected_revision: int, author: str,
                  message: str | None = None) -> RatingTable:
     """Go back to a past revision of a table (see :func:`app.services.revisions.revert`)."""
-    past, new = revert(uow.tables, name=name, revision=revision, expected_revision=expected_revision,
-                       author=author, message=message)
-    tell(uow, "rating_table", name, new, author)
+    past, new = revert(uow, uow.tables, kind="rating_table", name=name, revision=revision,
+                       expected_revision=expected_revision, author=author, message=message)
     return past.at_revision(new)
 
 
@@ -160,7 +159,7 @@ SHIPPED_KIND = "rating_table"
 def load_shipped_tables(*, uow: UnitOfWork, tables: list[RatingTable], author: str = "shipped") -> list[str]:
     """Insert the shipped tables this database was never offered, each name once
     (see :func:`app.services.revisions.load_shipped`); returns the names inserted."""
-    return load_shipped(uow.tables, uow.shipped, kind=SHIPPED_KIND, documents=tables, name_of=_name,
+    return load_shipped(uow, uow.tables, kind=SHIPPED_KIND, documents=tables, name_of=_name,
                         author=author, message="loaded from ratings/")
 
 
@@ -172,10 +171,8 @@ def restore_shipped_table(*, uow: UnitOfWork, tables: list[RatingTable], name: s
         NotFound: no shipped table has that name.
         AlreadyExists: the database has a table of that name.
     """
-    table, revision = restore_shipped(uow.tables, uow.shipped, kind=SHIPPED_KIND, noun="rating table",
-                                      documents=tables, name_of=_name, name=name, author=author,
-                                      message="restored from ratings/")
-    tell(uow, "rating_table", name, revision, author)
+    table, revision = restore_shipped(uow, uow.tables, kind=SHIPPED_KIND, noun="rating table", documents=tables,
+                                      name_of=_name, name=name, author=author, message="restored from ratings/")
     return table.at_revision(revision)
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.domain.errors import EditConflict, NotFound, StaleRevision
 from app.domain.merge import FieldConflict
-from app.domain.ports import RevisionedStore, ShippedLoadStore, UnitOfWork
+from app.domain.ports import RevisionedStore, UnitOfWork
 from app.domain.revisions import check_revert, revert_message
 
 __all__ = ["load_shipped", "restore_shipped", "revert", "save_merged", "tell"]
@@ -75,9 +75,10 @@ def save_merged(uow: UnitOfWork, store: RevisionedStore[R], *, kind: str, name: 
     raise StaleRevision(name, expected_revision, store.current_revision(name))
 
 
-def revert(store: RevisionedStore[D], *, name: str, revision: int, expected_revision: int, author: str,
-           message: str | None = None) -> tuple[D, int]:
-    """Go back to a past revision: a new revision whose content is revision ``revision``'s.
+def revert(uow: UnitOfWork, store: RevisionedStore[D], *, kind: str, name: str, revision: int,
+           expected_revision: int, author: str, message: str | None = None) -> tuple[D, int]:
+    """Go back to a past revision: a new revision whose content is revision ``revision``'s, told
+    as ``kind`` (:func:`tell`).
 
     History is kept: the new revision's message is "reverted to N" (and ``message``).
 
@@ -93,10 +94,11 @@ def revert(store: RevisionedStore[D], *, name: str, revision: int, expected_revi
     past = store.get_revision(name, revision)
     new = store.update(past, expected_revision=expected_revision, author=author,
                        message=revert_message(revision, message))
+    tell(uow, kind, name, new, author)
     return past, new
 
 
-def load_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kind: str, documents: Sequence[D],
+def load_shipped(uow: UnitOfWork, store: RevisionedStore[D], *, kind: str, documents: Sequence[D],
                  name_of: Callable[[D], str], author: str, message: str) -> list[str]:
     """Insert the shipped documents this database was never offered; returns the names inserted.
 
@@ -104,7 +106,7 @@ def load_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kind: 
     deleted stays deleted (:func:`restore_shipped` brings one back on purpose), and one of
     that name made by someone else is never overwritten.
     """
-    offered = shipped.loaded(kind)
+    offered = uow.shipped.loaded(kind)
     added = []
     for document in documents:
         name = name_of(document)
@@ -115,14 +117,15 @@ def load_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kind: 
         except NotFound:
             store.create(document, author=author, message=message)
             added.append(name)
-        shipped.record(kind, name)
+        uow.shipped.record(kind, name)
     return added
 
 
-def restore_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kind: str, noun: str,
+def restore_shipped(uow: UnitOfWork, store: RevisionedStore[D], *, kind: str, noun: str,
                     documents: Sequence[D], name_of: Callable[[D], str], name: str, author: str,
                     message: str) -> tuple[D, int]:
-    """Insert the shipped document ``name`` again (after it was deleted), at revision 1.
+    """Insert the shipped document ``name`` again (after it was deleted), at revision 1, told as
+    ``kind`` (:func:`tell`).
 
     Raises:
         NotFound: no shipped document has that name.
@@ -132,7 +135,8 @@ def restore_shipped(store: RevisionedStore[D], shipped: ShippedLoadStore, *, kin
     if document is None:
         raise NotFound(f"no shipped {noun} is called {name!r}; shipped: {sorted(name_of(d) for d in documents)}")
     revision = store.create(document, author=author, message=message)
-    shipped.record(kind, name)
+    uow.shipped.record(kind, name)
+    tell(uow, kind, name, revision, author)
     return document, revision
 
 
