@@ -48,16 +48,12 @@ from app.domain.agent.conns import (
     device_identity,
     target_conn,
 )
-from app.domain.agent.messages import (
+from app.domain.agent.messages import ClientRequest, Endorsement, Handoff, Response, Revocation
+from app.domain.agent.parts import (
     AgentSessionState,
-    ClientRequest,
     DeviceBundle,
-    Endorsement,
     EnrolledUser,
-    Handoff,
     RequestInfo,
-    Response,
-    Revocation,
     SessionStatus,
     TunnelingInfo,
 )

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.domain.agent.codec import AgentRejected
-from app.domain.agent.messages import TunnelingInfo
+from app.domain.agent.parts import TunnelingInfo
 from app.domain.conn_settings import child_timers, psk_ends
 
 __all__ = [

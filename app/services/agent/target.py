@@ -48,7 +48,8 @@ from app.domain.agent import (
     target_conn,
 )
 from app.domain.agent.conns import pool6_name, ppk_name
-from app.domain.agent.messages import MAX_DEVICES_LISTED, DeviceInfo, UserDeviceList, UserDevices, device_state
+from app.domain.agent.messages import UserDeviceList, UserDevices
+from app.domain.agent.parts import MAX_DEVICES_LISTED, DeviceInfo, device_state
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.agent.ports import (
     AgentCrypto,
@@ -633,7 +634,7 @@ class TargetAgent:
 
     def _devices_of(self, user_id: str, host_id: str) -> tuple[DeviceInfo, ...]:
         """``user_id``'s (of ``host_id``) device enrolments here, newest first (at most
-        :data:`~app.domain.agent.messages.MAX_DEVICES_LISTED`)."""
+        :data:`~app.domain.agent.parts.MAX_DEVICES_LISTED`)."""
         with self._store.unit() as uow:
             rows = uow.sessions.select(user_id=user_id, limit=1000)
         out: list[DeviceInfo] = []

@@ -13,7 +13,7 @@ import pytest
 from app.adapters.agent.profiles import Inexpressible, parse_swanctl, write_profile
 from app.adapters.vici.commands import ENTRIES
 from app.domain.agent import AgentRejected, Kind, Response, TunnelingInfo, b64e
-from app.domain.agent.messages import RequestInfo
+from app.domain.agent.parts import RequestInfo
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.errors import InvalidInput, PlatformCannot
 from app.domain.ports import LoadShared

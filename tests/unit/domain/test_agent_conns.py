@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.domain.agent.conns import client_conn, virtual_ip_requests
-from app.domain.agent.messages import TunnelingInfo
+from app.domain.agent.parts import TunnelingInfo
 
 ANY4 = "0.0.0.0"  # noqa: S104 - a virtual IP request ("any IPv4 address"), nothing binds to it
 

@@ -13,7 +13,8 @@ import pytest
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair
 from app.domain.agent import AgentRejected, Kind, RequestInfo, Response, agent_conn_name
-from app.domain.agent.messages import DeviceInfo, DeviceState, UserDeviceList, UserDevices
+from app.domain.agent.messages import UserDeviceList, UserDevices
+from app.domain.agent.parts import DeviceInfo, DeviceState
 from app.domain.errors import InvalidInput, NotFound
 from app.services import policies
 from app.services.agent.client import AgentClient
