@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,11 +44,15 @@ class Link:
     sent: int = 0
     #: Set when A's second message (the confirm, on a set-up that got an answer) is on its way.
     confirming: threading.Event = field(default_factory=threading.Event)
+    #: Called before B has A's second message (the confirm).
+    before_confirm: Callable[[], None] | None = None
 
     def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
         self.sent += 1
         if self.sent == 2:
             self.confirming.set()
+            if self.before_confirm is not None:
+                self.before_confirm()
         try:
             return 200, self.b.receive(data)
         except QossError as exc:
@@ -62,6 +67,8 @@ class Sites:
     left: FakeCharon
     right: FakeCharon
     link: Link
+    #: Site A's units of work.
+    a_units: Callable[[], Any]
     #: For each initiate on A's charon: whether A's confirm was on its way when it was asked.
     confirm_during_initiate: list[bool] = field(default_factory=list)
 
@@ -121,7 +128,7 @@ def _pair(settings: Settings, admin_token: str, tmp_path: Path) -> Callable[...,
                 assert parts_b.peering is not None
                 link = Link(parts_b.peering)
                 parts_a.peering._link = link  # A's messages go to B in this process
-                yield Sites(a, b, left, right, link)
+                yield Sites(a, b, left, right, link, parts_a.units)
     return pair
 
 
@@ -166,3 +173,34 @@ async def test_a_peer_whose_end_never_comes_up_leaves_nothing_on_either_side(pai
         assert sites.right.shared == {}
         assert (await sites.a.get("/v1/tunnels")).json() == []
         assert (await sites.b.get("/v1/tunnels")).json() == []
+
+
+async def test_this_sides_record_is_kept_while_the_peer_confirms_and_taken_back_when_it_cannot(pair: Any) -> None:
+    async with pair() as sites:
+        kept: list[list[str]] = []
+
+        def a_has_kept_its_record() -> None:  # B's answer waits (at most 3 s) for A's record
+            until = time.monotonic() + 3.0
+            while True:
+                with sites.a_units() as uow:
+                    ids = [t.id for t in uow.tunnels.list()]
+                if ids or time.monotonic() > until:
+                    kept.append(ids)
+                    return
+                time.sleep(0.01)
+        sites.link.before_confirm = a_has_kept_its_record
+        sites.initiate(wait=3.0, on=("left",))  # B's charon never has the SA: B cannot confirm
+        r = await sites.a.post("/v1/tunnels", json=_ASK)
+        assert r.status_code == 502, r.text
+        assert len(kept) == 1
+        assert len(kept[0]) == 1
+        assert (await sites.a.get("/v1/tunnels")).json() == []
+        assert sites.left.conns == {}
+        assert sites.left.shared == {}
+        with sites.a_units() as uow:
+            events = [(e["kind"], e["subject"], e["data"]) for e in uow.events.after(0, scopes=None)
+                      if e["kind"].startswith("tunnel.")]
+        assert [(kind, subject) for kind, subject, _ in events] == [("tunnel.created", kept[0][0]),
+                                                                    ("tunnel.deleted", kept[0][0])]
+        assert "the peer did not confirm its end" in events[1][2]["detail"]
+        assert "site-b" in events[1][2]["detail"]

@@ -325,22 +325,29 @@ class Peering:
                               negotiation=chosen.as_dict(), peer=far,
                               provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours),
                                           **_ppk_kept(answer.ppk)})
+
+        def keep(unit: UnitOfWork) -> TunnelRecord:
+            stored = unit.tunnels.add(record, keep_transaction=False)
+            unit.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
+                                                             "initiator": record.initiator,
+                                                             "peer": f"{far_gateway}@{peer.name}"},
+                               scope="tunnels:read")
+            return stored
+        # Confirmed early, this side's record is committed while the peer's confirmation is on its
+        # way (both are needed for the 201; the commit costs no wait of its own); a confirmation that
+        # then fails takes the record away again with this side's end.
+        kept: TunnelRecord | None = None
         try:
             if confirming is None:
                 self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
-            else:
-                confirming.result()
-
-            def keep(unit: UnitOfWork) -> TunnelRecord:
-                stored = unit.tunnels.add(record, keep_transaction=False)
-                unit.events.append("tunnel.created", tunnel_id, {"state": "up", "suite": record.negotiation["suite"],
-                                                                 "initiator": record.initiator,
-                                                                 "peer": f"{far_gateway}@{peer.name}"},
-                                   scope="tunnels:read")
-                return stored
-            return uow.commit_with(keep)
-        except BaseException:
+                return uow.commit_with(keep)
+            kept = uow.commit_with(keep)
+            confirming.result()
+            return kept
+        except BaseException as exc:
             teardown(record, initiator, None, self._vici, strict=False)
+            if kept is not None:
+                self._unrecord(record, detail=f"the peer did not confirm its end: {exc}"[:200])
             self._tell(peer, tunnel_id, "the initiator could not keep the tunnel")
             raise
 
@@ -573,6 +580,10 @@ class Peering:
         """Take this side's end down and forget it (its record, if it has one)."""
         teardown(record, gateway, None, self._vici, strict=False)
         self._pending.release(record.conn)
+        self._unrecord(record, detail)
+
+    def _unrecord(self, record: TunnelRecord, detail: str = "") -> None:
+        """Forget ``record`` (if it is still kept here), with an event saying why."""
         with self._units() as uow, contextlib.suppress(NotFound):
             uow.tunnels.delete(record.id)
             uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},

@@ -7,7 +7,20 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, and_, bindparam, delete, insert, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    false,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -15,8 +28,8 @@ from app.adapters.db.hot import HotStatement, bare, session_cursor
 from app.adapters.db.models import GatewayRow, TunnelRow, utcnow
 from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
-from app.domain.errors import AlreadyExists, NotFound
-from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
+from app.domain.errors import AlreadyExists, Conflict, NotFound
+from app.domain.tunnels import TRANSITIONS, Gateway, PeerEnd, TunnelRecord, TunnelState, check_transition
 
 __all__ = ["GATEWAY_CACHE", "GatewayCache", "GatewayRepository", "TunnelRepository"]
 
@@ -160,6 +173,21 @@ _INSERT_TUNNEL = HotStatement(lambda _: insert(_TUNNELS).values({c.name: bindpar
                                                                  for c in _TUNNELS.c}))
 _DELETE_TUNNEL = HotStatement(lambda _: delete(_TUNNELS).where(_TUNNELS.c.id == bindparam("id")))
 _GET_TUNNEL = HotStatement(lambda _: select(*_TUNNELS.c).where(_TUNNELS.c.id == bindparam("id")))
+_GET_STATE = HotStatement(lambda _: select(_TUNNELS.c.state).where(_TUNNELS.c.id == bindparam("id")))
+
+
+def _set_state_statement(new: TunnelState) -> HotStatement:
+    """``UPDATE`` of a tunnel's state to ``new``, only from a state that may move there (the state
+    machine's moves written into the statement): the move is checked and made by one statement."""
+    before: list[ColumnElement[str]] = [literal_column(f"'{s.value}'") for s, moves in TRANSITIONS.items()
+                                        if new in moves and s.value.isalpha()]
+    allowed = _TUNNELS.c.state.in_(before) if before else false()
+    return HotStatement(lambda _: update(_TUNNELS).where(_TUNNELS.c.id == bindparam("id"), allowed).values(
+        state=new.value, detail=bindparam("detail"),
+        updated_at=bindparam("updated_at", type_=_TUNNELS.c.updated_at.type)))
+
+
+_SET_STATE = {state: _set_state_statement(state) for state in TunnelState}
 
 
 class TunnelRepository:
@@ -254,10 +282,22 @@ class TunnelRepository:
             NotFound: No such tunnel.
             Conflict: the tunnel's state machine has no such move.
         """
-        row = self._row(tunnel_id)
-        row.state = check_transition(TunnelState(row.state), state).value
-        row.detail, row.updated_at = detail, utcnow()
-        self.session.flush()
+        if not bare(self.session):  # this session holds rows: the ORM keeps them in step
+            row = self._row(tunnel_id)
+            row.state = check_transition(TunnelState(row.state), state).value
+            row.detail, row.updated_at = detail, utcnow()
+            self.session.flush()
+            return
+        # One statement, the record not read (its documents are the largest part of a row); a
+        # refused move reads the state alone, to say why.
+        with session_cursor(self.session) as cursor:
+            if cursor.execute(_SET_STATE[state], {"id": tunnel_id, "detail": detail, "updated_at": utcnow()}):
+                return
+            found = cursor.first(_GET_STATE, {"id": tunnel_id})
+        if found is None:
+            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
+        check_transition(TunnelState(found[0]), state)
+        raise Conflict(f"tunnel {tunnel_id!r} changed meanwhile")  # to a state it may move from, just now
 
     def set_negotiation(self, tunnel_id: str, negotiation: Mapping[str, Any], provenance: Mapping[str, Any] | None,
                         detail: str) -> None:

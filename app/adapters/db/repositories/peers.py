@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, event, insert, select
+from sqlalchemy import delete, event, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.adapters.db.agent import insert_new
+from app.adapters.db.hot import session_cursor
 from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
 from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
@@ -143,9 +145,6 @@ class PeerRepository:
         if time.monotonic() >= _next_prune:
             _next_prune = time.monotonic() + PRUNE_EVERY
             self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < datetime.now(UTC)))
-        try:
-            with self.session.begin_nested():
-                self.session.execute(insert(PeerNonceRow).values(peer=peer, nonce=nonce, expires_at=keep_until))
-        except IntegrityError:
-            return False
-        return True
+        # One statement, no savepoint: a nonce seen before inserts nothing (the key decides, across replicas).
+        with session_cursor(self.session) as cursor:
+            return insert_new(cursor, PeerNonceRow, {"peer": peer, "nonce": nonce, "expires_at": keep_until})
