@@ -1,14 +1,15 @@
 """The agent's Target role (Liu et al. §2.2 steps 3-5): authorise, negotiate, configure charon, answer.
 
-Target accepts only envelopes sealed to it and signed by a Host it trusts, which embed
-the client's own signed request unchanged. It checks both signatures, the recipients,
-both timestamps and both nonces (the replay cache is a unique row per nonce in the
-database: atomic across workers, kept across restarts), then negotiates the suite from
-the client's declared capabilities and minimums (its Objective-ID and Request Info),
-Target's own policy and its charon's algorithms, creates a fresh 32-byte session key
-(the IKE PSK for this client's identity only), and loads a one-address pool, the secret
-and the conn into its charon. The answer is signed by Target and sealed to the client:
-Host relays it and cannot read it.
+Target answers what a Host it trusts endorsed: a client's connect, disconnect, status and the
+list of the user's devices, a Host's own question about a user's devices, and a Host's
+revocation of a user. What it admits (both signatures, the recipients, both timestamps and
+both nonces) is :mod:`~app.services.agent.target_admission`'s to decide. A connect negotiates
+the suite from the client's declared capabilities and minimums (its Objective-ID and Request
+Info), Target's own policy and its charon's algorithms, creates a fresh 32-byte session key
+(the IKE PSK for this client's identity only), and loads a one-address pool, the secret and
+the conn into its charon (:mod:`~app.services.agent.target_loads`); a device's connect gets a
+certificate and a profile instead (:mod:`~app.services.agent.target_devices`). The answer is
+signed by Target and sealed to the client: Host relays it and cannot read it.
 
 Sessions expire (a sweeper removes conn, secret and pool, and releases the lease), end
 when the client disconnects, and end when Host revokes the user. A new session's pool,
@@ -43,14 +44,11 @@ from app.domain.agent import (
     TunnelQuotaExceeded,
     agent_conn_name,
     check_fresh,
-    device_conn,
     device_identity,
-    target_conn,
 )
-from app.domain.agent.conns import pool6_name, ppk_name
+from app.domain.agent.conns import ppk_name
 from app.domain.agent.messages import UserDeviceList, UserDevices
-from app.domain.agent.parts import MAX_DEVICES_LISTED, DeviceInfo, device_state
-from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
+from app.domain.agent.platforms import LABELS, post_quantum_refusal
 from app.domain.agent.ports import (
     AgentCrypto,
     AgentKeys,
@@ -58,42 +56,24 @@ from app.domain.agent.ports import (
     AgentSession,
     AgentStore,
     DeviceKit,
-    DeviceProfileRequest,
     IssuedDevice,
     PeerKeys,
 )
-from app.domain.errors import GatewayError, InvalidInput, NoFeasibleSuite, PlatformCannot
+from app.domain.errors import NoFeasibleSuite, PlatformCannot
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import (
-    CharonCommand,
-    LoadCert,
-    LoadConn,
-    LoadKey,
-    LoadPool,
-    LoadShared,
-    UnitOfWorkFactory,
-    ViciFactory,
-)
+from app.domain.ports import CharonCommand, LoadConn, LoadShared, UnitOfWorkFactory, ViciFactory
 from app.services.agent.config import AgentConfig, TargetRole
-from app.services.agent.target_charon import TargetCharon, host_prefix
+from app.services.agent.target_admission import TargetAdmission
+from app.services.agent.target_charon import TargetCharon
+from app.services.agent.target_devices import TargetDevices, devices_of
 from app.services.agent.target_edits import SessionFollower, negotiate_session, session_inputs, session_provenance
+from app.services.agent.target_loads import SessionLoads, fresh_ppk
 from app.services.agent.target_sessions import Reconciled, TargetSessions, at
 from app.services.agent.timing import Steps
 
 __all__ = ["Outcome", "TargetAgent"]
 
 log = logging.getLogger("qoss.agent.target")
-
-
-def _fresh_ppk() -> tuple[str, bytes]:
-    """A new post-quantum preshared key: a random id (``qoss-ppk-`` and 24 hex digits) and 32
-    random bytes (RFC 8784 asks for at least 256 bits of entropy)."""
-    return f"qoss-ppk-{secrets.token_hex(12)}", secrets.token_bytes(32)
-
-
-def _ppk_context(ticket: str, ppk_id: str) -> str:
-    """What a device's sealed PPK is bound to: its session and its PPK id."""
-    return f"{ticket} {ppk_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +87,12 @@ class Outcome:
 class TargetAgent:
     """Target: turns endorsed client requests into configured tunnels in its charon.
 
-    Its charon is a :class:`~app.services.agent.target_charon.TargetCharon`, its sessions'
+    What it admits is decided by a :class:`~app.services.agent.target_admission.TargetAdmission`;
+    its charon is a :class:`~app.services.agent.target_charon.TargetCharon`, what it loads there
+    for a session a :class:`~app.services.agent.target_loads.SessionLoads`, its sessions'
     bookkeeping (leases, ending, sweeps, reconcile) a
-    :class:`~app.services.agent.target_sessions.TargetSessions`.
+    :class:`~app.services.agent.target_sessions.TargetSessions`, and its devices' enrolment a
+    :class:`~app.services.agent.target_devices.TargetDevices`.
 
     Args:
         keys: Target's own keys; ``crypto`` checks signatures and reads the Hosts' public keys.
@@ -135,70 +118,20 @@ class TargetAgent:
         self._units = units
         self._default_table = default_table
         self._clock = clock
-        self._devices = devices
         self._charon = TargetCharon(vici=vici, socket=self.role.vici_socket, dual_pool=self.role.pool6 is not None)
         self._book = TargetSessions(store=store, charon=self._charon, pool=self.role.pool, pool6=self.role.pool6,
                                     clock=clock, restore=self._restore_device if devices is not None else None)
+        self._admission = TargetAdmission(name=keys.name, hosts=self.hosts, crypto=crypto)
+        self._loads = SessionLoads(role=self.role, identity=self.identity, book=self._book)
+        self._devices = TargetDevices(kit=devices, role=self.role, identity=self.identity, charon=self._charon,
+                                      loads=self._loads)
+
+    def _restore_device(self, session: AgentSession) -> bool:
+        """Load an enrolled device's conn and pool again (charon restarted): True if charon took them
+        (:meth:`TargetDevices.restore <app.services.agent.target_devices.TargetDevices.restore>`)."""
+        return self._devices.restore(session)
 
     # -- messages -------------------------------------------------------------------------
-
-    def _open_endorsement(self, kind: Kind, body: bytes, tag: bytes) -> Endorsement:
-        """Parse an opened endorsement and check its Host's signature (the Host must be trusted)."""
-        if kind is not Kind.ENDORSE:
-            raise AgentRejected("not an endorsement")
-        endorsement = Endorsement.parse(body)
-        self._crypto.verify(self._host_keys(endorsement.host).sign, Kind.ENDORSE, body, tag)
-        return endorsement
-
-    def _host_keys(self, host: str) -> PeerKeys:
-        """The keys of a Host this Target trusts.
-
-        Raises:
-            AgentRejected: ``host`` is not one.
-        """
-        host_keys = self.hosts.get(host)
-        if host_keys is None:
-            raise AgentRejected(f"unknown host {host}")
-        return host_keys
-
-    def _check_endorsement(self, endorsement: Endorsement, now: float, steps: Steps) -> ClientRequest:
-        """Everything but the envelope: addressed here, fresh, the client's own signed request,
-        consistent with Host's word, an objective the user may ask for."""
-        if endorsement.target != self.keys.name:
-            raise AgentRejected("endorsement for another target")
-        check_fresh(endorsement.timestamp, now)
-        user = endorsement.user
-        self._crypto.verify(user.sign_public_key, endorsement.client_kind, endorsement.client_body,
-                            endorsement.client_tag)
-        request = ClientRequest.parse(endorsement.client_body, kind=endorsement.client_kind)
-        if request.host != endorsement.host:
-            raise AgentRejected("the client addressed another host")
-        if request.user_id != user.user_id:
-            raise AgentRejected("the endorsed user is not the requesting user")
-        if request.request_info.target != self.keys.name:
-            raise AgentRejected("the client asked for another target")
-        check_fresh(request.timestamp, now)
-        # A list of the user's own devices asks for no protection: any Objective-ID names it.
-        if request.kind is not Kind.DEVICES and request.objective_id not in user.objectives:
-            raise AgentRejected(f"objective {request.objective_id} not allowed for {user.user_id}")
-        steps.mark("verify")
-        return request
-
-    @staticmethod
-    def _admit(transaction: AgentRequest, endorsement: Endorsement, request: ClientRequest, now: float) -> None:
-        """In the caller's transaction: Target's own revocation list (what this user's own Host
-        revoked), then both nonces (single use).
-
-        Raises:
-            AgentRejected: the user's key was revoked here, or a nonce was seen before.
-        """
-        if transaction.is_revoked(request.user_id, endorsement.user.sign_public_key, endorsement.host):
-            raise AgentRejected(f"user {request.user_id} was revoked (Target's own list)")
-        expires = at(now + REPLAY_TTL)
-        if not transaction.claim_nonce("target", f"host:{endorsement.host}", endorsement.nonce, expires):
-            raise AgentRejected("replayed endorsement")
-        if not transaction.claim_nonce("target", f"user:{request.user_id}", request.request_id, expires):
-            raise AgentRejected("replayed request")
 
     def handle(self, data: bytes) -> Outcome:
         """Answer one endorsed request (connect, disconnect, status, the user's devices): the sealed
@@ -215,12 +148,12 @@ class TargetAgent:
         steps.mark("open")
         if kind is Kind.USER_DEVICES:
             query = UserDevices.parse(body)
-            self._crypto.verify(self._host_keys(query.host).sign, Kind.USER_DEVICES, body, tag)
+            self._crypto.verify(self._admission.host_keys(query.host).sign, Kind.USER_DEVICES, body, tag)
             answer, audit = self.user_devices(query)
             wire = self.keys.seal(kind=Kind.USER_DEVICE_LIST, to=answer.host, body=answer.body(),
                                   recipient=self.hosts[answer.host].kem, recipient_mlkem=self.hosts[answer.host].mlkem)
             return Outcome(answer=wire, audit=audit)
-        return self._answer(self._open_endorsement(kind, body, tag), steps)
+        return self._answer(self._admission.open_endorsement(kind, body, tag), steps)
 
     def handle_local(self, endorsement: Endorsement) -> Outcome:
         """:meth:`handle` for an endorsement from the Host role of this same process (``url: local``).
@@ -230,16 +163,16 @@ class TargetAgent:
         the client's own signature, consistency, objectives, revocation, both nonces) is the same.
         """
         steps = Steps("target")
-        self._host_keys(endorsement.host)
+        self._admission.host_keys(endorsement.host)
         return self._answer(endorsement, steps)
 
     def _answer(self, endorsement: Endorsement, steps: Steps) -> Outcome:
         now = self._clock()
-        request = self._check_endorsement(endorsement, now, steps)
+        request = self._admission.check(endorsement, now, steps)
         if request.kind is Kind.DISCONNECT:
             ticket = request.request_info.ticket or ""
             with self._store.request() as transaction:
-                self._admit(transaction, endorsement, request, now)
+                self._admission.admit(transaction, endorsement, request, now)
                 ended = self._book.close(transaction, ticket, user_id=request.user_id, host_id=endorsement.host)
             self._book.let_go(ended)  # charon's work, with no connection held
             response = Response(kind=Kind.CLOSED, request_id=request.request_id, session_key=None,
@@ -252,7 +185,7 @@ class TargetAgent:
         elif request.kind is Kind.STATUS:
             ticket = request.request_info.ticket or ""
             with self._store.request() as transaction:
-                self._admit(transaction, endorsement, request, now)
+                self._admission.admit(transaction, endorsement, request, now)
                 row = transaction.session(ticket)
                 transaction.commit()
             if row is None or row.user_id != request.user_id or row.host_id != endorsement.host:
@@ -267,9 +200,9 @@ class TargetAgent:
             audit = f"status user={request.user_id} ticket={ticket} state={row.state}"
         elif request.kind is Kind.DEVICES:
             with self._store.request() as transaction:
-                self._admit(transaction, endorsement, request, now)
+                self._admission.admit(transaction, endorsement, request, now)
                 transaction.commit()
-            devices = self._devices_of(request.user_id, endorsement.host)
+            devices = devices_of(self._store, user_id=request.user_id, host_id=endorsement.host)
             answer = self._seal(Response(
                 kind=Kind.DEVICE_LIST, request_id=request.request_id, session_key=None, tunneling_info=None,
                 target=self.keys.name, user_id=request.user_id, host=endorsement.host,
@@ -331,8 +264,8 @@ class TargetAgent:
                                 capabilities=capabilities)
         try:
             if platform is not None:
-                self._check_platform(platform, request.objective_id,
-                                     int(request.request_info.min_levels.get("post_quantum", 0)))
+                self._devices.check_platform(platform, request.objective_id,
+                                             int(request.request_info.min_levels.get("post_quantum", 0)))
             with self._units() as uow:
                 result = self._negotiate(uow, inputs)
                 origin = (session_provenance(uow=uow, inputs=inputs, result=result)
@@ -342,7 +275,7 @@ class TargetAgent:
         steps.mark("negotiate")
         # Leaving it on an error rolls back what was not (and drops a connection the error showed dead).
         with self._store.request() as transaction:
-            self._admit(transaction, endorsement, request, now)
+            self._admission.admit(transaction, endorsement, request, now)
             steps.mark("admit")
             if refusal is not None:
                 raise refusal
@@ -383,26 +316,26 @@ class TargetAgent:
                     # kept (a client's session is not loaded again after a restart).
                     if endorsement.user.mlkem_public_key is None:
                         raise NoPostQuantumKey(f"user {request.user_id}")
-                    client_ppk = _fresh_ppk()
+                    client_ppk = fresh_ppk()
                     stored_suite = {**suite, "ppk": {"id": client_ppk[0]}}
                 ppk_loads: list[CharonCommand] = [] if client_ppk is None else [
                     LoadShared(ppk_name(conn), client_ppk[1], (client_ppk[0],), "PPK")]
                 first: list[CharonCommand] = [
                     LoadShared(conn, session_key, (self.identity, client_identity)), *ppk_loads,
-                    LoadConn(conn, self._conn_body(conn, client_identity, request, ike, esp, result,
-                                                   client_ppk[0] if client_ppk is not None else None))]
+                    LoadConn(conn, self._loads.client_conn(conn, client_identity, request, ike, esp, result,
+                                                           client_ppk[0] if client_ppk is not None else None))]
                 first_sent = ["shared", *(["ppk"] if client_ppk is not None else []), "conn"]
             else:
                 # A device: its certificate, key and profile are made before charon is touched (a
                 # platform that cannot express the suite is refused with nothing loaded).
-                ppk = self._new_ppk(ticket, platform, result)
+                ppk = self._devices.new_ppk(ticket, platform, result)
                 if ppk is not None and endorsement.user.mlkem_public_key is None:
                     # The answer carries the PPK in the profile: sealed hybrid or not at all.
                     raise NoPostQuantumKey(f"user {request.user_id}")
                 if ppk is not None:  # kept sealed with the session, to load it again if charon restarts
                     stored_suite = {**suite, "ppk": {"id": ppk[0], "sealed": ppk[2]}}
-                device, first = self._device_loads(conn, platform, client_identity, ike, esp, result, lifetime,
-                                                   ppk[:2] if ppk is not None else None)
+                device, first = self._devices.issue(conn, platform, client_identity, ike, esp, result, lifetime,
+                                                    ppk[:2] if ppk is not None else None)
                 first_sent = ["cert", "key", *(["shared"] if ppk is not None else []), "conn"]
             # Admitted: charon loads secret and conn while the lease and the session are written,
             # the pool once its address is leased (a conn names its pool; charon looks it up only
@@ -417,12 +350,12 @@ class TargetAgent:
                         # get (the hint); if the lease gets another, the pool is loaded again with it
                         # (charon replaces a pool no client has used yet).
                         hint = self._book.lease_hint
-                        kinds, pools = self._pools(conn, hint) if hint else ([], [])
+                        kinds, pools = self._loads.pools(conn, hint) if hint else ([], [])
                         sent += [*first_sent, *kinds]
                         loads.send([*first, *pools])
                         vip = self._book.lease(transaction, ticket)
                         if vip != hint:
-                            kinds, pools = self._pools(conn, vip)
+                            kinds, pools = self._loads.pools(conn, vip)
                             sent += kinds
                             loads.send(pools)
                         transaction.add_session(AgentSession(
@@ -443,7 +376,7 @@ class TargetAgent:
                                          ppk_id=client_ppk[0] if client_ppk is not None else None, **base)
                     try:
                         try:
-                            answer = answer_with(info, self._bundle(platform, device),  # while charon loads
+                            answer = answer_with(info, self._devices.bundle(platform, device),  # while charon loads
                                                  client_ppk[1] if client_ppk is not None else None)
                             steps.mark("seal")
                         finally:
@@ -498,156 +431,7 @@ class TargetAgent:
                 f"{user_id} (of host {host}) has {tunnels} tunnels up at this target, the most its "
                 f"tunnels_per_user ({self.role.tunnels_per_user}) allows: close one of them first")
 
-    def _check_platform(self, platform: str, objective_id: int, post_quantum: int) -> None:
-        if self._devices is None:
-            raise InvalidInput("this Target enrols no devices")
-        if platform not in PLATFORMS:
-            raise InvalidInput(f"unknown platform {platform!r}: one of {', '.join(PLATFORMS)}")
-        if objective_id == 1:
-            raise InvalidInput("a device profile is an IPsec tunnel: objective 1 (Native) has none")
-        cannot = post_quantum_refusal(platform, post_quantum)
-        if cannot is not None:
-            raise PlatformCannot(cannot)
-
-    def _new_ppk(self, ticket: str, platform: str, result: NegotiationResult) -> tuple[str, bytes, str] | None:
-        """A device's PPK when its negotiation chose one (a post-quantum minimum above 0): its id,
-        32 random bytes, and the PPK sealed for its session; None when none was asked for.
-
-        Raises:
-            PlatformCannot: the negotiation chose a post-quantum mechanism the platform's client
-                cannot take from a profile.
-        """
-        mechanism = result.suite.post_quantum
-        if mechanism is None:
-            return None
-        if mechanism not in PLATFORMS[platform].post_quantum:
-            raise PlatformCannot(f"{LABELS[platform]} ({platform}) cannot take {mechanism} from a profile: "
-                                 f"{PLATFORMS[platform].post_quantum_note}")
-        assert self._devices is not None
-        ppk_id, ppk = _fresh_ppk()
-        return ppk_id, ppk, self._devices.seal_ppk(ppk, context=_ppk_context(ticket, ppk_id))
-
-    def _device_loads(self, conn: str, platform: str, client_identity: str, ike: str, esp: str,
-                      result: NegotiationResult, lifetime: int,
-                      ppk: tuple[str, bytes] | None) -> tuple[IssuedDevice, list[CharonCommand]]:
-        """The device's credential and profile, and what Target's charon loads for it: the CA as a
-        trust anchor, the gateway's key, the conn that accepts this device's certificate only (and
-        with ``ppk``, its id and key, that PPK only)."""
-        devices = self._devices
-        assert devices is not None
-        subject = devices.ike_identity(client_identity, platform)
-        # A platform that cannot say this suite in its own names raises PlatformCannot (its
-        # Inexpressible): no credential leaves Target then.
-        issued = devices.issue(client_identity, lifetime, DeviceProfileRequest(
-            platform=platform, name=f"qoss {self.identity}", remote_address=self.role.ike_address,
-            remote_id=self.identity, local_id=subject, ike_proposal=ike, esp_proposal=esp,
-            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"],
-            remote_ts=tuple(self.role.protected), domains=tuple(self.role.domains),
-            ppk=ppk[1] if ppk is not None else None, ppk_id=ppk[0] if ppk is not None else None))
-        return issued, self._device_charon(conn, subject, ike, esp, result.mode, result.lifetimes, ppk)
-
-    def _device_charon(self, conn: str, subject: str, ike: str, esp: str, mode: str,
-                       lifetimes: dict[str, int], ppk: tuple[str, bytes] | None = None) -> list[CharonCommand]:
-        """What Target's charon loads for one device: the CA as a trust anchor, the gateway's key,
-        the conn that accepts only that device's certificate with the negotiated proposals; with
-        ``ppk`` (its id and key), the PPK as a shared secret named as the conn and the conn requiring it."""
-        devices = self._devices
-        assert devices is not None
-        ca = devices.ca_cert()
-        gateway_cert, gateway_key = devices.gateway(self.identity, [self.role.ike_address])
-        body = device_conn(
-            name=conn, target_address=self.role.ike_address, target_identity=self.identity,
-            device_identity=subject, local_ts=self.role.protected, pool=conn, ike_proposal=ike,
-            esp_proposal=esp, mode=mode, ike_lifetime=lifetimes["ike"], child_lifetime=lifetimes["child"],
-            gateway_cert=gateway_cert, ca_cert=ca, pool6=self._pool6(conn), ppk_id=ppk[0] if ppk is not None else None)
-        shared: list[CharonCommand] = [LoadShared(conn, ppk[1], (ppk[0],), "PPK")] if ppk is not None else []
-        return [LoadCert(ca, ca=True), LoadKey(gateway_key), *shared, LoadConn(conn, body)]
-
-    def _restore_device(self, session: AgentSession) -> bool:
-        """Load an enrolled device's conn and pool again (charon restarted): True if charon took them."""
-        suite, platform = session.suite, session.platform
-        proposals, lifetimes, vip = suite.get("proposals") or {}, suite.get("lifetimes"), session.virtual_ip
-        if (self._devices is None or platform is None or vip is None or not lifetimes
-                or not proposals.get("ike") or not proposals.get("esp")):
-            return False
-        try:
-            loads = self._device_charon(session.conn, self._devices.ike_identity(session.client_identity, platform),
-                                        proposals["ike"], proposals["esp"], suite.get("mode", "tunnel"),
-                                        dict(lifetimes), self._stored_ppk(session))
-            replies = self._charon.gateway().batch([*loads, *self._pools(session.conn, vip)[1]])
-        except (GatewayError, ValueError, OSError) as exc:
-            log.warning("device %s not loaded again: %s", session.ticket, getattr(exc, "message", exc))
-            return False
-        failed = [r for r in replies if isinstance(r, GatewayError)]
-        if failed:
-            log.warning("device %s not loaded again: %s", session.ticket, failed[0].message)
-            self._charon.unload(self._charon.gateway(), session.conn, ["conn", *self._pools(session.conn, vip)[0]])
-            return False
-        log.info("device %s of %s loaded again into charon", session.ticket, session.user_id)
-        return True
-
-    def _stored_ppk(self, session: AgentSession) -> tuple[str, bytes] | None:
-        """The PPK an enrolled device's session keeps sealed (its id and key), or None if it has none.
-
-        Raises:
-            ValueError: the sealed PPK does not open with this Target's key.
-        """
-        kept = session.suite.get("ppk")
-        if not kept or self._devices is None:
-            return None
-        ppk_id = str(kept["id"])
-        return ppk_id, self._devices.open_ppk(str(kept["sealed"]), context=_ppk_context(session.ticket, ppk_id))
-
-    def _bundle(self, platform: str | None, device: IssuedDevice | None) -> DeviceBundle | None:
-        if platform is None or device is None or self._devices is None:
-            return None
-        return DeviceBundle(platform=platform, profile_name=device.profile_name, media_type=device.media_type,
-                            profile=device.profile, files=dict(device.files), passphrase=device.passphrase,
-                            ca_cert=self._devices.ca_cert(), not_after=int(device.not_after.timestamp()))
-
-    def _conn_body(self, conn: str, client_identity: str, request: ClientRequest, ike: str, esp: str,
-                   result: NegotiationResult, ppk_id: str | None = None) -> dict[str, Any]:
-        """Target's side of the road warrior: the client's identity, the negotiated suite, the pool
-        (and the PPK it requires, by its id)."""
-        return target_conn(
-            name=conn, target_address=self.role.ike_address, target_identity=self.identity,
-            client_identity=client_identity, client_address=request.request_info.ike_address,
-            local_ts=self.role.protected, pool=conn, ike_proposal=ike, esp_proposal=esp, mode=result.mode,
-            ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], pool6=self._pool6(conn),
-            ppk_id=ppk_id,
-        )
-
-    def _pool6(self, conn: str) -> str | None:
-        """The name of ``conn``'s IPv6 pool on a dual-pool Target (None: the Target has one pool)."""
-        return pool6_name(conn) if self.role.pool6 is not None else None
-
-    def _pools(self, conn: str, vip: str) -> tuple[list[str], list[CharonCommand]]:
-        """The one-address pools of a session leasing ``vip`` (what :meth:`TargetCharon.finish_load`
-        names them, and their loads): ``vip``'s, named ``conn``, and on a dual-pool Target its IPv6
-        companion's (:meth:`TargetSessions.companion`)."""
-        companion = self._book.companion(vip)
-        if companion is None:
-            return ["pool"], [LoadPool(conn, host_prefix(vip))]
-        return ["pool", "pool6"], [LoadPool(conn, host_prefix(vip)), LoadPool(pool6_name(conn), host_prefix(companion))]
-
     # -- a user's devices ----------------------------------------------------------------
-
-    def _devices_of(self, user_id: str, host_id: str) -> tuple[DeviceInfo, ...]:
-        """``user_id``'s (of ``host_id``) device enrolments here, newest first (at most
-        :data:`~app.domain.agent.parts.MAX_DEVICES_LISTED`)."""
-        with self._store.unit() as uow:
-            rows = uow.sessions.select(user_id=user_id, limit=1000)
-        out: list[DeviceInfo] = []
-        for r in rows:
-            if r.platform is None or r.host_id != host_id:
-                continue
-            active = r.state == AgentSessionState.ACTIVE.value
-            out.append(DeviceInfo(
-                ticket=r.ticket, platform=r.platform, state=device_state(AgentSessionState(r.state), r.reason),
-                reason=r.reason[:500], objective_id=r.objective_id, created=int(r.created_at.timestamp()),
-                expires=int(r.expires_at.timestamp()),
-                ended=None if active else int((r.updated_at or r.created_at).timestamp())))
-        return tuple(out[:MAX_DEVICES_LISTED])
 
     def user_devices(self, query: UserDevices) -> tuple[UserDeviceList, str]:
         """A Host's question about one of its users' devices here (its signature already checked, or
@@ -660,7 +444,7 @@ class TargetAgent:
             AgentRejected: addressed to another Target, not fresh, or replayed.
         """
         now = self._clock()
-        self._host_keys(query.host)
+        self._admission.host_keys(query.host)
         if query.target != self.keys.name:
             raise AgentRejected("a question for another target")
         check_fresh(query.timestamp, now)
@@ -674,7 +458,7 @@ class TargetAgent:
                 and row.platform is not None
                 and self._book.finish(row.ticket, AgentSessionState.REVOKED, "device revoked by an administrator")):
             revoked = row.ticket
-        devices = self._devices_of(query.user_id, query.host)
+        devices = devices_of(self._store, user_id=query.user_id, host_id=query.host)
         audit = (f"admin-revoke-device user={query.user_id} ticket={query.revoke} revoked={revoked is not None}"
                  if query.revoke is not None else f"admin-devices user={query.user_id} listed={len(devices)}")
         return UserDeviceList(target=self.keys.name, host=query.host, nonce=query.nonce,
@@ -696,7 +480,7 @@ class TargetAgent:
         now = self._clock()
         _, body, tag = self.keys.open_sealed(data, kinds=[Kind.REVOKE])
         revocation = Revocation.parse(body)
-        self._crypto.verify(self._host_keys(revocation.host).sign, Kind.REVOKE, body, tag)
+        self._crypto.verify(self._admission.host_keys(revocation.host).sign, Kind.REVOKE, body, tag)
         if revocation.target != self.keys.name:
             raise AgentRejected("revocation for another target")
         check_fresh(revocation.timestamp, now)
