@@ -112,6 +112,15 @@ def enrol(cli: LabCli, user: str, platform: str, out: Path, *extra: str, check: 
     return report
 
 
+def refused_enrolment(cli: LabCli, user: str, platform: str, out: Path, *extra: str) -> str:
+    """``qoss lab device`` for ``user`` on ``platform`` refused (exit 2) with nothing written in
+    ``out``; what it said on stderr."""
+    done = enrol(cli, user, platform, out, *extra, check=False)
+    assert done.returncode == 2
+    assert not out.exists() or not any(out.iterdir())
+    return str(done.stderr)
+
+
 def stock_profile(report: dict[str, Any], workdir: Path) -> StockProfile:
     """Everything charon-cmd needs, read from the .sswan profile (and the passphrase shown once)."""
     profile = json.loads(Path(report["profile"]).read_text())
@@ -260,11 +269,9 @@ def test_apple_windows_and_networkmanager_profiles_carry_the_negotiated_suite_in
 def test_a_platform_that_cannot_meet_the_minimums_is_refused_by_name_and_gets_no_profile(
         lab: tuple[LabCli, dict[str, Any]], tmp_path: Path) -> None:
     cli, _ = lab
-    done = enrol(cli, "frank", "windows", tmp_path / "out", "--integrity", "9", check=False)
-    assert done.returncode == 2
-    assert "Windows 10/11 built-in IKEv2" in done.stderr, done.stderr
-    assert "integrity" in done.stderr
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    says = refused_enrolment(cli, "frank", "windows", tmp_path / "out", "--integrity", "9")
+    assert "Windows 10/11 built-in IKEv2" in says, says
+    assert "integrity" in says
     android = enrol(cli, "frank", "android", tmp_path / "android", "--integrity", "9")  # strongSwan can
     assert android["esp_proposal"]
 

@@ -9,7 +9,7 @@ import contextlib
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ import pytest
 from app.lab.network import IKE_INTERFACE
 from tests.integration.tunnels.test_peered import _ALL_BUT_AES128GCM16, Site, sites
 
-__all__ = ["sites"]
+__all__ = ["sites", "until_both"]
 
 #: aes128gcm16 is the cheapest suite meeting these minimums in the shipped standards-2026 table.
 _ASK = {"min_levels": {"confidentiality": 8, "integrity": 8}}
@@ -75,22 +75,30 @@ def _record(site: Site, tunnel_id: str) -> dict[str, Any]:
     return doc
 
 
-def _moved_everywhere(a: Site, b: Site, tunnel: dict[str, Any], old: str, within: float) -> dict[str, Any]:
-    """Wait (at most ``within`` seconds) until both sides record another ESP proposal than ``old``, the
-    same on both, and each charon shows one CHILD_SA of the tunnel, INSTALLED, not on the old suite."""
+def until_both(a: Site, b: Site, tunnel: dict[str, Any], within: float,
+               look: Callable[[dict[str, Any], dict[str, Any]], tuple[dict[str, Any], bool]]) -> dict[str, Any]:
+    """Wait (at most ``within`` seconds, looking every 100 ms) until ``look``, given the tunnel's
+    record at A and at B, says it is done; what it saw then (and in the failure when time runs out)."""
     deadline = time.monotonic() + within
-    seen: dict[str, Any] = {}
     while True:
-        on_a, on_b = _record(a, tunnel["id"]), _record(b, tunnel["id"])
-        children = {"a": _children(a, tunnel["conn"]), "b": _children(b, tunnel["conn"])}
-        seen = {"a": on_a["proposals"], "b": on_b["proposals"], "children": children}
-        esp = on_a["proposals"]["esp"]
-        if (esp != old and on_b["proposals"]["esp"] == esp and on_a["state"] == on_b["state"] == "up"
-                and all(len(c) == 1 and c[0][0] == "INSTALLED" and "AES_GCM_16-128" not in c[0][1]
-                        for c in children.values())):
+        seen, done = look(_record(a, tunnel["id"]), _record(b, tunnel["id"]))
+        if done:
             return seen
         assert time.monotonic() < deadline, seen
         time.sleep(0.1)
+
+
+def _moved_everywhere(a: Site, b: Site, tunnel: dict[str, Any], old: str, within: float) -> dict[str, Any]:
+    """Wait (at most ``within`` seconds) until both sides record another ESP proposal than ``old``, the
+    same on both, and each charon shows one CHILD_SA of the tunnel, INSTALLED, not on the old suite."""
+    def look(on_a: dict[str, Any], on_b: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        children = {"a": _children(a, tunnel["conn"]), "b": _children(b, tunnel["conn"])}
+        esp = on_a["proposals"]["esp"]
+        return {"a": on_a["proposals"], "b": on_b["proposals"], "children": children}, (
+            esp != old and on_b["proposals"]["esp"] == esp and on_a["state"] == on_b["state"] == "up"
+            and all(len(c) == 1 and c[0][0] == "INSTALLED" and "AES_GCM_16-128" not in c[0][1]
+                    for c in children.values()))
+    return until_both(a, b, tunnel, within, look)
 
 
 # No ping lost, and within 10 s: held with the machine to itself (the local move's test likewise).

@@ -17,7 +17,7 @@ import pytest
 
 from app.adapters.vici.gateway import ViciGateway
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.peers.test_peered_move import _ping, _record, _weakened
+from tests.integration.peers.test_peered_move import _ping, _record, _weakened, until_both
 from tests.integration.tunnels.test_peered import Site, _site
 
 _POLICY = {"name": "pq-branch", "min_levels": {"confidentiality": 8, "integrity": 8}}
@@ -64,19 +64,15 @@ def _children(site: Site, conn: str) -> list[str]:
 def _on_ppk_everywhere(a: Site, b: Site, tunnel: dict[str, Any], within: float) -> dict[str, Any]:
     """Wait (at most ``within`` seconds) until both sides record the tunnel up with a PPK and each
     charon shows one IKE SA of it, with ``/PPK``, carrying one INSTALLED CHILD_SA."""
-    deadline = time.monotonic() + within
-    while True:
-        on_a, on_b = _record(a, tunnel["id"]), _record(b, tunnel["id"])
+    def look(on_a: dict[str, Any], on_b: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         seen = {"a": (on_a["state"], on_a["suite"]), "b": (on_b["state"], on_b["suite"]),
                 "ikes": {s.name: _ike_lines(s, tunnel["conn"]) for s in (a, b)},
                 "children": {s.name: _children(s, tunnel["conn"]) for s in (a, b)}}
-        if (on_a["state"] == on_b["state"] == "up" and on_a["suite"]["post_quantum"] == "ppk"
-                and on_b["suite"]["post_quantum"] == "ppk"
-                and all(len(lines) == 1 and lines[0].endswith("/PPK") for lines in seen["ikes"].values())
-                and all(c == ["INSTALLED"] for c in seen["children"].values())):
-            return seen
-        assert time.monotonic() < deadline, seen
-        time.sleep(0.1)
+        return seen, (on_a["state"] == on_b["state"] == "up" and on_a["suite"]["post_quantum"] == "ppk"
+                      and on_b["suite"]["post_quantum"] == "ppk"
+                      and all(len(lines) == 1 and lines[0].endswith("/PPK") for lines in seen["ikes"].values())
+                      and all(c == ["INSTALLED"] for c in seen["children"].values()))
+    return until_both(a, b, tunnel, within, look)
 
 
 # No ping lost: held with the machine to itself (the other moves' tests likewise).
@@ -135,11 +131,8 @@ def test_a_tunnel_with_a_ppk_moves_onto_a_new_ppk_when_bs_table_edit_leaves_its_
         keys = {s.name: _record(s, tunnel["id"])["provenance"]["ppk_id"] for s in (a, b)}
         assert keys["site-a"] == keys["site-b"]
         with _weakened(b, "aes128gcm16"):
-            deadline = time.monotonic() + 15
-            while _record(a, tunnel["id"])["proposals"]["esp"] == old or \
-                    _record(b, tunnel["id"])["proposals"]["esp"] == old:
-                assert time.monotonic() < deadline, (_record(a, tunnel["id"]), _record(b, tunnel["id"]))
-                time.sleep(0.1)
+            until_both(a, b, tunnel, 15, lambda on_a, on_b: (  # both sides' records moved off the old suite
+                {"a": on_a, "b": on_b}, old not in (on_a["proposals"]["esp"], on_b["proposals"]["esp"])))
             seen = _on_ppk_everywhere(a, b, tunnel, within=15)
         moved = {s.name: _record(s, tunnel["id"]) for s in (a, b)}
         assert moved["site-a"]["proposals"] == moved["site-b"]["proposals"], seen
