@@ -24,7 +24,7 @@ from app.adapters.db.models import AuditRow, EventRow
 from app.domain.agent import Handoff, Kind
 from app.domain.errors import InvalidInput
 from app.main import create_app
-from app.services.agent.client import seal_profile
+from app.services.agent.client_devices import seal_profile
 from app.services.agent.host import link_id
 from app.settings import Settings
 from tests.api.test_agent_roles import enroll

@@ -15,7 +15,7 @@ from app.adapters.agent.crypto import KeyPair, seal
 from app.adapters.db.agent import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import Handoff, Kind
-from app.services.agent.client import seal_profile
+from app.services.agent.client_devices import seal_profile
 from tests.api.test_agent_roles import enroll
 from tests.api.test_handoff_revoked import Roles, roles, waiting
 from tests.fixtures.agent_roles import SERVER_ID

@@ -1,6 +1,9 @@
 """The tunnel agent's use cases (Liu et al.'s Client, Host and Target), one module per role.
 
-- :mod:`~app.services.agent.client`: the mobile user's agent: request, verify, load, initiate.
+- :mod:`~app.services.agent.client`: the mobile user's agent: request, verify, load, initiate; what
+  its charon can do (:mod:`~app.services.agent.client_capabilities`), what it keeps on disk
+  (:mod:`~app.services.agent.client_state`), and the user's devices
+  (:mod:`~app.services.agent.client_devices`).
 - :mod:`~app.services.agent.host`: the user's trusted machine: open, check, endorse, relay, revoke
   (:mod:`~app.services.agent.host_revocations`: revocations a Target has yet to confirm).
 - :mod:`~app.services.agent.target`: the gateway: admit, negotiate, key, configure, revoke; what it

@@ -7,18 +7,18 @@ fresh. Only then does it load the session key and the conn into the local charon
 initiate, and check with ``list-sas`` that charon negotiated exactly the suite Target
 chose, all in one pipelined VICI exchange; the virtual IP comes from Target's pool.
 What the client remembers of a tunnel (ticket, conn, suite, virtual IP, expiry; never
-the key) is a file in ``state_dir``.
+the key) is a file in ``state_dir`` (:mod:`~app.services.agent.client_state`).
 Any failure after Target configured its side asks Target (through Host) to close it.
+
+What the local charon can do is read and cached by :mod:`~app.services.agent.client_capabilities`;
+the user's phones and laptops are enrolled, handed off and revoked by
+:mod:`~app.services.agent.client_devices`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
-import os
-import re
 import secrets
 import time
 from collections.abc import Callable, Mapping
@@ -26,26 +26,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from app.domain.agent import (
     AgentRejected,
     ClientRequest,
-    Handoff,
     Kind,
     RequestInfo,
     Response,
     TunnelingInfo,
     agent_conn_name,
-    b64e,
     check_fresh,
     client_conn,
     sealed_hybrid,
 )
 from app.domain.agent.conns import ppk_name
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
-from app.domain.agent.sealed_profile import KEY_BYTES, NONCE_BYTES, header
-from app.domain.errors import GatewayError, InvalidInput, QossError, TunnelVerificationFailed
+from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
 from app.domain.ports import (
     CharonCommand,
     Initiate,
@@ -57,51 +52,18 @@ from app.domain.ports import (
     UpReports,
     ViciPort,
 )
-from app.domain.tunnels import expected_sa, keywords_from_charon, mismatches
+from app.domain.tunnels import expected_sa, mismatches
 from app.services import tunnel_setup
+from app.services.agent.client_capabilities import CharonCapabilities
+from app.services.agent.client_devices import ClientDevices
+from app.services.agent.client_state import TunnelRecords, has_ppk
 from app.services.agent.config import ClientConfig
 from app.services.agent.timing import Steps
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, came_up, observed_sa
 
-__all__ = ["CAPABILITIES_TTL", "HANDOFF_PAGE", "AgentClient", "ca_fingerprint", "seal_profile"]
+__all__ = ["AgentClient"]
 
 log = logging.getLogger("qoss.agent.client")
-
-#: The page (served by Host, ``app.ui.pages.handoff``) a one-time link opens on the phone.
-HANDOFF_PAGE = "/ui/handoff"
-_LINK_SECRET = re.compile(r"[A-Za-z0-9_-]{20,64}")
-
-
-def seal_profile(key: bytes, *, media_type: str, name: str, profile: bytes) -> bytes:
-    """``profile`` sealed for a one-time link under ``key`` (32 bytes): AES-256-GCM with a random
-    nonce, its clear line (media type, file name) as associated data
-    (:mod:`app.domain.agent.sealed_profile`)."""
-    line = header(media_type=media_type, name=name)
-    nonce = secrets.token_bytes(NONCE_BYTES)
-    return line + nonce + AESGCM(key).encrypt(nonce, profile, line)
-
-
-def ca_fingerprint(ca_cert_der: bytes) -> str:
-    """The SHA-256 fingerprint of a CA certificate (DER) as certificate viewers show it:
-    32 upper-case hex pairs joined by colons."""
-    return ":".join(f"{b:02X}" for b in hashlib.sha256(ca_cert_der).digest())
-
-_CAPS_FILE = "capabilities.json"
-#: What a capabilities file holds: 2 counts a PPK from charon's version (a file of 1 is read again).
-_CAPS_FORMAT = 2
-#: Cached charon capabilities are read again after this many seconds (and whenever charon restarts).
-CAPABILITIES_TTL = 3600.0
-
-
-def _write_private(path: Path, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` (0600), replacing it atomically."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    tmp.replace(path)
 
 
 class AgentClient:
@@ -128,7 +90,10 @@ class AgentClient:
         self._post = post
         self._clock = clock
         self._reports = reports
-        self._caps: tuple[list[int], float, tuple[str, ...], bool] | None = None
+        self._capabilities = CharonCapabilities(vici=vici, socket=config.vici_socket, state_dir=config.state_dir,
+                                                clock=clock)
+        self._records = TunnelRecords(config.state_dir)
+        self._devices = ClientDevices(config=config, clock=clock, ask=self._ask, hand=self._hand_to_host)
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qoss-agent-client")
         #: The last connect's record being rewritten with its virtual IP (:meth:`tunnels` waits for it;
         #: so does the interpreter at exit, for the loader's threads).
@@ -147,9 +112,12 @@ class AgentClient:
         request = ClientRequest(kind=kind, request_id=secrets.token_bytes(16), user_id=self.config.user,
                                 objective_id=objective_id, request_info=info, host=self.host.id,
                                 timestamp=int(self._clock()))
-        wire = self.keys.seal(kind=kind, to=self.host.id, body=request.body(), recipient=self.host_keys.kem,
+        return request, self._seal_to_host(kind, request.body())
+
+    def _seal_to_host(self, kind: Kind, body: bytes) -> bytes:
+        """``body`` as a message of ``kind``, signed by the user and sealed to Host."""
+        return self.keys.seal(kind=kind, to=self.host.id, body=body, recipient=self.host_keys.kem,
                               recipient_mlkem=self.host_keys.mlkem)
-        return request, wire
 
     def accept(self, answer: bytes, request: ClientRequest) -> Response:
         """Open and check Target's answer to ``request``.
@@ -175,66 +143,34 @@ class AgentClient:
         check_fresh(response.timestamp, self._clock())
         return response
 
+    def _to_host(self, path: str, wire: bytes) -> bytes:
+        """Post ``wire`` to ``path`` at Host: its answer."""
+        return self._post(f"{self.host.url}{path}", wire)
+
+    def _hand_to_host(self, path: str, kind: Kind, body: bytes) -> bytes:
+        """``body`` as a message of ``kind``, signed and sealed to Host, posted to ``path`` at Host: its answer."""
+        return self._to_host(path, self._seal_to_host(kind, body))
+
     def _send(self, request: ClientRequest, wire: bytes) -> Response:
-        return self.accept(self._post(f"{self.host.url}/v1/agent/requests", wire), request)
+        return self.accept(self._to_host("/v1/agent/requests", wire), request)
+
+    def _ask(self, kind: Kind, info: RequestInfo, objective_id: int) -> Response:
+        """Send a request of ``kind`` to Target through Host: Target's answer, checked (:meth:`accept`)."""
+        request, wire = self.request(kind, info, objective_id)
+        return self._send(request, wire)
 
     # -- connect / disconnect ------------------------------------------------------------------
-
-    def _charon_key(self) -> list[int] | None:
-        """What identifies the running charon: its VICI socket's device, inode and change time.
-
-        charon makes a new socket each time it starts, so a restart (the only way to change
-        its plugins, hence its algorithms and back end) changes the key. None: no socket.
-        """
-        try:
-            info = os.stat(self.config.vici_socket)
-        except OSError:
-            return None
-        return [info.st_dev, info.st_ino, info.st_ctime_ns]
-
-    def _caps_path(self) -> Path:
-        return self.config.state_dir / _CAPS_FILE
-
-    def _cached_capabilities(self, key: list[int]) -> tuple[tuple[str, ...], bool] | None:
-        now = self._clock()
-        if self._caps is not None and self._caps[0] == key and now - self._caps[1] < CAPABILITIES_TTL:
-            return self._caps[2], self._caps[3]
-        try:
-            raw = json.loads(self._caps_path().read_text())
-            if (raw.get("format") == _CAPS_FORMAT and raw["key"] == key
-                    and 0 <= now - float(raw["at"]) < CAPABILITIES_TTL
-                    and isinstance(raw["native"], bool) and isinstance(raw["algorithms"], list)
-                    and all(isinstance(a, str) for a in raw["algorithms"])):
-                self._caps = (key, float(raw["at"]), tuple(raw["algorithms"]), raw["native"])
-                return self._caps[2], self._caps[3]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return None
 
     def capabilities(self, *, refresh: bool = False) -> tuple[tuple[str, ...], bool]:
         """(algorithm keywords of the local charon, whether it can do AH and transport mode).
 
         Read with VICI ``get-algorithms`` and ``stats``, then cached in memory and in
-        ``state_dir/capabilities.json``, keyed on the charon (:meth:`_charon_key`): a restarted
-        charon is read again, and so is one read more than :data:`CAPABILITIES_TTL` seconds ago
-        or when ``refresh`` is true (``qoss agent connect --refresh``).
+        ``state_dir/capabilities.json``, keyed on the charon: a restarted charon is read again, and
+        so is one read more than :data:`~app.services.agent.client_capabilities.CAPABILITIES_TTL`
+        seconds ago or when ``refresh`` is true (``qoss agent connect --refresh``)
+        (:class:`~app.services.agent.client_capabilities.CharonCapabilities`).
         """
-        key = self._charon_key()
-        if key is not None and not refresh:
-            cached = self._cached_capabilities(key)
-            if cached is not None:
-                return cached
-        algorithms = tuple(sorted(keywords_from_charon(self.vici.get_algorithms().as_sections(),
-                                                       version=self.vici.version().version)))
-        native = self.vici.stats().backend != "kernel-libipsec"
-        if key is not None and key == self._charon_key():
-            now = self._clock()
-            self._caps = (key, now, algorithms, native)
-            with contextlib.suppress(OSError):
-                self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-                _write_private(self._caps_path(), json.dumps(
-                    {"format": _CAPS_FORMAT, "key": key, "at": now, "algorithms": list(algorithms), "native": native}))
-        return algorithms, native
+        return self._capabilities.read(refresh=refresh)
 
     def connect(self, *, target: str, objective_id: int, min_levels: Mapping[str, int] | None = None,
                 lifetime: int = 600, refresh: bool = False) -> dict[str, Any]:
@@ -256,7 +192,7 @@ class AgentClient:
         # first start connects and registers with charon).
         detached = self._loader.submit(self._reports.detached, self.vici.socket_path) \
             if self._reports is not None else None
-        answer = self._post(f"{self.host.url}/v1/agent/requests", wire)
+        answer = self._to_host("/v1/agent/requests", wire)
         steps.mark("host")
         response = self.accept(answer, request)
         steps.mark("accept")
@@ -283,7 +219,7 @@ class AgentClient:
         report["virtual_ip"] = vip
         if vip is not None:  # the address is known now: rewritten in the background (see tunnels())
             self._settle()
-            self._rewrite = self._loader.submit(self._remember, dict(report), objective_id)
+            self._rewrite = self._loader.submit(self._records.remember, dict(report), objective_id)
         steps.mark("remember")
         steps.done()
         self.last_steps, self.last_steps_cpu = steps.as_dict(), steps.as_dict(cpu=True)
@@ -327,7 +263,7 @@ class AgentClient:
                 with self.vici.pipeline() as charon:
                     charon.send(commands)
                     try:
-                        self._remember(report, objective_id)
+                        self._records.remember(report, objective_id)
                     finally:
                         replies = charon.finish()  # read even if the record could not be written
                 for reply in replies:
@@ -340,7 +276,7 @@ class AgentClient:
                     vip = self._reported(name, tunnel, wait, until)
                     steps.mark("initiate")
             except BaseException:
-                self._forget(tunnel.ticket)
+                self._records.forget(tunnel.ticket)
                 raise
         steps.mark("verify")
         return vip
@@ -385,9 +321,7 @@ class AgentClient:
                              *([Unload("shared", ppk_name(name))] if ppk else [])])
 
     def _disconnect_remote(self, target: str, ticket: str, objective_id: int) -> None:
-        info = RequestInfo(target=target, ticket=ticket)
-        request, wire = self.request(Kind.DISCONNECT, info, objective_id)
-        self._send(request, wire)
+        self._ask(Kind.DISCONNECT, RequestInfo(target=target, ticket=ticket), objective_id)
 
     def disconnect(self, ticket: str | None = None) -> list[str]:
         """Tear down one tunnel (or all this client has): locally, then at Target through Host.
@@ -404,12 +338,12 @@ class AgentClient:
             raise InvalidInput(f"no tunnel with ticket {ticket} in {self.config.state_dir}")
         closed = []
         for t in chosen:
-            self._teardown(t["conn"], ppk=_has_ppk(t))
+            self._teardown(t["conn"], ppk=has_ppk(t))
             try:
                 self._disconnect_remote(t["target"], t["ticket"], int(t["objective_id"]))
             except AgentRejected:
                 log.info("target no longer knew ticket %s (expired or revoked)", t["ticket"])
-            self._forget(t["ticket"])
+            self._records.forget(t["ticket"])
             closed.append(t["ticket"])
         return closed
 
@@ -417,159 +351,33 @@ class AgentClient:
 
     def enrol_device(self, *, target: str, objective_id: int, platform: str, out_dir: Path,
                      min_levels: Mapping[str, int] | None = None) -> dict[str, Any]:
-        """Enrol a phone or laptop: ask Target (through Host, as for a tunnel) for a device
-        credential and a profile for ``platform``'s VPN client, and write them into ``out_dir``
-        (files 0600). The report names the profile and carries the PKCS#12's one-time passphrase,
-        which is kept nowhere (the record in ``state_dir`` has the ticket, to revoke it), and beside
-        it ``ca_fingerprint``, the SHA-256 of the gateway's CA certificate, for the user to compare
-        with what the device shows when it imports the profile.
-
-        Raises:
-            AgentRejected: Host or Target rejected the request, or the answer is not genuine.
-            RemoteRefused: e.g. 409 when the platform cannot meet the minimums.
-        """
-        info = RequestInfo(target=target, min_levels=dict(min_levels or {}), platform=platform)
-        request, wire = self.request(Kind.CONNECT, info, objective_id)
-        response = self._send(request, wire)
-        device, tunnel = response.device, response.tunneling_info
-        if device is None or tunnel is None or device.platform != platform:
-            raise AgentRejected("the answer carries no profile for this platform")
-        out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        written = {}
-        for name, data in {device.profile_name: device.profile, **device.files}.items():
-            path = out_dir / name  # names are checked when the answer is parsed: no folders, no dot files
-            _write_private(path, data)
-            written[name] = str(path)
-        report: dict[str, Any] = {
-            "ticket": tunnel.ticket, "target": target, "platform": platform,
-            "profile": written[device.profile_name], "media_type": device.media_type,
-            "files": [written[n] for n in device.files], "passphrase": device.passphrase,
-            "ca_fingerprint": ca_fingerprint(device.ca_cert),
-            "suite": dict(tunnel.suite), "ike_proposal": tunnel.ike_proposal, "esp_proposal": tunnel.esp_proposal,
-            "gateway": {"address": tunnel.target_address, "identity": tunnel.target_identity},
-            "identity": tunnel.client_identity, "remote_ts": list(tunnel.remote_ts), "expires": device.not_after,
-        }
-        record = {k: v for k, v in report.items() if k != "passphrase"}
-        devices = self.config.state_dir / "devices"
-        devices.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_private(devices / f"{tunnel.ticket}.json", json.dumps({**record, "objective_id": objective_id},
-                                                                      indent=2))
-        return report
+        """Enrol a phone or laptop: its credential and profile written into ``out_dir``, and the
+        report with the one-time passphrase (:meth:`ClientDevices.enrol
+        <app.services.agent.client_devices.ClientDevices.enrol>`)."""
+        return self._devices.enrol(target=target, objective_id=objective_id, platform=platform, out_dir=out_dir,
+                                   min_levels=min_levels)
 
     def handoff(self, report: Mapping[str, Any], *, ttl: int = 600, link_base: str | None = None) -> str:
-        """Leave the profile of a device just enrolled (``report`` from :meth:`enrol_device`) at Host
-        for one download within ``ttl`` seconds: the link (on ``link_base``, default Host's URL), for
-        the phone to open. Only a profile that holds everything (``.sswan``, ``.mobileconfig``) can be
-        handed off.
-
-        Host gets the profile sealed (:mod:`app.domain.agent.sealed_profile`): AES-256-GCM under a
-        random key that is only in the link's fragment (``<base>/ui/handoff#t=<secret>&k=<key>``),
-        which a browser never sends to a server. Host can neither read the profile nor change it
-        without the phone's page refusing it; its PKCS#12 is, besides, under the passphrase.
-
-        Raises:
-            InvalidInput: the profile has files beside it (copy those by hand).
-            AgentRejected: Host refused it.
-        """
-        if report.get("files"):
-            raise InvalidInput(f"a {report.get('platform')} profile has files beside it: copy them to the device")
-        path = Path(str(report["profile"]))
-        media_type = str(report["media_type"])
-        key = secrets.token_bytes(KEY_BYTES)
-        handoff = Handoff(user_id=self.config.user, host=self.host.id, nonce=secrets.token_bytes(16),
-                          timestamp=int(self._clock()), profile_name=path.name, media_type=media_type,
-                          profile=seal_profile(key, media_type=media_type, name=path.name, profile=path.read_bytes()),
-                          ttl=ttl)
-        wire = self.keys.seal(kind=Kind.HANDOFF, to=self.host.id, body=handoff.body(), recipient=self.host_keys.kem,
-                              recipient_mlkem=self.host_keys.mlkem)
-        answer = self._post(f"{self.host.url}/v1/agent/handoffs", wire).decode("ascii")
-        token = answer.removeprefix("/v1/agent/handoffs/")
-        if token == answer or _LINK_SECRET.fullmatch(token) is None:
-            raise AgentRejected("Host's answer is not a link")
-        return f"{(link_base or self.host.url).rstrip('/')}{HANDOFF_PAGE}#t={token}&k={b64e(key)}"
+        """Leave a device's profile at Host for one download by the phone: the link
+        (:meth:`ClientDevices.handoff <app.services.agent.client_devices.ClientDevices.handoff>`)."""
+        return self._devices.handoff(report, ttl=ttl, link_base=link_base)
 
     def devices(self, *, ask: bool = False) -> list[dict[str, Any]]:
-        """The devices this user enrolled from here (no passphrase: it was shown once).
-
-        ``ask``: each with what its Target says of it now (through Host, signed by the user):
-        ``state`` (``active``, or ``revoked``/``expired``/``closed`` with ``reason``; a profile an
-        edit left below its minimums is ``revoked`` with a reason ending "its profile is stale:
-        enrol the device again"), or ``state_unknown`` saying why Target could not be asked.
-        """
-        out = []
-        for path in sorted((self.config.state_dir / "devices").glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                out.append(json.loads(path.read_text()))
-        if ask:
-            out = [{**record, **self._device_state(record)} for record in out]
-        return out
-
-    def _device_state(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            info = RequestInfo(target=str(record["target"]), ticket=str(record["ticket"]))
-            request, wire = self.request(Kind.STATUS, info, int(record["objective_id"]))
-            status = self._send(request, wire).status
-        except (QossError, GatewayError, KeyError, ValueError) as exc:
-            return {"state_unknown": getattr(exc, "message", None) or type(exc).__name__}
-        if status is None or status.ticket != record["ticket"]:
-            return {"state_unknown": "the target's answer names another ticket"}
-        return {"state": status.state.value, **({"reason": status.reason} if status.reason else {})}
+        """The devices this user enrolled from here; ``ask``: each with what its Target says of it now
+        (:meth:`ClientDevices.listed <app.services.agent.client_devices.ClientDevices.listed>`)."""
+        return self._devices.listed(ask=ask)
 
     def devices_everywhere(self) -> list[dict[str, Any]]:
-        """Every device of this user at every target this client knows, wherever it was enrolled
-        from (this machine, the phone's page, another computer), as each Target says: ticket,
-        ``target``, platform, ``state`` (``active``, ``stale``, ``revoked``, ``expired``,
-        ``ended``), ``reason``, Objective-ID and times (seconds since the epoch). Each target is
-        asked through Host with the user's signed ``devices`` request; one that cannot be asked is
-        listed as ``{"target": ..., "state_unknown": why}``."""
-        out: list[dict[str, Any]] = []
-        for target in sorted(self.targets):
-            try:
-                request, wire = self.request(Kind.DEVICES, RequestInfo(target=target), 3)
-                listed = self._send(request, wire).devices or ()
-            except (QossError, GatewayError) as exc:
-                out.append({"target": target, "state_unknown": exc.message})
-                continue
-            out += [{"target": target, **d.as_dict()} for d in listed]
-        return out
+        """Every device of this user at every target this client knows, as each Target says
+        (:meth:`ClientDevices.everywhere <app.services.agent.client_devices.ClientDevices.everywhere>`)."""
+        return self._devices.everywhere()
 
     def revoke_device(self, ticket: str) -> dict[str, Any]:
-        """Revoke a device: Target ends its live tunnel and accepts its certificate no more. A
-        device enrolled from here is found in this machine's records; any other of this user's
-        active devices (say, the phone that joined from its own page) is found by asking the
-        targets (:meth:`devices_everywhere`).
-
-        Raises:
-            InvalidInput: no device of this user's with that ticket is active anywhere.
-            AgentRejected: Target no longer knew it.
-        """
-        path = self.config.state_dir / "devices" / f"{ticket}.json"
-        if not re.fullmatch(r"[0-9a-f]{32}", ticket):
-            raise InvalidInput(f"{ticket!r} is not a device's ticket (32 hex digits)")
-        if path.is_file():
-            record = json.loads(path.read_text())
-            self._disconnect_remote(str(record["target"]), ticket, int(record["objective_id"]))
-            path.unlink()
-            return {"ticket": ticket, "platform": record.get("platform"), "revoked": True}
-        found = [d for d in self.devices_everywhere() if d.get("ticket") == ticket and d.get("state") == "active"]
-        if not found:
-            raise InvalidInput(f"no active device with ticket {ticket} at any target")
-        self._disconnect_remote(str(found[0]["target"]), ticket, int(found[0]["objective_id"]))
-        return {"ticket": ticket, "platform": found[0]["platform"], "revoked": True}
+        """Revoke a device at its Target
+        (:meth:`ClientDevices.revoke <app.services.agent.client_devices.ClientDevices.revoke>`)."""
+        return self._devices.revoke(ticket)
 
     # -- local state --------------------------------------------------------------------
-
-    def _path(self, ticket: str) -> Path:
-        return self.config.state_dir / f"{ticket}.json"
-
-    def _remember(self, report: Mapping[str, Any], objective_id: int) -> None:
-        self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_private(self._path(str(report["ticket"])), json.dumps({**report, "objective_id": objective_id},
-                                                                     indent=2))
-
-    def _forget(self, ticket: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self._path(ticket).unlink()
 
     def _settle(self) -> None:
         """Wait for the last connect's record to be rewritten with its address."""
@@ -601,8 +409,8 @@ class AgentClient:
                 up = sa.state == "ESTABLISHED" and any(c.state == "INSTALLED" for c in sa.children)
                 out.append({**t, "in_charon": up})
                 continue
-            self._teardown(str(t["conn"]), ppk=_has_ppk(t))
-            self._forget(str(t["ticket"]))
+            self._teardown(str(t["conn"]), ppk=has_ppk(t))
+            self._records.forget(str(t["ticket"]))
             out.append({**t, "in_charon": False,
                         "closed": "charon has no IKE_SA for it: closed by the target (the ticket expired, the "
                                   "user was revoked, or an edit of the ratings or policies left its suite below "
@@ -613,17 +421,4 @@ class AgentClient:
     def tunnels(self) -> list[dict[str, Any]]:
         """The tunnels this client brought up and has not torn down (from ``state_dir``)."""
         self._settle()
-        if not self.config.state_dir.is_dir():
-            return []
-        out = []
-        for path in sorted(self.config.state_dir.glob("*.json")):
-            if path.name == _CAPS_FILE:
-                continue
-            with contextlib.suppress(OSError, ValueError):
-                out.append(json.loads(path.read_text()))
-        return out
-
-
-def _has_ppk(record: Mapping[str, Any]) -> bool:
-    """Whether a tunnel this client keeps has a post-quantum preshared key (its suite's mechanism)."""
-    return (record.get("suite") or {}).get("post_quantum") == "ppk"
+        return self._records.all()

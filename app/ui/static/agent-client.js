@@ -281,7 +281,7 @@
     };
   }
 
-  /** The SHA-256 of a certificate (DER) as certificate viewers show it (``app.services.agent.client.ca_fingerprint``). */
+  /** The SHA-256 of a certificate (DER) as certificate viewers show it (``app.services.agent.client_devices.ca_fingerprint``). */
   function fingerprint(der) {
     return Array.from(V.sha256(der), (b) => b.toString(16).padStart(2, "0").toUpperCase()).join(":");
   }

@@ -32,7 +32,7 @@ from playwright.sync_api import Page, Request, expect
 from app.adapters.agent.crypto import KeyPair, write_keys
 from app.domain.agent import agent_conn_name
 from app.domain.agent.platforms import check_names, express
-from app.services.agent.client import ca_fingerprint
+from app.services.agent.client_devices import ca_fingerprint
 from tests.api.conftest import make_token
 from tests.fakes.fake_charon import FakeCharon
 from tests.fixtures.agent_roles import register_keys

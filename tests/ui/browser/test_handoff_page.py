@@ -36,7 +36,7 @@ from app.adapters.db.agent import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow
 from app.domain.agent import Handoff, Kind, b64e
-from app.services.agent.client import ca_fingerprint, seal_profile
+from app.services.agent.client_devices import ca_fingerprint, seal_profile
 from tests.api.conftest import make_token
 from tests.fixtures.agent_roles import SERVER_ID, agent_server_config, register_keys
 from tests.fixtures.secrets import register

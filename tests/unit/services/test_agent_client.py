@@ -20,7 +20,8 @@ from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.sa_events import SaEventHub
 from app.domain.agent import ClientRequest, Kind, Response, TunnelingInfo
 from app.domain.errors import GatewayRejected, TunnelVerificationFailed
-from app.services.agent.client import CAPABILITIES_TTL, AgentClient
+from app.services.agent.client import AgentClient
+from app.services.agent.client_capabilities import CAPABILITIES_TTL
 from app.services.agent.config import ClientConfig, Party
 from tests.fakes.fake_charon import FakeCharon, Reply, child_sa_message, ike_sa_message
 
