@@ -63,9 +63,9 @@ def acted_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     answer = Peering._answer_offer
 
-    def counting(self: Peering, received: Any, reads: Any) -> Any:
+    def counting(self: Peering, received: Any, *rest: Any) -> Any:
         seen.append(received.peer.name)
-        return answer(self, received, reads)
+        return answer(self, received, *rest)
     monkeypatch.setattr(Peering, "_answer_offer", counting)
     return seen
 

@@ -171,6 +171,9 @@ class Peering:
         self._reports = reports
         self._awaiting: dict[str, _Awaiting] = {}
         self._awaiting_lock = threading.Lock()
+        #: The ids of the offers whose ends this process is loading now, and their lock.
+        self._loading: set[str] = set()
+        self._loading_lock = threading.Lock()
         self._pending = pending or _NoPending()
         #: When the sweep next looks for moves never confirmed (0: at its first run; None: none pending here).
         self._moves_due: float | None = 0.0
@@ -382,7 +385,7 @@ class Peering:
                     received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
                 raise AgentRejected(f"the peering is {received.peer.state.value}")
             if received.kind is Kind.PEER_OFFER:
-                answer = self._answer_offer(received, reads)
+                answer = self._answer_offer(received, reads, uow or stack.enter_context(self._units()))
                 return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict(),
                                     post_quantum=answer.ppk is not None)
             confirm = Confirm.from_dict(received.document) if received.kind is Kind.PEER_CONFIRM else None
@@ -411,10 +414,14 @@ class Peering:
         ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()), "nonce": new_nonce()}
         return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
 
-    def _answer_offer(self, received: Received, reads: UnitOfWork) -> Answer:
-        """Choose (reading in ``reads``), record and load this side's end of an offer; the answer.
-        The offer's nonce is kept in the transaction that records the tunnel (a refusal for want of
-        a suite keeps it alone)."""
+    def _answer_offer(self, received: Received, reads: UnitOfWork, uow: UnitOfWork) -> Answer:
+        """Choose (reading in ``reads``), load and record this side's end of an offer; the answer.
+
+        The load comes first, its tunnel's id refused beforehand if this side has it or is loading
+        it now (a load never replaces another tunnel's conn); the record, the offer's nonce and the
+        request's audit record (``uow``'s) are then committed at once (a refusal for want of a suite
+        keeps the nonce alone). Whatever fails after the load unloads it; a process that dies in
+        between leaves the load to the pending-loads janitor, which ends it within ``PENDING_FOR``."""
         peer = received.peer
         offer = Offer.from_dict(received.document)
         if offer.sender != peer.name:
@@ -442,6 +449,8 @@ class Peering:
                 first_sight(uow, received)  # replayed, the offer is refused unread
                 uow.commit()
             raise
+        if reads.tunnels.states([offer.tunnel_id]):
+            raise AgentRejected("a tunnel of that id exists here")
         reads.rollback()
         identity = f"{offer.tunnel_id}.{gateway.identity}"
         psk = secrets.token_bytes(32)
@@ -453,15 +462,6 @@ class Peering:
                          site=peer.name, gateway=None, role="responder"),
             provenance={"request": {"min_levels": offer.min_levels.as_dict()}, "peer": peer.name,
                         "offered": len(offer.suites), **_ppk_kept(ppk)})
-        with self._units() as uow:
-            first_sight(uow, received)
-            try:  # refused, the unit is rolled back: no savepoint needed around the insert
-                uow.tunnels.add(record, keep_transaction=False)
-            except AlreadyExists as exc:
-                raise AgentRejected("a tunnel of that id exists here") from exc
-            uow.events.append("tunnel.created", record.id, {"state": "configuring", "peer": peer.name},
-                              scope="tunnels:read")
-            uow.commit()
         name = conn_name(record.id)
         local = TunnelEnd(gateway.ike_address, identity, tuple(wanted))
         remote = TunnelEnd(offer.initiator.address, offer.initiator.identity, offer.initiator.networks)
@@ -470,20 +470,45 @@ class Peering:
                             ike_lifetime=min(offer.lifetimes[0], chosen.lifetimes["ike"]),
                             child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]),
                             ppk_id=ppk[0] if ppk is not None else None)
+
+        def keep(unit: UnitOfWork) -> None:
+            first_sight(unit, received)
+            try:
+                unit.tunnels.add(record, keep_transaction=False)
+            except AlreadyExists as exc:
+                raise AgentRejected("a tunnel of that id exists here") from exc
+            unit.events.append("tunnel.created", record.id, {"state": "configuring", "peer": peer.name},
+                               scope="tunnels:read")
+        with self._loading_lock:
+            if record.id in self._loading:
+                raise AgentRejected("a tunnel of that id is being set up here")
+            self._loading.add(record.id)
         expires = self._clock() + PENDING_FOR
-        self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires)
         try:
-            with self._vici(gateway.vici_socket).pipeline() as pipe:
-                pipe.send([LoadShared(name, psk, (local.identity, remote.identity)),
-                           *([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")] if ppk is not None else []),
-                           LoadConn(name, conn)])
-                for reply in pipe.finish():
-                    if isinstance(reply, GatewayError):
-                        raise reply
-            self._await_up(record.id, gateway.vici_socket, name)
-        except BaseException:
-            self._forget(record, gateway)
-            raise
+            self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires)
+            try:
+                with self._vici(gateway.vici_socket).pipeline() as pipe:
+                    pipe.send([LoadShared(name, psk, (local.identity, remote.identity)),
+                               *([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")]
+                                 if ppk is not None else []),
+                               LoadConn(name, conn)])
+                    for reply in pipe.finish():
+                        if isinstance(reply, GatewayError):
+                            raise reply
+                self._await_up(record.id, gateway.vici_socket, name)
+                uow.commit_with(keep)
+            except BaseException:
+                # Unloaded, never recorded: a record of this id is another's (whoever won a race for it).
+                with self._awaiting_lock:
+                    awaiting = self._awaiting.pop(record.id, None)
+                if awaiting is not None:
+                    awaiting.close()
+                teardown(record, gateway, None, self._vici, strict=False)
+                self._pending.release(name)
+                raise
+        finally:
+            with self._loading_lock:
+                self._loading.discard(record.id)
         return Answer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                       chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
                       expires=expires, ppk=ppk)
