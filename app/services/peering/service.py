@@ -390,10 +390,12 @@ class Peering:
                                     post_quantum=answer.ppk is not None)
             confirm = Confirm.from_dict(received.document) if received.kind is Kind.PEER_CONFIRM else None
             if confirm is not None and confirm.up:
-                done = self._confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
-                ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()),
-                       "nonce": new_nonce()}
-                return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
+                # Sealed while this side's end is still coming up (it is sent only once it is up and kept).
+                acked = seal_message(keys, received.peer, Kind.PEER_ACK, {
+                    "tunnel_id": confirm.tunnel_id, "sender": self.config.name, "timestamp": int(self._clock()),
+                    "nonce": new_nonce()})
+                self._confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
+                return acked
             reads.rollback()
         with self._units() as own:  # not the request's: what follows may still fail
             first_sight(own, received)
@@ -520,7 +522,7 @@ class Peering:
                 raise NotFound(f"tunnel {tunnel_id!r} does not exist")
             return record, reads.gateways.get(record.initiator)
 
-    def _confirmed(self, received: Received, confirm: Confirm, reads: UnitOfWork, uow: UnitOfWork) -> str:
+    def _confirmed(self, received: Received, confirm: Confirm, reads: UnitOfWork, uow: UnitOfWork) -> None:
         """The initiator's end is up (or coming up, confirmed early): once this side's own end is up
         with the chosen algorithms, it is marked ``up`` in ``uow``, the confirm's nonce in the same commit.
 
@@ -535,7 +537,7 @@ class Peering:
         if record.state is not TunnelState.CONFIGURING:
             first_sight(uow, received)
             uow.commit()
-            return record.id
+            return
         wrong = self._own_end(record, gateway)
         if wrong:
             self._forget(record, gateway)
@@ -545,7 +547,6 @@ class Peering:
         uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
         uow.commit()
         self._pending.release(record.conn)
-        return record.id
 
     def _await_up(self, tunnel_id: str, socket_path: str, conn: str) -> None:
         """Listen for charon's report of ``conn`` coming up here, for the confirm to read (a load
