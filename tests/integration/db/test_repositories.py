@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow
+from app.adapters.db.models import PolicyRevisionRow, PolicyRow, RatingTableRevisionRow, RatingTableRow, TunnelRow
 from app.adapters.db.repositories import GatewayRepository, PolicyRepository, RatingTableRepository, TunnelRepository
 from app.domain.errors import AlreadyExists, NotFound, StaleRevision
 from app.domain.policies import Policy
@@ -408,3 +408,11 @@ def test_a_tunnels_state_alone(session_factory: sessionmaker[Session]) -> None:
     with session_factory() as s:
         assert TunnelRepository(s).states(["t2", "t1"]) == {"t1": TunnelState.DOWN}
         assert TunnelRepository(s).states([]) == {}
+        assert TunnelRepository(s).states(["t1"]) == {"t1": TunnelState.DOWN}
+        assert TunnelRepository(s).states(["t2"]) == {}
+    with session_factory() as s:  # a change this session has not written yet is read through
+        row = s.get(TunnelRow, "t1")
+        assert row is not None
+        row.state = TunnelState.FAILED.value
+        assert TunnelRepository(s).states(["t1"]) == {"t1": TunnelState.FAILED}
+        s.rollback()
