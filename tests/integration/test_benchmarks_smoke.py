@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: benchmark -> its arguments at a tiny size (its waits for the server to settle cut short: the
 #: figures are not read), and a line its report always prints.
 SMALL = {
-    "tunnel_setup": (["--rounds", "2"], "peered / local = "),  # a local and a peered set-up
+    "tunnel_setup": (["--rounds", "2"], "x the local set-up, leaving"),  # a local and a peered set-up, the floors
     "agent_join": (["-n", "20"], "bare:"),
     "capacity_agent": (["--joins", "4", "--concurrency", "2", "--budget", "60"], "joined 4,"),
     "rekey_scale": (["--tunnels", "2", "--sample", "1", "--budget", "60", "--settle", "0.2"], "dry run:"),
