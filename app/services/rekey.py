@@ -38,7 +38,7 @@ from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory,
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
 from app.services.events import kinds_after
-from app.services.peering.service import negotiate_peered
+from app.services.peering.choice import negotiate_peered
 from app.services.tunnel_setup import move, teardown
 from app.services.tunnels import negotiate_tunnel, provenance, result_from
 

@@ -37,13 +37,11 @@ from typing import Any
 
 from app.domain.agent import AgentRejected, Kind, b64e
 from app.domain.agent.ports import AgentCrypto, AgentKeys
-from app.domain.algorithms import CATALOGUE, Protocol
 from app.domain.errors import (
     AlreadyExists,
     Conflict,
     GatewayError,
     InvalidInput,
-    NoFeasibleSuite,
     NotFound,
     PeerError,
     PeerNoFeasibleSuite,
@@ -51,11 +49,9 @@ from app.domain.errors import (
     TunnelVerificationFailed,
     UnsupportedProtection,
 )
-from app.domain.negotiation import Backend, NegotiationResult, Suite
+from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.peering import (
-    MAX_IKES,
-    MAX_SUITES,
     PENDING_FOR,
     Answer,
     Confirm,
@@ -66,14 +62,12 @@ from app.domain.peering import (
     PeeredEnd,
     PeerState,
     Teardown,
-    choose,
     parse_peered,
     valid_peer_name,
 )
-from app.domain.policies import Levels, TrafficProfile
+from app.domain.policies import Levels
 from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory, ViciPort
-from app.domain.proposals import parse as parse_proposal
-from app.domain.requests import NegotiationSpec, PeerSpec, TunnelSpec
+from app.domain.requests import PeerSpec, TunnelSpec
 from app.domain.tunnels import (
     Gateway,
     PeerEnd,
@@ -89,7 +83,7 @@ from app.domain.tunnels import (
     ppk_secret_name,
 )
 from app.services import tunnels as local_tunnels
-from app.services.negotiation import run_negotiation
+from app.services.peering.choice import PeeredChoice, entry, ranked, requirement, with_ike
 from app.services.peering.messages import (
     MAX_ANSWER,
     PeerKeysSource,
@@ -103,7 +97,7 @@ from app.services.peering.messages import (
 )
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, new_ppk, observed_sa, teardown
 
-__all__ = ["Peering", "PeeringConfig", "PendingPort", "negotiate_peered"]
+__all__ = ["Peering", "PeeringConfig", "PendingPort"]
 
 log = logging.getLogger("qoss.peering")
 
@@ -161,7 +155,11 @@ class _NoPending:
 
 class Peering:
     """This qoss's side of peered tunnels: the peers it knows, the exchange in both roles, the
-    sweep of loads never confirmed. Built once per process."""
+    sweep of loads never confirmed. Built once per process.
+
+    What it offers a peer and what it takes of a peer's offer is its
+    :class:`~app.services.peering.choice.PeeredChoice`'s to decide.
+    """
 
     def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory,
                  link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, pending: PendingPort | None = None,
@@ -187,6 +185,7 @@ class Peering:
         self._link = link
         self._clock = clock
         self._keys: AgentKeys | None = None
+        self._choice = PeeredChoice(name=config.name, default_table=config.default_table)
 
     # ------------------------------------------------------------------ identity and peers
     def keys(self) -> AgentKeys:
@@ -269,7 +268,7 @@ class Peering:
         local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
         wanted = parse_traffic_selectors(list(request.remote_ts), "remote_ts") if request.remote_ts else ()
         inputs = local_tunnels.negotiation_inputs(request)
-        result = self._negotiate(reads, peers=(
+        result = self._choice.negotiate(reads, peers=(
             PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(gateway_capabilities(initiator)))),
             local_tunnels.request_peer(inputs),
             PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
@@ -278,8 +277,8 @@ class Peering:
             raise UnsupportedProtection(PEERED_POST_QUANTUM)
         if result.suite.post_quantum == "ppk" and peer.mlkem_key is None:
             raise UnsupportedProtection(peer_without_mlkem(peer.name))
-        ours = _ranked(result)
-        ikes = self._ikes(reads, result, peers=(
+        ours = ranked(result)
+        ikes = self._choice.ikes(reads, result, peers=(
             PeerSpec(name=f"gw-{initiator.name}"[:64], supports=tuple(sorted(gateway_capabilities(initiator)))),
             local_tunnels.request_peer(inputs),
             PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)),
@@ -304,7 +303,7 @@ class Peering:
         except InvalidInput as exc:
             self._tell(peer, tunnel_id, "the answer could not be used")
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
-        chosen = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        chosen = with_ike(entry(result, ours[answer.chosen]), ikes[answer.ike])
         if chosen.suite.post_quantum == "ppk" and answer.ppk is None:
             self._tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
             raise PeerRefused(peer.name, "answered without the post-quantum preshared key the tunnel needs")
@@ -437,14 +436,14 @@ class Peering:
             raise AgentRejected(why)
 
         def negotiate(supports: set[str], asked: Sequence[PeerSpec]) -> NegotiationResult:
-            return self._negotiate(reads, peers=(
+            return self._choice.negotiate(reads, peers=(
                 PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway)))),
                 PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)), min_levels=peer.min_levels),
                 PeerSpec(name="request", min_levels=offer.min_levels), *asked),
                 inputs={}, backends=[gateway.backend])
         try:
-            chosen, ike, index = self._choose(negotiate, peer, suites=offer.suites, ikes=offer.ikes,
-                                              mechanisms=offer.post_quantum)
+            chosen, ike, index = self._choice.choose(negotiate, peer, suites=offer.suites, ikes=offer.ikes,
+                                                     mechanisms=offer.post_quantum)
         except PeerNoFeasibleSuite:
             reads.rollback()
             with self._units() as uow:
@@ -708,14 +707,14 @@ class Peering:
             earlier = _moving(record)
             if earlier is not None and float(earlier["until"]) >= self._clock():
                 raise Conflict(f"{peer.name} is moving the tunnel itself: this side's move waits for its next try")
-            peers, inputs = _requirement(record, gateway, peer)
-            result = self._negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
+            peers, inputs = requirement(record, gateway, peer)
+            result = self._choice.negotiate(reads, peers=peers, inputs=inputs, backends=[gateway.backend])
             if result.suite.post_quantum not in (None, "ppk"):  # as for a new tunnel with a peer
                 raise UnsupportedProtection(PEERED_POST_QUANTUM)
             if result.suite.post_quantum == "ppk" and peer.mlkem_key is None:
                 raise UnsupportedProtection(peer_without_mlkem(peer.name))
-            ours = _ranked(result)
-            ikes = self._ikes(reads, result, peers=peers, inputs=inputs, backends=[gateway.backend])
+            ours = ranked(result)
+            ikes = self._choice.ikes(reads, result, peers=peers, inputs=inputs, backends=[gateway.backend])
         move = Move(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                     suites=tuple(ours), ikes=tuple(i.proposals["ike"] or "" for i in ikes),
                     post_quantum=("ppk",) if result.suite.post_quantum == "ppk" else ())
@@ -729,7 +728,7 @@ class Peering:
         except InvalidInput as exc:
             self._moved(peer, record.id, up=False)
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
-        new = _with_ike(_entry(result, ours[answer.chosen]), ikes[answer.ike])
+        new = with_ike(entry(result, ours[answer.chosen]), ikes[answer.ike])
         ppk = answer.ppk if new.suite.post_quantum == "ppk" else None
         if new.suite.post_quantum == "ppk" and ppk is None:
             self._moved(peer, record.id, up=False)
@@ -812,14 +811,14 @@ class Peering:
         if why is not None:
             raise AgentRejected(why)
         with self._units() as reads:
-            peers, inputs = _requirement(record, gateway, peer)
+            peers, inputs = requirement(record, gateway, peer)
 
             def negotiate(supports: set[str], asked: Sequence[PeerSpec]) -> NegotiationResult:
                 offered = PeerSpec(name="offered", supports=tuple(sorted(supports)))
-                return self._negotiate(reads, peers=(*peers, offered, *asked), inputs=inputs,
-                                       backends=[gateway.backend])
-            new, ike, index = self._choose(negotiate, peer, suites=move.suites, ikes=move.ikes,
-                                           mechanisms=move.post_quantum)
+                return self._choice.negotiate(reads, peers=(*peers, offered, *asked), inputs=inputs,
+                                              backends=[gateway.backend])
+            new, ike, index = self._choice.choose(negotiate, peer, suites=move.suites, ikes=move.ikes,
+                                                  mechanisms=move.post_quantum)
         name, v = record.conn, self._vici(gateway.vici_socket)
         _, children = _sa_ids(v.list_sas(ike=name), name)
         expires = self._clock() + PENDING_FOR
@@ -976,128 +975,6 @@ class Peering:
         except (PeerError, NotFound) as exc:
             log.warning("tunnel %s: peer %s was not told to take its end down: %s", tunnel_id, peer.name, exc)
 
-    # ------------------------------------------------------------------ negotiation
-    def _ikes(self, reads: UnitOfWork, result: NegotiationResult, *, peers: Sequence[PeerSpec],
-              inputs: dict[str, Any], backends: Sequence[str | None]) -> list[NegotiationResult]:
-        """This side's IKE proposals, cheapest first (``result``'s, then each next one with the
-        encryption of those before it set aside), at most MAX_IKES."""
-        found = [result]
-        aside: list[str] = []
-        while len(found) < MAX_IKES:
-            cipher = found[-1].ike["encryption"]
-            if cipher is None:
-                break
-            aside.append(cipher)
-            try:
-                more = self._negotiate(reads, peers=(*peers, PeerSpec(name="other-ike", forbids=tuple(aside))),
-                                       inputs=inputs, backends=backends)
-            except NoFeasibleSuite:
-                break
-            if any(f.proposals["ike"] == more.proposals["ike"] for f in found):
-                break
-            found.append(more)
-        return found
-
-    def _choose(self, negotiate: Callable[[set[str], Sequence[PeerSpec]], NegotiationResult], peer: Peer, *,
-                suites: Sequence[str], ikes: Sequence[str],
-                mechanisms: Sequence[str] = ()) -> tuple[NegotiationResult, int, int]:
-        """What this side takes of what ``peer`` offers, in an offer or a move: of its IKE proposals the
-        first that, alone, meets this side's requirement; of its ESP proposals (``suites``) the one of
-        least combined rank (:func:`~app.domain.peering.choose`), ties to this side's own order.
-
-        Args:
-            negotiate: this side's negotiation under its own requirement and the parties given, the
-                peer supporting only the algorithms given.
-            mechanisms: the post-quantum mechanisms the peer asks for (``ppk``: this side makes a
-                preshared key whatever its own requirement, as the asking side's needs one).
-
-        Returns:
-            The chosen suite on the chosen IKE proposal, the IKE proposal's index and the suite's.
-
-        Raises:
-            PeerNoFeasibleSuite: nothing offered meets this side's requirement, or it needs a
-                post-quantum preshared key that cannot be sent to ``peer`` (said without a level, an
-                algorithm or a cost of this side's).
-        """
-        nothing = PeerNoFeasibleSuite(self.config.name, f"none of the {len(suites)} suites offered meets this "
-                                                        "side's requirements")
-        extra = set(mechanisms)
-        asked = (PeerSpec(name="asked", min_levels=Levels(post_quantum=1)),) if extra else ()
-        first: tuple[int, set[str], NegotiationResult] | None = None
-        for i, proposal in enumerate(ikes):
-            try:
-                words = _ike_keywords(proposal)
-                found = negotiate(words | extra, asked)
-            except (NoFeasibleSuite, InvalidInput):
-                continue
-            if found.proposals["ike"] == proposal:
-                first = i, words, found
-                break
-        if first is None:
-            raise nothing
-        ike, keywords, keying = first
-        offered = {t for esp in suites for t in esp.split("-") if t in CATALOGUE}
-        try:
-            result = negotiate(offered | keywords | extra, asked)
-        except (NoFeasibleSuite, InvalidInput) as exc:
-            raise nothing from exc
-        index = choose(suites, _ranked(result))
-        if index is None:
-            raise nothing
-        chosen = _with_ike(_entry(result, suites[index]), keying)
-        if chosen.suite.post_quantum not in (None, "ppk") or (chosen.suite.post_quantum and peer.mlkem_key is None):
-            raise PeerNoFeasibleSuite(self.config.name, "this side's post-quantum minimum needs a preshared key sent "
-                                                        "sealed hybrid, to a peer with an ML-KEM-768 key")
-        return chosen, ike, index
-
-    def _negotiate(self, reads: UnitOfWork, *, peers: Sequence[PeerSpec], inputs: dict[str, Any],
-                   backends: Sequence[str | None]) -> NegotiationResult:
-        traffic = inputs.get("traffic")
-        spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=tuple(peers),
-                               traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
-                               backend=Backend.of_ends(list(backends)), alternatives=MAX_SUITES - 1)
-        result = run_negotiation(uow=reads, request=spec, default_table=self.config.default_table)
-        if result.suite.protocol != "esp":
-            raise InvalidInput("a tunnel to a peer is protected by ESP: its requirement asks for "
-                               f"{result.suite.protocol}")
-        return result
-
-
-def negotiate_peered(*, uow: UnitOfWork, record: TunnelRecord, default_table: str,
-                     pinned: Sequence[str] | None = None) -> NegotiationResult:
-    """Negotiate a peered tunnel this side carries again, under this side's own requirement alone
-    (its gateway's algorithms, its policy for the peer, the request as this side has it) with the
-    tables and policies as ``uow`` sees them now. ``pinned``: only among these algorithms (is the
-    running suite still good enough here? :func:`app.services.rekey.judge`).
-
-    Raises:
-        NotFound: its gateway or its peer is gone.
-        NoFeasibleSuite: nothing meets this side's requirement.
-    """
-    if record.peer is None or record.peer.site is None:
-        raise NotFound(f"tunnel {record.id!r} is not one with a peer")
-    gateway = uow.gateways.get(record.initiator)
-    peers, inputs = _requirement(record, gateway, uow.peers.get(record.peer.site))
-    if pinned is not None:
-        peers = (*peers, PeerSpec(name="current-suite", supports=tuple(pinned)))
-    traffic = inputs.get("traffic")
-    spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=peers,
-                           traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
-                           backend=Backend.of_ends([gateway.backend]))
-    return run_negotiation(uow=uow, request=spec, default_table=default_table, check=True)
-
-
-def _requirement(record: TunnelRecord, gateway: Gateway, peer: Peer) -> tuple[tuple[PeerSpec, ...], dict[str, Any]]:
-    """What this side demands of a peered tunnel it carries, as the peers of a negotiation and its
-    inputs: its gateway's algorithms, its policy for the peer, and the request (the application's
-    whole request on the side it was made at; the minimums the offer carried on the other)."""
-    request = dict((record.provenance or {}).get("request") or {})
-    own = PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway))))
-    policy = PeerSpec(name=f"peer-{peer.name}"[:64], min_levels=peer.min_levels)
-    if record.peer is not None and record.peer.role == "responder":
-        return (own, policy, PeerSpec(name="request", min_levels=Levels.from_dict(request.get("min_levels")))), {}
-    return (own, local_tunnels.request_peer(request), policy), request
-
 
 def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResult,
                  ppk_id: str | None = None) -> dict[str, Any]:
@@ -1190,53 +1067,6 @@ def _without_moving(record: TunnelRecord) -> dict[str, Any]:
 def _suite_of(negotiation: Mapping[str, Any]) -> dict[str, Any]:
     return {"suite": negotiation.get("suite"), "proposals": negotiation.get("proposals"),
             "cost": negotiation.get("cost")}
-
-
-def _ranked(result: NegotiationResult) -> list[str]:
-    """A negotiation's ESP proposals, cheapest first."""
-    esps = [result.proposals["esp"], *(alt["proposals"].get("esp") for alt in result.alternatives)]
-    out: list[str] = []
-    for esp in esps:
-        if esp is not None and esp not in out:
-            out.append(esp)
-    return out[:MAX_SUITES]
-
-
-def _ike_keywords(ike: str) -> set[str]:
-    """The algorithms of an IKE proposal, its PRF included where the integrity algorithm implies it.
-
-    Raises:
-        InvalidInput: not an IKE proposal.
-    """
-    parsed = parse_proposal(ike, Protocol.IKE)
-    words = {w for w in (parsed.encryption, parsed.aead, parsed.integrity, parsed.prf, parsed.key_exchange) if w}
-    if parsed.prf is None and parsed.integrity is not None and f"prf{parsed.integrity}" in CATALOGUE:
-        words.add(f"prf{parsed.integrity}")
-    return words
-
-
-def _with_ike(result: NegotiationResult, keying: NegotiationResult) -> NegotiationResult:
-    """``result`` on ``keying``'s IKE proposal (and its key-exchange level)."""
-    return dataclasses.replace(
-        result, ike=dict(keying.ike), proposals={**result.proposals, "ike": keying.proposals["ike"]},
-        suite=dataclasses.replace(result.suite, key_exchange=keying.suite.key_exchange),
-        levels=dataclasses.replace(result.levels, key_exchange=keying.levels.key_exchange))
-
-
-def _entry(result: NegotiationResult, esp: str) -> NegotiationResult:
-    """``result`` as if ``esp`` (one of its ranked ESP proposals) had been chosen: its proposals, levels and cost."""
-    if esp == result.proposals["esp"]:
-        return result
-    alt = next(a for a in result.alternatives if a["proposals"].get("esp") == esp)
-    parsed = parse_proposal(esp, Protocol.ESP)
-    aead = parsed.aead is not None
-    return dataclasses.replace(
-        result, suite=Suite("esp", parsed.aead or parsed.encryption, None if aead else parsed.integrity,
-                            result.suite.key_exchange, aead=aead, post_quantum=result.suite.post_quantum),
-        proposals={**result.proposals, "esp": esp},
-        levels=Levels(alt["levels"]["confidentiality"], alt["levels"]["integrity"], result.levels.key_exchange,
-                      result.levels.post_quantum),
-        cost=alt["cost"], alternatives=[])
 
 
 def _age(record: TunnelRecord) -> float:
