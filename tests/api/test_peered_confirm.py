@@ -127,7 +127,7 @@ def _pair(settings: Settings, admin_token: str, tmp_path: Path) -> Callable[...,
                 assert parts_a.peering is not None
                 assert parts_b.peering is not None
                 link = Link(parts_b.peering)
-                parts_a.peering._link = link  # A's messages go to B in this process
+                parts_a.peering._messenger._link = link  # A's messages go to B in this process
                 yield Sites(a, b, left, right, link, parts_a.units)
     return pair
 

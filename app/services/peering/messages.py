@@ -7,11 +7,14 @@ alone; its answer comes back the same way, sealed to the sender. A message that 
 post-quantum preshared key is only ever sealed hybrid. Receiving, a message is opened, its sender looked up among the
 registered peers, its signature checked with that peer's key, its time checked against the
 freshness window and its nonce against every nonce seen within it (a replay is refused).
+Sending, a :class:`Messenger` seals a message to its peer, posts it and opens and checks the
+answer; a peer's refusal comes back as an error that names the peer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -20,12 +23,14 @@ from typing import Any, Protocol
 
 from app.domain.agent import AgentRejected, Kind, canonical
 from app.domain.agent.ports import AgentCrypto, AgentKeys
-from app.domain.errors import InvalidInput, NotFound, PeerRefused
-from app.domain.peering import FRESHNESS, Peer
+from app.domain.errors import InvalidInput, NotFound, PeerError, PeerNoFeasibleSuite, PeerRefused
+from app.domain.peering import FRESHNESS, Peer, Teardown
 from app.domain.ports import UnitOfWork
 
-__all__ = ["PeerKeysSource", "PeerLink", "Received", "first_sight", "new_nonce", "open_message", "refusal",
+__all__ = ["Messenger", "PeerKeysSource", "PeerLink", "Received", "first_sight", "new_nonce", "open_message", "refusal",
            "seal_message"]
+
+log = logging.getLogger("qoss.peering")
 
 #: The largest answer read from a peer.
 MAX_ANSWER = 64 * 1024
@@ -126,3 +131,58 @@ def refusal(peer: str, status: int, body: bytes) -> PeerRefused:
         detail = None
     said = detail if isinstance(detail, str) else f"HTTP {status}"
     return PeerRefused(peer, f"refused ({status}): {said[:300]}")
+
+
+class Messenger:
+    """This side's messages to its peers: each one sealed and posted, its answer opened and checked.
+
+    Args:
+        name: this service's name as its peers know it (the sender of what it sends).
+        timeout: seconds one message may take to be answered.
+        link: how a message reaches a peer.
+        keys: this side's peering keys (read once, made on first use).
+        crypto: checks the answers' signatures.
+        clock: the time, in seconds since the epoch.
+    """
+
+    def __init__(self, *, name: str, timeout: float, link: PeerLink, keys: Callable[[], AgentKeys],
+                 crypto: AgentCrypto, clock: Callable[[], float]) -> None:
+        self._name = name
+        self._timeout = timeout
+        self._link = link
+        self._keys = keys
+        self._crypto = crypto
+        self._clock = clock
+
+    def ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind, *,
+            hybrid_only: bool = False) -> Received:
+        """Send ``document`` to ``peer``; its answer, opened and checked (``hybrid_only``: an answer
+        sealed with X25519 alone is refused, as one that carries a post-quantum preshared key must be).
+
+        Raises:
+            PeerUnreachable, PeerTimeout, PeerRefused, PeerNoFeasibleSuite.
+        """
+        keys = self._keys()
+        status, body = self._link.post(peer.name, f"{peer.url.rstrip('/')}/v1/peering/messages",
+                                       seal_message(keys, peer, kind, document), self._timeout)
+        if status == 409:
+            raise PeerNoFeasibleSuite(peer.name, "none of the suites this side offered meets its requirements")
+        if status != 200:
+            raise refusal(peer.name, status, body)
+        if len(body) > MAX_ANSWER:
+            raise PeerRefused(peer.name, "answered with more than a message")
+        try:
+            return open_message(body, keys=keys, crypto=self._crypto, kinds=(expect,), find=lambda _: peer,
+                                sender=peer.name, now=self._clock(), hybrid_only=hybrid_only)
+        except AgentRejected as exc:
+            raise PeerRefused(peer.name, f"its answer does not check out ({exc.message})") from exc
+
+    def tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
+        """Tell ``peer`` to take its end of ``tunnel_id`` down; a peer that does not hear it is logged
+        (its end, never confirmed or no longer carried, ends by its own sweep or its SA's death)."""
+        message = Teardown(tunnel_id=tunnel_id, sender=self._name, timestamp=self._clock(), nonce=new_nonce(),
+                           reason=reason[:200])
+        try:
+            self.ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
+        except (PeerError, NotFound) as exc:
+            log.warning("tunnel %s: peer %s was not told to take its end down: %s", tunnel_id, peer.name, exc)

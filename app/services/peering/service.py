@@ -85,14 +85,13 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice, entry, ranked, requirement, with_ike
 from app.services.peering.messages import (
-    MAX_ANSWER,
+    Messenger,
     PeerKeysSource,
     PeerLink,
     Received,
     first_sight,
     new_nonce,
     open_message,
-    refusal,
     seal_message,
 )
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, new_ppk, observed_sa, teardown
@@ -158,7 +157,8 @@ class Peering:
     sweep of loads never confirmed. Built once per process.
 
     What it offers a peer and what it takes of a peer's offer is its
-    :class:`~app.services.peering.choice.PeeredChoice`'s to decide.
+    :class:`~app.services.peering.choice.PeeredChoice`'s to decide; what it sends a peer, its
+    :class:`~app.services.peering.messages.Messenger` seals, posts and reads the answer of.
     """
 
     def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory,
@@ -182,10 +182,11 @@ class Peering:
         self._crypto = crypto
         self._units = units
         self._vici = vici
-        self._link = link
         self._clock = clock
         self._keys: AgentKeys | None = None
         self._choice = PeeredChoice(name=config.name, default_table=config.default_table)
+        self._messenger = Messenger(name=config.name, timeout=config.timeout, link=link, keys=self.keys,
+                                    crypto=crypto, clock=clock)
 
     # ------------------------------------------------------------------ identity and peers
     def keys(self) -> AgentKeys:
@@ -294,18 +295,18 @@ class Peering:
                       lifetimes=(result.lifetimes["ike"], result.lifetimes["child"]),
                       post_quantum=("ppk",) if result.suite.post_quantum == "ppk" else ())
         # An answer that carries a post-quantum preshared key is only taken sealed hybrid.
-        reply = self._ask(peer, Kind.PEER_OFFER, offer.as_dict(), Kind.PEER_ANSWER,
-                          hybrid_only=bool(offer.post_quantum))
+        reply = self._messenger.ask(peer, Kind.PEER_OFFER, offer.as_dict(), Kind.PEER_ANSWER,
+                                    hybrid_only=bool(offer.post_quantum))
         try:
             answer = Answer.from_dict(reply.document)
             if answer.tunnel_id != tunnel_id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
                 raise InvalidInput("the answer is not to this offer")
         except InvalidInput as exc:
-            self._tell(peer, tunnel_id, "the answer could not be used")
+            self._messenger.tell(peer, tunnel_id, "the answer could not be used")
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
         chosen = with_ike(entry(result, ours[answer.chosen]), ikes[answer.ike])
         if chosen.suite.post_quantum == "ppk" and answer.ppk is None:
-            self._tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
+            self._messenger.tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
             raise PeerRefused(peer.name, "answered without the post-quantum preshared key the tunnel needs")
         far = PeerEnd(address=answer.responder.address, identity=answer.responder.identity,
                       local_identity=identity, site=peer.name, gateway=far_gateway, role="initiator")
@@ -314,13 +315,14 @@ class Peering:
         # Early, the peer is asked to confirm while this side initiates: it answers once its own end is
         # up, and the tunnel is kept only when both ends are (either failing, both are undone).
         confirming: Future[Received] | None = _CONFIRMS.submit(
-            self._ask, peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK) if self.config.confirm_early else None
+            self._messenger.ask, peer, Kind.PEER_CONFIRM, confirm.as_dict(),
+            Kind.PEER_ACK) if self.config.confirm_early else None
         try:
             bring_up(tunnel_id=tunnel_id, initiator=initiator, far=far, local_ts=local_ts,
                      remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk,
                      reports=self._reports, ppk=answer.ppk)
         except BaseException:
-            self._tell(peer, tunnel_id, "the initiator's end did not come up")
+            self._messenger.tell(peer, tunnel_id, "the initiator's end did not come up")
             raise
         record = TunnelRecord(id=tunnel_id, initiator=initiator.name, responder=None, local_ts=local_ts,
                               remote_ts=answer.responder.networks, state=TunnelState.UP,
@@ -341,7 +343,7 @@ class Peering:
         kept: TunnelRecord | None = None
         try:
             if confirming is None:
-                self._ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
+                self._messenger.ask(peer, Kind.PEER_CONFIRM, confirm.as_dict(), Kind.PEER_ACK)
                 return uow.commit_with(keep)
             kept = uow.commit_with(keep)
             confirming.result()
@@ -350,7 +352,7 @@ class Peering:
             teardown(record, initiator, None, self._vici, strict=False)
             if kept is not None:
                 self._unrecord(record, detail=f"the peer did not confirm its end: {exc}"[:200])
-            self._tell(peer, tunnel_id, "the initiator could not keep the tunnel")
+            self._messenger.tell(peer, tunnel_id, "the initiator could not keep the tunnel")
             raise
 
     # ------------------------------------------------------------------ the responder
@@ -644,14 +646,14 @@ class Peering:
         uow.rollback()
         teardown(record, gateway, None, self._vici, strict=True)
         if peer is not None:
-            self._tell(peer, record.id, "deleted by its administrator")
+            self._messenger.tell(peer, record.id, "deleted by its administrator")
         uow.tunnels.delete(tunnel_id)
         uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
 
     def _end(self, record: TunnelRecord, peer: Peer, *, reason: str) -> None:
         with self._units() as reads:
             gateway = reads.gateways.get(record.initiator)
-        self._tell(peer, record.id, reason)
+        self._messenger.tell(peer, record.id, reason)
         self._forget(record, gateway, detail=reason)
 
     # ------------------------------------------------------------------ moves
@@ -719,8 +721,8 @@ class Peering:
                     suites=tuple(ours), ikes=tuple(i.proposals["ike"] or "" for i in ikes),
                     post_quantum=("ppk",) if result.suite.post_quantum == "ppk" else ())
         # An answer that carries a post-quantum preshared key is only taken sealed hybrid.
-        reply = self._ask(peer, Kind.PEER_MOVE, move.as_dict(), Kind.PEER_MOVE_ANSWER,
-                          hybrid_only=bool(move.post_quantum))
+        reply = self._messenger.ask(peer, Kind.PEER_MOVE, move.as_dict(), Kind.PEER_MOVE_ANSWER,
+                                    hybrid_only=bool(move.post_quantum))
         try:
             answer = MoveAnswer.from_dict(reply.document)
             if answer.tunnel_id != record.id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
@@ -742,9 +744,10 @@ class Peering:
             v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
             v.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
             _check_new(v, gateway.name, name, new, old_children)
-            self._ask(peer, Kind.PEER_MOVED, Confirm(tunnel_id=record.id, sender=self.config.name,
-                                                     timestamp=self._clock(), nonce=new_nonce(), up=True).as_dict(),
-                      Kind.PEER_ACK)
+            self._messenger.ask(peer, Kind.PEER_MOVED, Confirm(tunnel_id=record.id, sender=self.config.name,
+                                                               timestamp=self._clock(), nonce=new_nonce(),
+                                                               up=True).as_dict(),
+                                Kind.PEER_ACK)
         except BaseException:
             _back_to(v, record, gateway, old, old_ikes, old_children, ppk)
             if ppk is not None and old.suite.post_quantum == "ppk":  # the restored conn names the new key
@@ -786,7 +789,7 @@ class Peering:
         message = Confirm(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                           up=up)
         try:
-            self._ask(peer, Kind.PEER_MOVED, message.as_dict(), Kind.PEER_ACK)
+            self._messenger.ask(peer, Kind.PEER_MOVED, message.as_dict(), Kind.PEER_ACK)
         except (PeerError, NotFound) as exc:
             log.warning("tunnel %s: peer %s was not told that the move was given up: %s", tunnel_id, peer.name, exc)
 
@@ -940,40 +943,6 @@ class Peering:
             log.info("tunnel %s: a move never confirmed by its peer, back to the old suite", record.id)
             self._move_undone(record, gateways[record.id], "the move was never confirmed")
         return len(stale)
-
-    # ------------------------------------------------------------------ messages
-    def _ask(self, peer: Peer, kind: Kind, document: dict[str, Any], expect: Kind, *,
-             hybrid_only: bool = False) -> Received:
-        """Send ``document`` to ``peer``; its answer, opened and checked (``hybrid_only``: an answer
-        sealed with X25519 alone is refused, as one that carries a post-quantum preshared key must be).
-
-        Raises:
-            PeerUnreachable, PeerTimeout, PeerRefused, PeerNoFeasibleSuite.
-        """
-        keys = self.keys()
-        status, body = self._link.post(peer.name, f"{peer.url.rstrip('/')}/v1/peering/messages",
-                                       seal_message(keys, peer, kind, document), self.config.timeout)
-        if status == 409:
-            raise PeerNoFeasibleSuite(peer.name, "none of the suites this side offered meets its requirements")
-        if status != 200:
-            raise refusal(peer.name, status, body)
-        if len(body) > MAX_ANSWER:
-            raise PeerRefused(peer.name, "answered with more than a message")
-        try:
-            return open_message(body, keys=keys, crypto=self._crypto, kinds=(expect,), find=lambda _: peer,
-                                sender=peer.name, now=self._clock(), hybrid_only=hybrid_only)
-        except AgentRejected as exc:
-            raise PeerRefused(peer.name, f"its answer does not check out ({exc.message})") from exc
-
-    def _tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
-        """Tell ``peer`` to take its end of ``tunnel_id`` down; a peer that does not hear it is logged
-        (its end, never confirmed or no longer carried, ends by its own sweep or its SA's death)."""
-        message = Teardown(tunnel_id=tunnel_id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
-                           reason=reason[:200])
-        try:
-            self._ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
-        except (PeerError, NotFound) as exc:
-            log.warning("tunnel %s: peer %s was not told to take its end down: %s", tunnel_id, peer.name, exc)
 
 
 def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResult,
