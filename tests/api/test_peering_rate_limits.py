@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from app.adapters.agent.crypto import KeyPair
-from app.services.peering import Peering
+from app.services.peering.responder import PeeredResponder
 from app.settings import Settings
 from tests.api.test_peering_messages import _A, Calls, _offer, _register, _sealed
 from tests.api.test_refusal_flood import ATTACKER, counted, rows
@@ -61,12 +61,12 @@ async def _post(c: httpx.AsyncClient, data: bytes) -> httpx.Response:
 def acted_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The senders of the offers this side acted on (chose for), in order."""
     seen: list[str] = []
-    answer = Peering._answer_offer
+    answer = PeeredResponder.answer_offer
 
-    def counting(self: Peering, received: Any, *rest: Any) -> Any:
+    def counting(self: PeeredResponder, received: Any, *rest: Any) -> Any:
         seen.append(received.peer.name)
         return answer(self, received, *rest)
-    monkeypatch.setattr(Peering, "_answer_offer", counting)
+    monkeypatch.setattr(PeeredResponder, "answer_offer", counting)
     return seen
 
 

@@ -28,23 +28,19 @@ import logging
 import secrets
 import threading
 import time
-import typing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.agent import AgentRejected, Kind, b64e
 from app.domain.agent.ports import AgentCrypto, AgentKeys
 from app.domain.errors import (
-    AlreadyExists,
     Conflict,
     GatewayError,
     InvalidInput,
     NotFound,
     PeerError,
-    PeerNoFeasibleSuite,
     PeerRefused,
     TunnelVerificationFailed,
     UnsupportedProtection,
@@ -66,7 +62,7 @@ from app.domain.peering import (
     valid_peer_name,
 )
 from app.domain.policies import Levels
-from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory, ViciPort
+from app.domain.ports import LoadShared, UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory, ViciPort
 from app.domain.requests import PeerSpec, TunnelSpec
 from app.domain.tunnels import (
     Gateway,
@@ -74,7 +70,6 @@ from app.domain.tunnels import (
     TunnelEnd,
     TunnelRecord,
     TunnelState,
-    conn_name,
     conn_payload,
     expected_sa,
     gateway_capabilities,
@@ -94,9 +89,10 @@ from app.services.peering.messages import (
     open_message,
     seal_message,
 )
+from app.services.peering.responder import NoPending, PeeredResponder, PendingPort, ours, ppk_kept
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, bring_up, new_ppk, observed_sa, teardown
 
-__all__ = ["Peering", "PeeringConfig", "PendingPort"]
+__all__ = ["Peering", "PeeringConfig"]
 
 log = logging.getLogger("qoss.peering")
 
@@ -105,15 +101,6 @@ _INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MO
 _MOVING = "moving"
 #: The initiator's confirms sent while its own end comes up (``PeeringConfig.confirm_early``).
 _CONFIRMS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="qoss-peer-confirm")
-
-
-@dataclass
-class _Awaiting:
-    """A responder's load waiting for charon's report of its CHILD_SA coming up (until the confirm)."""
-
-    close: Callable[[], None]
-    wait: Callable[[float], Any]
-    until: float
 
 
 @dataclass(frozen=True)
@@ -134,45 +121,24 @@ class PeeringConfig:
     confirm_early: bool = True
 
 
-class PendingPort(typing.Protocol):
-    """Loads that end by themselves unless released (``app.adapters.pending_loads``): the
-    backstop for a responder's process killed between its load and the initiator's confirm
-    (with ``restore``, a move's: the conn it replaced is loaded back)."""
-
-    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None: ...
-
-    def release(self, conn: str) -> None: ...
-
-
-class _NoPending:
-    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None:
-        pass
-
-    def release(self, conn: str) -> None:
-        pass
-
-
 class Peering:
     """This qoss's side of peered tunnels: the peers it knows, the exchange in both roles, the
     sweep of loads never confirmed. Built once per process.
 
     What it offers a peer and what it takes of a peer's offer is its
     :class:`~app.services.peering.choice.PeeredChoice`'s to decide; what it sends a peer, its
-    :class:`~app.services.peering.messages.Messenger` seals, posts and reads the answer of.
+    :class:`~app.services.peering.messages.Messenger` seals, posts and reads the answer of. It
+    routes what a peer sends; a peer's offer, confirm and teardown are its
+    :class:`~app.services.peering.responder.PeeredResponder`'s to act on.
     """
 
     def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory,
                  link: PeerLink, keys: PeerKeysSource, crypto: AgentCrypto, pending: PendingPort | None = None,
                  clock: Any = time.time, reports: UpReports | None = None) -> None:
         self.config = config
-        #: Charon's reports of SAs coming up (None: list-sas alone), and the responder's loads waiting for theirs.
+        #: Charon's reports of SAs coming up (None: list-sas alone).
         self._reports = reports
-        self._awaiting: dict[str, _Awaiting] = {}
-        self._awaiting_lock = threading.Lock()
-        #: The ids of the offers whose ends this process is loading now, and their lock.
-        self._loading: set[str] = set()
-        self._loading_lock = threading.Lock()
-        self._pending = pending or _NoPending()
+        self._pending = pending or NoPending()
         #: When the sweep next looks for moves never confirmed (0: at its first run; None: none pending here).
         self._moves_due: float | None = 0.0
         #: The tunnels this process is moving now (the moving side's part), and its lock.
@@ -187,6 +153,8 @@ class Peering:
         self._choice = PeeredChoice(name=config.name, default_table=config.default_table)
         self._messenger = Messenger(name=config.name, timeout=config.timeout, link=link, keys=self.keys,
                                     crypto=crypto, clock=clock)
+        self._responder = PeeredResponder(name=config.name, timeout=config.timeout, units=units, vici=vici,
+                                          choice=self._choice, pending=self._pending, clock=clock, reports=reports)
 
     # ------------------------------------------------------------------ identity and peers
     def keys(self) -> AgentKeys:
@@ -328,7 +296,7 @@ class Peering:
                               remote_ts=answer.responder.networks, state=TunnelState.UP,
                               negotiation=chosen.as_dict(), peer=far,
                               provenance={"request": dict(inputs), "peer": peer.name, "offered": len(ours),
-                                          **_ppk_kept(answer.ppk)})
+                                          **ppk_kept(answer.ppk)})
 
         def keep(unit: UnitOfWork) -> TunnelRecord:
             stored = unit.tunnels.add(record, keep_transaction=False)
@@ -351,7 +319,7 @@ class Peering:
         except BaseException as exc:
             teardown(record, initiator, None, self._vici, strict=False)
             if kept is not None:
-                self._unrecord(record, detail=f"the peer did not confirm its end: {exc}"[:200])
+                self._responder.unrecord(record, detail=f"the peer did not confirm its end: {exc}"[:200])
             self._messenger.tell(peer, tunnel_id, "the initiator could not keep the tunnel")
             raise
 
@@ -386,7 +354,7 @@ class Peering:
                     received.kind is Kind.PEER_OFFER and received.peer.state is not PeerState.ACTIVE):
                 raise AgentRejected(f"the peering is {received.peer.state.value}")
             if received.kind is Kind.PEER_OFFER:
-                answer = self._answer_offer(received, reads, uow or stack.enter_context(self._units()))
+                answer = self._responder.answer_offer(received, reads, uow or stack.enter_context(self._units()))
                 return seal_message(keys, received.peer, Kind.PEER_ANSWER, answer.as_dict(),
                                     post_quantum=answer.ppk is not None)
             confirm = Confirm.from_dict(received.document) if received.kind is Kind.PEER_CONFIRM else None
@@ -395,7 +363,7 @@ class Peering:
                 acked = seal_message(keys, received.peer, Kind.PEER_ACK, {
                     "tunnel_id": confirm.tunnel_id, "sender": self.config.name, "timestamp": int(self._clock()),
                     "nonce": new_nonce()})
-                self._confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
+                self._responder.confirmed(received, confirm, reads, uow or stack.enter_context(self._units()))
                 return acked
             reads.rollback()
         with self._units() as own:  # not the request's: what follows may still fail
@@ -408,226 +376,19 @@ class Peering:
         if received.kind is Kind.PEER_MOVED:
             done = self._move_confirmed(received.peer, Confirm.from_dict(received.document))
         elif confirm is not None:  # the initiator gave up
-            record, gateway = self._ours(received.peer, confirm.tunnel_id)
+            record, gateway = ours(self._units, received.peer, confirm.tunnel_id)
             if record.state is TunnelState.CONFIGURING:
-                self._forget(record, gateway)
+                self._responder.forget(record, gateway)
             done = record.id
         else:
-            done = self._torn_down(received.peer, Teardown.from_dict(received.document))
+            done = self._responder.torn_down(received.peer, Teardown.from_dict(received.document))
         ack = {"tunnel_id": done, "sender": self.config.name, "timestamp": int(self._clock()), "nonce": new_nonce()}
         return seal_message(keys, received.peer, Kind.PEER_ACK, ack)
 
-    def _answer_offer(self, received: Received, reads: UnitOfWork, uow: UnitOfWork) -> Answer:
-        """Choose (reading in ``reads``), load and record this side's end of an offer; the answer.
-
-        The load comes first, its tunnel's id refused beforehand if this side has it or is loading
-        it now (a load never replaces another tunnel's conn); the record, the offer's nonce and the
-        request's audit record (``uow``'s) are then committed at once (a refusal for want of a suite
-        keeps the nonce alone). Whatever fails after the load unloads it; a process that dies in
-        between leaves the load to the pending-loads janitor, which ends it within ``PENDING_FOR``."""
-        peer = received.peer
-        offer = Offer.from_dict(received.document)
-        if offer.sender != peer.name:
-            raise AgentRejected("the offer names another sender")
-        if offer.gateway not in peer.gateways:
-            raise AgentRejected(f"gateway {offer.gateway!r} is not one this peering allows")
-        gateway = reads.gateways.get(offer.gateway)
-        wanted = offer.networks or gateway.inside_networks
-        why = peer.allows(offer.gateway, wanted)
-        if why is not None:
-            raise AgentRejected(why)
-
-        def negotiate(supports: set[str], asked: Sequence[PeerSpec]) -> NegotiationResult:
-            return self._choice.negotiate(reads, peers=(
-                PeerSpec(name=f"gw-{gateway.name}"[:64], supports=tuple(sorted(gateway_capabilities(gateway)))),
-                PeerSpec(name=f"peer-{peer.name}"[:64], supports=tuple(sorted(supports)), min_levels=peer.min_levels),
-                PeerSpec(name="request", min_levels=offer.min_levels), *asked),
-                inputs={}, backends=[gateway.backend])
-        try:
-            chosen, ike, index = self._choice.choose(negotiate, peer, suites=offer.suites, ikes=offer.ikes,
-                                                     mechanisms=offer.post_quantum)
-        except PeerNoFeasibleSuite:
-            reads.rollback()
-            with self._units() as uow:
-                first_sight(uow, received)  # replayed, the offer is refused unread
-                uow.commit()
-            raise
-        if reads.tunnels.states([offer.tunnel_id]):
-            raise AgentRejected("a tunnel of that id exists here")
-        reads.rollback()
-        identity = f"{offer.tunnel_id}.{gateway.identity}"
-        psk = secrets.token_bytes(32)
-        ppk = new_ppk() if chosen.suite.post_quantum == "ppk" else None
-        record = TunnelRecord(
-            id=offer.tunnel_id, initiator=gateway.name, responder=None, local_ts=tuple(wanted),
-            remote_ts=offer.initiator.networks, state=TunnelState.CONFIGURING, negotiation=chosen.as_dict(),
-            peer=PeerEnd(address=offer.initiator.address, identity=offer.initiator.identity, local_identity=identity,
-                         site=peer.name, gateway=None, role="responder"),
-            provenance={"request": {"min_levels": offer.min_levels.as_dict()}, "peer": peer.name,
-                        "offered": len(offer.suites), **_ppk_kept(ppk)})
-        name = conn_name(record.id)
-        local = TunnelEnd(gateway.ike_address, identity, tuple(wanted))
-        remote = TunnelEnd(offer.initiator.address, offer.initiator.identity, offer.initiator.networks)
-        conn = conn_payload(name=name, local=local, remote=remote, ike_proposal=offer.ikes[ike],
-                            esp_proposal=offer.suites[index], ah_proposal=None, mode=offer.mode,
-                            ike_lifetime=min(offer.lifetimes[0], chosen.lifetimes["ike"]),
-                            child_lifetime=min(offer.lifetimes[1], chosen.lifetimes["child"]),
-                            ppk_id=ppk[0] if ppk is not None else None)
-
-        def keep(unit: UnitOfWork) -> None:
-            first_sight(unit, received)
-            try:
-                unit.tunnels.add(record, keep_transaction=False)
-            except AlreadyExists as exc:
-                raise AgentRejected("a tunnel of that id exists here") from exc
-            unit.events.append("tunnel.created", record.id, {"state": "configuring", "peer": peer.name},
-                               scope="tunnels:read")
-        with self._loading_lock:
-            if record.id in self._loading:
-                raise AgentRejected("a tunnel of that id is being set up here")
-            self._loading.add(record.id)
-        expires = self._clock() + PENDING_FOR
-        try:
-            self._pending.hold(socket_path=gateway.vici_socket, conn=name, until=expires)
-            try:
-                with self._vici(gateway.vici_socket).pipeline() as pipe:
-                    pipe.send([LoadShared(name, psk, (local.identity, remote.identity)),
-                               *([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")]
-                                 if ppk is not None else []),
-                               LoadConn(name, conn)])
-                    for reply in pipe.finish():
-                        if isinstance(reply, GatewayError):
-                            raise reply
-                self._await_up(record.id, gateway.vici_socket, name)
-                uow.commit_with(keep)
-            except BaseException:
-                # Unloaded, never recorded: a record of this id is another's (whoever won a race for it).
-                with self._awaiting_lock:
-                    awaiting = self._awaiting.pop(record.id, None)
-                if awaiting is not None:
-                    awaiting.close()
-                teardown(record, gateway, None, self._vici, strict=False)
-                self._pending.release(name)
-                raise
-        finally:
-            with self._loading_lock:
-                self._loading.discard(record.id)
-        return Answer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
-                      chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
-                      expires=expires, ppk=ppk)
-
-    def _ours(self, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
-        with self._units() as reads:
-            record = reads.tunnels.get(tunnel_id)
-            if record.peer is None or record.peer.site != peer.name:
-                raise NotFound(f"tunnel {tunnel_id!r} does not exist")
-            return record, reads.gateways.get(record.initiator)
-
-    def _confirmed(self, received: Received, confirm: Confirm, reads: UnitOfWork, uow: UnitOfWork) -> None:
-        """The initiator's end is up (or coming up, confirmed early): once this side's own end is up
-        with the chosen algorithms, it is marked ``up`` in ``uow``, the confirm's nonce in the same commit.
-
-        Raises:
-            TunnelVerificationFailed: this side's end did not come up as chosen in time (it is undone).
-        """
-        record = reads.tunnels.get(confirm.tunnel_id)
-        if record.peer is None or record.peer.site != received.peer.name:
-            raise NotFound(f"tunnel {confirm.tunnel_id!r} does not exist")
-        gateway = reads.gateways.get(record.initiator)
-        reads.rollback()  # nothing is held while this side's charon is asked
-        if record.state is not TunnelState.CONFIGURING:
-            first_sight(uow, received)
-            uow.commit()
-            return
-        wrong = self._own_end(record, gateway)
-        if wrong:
-            self._forget(record, gateway)
-            raise TunnelVerificationFailed(f"{gateway.name}: " + "; ".join(wrong))
-        first_sight(uow, received)
-        uow.tunnels.set_state(record.id, TunnelState.UP, "")
-        uow.events.append("tunnel.state", record.id, {"state": "up"}, scope="tunnels:read")
-        uow.commit()
-        self._pending.release(record.conn)
-
-    def _await_up(self, tunnel_id: str, socket_path: str, conn: str) -> None:
-        """Listen for charon's report of ``conn`` coming up here, for the confirm to read (a load
-        never confirmed has its listening ended by the next load's, past its expiry)."""
-        if self._reports is None:
-            return
-        stack = contextlib.ExitStack()
-        wait = stack.enter_context(self._reports.expect(socket_path, conn))
-        now = time.monotonic()
-        with self._awaiting_lock:
-            stale = [k for k, v in self._awaiting.items() if v.until < now]
-            ended = [self._awaiting.pop(k) for k in stale]
-            self._awaiting[tunnel_id] = _Awaiting(stack.close, wait, now + 2 * PENDING_FOR)
-        for gone in ended:
-            gone.close()
-
-    def _own_end(self, record: TunnelRecord, gateway: Gateway) -> list[str]:
-        """What is wrong with this side's end of ``record`` once it is up (charon's report, else
-        ``list-sas`` asked until its CHILD_SA is installed), waiting at most :meth:`_up_wait`
-        seconds; empty: up with exactly the chosen algorithms."""
-        result = local_tunnels.result_from(record)
-        expected = expected_sa(ike=result.ike, protocol=result.suite.protocol, encryption=result.suite.encryption,
-                               integrity=result.suite.integrity, post_quantum=result.suite.post_quantum)
-        until = time.monotonic() + self._up_wait()
-        with self._awaiting_lock:
-            awaiting = self._awaiting.pop(record.id, None)
-        if awaiting is not None:
-            try:
-                sa = awaiting.wait(max(0.0, until - time.monotonic()))
-            finally:
-                awaiting.close()
-            seen = observed_sa([sa], record.conn) if sa is not None else None
-            if seen is not None and not mismatches(expected, seen):
-                return []
-        v = self._vici(gateway.vici_socket)
-        pause = 0.005
-        while True:
-            seen = observed_sa(v.list_sas(ike=record.conn), record.conn)
-            now = time.monotonic()
-            if (seen is not None and seen.ike_state == "ESTABLISHED" and seen.child_state == "INSTALLED") \
-                    or now >= until:
-                return ["no IKE_SA"] if seen is None else mismatches(expected, seen)
-            time.sleep(min(pause, until - now))
-            pause = min(2 * pause, 0.2)
-
-    def _up_wait(self) -> float:
-        """Seconds a confirm waits for this side's end to come up: within an initiator's timeout
-        like this side's own, and well within :data:`PENDING_FOR`."""
-        return max(0.5, min(self.config.timeout - 1.0, PENDING_FOR / 2))
-
-    def _torn_down(self, peer: Peer, message: Teardown) -> str:
-        record, gateway = self._ours(peer, message.tunnel_id)
-        self._forget(record, gateway, detail=f"taken down by {peer.name}: {message.reason}")
-        return record.id
-
-    def _forget(self, record: TunnelRecord, gateway: Gateway, detail: str = "") -> None:
-        """Take this side's end down and forget it (its record, if it has one)."""
-        teardown(record, gateway, None, self._vici, strict=False)
-        self._pending.release(record.conn)
-        self._unrecord(record, detail)
-
-    def _unrecord(self, record: TunnelRecord, detail: str = "") -> None:
-        """Forget ``record`` (if it is still kept here), with an event saying why."""
-        with self._units() as uow, contextlib.suppress(NotFound):
-            uow.tunnels.delete(record.id)
-            uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},
-                              scope="tunnels:read")
-            uow.commit()
-
     def sweep(self) -> int:
-        """Unload every responder's end never confirmed within PENDING_FOR seconds; how many."""
-        with self._units() as reads:
-            stale = [r for r in reads.tunnels.list()
-                     if r.peer is not None and r.peer.role == "responder" and r.state is TunnelState.CONFIGURING
-                     and _age(r) > PENDING_FOR]
-            gateways = {r.id: reads.gateways.get(r.initiator) for r in stale}
-        for record in stale:
-            log.info("tunnel %s: never confirmed by its initiator, unloading", record.id)
-            self._forget(record, gateways[record.id], detail="never confirmed by the initiator")
-        return len(stale) + self._sweep_moves()
+        """Unload every responder's end never confirmed within PENDING_FOR seconds, and take back every
+        move never confirmed in time; how many."""
+        return self._responder.sweep() + self._sweep_moves()
 
     # ------------------------------------------------------------------ either side
     def delete_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, tunnel_id: str) -> None:
@@ -654,7 +415,7 @@ class Peering:
         with self._units() as reads:
             gateway = reads.gateways.get(record.initiator)
         self._messenger.tell(peer, record.id, reason)
-        self._forget(record, gateway, detail=reason)
+        self._responder.forget(record, gateway, detail=reason)
 
     # ------------------------------------------------------------------ moves
     def move_tunnel(self, *, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:
@@ -776,7 +537,7 @@ class Peering:
         """Keep the id of the PPK ``record``'s conn now names (none: forget it) with its record (the
         caller records the new suite itself)."""
         provenance = {key: value for key, value in (record.provenance or {}).items() if key != "ppk_id"}
-        provenance.update(_ppk_kept(ppk))
+        provenance.update(ppk_kept(ppk))
         if provenance == (record.provenance or {}):
             return
         with self._units() as uow, contextlib.suppress(NotFound):
@@ -800,7 +561,7 @@ class Peering:
         move = Move.from_dict(received.document)
         if move.sender != peer.name:
             raise AgentRejected("the move names another sender")
-        record, gateway = self._ours(peer, move.tunnel_id)
+        record, gateway = ours(self._units, peer, move.tunnel_id)
         if record.state not in (TunnelState.UP, TunnelState.NONCOMPLIANT):
             raise AgentRejected("the tunnel is not running here")
         with self._moves_lock:
@@ -830,7 +591,7 @@ class Peering:
         with self._units() as uow:
             uow.tunnels.set_negotiation(record.id, record.negotiation, {**(record.provenance or {}), _MOVING: {
                 "negotiation": new.as_dict(), "until": expires, "children": sorted(children),
-                "state": was["state"], "detail": was["detail"], **_ppk_kept(ppk)}},
+                "state": was["state"], "detail": was["detail"], **ppk_kept(ppk)}},
                 f"moving to {new.proposals['esp']}, asked by {peer.name}"[:500])
             uow.commit()
         due = self._moves_due
@@ -845,14 +606,14 @@ class Peering:
             v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
         except BaseException:
             self._move_undone(dataclasses.replace(record, provenance={**(record.provenance or {}), _MOVING: {
-                **was, **_ppk_kept(ppk)}}), gateway)
+                **was, **ppk_kept(ppk)}}), gateway)
             raise
         return MoveAnswer(tunnel_id=record.id, sender=self.config.name, timestamp=self._clock(), nonce=new_nonce(),
                           chosen=index, ike=ike, expires=expires, ppk=ppk)
 
     def _move_confirmed(self, peer: Peer, confirm: Confirm) -> str:
         """The moving side's word on its new SA: verify this side's end and record the move, or go back."""
-        record, gateway = self._ours(peer, confirm.tunnel_id)
+        record, gateway = ours(self._units, peer, confirm.tunnel_id)
         moving = _moving(record)
         if moving is None:
             return record.id  # nothing under way (given up already): nothing to do
@@ -965,11 +726,6 @@ def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResu
                         ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], ppk_id=ppk_id)
 
 
-def _ppk_kept(ppk: tuple[str, bytes] | None) -> dict[str, str]:
-    """What a record keeps of a tunnel's post-quantum preshared key: its id (never the key)."""
-    return {"ppk_id": ppk[0]} if ppk is not None else {}
-
-
 def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
     """Load (or replace) conn ``name``'s post-quantum preshared key.
 
@@ -1036,10 +792,3 @@ def _without_moving(record: TunnelRecord) -> dict[str, Any]:
 def _suite_of(negotiation: Mapping[str, Any]) -> dict[str, Any]:
     return {"suite": negotiation.get("suite"), "proposals": negotiation.get("proposals"),
             "cost": negotiation.get("cost")}
-
-
-def _age(record: TunnelRecord) -> float:
-    stamp = record.updated_at or record.created_at
-    if stamp is None:
-        return 0.0
-    return (datetime.now(UTC) - datetime.fromisoformat(stamp)).total_seconds()
