@@ -27,6 +27,7 @@ from app.domain.requests import NegotiationSpec, PeerSpec
 from app.domain.tunnels import Gateway, TunnelRecord, gateway_capabilities
 from app.services import tunnels as local_tunnels
 from app.services.negotiation import run_negotiation
+from app.services.peering.config import PeeringConfig
 
 __all__ = ["PeeredChoice", "entry", "negotiate_peered", "ranked", "requirement", "with_ike"]
 
@@ -35,13 +36,12 @@ class PeeredChoice:
     """This side's negotiations for its peered tunnels, in either role.
 
     Args:
-        name: this service's name as its peers know it (named in a refusal).
-        default_table: the rating table of last resort.
+        config: this service's name as its peers know it (named in a refusal) and its rating table of
+            last resort.
     """
 
-    def __init__(self, *, name: str, default_table: str) -> None:
-        self._name = name
-        self._default_table = default_table
+    def __init__(self, *, config: PeeringConfig) -> None:
+        self._config = config
 
     def ikes(self, reads: UnitOfWork, result: NegotiationResult, *, peers: Sequence[PeerSpec],
              inputs: dict[str, Any], backends: Sequence[str | None]) -> list[NegotiationResult]:
@@ -85,7 +85,7 @@ class PeeredChoice:
                 post-quantum preshared key that cannot be sent to ``peer`` (said without a level, an
                 algorithm or a cost of this side's).
         """
-        nothing = PeerNoFeasibleSuite(self._name, f"none of the {len(suites)} suites offered meets this "
+        nothing = PeerNoFeasibleSuite(self._config.name, f"none of the {len(suites)} suites offered meets this "
                                                         "side's requirements")
         extra = set(mechanisms)
         asked = (PeerSpec(name="asked", min_levels=Levels(post_quantum=1)),) if extra else ()
@@ -112,7 +112,7 @@ class PeeredChoice:
             raise nothing
         chosen = with_ike(entry(result, suites[index]), keying)
         if chosen.suite.post_quantum not in (None, "ppk") or (chosen.suite.post_quantum and peer.mlkem_key is None):
-            raise PeerNoFeasibleSuite(self._name, "this side's post-quantum minimum needs a preshared key sent "
+            raise PeerNoFeasibleSuite(self._config.name, "this side's post-quantum minimum needs a preshared key sent "
                                                         "sealed hybrid, to a peer with an ML-KEM-768 key")
         return chosen, ike, index
 
@@ -122,7 +122,7 @@ class PeeredChoice:
         spec = NegotiationSpec(rating_table=inputs.get("rating_table"), peers=tuple(peers),
                                traffic=TrafficProfile.from_dict(traffic) if traffic is not None else None,
                                backend=Backend.of_ends(list(backends)), alternatives=MAX_SUITES - 1)
-        result = run_negotiation(uow=reads, request=spec, default_table=self._default_table)
+        result = run_negotiation(uow=reads, request=spec, default_table=self._config.default_table)
         if result.suite.protocol != "esp":
             raise InvalidInput("a tunnel to a peer is protected by ESP: its requirement asks for "
                                f"{result.suite.protocol}")

@@ -26,6 +26,7 @@ from app.domain.agent.ports import AgentCrypto, AgentKeys
 from app.domain.errors import InvalidInput, NotFound, PeerError, PeerNoFeasibleSuite, PeerRefused
 from app.domain.peering import FRESHNESS, Peer, Teardown
 from app.domain.ports import UnitOfWork
+from app.services.peering.config import PeeringConfig
 
 __all__ = ["Messenger", "PeerKeysSource", "PeerLink", "Received", "first_sight", "new_nonce", "open_message", "refusal",
            "seal_message"]
@@ -137,18 +138,17 @@ class Messenger:
     """This side's messages to its peers: each one sealed and posted, its answer opened and checked.
 
     Args:
-        name: this service's name as its peers know it (the sender of what it sends).
-        timeout: seconds one message may take to be answered.
+        config: this service's name as its peers know it (the sender of what it sends) and the seconds
+            one message may take to be answered.
         link: how a message reaches a peer.
         keys: this side's peering keys (read once, made on first use).
         crypto: checks the answers' signatures.
         clock: the time, in seconds since the epoch.
     """
 
-    def __init__(self, *, name: str, timeout: float, link: PeerLink, keys: Callable[[], AgentKeys],
-                 crypto: AgentCrypto, clock: Callable[[], float]) -> None:
-        self._name = name
-        self._timeout = timeout
+    def __init__(self, *, config: PeeringConfig, link: PeerLink, keys: Callable[[], AgentKeys], crypto: AgentCrypto,
+                 clock: Callable[[], float]) -> None:
+        self._config = config
         self._link = link
         self._keys = keys
         self._crypto = crypto
@@ -164,7 +164,7 @@ class Messenger:
         """
         keys = self._keys()
         status, body = self._link.post(peer.name, f"{peer.url.rstrip('/')}/v1/peering/messages",
-                                       seal_message(keys, peer, kind, document), self._timeout)
+                                       seal_message(keys, peer, kind, document), self._config.timeout)
         if status == 409:
             raise PeerNoFeasibleSuite(peer.name, "none of the suites this side offered meets its requirements")
         if status != 200:
@@ -180,7 +180,7 @@ class Messenger:
     def tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
         """Tell ``peer`` to take its end of ``tunnel_id`` down; a peer that does not hear it is logged
         (its end, never confirmed or no longer carried, ends by its own sweep or its SA's death)."""
-        message = Teardown(tunnel_id=tunnel_id, sender=self._name, timestamp=self._clock(), nonce=new_nonce(),
+        message = Teardown(tunnel_id=tunnel_id, sender=self._config.name, timestamp=self._clock(), nonce=new_nonce(),
                            reason=reason[:200])
         try:
             self.ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)

@@ -44,6 +44,7 @@ from app.domain.tunnels import (
 )
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice
+from app.services.peering.config import PeeringConfig
 from app.services.peering.messages import Received, first_sight, new_nonce
 from app.services.tunnel_setup import new_ppk, observed_sa, teardown
 
@@ -104,24 +105,21 @@ class PeeredResponder:
     teardowns it acts on, the sweep of its loads never confirmed.
 
     Args:
-        name: this service's name as its peers know it.
-        timeout: seconds one message may take to be answered (a confirm waits within it).
-        choice: what this side takes of an offer.
+        config: this service's name as its peers know it, and the seconds one message may take to be
+            answered (a confirm waits within them).
         pending: the loads that end by themselves unless released.
         clock: the time, in seconds since the epoch.
         reports: charon's reports of SAs coming up (None: ``list-sas`` alone).
     """
 
-    def __init__(self, *, name: str, timeout: float, units: UnitOfWorkFactory, vici: ViciFactory,
-                 choice: PeeredChoice, pending: PendingPort, clock: Callable[[], float],
-                 reports: UpReports | None) -> None:
-        self._name = name
-        self._timeout = timeout
+    def __init__(self, *, config: PeeringConfig, units: UnitOfWorkFactory, vici: ViciFactory, pending: PendingPort,
+                 clock: Callable[[], float], reports: UpReports | None) -> None:
+        self._config = config
         self._units = units
         self._vici = vici
-        self._choice = choice
         self._pending = pending
         self._clock = clock
+        self._choice = PeeredChoice(config=config)
         #: Charon's reports of SAs coming up, and this side's loads waiting for theirs.
         self._reports = reports
         self._awaiting: dict[str, _Awaiting] = {}
@@ -225,7 +223,7 @@ class PeeredResponder:
         finally:
             with self._loading_lock:
                 self._loading.discard(record.id)
-        return Answer(tunnel_id=record.id, sender=self._name, timestamp=self._clock(), nonce=new_nonce(),
+        return Answer(tunnel_id=record.id, sender=self._config.name, timestamp=self._clock(), nonce=new_nonce(),
                       chosen=index, ike=ike, responder=PeeredEnd(gateway.ike_address, identity, tuple(wanted)), psk=psk,
                       expires=expires, ppk=ppk)
 
@@ -302,7 +300,7 @@ class PeeredResponder:
     def _up_wait(self) -> float:
         """Seconds a confirm waits for this side's end to come up: within an initiator's timeout
         like this side's own, and well within :data:`PENDING_FOR`."""
-        return max(0.5, min(self._timeout - 1.0, PENDING_FOR / 2))
+        return max(0.5, min(self._config.timeout - 1.0, PENDING_FOR / 2))
 
     def torn_down(self, peer: Peer, message: Teardown) -> str:
         """A peer's teardown: this side's end of the tunnel taken down and forgotten; the tunnel's id."""

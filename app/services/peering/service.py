@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from app.domain.agent import AgentRejected, Kind, b64e
@@ -79,6 +78,7 @@ from app.domain.tunnels import (
 )
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice, entry, ranked, requirement, with_ike
+from app.services.peering.config import PeeringConfig
 from app.services.peering.messages import (
     Messenger,
     PeerKeysSource,
@@ -101,24 +101,6 @@ _INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MO
 _MOVING = "moving"
 #: The initiator's confirms sent while its own end comes up (``PeeringConfig.confirm_early``).
 _CONFIRMS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="qoss-peer-confirm")
-
-
-@dataclass(frozen=True)
-class PeeringConfig:
-    """What peering needs of the settings.
-
-    Attributes:
-        name: this service's name as its peers know it (``QOSS_PEER_NAME``).
-        timeout: seconds one message may take to be answered (``QOSS_PEER_TIMEOUT``).
-        default_table: the rating table of last resort.
-        confirm_early: the initiator sends its confirm as it initiates (the responder answers it once
-            its own end is up) rather than after its own end is verified (``QOSS_PEER_CONFIRM_EARLY``).
-    """
-
-    name: str
-    timeout: float
-    default_table: str
-    confirm_early: bool = True
 
 
 class Peering:
@@ -150,11 +132,10 @@ class Peering:
         self._vici = vici
         self._clock = clock
         self._keys: AgentKeys | None = None
-        self._choice = PeeredChoice(name=config.name, default_table=config.default_table)
-        self._messenger = Messenger(name=config.name, timeout=config.timeout, link=link, keys=self.keys,
-                                    crypto=crypto, clock=clock)
-        self._responder = PeeredResponder(name=config.name, timeout=config.timeout, units=units, vici=vici,
-                                          choice=self._choice, pending=self._pending, clock=clock, reports=reports)
+        self._choice = PeeredChoice(config=config)
+        self._messenger = Messenger(config=config, link=link, keys=self.keys, crypto=crypto, clock=clock)
+        self._responder = PeeredResponder(config=config, units=units, vici=vici, pending=self._pending, clock=clock,
+                                          reports=reports)
 
     # ------------------------------------------------------------------ identity and peers
     def keys(self) -> AgentKeys:
