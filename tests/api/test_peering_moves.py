@@ -208,7 +208,7 @@ async def test_a_move_never_confirmed_goes_back_to_the_old_proposals_by_itself(s
     before = await _esp(c, "t-a")
     assert (await _post(c, _sealed(identity, _move()))).status_code == 200
     peering = app.state.runtime.peering
-    peering._clock = lambda: time.time() + 60  # past the move's deadline; the sweep runs every second
+    peering._moves._clock = lambda: time.time() + 60  # past the move's deadline; the sweep runs every second
     for _ in range(100):  # at most 10 s
         if len(fake.messages("load-conn")) == 2:
             break

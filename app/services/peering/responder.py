@@ -48,7 +48,7 @@ from app.services.peering.config import PeeringConfig
 from app.services.peering.messages import Received, first_sight, new_nonce
 from app.services.tunnel_setup import new_ppk, observed_sa, teardown
 
-__all__ = ["NoPending", "PeeredResponder", "PendingPort", "ours", "ppk_kept"]
+__all__ = ["NoPending", "PeeredResponder", "PendingPort", "carried", "ppk_kept"]
 
 log = logging.getLogger("qoss.peering")
 
@@ -82,7 +82,7 @@ class NoPending:
         pass
 
 
-def ours(units: UnitOfWorkFactory, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
+def carried(units: UnitOfWorkFactory, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
     """This side's record of ``tunnel_id``, a tunnel it carries with ``peer``, and its gateway.
 
     Raises:
@@ -304,7 +304,7 @@ class PeeredResponder:
 
     def torn_down(self, peer: Peer, message: Teardown) -> str:
         """A peer's teardown: this side's end of the tunnel taken down and forgotten; the tunnel's id."""
-        record, gateway = ours(self._units, peer, message.tunnel_id)
+        record, gateway = carried(self._units, peer, message.tunnel_id)
         self.forget(record, gateway, detail=f"taken down by {peer.name}: {message.reason}")
         return record.id
 
