@@ -51,8 +51,8 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice, entry, ranked, requirement, with_ike
 from app.services.peering.config import PeeringConfig
+from app.services.peering.ends import PendingPort, carried, ppk_kept
 from app.services.peering.messages import Messenger, Received, new_nonce
-from app.services.peering.responder import PendingPort, carried, ppk_kept
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, new_ppk, observed_sa
 
 __all__ = ["PeeredMoves"]

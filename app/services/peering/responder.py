@@ -5,7 +5,7 @@ its own requirement (:class:`~app.services.peering.choice.PeeredChoice`), makes 
 charon as responder and keeps a record of its end (``configuring``) before it answers. Confirmed, it
 verifies its own end and marks it ``up``; told to, it takes its end down. A load never confirmed is
 unloaded by the sweep within :data:`~app.domain.peering.PENDING_FOR` seconds, or, should this process
-die first, by the pending-loads janitor (:class:`PendingPort`).
+die first, by the pending-loads janitor (:class:`~app.services.peering.ends.PendingPort`).
 
 Blocking (database, charons): call from a worker thread.
 """
@@ -17,8 +17,7 @@ import logging
 import secrets
 import threading
 import time
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -45,10 +44,11 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice
 from app.services.peering.config import PeeringConfig
+from app.services.peering.ends import PendingPort, carried, ppk_kept
 from app.services.peering.messages import Received, first_sight, new_nonce
 from app.services.tunnel_setup import new_ppk, observed_sa, teardown
 
-__all__ = ["NoPending", "PeeredResponder", "PendingPort", "carried", "ppk_kept"]
+__all__ = ["PeeredResponder"]
 
 log = logging.getLogger("qoss.peering")
 
@@ -60,44 +60,6 @@ class _Awaiting:
     close: Callable[[], None]
     wait: Callable[[float], Any]
     until: float
-
-
-class PendingPort(typing.Protocol):
-    """Loads that end by themselves unless released (``app.adapters.pending_loads``): the
-    backstop for a responder's process killed between its load and the initiator's confirm
-    (with ``restore``, a move's: the conn it replaced is loaded back)."""
-
-    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None: ...
-
-    def release(self, conn: str) -> None: ...
-
-
-class NoPending:
-    """No backstop: a load is held by nothing but this process."""
-
-    def hold(self, *, socket_path: str, conn: str, until: float, restore: Mapping[str, Any] | None = None) -> None:
-        pass
-
-    def release(self, conn: str) -> None:
-        pass
-
-
-def carried(units: UnitOfWorkFactory, peer: Peer, tunnel_id: str) -> tuple[TunnelRecord, Gateway]:
-    """This side's record of ``tunnel_id``, a tunnel it carries with ``peer``, and its gateway.
-
-    Raises:
-        NotFound: no such tunnel here, or not one with ``peer``.
-    """
-    with units() as reads:
-        record = reads.tunnels.get(tunnel_id)
-        if record.peer is None or record.peer.site != peer.name:
-            raise NotFound(f"tunnel {tunnel_id!r} does not exist")
-        return record, reads.gateways.get(record.initiator)
-
-
-def ppk_kept(ppk: tuple[str, bytes] | None) -> dict[str, str]:
-    """What a record keeps of a tunnel's post-quantum preshared key: its id (never the key)."""
-    return {"ppk_id": ppk[0]} if ppk is not None else {}
 
 
 class PeeredResponder:

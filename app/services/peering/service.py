@@ -69,6 +69,7 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice, entry, ranked, with_ike
 from app.services.peering.config import PeeringConfig
+from app.services.peering.ends import NoPending, PendingPort, carried, ppk_kept
 from app.services.peering.messages import (
     Messenger,
     PeerKeysSource,
@@ -80,7 +81,7 @@ from app.services.peering.messages import (
     seal_message,
 )
 from app.services.peering.moves import PeeredMoves
-from app.services.peering.responder import NoPending, PeeredResponder, PendingPort, carried, ppk_kept
+from app.services.peering.responder import PeeredResponder
 from app.services.tunnel_setup import bring_up, teardown
 
 __all__ = ["Peering", "PeeringConfig"]
