@@ -225,7 +225,7 @@ class PeeredMoves:
         except (PeerError, NotFound) as exc:
             log.warning("tunnel %s: peer %s was not told that the move was given up: %s", tunnel_id, peer.name, exc)
 
-    def answer(self, received: Received) -> MoveAnswer:
+    def answer_move(self, received: Received) -> MoveAnswer:
         """The other side moves a tunnel both carry: choose under this side's requirement, load the
         choice beside the running SA (back to the old one at the deadline unless confirmed)."""
         peer = received.peer
@@ -282,7 +282,7 @@ class PeeredMoves:
         return MoveAnswer(tunnel_id=record.id, sender=self._config.name, timestamp=self._clock(), nonce=new_nonce(),
                           chosen=index, ike=ike, expires=expires, ppk=ppk)
 
-    def confirmed(self, peer: Peer, confirm: Confirm) -> str:
+    def move_confirmed(self, peer: Peer, confirm: Confirm) -> str:
         """The moving side's word on its new SA: verify this side's end and record the move, or go back."""
         record, gateway = carried(self._units, peer, confirm.tunnel_id)
         moving = _moving(record)
@@ -354,7 +354,7 @@ class PeeredMoves:
                                   scope="tunnels:read")
             uow.commit()
 
-    def sweep(self) -> int:
+    def sweep_moves(self) -> int:
         """Go back to the old suite of every move the moving side never confirmed in time; how many.
         The tunnels are read only when a move answered here is due (and at the first sweep, for the
         moves a process before this one left)."""

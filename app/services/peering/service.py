@@ -337,11 +337,11 @@ class Peering:
             first_sight(own, received)
             own.commit()
         if received.kind is Kind.PEER_MOVE:
-            moved = self._moves.answer(received)
+            moved = self._moves.answer_move(received)
             return seal_message(keys, received.peer, Kind.PEER_MOVE_ANSWER, moved.as_dict(),
                                 post_quantum=moved.ppk is not None)
         if received.kind is Kind.PEER_MOVED:
-            done = self._moves.confirmed(received.peer, Confirm.from_dict(received.document))
+            done = self._moves.move_confirmed(received.peer, Confirm.from_dict(received.document))
         elif confirm is not None:  # the initiator gave up
             record, gateway = carried(self._units, received.peer, confirm.tunnel_id)
             if record.state is TunnelState.CONFIGURING:
@@ -355,7 +355,7 @@ class Peering:
     def sweep(self) -> int:
         """Unload every responder's end never confirmed within PENDING_FOR seconds, and take back every
         move never confirmed in time; how many."""
-        return self._responder.sweep() + self._moves.sweep()
+        return self._responder.sweep() + self._moves.sweep_moves()
 
     # ------------------------------------------------------------------ either side
     def delete_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, tunnel_id: str) -> None:
