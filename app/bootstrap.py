@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     from app.adapters.peering import HttpPeerLink
     from app.adapters.vici.events import EventListener, SaEvent
     from app.adapters.vici.gateway import ViciGateway
+    from app.domain.ports import UnitOfWorkFactory, UpReports, ViciFactory
+    from app.services.peering import Peering
 
-__all__ = ["Prepared", "ReadCaches", "agent_post", "charons", "engine_for", "prepare_database", "read_caches",
-           "sa_listener"]
+__all__ = ["Prepared", "ReadCaches", "agent_post", "charons", "engine_for", "peer_link", "peering_of",
+           "prepare_database", "read_caches", "sa_listener"]
 
 
 def engine_for(settings: Settings, *, writes: bool = True, **pool: Any) -> Engine:
@@ -69,6 +71,27 @@ def peer_link(settings: Settings) -> HttpPeerLink:
     from app.adapters.peering import HttpPeerLink
 
     return HttpPeerLink(plain=settings.fast_paths)
+
+
+def peering_of(settings: Settings, *, units: UnitOfWorkFactory, vici: ViciFactory,
+            reports: UpReports | None = None) -> Peering | None:
+    """This service's side of peered tunnels (:class:`~app.services.peering.Peering`), or None when
+    ``settings`` name no peer name (``QOSS_PEER_NAME``). What it loads for a peer ends by itself
+    unless confirmed, its process killed or not: the pending loads' janitor is started here."""
+    if settings.peer_name is None:
+        return None
+    from app.adapters.agent.crypto import CRYPTO
+    from app.adapters.peering import peering_keys
+    from app.adapters.pending_loads import PendingLoads
+    from app.services.peering import Peering, PeeringConfig
+
+    pending = PendingLoads(settings.state_dir / "peering" / "pending")
+    pending.start()
+    return Peering(config=PeeringConfig(name=settings.peer_name, timeout=settings.peer_timeout,
+                                        default_table=settings.default_table,
+                                        confirm_early=settings.peer_confirm_early),
+                   units=units, vici=vici, link=peer_link(settings), keys=peering_keys, crypto=CRYPTO,
+                   pending=pending, reports=reports)
 
 
 def sa_listener(settings: Settings) -> Callable[[str, Callable[[SaEvent], None]], EventListener]:

@@ -30,8 +30,6 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
-from app.adapters.peering import peering_keys
-from app.adapters.pending_loads import PendingLoads
 from app.adapters.vici.sa_events import SaEventHub
 from app.adapters.vici.slots import CONTROL_SLOTS
 from app.api.agent_fast import MESSAGE_ROUTES
@@ -53,7 +51,7 @@ from app.api.routes import (
     tunnels,
 )
 from app.api.tunnels_fast import TUNNEL_ROUTES
-from app.bootstrap import agent_post, charons, engine_for, peer_link, read_caches, sa_listener
+from app.bootstrap import agent_post, charons, engine_for, peering_of, read_caches, sa_listener
 from app.domain.ports import UnitOfWorkFactory, ViciFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
@@ -64,7 +62,7 @@ from app.services.agent.host import HostAgent
 from app.services.agent.target import TargetAgent
 from app.services.agent.target_edits import SessionFollower
 from app.services.events import prune_events
-from app.services.peering import Peering, PeeringConfig
+from app.services.peering import Peering
 from app.settings import Settings
 from app.ui import install as install_console
 from app.ui.pages.oidc import configured as console_oidc_sign_in
@@ -364,16 +362,10 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 engines=dict.fromkeys([engine, read_engine]) if "pool" in resolved.memory_release else ())
             if resolved.memory_release else None,
         )
-        if resolved.peer_name is not None:  # tunnels negotiated with other qoss services (app.services.peering)
-            # What this side loads for a peer ends by itself unless confirmed, this process killed or not.
-            pending_loads = PendingLoads(resolved.state_dir / "peering" / "pending")
-            pending_loads.start()
-            parts.peering = Peering(
-                config=PeeringConfig(name=resolved.peer_name, timeout=resolved.peer_timeout,
-                                     default_table=resolved.default_table,
-                                     confirm_early=resolved.peer_confirm_early),
-                units=units, vici=vici, link=peer_link(resolved), keys=peering_keys, crypto=CRYPTO,
-                pending=pending_loads, reports=parts.sa_events if resolved.sa_reports else None)
+        # Tunnels negotiated with other qoss services (app.services.peering), if this service has a peer name.
+        parts.peering = peering_of(resolved, units=units, vici=vici,
+                                   reports=parts.sa_events if resolved.sa_reports else None)
+        if parts.peering is not None:
             await in_worker_thread(parts.peering.keys)  # made (or read) once, before the first message
         duties = LeaderDuties(parts)
         leadership = parts.leadership = Leadership(resolved.database_url, on_elected=duties.elected,

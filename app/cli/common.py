@@ -140,27 +140,6 @@ class Unit:
         finally:
             engine.dispose()
 
-    def rekey(self, cause: str) -> dict[str, Any]:
-        """After a committed edit: negotiate the running tunnels again and move those below their
-        minimums (in this process, as a running service would); what was found and done."""
-        from app.adapters.db.engine import make_session_factory
-        from app.adapters.db.unit_of_work import sql_units_of_work
-        from app.bootstrap import charons, engine_for
-        from app.services.rekey import Rekeyer
-
-        s = self.settings
-        engine = engine_for(s)
-        rekeyer = Rekeyer(units=sql_units_of_work(make_session_factory(engine)),
-                          vici=charons(s), default_table=s.default_table,
-                          cheaper=s.rekey_cheaper, concurrency=s.rekey_concurrency,
-                          teardown_noncompliant=s.rekey_teardown_noncompliant, drain=s.rekey_drain)
-        try:
-            impacts = rekeyer.run_once(cause)
-        finally:
-            rekeyer.stop()
-            engine.dispose()
-        return {"impact": [i.as_dict() for i in impacts], "moved": rekeyer.moved, "not_moved": rekeyer.refused}
-
 
 def emit(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))

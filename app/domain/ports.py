@@ -183,6 +183,11 @@ class TunnelStore(Protocol):
         """Record the suite a tunnel runs on now (after a move) and what it was negotiated under; state ``up``."""
         ...
 
+    def set_provenance(self, tunnel_id: str, provenance: Mapping[str, Any], *, unless_changed_since: str) -> bool:
+        """Replace a tunnel's provenance if its record's ``updated_at`` is still ``unless_changed_since``
+        (in one step: of two writers that read the same record, one succeeds); whether it was replaced."""
+        ...
+
     def delete(self, tunnel_id: str) -> None: ...
 
 

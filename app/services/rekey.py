@@ -460,7 +460,7 @@ class Rekeyer:
         old = result_from(record)
         site = record.peer.site if record.peer is not None else None
         detail = f"moved from {old.proposals['esp']} to {new.proposals['esp']} with {site} ({impact.kind}: {cause})"
-        origin = {k: v for k, v in (record.provenance or {}).items() if k != "moving"}
+        origin = {k: v for k, v in (record.provenance or {}).items() if k not in ("moving", "moving_out")}
         self._moved(impact, cause, record=record, negotiation=new.as_dict(), origin=origin,
                     new=_suite(new.as_dict()), detail=detail, close_old=close_old, started=started)
 

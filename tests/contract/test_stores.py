@@ -214,6 +214,29 @@ def test_a_move_the_state_machine_has_not_is_refused_and_changes_nothing(units: 
         assert uow.tunnels.get("sm1").state is TunnelState.UP
 
 
+def test_a_provenance_is_replaced_only_if_the_record_is_as_it_was_read(units: Units) -> None:
+    with units() as uow:
+        uow.gateways.create(_gateway("left"))
+        uow.tunnels.add(TunnelRecord(id="pv1", initiator="left", responder=None, local_ts=("10.1.0.0/24",),
+                                     remote_ts=("10.2.0.0/24",), state=TunnelState.UP, negotiation={"suite": {}},
+                                     provenance={"request": {}}))
+        uow.commit()
+    with units() as uow:
+        seen = uow.tunnels.get("pv1").updated_at
+    assert seen is not None
+    with units() as uow:
+        assert uow.tunnels.set_provenance("pv1", {"request": {}, "claim": 1}, unless_changed_since=seen)
+        uow.commit()
+    with units() as uow:  # a second writer that read the same record loses
+        assert not uow.tunnels.set_provenance("pv1", {"request": {}, "claim": 2}, unless_changed_since=seen)
+        assert not uow.tunnels.set_provenance("gone", {}, unless_changed_since=seen)
+        uow.commit()
+    with units() as uow:
+        got = uow.tunnels.get("pv1")
+    assert got.provenance == {"request": {}, "claim": 1}
+    assert (got.state, got.negotiation) == (TunnelState.UP, {"suite": {}})
+
+
 def test_tunnels_page_in_creation_order_from_a_key_that_may_be_gone(units: Units) -> None:
     ids = ["t5", "t3", "t1", "t4", "t2", "t6"]
     with units() as uow:

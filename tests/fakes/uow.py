@@ -288,6 +288,14 @@ class FakeTunnels(_Store):
                                            provenance=copy.deepcopy(dict(provenance)) if provenance else None,
                                            state=TunnelState.UP, detail=detail, updated_at=_now().isoformat())
 
+    def set_provenance(self, tunnel_id: str, provenance: Mapping[str, Any], *, unless_changed_since: str) -> bool:
+        records = self._write()
+        record = records.get(tunnel_id)
+        if record is None or record.updated_at != unless_changed_since:
+            return False
+        records[tunnel_id] = replace(record, provenance=copy.deepcopy(dict(provenance)), updated_at=_now().isoformat())
+        return True
+
     def delete(self, tunnel_id: str) -> None:
         self.get(tunnel_id)
         del self._write()[tunnel_id]

@@ -55,12 +55,18 @@ from app.services.peering.ends import PendingPort, carried, ppk_kept
 from app.services.peering.messages import Messenger, Received, new_nonce
 from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, new_ppk, observed_sa
 
-__all__ = ["PeeredMoves"]
+__all__ = ["MOVE_CLAIM_FOR", "PeeredMoves", "moving_out"]
 
 log = logging.getLogger("qoss.peering")
 
 #: Where a record on the side asked to move keeps the move under way (in its provenance).
 _MOVING = "moving"
+#: Where a record on the moving side keeps its claim on the move (in its provenance).
+_MOVING_OUT = "moving_out"
+#: Seconds a moving side's claim holds at most: longer than any move takes (a peer's answer, an
+#: initiate and a verification, the peer's confirmation); a claim its process never took off
+#: (killed) runs out after it.
+MOVE_CLAIM_FOR = 120.0
 
 
 class PeeredMoves:
@@ -124,10 +130,53 @@ class PeeredMoves:
                 raise Conflict(f"a move of tunnel {tunnel_id!r} is under way")
             self._moving_out.add(tunnel_id)
         try:
-            return self._move_out(tunnel_id)
+            claim = self._claim(tunnel_id)
+            try:
+                return self._move_out(tunnel_id)
+            finally:
+                self._unclaim(tunnel_id, claim)
         finally:
             with self._moves_lock:
                 self._moving_out.discard(tunnel_id)
+
+    def _claim(self, tunnel_id: str) -> str:
+        """Mark the tunnel's record as being moved by this side (until :data:`MOVE_CLAIM_FOR` seconds
+        from now), so that no other process here (a replica, the command line) moves it meanwhile and
+        a replica asked by the peer to move it at the same time sees this move; the claim's token.
+
+        Raises:
+            NotFound: no such tunnel here.
+            Conflict: another process here is moving it (its claim has not run out), or the record
+                changed while it was claimed.
+        """
+        with self._units() as uow:
+            record = uow.tunnels.get(tunnel_id)
+            held = moving_out(record, self._clock())
+            if held is not None:
+                raise Conflict(f"a move of tunnel {tunnel_id!r} is under way")
+            token = secrets.token_hex(8)
+            claim = {"token": token, "until": self._clock() + MOVE_CLAIM_FOR}
+            if record.updated_at is None or not uow.tunnels.set_provenance(
+                    tunnel_id, {**(record.provenance or {}), _MOVING_OUT: claim},
+                    unless_changed_since=record.updated_at):
+                raise Conflict(f"tunnel {tunnel_id!r} changed as its move began: it is tried again later")
+            uow.commit()
+        return token
+
+    def _unclaim(self, tunnel_id: str, token: str) -> None:
+        """Take this side's claim (``token``) off the record; one that cannot be (the record changed
+        meanwhile, twice) runs out by itself."""
+        for _ in range(2):
+            with self._units() as uow, contextlib.suppress(NotFound):
+                record = uow.tunnels.get(tunnel_id)
+                claim = (record.provenance or {}).get(_MOVING_OUT)
+                if not isinstance(claim, Mapping) or claim.get("token") != token or record.updated_at is None:
+                    return
+                rest = {k: v for k, v in (record.provenance or {}).items() if k != _MOVING_OUT}
+                if uow.tunnels.set_provenance(tunnel_id, rest, unless_changed_since=record.updated_at):
+                    uow.commit()
+                    return
+        log.info("tunnel %s: its move's claim is left to run out", tunnel_id)
 
     def _move_out(self, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:
         with self._units() as reads:
@@ -236,8 +285,8 @@ class PeeredMoves:
         if record.state not in (TunnelState.UP, TunnelState.NONCOMPLIANT):
             raise AgentRejected("the tunnel is not running here")
         with self._moves_lock:
-            moving_out = move.tunnel_id in self._moving_out
-        if moving_out and self._config.name < peer.name:  # both sides move it at once: the lesser name's goes on
+            moving = move.tunnel_id in self._moving_out or moving_out(record, self._clock()) is not None
+        if moving and self._config.name < peer.name:  # both sides move it at once: the lesser name's goes on
             raise AgentRejected("this side is moving the tunnel itself")
         earlier = _moving(record)
         if earlier is not None and float(earlier["until"]) >= self._clock():
@@ -448,6 +497,14 @@ def _back_to(v: ViciPort, record: TunnelRecord, gateway: Gateway, old: Negotiati
             v.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
         for child_id in sorted(now_children - old_children):
             v.terminate(child_id=child_id, timeout_ms=3000, force=True)
+
+
+def moving_out(record: TunnelRecord, now: float) -> Mapping[str, Any] | None:
+    """The claim of a move this side is making of ``record`` (any process here), if one holds at ``now``."""
+    claim = (record.provenance or {}).get(_MOVING_OUT)
+    if isinstance(claim, Mapping) and isinstance(claim.get("until"), int | float) and claim["until"] >= now:
+        return claim
+    return None
 
 
 def _moving(record: TunnelRecord) -> Mapping[str, Any] | None:

@@ -318,6 +318,19 @@ class TunnelRepository:
         row.detail, row.updated_at = detail, utcnow()
         self.session.flush()
 
+    def set_provenance(self, tunnel_id: str, provenance: Mapping[str, Any], *, unless_changed_since: str) -> bool:
+        """Replace a tunnel's provenance (nothing else but ``updated_at``) if its record is still as it
+        was read: ``updated_at`` equal to ``unless_changed_since`` (the record's own). One statement,
+        so two processes that read the same record cannot both succeed. False: it changed, or is gone."""
+        self.session.flush()
+        done = cast(CursorResult[Any], self.session.execute(
+            update(TunnelRow).where(TunnelRow.id == tunnel_id,
+                                    TunnelRow.updated_at == datetime.fromisoformat(unless_changed_since))
+            .values(provenance=dict(provenance), updated_at=utcnow()).execution_options(synchronize_session=False)))
+        if done.rowcount and self.session.identity_map:
+            self.session.expire_all()  # rows this session holds were read before the change
+        return bool(done.rowcount)
+
     def delete(self, tunnel_id: str) -> None:
         """Forget a tunnel: one statement, the record not read first (its documents are the
         largest part of a row).
