@@ -138,3 +138,17 @@ def test_a_form_inside_a_longer_token_and_a_secret_with_spaces_are_both_found(tm
     assert len([leak for leak in leaks if leak.startswith(str(glued))]) == 2
     assert len([leak for leak in leaks if leak.startswith(str(hexed))]) == 1
     assert not [leak for leak in leaks if leak.startswith(str(clean))]
+
+
+@pytest.mark.parametrize("length", [16, 17, 31, 32, 33, 64])
+def test_a_form_is_found_at_every_offset_and_at_the_very_end_but_not_cut_off(tmp_path: Path, length: int) -> None:
+    secret = bytes(range(100, 100 + length))  # no 8-byte piece of it repeats, none is in the filler
+    files = []
+    for offset in range(0, 60):
+        path = tmp_path / f"at-{offset}"
+        path.write_bytes(b"." * offset + secret + b"." * (offset % 3))
+        files.append(path)
+    cut = tmp_path / "cut"
+    cut.write_bytes(b"." * 40 + secret[:-1])
+    leaks = find_leaks([secret], [*files, cut])
+    assert sorted(leak.split(":")[0] for leak in leaks) == sorted(str(p) for p in files)
