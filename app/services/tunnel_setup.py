@@ -49,8 +49,8 @@ from app.domain.tunnels import (
     ppk_secret_name,
 )
 
-__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "move", "new_ppk",
-           "observed_sa", "teardown"]
+__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "load_ppk", "move",
+           "new_ppk", "observed_sa", "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
@@ -144,7 +144,7 @@ def _new_ppk(result: NegotiationResult, far: Gateway | PeerEnd,
     return new_ppk()
 
 
-def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
+def load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
     """Load (or replace) conn ``name``'s post-quantum preshared key into one charon.
 
     Raises:
@@ -459,7 +459,7 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
     try:
         if ppk is not None:  # the same id replaces the old tunnel's PPK, if it had one
             for v in (v_resp, v_init):
-                _load_ppk(v, name, ppk)
+                load_ppk(v, name, ppk)
         load(new, ppk[0] if ppk is not None else None)
         v_init.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
         expected = expected_sa(ike=new.ike, protocol=new.suite.protocol, encryption=new.suite.encryption,
@@ -473,7 +473,7 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
             restore = _new_ppk(old, responder)
             if restore is not None:
                 for v in (v_resp, v_init):
-                    _load_ppk(v, name, restore)
+                    load_ppk(v, name, restore)
             load(old, restore[0] if restore is not None else None)
         with contextlib.suppress(GatewayError, ValueError):
             old_ikes, old_children = before[0]

@@ -36,7 +36,7 @@ from app.domain.errors import (
 from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.peering import PENDING_FOR, Confirm, Move, MoveAnswer, Peer, PeerState
-from app.domain.ports import LoadShared, UnitOfWorkFactory, ViciFactory, ViciPort
+from app.domain.ports import UnitOfWorkFactory, ViciFactory, ViciPort
 from app.domain.requests import PeerSpec
 from app.domain.tunnels import (
     Gateway,
@@ -53,7 +53,7 @@ from app.services.peering.choice import PeeredChoice, entry, ranked, requirement
 from app.services.peering.config import PeeringConfig
 from app.services.peering.ends import PendingPort, carried, ppk_kept
 from app.services.peering.messages import Messenger, Received, new_nonce
-from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, new_ppk, observed_sa
+from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, load_ppk, new_ppk, observed_sa
 
 __all__ = ["MOVE_CLAIM_FOR", "PeeredMoves", "moving_out"]
 
@@ -221,7 +221,7 @@ class PeeredMoves:
         old_ikes, old_children = _sa_ids(v.list_sas(ike=name), name)
         try:
             if ppk is not None:  # the new SA's key replaces the old one's (a PPK enters only an IKE_SA's making)
-                _load_ppk(v, name, ppk)
+                load_ppk(v, name, ppk)
             v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
             v.initiate(child=name, ike=name, timeout_ms=INITIATE_TIMEOUT_MS)
             _check_new(v, gateway.name, name, new, old_children)
@@ -322,7 +322,7 @@ class PeeredMoves:
                            restore=_peered_conn(record, gateway, old, ppk_id=ppk[0] if ppk is not None else None))
         try:
             if ppk is not None:
-                _load_ppk(v, name, ppk)
+                load_ppk(v, name, ppk)
             v.load_conn(name, _peered_conn(record, gateway, new, ppk_id=ppk[0] if ppk is not None else None))
         except BaseException:
             self._move_undone(dataclasses.replace(record, provenance={**(record.provenance or {}), _MOVING: {
@@ -446,17 +446,6 @@ def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResu
                         ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], ppk_id=ppk_id)
 
 
-def _load_ppk(v: ViciPort, name: str, ppk: tuple[str, bytes]) -> None:
-    """Load (or replace) conn ``name``'s post-quantum preshared key.
-
-    Raises:
-        GatewayError: charon refused it or did not answer.
-    """
-    reply = v.batch([LoadShared(ppk_secret_name(name), ppk[1], (ppk[0],), "PPK")])[0]
-    if isinstance(reply, GatewayError):
-        raise reply
-
-
 def _sa_ids(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
     """The unique ids of conn ``name``'s IKE_SAs and CHILD_SAs in a ``list-sas`` answer."""
     ikes = frozenset(sa.uniqueid for sa in sas if sa.name == name)
@@ -485,7 +474,7 @@ def _back_to(v: ViciPort, record: TunnelRecord, gateway: Gateway, old: Negotiati
     suite has one, else goes."""
     with contextlib.suppress(GatewayError, ValueError):
         if ppk is not None and old.suite.post_quantum == "ppk":
-            _load_ppk(v, record.conn, ppk)
+            load_ppk(v, record.conn, ppk)
         v.load_conn(record.conn, _peered_conn(record, gateway, old,
                                               ppk_id=ppk[0] if ppk is not None else None))
     if ppk is not None and old.suite.post_quantum != "ppk":
