@@ -35,7 +35,8 @@ if TYPE_CHECKING:
     from app.adapters.peering import HttpPeerLink
     from app.adapters.vici.events import EventListener, SaEvent
     from app.adapters.vici.gateway import ViciGateway
-    from app.domain.ports import UnitOfWorkFactory, UpReports, ViciFactory
+    from app.domain.charon_port import UpReports, ViciFactory
+    from app.domain.ports import UnitOfWorkFactory
     from app.services.peering import Peering
 
 __all__ = ["Prepared", "ReadCaches", "agent_post", "charons", "engine_for", "peer_link", "peering_of",

@@ -52,7 +52,8 @@ from app.api.routes import (
 )
 from app.api.tunnels_fast import TUNNEL_ROUTES
 from app.bootstrap import agent_post, charons, engine_for, peering_of, read_caches, sa_listener
-from app.domain.ports import UnitOfWorkFactory, ViciFactory
+from app.domain.charon_port import ViciFactory
+from app.domain.ports import UnitOfWorkFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.measure.adapters.micro import machine_id, run_micro
 from app.measure.services.jobs import BenchmarkJobs

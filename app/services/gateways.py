@@ -18,8 +18,9 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from app.domain.charon_port import ViciFactory
 from app.domain.errors import Conflict, GatewayError, GatewayUnreachable, InvalidInput, NotFound
-from app.domain.ports import UnitOfWork, ViciFactory
+from app.domain.ports import UnitOfWork
 from app.domain.requests import GatewaySpec
 from app.domain.tunnels import Gateway, keywords_from_charon, parse_traffic_selectors
 

@@ -6,8 +6,9 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.charon_port import ViciFactory
 from app.domain.errors import GatewayError, GatewayRejected
-from app.domain.ports import UnitOfWork, ViciFactory
+from app.domain.ports import UnitOfWork
 from app.domain.tunnels import TunnelState, is_tunnel_conn, ppk_secret_name
 from app.services.tunnel_setup import bring_up, established, teardown
 from app.services.tunnels import result_from

@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from app.domain.algorithms import CATALOGUE
+from app.domain.charon_port import ViciFactory
 from app.domain.errors import GatewayError, GatewayUnreachable, NegotiationError, NotFound, QossError
 from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
-from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory
 from app.domain.tunnels import TunnelRecord, TunnelState
 from app.services.background import Worker
 from app.services.events import kinds_after

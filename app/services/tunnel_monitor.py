@@ -29,8 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from app.domain.charon_port import ViciFactory
 from app.domain.errors import GatewayError, NotFound
-from app.domain.ports import NO_METRICS, Metrics, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWorkFactory
 from app.domain.tunnels import TunnelState
 from app.services.background import Worker
 from app.services.tunnel_setup import established_conns, established_everywhere

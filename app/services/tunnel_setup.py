@@ -22,9 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed, UnsupportedProtection
-from app.domain.negotiation import NegotiationResult
-from app.domain.ports import (
+from app.domain.charon_port import (
     CharonCommand,
     CharonPipeline,
     LoadConn,
@@ -35,6 +33,8 @@ from app.domain.ports import (
     ViciFactory,
     ViciPort,
 )
+from app.domain.errors import GatewayError, GatewayRejected, TunnelVerificationFailed, UnsupportedProtection
+from app.domain.negotiation import NegotiationResult
 from app.domain.tunnels import (
     ExpectedSa,
     Gateway,

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.algorithms import CATALOGUE
+from app.domain.charon_port import UpReports, ViciFactory
 from app.domain.errors import (
     AlreadyExists,
     Conflict,
@@ -28,15 +29,7 @@ from app.domain.errors import (
 )
 from app.domain.negotiation import Backend, NegotiationResult
 from app.domain.policies import Levels, TrafficProfile
-from app.domain.ports import (
-    NO_METRICS,
-    Metrics,
-    UnitOfWork,
-    UnitOfWorkFactory,
-    UpReports,
-    ViciFactory,
-    error_label,
-)
+from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, error_label
 from app.domain.requests import NegotiationSpec, PeerSpec, TunnelPeerSpec, TunnelSpec
 from app.domain.tunnels import (
     Gateway,

@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from app.adapters.db.audit import attach
 from app.adapters.db.unit_of_work import SqlUnitOfWork
 from app.domain.auth import TokenRecord, Unauthenticated, check_scopes, parse_token, secret_matches
-from app.domain.ports import ViciFactory
+from app.domain.charon_port import ViciFactory
 from app.domain.ratelimit import Overloaded
 from app.services.auth import authenticate, authenticate_source
 from app.settings import Settings

@@ -25,7 +25,8 @@ from app.adapters.db.write_groups import WriteGroups
 from app.adapters.memory import QuietRelease
 from app.adapters.metrics import PrometheusMetrics, ScrapeReader
 from app.adapters.vici.sa_events import SaEventHub
-from app.domain.ports import UnitOfWorkFactory, ViciFactory
+from app.domain.charon_port import ViciFactory
+from app.domain.ports import UnitOfWorkFactory
 from app.domain.ratelimit import FailureLimit, RateLimiter
 from app.services.agent.host import HostAgent
 from app.services.agent.target import TargetAgent

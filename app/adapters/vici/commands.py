@@ -1,9 +1,9 @@
 """VICI commands on the wire, and the one entry per command that turns the charon port's values
-(:data:`app.domain.ports.CharonCommand`) into them and reads their replies
+(:data:`app.domain.charon_port.CharonCommand`) into them and reads their replies
 (:data:`ENTRIES`): what :meth:`~app.adapters.vici.gateway.ViciGateway.batch` and
 :meth:`~app.adapters.vici.gateway.ViciGateway.pipeline` send.
 
-A new VICI command for the services: its value in ``app/domain/ports.py``, its entry here
+A new VICI command for the services: its value in ``app/domain/charon_port.py``, its entry here
 (name and message, reply parser), and a handler in the wire fake (``tests/fakes/fake_charon.py``).
 """
 
@@ -16,7 +16,7 @@ from app.adapters.vici.models import (
     IkeSa,
     parse_ike_sa,
 )
-from app.domain.ports import (
+from app.domain.charon_port import (
     CharonCommand,
     Initiate,
     ListSas,
@@ -184,7 +184,7 @@ class Entry(NamedTuple):
     reply: Callable[[dict[str, Any]], Any] = lambda reply: reply
 
 
-#: The charon port's commands (:data:`app.domain.ports.CharonCommand`), one entry each.
+#: The charon port's commands (:data:`app.domain.charon_port.CharonCommand`), one entry each.
 ENTRIES: dict[type, Entry] = {
     LoadShared: Entry(lambda c: load_shared_command(c.name, c.secret, c.owners, c.type)),
     LoadConn: Entry(lambda c: load_conn_command(c.name, c.conn)),

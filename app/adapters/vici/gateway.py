@@ -76,8 +76,9 @@ from app.adapters.vici.models import (
 from app.adapters.vici.pipeline import StreamFailed, pipelined, receive_replies, send_commands
 from app.adapters.vici.session import POOL, Connect, SessionPool, ViciSession, _Held, unix_connect
 from app.adapters.vici.slots import CONTROL_COMMANDS, CONTROL_SLOTS
+from app.domain.charon_port import CharonCommand
 from app.domain.errors import GatewayError, GatewayRejected, GatewayUnreachable
-from app.domain.ports import NO_METRICS, CharonCommand, Metrics
+from app.domain.ports import NO_METRICS, Metrics
 
 __all__ = ["Pipeline", "ViciGateway", "read_replies", "wire_form"]
 
@@ -214,7 +215,7 @@ class ViciGateway:
 
     def batch(self, commands: Sequence[CharonCommand | Command]) -> list[Any]:
         """Run ``commands`` in order on one connection, pipelined (see the module's docstring):
-        the charon port's values (:data:`app.domain.ports.CharonCommand`) or wire commands.
+        the charon port's values (:data:`app.domain.charon_port.CharonCommand`) or wire commands.
 
         Returns:
             per command, its reply (a port value's as its entry reads it: a ``ListSas``'s is

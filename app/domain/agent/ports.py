@@ -1,7 +1,7 @@
 """What the tunnel agent's roles (``app/services/agent_*.py``) need from the world, as protocols:
 their state (users, nonces, sessions, leases, revocations), their keys and the other parties'
 public keys, and the message transport between roles. Their charon is the one charon port,
-:class:`app.domain.ports.ViciPort`, as everywhere else.
+:class:`app.domain.charon_port.ViciPort`, as everywhere else.
 
 The roles are written against these and nothing concrete. The composition roots
 (``app/main.py``, ``app/cli/agent.py``) hand them the real adapters: ``SqlAgentStore``

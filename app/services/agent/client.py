@@ -40,8 +40,7 @@ from app.domain.agent import (
 )
 from app.domain.agent.conns import ppk_name
 from app.domain.agent.ports import AgentCrypto, AgentKeys, PeerKeys, Post
-from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
-from app.domain.ports import (
+from app.domain.charon_port import (
     CharonCommand,
     Initiate,
     ListSas,
@@ -52,6 +51,7 @@ from app.domain.ports import (
     UpReports,
     ViciPort,
 )
+from app.domain.errors import GatewayError, InvalidInput, TunnelVerificationFailed
 from app.domain.tunnels import expected_sa, mismatches
 from app.services import tunnel_setup
 from app.services.agent.client_capabilities import CharonCapabilities

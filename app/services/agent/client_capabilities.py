@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from app.domain.ports import ViciPort
+from app.domain.charon_port import ViciPort
 from app.domain.tunnels import keywords_from_charon
 from app.services.agent.client_state import CAPABILITIES_FILE, write_private
 

@@ -59,9 +59,10 @@ from app.domain.agent.ports import (
     IssuedDevice,
     PeerKeys,
 )
+from app.domain.charon_port import CharonCommand, LoadConn, LoadShared, ViciFactory
 from app.domain.errors import NoFeasibleSuite, PlatformCannot
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import CharonCommand, LoadConn, LoadShared, UnitOfWorkFactory, ViciFactory
+from app.domain.ports import UnitOfWorkFactory
 from app.services.agent.config import AgentConfig, TargetRole
 from app.services.agent.target_admission import TargetAdmission
 from app.services.agent.target_charon import TargetCharon

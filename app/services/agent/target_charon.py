@@ -10,8 +10,8 @@ import time
 from collections.abc import Sequence
 
 from app.domain.agent.conns import pool6_name, ppk_name
+from app.domain.charon_port import CharonCommand, CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
 from app.domain.errors import GatewayError
-from app.domain.ports import CharonCommand, CharonPipeline, Terminate, Unload, ViciFactory, ViciPort
 from app.domain.tunnels import keywords_from_charon
 
 __all__ = ["TargetCharon", "host_prefix"]

@@ -18,9 +18,9 @@ from app.domain.agent import AgentSessionState, DeviceBundle, device_conn
 from app.domain.agent.parts import MAX_DEVICES_LISTED, DeviceInfo, device_state
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
 from app.domain.agent.ports import AgentSession, AgentStore, DeviceKit, DeviceProfileRequest, IssuedDevice
+from app.domain.charon_port import CharonCommand, LoadCert, LoadConn, LoadKey, LoadShared
 from app.domain.errors import GatewayError, InvalidInput, PlatformCannot
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import CharonCommand, LoadCert, LoadConn, LoadKey, LoadShared
 from app.services.agent.config import TargetRole
 from app.services.agent.target_charon import TargetCharon
 from app.services.agent.target_loads import SessionLoads, fresh_ppk

@@ -10,8 +10,8 @@ from typing import Any
 
 from app.domain.agent import ClientRequest, target_conn
 from app.domain.agent.conns import pool6_name
+from app.domain.charon_port import CharonCommand, LoadPool
 from app.domain.negotiation import NegotiationResult
-from app.domain.ports import CharonCommand, LoadPool
 from app.services.agent.config import TargetRole
 from app.services.agent.target_charon import host_prefix
 from app.services.agent.target_sessions import TargetSessions

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.domain.agent import AgentRejected, Kind
+from app.domain.charon_port import ViciFactory, ViciPort
 from app.domain.errors import (
     Conflict,
     GatewayError,
@@ -36,7 +37,7 @@ from app.domain.errors import (
 from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.peering import PENDING_FOR, Confirm, Move, MoveAnswer, Peer, PeerState
-from app.domain.ports import UnitOfWorkFactory, ViciFactory, ViciPort
+from app.domain.ports import UnitOfWorkFactory
 from app.domain.requests import PeerSpec
 from app.domain.tunnels import (
     Gateway,

@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from app.domain.agent import AgentRejected
+from app.domain.charon_port import LoadConn, LoadShared, UpReports, ViciFactory
 from app.domain.errors import AlreadyExists, GatewayError, NotFound, PeerNoFeasibleSuite, TunnelVerificationFailed
 from app.domain.negotiation import NegotiationResult
 from app.domain.peering import PENDING_FOR, Answer, Confirm, Offer, Peer, PeeredEnd, Teardown
-from app.domain.ports import LoadConn, LoadShared, UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory
+from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.requests import PeerSpec
 from app.domain.tunnels import (
     Gateway,

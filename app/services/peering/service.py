@@ -36,6 +36,7 @@ from typing import Any
 
 from app.domain.agent import AgentRejected, Kind, b64e
 from app.domain.agent.ports import AgentCrypto, AgentKeys
+from app.domain.charon_port import UpReports, ViciFactory
 from app.domain.errors import (
     Conflict,
     InvalidInput,
@@ -57,7 +58,7 @@ from app.domain.peering import (
     valid_peer_name,
 )
 from app.domain.policies import Levels
-from app.domain.ports import UnitOfWork, UnitOfWorkFactory, UpReports, ViciFactory
+from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.requests import PeerSpec, TunnelSpec
 from app.domain.tunnels import (
     PeerEnd,

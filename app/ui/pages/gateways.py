@@ -18,8 +18,9 @@ from fastapi import Depends, Query, Request
 from pydantic import ValidationError
 from starlette.responses import RedirectResponse, Response
 
+from app.domain.charon_port import ViciFactory
 from app.domain.errors import AlreadyExists, Conflict, GatewayUnreachable, InvalidInput, QossError
-from app.domain.ports import UnitOfWork, ViciFactory
+from app.domain.ports import UnitOfWork
 from app.domain.tunnels import Gateway
 from app.services import gateways as svc
 from app.settings import Settings

@@ -28,7 +28,7 @@ from app.adapters.db.models import utcnow
 from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.domain.agent import Kind, RequestInfo, b64e, target_conn
 from app.domain.agent.ports import AgentRequest, AgentUnitOfWork
-from app.domain.ports import CharonCommand, LoadPool
+from app.domain.charon_port import CharonCommand, LoadPool
 from app.domain.ratelimit import RateLimiter
 from app.services.agent.client import AgentClient
 from app.services.agent.target import TargetAgent

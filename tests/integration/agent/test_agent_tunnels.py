@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from app.adapters.vici.gateway import Pipeline, wire_form
+from app.domain.charon_port import CharonCommand, Initiate
 from app.domain.errors import GatewayRejected
-from app.domain.ports import CharonCommand, Initiate
 from tests.integration.agent.conftest import POOL, AgentEnv
 
 pytestmark = pytest.mark.charon

@@ -12,7 +12,7 @@ import pytest
 
 from app.adapters.vici.gateway import Pipeline, ViciGateway
 from app.bootstrap import prepare_database
-from app.domain.ports import LoadConn, LoadShared
+from app.domain.charon_port import LoadConn, LoadShared
 from app.lab.hosts import Lab
 from app.main import create_app
 from app.settings import Settings

@@ -15,8 +15,8 @@ from app.adapters.vici.commands import ENTRIES
 from app.domain.agent import AgentRejected, Kind, Response, TunnelingInfo, b64e
 from app.domain.agent.parts import RequestInfo
 from app.domain.agent.platforms import LABELS, PLATFORMS, post_quantum_refusal
+from app.domain.charon_port import LoadShared
 from app.domain.errors import InvalidInput, PlatformCannot
-from app.domain.ports import LoadShared
 from tests.unit.agent.test_device_profiles import Credentials, apple_payloads, creds, make_input
 
 __all__ = ["creds"]  # the module-scoped fixture, shared with the profile tests

@@ -106,7 +106,7 @@ def test_the_monitor_times_each_check_from_the_first_event_that_asked_for_it(tmp
 
 def test_commands_written_at_once_on_a_pipeline_count_as_one_vici_call(tmp_path: Path) -> None:
     """A pipelined batch is one call (as the metric's documentation says), each ``send`` once."""
-    from app.domain.ports import LoadShared, Unload
+    from app.domain.charon_port import LoadShared, Unload
 
     metrics = RecordingMetrics()
     with FakeCharon(tmp_path / "c.vici") as charon:

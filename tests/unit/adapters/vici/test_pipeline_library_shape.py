@@ -18,8 +18,8 @@ from vici.protocol import Message, Packet, Transport
 from app.adapters.vici.commands import list_sas_command, load_conn_command, load_shared_command, unload_command
 from app.adapters.vici.gateway import ViciGateway
 from app.adapters.vici.session import unix_connect
+from app.domain.charon_port import ListSas, LoadConn, LoadShared, Unload
 from app.domain.errors import GatewayRejected, GatewayUnreachable
-from app.domain.ports import ListSas, LoadConn, LoadShared, Unload
 from tests.fakes.fake_charon import FakeCharon, ike_sa_message
 from tests.fixtures.library_pins import assert_pinned
 
