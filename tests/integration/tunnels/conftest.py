@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,8 @@ class Calls:
     log: list[tuple[str, str]] = field(default_factory=list)
     #: the conn each ``list_sas`` asked for, in order
     listed: list[str | None] = field(default_factory=list)
+    #: each ``list_sas``: the conn it asked for, the socket, the thread that sent it (its ident)
+    listings: list[tuple[str | None, str, int]] = field(default_factory=list)
     secrets: list[bytes] = field(default_factory=list)
     after_load: Callable[[str], None] | None = None
 
@@ -60,6 +63,7 @@ class SpyGateway(ViciGateway):
     def list_sas(self, *, ike: str | None = None, ike_id: int | None = None) -> list[Any]:
         self._calls.log.append(("list_sas", self.socket_path))
         self._calls.listed.append(ike)
+        self._calls.listings.append((ike, self.socket_path, threading.get_ident()))
         return super().list_sas(ike=ike, ike_id=ike_id)
 
     def initiate(self, child: str | None = None, ike: str | None = None, timeout_ms: int = 10_000,
