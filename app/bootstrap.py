@@ -75,7 +75,7 @@ def peer_link(settings: Settings) -> HttpPeerLink:
 
 
 def peering_of(settings: Settings, *, units: UnitOfWorkFactory, vici: ViciFactory,
-            reports: UpReports | None = None) -> Peering | None:
+               reports: UpReports | None = None) -> Peering | None:
     """This service's side of peered tunnels (:class:`~app.services.peering.Peering`), or None when
     ``settings`` name no peer name (``QOSS_PEER_NAME``). What it loads for a peer ends by itself
     unless confirmed, its process killed or not: the pending loads' janitor is started here."""

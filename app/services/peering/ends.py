@@ -1,9 +1,10 @@
 """This side's ends of its peered tunnels, as both roles and moves find and keep them: the record of
 a tunnel carried with a peer, what a record keeps of a post-quantum preshared key, and the
-backstop for loads a process may not live to release (:class:`PendingPort`)."""
+backstop for loads a process may not live to release (:class:`PendingPort`), and a record forgotten."""
 
 from __future__ import annotations
 
+import contextlib
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -13,7 +14,7 @@ from app.domain.peering import Peer
 from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import Gateway, TunnelRecord
 
-__all__ = ["NoPending", "PendingPort", "carried", "ppk_kept"]
+__all__ = ["NoPending", "PendingPort", "carried", "ppk_kept", "unrecord"]
 
 
 class PendingPort(typing.Protocol):
@@ -52,3 +53,12 @@ def carried(units: UnitOfWorkFactory, peer: Peer, tunnel_id: str) -> tuple[Tunne
 def ppk_kept(ppk: tuple[str, bytes] | None) -> dict[str, str]:
     """What a record keeps of a tunnel's post-quantum preshared key: its id (never the key)."""
     return {"ppk_id": ppk[0]} if ppk is not None else {}
+
+
+def unrecord(units: UnitOfWorkFactory, record: TunnelRecord, detail: str = "") -> None:
+    """Forget ``record`` (if it is still kept here), with an event saying why."""
+    with units() as uow, contextlib.suppress(NotFound):
+        uow.tunnels.delete(record.id)
+        uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},
+                          scope="tunnels:read")
+        uow.commit()

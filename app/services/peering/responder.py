@@ -45,7 +45,7 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice
 from app.services.peering.config import PeeringConfig
-from app.services.peering.ends import PendingPort, carried, ppk_kept
+from app.services.peering.ends import PendingPort, carried, ppk_kept, unrecord
 from app.services.peering.messages import Received, first_sight, new_nonce
 from app.services.tunnel_setup import new_ppk, observed_sa, teardown
 
@@ -122,9 +122,9 @@ class PeeredResponder:
                                                      mechanisms=offer.post_quantum)
         except PeerNoFeasibleSuite:
             reads.rollback()
-            with self._units() as uow:
-                first_sight(uow, received)  # replayed, the offer is refused unread
-                uow.commit()
+            with self._units() as own:
+                first_sight(own, received)  # replayed, the offer is refused unread
+                own.commit()
             raise
         if reads.tunnels.states([offer.tunnel_id]):
             raise AgentRejected("a tunnel of that id exists here")
@@ -275,15 +275,7 @@ class PeeredResponder:
         """Take this side's end down and forget it (its record, if it has one)."""
         teardown(record, gateway, None, self._vici, strict=False)
         self._pending.release(record.conn)
-        self.unrecord(record, detail)
-
-    def unrecord(self, record: TunnelRecord, detail: str = "") -> None:
-        """Forget ``record`` (if it is still kept here), with an event saying why."""
-        with self._units() as uow, contextlib.suppress(NotFound):
-            uow.tunnels.delete(record.id)
-            uow.events.append("tunnel.deleted", record.id, {"detail": detail} if detail else {},
-                              scope="tunnels:read")
-            uow.commit()
+        unrecord(self._units, record, detail)
 
     def sweep(self) -> int:
         """Unload every responder's end never confirmed within PENDING_FOR seconds; how many."""

@@ -70,7 +70,7 @@ from app.domain.tunnels import (
 from app.services import tunnels as local_tunnels
 from app.services.peering.choice import PeeredChoice, entry, ranked, with_ike
 from app.services.peering.config import PeeringConfig
-from app.services.peering.ends import NoPending, PendingPort, carried, ppk_kept
+from app.services.peering.ends import NoPending, PendingPort, carried, ppk_kept, unrecord
 from app.services.peering.messages import (
     Messenger,
     PeerKeysSource,
@@ -287,7 +287,7 @@ class Peering:
         except BaseException as exc:
             teardown(record, initiator, None, self._vici, strict=False)
             if kept is not None:
-                self._responder.unrecord(record, detail=f"the peer did not confirm its end: {exc}"[:200])
+                unrecord(self._units, record, detail=f"the peer did not confirm its end: {exc}"[:200])
             self._messenger.tell(peer, tunnel_id, "the initiator could not keep the tunnel")
             raise
 
