@@ -49,8 +49,8 @@ from app.domain.tunnels import (
     ppk_secret_name,
 )
 
-__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "established", "established_everywhere", "load_ppk", "move",
-           "new_ppk", "observed_sa", "teardown"]
+__all__ = ["INITIATE_TIMEOUT_MS", "bring_up", "came_up", "close_new_sas", "established", "established_everywhere",
+           "load_ppk", "move", "new_ppk", "observed_sa", "old_sas_closer", "sa_ids", "teardown"]
 
 log = logging.getLogger("qoss.tunnels")
 
@@ -417,11 +417,50 @@ def _conn(name: str, local: TunnelEnd, remote: TunnelEnd, result: NegotiationRes
                         ppk_id=ppk_id)
 
 
-def _ours(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
+def sa_ids(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
     """The unique ids of conn ``name``'s IKE_SAs and CHILD_SAs in a ``list-sas`` answer."""
     ikes = frozenset(sa.uniqueid for sa in sas if sa.name == name)
     children = frozenset(c.uniqueid for sa in sas if sa.name == name for c in sa.children if c.name == name)
     return ikes, children
+
+
+def close_new_sas(v: ViciPort, name: str, old_ikes: frozenset[int], old_children: frozenset[int]) -> None:
+    """Undoing a move on one end: close (forced) every SA of conn ``name`` that came up beside the
+    old ones (their ids ``old_ikes``, ``old_children``).
+
+    Raises:
+        GatewayError: charon refused or did not answer.
+    """
+    now_ikes, now_children = sa_ids(v.list_sas(ike=name), name)
+    for ike_id in sorted(now_ikes - old_ikes):
+        v.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
+    for child_id in sorted(now_children - old_children):
+        v.terminate(child_id=child_id, timeout_ms=3000, force=True)
+
+
+def old_sas_closer(v: ViciPort, name: str, old: NegotiationResult, new: NegotiationResult,
+                   old_ikes: frozenset[int], old_children: frozenset[int],
+                   ppk_holders: Sequence[ViciPort]) -> Callable[[], None]:
+    """After a move verified on conn ``name``: what closes its old SAs through ``v`` (the old IKE_SAs
+    when the new CHILD_SA came up in a new IKE_SA: a new IKE proposal, or a PPK on either suite, as
+    a PPK is mixed into an IKE_SA's keys as it is made; else the old CHILD_SAs) and, when the old
+    suite had a PPK and the new one has none, unloads that key from ``ppk_holders``. Nothing it
+    cannot close stops it."""
+    new_ike = new.proposals["ike"] != old.proposals["ike"] or "ppk" in (new.suite.post_quantum,
+                                                                        old.suite.post_quantum)
+
+    def close_old() -> None:
+        for ike_id in sorted(old_ikes) if new_ike else ():
+            with contextlib.suppress(GatewayError):
+                v.terminate(ike_id=ike_id, timeout_ms=3000)
+        for child_id in () if new_ike else sorted(old_children):
+            with contextlib.suppress(GatewayError):
+                v.terminate(child_id=child_id, timeout_ms=3000)
+        if old.suite.post_quantum == "ppk" and new.suite.post_quantum != "ppk":  # its key goes too
+            for holder in ppk_holders:
+                with contextlib.suppress(GatewayError):
+                    holder.unload_shared(ppk_secret_name(name))
+    return close_old
 
 
 def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: NegotiationResult,
@@ -449,7 +488,7 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
     v_init, v_resp = vici(initiator.vici_socket), vici(responder.vici_socket)
     left, right = _ends(record.id, initiator, responder, record.local_ts, record.remote_ts)
     sides = [(v_init, initiator.name), (v_resp, responder.name)]
-    before = [_ours(v.list_sas(ike=name), name) for v, _ in sides]
+    before = [sa_ids(v.list_sas(ike=name), name) for v, _ in sides]
     ppk = _new_ppk(new, responder)
 
     def load(result: NegotiationResult, ppk_id: str | None = None) -> None:
@@ -476,27 +515,6 @@ def move(*, record: TunnelRecord, initiator: Gateway, responder: Gateway, old: N
                     load_ppk(v, name, restore)
             load(old, restore[0] if restore is not None else None)
         with contextlib.suppress(GatewayError, ValueError):
-            old_ikes, old_children = before[0]
-            now_ikes, now_children = _ours(v_init.list_sas(ike=name), name)
-            for ike_id in sorted(now_ikes - old_ikes):
-                v_init.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
-            for child_id in sorted(now_children - old_children):
-                v_init.terminate(child_id=child_id, timeout_ms=3000, force=True)
+            close_new_sas(v_init, name, *before[0])
         raise
-    old_ikes, old_children = before[0]
-    # then the new CHILD_SA lives in a new IKE_SA
-    new_ike = new.proposals["ike"] != old.proposals["ike"] or "ppk" in (new.suite.post_quantum, old.suite.post_quantum)
-
-    def close_old() -> None:
-        for ike_id in sorted(old_ikes) if new_ike else ():
-            with contextlib.suppress(GatewayError):
-                v_init.terminate(ike_id=ike_id, timeout_ms=3000)
-        for child_id in () if new_ike else sorted(old_children):
-            with contextlib.suppress(GatewayError):
-                v_init.terminate(child_id=child_id, timeout_ms=3000)
-        if old.suite.post_quantum == "ppk" and ppk is None:  # the new suite has none: its key goes too
-            for v in (v_resp, v_init):
-                with contextlib.suppress(GatewayError):
-                    v.unload_shared(ppk_secret_name(name))
-
-    return close_old
+    return old_sas_closer(v_init, name, old, new, *before[0], ppk_holders=(v_resp, v_init))

@@ -54,7 +54,15 @@ from app.services.peering.choice import PeeredChoice, entry, ranked, requirement
 from app.services.peering.config import PeeringConfig
 from app.services.peering.ends import PendingPort, carried, ppk_kept
 from app.services.peering.messages import Messenger, Received, new_nonce
-from app.services.tunnel_setup import INITIATE_TIMEOUT_MS, load_ppk, new_ppk, observed_sa
+from app.services.tunnel_setup import (
+    INITIATE_TIMEOUT_MS,
+    close_new_sas,
+    load_ppk,
+    new_ppk,
+    observed_sa,
+    old_sas_closer,
+    sa_ids,
+)
 
 __all__ = ["MOVE_CLAIM_FOR", "PeeredMoves", "moving_out"]
 
@@ -219,7 +227,7 @@ class PeeredMoves:
             raise PeerRefused(peer.name, "answered without the post-quantum preshared key the move needs")
         old = local_tunnels.result_from(record)
         name, v = record.conn, self._vici(gateway.vici_socket)
-        old_ikes, old_children = _sa_ids(v.list_sas(ike=name), name)
+        old_ikes, old_children = sa_ids(v.list_sas(ike=name), name)
         try:
             if ppk is not None:  # the new SA's key replaces the old one's (a PPK enters only an IKE_SA's making)
                 load_ppk(v, name, ppk)
@@ -237,21 +245,7 @@ class PeeredMoves:
             self._moved(peer, record.id, up=False)
             raise
         self._kept_ppk(record, ppk)
-        # A new IKE proposal, or a PPK on either suite (it is mixed into an IKE_SA's keys as it is
-        # made): the new CHILD_SA lives in a new IKE_SA.
-        new_ike = new.proposals["ike"] != old.proposals["ike"] or "ppk" in (new.suite.post_quantum,
-                                                                            old.suite.post_quantum)
-
-        def close_old() -> None:
-            for ike_id in sorted(old_ikes) if new_ike else ():
-                with contextlib.suppress(GatewayError):
-                    v.terminate(ike_id=ike_id, timeout_ms=3000)
-            for child_id in () if new_ike else sorted(old_children):
-                with contextlib.suppress(GatewayError):
-                    v.terminate(child_id=child_id, timeout_ms=3000)
-            if old.suite.post_quantum == "ppk" and ppk is None:  # the new suite has none: the old key goes too
-                with contextlib.suppress(GatewayError):
-                    v.unload_shared(ppk_secret_name(name))
+        close_old = old_sas_closer(v, name, old, new, old_ikes, old_children, ppk_holders=(v,))
         return new, close_old
 
     def _kept_ppk(self, record: TunnelRecord, ppk: tuple[str, bytes] | None) -> None:
@@ -305,7 +299,7 @@ class PeeredMoves:
             new, ike, index = self._choice.choose(negotiate, peer, suites=move.suites, ikes=move.ikes,
                                                   mechanisms=move.post_quantum)
         name, v = record.conn, self._vici(gateway.vici_socket)
-        _, children = _sa_ids(v.list_sas(ike=name), name)
+        _, children = sa_ids(v.list_sas(ike=name), name)
         expires = self._clock() + PENDING_FOR
         ppk = new_ppk() if new.suite.post_quantum == "ppk" else None  # the new SA's, made here as for a new tunnel
         was = earlier or {"state": record.state.value, "detail": record.detail}  # an earlier move's, never swept
@@ -447,13 +441,6 @@ def _peered_conn(record: TunnelRecord, gateway: Gateway, result: NegotiationResu
                         ike_lifetime=result.lifetimes["ike"], child_lifetime=result.lifetimes["child"], ppk_id=ppk_id)
 
 
-def _sa_ids(sas: Sequence[Any], name: str) -> tuple[frozenset[int], frozenset[int]]:
-    """The unique ids of conn ``name``'s IKE_SAs and CHILD_SAs in a ``list-sas`` answer."""
-    ikes = frozenset(sa.uniqueid for sa in sas if sa.name == name)
-    children = frozenset(c.uniqueid for sa in sas if sa.name == name for c in sa.children if c.name == name)
-    return ikes, children
-
-
 def _check_new(v: ViciPort, side: str, name: str, result: NegotiationResult, besides: frozenset[int]) -> None:
     """A CHILD_SA of conn ``name`` other than ``besides`` (the old ones) runs exactly ``result``'s algorithms.
 
@@ -482,11 +469,7 @@ def _back_to(v: ViciPort, record: TunnelRecord, gateway: Gateway, old: Negotiati
         with contextlib.suppress(GatewayError, ValueError):
             v.unload_shared(ppk_secret_name(record.conn))
     with contextlib.suppress(GatewayError, ValueError):
-        now_ikes, now_children = _sa_ids(v.list_sas(ike=record.conn), record.conn)
-        for ike_id in sorted(now_ikes - old_ikes):
-            v.terminate(ike_id=ike_id, timeout_ms=3000, force=True)
-        for child_id in sorted(now_children - old_children):
-            v.terminate(child_id=child_id, timeout_ms=3000, force=True)
+        close_new_sas(v, record.conn, old_ikes, old_children)
 
 
 def moving_out(record: TunnelRecord, now: float) -> Mapping[str, Any] | None:
