@@ -16,7 +16,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Index,
-    Insert,
     Integer,
     LargeBinary,
     String,
@@ -30,11 +29,10 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from app.adapters.db.hot import HotCursor, HotStatement, session_cursor
+from app.adapters.db.hot import HotCursor, HotStatement, insert_new, session_cursor, session_insert_new
 from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
 from app.domain.agent import MLKEM_PUBLIC_BYTES, AgentSessionState, EnrolledUser, b64d, b64e
 from app.domain.agent.ports import (
@@ -69,7 +67,6 @@ __all__ = [
     "finish_session",
     "get_session",
     "held_sessions",
-    "insert_new",
     "is_revoked",
     "leased_addresses",
     "release_leases",
@@ -203,41 +200,6 @@ class AgentInvitationRow(Base):
     grant_spent_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
 
 
-#: ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, columns), as hot statements
-#: (:mod:`app.adapters.db.hot`): a claim costs one execution on the DBAPI cursor.
-_INSERT_NEW: dict[tuple[str, tuple[str, ...]], HotStatement] = {}
-
-
-def _insert_new_statement(core: Table, columns: tuple[str, ...]) -> HotStatement:
-    found = _INSERT_NEW.get((core.name, columns))
-    if found is None:
-        key = next(iter(core.primary_key.columns))
-
-        def build(dialect: str) -> Insert:
-            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
-            return insert_(core).values({k: bindparam(k) for k in columns}).on_conflict_do_nothing().returning(key)
-
-        found = _INSERT_NEW.setdefault((core.name, columns), HotStatement(build))
-    return found
-
-
-def insert_new(cursor: HotCursor, table: type[Base], values: dict[str, Any]) -> bool:
-    """``INSERT ... ON CONFLICT DO NOTHING``: True if the row was inserted, False if its key existed.
-
-    One statement, no savepoint: the unique key makes it atomic across workers, and a
-    conflict does not abort the surrounding transaction (SQLite >= 3.35 and PostgreSQL).
-    RETURNING says whether a row went in (psycopg reports no rowcount for it).
-    """
-    statement = _insert_new_statement(cast(Table, table.__table__), tuple(values))
-    return cursor.first(statement, values) is not None
-
-
-def _insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
-    """:func:`insert_new` in the Session's transaction."""
-    with session_cursor(session) as cursor:
-        return insert_new(cursor, table, values)
-
-
 def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None,
               mlkem: str | None) -> EnrolledUser:
     return EnrolledUser(user_id=user_id, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
@@ -331,7 +293,7 @@ class NonceRepository:
 
     def claim(self, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
         """Insert (scope, sender, nonce); False if it is there already (a replay)."""
-        return _insert_new(self.session, AgentNonceRow,
+        return session_insert_new(self.session, AgentNonceRow,
                            {"scope": scope, "sender": sender, "nonce": nonce.hex(), "expires_at": expires_at})
 
     def purge(self, now: datetime) -> int:
@@ -504,7 +466,7 @@ class RevocationRepository:
 
     def add(self, *, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
         """Record a revocation; False if it was recorded already."""
-        return _insert_new(self.session, AgentRevocationRow, {
+        return session_insert_new(self.session, AgentRevocationRow, {
             "user_id": user_id, "sign_public_key": b64e(sign_public_key), "host_id": host_id, "revoked_at": utcnow()})
 
     def revoked(self, user_id: str, sign_public_key: bytes, host_id: str) -> bool:

@@ -18,6 +18,8 @@ SQLAlchemy for the engine's dialect (its SQL, its parameter style, its type conv
   or rolls back, and gives the connection back.
 * :func:`session_cursor` runs hot statements inside a Session's own transaction (its
   connection), for transactions that also need the ORM.
+* :func:`insert_new` (:func:`session_insert_new` in a Session's transaction) inserts a row
+  unless its key exists, in one statement: a nonce, a lease, a revocation kept once.
 
 DBAPI errors come out as SQLAlchemy's (``IntegrityError``, ``OperationalError``...), with
 parameters hidden, so callers handle them as they would any SQLAlchemy error; a connection
@@ -45,9 +47,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, Insert, Table, bindparam
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.orm import Session
@@ -58,9 +61,12 @@ from sqlalchemy.types import TypeEngine
 from app.adapters.db import write_gate
 from app.adapters.db.driver import WATCHED_DIALECT_EVENTS, WATCHED_EVENTS, goes_hot, is_disconnect, wrapped
 
+if TYPE_CHECKING:
+    from app.adapters.db.models import Base
+
 __all__ = [
     "HOT_DIALECTS", "WATCHED_DIALECT_EVENTS", "WATCHED_EVENTS", "HotCursor", "HotStatement", "HotTransaction",
-    "bare", "engine_of", "goes_hot", "hot_transaction", "session_cursor",
+    "bare", "engine_of", "goes_hot", "hot_transaction", "insert_new", "session_cursor", "session_insert_new",
 ]
 
 Processor = Callable[[Any], Any]
@@ -383,3 +389,38 @@ def engine_of(session_factory: Callable[[], Session]) -> Engine:
     if engine.dialect.name not in HOT_DIALECTS:
         raise ValueError(f"the tunnel agent keeps its state in SQLite or PostgreSQL, not {engine.dialect.name}")
     return engine
+
+
+#: ``INSERT ... ON CONFLICT DO NOTHING RETURNING key`` per (table, columns), as hot statements
+#: (this module's): a claim costs one execution on the DBAPI cursor.
+_INSERT_NEW: dict[tuple[str, tuple[str, ...]], HotStatement] = {}
+
+
+def _insert_new_statement(core: Table, columns: tuple[str, ...]) -> HotStatement:
+    found = _INSERT_NEW.get((core.name, columns))
+    if found is None:
+        key = next(iter(core.primary_key.columns))
+
+        def build(dialect: str) -> Insert:
+            insert_ = sqlite.insert if dialect == "sqlite" else postgresql.insert
+            return insert_(core).values({k: bindparam(k) for k in columns}).on_conflict_do_nothing().returning(key)
+
+        found = _INSERT_NEW.setdefault((core.name, columns), HotStatement(build))
+    return found
+
+
+def insert_new(cursor: HotCursor, table: type[Base], values: dict[str, Any]) -> bool:
+    """``INSERT ... ON CONFLICT DO NOTHING``: True if the row was inserted, False if its key existed.
+
+    One statement, no savepoint: the unique key makes it atomic across workers, and a
+    conflict does not abort the surrounding transaction (SQLite >= 3.35 and PostgreSQL).
+    RETURNING says whether a row went in (psycopg reports no rowcount for it).
+    """
+    statement = _insert_new_statement(cast(Table, table.__table__), tuple(values))
+    return cursor.first(statement, values) is not None
+
+
+def session_insert_new(session: Session, table: type[Base], values: dict[str, Any]) -> bool:
+    """:func:`insert_new` in the Session's transaction."""
+    with session_cursor(session) as cursor:
+        return insert_new(cursor, table, values)

@@ -15,8 +15,7 @@ from sqlalchemy import delete, event, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.adapters.db.agent import insert_new
-from app.adapters.db.hot import session_cursor
+from app.adapters.db.hot import session_insert_new
 from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
 from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
@@ -146,5 +145,4 @@ class PeerRepository:
             _next_prune = time.monotonic() + PRUNE_EVERY
             self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < datetime.now(UTC)))
         # One statement, no savepoint: a nonce seen before inserts nothing (the key decides, across replicas).
-        with session_cursor(self.session) as cursor:
-            return insert_new(cursor, PeerNonceRow, {"peer": peer, "nonce": nonce, "expires_at": keep_until})
+        return session_insert_new(self.session, PeerNonceRow, {"peer": peer, "nonce": nonce, "expires_at": keep_until})
