@@ -23,14 +23,13 @@ from app.adapters.peering import peering_keys
 from app.domain.agent import Kind, canonical
 from app.domain.peering import PENDING_FOR
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.tunnels.test_peered import Site, _peer, _ping, _site
+from tests.integration.tunnels.test_peered import Site, _peer, _ping, _two_sites
 
 
 @pytest.fixture
 def sites(tmp_path: Path) -> Iterator[tuple[Site, Site]]:
     with temporary_lab("pm") as lab, contextlib.ExitStack() as stack:
-        a = _site(stack, lab, tmp_path / "a", "site-a", lab.host("left"), "gw-a")
-        b = _site(stack, lab, tmp_path / "b", "site-b", lab.host("right"), "gw-b")
+        a, b = _two_sites(stack, lab, tmp_path)
         _peer(a, b)
         _peer(b, a)
         yield a, b

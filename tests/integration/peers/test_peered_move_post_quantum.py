@@ -18,7 +18,7 @@ import pytest
 from app.adapters.vici.gateway import ViciGateway
 from tests.integration.charon.conftest import temporary_lab
 from tests.integration.peers.test_peered_move import _ping, _record, _weakened, until_both
-from tests.integration.tunnels.test_peered import Site, _site
+from tests.integration.tunnels.test_peered import Site, _two_sites
 
 _POLICY = {"name": "pq-branch", "min_levels": {"confidentiality": 8, "integrity": 8}}
 
@@ -41,8 +41,7 @@ def _peer(site: Site, other: Site) -> None:
 def sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Site, Site]]:
     where = tmp_path_factory.mktemp("peered-pq")
     with temporary_lab("pq") as lab, contextlib.ExitStack() as stack:
-        a = _site(stack, lab, where / "a", "site-a", lab.host("left"), "gw-a")
-        b = _site(stack, lab, where / "b", "site-b", lab.host("right"), "gw-b")
+        a, b = _two_sites(stack, lab, where)
         _peer(a, b)
         _peer(b, a)
         yield a, b
