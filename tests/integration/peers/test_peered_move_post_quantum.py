@@ -1,8 +1,9 @@
 """A running peered tunnel moves onto a post-quantum preshared key: site B's policy edit raises its
 ``post_quantum`` minimum, B's move asks for a PPK, site A makes a new one for the new SA and sends it
-sealed hybrid, and both charons run the tunnel on a new IKE SA with ``/PPK`` while a ping every
-50 ms crosses without a loss. Two ``qoss serve`` on loopback, each driving its own real charon in the
-lab's namespaces, each registered as the other's peer with its ML-KEM-768 key."""
+sealed hybrid, and both charons run the tunnel on a new IKE SA with ``/PPK`` while datagrams
+every 50 ms cross both ways, none lost but at the switch (``tests/fixtures/flows.py``). Two
+``qoss serve`` on loopback, each driving its own real charon in the lab's namespaces, each
+registered as the other's peer with its ML-KEM-768 key."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from typing import Any
 import pytest
 
 from app.adapters.vici.gateway import ViciGateway
+from tests.fixtures.flows import End, flows, lost_only_at_the_switch
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.peers.test_peered_move import _ping, _record, _weakened, until_both
+from tests.integration.peers.test_peered_move import _record, _weakened, until_both
 from tests.integration.tunnels.test_peered import Site, _two_sites
 
 _POLICY = {"name": "pq-branch", "min_levels": {"confidentiality": 8, "integrity": 8}}
@@ -74,7 +76,7 @@ def _on_ppk_everywhere(a: Site, b: Site, tunnel: dict[str, Any], within: float) 
     return until_both(a, b, tunnel, within, look)
 
 
-# No ping lost: held with the machine to itself (the other moves' tests likewise).
+# Held with the machine to itself (the other moves' tests likewise).
 @pytest.mark.alone
 def test_a_policy_edit_at_b_raising_post_quantum_moves_the_tunnel_onto_a_ppk_on_both_charons(
         sites: tuple[Site, Site]) -> None:
@@ -88,15 +90,17 @@ def test_a_policy_edit_at_b_raising_post_quantum_moves_the_tunnel_onto_a_ppk_on_
     try:
         assert tunnel["suite"]["post_quantum"] is None
         assert not any(line.endswith("/PPK") for s in (a, b) for line in _ike_lines(s, tunnel["conn"]))
-        with _ping(b, a, 200) as ping:
-            time.sleep(1.0)  # the ping runs through the old SA first
+        with flows(End(b.host.netns, b.host.inside_address), End(a.host.netns, a.host.inside_address),
+                   count=200) as lost:
+            time.sleep(1.0)  # the flows run through the old SA first
+            started = time.monotonic()
             with b.client() as c:
                 raised = {**_POLICY, "min_levels": {**_POLICY["min_levels"], "post_quantum": 5}}
                 r = c.put(f"/v1/policies/{_POLICY['name']}", json=raised, headers={"If-Match": revision})
                 assert r.status_code == 200, r.text
             seen = _on_ppk_everywhere(a, b, tunnel, within=15)
-            out, _ = ping.communicate(timeout=30)
-        assert " 0% packet loss" in out, out
+            done = time.monotonic()
+        assert lost_only_at_the_switch(lost, (started, done)) is None, lost
         on_a, on_b = _record(a, tunnel["id"]), _record(b, tunnel["id"])
         assert on_a["proposals"] == on_b["proposals"], seen
         assert on_b["levels"]["post_quantum"] >= 5
