@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import func, select, update
 
 from app.adapters.agent.crypto import KeyPair, seal
-from app.adapters.db.agent import AgentInvitationRow, AgentUserRow
+from app.adapters.db.agent_rows import AgentInvitationRow, AgentUserRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import ClientRequest, Kind, RequestInfo, b64e, canonical
 from app.main import create_app

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.adapters.agent.crypto import KeyPair, seal
-from app.adapters.db.agent import AgentLeaseRow, AgentSessionRow
+from app.adapters.db.agent_rows import AgentLeaseRow, AgentSessionRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import AgentRejected, ClientRequest, Endorsement, EnrolledUser, Kind, RequestInfo
 from app.domain.errors import GatewayUnreachable

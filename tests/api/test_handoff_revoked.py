@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import func, select
 
 from app.adapters.agent.crypto import KeyPair, seal
-from app.adapters.db.agent import AgentHandoffRow
+from app.adapters.db.agent_rows import AgentHandoffRow
 from app.adapters.db.agent_store import SqlAgentStore
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow, EventRow

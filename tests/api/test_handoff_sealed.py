@@ -12,7 +12,7 @@ import pytest
 from cryptography.exceptions import InvalidTag
 
 from app.adapters.agent.crypto import KeyPair, seal
-from app.adapters.db.agent import AgentHandoffRow
+from app.adapters.db.agent_rows import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.domain.agent import Handoff, Kind
 from app.services.agent.client_devices import seal_profile

@@ -1,58 +1,41 @@
-"""The tunnel agent's tables and repositories.
-
-Host keeps the enrolled users and the revocations a Target has not confirmed yet; Host and
-Target keep the replay cache (a unique row per (scope, sender, nonce): the atomic insert that
-makes a replay fail across workers and restarts); Target keeps the sessions it set up
-(tickets, single-use, with expiry), the virtual-IP leases it handed out (a unique row per
-address) and its own record of the revocations Hosts sent it (Host, user and revoked signing
-key: a Host's revocation bars only that Host's user). No key material is ever stored: only
-public keys.
-"""
+"""The tunnel agent's repositories: its tables (:mod:`app.adapters.db.agent_rows`) through a
+SQLAlchemy Session, the hot functions (:mod:`app.adapters.db.agent_hot`) in the Session's
+transaction."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
 
-from sqlalchemy import (
-    Index,
-    Integer,
-    LargeBinary,
-    String,
-    Table,
-    bindparam,
-    delete,
-    exists,
-    func,
-    insert,
-    literal,
-    select,
-    update,
-)
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 
-from app.adapters.db.hot import HotCursor, HotStatement, insert_new, session_cursor, session_insert_new
-from app.adapters.db.models import Base, Json, UtcDateTime, utcnow
-from app.domain.agent import MLKEM_PUBLIC_BYTES, AgentSessionState, EnrolledUser, b64d, b64e
-from app.domain.agent.ports import (
-    AgentSession,
-    DeviceGrant,
-    Invitation,
-    PendingRevocation,
-    RevocationRecord,
-    WaitingHandoff,
+from app.adapters.db.agent_hot import (
+    _enrolled,
+    add_session,
+    find_user,
+    is_revoked,
+    leased_addresses,
+    take_lease,
 )
+from app.adapters.db.agent_rows import (
+    AgentHandoffRow,
+    AgentInvitationRow,
+    AgentLeaseRow,
+    AgentNonceRow,
+    AgentPendingRevocationRow,
+    AgentRevocationRow,
+    AgentSessionRow,
+    AgentUserRow,
+)
+from app.adapters.db.hot import session_cursor, session_insert_new
+from app.adapters.db.models import utcnow
+from app.domain.agent import AgentSessionState, EnrolledUser, b64d, b64e
+from app.domain.agent.ports import AgentSession, Invitation, PendingRevocation, RevocationRecord, WaitingHandoff
 from app.domain.errors import AlreadyExists, NotFound
 
 __all__ = [
-    "AgentInvitationRow",
-    "AgentLeaseRow",
-    "AgentNonceRow",
-    "AgentPendingRevocationRow",
-    "AgentRevocationRow",
-    "AgentSessionRow",
-    "AgentUserRow",
+    "HandoffRepository",
     "InvitationRepository",
     "LeaseRepository",
     "NonceRepository",
@@ -60,175 +43,12 @@ __all__ = [
     "RevocationRepository",
     "SessionRepository",
     "UserRepository",
-    "add_session",
-    "claim_nonce",
-    "device_grants",
-    "find_user",
-    "finish_session",
-    "get_session",
-    "held_sessions",
-    "is_revoked",
-    "leased_addresses",
-    "release_leases",
-    "revocation_pending",
-    "spend_grant",
-    "take_lease",
 ]
-
-
-class AgentUserRow(Base):
-    """A user enrolled at Host: public keys and the Objective-IDs they may ask for."""
-
-    __tablename__ = "agent_users"
-
-    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    sign_public_key: Mapped[str] = mapped_column(String(43))
-    kem_public_key: Mapped[str] = mapped_column(String(43))
-    objectives: Mapped[list[int]] = mapped_column(Json)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    #: ML-KEM-768 (base64url); none for keys made without one.
-    mlkem_public_key: Mapped[str | None] = mapped_column(String(1579), nullable=True)
-
-
-class AgentNonceRow(Base):
-    """Replay cache: one row per (scope, sender, nonce) until it expires."""
-
-    __tablename__ = "agent_nonces"
-
-    scope: Mapped[str] = mapped_column(String(16), primary_key=True)
-    sender: Mapped[str] = mapped_column(String(63), primary_key=True)
-    nonce: Mapped[str] = mapped_column(String(32), primary_key=True)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-
-
-class AgentSessionRow(Base):
-    """A tunnel Target set up for a client (its ticket), until closed, expired or revoked."""
-
-    __tablename__ = "agent_sessions"
-    __table_args__ = (Index("ix_agent_sessions_host_id_user_id", "host_id", "user_id"),)
-
-    ticket: Mapped[str] = mapped_column(String(32), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(63), index=True)
-    host_id: Mapped[str] = mapped_column(String(63))
-    request_id: Mapped[str] = mapped_column(String(32))
-    objective_id: Mapped[int] = mapped_column(Integer)
-    protection: Mapped[str] = mapped_column(String(16))
-    conn: Mapped[str] = mapped_column(String(64))
-    pool: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    virtual_ip: Mapped[str | None] = mapped_column(String(45), nullable=True)
-    client_identity: Mapped[str] = mapped_column(String(128))
-    suite: Mapped[dict[str, Any]] = mapped_column(Json)
-    state: Mapped[str] = mapped_column(String(16), index=True)
-    reason: Mapped[str] = mapped_column(String(200), default="")
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow, onupdate=utcnow)
-    #: What the session was negotiated under (None: made before it was kept).
-    provenance: Mapped[dict[str, Any] | None] = mapped_column(Json, nullable=True)
-    #: A device enrolment: the platform whose VPN client holds its profile (None: a client's session).
-    platform: Mapped[str | None] = mapped_column(String(24), nullable=True)
-
-
-class AgentLeaseRow(Base):
-    """A virtual IP handed to one session's client (unique: two sessions never share one)."""
-
-    __tablename__ = "agent_leases"
-
-    address: Mapped[str] = mapped_column(String(45), primary_key=True)
-    ticket: Mapped[str] = mapped_column(String(32), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-
-
-class AgentRevocationRow(Base):
-    """Target's own record of a revoked user key: that Host's endorsements of that user with that
-    key are refused (another Host's user of the same id is another user)."""
-
-    __tablename__ = "agent_revocations"
-
-    host_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    sign_public_key: Mapped[str] = mapped_column(String(43), primary_key=True)
-    revoked_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-
-
-class AgentPendingRevocationRow(Base):
-    """Host's revocation of a user that a Target has not confirmed yet: sent again until it is."""
-
-    __tablename__ = "agent_pending_revocations"
-
-    target_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(63), primary_key=True)
-    sign_public_key: Mapped[str] = mapped_column(String(43))
-    attempts: Mapped[int] = mapped_column(Integer)
-    next_attempt_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    last_error: Mapped[str] = mapped_column(String(200))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-
-
-class AgentHandoffRow(Base):
-    """A device's profile waiting at Host to be fetched once from a link (by the link secret's SHA-256)."""
-
-    __tablename__ = "agent_handoffs"
-
-    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user_id: Mapped[str] = mapped_column(String(63))
-    profile_name: Mapped[str] = mapped_column(String(80))
-    media_type: Mapped[str] = mapped_column(String(80))
-    profile: Mapped[bytes] = mapped_column(LargeBinary)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-
-
-class AgentInvitationRow(Base):
-    """A one-time invitation at Host (by its secret's SHA-256), the keys that redeemed it and the
-    device enrolment it granted them."""
-
-    __tablename__ = "agent_invitations"
-
-    id: Mapped[str] = mapped_column(String(32), primary_key=True)
-    digest: Mapped[str] = mapped_column(String(64), unique=True)
-    user_id: Mapped[str] = mapped_column(String(63), index=True)
-    platform: Mapped[str] = mapped_column(String(24))
-    objectives: Mapped[list[int]] = mapped_column(Json)
-    minimums: Mapped[dict[str, int]] = mapped_column(Json)
-    created_by: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    used_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-    sign_public_key: Mapped[str | None] = mapped_column(String(43), nullable=True)
-    grant_spent_at: Mapped[datetime | None] = mapped_column(UtcDateTime, nullable=True)
-
-
-def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None,
-              mlkem: str | None) -> EnrolledUser:
-    return EnrolledUser(user_id=user_id, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
-                        objectives=frozenset(objectives), revoked=revoked_at is not None,
-                        mlkem_public_key=b64d(mlkem, size=MLKEM_PUBLIC_BYTES) if mlkem is not None else None)
 
 
 def _user(row: AgentUserRow) -> EnrolledUser:
     return _enrolled(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at,
                      row.mlkem_public_key)
-
-
-_USERS = cast(Table, AgentUserRow.__table__)
-_FIND_USER = HotStatement(lambda _: select(
-    _USERS.c.user_id, _USERS.c.sign_public_key, _USERS.c.kem_public_key, _USERS.c.objectives, _USERS.c.revoked_at,
-    _USERS.c.mlkem_public_key,
-).where(_USERS.c.user_id == bindparam("user_id")))
-
-
-def find_user(cursor: HotCursor, user_id: str) -> EnrolledUser | None:
-    """The user's record (one hot query: no ORM object on the path of every request)."""
-    row = cursor.first(_FIND_USER, {"user_id": user_id})
-    return None if row is None else _enrolled(*row)
-
-
-def claim_nonce(cursor: HotCursor, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
-    """Insert (scope, sender, nonce) into the replay cache; False if it is there already (a replay)."""
-    return insert_new(cursor, AgentNonceRow, {"scope": scope, "sender": sender, "nonce": nonce.hex(),
-                                              "expires_at": expires_at})
 
 
 class UserRepository:
@@ -302,11 +122,6 @@ class NonceRepository:
         return int(getattr(result, "rowcount", 0) or 0)
 
 
-_SESSIONS = cast(Table, AgentSessionRow.__table__)
-_LEASES = cast(Table, AgentLeaseRow.__table__)
-_ADD_SESSION = HotStatement(lambda _: insert(_SESSIONS))  # every column, each a bind of its own name
-
-
 def _session(row: AgentSessionRow) -> AgentSession:
     return AgentSession(
         ticket=row.ticket, user_id=row.user_id, host_id=row.host_id, request_id=row.request_id,
@@ -357,11 +172,6 @@ class SessionRepository:
             .values(state=state.value, reason=reason[:200], updated_at=utcnow())
         )
         return int(getattr(result, "rowcount", 0) or 0) == 1
-
-
-_REVOKED = HotStatement(lambda _: select(exists().where(AgentRevocationRow.host_id == bindparam("host_id"),
-                                                         AgentRevocationRow.user_id == bindparam("user_id"),
-                                                         AgentRevocationRow.sign_public_key == bindparam("key"))))
 
 
 class HandoffRepository:
@@ -556,121 +366,3 @@ class LeaseRepository:
 
     def release(self, ticket: str) -> None:
         self.session.execute(delete(AgentLeaseRow).where(AgentLeaseRow.ticket == ticket))
-
-
-# --------------------------------------------------------------------------- hot functions
-# Target's connect runs these in one hot transaction (app/adapters/db/hot.py); the
-# repositories above run them in a Session's transaction.
-
-
-def add_session(cursor: HotCursor, row: AgentSession) -> None:
-    """Insert a new session: one hot INSERT of every column (``updated_at``: its creation).
-
-    Raises:
-        AlreadyExists: the ticket exists (tickets are single-use). No savepoint: a clash of
-            random 128-bit tickets fails the transaction.
-    """
-    values = {c.key: getattr(row, c.key) for c in _SESSIONS.columns}
-    values["reason"] = values["reason"] or ""
-    values["updated_at"] = values["updated_at"] or values["created_at"]
-    try:
-        cursor.execute(_ADD_SESSION, values)
-    except IntegrityError as exc:
-        raise AlreadyExists("ticket exists") from exc
-
-
-_GET_SESSION = HotStatement(lambda _: select(*_SESSIONS.c).where(_SESSIONS.c.ticket == bindparam("ticket")))
-_FINISH_SESSION = HotStatement(lambda _: update(_SESSIONS).where(  # no bind named as a column: see update()
-    _SESSIONS.c.ticket == bindparam("which"), _SESSIONS.c.state == AgentSessionState.ACTIVE.value,
-).values(state=bindparam("new_state"), reason=bindparam("new_reason"), updated_at=bindparam("now")))
-_RELEASE_LEASES = HotStatement(lambda _: delete(_LEASES).where(_LEASES.c.ticket == bindparam("ticket")))
-
-
-def get_session(cursor: HotCursor, ticket: str) -> AgentSession | None:
-    """The session of ``ticket``, or None (one hot query)."""
-    row = cursor.first(_GET_SESSION, {"ticket": ticket})
-    return None if row is None else AgentSession(**dict(zip(_SESSIONS.c.keys(), row, strict=True)))
-
-
-def finish_session(cursor: HotCursor, ticket: str, state: AgentSessionState, reason: str) -> bool:
-    """Move an active session to ``state``; False if it was not active (single use)."""
-    return cursor.execute(_FINISH_SESSION, {"which": ticket, "new_state": state.value,
-                                            "new_reason": reason[:200], "now": utcnow()}) == 1
-
-
-def release_leases(cursor: HotCursor, ticket: str) -> None:
-    """Let go of the address leased to ``ticket`` (none: nothing happens)."""
-    cursor.execute(_RELEASE_LEASES, {"ticket": ticket})
-
-
-def is_revoked(cursor: HotCursor, user_id: str, sign_public_key: bytes, host_id: str) -> bool:
-    """Whether Target's revocation list has this user's signing key, revoked by ``host_id``."""
-    row = cursor.first(_REVOKED, {"host_id": host_id, "user_id": user_id, "key": b64e(sign_public_key)})
-    return bool(row and row[0])
-
-
-_HELD = HotStatement(lambda _: select(func.count(_SESSIONS.c.platform), func.count()).select_from(_SESSIONS).where(
-    _SESSIONS.c.host_id == bindparam("host_id"), _SESSIONS.c.user_id == bindparam("user_id"),
-    _SESSIONS.c.state == AgentSessionState.ACTIVE.value, _SESSIONS.c.protection == "esp"))
-#: PostgreSQL: a lock on one (Host, user) until the transaction ends; SQLite's write transaction
-#: (``BEGIN IMMEDIATE``) holds every other writer off already.
-_HOLD_USER = HotStatement(lambda dialect: select(
-    func.pg_advisory_xact_lock(func.hashtext(bindparam("key"))) if dialect == "postgresql" else literal(1)))
-
-
-def held_sessions(cursor: HotCursor, host_id: str, user_id: str) -> tuple[int, int]:
-    """The addresses ``host_id``'s user ``user_id`` holds: (devices enrolled and not revoked,
-    tunnels up), both active ESP sessions. The pair stays locked until the transaction ends, so two
-    requests of one user count one after the other, on PostgreSQL as on SQLite."""
-    cursor.first(_HOLD_USER, {"key": f"qoss-agent-user {host_id} {user_id}"})
-    row = cursor.first(_HELD, {"host_id": host_id, "user_id": user_id})
-    devices, sessions = (int(row[0]), int(row[1])) if row else (0, 0)
-    return devices, sessions - devices
-
-
-_PENDINGS = cast(Table, AgentPendingRevocationRow.__table__)
-_PENDING = HotStatement(lambda _: select(exists().where(_PENDINGS.c.target_id == bindparam("target_id"),
-                                                        _PENDINGS.c.user_id == bindparam("user_id"))))
-
-
-def revocation_pending(cursor: HotCursor, user_id: str, target_id: str) -> bool:
-    """Whether Host still waits for ``target_id`` to confirm the revocation of ``user_id``."""
-    row = cursor.first(_PENDING, {"target_id": target_id, "user_id": user_id})
-    return bool(row and row[0])
-
-
-_LEASED = HotStatement(lambda _: select(_LEASES.c.address))
-
-
-def leased_addresses(cursor: HotCursor) -> set[str]:
-    """Every virtual IP leased now."""
-    return {row[0] for row in cursor.all(_LEASED, {})}
-
-
-def take_lease(cursor: HotCursor, address: str, ticket: str) -> bool:
-    """Lease ``address`` to ``ticket``; False if someone else has it."""
-    return insert_new(cursor, AgentLeaseRow, {"address": address, "ticket": ticket, "created_at": utcnow()})
-
-
-_INVITATIONS = cast(Table, AgentInvitationRow.__table__)
-_GRANTS = HotStatement(lambda _: select(
-    _INVITATIONS.c.id, _INVITATIONS.c.platform, _INVITATIONS.c.minimums, _INVITATIONS.c.used_at,
-    _INVITATIONS.c.grant_spent_at,
-).where(_INVITATIONS.c.user_id == bindparam("user_id"), _INVITATIONS.c.sign_public_key == bindparam("key"))
-    .order_by(_INVITATIONS.c.used_at))
-_SPEND_GRANT = HotStatement(lambda _: update(_INVITATIONS).where(  # no bind named as a column: see update()
-    _INVITATIONS.c.id == bindparam("which"), _INVITATIONS.c.used_at.is_not(None),
-    _INVITATIONS.c.grant_spent_at.is_(None),
-).values(grant_spent_at=bindparam("now")))
-
-
-def device_grants(cursor: HotCursor, user_id: str, sign_public_key: bytes) -> list[DeviceGrant]:
-    """The device enrolments invitations granted to this user's signing key (one hot query on the
-    invitations of one user; none for keys of the user's own)."""
-    return [DeviceGrant(invitation_id=r[0], platform=r[1], minimums=dict(r[2]), granted_at=r[3], spent_at=r[4])
-            for r in cursor.all(_GRANTS, {"user_id": user_id, "key": b64e(sign_public_key)})]
-
-
-def spend_grant(cursor: HotCursor, invitation_id: str, now: datetime) -> bool:
-    """Use an invitation's device enrolment; False if it was used already."""
-    return cursor.execute(_SPEND_GRANT, {"which": invitation_id, "now": now}) == 1

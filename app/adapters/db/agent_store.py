@@ -1,7 +1,8 @@
 """The tunnel agent's state in SQL (:class:`app.domain.agent.ports.AgentStore`): units of work
 over a SQLAlchemy session and the repositories of :mod:`app.adapters.db.agent`, and the
-request transactions of agent messages on the hot path (:mod:`app.adapters.db.hot`: one
-precompiled statement per call on the driver's cursor, no ORM, no Session)."""
+request transactions of agent messages on the hot path (:mod:`app.adapters.db.hot` and
+:mod:`app.adapters.db.agent_hot`: one precompiled statement per call on the driver's cursor, no
+ORM, no Session)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from app.adapters.db.agent import (
     RevocationRepository,
     SessionRepository,
     UserRepository,
+)
+from app.adapters.db.agent_hot import (
     add_session,
     claim_nonce,
     device_grants,

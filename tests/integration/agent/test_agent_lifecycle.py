@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from app.adapters.agent.crypto import CRYPTO
 from app.adapters.agent.transport import RemoteRefused, post_message
 from app.adapters.db import agent_store
-from app.adapters.db.agent import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
+from app.adapters.db.agent_rows import AgentLeaseRow, AgentRevocationRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.hot import HotStatement, HotTransaction
 from app.adapters.db.models import utcnow
 from app.adapters.vici.gateway import Pipeline, ViciGateway

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, select
 
 from app.adapters.agent.crypto import CRYPTO, KeyPair, load_keys, write_keys
 from app.adapters.agent.transport import RemoteRefused, post_message
-from app.adapters.db.agent import AgentPendingRevocationRow
+from app.adapters.db.agent_rows import AgentPendingRevocationRow
 from app.bootstrap import prepare_database
 from app.domain.agent import Kind, RequestInfo
 from app.lab.agent_configs import client_config, host_role, server_config, target_role, write_config

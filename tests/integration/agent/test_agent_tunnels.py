@@ -96,7 +96,7 @@ def test_expiry_removes_everything_on_target(agent_env: AgentEnv) -> None:
     """A session past its expiry is ended by Target's sweeper: conn, key, pool and lease gone."""
     from sqlalchemy import create_engine, update
 
-    from app.adapters.db.agent import AgentLeaseRow, AgentSessionRow
+    from app.adapters.db.agent_rows import AgentLeaseRow, AgentSessionRow
     from app.adapters.db.models import utcnow
 
     agent_env.enroll("carol", [3])
@@ -198,7 +198,7 @@ def test_a_pool_loaded_on_a_taken_address_is_loaded_again_with_the_leased_one(ag
     with it: the client gets its own address, never the other session's, and the tunnel works."""
     from sqlalchemy import create_engine, delete, insert
 
-    from app.adapters.db.agent import AgentLeaseRow
+    from app.adapters.db.agent_rows import AgentLeaseRow
     from app.adapters.db.models import utcnow
     from app.services.agent.target import TargetAgent
 

@@ -19,15 +19,9 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.adapters.db.agent import (
-    AgentNonceRow,
-    AgentSessionRow,
-    AgentUserRow,
-    NonceRepository,
-    SessionRepository,
-    claim_nonce,
-    find_user,
-)
+from app.adapters.db.agent import NonceRepository, SessionRepository
+from app.adapters.db.agent_hot import claim_nonce, find_user
+from app.adapters.db.agent_rows import AgentNonceRow, AgentSessionRow, AgentUserRow
 from app.adapters.db.engine import FAST_PATHS_OPTION, make_engine
 from app.adapters.db.hot import (
     HotStatement,

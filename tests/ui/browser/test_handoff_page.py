@@ -32,7 +32,7 @@ from playwright.sync_api import Page, Request, expect
 from sqlalchemy import select, update
 
 from app.adapters.agent.crypto import KeyPair, seal, write_keys
-from app.adapters.db.agent import AgentHandoffRow
+from app.adapters.db.agent_rows import AgentHandoffRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.adapters.db.models import AuditRow
 from app.domain.agent import Handoff, Kind, b64e

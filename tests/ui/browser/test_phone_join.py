@@ -34,7 +34,7 @@ from sqlalchemy import update
 from typer.testing import CliRunner
 
 from app.adapters.agent.crypto import KeyPair
-from app.adapters.db.agent import AgentInvitationRow
+from app.adapters.db.agent_rows import AgentInvitationRow
 from app.adapters.db.engine import make_engine, make_session_factory
 from app.cli.main import app
 from app.domain.agent import Kind, Response
