@@ -20,9 +20,12 @@ from fastapi import FastAPI
 from app.adapters.agent.crypto import KeyPair, PublicKeys
 from app.adapters.vici.gateway import ViciGateway
 from app.domain.agent import Kind, b64e, canonical
+from app.services.peering import responder
 from app.settings import Settings
+from app.web.runtime import runtime_of
 from tests.fakes.fake_charon import FakeCharon, Reply
 from tests.fixtures.peering import site_b_app
+from tests.fixtures.tunnel_records import add_tunnel_records
 
 pytestmark = pytest.mark.anyio
 
@@ -116,3 +119,22 @@ async def test_an_offer_whose_record_cannot_be_kept_after_its_load_is_unloaded(s
     assert fake.conns == {}
     assert fake.shared == {}
     assert (await c.get("/v1/tunnels")).json() == []
+
+
+async def test_the_sweep_unloads_every_load_never_confirmed_a_page_at_a_time_and_nothing_else(
+        site_b: Any, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    app, c, fake, identity = site_b
+    for tunnel_id in ("t1", "t2", "t3"):
+        r = await _send(c, identity, _offer(tunnel_id))
+        assert r.status_code == 200, r.text
+    add_tunnel_records(settings.database_url, 4)  # this side's own tunnels, up or down: not the sweep's
+    assert {f"qoss-{t}" for t in ("t1", "t2", "t3")} <= set(fake.conns)
+    parts = runtime_of(app)
+    assert parts is not None
+    assert parts.peering is not None
+    monkeypatch.setattr(responder, "SWEEP_PAGE", 2)  # three loads never confirmed: two pages
+    monkeypatch.setattr(responder, "PENDING_FOR", -1.0)  # every one of them overdue
+    assert await asyncio.to_thread(parts.peering.sweep) == 3
+    assert not {f"qoss-{t}" for t in ("t1", "t2", "t3")} & set(fake.conns)
+    listed = (await c.get("/v1/tunnels")).json()
+    assert sorted(t["id"] for t in listed) == ["t000", "t001", "t002", "t003"]
