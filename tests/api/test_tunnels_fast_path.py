@@ -9,6 +9,7 @@ does not take (no token, a token without the scope, a body the model refuses, a 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ from app.main import create_app
 from app.services import tunnels as tunnel_service
 from app.services.auth import revoke_token
 from app.settings import Settings
+from app.web.runtime import runtime_of
 from tests.api.conftest import make_token
 from tests.api.test_idempotency import PSK_A, PSK_B, tunnel
 from tests.fakes.fake_charon import FakeCharon
@@ -76,6 +78,18 @@ async def clients(settings: Settings, admin_token: str, tmp_path: Path, monkeypa
             r = await fast.post("/v1/gateways", json={"name": "left", "vici_socket": str(fake.socket_path),
                                                       "ike_address": "10.99.0.1", "inside_networks": ["10.1.0.0/24"]})
             assert r.status_code == 201, r.text  # the token is now checked, and cached
+            # On PostgreSQL the caches trust nothing until this process follows the replicas' change
+            # notices, and are emptied as it starts to (a moment after start): until the token is
+            # cached, a read checks it again.
+            parts = runtime_of(app)
+            assert parts is not None
+            token_id, _ = parse_token(admin_token)
+            for _ in range(100):  # at most ~10 s
+                if parts.token_cache.fresh(token_id) is not None:
+                    break
+                await asyncio.sleep(0.1)
+                assert (await fast.get("/v1/gateways")).status_code == 200
+            assert parts.token_cache.fresh(token_id) is not None
             yield fast, full, fake, entered
 
 

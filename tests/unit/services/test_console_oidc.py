@@ -107,7 +107,8 @@ def test_an_answer_not_of_this_browsers_sign_in_is_refused(uow: FakeUnitOfWork, 
     config = _config(_Provider({"groups": ["admins"]}))
     cookie, answer = _answer(config)
     if wrong == "state":
-        answer["state"] = "x" + answer["state"][1:]
+        state = answer["state"]
+        answer["state"] = ("y" if state.startswith("x") else "x") + state[1:]  # one character other than it was
     elif wrong == "cookie":
         cookie, _ = begin(config=config, key=KEY, binding=BINDING, redirect_uri=REDIRECT)  # another of its sign-ins
         answer["state"] = "x"
