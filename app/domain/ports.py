@@ -157,6 +157,11 @@ class TunnelStore(Protocol):
         """Every tunnel, oldest first."""
         ...
 
+    def joining(self, initiator: str, identity: str, local_identity: str) -> str | None:
+        """The id of the oldest tunnel from gateway ``initiator`` whose far end (``peer``) has these
+        identities, or None: one read, no record built."""
+        ...
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels, oldest first (by creation time, then id), only those that come

@@ -29,7 +29,7 @@ from app.domain.errors import (
 )
 from app.domain.negotiation import Backend, NegotiationResult
 from app.domain.policies import Levels, TrafficProfile
-from app.domain.ports import NO_METRICS, Metrics, UnitOfWork, UnitOfWorkFactory, error_label
+from app.domain.ports import NO_METRICS, Metrics, TunnelStore, UnitOfWork, UnitOfWorkFactory, error_label
 from app.domain.requests import NegotiationSpec, PeerSpec, TunnelPeerSpec, TunnelSpec
 from app.domain.tunnels import (
     Gateway,
@@ -147,7 +147,7 @@ def provenance(*, uow: UnitOfWork, inputs: Mapping[str, Any], result: Negotiatio
 
 
 def _peer_end(peer: TunnelPeerSpec, initiator: Gateway, allowed_networks: Sequence[str],
-              existing: Sequence[TunnelRecord]) -> PeerEnd:
+              tunnels: TunnelStore) -> PeerEnd:
     try:
         ip = ipaddress.ip_address(peer.address)
     except ValueError as exc:
@@ -158,12 +158,10 @@ def _peer_end(peer: TunnelPeerSpec, initiator: Gateway, allowed_networks: Sequen
         raise InvalidInput("peer.address is the initiator's own IKE address")
     end = PeerEnd(address=str(ip), identity=peer.identity or str(ip),
                   local_identity=peer.local_identity or initiator.identity)
-    for other in existing:
-        if other.initiator == initiator.name and other.peer is not None \
-                and (other.peer.identity, other.peer.local_identity) == (end.identity, end.local_identity):
-            # Same identity pair, another PSK: charon could not tell which secret is meant.
-            raise Conflict(f"tunnel {other.id} already joins {initiator.name} to peer {end.identity} with these "
-                           "identities: delete it first or use other identities")
+    other = tunnels.joining(initiator.name, end.identity, end.local_identity)
+    if other is not None:  # same identity pair, another PSK: charon could not tell which secret is meant
+        raise Conflict(f"tunnel {other} already joins {initiator.name} to peer {end.identity} with these "
+                       "identities: delete it first or use other identities")
     return end
 
 
@@ -232,7 +230,7 @@ def _plan(*, uow: UnitOfWork, request: TunnelSpec, default_table: str, allowed_n
     responder = found[request.responder] if request.responder is not None else None
     peer = None
     if request.peer is not None:
-        peer = _peer_end(request.peer, initiator, allowed_networks, uow.tunnels.list())
+        peer = _peer_end(request.peer, initiator, allowed_networks, uow.tunnels)
     local_ts = parse_traffic_selectors(request.local_ts or list(initiator.inside_networks), "local_ts")
     remote_ts = parse_traffic_selectors(
         request.remote_ts or (list(responder.inside_networks) if responder is not None else []), "remote_ts")
@@ -313,7 +311,7 @@ def _still_right(*, uow: UnitOfWork, request: TunnelSpec, default_table: str, al
         initiator = found[plan.initiator.name]
         responder = found[plan.responder.name] if plan.responder is not None else None
         if request.peer is not None:
-            _peer_end(request.peer, initiator, allowed_networks, uow.tunnels.list())
+            _peer_end(request.peer, initiator, allowed_networks, uow.tunnels)
         unchanged = (initiator, responder) == (plan.initiator, plan.responder) and plan.origin == provenance(
             uow=uow, inputs=plan.inputs, result=plan.result, initiator=initiator, responder=responder)
         if unchanged:

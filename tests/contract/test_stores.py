@@ -19,7 +19,7 @@ from app.domain.policies import Policy
 from app.domain.ports import UnitOfWork, UnitOfWorkFactory
 from app.domain.ratings import RatingTable
 from app.domain.sessions import SessionRecord
-from app.domain.tunnels import Gateway, TunnelRecord, TunnelState
+from app.domain.tunnels import Gateway, PeerEnd, TunnelRecord, TunnelState
 from app.settings import SHIPPED_POLICIES_DIR, SHIPPED_RATINGS_DIR
 from tests.contract.databases import migrated_sessions
 from tests.fakes.uow import FakeDatabase
@@ -267,6 +267,30 @@ def test_tunnels_page_in_creation_order_from_a_key_that_may_be_gone(units: Units
     with units() as uow:
         assert [r.id for r in uow.tunnels.page(limit=2, after=key(ordered[2]))] == [r.id for r in ordered[3:5]]
         assert uow.tunnels.page(limit=2, after=key(ordered[5])) == []
+
+
+def test_a_tunnel_joining_a_gateway_to_a_far_end_is_found_by_its_identities(units: Units) -> None:
+    def record(tunnel_id: str, initiator: str, peer: PeerEnd | None) -> TunnelRecord:
+        return TunnelRecord(id=tunnel_id, initiator=initiator, responder=None if peer else "right",
+                            local_ts=("10.1.0.0/24",), remote_ts=("10.2.0.0/24",), negotiation={"suite": {}},
+                            state=TunnelState.UP, peer=peer)
+
+    with units() as uow:
+        uow.tunnels.add(record("local", "left", None))
+        uow.tunnels.add(record("p1", "left", PeerEnd(address="192.0.2.7", identity="far", local_identity="left.qoss")))
+        uow.tunnels.add(record("p2", "left", PeerEnd(address="192.0.2.8", identity="far", local_identity="left.qoss")))
+        uow.tunnels.add(record("o1", "other", PeerEnd(address="192.0.2.9", identity="far2",
+                                                      local_identity="other.qoss")))
+        uow.tunnels.add(record("s1", "left", PeerEnd(address="192.0.2.10", identity="b.gw-b", local_identity="a.gw-a",
+                                                     site="site-b", gateway="gw-b", role="initiator")))
+        uow.commit()
+    with units() as uow:
+        assert uow.tunnels.joining("left", "far", "left.qoss") == "p1"  # the oldest of two
+        assert uow.tunnels.joining("left", "b.gw-b", "a.gw-a") == "s1"  # a peered tunnel's far end too
+        assert uow.tunnels.joining("other", "far", "left.qoss") is None  # another gateway's
+        assert uow.tunnels.joining("left", "far", "other.qoss") is None  # one identity of the two
+        assert uow.tunnels.joining("left", "far2", "other.qoss") is None
+        assert uow.tunnels.joining("left", "", "") is None  # the local tunnel has no far end
 
 
 # ------------------------------------------------------------------ tokens, audit, keys

@@ -266,6 +266,10 @@ class FakeTunnels(_Store):
     def list(self) -> builtins.list[TunnelRecord]:
         return list(self._read().values())  # insertion order: oldest first
 
+    def joining(self, initiator: str, identity: str, local_identity: str) -> str | None:
+        return next((r.id for r in self._read().values() if r.initiator == initiator and r.peer is not None
+                     and (r.peer.identity, r.peer.local_identity) == (identity, local_identity)), None)
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         def key(record: TunnelRecord) -> tuple[datetime, str]:

@@ -32,7 +32,7 @@ SMALL = {
     "profile_server": (["--tunnels", "4", "--clients", "2"], "top 10 by their own time"),
     "capacity_many": (["--tunnels", "4", "--quiet", "1", "--budget", "60", "--settle", "0"], "0 records left"),
     "overload": (["--bursts", "20", "--quiet", "1", "--arm", "on", "--settle", "0"], "| on | 20 |"),
-    "peered_sweep": (["--tunnels", "20", "--rounds", "1"], "the sweep's read"),
+    "tunnel_reads": (["--tunnels", "20", "--rounds", "1"], "the check's one statement"),
 }
 
 #: What a benchmark's server is given besides: the memory release after 1 s without a request,

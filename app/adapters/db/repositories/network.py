@@ -267,6 +267,15 @@ class TunnelRepository:
         return [_tunnel(r) for r in self.session.scalars(select(TunnelRow).order_by(TunnelRow.created_at,
                                                                                     TunnelRow.id))]
 
+    def joining(self, initiator: str, identity: str, local_identity: str) -> str | None:
+        """The id of the oldest tunnel from ``initiator`` whose far end has these identities: one
+        statement on the initiator's index, the identities read inside the ``peer`` document."""
+        peer = TunnelRow.peer
+        return self.session.scalar(
+            select(TunnelRow.id).where(TunnelRow.initiator == initiator, peer["identity"].as_string() == identity,
+                                       peer["local_identity"].as_string() == local_identity)
+            .order_by(TunnelRow.created_at, TunnelRow.id).limit(1))
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels in the order of :meth:`list`, after ``after`` = (created_at, id),
