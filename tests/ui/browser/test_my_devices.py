@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -40,7 +41,7 @@ __all__ = ["host"]
 def joined(host: Host, new_context: NewContext) -> tuple[Page, list[bytes], str]:
     """A phone that joined from an invitation: its page, its private keys, the user."""
     page, _, _ = phone(new_context)
-    user = f"mia{len(host.base) % 7}{id(page) % 10_000}"
+    user = f"mia-{uuid.uuid4().hex[:10]}"  # a user of its own: the host is shared by the module's tests
     link, _ = host.invite(user, "android")
     join(page, link)
     passphrase(page)
