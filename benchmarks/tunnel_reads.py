@@ -10,7 +10,7 @@ alternating, two ways to each answer:
 * **the peers' sweep** (every second on a service with peering: the ends it loaded as a
   responder and never saw confirmed): every record read and decoded, then the ``configuring``
   responder ends picked out in Python, against only the ``configuring`` records read a page at a
-  time (``app.services.peering.responder``), as the sweep does;
+  time (``app.services.tunnels.every_tunnel``), as the sweep does;
 * **a tunnel to an unmanaged peer** (``POST /v1/tunnels`` with ``peer``, checked twice on its
   path: is another tunnel from this gateway joined to a far end with the same identities?):
   every record read and compared in Python, against the one statement the check makes
@@ -34,6 +34,7 @@ from app.adapters.db.unit_of_work import sql_units_of_work
 from app.domain.ports import UnitOfWorkFactory
 from app.domain.tunnels import PeerEnd, TunnelRecord, TunnelState
 from app.services.peering import responder
+from app.services.tunnels import every_tunnel
 from benchmarks._harness import prepared_database
 
 _CONFIGURING = 5
@@ -66,8 +67,8 @@ def _every(units: UnitOfWorkFactory) -> int:
 
 
 def _sweeps(units: UnitOfWorkFactory) -> int:
-    with units() as reads:
-        return len([r for r in responder._configuring(reads) if r.peer is not None and r.peer.role == "responder"])
+    return len([r for r in every_tunnel(units, page=responder.SWEEP_PAGE, state=TunnelState.CONFIGURING)
+                if r.peer is not None and r.peer.role == "responder"])
 
 
 #: What the identity check looks for: a far end no tunnel has (the check's usual answer).

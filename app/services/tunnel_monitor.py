@@ -35,6 +35,7 @@ from app.domain.ports import NO_METRICS, Metrics, UnitOfWorkFactory
 from app.domain.tunnels import TunnelState
 from app.services.background import Worker
 from app.services.tunnel_setup import established_conns, established_everywhere
+from app.services.tunnels import every_tunnel
 
 __all__ = ["UPDOWN", "Listener", "ListenerFactory", "SaNotice", "TunnelMonitor"]
 
@@ -264,18 +265,10 @@ class TunnelMonitor:
         with self._reads() as uow:
             sockets = {g.name: g.vici_socket for g in uow.gateways.list()}
         todo: list[tuple[str, str, TunnelState, list[str]]] = []  # id, conn, state as read, its ends' sockets
-        after: tuple[str, str] | None = None
-        while True:
-            with self._reads() as uow:
-                page = uow.tunnels.page(limit=_CHECK_PAGE, after=after)
-            if not page:
-                break
-            after = (page[-1].created_at or "", page[-1].id)
-            for record in page:
-                ends = [sockets.get(name) for name in (record.initiator, record.responder) if name is not None]
-                if (record.state in (TunnelState.UP, TunnelState.DOWN) and socket_path in ends
-                        and None not in ends):
-                    todo.append((record.id, record.conn, record.state, [e for e in ends if e is not None]))
+        for record in every_tunnel(self._reads, page=_CHECK_PAGE):
+            ends = [sockets.get(name) for name in (record.initiator, record.responder) if name is not None]
+            if record.state in (TunnelState.UP, TunnelState.DOWN) and socket_path in ends and None not in ends:
+                todo.append((record.id, record.conn, record.state, [e for e in ends if e is not None]))
         established: dict[str, set[str] | None] = {}  # socket -> its conns that are up (None: no answer)
         for path in sorted({path for *_, paths in todo for path in paths}):
             try:

@@ -11,7 +11,7 @@ import ipaddress
 import re
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,7 @@ __all__ = [
     "answer_of",
     "create_tunnel",
     "delete_tunnel",
+    "every_tunnel",
     "keyed_tunnel_id",
     "negotiate_tunnel",
     "negotiation_inputs",
@@ -379,6 +380,19 @@ def page_tunnels(*, uow: UnitOfWork, limit: int, cursor: str | None = None,
     found = uow.tunnels.page(limit=limit + 1, after=_after(cursor) if cursor is not None else None, state=state)
     records = found[:limit]
     return TunnelPage(records, _cursor(records[-1]) if len(found) > limit else None)
+
+
+def every_tunnel(units: UnitOfWorkFactory, *, page: int, state: TunnelState | None = None) -> Iterator[TunnelRecord]:
+    """Every tunnel (only those in ``state``), oldest first, read ``page`` at a time, each page in a
+    unit of work of its own: nothing is held between pages, and a tunnel made meanwhile comes last."""
+    after: tuple[str, str] | None = None
+    while True:
+        with units() as uow:
+            found = uow.tunnels.page(limit=page, after=after, state=state)
+        yield from found
+        if len(found) < page:
+            return
+        after = (found[-1].created_at or "", found[-1].id)
 
 
 def tunnel_status(*, uow: UnitOfWork, vici: ViciFactory, tunnel_id: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -281,9 +281,9 @@ class PeeredResponder:
         """Unload every responder's end never confirmed within PENDING_FOR seconds; how many. It runs
         every second: only the tunnels being set up are read (state ``configuring``, a page at a
         time), never every tunnel this side has."""
+        stale = [r for r in local_tunnels.every_tunnel(self._units, page=SWEEP_PAGE, state=TunnelState.CONFIGURING)
+                 if r.peer is not None and r.peer.role == "responder" and _age(r) > PENDING_FOR]
         with self._units() as reads:
-            stale = [r for r in _configuring(reads)
-                     if r.peer is not None and r.peer.role == "responder" and _age(r) > PENDING_FOR]
             gateways = {r.id: reads.gateways.get(r.initiator) for r in stale}
         for record in stale:
             log.info("tunnel %s: never confirmed by its initiator, unloading", record.id)
@@ -293,17 +293,6 @@ class PeeredResponder:
 
 #: Tunnels read at once by the sweep.
 SWEEP_PAGE = 500
-
-
-def _configuring(reads: UnitOfWork) -> Iterator[TunnelRecord]:
-    """Every tunnel in state ``configuring``, oldest first, :data:`SWEEP_PAGE` at a time."""
-    after: tuple[str, str] | None = None
-    while True:
-        page = reads.tunnels.page(limit=SWEEP_PAGE, after=after, state=TunnelState.CONFIGURING)
-        yield from page
-        if len(page) < SWEEP_PAGE or page[-1].created_at is None:
-            return
-        after = (page[-1].created_at, page[-1].id)
 
 
 def _age(record: TunnelRecord) -> float:
