@@ -107,8 +107,13 @@ def test_expiry_removes_everything_on_target(agent_env: AgentEnv) -> None:
     with engine.begin() as conn:  # fast-forward: the session expired a second ago
         conn.execute(update(AgentSessionRow).where(AgentSessionRow.ticket == report["ticket"])
                      .values(expires_at=utcnow() - timedelta(seconds=1)))
+    def leases() -> list[Any]:
+        with engine.connect() as conn:
+            return list(conn.execute(AgentLeaseRow.__table__.select()).all())
+
+    # The lease is freed only once charon has let go of the address: after the config is gone.
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not agent_env.target_config_empty():
+    while time.monotonic() < deadline and not (agent_env.target_config_empty() and leases() == []):
         time.sleep(0.1)
     assert agent_env.target_config_empty()
     assert not agent_env.target_vici.list_sas(ike=report["conn"])
