@@ -10,7 +10,9 @@ each is registered as the other's peer. Each round, taking turns: a local tunnel
 (``POST /v1/tunnels`` left -> right at A: negotiate, load both charons, initiate, verify) and a
 peered one (left -> ``gw-b@site-b`` at A: the offer, B's choice and load, A's load, initiate
 and verification, the confirm and B's verification), each timed by the client until its 201,
-then deleted (not timed). Printed: the medians and their ratio (goal: peered <= 1.3 x local).
+then deleted (not timed). Printed: the medians and their ratio (goal: peered <= 1.3 x local),
+and for each kind the CPU time each process (both services, both charons) used from a
+set-up's request to its 201, the mean over the rounds.
 
 ``--many N`` then brings up N tunnels of each kind with ``--concurrency`` clients (each tunnel
 protecting a /32 of its own on the left), all of one kind then all of the other, and prints
@@ -140,19 +142,37 @@ def _one(client: httpx.Client, kind: str, local_ts: list[str] | None = None) -> 
     return took, str(r.json()["id"])
 
 
-def rounds(a: Site, n: int) -> dict[str, list[float]]:
-    """``n`` rounds, the kinds taking turns; each kind's set-up times (seconds)."""
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid``'s threads have used so far (``/proc/PID/task/*/schedstat``:
+    nanoseconds on a CPU, counted by the scheduler, not sampled by the tick); seconds."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def rounds(a: Site, n: int, processes: dict[str, int] | None = None,
+           ) -> tuple[dict[str, list[float]], dict[str, dict[str, float]]]:
+    """``n`` rounds, the kinds taking turns: each kind's set-up times (seconds), and the CPU time
+    each of ``processes`` (name -> pid) used from each set-up's request to its 201, by kind (the
+    mean over the rounds, seconds)."""
     times: dict[str, list[float]] = {k: [] for k in _KINDS}
+    cpu: dict[str, dict[str, float]] = {k: dict.fromkeys(processes or {}, 0.0) for k in _KINDS}
     with httpx.Client(base_url=a.base, headers=a.headers, timeout=60) as client:
         for i in range(n + 1):  # the first round warms both paths up and is not counted
             for kind in (_KINDS if i % 2 == 0 else list(reversed(_KINDS))):
+                before = {name: cpu_seconds(pid) for name, pid in (processes or {}).items()}
                 took, tunnel = _one(client, kind)
+                after = {name: cpu_seconds(pid) for name, pid in (processes or {}).items()}
                 if tunnel is None:
                     raise RuntimeError(f"a {kind} set-up failed")
                 if i:
                     times[kind].append(took)
+                    for name in before:
+                        cpu[kind][name] += (after[name] - before[name]) / n
                 client.delete(f"/v1/tunnels/{tunnel}").raise_for_status()
-    return times
+    return times, cpu
 
 
 def many(a: Site, lab: Any, count: int, concurrency: int) -> dict[str, tuple[int, int, list[float], float]]:
@@ -188,11 +208,19 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 1 <= args.rounds <= 500 or not 0 <= args.many <= 5000 or not 1 <= args.concurrency <= 64:
         parser.error("--rounds 1..500, --many 0..5000, --concurrency 1..64")
-    with _sites() as (a, _, lab):
-        times = rounds(a, args.rounds)
+    with _sites() as (a, b, lab):
+        assert a.proc is not None
+        assert b.proc is not None
+        processes = {"site A": a.proc.pid, "site B": b.proc.pid,
+                     **{f"charon {host}": pid for host, pid in sorted(lab.pids.items())}}
+        times, cpu = rounds(a, args.rounds, processes)
         local, peered = statistics.median(times["local"]), statistics.median(times["peered"])
         print(f"set-up, median of {args.rounds} rounds taking turns: local {local * 1000:.1f} ms, "
               f"peered {peered * 1000:.1f} ms; peered / local = {peered / local:.2f} (goal <= 1.3)", flush=True)
+        for kind, used in cpu.items():
+            print(f"  CPU from request to 201, mean of {args.rounds} {kind} set-ups: "
+                  + ", ".join(f"{name} {seconds * 1000:.1f} ms" for name, seconds in used.items())
+                  + f"; {sum(used.values()) * 1000:.1f} ms in all", flush=True)
         if args.many:
             for kind, (up, failed, took, wall) in many(a, lab, args.many, args.concurrency).items():
                 print(f"{args.many} {kind} tunnels at {args.concurrency} clients: {up} up, {failed} failed; "
