@@ -162,6 +162,11 @@ class TunnelStore(Protocol):
         identities, or None: one read, no record built."""
         ...
 
+    def with_peer(self, site: str) -> builtins.list[TunnelRecord]:
+        """The tunnels carried with the peer ``site`` (another qoss), oldest first: one read of
+        those alone, not of every tunnel."""
+        ...
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels, oldest first (by creation time, then id), only those that come

@@ -293,6 +293,33 @@ def test_a_tunnel_joining_a_gateway_to_a_far_end_is_found_by_its_identities(unit
         assert uow.tunnels.joining("left", "", "") is None  # the local tunnel has no far end
 
 
+def test_the_tunnels_carried_with_a_peer_are_found_by_its_name_alone(units: Units) -> None:
+    def record(tunnel_id: str, peer: PeerEnd | None) -> TunnelRecord:
+        return TunnelRecord(id=tunnel_id, initiator="left", responder=None if peer else "right",
+                            local_ts=("10.1.0.0/24",), remote_ts=("10.2.0.0/24",), negotiation={"suite": {}},
+                            state=TunnelState.UP, peer=peer)
+
+    def peered(site: str, role: str) -> PeerEnd:
+        return PeerEnd(address="192.0.2.10", identity=f"{site}.gw", local_identity="a.gw-a", site=site,
+                       gateway="gw" if role == "initiator" else None, role=role)
+
+    with units() as uow:
+        uow.tunnels.add(record("b1", peered("site-b", "initiator")))
+        uow.tunnels.add(record("local", None))
+        uow.tunnels.add(record("unmanaged", PeerEnd(address="192.0.2.7", identity="far", local_identity="left.qoss")))
+        uow.tunnels.add(record("c1", peered("site-c", "initiator")))
+        uow.tunnels.add(record("b2", peered("site-b", "responder")))
+        uow.tunnels.add(record("prefix", peered("site-b2", "initiator")))
+        uow.commit()
+    with units() as uow:
+        assert [r.id for r in uow.tunnels.with_peer("site-b")] == ["b1", "b2"]  # either role, oldest first
+        found = uow.tunnels.with_peer("site-c")
+        assert [r.id for r in found] == ["c1"]
+        assert found[0] == uow.tunnels.get("c1")  # the whole record
+        assert uow.tunnels.with_peer("site") == []  # a name, not a prefix
+        assert uow.tunnels.with_peer("") == []  # the local and unmanaged tunnels have no peer's name
+
+
 # ------------------------------------------------------------------ tokens, audit, keys
 
 

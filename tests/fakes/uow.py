@@ -270,6 +270,9 @@ class FakeTunnels(_Store):
         return next((r.id for r in self._read().values() if r.initiator == initiator and r.peer is not None
                      and (r.peer.identity, r.peer.local_identity) == (identity, local_identity)), None)
 
+    def with_peer(self, site: str) -> builtins.list[TunnelRecord]:
+        return [r for r in self._read().values() if r.peer is not None and r.peer.site == site]
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         def key(record: TunnelRecord) -> tuple[datetime, str]:

@@ -177,7 +177,7 @@ class Peering:
 
     def _tunnels_of(self, name: str) -> list[TunnelRecord]:
         with self._units() as reads:
-            return [r for r in reads.tunnels.list() if r.peer is not None and r.peer.site == name]
+            return reads.tunnels.with_peer(name)
 
     # ------------------------------------------------------------------ the initiator
     def request_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, request: TunnelSpec,

@@ -66,13 +66,9 @@ def _peering(request: Request) -> Peering | None:
     return runtime(request).peering
 
 
-def _carried(uow: UnitOfWork) -> dict[str, list[str]]:
-    """The ids of the tunnels each peer carries, oldest first."""
-    carried: dict[str, list[str]] = {}
-    for record in uow.tunnels.list():
-        if record.peer is not None and record.peer.site is not None:
-            carried.setdefault(record.peer.site, []).append(record.id)
-    return carried
+def _carried(uow: UnitOfWork, name: str) -> list[str]:
+    """The ids of the tunnels peer ``name`` carries, oldest first (its tunnels alone are read)."""
+    return [record.id for record in uow.tunnels.with_peer(name)]
 
 
 def _empty_form() -> dict[str, Any]:
@@ -96,8 +92,7 @@ def _context(request: Request, who: Console, uow: UnitOfWork, **extra: Any) -> d
         context["identity"] = identity
         context["identity_text"] = json.dumps(identity, indent=2)
         context["our_gateways"] = [g.name for g in gateway_svc.list_gateways(uow=uow)]
-    carried = _carried(uow)
-    context["peers"] = [{**peer_out(p), "tunnels": carried.get(p.name, [])} for p in uow.peers.list()]
+    context["peers"] = [{**peer_out(p), "tunnels": _carried(uow, p.name)} for p in uow.peers.list()]
     return {**context, **extra}
 
 
@@ -206,7 +201,7 @@ def confirm(name: Name, action: Action, request: Request, who: ConsoleDep, uow: 
     if _peering(request) is None:
         raise NotFound("this service has no peers: set QOSS_PEER_NAME to take part in peering")
     peer = uow.peers.get(name)
-    title, message = _confirm_text(name, action, peer.url, len(_carried(uow).get(name, [])))
+    title, message = _confirm_text(name, action, peer.url, len(_carried(uow, name)))
     return page("confirm.html", {
         "console": who, "section": "peers", "title": title, "message": message,
         "action": f"/ui/peers/{name}/{action}", "fields": {},

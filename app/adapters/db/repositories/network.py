@@ -276,6 +276,13 @@ class TunnelRepository:
                                        peer["local_identity"].as_string() == local_identity)
             .order_by(TunnelRow.created_at, TunnelRow.id).limit(1))
 
+    def with_peer(self, site: str) -> builtins.list[TunnelRecord]:
+        """The tunnels carried with the peer ``site``, oldest first: one statement, the peer's name
+        read inside the ``peer`` document (a tunnel without a peer keeps JSON ``null`` there, in
+        which the name reads as SQL ``NULL`` and matches nothing)."""
+        query = select(TunnelRow).where(TunnelRow.peer["site"].as_string() == site)
+        return [_tunnel(r) for r in self.session.scalars(query.order_by(TunnelRow.created_at, TunnelRow.id))]
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels in the order of :meth:`list`, after ``after`` = (created_at, id),
