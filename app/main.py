@@ -272,6 +272,18 @@ async def _sweep_peered(peering: Peering, stop: asyncio.Event) -> None:
             await asyncio.wait_for(stop.wait(), 1.0)
 
 
+async def _tell_peers_again(peering: Peering, stop: asyncio.Event) -> None:
+    """Every two seconds: the teardowns a peer did not hear and that are due, told again
+    (:meth:`Peering.tell_again`), apart from the sweep (a silent peer never holds it up)."""
+    while not stop.is_set():
+        try:
+            await in_worker_thread(peering.tell_again)
+        except Exception:  # a database hiccup: the next round tries again
+            log.exception("telling peers their teardowns again failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 2.0)
+
+
 def create_app(settings: Settings | None = None, vici_factory: ViciFactory | None = None) -> FastAPI:
     """Build the application. The database must already be migrated (``qoss db upgrade``).
 
@@ -379,6 +391,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
         resender = asyncio.create_task(_resend_revocations(host, stop_sweeping)) if host else None
         unconfirmed = (asyncio.create_task(_sweep_peered(parts.peering, stop_sweeping))
                        if parts.peering is not None else None)
+        teller = (asyncio.create_task(_tell_peers_again(parts.peering, stop_sweeping))
+                  if parts.peering is not None else None)
         release = parts.memory_release
         stop_releasing = asyncio.Event()
         releaser = asyncio.create_task(release.run(stop_releasing)) if release is not None else None
@@ -396,6 +410,8 @@ def create_app(settings: Settings | None = None, vici_factory: ViciFactory | Non
                 await resender
             if unconfirmed is not None:
                 await unconfirmed
+            if teller is not None:
+                await teller
             if releaser is not None:
                 stop_releasing.set()
                 await releaser  # a release under way ends before the engines are disposed

@@ -22,7 +22,8 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "PeerState",
     "PeeredEnd",
     "Teardown",
+    "UnheardTeardown",
     "choose",
     "parse_peered",
     "valid_peer_name",
@@ -58,6 +60,10 @@ MAX_IKES = 4
 MAX_NETWORKS = 16
 #: Seconds a responder keeps a load the initiator has not confirmed.
 PENDING_FOR = 10.0
+#: Seconds a teardown a peer did not hear is told again for, from the first try (then given up).
+TELL_FOR = 24 * 3600.0
+#: The longest pause between two tries of a teardown a peer did not hear, in seconds.
+TELL_EVERY_AT_MOST = 300.0
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _ID = re.compile(r"^[a-z0-9-]{1,40}$")
@@ -502,3 +508,25 @@ def _networks(data: Any, where: str, *, empty: bool = False) -> tuple[str, ...]:
         except ValueError as exc:
             raise InvalidInput(f"{where}: {net[:45]!r} is not a network") from exc
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class UnheardTeardown:
+    """A teardown a peer did not hear (it did not answer): told again, a fresh message each time,
+    after ``attempts`` tries at ``next_at``, until it answers or :data:`TELL_FOR` seconds have
+    passed since ``first_at``. One per tunnel and peer."""
+
+    peer: str
+    tunnel_id: str
+    reason: str
+    first_at: datetime
+    attempts: int
+    next_at: datetime
+
+    def again(self, now: datetime) -> UnheardTeardown | None:
+        """After one more try it did not hear: the next, twice as far off as the last (at most
+        :data:`TELL_EVERY_AT_MOST` seconds); None once :data:`TELL_FOR` seconds have passed."""
+        if (now - self.first_at).total_seconds() >= TELL_FOR:
+            return None
+        pause = min(TELL_EVERY_AT_MOST, 2.0 ** (self.attempts + 1))
+        return replace(self, attempts=self.attempts + 1, next_at=now + timedelta(seconds=pause))

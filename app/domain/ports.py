@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from app.domain.auth import TokenRecord
-from app.domain.peering import Peer, PeerState
+from app.domain.peering import Peer, PeerState, UnheardTeardown
 from app.domain.policies import Policy
 from app.domain.ratings import RatingTable
 from app.domain.sessions import SessionRecord
@@ -316,6 +316,18 @@ class PeerStore(Protocol):
     def set_state(self, name: str, state: PeerState) -> Peer: ...
 
     def first_sight(self, peer: str, nonce: str, *, keep_until: datetime) -> bool: ...
+
+    def keep_unheard(self, teardown: UnheardTeardown) -> None:
+        """Keep (or replace: one per tunnel and peer) a teardown a peer did not hear, to tell it again."""
+        ...
+
+    def unheard_due(self, now: datetime, limit: int) -> builtins.list[UnheardTeardown]:
+        """Up to ``limit`` kept teardowns due by ``now``, the longest due first."""
+        ...
+
+    def heard(self, peer: str, tunnel_id: str) -> None:
+        """The teardown of ``tunnel_id`` is no longer to be told to ``peer`` (it answered, or it is given up)."""
+        ...
 
 
 class Transaction(Protocol):

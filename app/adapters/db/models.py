@@ -366,6 +366,19 @@ class PeerRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime, default=utcnow)
 
 
+class PeerTeardownRow(Base):
+    """A teardown a peer did not hear, to be told again (``app.domain.peering.UnheardTeardown``)."""
+
+    __tablename__ = "peer_teardowns"
+
+    peer: Mapped[str] = mapped_column(String(63), primary_key=True)
+    tunnel_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(200))
+    first_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    attempts: Mapped[int] = mapped_column(Integer)
+    next_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+
+
 class PeerNonceRow(Base):
     """A nonce a peer's message carried, kept until the message could no longer be fresh: a
     message seen again is a replay."""

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from app.domain.agent import AgentRejected, Kind, canonical
 from app.domain.agent.ports import AgentCrypto, AgentKeys
-from app.domain.errors import InvalidInput, NotFound, PeerError, PeerNoFeasibleSuite, PeerRefused
+from app.domain.errors import InvalidInput, NotFound, PeerError, PeerNoFeasibleSuite, PeerRefused, PeerUnreachable
 from app.domain.peering import FRESHNESS, Peer, Teardown
 from app.domain.ports import UnitOfWork
 from app.services.peering.config import PeeringConfig
@@ -177,12 +177,17 @@ class Messenger:
         except AgentRejected as exc:
             raise PeerRefused(peer.name, f"its answer does not check out ({exc.message})") from exc
 
-    def tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
-        """Tell ``peer`` to take its end of ``tunnel_id`` down; a peer that does not hear it is logged
-        (its end, never confirmed or no longer carried, ends by its own sweep or its SA's death)."""
+    def tell(self, peer: Peer, tunnel_id: str, reason: str) -> bool:
+        """Tell ``peer`` to take its end of ``tunnel_id`` down (a fresh message); whether it heard:
+        it answered, an acknowledgement or a refusal (a refusal is logged: it has no such tunnel
+        with this side, or no longer takes this side's messages). False: it did not answer."""
         message = Teardown(tunnel_id=tunnel_id, sender=self._config.name, timestamp=self._clock(), nonce=new_nonce(),
                            reason=reason[:200])
         try:
             self.ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
+        except PeerUnreachable as exc:
+            log.warning("tunnel %s: peer %s did not hear its end is to be taken down: %s", tunnel_id, peer.name, exc)
+            return False
         except (PeerError, NotFound) as exc:
-            log.warning("tunnel %s: peer %s was not told to take its end down: %s", tunnel_id, peer.name, exc)
+            log.info("tunnel %s: peer %s was told to take its end down: %s", tunnel_id, peer.name, exc)
+        return True

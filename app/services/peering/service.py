@@ -28,10 +28,12 @@ Blocking (database, charons, the peer over HTTP): call from a worker thread.
 from __future__ import annotations
 
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from app.domain.agent import AgentRejected, Kind, b64e
@@ -47,6 +49,7 @@ from app.domain.errors import (
 from app.domain.negotiation import NegotiationResult
 from app.domain.negotiation.post_quantum import PEERED_POST_QUANTUM, peer_without_mlkem
 from app.domain.peering import (
+    TELL_FOR,
     Answer,
     Confirm,
     Offer,
@@ -54,6 +57,7 @@ from app.domain.peering import (
     PeeredEnd,
     PeerState,
     Teardown,
+    UnheardTeardown,
     parse_peered,
     valid_peer_name,
 )
@@ -87,6 +91,10 @@ from app.services.tunnel_setup import bring_up, teardown
 
 __all__ = ["Peering", "PeeringConfig"]
 
+log = logging.getLogger("qoss.peering")
+
+#: The most teardowns a peer did not hear told again by one :meth:`Peering.tell_again`.
+TELL_BATCH = 50
 _INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MOVE, Kind.PEER_MOVED)
 #: The initiator's confirms sent while its own end comes up (``PeeringConfig.confirm_early``).
 _CONFIRMS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="qoss-peer-confirm")
@@ -238,11 +246,11 @@ class Peering:
             if answer.tunnel_id != tunnel_id or not 0 <= answer.chosen < len(ours) or not 0 <= answer.ike < len(ikes):
                 raise InvalidInput("the answer is not to this offer")
         except InvalidInput as exc:
-            self._messenger.tell(peer, tunnel_id, "the answer could not be used")
+            self._tell(peer, tunnel_id, "the answer could not be used")
             raise PeerRefused(peer.name, f"answered with something this side cannot use ({exc.message})") from exc
         chosen = with_ike(entry(result, ours[answer.chosen]), ikes[answer.ike])
         if chosen.suite.post_quantum == "ppk" and answer.ppk is None:
-            self._messenger.tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
+            self._tell(peer, tunnel_id, "the answer carries no post-quantum preshared key")
             raise PeerRefused(peer.name, "answered without the post-quantum preshared key the tunnel needs")
         far = PeerEnd(address=answer.responder.address, identity=answer.responder.identity,
                       local_identity=identity, site=peer.name, gateway=far_gateway, role="initiator")
@@ -258,7 +266,7 @@ class Peering:
                      remote_ts=answer.responder.networks, result=chosen, vici=self._vici, psk=answer.psk,
                      reports=self._reports, ppk=answer.ppk)
         except BaseException:
-            self._messenger.tell(peer, tunnel_id, "the initiator's end did not come up")
+            self._tell(peer, tunnel_id, "the initiator's end did not come up")
             raise
         record = TunnelRecord(id=tunnel_id, initiator=initiator.name, responder=None, local_ts=local_ts,
                               remote_ts=answer.responder.networks, state=TunnelState.UP,
@@ -288,7 +296,7 @@ class Peering:
             teardown(record, initiator, None, self._vici, strict=False)
             if kept is not None:
                 unrecord(self._units, record, detail=f"the peer did not confirm its end: {exc}"[:200])
-            self._messenger.tell(peer, tunnel_id, "the initiator could not keep the tunnel")
+            self._tell(peer, tunnel_id, "the initiator could not keep the tunnel")
             raise
 
     # ------------------------------------------------------------------ the responder
@@ -358,6 +366,55 @@ class Peering:
         move never confirmed in time; how many."""
         return self._responder.sweep() + self._moves.sweep_moves()
 
+    # ------------------------------------------------------------------ teardowns a peer did not hear
+    def _tell(self, peer: Peer, tunnel_id: str, reason: str) -> None:
+        """Tell ``peer`` to take its end of ``tunnel_id`` down; if it does not answer, keep the
+        teardown to tell it again (:meth:`tell_again`), so that its end does not outlive ours."""
+        if self._messenger.tell(peer, tunnel_id, reason):
+            return
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        with self._units() as uow:
+            uow.peers.keep_unheard(UnheardTeardown(peer=peer.name, tunnel_id=tunnel_id, reason=reason[:200],
+                                                   first_at=now, attempts=1, next_at=now + timedelta(seconds=2)))
+            uow.commit()
+
+    def tell_again(self) -> int:
+        """Tell each peer again the teardowns it did not hear and that are due (a fresh message each
+        time); how many it heard now. A peer that still does not answer is tried once per call,
+        its other due teardowns put off with it (no call waits on one silent peer more than once);
+        a teardown not heard for :data:`~app.domain.peering.TELL_FOR` seconds is given up."""
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        with self._units() as reads:
+            due = reads.peers.unheard_due(now, TELL_BATCH)
+            peers: dict[str, Peer | None] = {}
+            for teardown in due:
+                if teardown.peer not in peers:
+                    try:
+                        peers[teardown.peer] = reads.peers.get(teardown.peer)
+                    except NotFound:
+                        peers[teardown.peer] = None
+        silent: set[str] = set()
+        heard = 0
+        for teardown in due:
+            peer = peers[teardown.peer]
+            told = peer is None or (teardown.peer not in silent
+                                    and self._messenger.tell(peer, teardown.tunnel_id, teardown.reason))
+            later = None if told else teardown.again(datetime.fromtimestamp(self._clock(), UTC))
+            with self._units() as uow:
+                if later is None:
+                    uow.peers.heard(teardown.peer, teardown.tunnel_id)
+                else:
+                    uow.peers.keep_unheard(later)
+                uow.commit()
+            if told:
+                heard += peer is not None
+            elif later is None:
+                log.warning("tunnel %s: peer %s has not heard its end is to be taken down for %d s: given up",
+                            teardown.tunnel_id, teardown.peer, int(TELL_FOR))
+            else:
+                silent.add(teardown.peer)
+        return heard
+
     # ------------------------------------------------------------------ either side
     def delete_tunnel(self, *, uow: UnitOfWork, reads: UnitOfWork, tunnel_id: str) -> None:
         """Take a tunnel down: a peered one on both sides (the peer is told; this side's end goes
@@ -375,14 +432,14 @@ class Peering:
         uow.rollback()
         teardown(record, gateway, None, self._vici, strict=True)
         if peer is not None:
-            self._messenger.tell(peer, record.id, "deleted by its administrator")
+            self._tell(peer, record.id, "deleted by its administrator")
         uow.tunnels.delete(tunnel_id)
         uow.events.append("tunnel.deleted", tunnel_id, {}, scope="tunnels:read")
 
     def _end(self, record: TunnelRecord, peer: Peer, *, reason: str) -> None:
         with self._units() as reads:
             gateway = reads.gateways.get(record.initiator)
-        self._messenger.tell(peer, record.id, reason)
+        self._tell(peer, record.id, reason)
         self._responder.forget(record, gateway, detail=reason)
 
     def move_tunnel(self, *, tunnel_id: str) -> tuple[NegotiationResult, Callable[[], None]]:

@@ -77,15 +77,16 @@ def _prepare(where: Path) -> str:
     return url
 
 
-def _serve(stack: Any, lab: Lab, url: str, name: str) -> tuple[str, Any]:
-    """``qoss serve`` as peer ``name`` on ``url``'s database, in the database's folder; its base URL and process."""
+def _serve(stack: Any, lab: Lab, url: str, name: str, port: int | None = None) -> tuple[str, Any]:
+    """``qoss serve`` as peer ``name`` on ``url``'s database, in the database's folder (on ``port``,
+    else a free one); its base URL and process."""
     where = Path(url.removeprefix("sqlite:///")).parent
     env = {**os.environ, "QOSS_PEER_NAME": name, "QOSS_STATE_DIR": str(where / "state"),
            "QOSS_MONITOR_TUNNELS": "false", "QOSS_RECONCILE_ON_START": "false",
            "QOSS_VICI_SOCKET_DIRS": json.dumps([str(lab.state_dir)]), "QOSS_PEER_TIMEOUT": "3",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     served: tuple[str, Any] = stack.enter_context(serving([str(QOSS), "serve", "--database-url", url], env=env,
-                                                          log=where / "serve.log", cwd=where))
+                                                          log=where / "serve.log", cwd=where, port=port))
     return served
 
 

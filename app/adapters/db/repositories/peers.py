@@ -8,6 +8,7 @@ TTL (at once on PostgreSQL, by its change notice).
 
 from __future__ import annotations
 
+import builtins
 import time
 from datetime import UTC, datetime
 
@@ -16,12 +17,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.hot import session_insert_new
-from app.adapters.db.models import PeerNonceRow, PeerRow, utcnow
+from app.adapters.db.models import PeerNonceRow, PeerRow, PeerTeardownRow, utcnow
 from app.adapters.db.notices import publish
 from app.adapters.db.read_cache import ReadCache
 from app.domain.agent import MLKEM_PUBLIC_BYTES, b64d, b64e
 from app.domain.errors import AlreadyExists, NotFound
-from app.domain.peering import Peer, PeerState
+from app.domain.peering import Peer, PeerState, UnheardTeardown
 from app.domain.policies import Levels
 
 __all__ = ["PEER_CACHE", "PRUNE_EVERY", "PeerCache", "PeerRepository"]
@@ -146,3 +147,22 @@ class PeerRepository:
             self.session.execute(delete(PeerNonceRow).where(PeerNonceRow.expires_at < datetime.now(UTC)))
         # One statement, no savepoint: a nonce seen before inserts nothing (the key decides, across replicas).
         return session_insert_new(self.session, PeerNonceRow, {"peer": peer, "nonce": nonce, "expires_at": keep_until})
+
+    def keep_unheard(self, teardown: UnheardTeardown) -> None:
+        """Keep (or replace) a teardown ``teardown.peer`` did not hear."""
+        self.session.merge(PeerTeardownRow(peer=teardown.peer, tunnel_id=teardown.tunnel_id, reason=teardown.reason,
+                                           first_at=teardown.first_at, attempts=teardown.attempts,
+                                           next_at=teardown.next_at))
+        self.session.flush()
+
+    def unheard_due(self, now: datetime, limit: int) -> builtins.list[UnheardTeardown]:
+        """Up to ``limit`` kept teardowns due by ``now``, the longest due first (on the ``next_at`` index)."""
+        rows = self.session.scalars(select(PeerTeardownRow).where(PeerTeardownRow.next_at <= now)
+                                    .order_by(PeerTeardownRow.next_at).limit(limit))
+        return [UnheardTeardown(peer=r.peer, tunnel_id=r.tunnel_id, reason=r.reason, first_at=r.first_at,
+                                attempts=r.attempts, next_at=r.next_at) for r in rows]
+
+    def heard(self, peer: str, tunnel_id: str) -> None:
+        """Forget the teardown of ``tunnel_id`` kept for ``peer`` (none kept: nothing changes)."""
+        self.session.execute(delete(PeerTeardownRow).where(PeerTeardownRow.peer == peer,
+                                                           PeerTeardownRow.tunnel_id == tunnel_id))
