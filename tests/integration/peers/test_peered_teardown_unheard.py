@@ -11,7 +11,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from tests.fixtures.served import free_port
+from tests.fixtures.served import steady_port
 from tests.integration.charon.conftest import temporary_lab
 from tests.integration.tunnels.test_peered import _conns, _peer, _prepare, _register, _sas, _serve
 
@@ -26,7 +26,7 @@ def test_a_teardown_b_did_not_hear_reaches_b_once_it_is_back(tmp_path: Path) -> 
     with temporary_lab("pu") as lab, contextlib.ExitStack() as stack:
         url_a, url_b = _prepare(tmp_path / "a"), _prepare(tmp_path / "b")
         a = _register(_serve(stack, lab, url_a, "site-a"), url_a, "site-a", lab.host("left"), "gw-a")
-        port_b = free_port()
+        port_b = steady_port()  # not one another test or a connection could take while B is down
         first_b = stack.enter_context(contextlib.ExitStack())
         b = _register(_serve(first_b, lab, url_b, "site-b", port=port_b), url_b, "site-b", lab.host("right"), "gw-b")
         _peer(a, b)
