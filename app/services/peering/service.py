@@ -95,6 +95,9 @@ log = logging.getLogger("qoss.peering")
 
 #: The most teardowns a peer did not hear told again by one :meth:`Peering.tell_again`.
 TELL_BATCH = 50
+#: Seconds one :meth:`Peering.tell_again` sends for at most: peers slow to answer put the rest off
+#: to the next round, not past it.
+TELL_ROUND_FOR = 10.0
 _INBOUND = (Kind.PEER_OFFER, Kind.PEER_CONFIRM, Kind.PEER_TEARDOWN, Kind.PEER_MOVE, Kind.PEER_MOVED)
 #: The initiator's confirms sent while its own end comes up (``PeeringConfig.confirm_early``).
 _CONFIRMS = ThreadPoolExecutor(max_workers=32, thread_name_prefix="qoss-peer-confirm")
@@ -381,9 +384,11 @@ class Peering:
     def tell_again(self) -> int:
         """Tell each peer again the teardowns it did not hear and that are due (a fresh message each
         time); how many it heard now. A peer that still does not answer is tried once per call,
-        its other due teardowns put off with it (no call waits on one silent peer more than once);
-        a teardown not heard for :data:`~app.domain.peering.TELL_FOR` seconds is given up."""
-        now = datetime.fromtimestamp(self._clock(), UTC)
+        its other due teardowns put off with it (no call waits on one silent peer more than once),
+        and no call sends for more than :data:`TELL_ROUND_FOR` seconds (what is left stays due); a
+        teardown not heard for :data:`~app.domain.peering.TELL_FOR` seconds is given up."""
+        started = self._clock()
+        now = datetime.fromtimestamp(started, UTC)
         with self._units() as reads:
             due = reads.peers.unheard_due(now, TELL_BATCH)
             peers: dict[str, Peer | None] = {}
@@ -396,6 +401,8 @@ class Peering:
         silent: set[str] = set()
         heard = 0
         for teardown in due:
+            if self._clock() - started > TELL_ROUND_FOR:
+                break
             peer = peers[teardown.peer]
             told = peer is None or (teardown.peer not in silent
                                     and self._messenger.tell(peer, teardown.tunnel_id, teardown.reason))

@@ -22,6 +22,7 @@ from app.domain.peering import TELL_FOR, Peer, PeerState
 from app.domain.policies import Levels
 from app.domain.ports import UnitOfWorkFactory
 from app.services.peering import Peering, PeeringConfig
+from app.services.peering.service import TELL_ROUND_FOR
 from tests.contract.databases import migrated_sessions
 
 START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
@@ -29,14 +30,18 @@ START = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 
 class Link:
     """Peers by URL: ``silent`` ones never answer; the others refuse with a 404 (no such tunnel
-    there: an answer all the same). Every message sent is kept."""
+    there: an answer all the same). Every message sent is kept; each takes ``takes`` seconds of
+    ``clock`` (none without one)."""
 
-    def __init__(self, silent: set[str]) -> None:
+    def __init__(self, silent: set[str], clock: Clock | None = None, takes: float = 0.0) -> None:
         self.silent = silent
         self.sent: list[tuple[str, bytes]] = []
+        self.clock, self.takes = clock, takes
 
     def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
         self.sent.append((peer, data))
+        if self.clock is not None:
+            self.clock.now += self.takes
         if peer in self.silent:
             raise PeerUnreachable(peer, f"{url} does not answer (ConnectError)")
         return 404, json.dumps({"detail": "tunnel does not exist"}).encode()
@@ -131,4 +136,21 @@ def test_a_teardown_for_a_peer_no_longer_registered_is_dropped(units: UnitOfWork
     link.sent.clear()
     assert peering.tell_again() == 0
     assert link.sent == []
+    assert _kept(units) == []
+
+
+def test_a_round_sends_for_ten_seconds_at_most_and_leaves_the_rest_due(units: UnitOfWorkFactory) -> None:
+    clock = Clock()
+    link = Link(silent={"site-b"}, clock=clock)
+    peering = _peering(units, link, clock)
+    for tunnel in ("t1", "t2", "t3"):
+        peering._tell(_peer(units, "site-b"), tunnel, "deleted by its administrator")
+    link.silent.clear()
+    link.takes = TELL_ROUND_FOR * 0.6  # a peer slow to answer, answering all the same
+    clock.now += 2
+    link.sent.clear()
+    assert peering.tell_again() == 2  # the third would start past the round's time
+    assert len(link.sent) == 2
+    assert [t for _, t, _ in _kept(units)] == ["t3"]  # still due, as it was
+    assert peering.tell_again() == 1
     assert _kept(units) == []
