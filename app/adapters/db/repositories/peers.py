@@ -149,11 +149,18 @@ class PeerRepository:
         return session_insert_new(self.session, PeerNonceRow, {"peer": peer, "nonce": nonce, "expires_at": keep_until})
 
     def keep_unheard(self, teardown: UnheardTeardown) -> None:
-        """Keep (or replace) a teardown ``teardown.peer`` did not hear."""
-        self.session.merge(PeerTeardownRow(peer=teardown.peer, tunnel_id=teardown.tunnel_id, reason=teardown.reason,
-                                           first_at=teardown.first_at, attempts=teardown.attempts,
-                                           next_at=teardown.next_at))
-        self.session.flush()
+        """Keep (or replace) a teardown ``teardown.peer`` did not hear; another replica keeping
+        the same one at the same moment makes this a replacement of it."""
+        def row() -> PeerTeardownRow:
+            return PeerTeardownRow(peer=teardown.peer, tunnel_id=teardown.tunnel_id, reason=teardown.reason,
+                                   first_at=teardown.first_at, attempts=teardown.attempts, next_at=teardown.next_at)
+        try:
+            with self.session.begin_nested():
+                self.session.merge(row())
+                self.session.flush()
+        except IntegrityError:  # inserted by another replica since merge looked: now there to replace
+            self.session.merge(row())
+            self.session.flush()
 
     def unheard_due(self, now: datetime, limit: int) -> builtins.list[UnheardTeardown]:
         """Up to ``limit`` kept teardowns due by ``now``, the longest due first (on the ``next_at`` index)."""
