@@ -251,7 +251,14 @@ class PeerTimeout(PeerUnreachable, TimeoutError):
 
 
 class PeerRefused(PeerError, RuntimeError):
-    """The peer refused (502): its peering with this side, or what was asked of it."""
+    """The peer refused (502): its peering with this side, or what was asked of it.
+
+    ``status``: the HTTP status the peer answered with, where the refusal is one (None: an
+    answer that did not check out)."""
+
+    def __init__(self, peer: str, message: str, *, status: int | None = None) -> None:
+        super().__init__(peer, message)
+        self.status = status
 
 
 class PeerNoFeasibleSuite(PeerError, NegotiationError):

@@ -329,6 +329,10 @@ class PeerStore(Protocol):
         """The teardown of ``tunnel_id`` is no longer to be told to ``peer`` (it answered, or it is given up)."""
         ...
 
+    def unheard_counts(self) -> dict[str, int]:
+        """How many kept teardowns each peer has not heard yet (peers with none are absent)."""
+        ...
+
 
 class Transaction(Protocol):
     """What every unit of work is: one transaction, committed or rolled back by whoever opened

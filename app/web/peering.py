@@ -74,9 +74,12 @@ class PeerStateIn(Strict):
     state: Literal["active", "suspended", "revoked"]
 
 
-def peer_out(peer: Peer) -> dict[str, Any]:
-    """A registered peer as ``GET /v1/peers`` answers it (its public keys as text, never anything private)."""
+def peer_out(peer: Peer, unheard: dict[str, int] | None = None) -> dict[str, Any]:
+    """A registered peer as ``GET /v1/peers`` answers it (its public keys as text, never anything
+    private), with how many teardowns it has not heard yet of those ``unheard`` counts by peer
+    (:meth:`~app.domain.ports.PeerStore.unheard_counts`; none given: 0)."""
     return {"name": peer.name, "url": peer.url, **PublicKeys(peer.sign_key, peer.kem_key, peer.mlkem_key).as_dict(),
             "gateways": list(peer.gateways), "networks": list(peer.networks),
             "min_levels": peer.min_levels.as_dict(), "state": peer.state.value,
-            "created_at": peer.created_at, "updated_at": peer.updated_at}
+            "created_at": peer.created_at, "updated_at": peer.updated_at,
+            "unheard_teardowns": (unheard or {}).get(peer.name, 0)}

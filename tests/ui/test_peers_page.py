@@ -312,6 +312,12 @@ async def test_suspend_resume_and_revoke_ask_first_and_revoking_ends_the_tunnels
         assert (await site.api.get("/v1/tunnels")).json() == []
         assert recorder.posts == ["/v1/peering/messages"]  # the peer was told
         assert any(c.command == "terminate" for c in site.charon.calls)
+        # It answered 503, as a proxy in front of a peer that is down does: not heard, told again later.
+        row = (await client.get("/ui/peers")).text
+        row = row[row.index('<tr id="peer-site-b">'):]
+        assert "1 teardown not heard yet" in row[:row.index("</tr>")]
+        assert (await site.api.get("/v1/peers/site-b")).json()["unheard_teardowns"] == 1
+        assert [p["unheard_teardowns"] for p in (await site.api.get("/v1/peers")).json()] == [1]
 
         again = await client.post("/ui/peers/site-b/resume", data={"csrf": csrf})
         assert again.status_code == 409

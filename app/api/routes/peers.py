@@ -62,21 +62,23 @@ def register_peer(body: PeerIn, request: Request, uow: UnitDep) -> dict[str, Any
 def list_peers(request: Request, uow: UnitDep) -> list[dict[str, Any]]:
     """Every registered peer."""
     _peering(request)
-    return [peer_out(p) for p in uow.peers.list()]
+    unheard = uow.peers.unheard_counts()
+    return [peer_out(p, unheard) for p in uow.peers.list()]
 
 
 @router.get("/peers/{name}", dependencies=_READ, responses=_ERRORS)
 def get_peer(name: Name, request: Request, uow: UnitDep) -> dict[str, Any]:
     """One peer."""
     _peering(request)
-    return peer_out(uow.peers.get(name))
+    return peer_out(uow.peers.get(name), uow.peers.unheard_counts())
 
 
 @router.patch("/peers/{name}", dependencies=_WRITE, responses=_ERRORS)
 def set_peer_state(name: Name, body: PeerStateIn, request: Request, uow: UnitDep) -> dict[str, Any]:
     """Suspend (no new tunnels; running ones stay), resume, or revoke (every tunnel it carries
     ends, on both sides) a peering."""
-    return peer_out(_peering(request).set_state(uow=uow, name=name, state=PeerState(body.state)))
+    peer = _peering(request).set_state(uow=uow, name=name, state=PeerState(body.state))
+    return peer_out(peer, uow.peers.unheard_counts())
 
 
 @router.post("/peering/messages", responses=error_responses(403, 404, 409, 413, 422, 429))

@@ -131,7 +131,7 @@ def refusal(peer: str, status: int, body: bytes) -> PeerRefused:
     except (ValueError, AttributeError):
         detail = None
     said = detail if isinstance(detail, str) else f"HTTP {status}"
-    return PeerRefused(peer, f"refused ({status}): {said[:300]}")
+    return PeerRefused(peer, f"refused ({status}): {said[:300]}", status=status)
 
 
 class Messenger:
@@ -179,15 +179,20 @@ class Messenger:
 
     def tell(self, peer: Peer, tunnel_id: str, reason: str) -> bool:
         """Tell ``peer`` to take its end of ``tunnel_id`` down (a fresh message); whether it heard:
-        it answered, an acknowledgement or a refusal (a refusal is logged: it has no such tunnel
-        with this side, or no longer takes this side's messages). False: it did not answer."""
+        it acknowledged, or refused it as a peer does (a 4xx: it has no such tunnel with this
+        side, or no longer takes this side's messages; logged). False: no answer, or one that
+        says to try later (429, or a 5xx, as a proxy in front of a peer that is down answers)."""
         message = Teardown(tunnel_id=tunnel_id, sender=self._config.name, timestamp=self._clock(), nonce=new_nonce(),
                            reason=reason[:200])
         try:
             self.ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
-        except PeerUnreachable as exc:
-            log.warning("tunnel %s: peer %s did not hear its end is to be taken down: %s", tunnel_id, peer.name, exc)
-            return False
+        except (PeerUnreachable, PeerRefused) as exc:
+            status = exc.status if isinstance(exc, PeerRefused) else None
+            if isinstance(exc, PeerUnreachable) or status is None or status == 429 or status >= 500:
+                log.warning("tunnel %s: peer %s did not hear its end is to be taken down: %s", tunnel_id, peer.name,
+                            exc)
+                return False
+            log.info("tunnel %s: peer %s was told to take its end down: %s", tunnel_id, peer.name, exc)
         except (PeerError, NotFound) as exc:
             log.info("tunnel %s: peer %s was told to take its end down: %s", tunnel_id, peer.name, exc)
         return True

@@ -92,7 +92,8 @@ def _context(request: Request, who: Console, uow: UnitOfWork, **extra: Any) -> d
         context["identity"] = identity
         context["identity_text"] = json.dumps(identity, indent=2)
         context["our_gateways"] = [g.name for g in gateway_svc.list_gateways(uow=uow)]
-    context["peers"] = [{**peer_out(p), "tunnels": _carried(uow, p.name)} for p in uow.peers.list()]
+    unheard = uow.peers.unheard_counts()
+    context["peers"] = [{**peer_out(p, unheard), "tunnels": _carried(uow, p.name)} for p in uow.peers.list()]
     return {**context, **extra}
 
 

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sqlite3
 import time
 from pathlib import Path
 
 from tests.fixtures.served import steady_port
 from tests.integration.charon.conftest import temporary_lab
-from tests.integration.tunnels.test_peered import _conns, _peer, _prepare, _register, _sas, _serve
+from tests.integration.tunnels.test_peered import Site, _conns, _peer, _prepare, _register, _sas, _serve
 
 
-def _kept(url: str) -> int:
-    """How many teardowns a site keeps to tell again (read from its database)."""
-    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as db:
-        return int(db.execute("SELECT count(*) FROM peer_teardowns").fetchone()[0])
+def _kept(site: Site) -> int:
+    """How many teardowns ``site`` keeps to tell site B again (its API says)."""
+    with site.client() as c:
+        return int(c.get("/v1/peers/site-b").json()["unheard_teardowns"])
 
 
 def test_a_teardown_b_did_not_hear_reaches_b_once_it_is_back(tmp_path: Path) -> None:
@@ -46,17 +45,17 @@ def test_a_teardown_b_did_not_hear_reaches_b_once_it_is_back(tmp_path: Path) -> 
         assert _conns(a) == []
         assert _sas(a) == []
         assert conn in _conns(b)  # B's end stays: nobody could tell it
-        assert _kept(url_a) == 1
+        assert _kept(a) == 1
         time.sleep(3)  # A tries again while B is still down: still kept
-        assert _kept(url_a) == 1
+        assert _kept(a) == 1
         assert conn in _conns(b)
 
         _serve(stack, lab, url_b, "site-b", port=port_b)  # B is back, on the address A knows it by
         deadline = time.monotonic() + 40
-        while (conn in _conns(b) or _kept(url_a)) and time.monotonic() < deadline:
+        while (conn in _conns(b) or _kept(a)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert conn not in _conns(b)
         assert _sas(b) == []
         with b.client() as c:
             assert c.get("/v1/tunnels").json() == []
-        assert _kept(url_a) == 0
+        assert _kept(a) == 0

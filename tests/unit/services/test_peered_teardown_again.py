@@ -38,13 +38,17 @@ class Link:
         self.sent: list[tuple[str, bytes]] = []
         self.clock, self.takes = clock, takes
 
+        #: What each peer answers instead of the 404 (a status), if anything.
+        self.answers: dict[str, int] = {}
+
     def post(self, peer: str, url: str, data: bytes, timeout: float) -> tuple[int, bytes]:
         self.sent.append((peer, data))
         if self.clock is not None:
             self.clock.now += self.takes
         if peer in self.silent:
             raise PeerUnreachable(peer, f"{url} does not answer (ConnectError)")
-        return 404, json.dumps({"detail": "tunnel does not exist"}).encode()
+        status = self.answers.get(peer, 404)
+        return status, json.dumps({"detail": f"as a peer or its proxy answers {status}"}).encode()
 
 
 class Clock:
@@ -154,3 +158,15 @@ def test_a_round_sends_for_ten_seconds_at_most_and_leaves_the_rest_due(units: Un
     assert [t for _, t, _ in _kept(units)] == ["t3"]  # still due, as it was
     assert peering.tell_again() == 1
     assert _kept(units) == []
+
+
+@pytest.mark.parametrize(("status", "heard"), [(404, True), (403, True), (422, True), (429, False), (500, False),
+                                               (502, False), (503, False), (504, False)])
+def test_a_refusal_is_heard_and_an_answer_to_try_later_is_not(units: UnitOfWorkFactory, status: int,
+                                                               heard: bool) -> None:
+    """A 4xx is the peer's own word on the teardown (no such tunnel, not from us); a 429 or a 5xx
+    (the peer busy, or a proxy in front of a peer that is down) says nothing of it."""
+    link, clock = Link(silent=set()), Clock()
+    link.answers["site-b"] = status
+    _peering(units, link, clock)._tell(_peer(units, "site-b"), "t1", "deleted by its administrator")
+    assert _kept(units) == ([] if heard else [("site-b", "t1", 1)])

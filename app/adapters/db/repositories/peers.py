@@ -12,7 +12,7 @@ import builtins
 import time
 from datetime import UTC, datetime
 
-from sqlalchemy import delete, event, select
+from sqlalchemy import delete, event, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -168,6 +168,11 @@ class PeerRepository:
                                     .order_by(PeerTeardownRow.next_at).limit(limit))
         return [UnheardTeardown(peer=r.peer, tunnel_id=r.tunnel_id, reason=r.reason, first_at=r.first_at,
                                 attempts=r.attempts, next_at=r.next_at) for r in rows]
+
+    def unheard_counts(self) -> dict[str, int]:
+        """How many kept teardowns each peer has not heard yet: one grouped count."""
+        rows = self.session.execute(select(PeerTeardownRow.peer, func.count()).group_by(PeerTeardownRow.peer))
+        return {peer: int(count) for peer, count in rows}
 
     def heard(self, peer: str, tunnel_id: str) -> None:
         """Forget the teardown of ``tunnel_id`` kept for ``peer`` (none kept: nothing changes)."""
