@@ -30,6 +30,7 @@ from typing import Any
 from app.domain.algorithms import CATALOGUE, Kind
 from app.domain.errors import InvalidInput
 from app.domain.policies import Levels
+from app.domain.retry import doubling_delay
 
 __all__ = [
     "FRESHNESS",
@@ -47,6 +48,7 @@ __all__ = [
     "UnheardTeardown",
     "choose",
     "parse_peered",
+    "tell_again_in",
     "valid_peer_name",
 ]
 
@@ -62,6 +64,8 @@ MAX_NETWORKS = 16
 PENDING_FOR = 10.0
 #: Seconds a teardown a peer did not hear is told again for, from the first try (then given up).
 TELL_FOR = 24 * 3600.0
+#: Seconds before a teardown a peer did not hear is told again the first time; twice as long each time after.
+TELL_AGAIN_AFTER = 2.0
 #: The longest pause between two tries of a teardown a peer did not hear, in seconds.
 TELL_EVERY_AT_MOST = 300.0
 
@@ -528,5 +532,11 @@ class UnheardTeardown:
         :data:`TELL_EVERY_AT_MOST` seconds); None once :data:`TELL_FOR` seconds have passed."""
         if (now - self.first_at).total_seconds() >= TELL_FOR:
             return None
-        pause = min(TELL_EVERY_AT_MOST, 2.0 ** (self.attempts + 1))
-        return replace(self, attempts=self.attempts + 1, next_at=now + timedelta(seconds=pause))
+        attempts = self.attempts + 1
+        return replace(self, attempts=attempts, next_at=now + timedelta(seconds=tell_again_in(attempts)))
+
+
+def tell_again_in(attempts: int) -> float:
+    """Seconds until a teardown a peer did not hear is told again after ``attempts`` tries:
+    :data:`TELL_AGAIN_AFTER` after the first, twice as long each time, at most :data:`TELL_EVERY_AT_MOST`."""
+    return doubling_delay(attempts, first=TELL_AGAIN_AFTER, most=TELL_EVERY_AT_MOST)

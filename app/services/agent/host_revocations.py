@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from app.domain.agent import Kind, Revocation
 from app.domain.agent.ports import AgentKeys, AgentStore, PeerKeys, PendingRevocation, Post
 from app.domain.errors import QossError
+from app.domain.retry import doubling_delay
 
 __all__ = ["RETRY_FIRST", "RETRY_MAX", "RevocationTarget", "Revocations", "retry_delay"]
 
@@ -34,7 +35,7 @@ RETRY_MAX = 300.0
 
 def retry_delay(attempts: int) -> float:
     """Seconds until the next attempt after ``attempts`` failed ones (at least one)."""
-    return min(RETRY_FIRST * 2.0 ** min(max(attempts - 1, 0), 16), RETRY_MAX)
+    return doubling_delay(attempts, first=RETRY_FIRST, most=RETRY_MAX)
 
 
 def _at(ts: float) -> datetime:

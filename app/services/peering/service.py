@@ -59,6 +59,7 @@ from app.domain.peering import (
     Teardown,
     UnheardTeardown,
     parse_peered,
+    tell_again_in,
     valid_peer_name,
 )
 from app.domain.policies import Levels
@@ -378,7 +379,8 @@ class Peering:
         now = datetime.fromtimestamp(self._clock(), UTC)
         with self._units() as uow:
             uow.peers.keep_unheard(UnheardTeardown(peer=peer.name, tunnel_id=tunnel_id, reason=reason[:200],
-                                                   first_at=now, attempts=1, next_at=now + timedelta(seconds=2)))
+                                                   first_at=now, attempts=1,
+                                                   next_at=now + timedelta(seconds=tell_again_in(1))))
             uow.commit()
 
     def tell_again(self) -> int:
