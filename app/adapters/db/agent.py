@@ -11,8 +11,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.adapters.db.agent_hot import (
-    _enrolled,
     add_session,
+    enrolled_user,
     find_user,
     is_revoked,
     leased_addresses,
@@ -47,7 +47,7 @@ __all__ = [
 
 
 def _user(row: AgentUserRow) -> EnrolledUser:
-    return _enrolled(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at,
+    return enrolled_user(row.user_id, row.sign_public_key, row.kem_public_key, row.objectives, row.revoked_at,
                      row.mlkem_public_key)
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "add_session",
     "claim_nonce",
     "device_grants",
+    "enrolled_user",
     "find_user",
     "finish_session",
     "get_session",
@@ -37,8 +38,9 @@ __all__ = [
 ]
 
 
-def _enrolled(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None,
-              mlkem: str | None) -> EnrolledUser:
+def enrolled_user(user_id: str, sign: str, kem: str, objectives: list[int], revoked_at: datetime | None,
+                  mlkem: str | None) -> EnrolledUser:
+    """A user as its row's columns hold it (keys in base64url), for the hot query and the repository alike."""
     return EnrolledUser(user_id=user_id, sign_public_key=b64d(sign, size=32), kem_public_key=b64d(kem, size=32),
                         objectives=frozenset(objectives), revoked=revoked_at is not None,
                         mlkem_public_key=b64d(mlkem, size=MLKEM_PUBLIC_BYTES) if mlkem is not None else None)
@@ -54,7 +56,7 @@ _FIND_USER = HotStatement(lambda _: select(
 def find_user(cursor: HotCursor, user_id: str) -> EnrolledUser | None:
     """The user's record (one hot query: no ORM object on the path of every request)."""
     row = cursor.first(_FIND_USER, {"user_id": user_id})
-    return None if row is None else _enrolled(*row)
+    return None if row is None else enrolled_user(*row)
 
 
 def claim_nonce(cursor: HotCursor, scope: str, sender: str, nonce: bytes, expires_at: datetime) -> bool:
