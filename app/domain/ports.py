@@ -167,6 +167,11 @@ class TunnelStore(Protocol):
         those alone, not of every tunnel."""
         ...
 
+    def ids_by_peer(self) -> dict[str, builtins.list[str]]:
+        """The ids of the tunnels carried with each peer (another qoss), oldest first: one read of
+        their ids alone, no record built."""
+        ...
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels, oldest first (by creation time, then id), only those that come

@@ -318,6 +318,8 @@ def test_the_tunnels_carried_with_a_peer_are_found_by_its_name_alone(units: Unit
         assert found[0] == uow.tunnels.get("c1")  # the whole record
         assert uow.tunnels.with_peer("site") == []  # a name, not a prefix
         assert uow.tunnels.with_peer("") == []  # the local and unmanaged tunnels have no peer's name
+        # Every peer's at once, ids alone, in the same order; no entry for the others.
+        assert uow.tunnels.ids_by_peer() == {"site-b": ["b1", "b2"], "site-c": ["c1"], "site-b2": ["prefix"]}
 
 
 # ------------------------------------------------------------------ tokens, audit, keys

@@ -273,6 +273,13 @@ class FakeTunnels(_Store):
     def with_peer(self, site: str) -> builtins.list[TunnelRecord]:
         return [r for r in self._read().values() if r.peer is not None and r.peer.site == site]
 
+    def ids_by_peer(self) -> dict[str, builtins.list[str]]:
+        found: dict[str, builtins.list[str]] = {}
+        for r in self._read().values():
+            if r.peer is not None and r.peer.site is not None:
+                found.setdefault(r.peer.site, []).append(r.id)
+        return found
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         def key(record: TunnelRecord) -> tuple[datetime, str]:

@@ -66,9 +66,6 @@ def _peering(request: Request) -> Peering | None:
     return runtime(request).peering
 
 
-def _carried(uow: UnitOfWork, name: str) -> list[str]:
-    """The ids of the tunnels peer ``name`` carries, oldest first (its tunnels alone are read)."""
-    return [record.id for record in uow.tunnels.with_peer(name)]
 
 
 def _empty_form() -> dict[str, Any]:
@@ -92,8 +89,8 @@ def _context(request: Request, who: Console, uow: UnitOfWork, **extra: Any) -> d
         context["identity"] = identity
         context["identity_text"] = json.dumps(identity, indent=2)
         context["our_gateways"] = [g.name for g in gateway_svc.list_gateways(uow=uow)]
-    unheard = uow.peers.unheard_counts()
-    context["peers"] = [{**peer_out(p, unheard), "tunnels": _carried(uow, p.name)} for p in uow.peers.list()]
+    unheard, carried = uow.peers.unheard_counts(), uow.tunnels.ids_by_peer()
+    context["peers"] = [{**peer_out(p, unheard), "tunnels": carried.get(p.name, [])} for p in uow.peers.list()]
     return {**context, **extra}
 
 
@@ -202,7 +199,7 @@ def confirm(name: Name, action: Action, request: Request, who: ConsoleDep, uow: 
     if _peering(request) is None:
         raise NotFound("this service has no peers: set QOSS_PEER_NAME to take part in peering")
     peer = uow.peers.get(name)
-    title, message = _confirm_text(name, action, peer.url, len(_carried(uow, name)))
+    title, message = _confirm_text(name, action, peer.url, len(uow.tunnels.with_peer(name)))
     return page("confirm.html", {
         "console": who, "section": "peers", "title": title, "message": message,
         "action": f"/ui/peers/{name}/{action}", "fields": {},

@@ -283,6 +283,16 @@ class TunnelRepository:
         query = select(TunnelRow).where(TunnelRow.peer["site"].as_string() == site)
         return [_tunnel(r) for r in self.session.scalars(query.order_by(TunnelRow.created_at, TunnelRow.id))]
 
+    def ids_by_peer(self) -> dict[str, builtins.list[str]]:
+        """The ids of the tunnels carried with each peer, oldest first: one statement of two
+        columns, the peer's name read inside the ``peer`` document."""
+        site = TunnelRow.peer["site"].as_string()
+        found: dict[str, builtins.list[str]] = {}
+        for name, tunnel_id in self.session.execute(
+                select(site, TunnelRow.id).where(site.is_not(None)).order_by(TunnelRow.created_at, TunnelRow.id)):
+            found.setdefault(name, []).append(tunnel_id)
+        return found
+
     def page(self, *, limit: int, after: tuple[str, str] | None = None,
              state: TunnelState | None = None) -> builtins.list[TunnelRecord]:
         """Up to ``limit`` tunnels in the order of :meth:`list`, after ``after`` = (created_at, id),
