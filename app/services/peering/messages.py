@@ -186,13 +186,11 @@ class Messenger:
                            reason=reason[:200])
         try:
             self.ask(peer, Kind.PEER_TEARDOWN, message.as_dict(), Kind.PEER_ACK)
-        except (PeerUnreachable, PeerRefused) as exc:
-            status = exc.status if isinstance(exc, PeerRefused) else None
-            if isinstance(exc, PeerUnreachable) or status is None or status == 429 or status >= 500:
+        except (PeerError, NotFound) as exc:
+            later = isinstance(exc, PeerRefused) and (exc.status is None or exc.status == 429 or exc.status >= 500)
+            if isinstance(exc, PeerUnreachable) or later:
                 log.warning("tunnel %s: peer %s did not hear its end is to be taken down: %s", tunnel_id, peer.name,
                             exc)
                 return False
-            log.info("tunnel %s: peer %s was told to take its end down: %s", tunnel_id, peer.name, exc)
-        except (PeerError, NotFound) as exc:
             log.info("tunnel %s: peer %s was told to take its end down: %s", tunnel_id, peer.name, exc)
         return True
