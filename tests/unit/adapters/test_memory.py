@@ -81,14 +81,14 @@ async def test_after_a_quiet_spell_the_pool_is_emptied_and_glibc_trimmed_once(tm
         release.touch()
         await asyncio.sleep(0.1)
         assert release.releases == 0  # not yet quiet
-        await asyncio.sleep(0.4)
+        await _released(release, 1)  # due 0.2 s after the touch; a loaded machine runs its thread later
         assert release.releases == 1
         assert engine.pool.checkedin() == 0  # type: ignore[attr-defined]
         assert fake.trims == [0]
         await asyncio.sleep(0.5)
         assert release.releases == 1  # nothing came: nothing more to give back
         release.touch()
-        await asyncio.sleep(0.5)
+        await _released(release, 2)
         assert release.releases == 2
     finally:
         stop.set()
@@ -96,10 +96,22 @@ async def test_after_a_quiet_spell_the_pool_is_emptied_and_glibc_trimmed_once(tm
         engine.dispose()  # type: ignore[attr-defined]
 
 
-async def _running(release: QuietRelease, seconds: float) -> None:
+async def _released(release: QuietRelease, count: int, within: float = 10.0) -> None:
+    """Wait until ``release`` has run ``count`` times (at most ``within`` seconds, then go on: the
+    caller's assertion says what was missing)."""
+    deadline = time.monotonic() + within
+    while release.releases < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
+async def _running(release: QuietRelease, seconds: float, *, releases: int | None = None) -> None:
+    """Run ``release`` for ``seconds`` (and, given ``releases``, on until it has run that many
+    times, within :func:`_released`'s bound), then stop it."""
     stop = asyncio.Event()
     task = asyncio.create_task(release.run(stop))
     await asyncio.sleep(seconds)
+    if releases is not None:
+        await _released(release, releases)
     stop.set()
     await task
 
@@ -117,7 +129,7 @@ async def test_without_trim_glibc_is_not_asked() -> None:
     release = QuietRelease(after=0.1, trim=False, libc=fake.glibc())
     release.touch()
     await asyncio.sleep(0.15)
-    await _running(release, 0.3)
+    await _running(release, 0.3, releases=1)
     assert release.releases == 1
     assert fake.trims == []
 
@@ -134,7 +146,7 @@ async def test_the_release_ends_worker_threads_idle_for_anyios_idle_time(monkeyp
     release = QuietRelease(after=0.1, libc=FakeGlibc().glibc())
     release.touch()
     await asyncio.sleep(0.15)
-    await _running(release, 0.3)
+    await _running(release, 0.3, releases=1)
     for t in workers:
         t.join(timeout=2)
     assert sum(t.is_alive() for t in workers) <= 1  # the one that ran the release stays
